@@ -1,0 +1,210 @@
+#include "generator/attention_forward.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+#include "kgen/attention/forward_config.h"
+
+namespace kgen {
+namespace {
+
+constexpr int kSimtHeadDims[] = {32, 64, 128, 256};
+constexpr int kMaxRegistersPerThread = 255;
+
+bool is_fa2_head_dim(int d) { return std::ranges::find(kFa2HeadDims, d) != std::end(kFa2HeadDims); }
+
+int simt_bucket(int d) {
+  for (int b : kSimtHeadDims)
+    if (d <= b) return b;
+  return 0;
+}
+
+// Registers per thread of the fa2 kernel, estimated from its fragments: O accumulator
+// (16×D fp32 per warp = D/2), S accumulator (BN/2), Q fragments (D/4), P fragments (BN/4),
+// plus addressing and softmax state. Checked against ptxas -v on sm_80 and sm_90a.
+int fa2_register_estimate(int d, int bn) { return (3 * (d + bn)) / 4 + 40; }
+
+const char* dtype_cxx(DType t) {
+  switch (t) {
+    case DType::f16: return "kgen::half_t";
+    case DType::bf16: return "kgen::bfloat16_t";
+    case DType::f32: return "float";
+  }
+  return "void";
+}
+
+}  // namespace
+
+std::string to_string(const AttentionForwardConfig& c) {
+  std::ostringstream s;
+  if (c.path == ForwardPath::fa2)
+    s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
+  else
+    s << "simt:bm" << c.block_m << ":bn" << c.block_n << ":dmax" << c.max_head_dim;
+  return s.str();
+}
+
+std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string p; std::getline(in, p, ':');) parts.push_back(p);
+  if (parts.size() != 4) return std::nullopt;
+  AttentionForwardConfig c;
+  if (parts[0] == "fa2") c.path = ForwardPath::fa2;
+  else if (parts[0] == "simt") c.path = ForwardPath::simt;
+  else return std::nullopt;
+  auto number = [](const std::string& field, std::string_view prefix, int& out) {
+    if (!field.starts_with(prefix)) return false;
+    const char* b = field.data() + prefix.size();
+    const char* e = field.data() + field.size();
+    auto [ptr, ec] = std::from_chars(b, e, out);
+    return ec == std::errc() && ptr == e && b != e;
+  };
+  bool ok = number(parts[1], "bm", c.block_m) && number(parts[2], "bn", c.block_n);
+  if (c.path == ForwardPath::fa2) {
+    ok = ok && number(parts[3], "s", c.stages);
+    c.max_head_dim = 0;
+  } else {
+    ok = ok && number(parts[3], "dmax", c.max_head_dim);
+    c.stages = 1;
+  }
+  if (!ok) return std::nullopt;
+  return c;
+}
+
+std::string to_string(const AttentionForwardSpec& s) {
+  std::ostringstream o;
+  o << "attention_fwd." << dtype_name(s.dtype) << ".d" << s.head_dim
+    << (s.causal ? ".causal" : ".full");
+  return o.str();
+}
+
+std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec) {
+  if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
+    return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." +
+           std::to_string(kMaxHeadDim);
+  return std::nullopt;
+}
+
+std::optional<std::string> check_attention_forward_config(const AttentionForwardSpec& spec,
+                                                          const AttentionForwardConfig& c,
+                                                          const Target& target) {
+  if (auto why = check_attention_forward_spec(spec)) return why;
+  int smem = 0;
+  if (c.path == ForwardPath::fa2) {
+    if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
+    if (!is_fa2_head_dim(spec.head_dim))
+      return "fa2 path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+    if (c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 64 or 128");
+    if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
+      return std::string("fa2 block_n must be 32, 64 or 128");
+    if (c.stages != 1 && c.stages != 2) return std::string("fa2 stages must be 1 or 2");
+    if (fa2_register_estimate(spec.head_dim, c.block_n) > kMaxRegistersPerThread)
+      return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" +
+             std::to_string(c.block_n) + " exceeds the register budget";
+    smem = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
+  } else {
+    if (c.max_head_dim != simt_bucket(spec.head_dim))
+      return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
+             " for head_dim=" + std::to_string(spec.head_dim);
+    if (c.block_m != 4 && c.block_m != 8) return std::string("simt block_m (warps) must be 4 or 8");
+    if (c.block_n != 32 && c.block_n != 64) return std::string("simt block_n must be 32 or 64");
+    smem = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);
+  }
+  if (smem > target.max_smem_per_block)
+    return "needs " + std::to_string(smem) + " bytes of shared memory, " + target.arch +
+           " allows " + std::to_string(target.max_smem_per_block);
+  return std::nullopt;
+}
+
+std::vector<AttentionForwardConfig> attention_forward_config_space(const AttentionForwardSpec& spec,
+                                                                   const Target& target) {
+  std::vector<AttentionForwardConfig> out;
+  auto keep = [&](const AttentionForwardConfig& c) {
+    if (!check_attention_forward_config(spec, c, target)) out.push_back(c);
+  };
+  if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
+    for (int bm : {64, 128})
+      for (int bn : {32, 64, 128}) keep({ForwardPath::fa2, bm, bn, 2, 0});
+  }
+  for (int warps : {4, 8})
+    for (int bn : {32, 64}) keep({ForwardPath::simt, warps, bn, 1, simt_bucket(spec.head_dim)});
+  return out;
+}
+
+AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
+                                                        const AttentionShape& shape,
+                                                        const Target& target, int sm_count) {
+  if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
+    // Tiles of FA2-class kernels on A100/H100: 128 query rows for d <= 128, 64 for d = 256;
+    // wider key tiles where the register budget allows.
+    AttentionForwardConfig c{ForwardPath::fa2, 128, spec.head_dim <= 64 ? 128 : 64, 2, 0};
+    if (spec.head_dim >= 256) c.block_m = 64, c.block_n = 32;
+    // Too few blocks to fill the machine once: halve the query tile.
+    long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + c.block_m - 1) / c.block_m);
+    if (c.block_m == 128 && blocks < sm_count) c.block_m = 64;
+    while (check_attention_forward_config(spec, c, target) && c.block_n > 32) c.block_n /= 2;
+    if (!check_attention_forward_config(spec, c, target)) return c;
+  }
+  AttentionForwardConfig s{ForwardPath::simt, 4, 32, 1, simt_bucket(spec.head_dim)};
+  return s;
+}
+
+LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape) {
+  int rows = c.path == ForwardPath::fa2 ? c.block_m : attention_fwd::simt_block_m(c.block_m);
+  return {static_cast<unsigned>((shape.n_q + rows - 1) / rows),
+          static_cast<unsigned>(shape.heads_q), static_cast<unsigned>(shape.batch)};
+}
+
+KernelSource render_attention_forward(const AttentionForwardSpec& spec,
+                                      const AttentionForwardConfig& c) {
+  KernelSource k;
+  k.op = "attention_fwd";
+  k.entry = "kgen_attention_fwd";
+  std::ostringstream src, call;
+  const char* causal = spec.causal ? "true" : "false";
+  if (c.path == ForwardPath::fa2) {
+    k.threads = attention_fwd::fa2_threads(c.block_m);
+    k.smem_bytes = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
+    k.variant = to_string(spec) + "." + to_string(c);
+    src << "#include \"kgen/attention/forward_fa2.cuh\"\n";
+    call << "kgen::attention_forward_fa2<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
+         << ", " << c.block_m << ", " << c.block_n << ", " << c.stages << ", " << causal
+         << ">(p);";
+  } else {
+    k.threads = attention_fwd::simt_threads(c.block_m);
+    k.smem_bytes = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);
+    // One simt kernel serves every head_dim up to max_head_dim: name it by the bucket.
+    AttentionForwardSpec bucket = spec;
+    bucket.head_dim = c.max_head_dim;
+    k.variant = to_string(bucket) + "." + to_string(c);
+    src << "#include \"kgen/attention/forward_simt.cuh\"\n";
+    call << "kgen::attention_forward_simt<" << dtype_cxx(spec.dtype) << ", " << c.max_head_dim
+         << ", " << c.block_n << ", " << c.block_m << ", " << causal << ">(p);";
+  }
+  src << "\n// kgen variant " << k.variant << "\n"
+      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ") " << k.entry
+      << "(const kgen::AttentionForwardParams p) {\n  " << call.str() << "\n}\n";
+  k.source = src.str();
+  return k;
+}
+
+std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
+  std::vector<KernelSource> out;
+  std::vector<std::string> seen;
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
+    for (int d : {32, 64, 96, 128, 256})
+      for (bool causal : {false, true}) {
+        AttentionForwardSpec spec{t, d, causal};
+        for (const auto& c : attention_forward_config_space(spec, target)) {
+          KernelSource k = render_attention_forward(spec, c);
+          if (std::ranges::find(seen, k.variant) != seen.end()) continue;
+          seen.push_back(k.variant);
+          out.push_back(std::move(k));
+        }
+      }
+  return out;
+}
+
+}  // namespace kgen

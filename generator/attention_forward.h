@@ -1,0 +1,83 @@
+// attention_fwd: spec (what is fixed per compiled kernel), config space (what the tuner may
+// try), validity rules, the per-shape default, and rendering of one variant.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "generator/kernel_source.h"
+#include "generator/target.h"
+
+namespace kgen {
+
+// Compile-time parameters of one attention forward kernel.
+struct AttentionForwardSpec {
+  DType dtype = DType::bf16;
+  int head_dim = 128;
+  bool causal = false;
+  bool operator==(const AttentionForwardSpec&) const = default;
+};
+
+// Run-time shape of one call (strides and pointers are not part of it).
+struct AttentionShape {
+  int batch = 1, heads_q = 1, heads_kv = 1, n_q = 1, n_k = 1;
+};
+
+// fa2: tensor cores (mma.sync m16n8k16), fp16/bf16, head dims 32/64/96/128/256.
+// simt: general path, any dtype and any head_dim <= 256, plain fp32 math.
+enum class ForwardPath { fa2, simt };
+
+struct AttentionForwardConfig {
+  ForwardPath path = ForwardPath::fa2;
+  int block_m = 64;       // query rows per block (fa2: 16 per warp; simt: one per warp)
+  int block_n = 64;       // key rows per K/V tile
+  int stages = 2;         // fa2: K/V shared-memory buffers
+  int max_head_dim = 0;   // simt: head_dim rounded up to 32/64/128/256
+  bool operator==(const AttentionForwardConfig&) const = default;
+};
+
+// Head dims the tensor-core path specialises on.
+inline constexpr int kFa2HeadDims[] = {32, 64, 96, 128, 256};
+// Largest head dim any path serves.
+inline constexpr int kMaxHeadDim = 256;
+
+// "fa2:bm64:bn64:s2" or "simt:bm4:bn32:dmax128".
+std::string to_string(const AttentionForwardConfig& c);
+std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
+// "attention_fwd.bf16.d128.causal" (spec part of a variant name).
+std::string to_string(const AttentionForwardSpec& s);
+
+// Why `spec` cannot be served at all (nullopt when it can): names the offending field.
+std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec);
+
+// Why `config` is invalid for `spec` on `target` (nullopt when valid): shared memory,
+// register budget, path/dtype/head-dim compatibility.
+std::optional<std::string> check_attention_forward_config(const AttentionForwardSpec& spec,
+                                                          const AttentionForwardConfig& config,
+                                                          const Target& target);
+
+// Every valid config the tuner may try for `spec` on `target`, in canonical order.
+std::vector<AttentionForwardConfig> attention_forward_config_space(const AttentionForwardSpec& spec,
+                                                                   const Target& target);
+
+// The built-in heuristic for a tuning miss: a valid config for `spec` and `shape`.
+AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
+                                                        const AttentionShape& shape,
+                                                        const Target& target, int sm_count);
+
+// Grid of a launch: x = query tiles, y = query heads, z = batch.
+struct LaunchGrid {
+  unsigned x = 1, y = 1, z = 1;
+};
+LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape);
+
+// The translation unit of one variant. `config` must be valid for `spec`.
+KernelSource render_attention_forward(const AttentionForwardSpec& spec,
+                                      const AttentionForwardConfig& config);
+
+// Every (spec, config) that `kgen warm` compiles for `target`: all dtypes, head dims and
+// causal flags, each with its whole config space.
+std::vector<KernelSource> attention_forward_all_variants(const Target& target);
+
+}  // namespace kgen

@@ -1,0 +1,17 @@
+// A rendered kernel: the translation unit plus what the runtime needs to launch it.
+#pragma once
+
+#include <string>
+
+namespace kgen {
+
+struct KernelSource {
+  std::string op;       // operator name: "attention_fwd", ...
+  std::string variant;  // canonical variant name, unique within the op (spec + config)
+  std::string source;   // the complete translation unit handed to the compiler
+  std::string entry;    // extern "C" kernel name in `source`
+  int threads = 0;      // threads per block
+  int smem_bytes = 0;   // dynamic shared memory per block
+};
+
+}  // namespace kgen

@@ -1,0 +1,52 @@
+/* kgen C API: attention-family kernels compiled at run time, for any language with a C FFI.
+ *
+ * Tensors are DLPack DLTensor descriptors (pointer, dtype, shape, strides in elements, device).
+ * Attention tensors use the logical layout (batch, heads, n, d) with any strides whose last
+ * dimension is contiguous: pass a (b, n, h, d) tensor as the permuted view (strides of BNHD).
+ * Every function returns KGEN_OK or an error code; kgen_last_error() then gives one sentence
+ * naming the argument or the cause (thread-local, valid until the next call on that thread). */
+#ifndef KGEN_C_API_H
+#define KGEN_C_API_H
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kgen_status {
+  KGEN_OK = 0,
+  KGEN_ERROR_INVALID_ARGUMENT = 1, /* a tensor or option is unsupported; the message names it */
+  KGEN_ERROR_NO_DEVICE = 2,        /* no driver or GPU: device work is impossible here */
+  KGEN_ERROR_COMPILE = 3,          /* NVRTC failed; the message carries the compiler log */
+  KGEN_ERROR_CUDA = 4,             /* a driver call failed; the message names it */
+  KGEN_ERROR_CACHE = 5,            /* the binary cache could not serve nor store an entry */
+  KGEN_ERROR_INTERNAL = 6
+} kgen_status;
+
+typedef struct kgen_attention_options {
+  double scale; /* softmax scale; <= 0 means 1/sqrt(d) */
+  int causal;   /* nonzero: key j is masked for j > i + (n_k - n_q) (bottom-right aligned) */
+} kgen_attention_options;
+
+/* Forward attention: o = softmax(scale·q·kᵀ (+ causal mask))·v and lse = logsumexp of the
+ * scaled scores per row (natural log, fp32, shape (b, h_q, n_q), -inf for fully masked rows,
+ * whose o row is 0). q (b, h_q, n_q, d); k, v (b, h_kv, n_k, d) with h_q % h_kv == 0; o like q.
+ * dtypes: float16, bfloat16 (tensor cores, fp32 accumulation) or float32 (plain fp32 math,
+ * no tf32). lse may be NULL. Runs asynchronously on `stream` (a CUstream; NULL = legacy
+ * default stream) in the device's primary context. */
+kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                   DLTensor* o, DLTensor* lse,
+                                   const kgen_attention_options* options, void* stream);
+
+/* The message of the last failed call on this thread ("" if none). */
+const char* kgen_last_error(void);
+
+/* kgen's version string, e.g. "0.1.0". */
+const char* kgen_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KGEN_C_API_H */

@@ -1,0 +1,33 @@
+// Value types shared by kgen's public API and its internals.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace kgen {
+
+// Element types of kernel inputs and outputs.
+enum class DType { f16, bf16, f32 };
+
+// What went wrong, matching kgen_status in the C API.
+enum class Status {
+  ok = 0,
+  invalid_argument = 1,  // a tensor or option is unsupported; the message names it
+  no_device = 2,         // no driver or GPU here
+  compile_error = 3,     // the run-time compiler failed; the message carries its log
+  cuda_error = 4,        // a driver call failed
+  cache_error = 5,       // the binary cache could neither serve nor store an entry
+  internal = 6,
+};
+
+// The one exception type kgen throws: a status plus one clear sentence.
+class Error : public std::runtime_error {
+ public:
+  Error(Status status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  Status status() const noexcept { return status_; }
+
+ private:
+  Status status_;
+};
+
+}  // namespace kgen

@@ -1,0 +1,203 @@
+#include "runtime/attention_forward.h"
+
+#include <cmath>
+#include <cstring>
+#include <shared_mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "kgen/attention/params.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/kernel_builder.h"
+#include "runtime/log.h"
+
+namespace kgen {
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr int kMaxGridYZ = 65535;
+
+[[noreturn]] void invalid(const std::string& message) { throw Error(Status::invalid_argument, message); }
+
+std::string shape_string(const TensorView& t) {
+  std::ostringstream s;
+  s << "(";
+  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
+  s << ")";
+  return s.str();
+}
+
+void check_tensor(const TensorView& t, const char* name, int ndim) {
+  if (!t.data) invalid(std::string(name) + ": data pointer is null");
+  if (t.device < 0) invalid(std::string(name) + ": tensor is in host memory; kgen needs CUDA device memory");
+  if (t.ndim != ndim)
+    invalid(std::string(name) + ": expected " + std::to_string(ndim) + " dimensions, got " +
+            std::to_string(t.ndim) + " " + shape_string(t));
+  for (int i = 0; i < ndim; ++i) {
+    if (t.shape[i] <= 0) invalid(std::string(name) + ": dimension " + std::to_string(i) + " is " + std::to_string(t.shape[i]) + " (empty tensors are not supported)");
+    if (t.strides[i] < 0) invalid(std::string(name) + ": negative strides are not supported");
+  }
+  if (t.shape[ndim - 1] > 1 && t.strides[ndim - 1] != 1)
+    invalid(std::string(name) + ": the last dimension must be contiguous (stride 1), got stride " +
+            std::to_string(t.strides[ndim - 1]));
+  if (reinterpret_cast<std::uintptr_t>(t.data) % dtype_bytes(t.dtype) != 0)
+    invalid(std::string(name) + ": data pointer is not aligned to its element size");
+  if (t.shape[0] > kMaxGridYZ || t.shape[1] > kMaxGridYZ || t.shape[2] > (1LL << 31) - 1)
+    invalid(std::string(name) + ": shape " + shape_string(t) + " exceeds kgen's launch limits (batch, heads <= 65535)");
+}
+
+bool aligned16(const TensorView& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data) % 16) return false;
+  int per16 = 16 / dtype_bytes(t.dtype);
+  for (int i = 0; i < 3; ++i)
+    if (t.shape[i] > 1 && t.strides[i] % per16) return false;
+  return true;
+}
+
+// Hot-path table: (spec, config, device) → loaded kernel, so a warm launch hashes no source.
+struct ForwardKey {
+  AttentionForwardSpec spec;
+  AttentionForwardConfig config;
+  int device;
+  bool operator==(const ForwardKey&) const = default;
+};
+struct ForwardKeyHash {
+  std::size_t operator()(const ForwardKey& k) const noexcept {
+    std::size_t h = static_cast<std::size_t>(k.spec.dtype);
+    for (int v : {k.spec.head_dim, int(k.spec.causal), int(k.config.path), k.config.block_m,
+                  k.config.block_n, k.config.stages, k.config.max_head_dim, k.device})
+      h = h * 1000003u ^ static_cast<std::size_t>(v);
+    return h;
+  }
+};
+
+const LoadedKernel& resolve_kernel(const ForwardKey& key) {
+  static std::shared_mutex mutex;
+  static std::unordered_map<ForwardKey, LoadedKernel, ForwardKeyHash> table;
+  {
+    std::shared_lock lock(mutex);
+    if (auto it = table.find(key); it != table.end()) return it->second;
+  }
+  const DeviceInfo& dev = device_info(key.device);
+  KernelSource src = render_attention_forward(key.spec, key.config);
+  BuildOutcome built = KernelBuilder::global().build(src, dev.target);
+  LoadedKernel k = load_kernel(key.device, built.image, src.entry, src.threads, src.smem_bytes);
+  std::unique_lock lock(mutex);
+  return table.emplace(key, k).first->second;
+}
+
+}  // namespace
+
+TensorView make_contiguous_view(void* data, DType dtype, int ndim, const std::int64_t* shape, int device) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = ndim;
+  t.device = device;
+  std::int64_t stride = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = stride;
+    stride *= shape[i];
+  }
+  return t;
+}
+
+AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
+                                                const TensorView& v, const TensorView& o,
+                                                const TensorView* lse, const AttentionOptions& options) {
+  check_tensor(q, "q", 4);
+  check_tensor(k, "k", 4);
+  check_tensor(v, "v", 4);
+  check_tensor(o, "o", 4);
+  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
+    if (t->dtype != q.dtype)
+      invalid(std::string(name) + ": dtype " + std::string(dtype_name(t->dtype)) +
+              " differs from q's " + std::string(dtype_name(q.dtype)));
+  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
+    if (t->device != q.device) invalid(std::string(name) + ": on device " + std::to_string(t->device) + ", q is on device " + std::to_string(q.device));
+  const std::int64_t b = q.shape[0], hq = q.shape[1], nq = q.shape[2], d = q.shape[3];
+  const std::int64_t hkv = k.shape[1], nk = k.shape[2];
+  if (k.shape[0] != b || k.shape[3] != d)
+    invalid("k: shape " + shape_string(k) + " does not match q " + shape_string(q) + " in batch or head_dim");
+  for (int i = 0; i < 4; ++i)
+    if (v.shape[i] != k.shape[i]) invalid("v: shape " + shape_string(v) + " differs from k " + shape_string(k));
+  for (int i = 0; i < 4; ++i)
+    if (o.shape[i] != q.shape[i]) invalid("o: shape " + shape_string(o) + " differs from q " + shape_string(q));
+  if (hq % hkv) invalid("k: heads_kv=" + std::to_string(hkv) + " does not divide q's heads=" + std::to_string(hq));
+  if (d > kMaxHeadDim)
+    invalid("q: head_dim=" + std::to_string(d) + " is unsupported (kgen serves head_dim <= " + std::to_string(kMaxHeadDim) + ")");
+  if (lse) {
+    check_tensor(*lse, "lse", 3);
+    if (lse->dtype != DType::f32) invalid("lse: dtype must be fp32");
+    if (lse->shape[0] != b || lse->shape[1] != hq || lse->shape[2] != nq)
+      invalid("lse: shape " + shape_string(*lse) + " must be (batch, heads_q, n_q) of q");
+    if (lse->device != q.device) invalid("lse: not on q's device");
+  }
+  if (!std::isfinite(options.scale)) invalid("scale: must be finite");
+  AttentionForwardCall call;
+  call.spec = {q.dtype, static_cast<int>(d), options.causal};
+  call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
+  call.aligned16 = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o);
+  call.device = q.device;
+  return call;
+}
+
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
+                                                       const AttentionOptions& options) {
+  const DeviceInfo& dev = device_info(call.device);
+  if (!options.config.empty()) {
+    auto c = parse_attention_forward_config(options.config);
+    if (!c) invalid("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn64:s2 or simt:bm4:bn32:dmax128)");
+    if (auto why = check_attention_forward_config(call.spec, *c, dev.target))
+      invalid("config: " + options.config + " is invalid here: " + *why);
+    if (c->path == ForwardPath::fa2 && !call.aligned16)
+      invalid("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+    return *c;
+  }
+  AttentionForwardConfig c = attention_forward_default_config(call.spec, call.shape, dev.target, dev.sm_count);
+  if (c.path == ForwardPath::fa2 && !call.aligned16) {
+    // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
+    AttentionForwardSpec s = call.spec;
+    s.dtype = DType::f32;  // selects the simt default for this head_dim
+    c = attention_forward_default_config(s, call.shape, dev.target, dev.sm_count);
+  }
+  return c;
+}
+
+void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& o, const TensorView* lse, const AttentionOptions& options,
+                       void* stream) {
+  AttentionForwardCall call = validate_attention_forward(q, k, v, o, lse, options);
+  AttentionForwardConfig config = choose_attention_forward_config(call, options);
+  const LoadedKernel& kernel = resolve_kernel({call.spec, config, call.device});
+
+  AttentionForwardParams p;
+  std::memset(&p, 0, sizeof p);
+  p.q = q.data; p.k = k.data; p.v = v.data; p.o = o.data;
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  p.q_stride_b = q.strides[0]; p.q_stride_h = q.strides[1]; p.q_stride_n = q.strides[2];
+  p.k_stride_b = k.strides[0]; p.k_stride_h = k.strides[1]; p.k_stride_n = k.strides[2];
+  p.v_stride_b = v.strides[0]; p.v_stride_h = v.strides[1]; p.v_stride_n = v.strides[2];
+  p.o_stride_b = o.strides[0]; p.o_stride_h = o.strides[1]; p.o_stride_n = o.strides[2];
+  if (lse) { p.lse_stride_b = lse->strides[0]; p.lse_stride_h = lse->strides[1]; }
+  p.batch = call.shape.batch; p.heads_q = call.shape.heads_q; p.heads_kv = call.shape.heads_kv;
+  p.n_q = call.shape.n_q; p.n_k = call.shape.n_k;
+  p.head_dim = call.spec.head_dim;
+  p.head_group = call.shape.heads_q / call.shape.heads_kv;
+  double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(call.spec.head_dim));
+  p.scale = static_cast<float>(scale);
+  p.scale_log2 = static_cast<float>(scale * kLog2e);
+
+  LaunchGrid grid = attention_forward_grid(config, call.shape);
+  use_primary_context(call.device);
+  void* args[] = {&p};
+  cuda_check(cuda_driver().cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z, kernel.threads, 1, 1,
+                                          kernel.smem_bytes, static_cast<CUstream>(stream), args, nullptr),
+             "cuLaunchKernel(attention_fwd)");
+}
+
+const char* version() { return KGEN_VERSION; }
+
+}  // namespace kgen

@@ -1,0 +1,26 @@
+// The attention forward behind kgen::attention_forward: validation, variant choice, launch.
+#pragma once
+
+#include "generator/attention_forward.h"
+#include "kgen/kgen.hpp"
+
+namespace kgen {
+
+// A validated call: shape, spec and kernel parameters, ready to launch.
+struct AttentionForwardCall {
+  AttentionForwardSpec spec;
+  AttentionShape shape;
+  bool aligned16 = true;  // every base pointer and row/head/batch stride allows 16-byte loads
+  int device = 0;
+};
+
+// Checks the tensors and options; throws Error(invalid_argument) naming the argument.
+AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
+                                                const TensorView& v, const TensorView& o,
+                                                const TensorView* lse, const AttentionOptions& options);
+
+// The config a call would run with (options.config if given, else the heuristic).
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
+                                                       const AttentionOptions& options);
+
+}  // namespace kgen

@@ -1,0 +1,277 @@
+#include "runtime/attention_harness.h"
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <memory>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "kgen/kgen.hpp"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/host_convert.h"
+#include "runtime/reference_cpu.h"
+
+namespace kgen {
+namespace {
+
+// Reference work (multiply-adds) above which only sampled rows are checked on the CPU.
+constexpr double kFullCheckWork = 4e8;
+constexpr int kSampledRowsPerHead = 48;
+
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    cuda_check(cuda_driver().cuMemAlloc(&ptr_, std::max<std::size_t>(bytes, 16)), "cuMemAlloc");
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cuda_driver().cuMemFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return reinterpret_cast<void*>(ptr_); }
+  std::size_t bytes() const { return bytes_; }
+  void upload(const void* host) { cuda_check(cuda_driver().cuMemcpyHtoD(ptr_, host, bytes_), "cuMemcpyHtoD"); }
+  void download(void* host) const { cuda_check(cuda_driver().cuMemcpyDtoH(host, ptr_, bytes_), "cuMemcpyDtoH"); }
+  // Fills with a NaN pattern of the element type, so skipped stores fail the check.
+  void poison(DType t) {
+    unsigned pattern = t == DType::f32 ? 0x7fc00000u : t == DType::f16 ? 0x7e007e00u : 0x7fc07fc0u;
+    cuda_check(cuda_driver().cuMemsetD32(ptr_, pattern, bytes_ / 4), "cuMemsetD32");
+  }
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  std::size_t bytes_;
+};
+
+// One (b, h, n, d) tensor's host copy in its memory layout, and its view description.
+struct HostTensor {
+  int b, h, n, d;
+  Layout layout;
+  DType dtype;
+  std::vector<std::uint8_t> bytes;
+  std::size_t offset(int ib, int ih, int in, int id) const {
+    std::size_t e = layout == Layout::bhnd ? ((std::size_t(ib) * h + ih) * n + in) * d + id
+                                           : ((std::size_t(ib) * n + in) * h + ih) * d + id;
+    return e * dtype_bytes(dtype);
+  }
+  void set(std::size_t byte_off, float v) {
+    if (dtype == DType::f32) {
+      std::memcpy(&bytes[byte_off], &v, 4);
+    } else {
+      std::uint16_t bits = dtype == DType::f16 ? float_to_half_bits(v) : float_to_bf16_bits(v);
+      std::memcpy(&bytes[byte_off], &bits, 2);
+    }
+  }
+  double get(std::size_t byte_off) const {
+    if (dtype == DType::f32) {
+      float f;
+      std::memcpy(&f, &bytes[byte_off], 4);
+      return f;
+    }
+    std::uint16_t bits;
+    std::memcpy(&bits, &bytes[byte_off], 2);
+    return dtype == DType::f16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
+  }
+  TensorView view(void* data, int device) const {
+    TensorView t;
+    t.data = data;
+    t.dtype = dtype;
+    t.ndim = 4;
+    t.device = device;
+    t.shape[0] = b, t.shape[1] = h, t.shape[2] = n, t.shape[3] = d;
+    if (layout == Layout::bhnd) {
+      t.strides[0] = std::int64_t(h) * n * d, t.strides[1] = std::int64_t(n) * d, t.strides[2] = d;
+    } else {
+      t.strides[0] = std::int64_t(n) * h * d, t.strides[1] = d, t.strides[2] = std::int64_t(h) * d;
+    }
+    t.strides[3] = 1;
+    return t;
+  }
+};
+
+HostTensor make_host(int b, int h, int n, int d, Layout layout, DType dtype) {
+  HostTensor t{b, h, n, d, layout, dtype, {}};
+  t.bytes.resize(std::size_t(b) * h * n * d * dtype_bytes(dtype));
+  return t;
+}
+
+// Fills with random normal values rounded to the dtype and returns them in fp64, (b, h, n, d).
+std::vector<double> fill_random(HostTensor& t, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<double> logical(std::size_t(t.b) * t.h * t.n * t.d);
+  std::size_t i = 0;
+  for (int ib = 0; ib < t.b; ++ib)
+    for (int ih = 0; ih < t.h; ++ih)
+      for (int in = 0; in < t.n; ++in)
+        for (int id = 0; id < t.d; ++id, ++i) {
+          std::size_t off = t.offset(ib, ih, in, id);
+          t.set(off, normal(rng));
+          logical[i] = t.get(off);
+        }
+  return logical;
+}
+
+struct InputSet {
+  HostTensor q, k, v;
+  std::vector<double> q64, k64, v64;
+  DeviceBuffer dq, dk, dv, dout, dlse;
+  InputSet(const AttentionCase& c, std::mt19937_64& rng)
+      : q(make_host(c.batch, c.heads_q, c.n_q, c.head_dim, c.layout, c.dtype)),
+        k(make_host(c.batch, c.heads_kv, c.n_k, c.head_dim, c.layout, c.dtype)),
+        v(make_host(c.batch, c.heads_kv, c.n_k, c.head_dim, c.layout, c.dtype)),
+        q64(fill_random(q, rng)), k64(fill_random(k, rng)), v64(fill_random(v, rng)),
+        dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(q.bytes.size()),
+        dlse(std::size_t(c.batch) * c.heads_q * c.n_q * 4) {
+    dq.upload(q.bytes.data());
+    dk.upload(k.bytes.data());
+    dv.upload(v.bytes.data());
+  }
+  void run(const AttentionCase& c, int device, CUstream stream) {
+    TensorView lse = make_contiguous_view(dlse.get(), DType::f32, 3,
+                                          std::array<std::int64_t, 3>{c.batch, c.heads_q, c.n_q}.data(), device);
+    AttentionOptions opt{c.scale, c.causal, c.config};
+    attention_forward(q.view(dq.get(), device), k.view(dk.get(), device), v.view(dv.get(), device),
+                      q.view(dout.get(), device), &lse, opt, stream);
+  }
+};
+
+std::vector<int> rows_to_check(const AttentionCase& c) {
+  double work = double(c.batch) * c.heads_q * c.n_q * c.n_k * c.head_dim;
+  std::vector<int> rows;
+  if (work <= kFullCheckWork || c.n_q <= kSampledRowsPerHead) {
+    for (int i = 0; i < c.n_q; ++i) rows.push_back(i);
+    return rows;
+  }
+  for (int s = 0; s < kSampledRowsPerHead; ++s)
+    rows.push_back(int((long long)(c.n_q - 1) * s / (kSampledRowsPerHead - 1)));
+  return rows;
+}
+
+AttentionCheck verify(const AttentionCase& c, InputSet& in, int device, CUstream stream) {
+  in.dout.poison(c.dtype);
+  in.dlse.poison(DType::f32);
+  in.run(c, device, stream);
+  cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
+  HostTensor o = make_host(c.batch, c.heads_q, c.n_q, c.head_dim, c.layout, c.dtype);
+  in.dout.download(o.bytes.data());
+  std::vector<float> lse(std::size_t(c.batch) * c.heads_q * c.n_q);
+  in.dlse.download(lse.data());
+
+  std::vector<int> rows = rows_to_check(c);
+  AttentionCheck check;
+  check.reference = rows.size() == std::size_t(c.n_q) ? "cpu-fp64 all rows" : "cpu-fp64 sampled rows";
+  // Reference per (b, h) on the chosen rows: a problem of one query head and its kv head.
+  std::vector<double> out_o, ref_o, out_l, ref_l;
+  const int group = c.heads_q / c.heads_kv;
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads_q; ++h) {
+      AttentionProblem p;
+      p.n_q = c.n_q, p.n_k = c.n_k, p.head_dim = c.head_dim, p.causal = c.causal, p.scale = c.scale;
+      const std::size_t d = c.head_dim;
+      const std::size_t kv_base = (std::size_t(b) * c.heads_kv + h / group) * c.n_k * d;
+      p.k.assign(in.k64.begin() + kv_base, in.k64.begin() + kv_base + c.n_k * d);
+      p.v.assign(in.v64.begin() + kv_base, in.v64.begin() + kv_base + c.n_k * d);
+      const std::size_t q_base = (std::size_t(b) * c.heads_q + h) * c.n_q * d;
+      // Rows are evaluated one at a time as single-row problems with the causal offset kept:
+      // row i of the full problem equals a 1-row problem whose mask allows j <= i + n_k - n_q.
+      for (int i : rows) {
+        p.q.assign(in.q64.begin() + q_base + i * d, in.q64.begin() + q_base + (i + 1) * d);
+        p.n_q = 1;
+        AttentionProblem row = p;
+        // Masking of a 1-row problem is j > 0 + (n_k - 1); shift n_k's effective diagonal by
+        // keeping n_k and emulating the offset through masked keys.
+        row.causal = false;
+        int limit = c.causal ? i + (c.n_k - c.n_q) : c.n_k - 1;  // last visible key
+        if (limit < 0) {
+          for (std::size_t x = 0; x < d; ++x) ref_o.push_back(0.0);
+          ref_l.push_back(-INFINITY);
+        } else {
+          row.n_k = std::min(limit + 1, c.n_k);
+          row.k.resize(row.n_k * d);
+          row.v.resize(row.n_k * d);
+          auto r = attention_forward_cpu(row);
+          ref_o.insert(ref_o.end(), r.o.begin(), r.o.end());
+          ref_l.push_back(r.lse[0]);
+        }
+        for (std::size_t x = 0; x < d; ++x) out_o.push_back(o.get(o.offset(b, h, i, int(x))));
+        out_l.push_back(lse[(std::size_t(b) * c.heads_q + h) * c.n_q + i]);
+      }
+    }
+  Tolerance tol = tolerance_for(c.dtype);
+  check.o = compare(out_o, ref_o, tol);
+  // LSE is fp32 whatever the input dtype; its error follows the scores' precision.
+  check.lse = compare(out_l, ref_l, Tolerance{tol.rel_l2, tol.atol, tol.rtol});
+  check.pass = check.o.pass && check.lse.pass;
+  return check;
+}
+
+struct Stream {
+  CUstream s = nullptr;
+  Stream() { cuda_check(cuda_driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
+  ~Stream() { cuda_driver().cuStreamDestroy(s); }
+};
+
+}  // namespace
+
+std::string to_string(const AttentionCase& c) {
+  std::ostringstream s;
+  s << dtype_name(c.dtype) << " b" << c.batch << " hq" << c.heads_q << " hkv" << c.heads_kv << " nq" << c.n_q
+    << " nk" << c.n_k << " d" << c.head_dim << (c.causal ? " causal" : "") << (c.layout == Layout::bnhd ? " bnhd" : " bhnd");
+  if (!c.config.empty()) s << " " << c.config;
+  return s.str();
+}
+
+double attention_forward_flops(const AttentionCase& c) {
+  double f = 4.0 * c.batch * c.heads_q * double(c.n_q) * c.n_k * c.head_dim;
+  return c.causal ? f / 2 : f;
+}
+
+AttentionCheck check_attention_forward(const AttentionCase& c, int device) {
+  use_primary_context(device);
+  std::mt19937_64 rng(c.seed);
+  InputSet in(c, rng);
+  Stream stream;
+  AttentionCheck check = verify(c, in, device, stream.s);
+  check.config = c.config;
+  return check;
+}
+
+CheckedTiming check_and_time_attention_forward(const AttentionCase& c, int device, int warmup, int reps) {
+  use_primary_context(device);
+  const DeviceInfo& dev = device_info(device);
+  std::mt19937_64 rng(c.seed);
+  Stream stream;
+  std::vector<std::unique_ptr<InputSet>> sets;
+  sets.push_back(std::make_unique<InputSet>(c, rng));
+  CheckedTiming out;
+  out.check = verify(c, *sets[0], device, stream.s);
+  if (!out.check.pass) return out;
+  std::size_t set_bytes = sets[0]->dq.bytes() * 2 + sets[0]->dk.bytes() * 2;
+  while (sets.size() < 8 && sets.size() * set_bytes < 2 * std::size_t(dev.l2_bytes))
+    sets.push_back(std::make_unique<InputSet>(c, rng));
+  const CudaDriver& cu = cuda_driver();
+  for (int i = 0; i < warmup; ++i) sets[i % sets.size()]->run(c, device, stream.s);
+  std::vector<CUevent> events(2 * reps);
+  for (auto& e : events) cuda_check(cu.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+  for (int r = 0; r < reps; ++r) {
+    cu.cuEventRecord(events[2 * r], stream.s);
+    sets[r % sets.size()]->run(c, device, stream.s);
+    cu.cuEventRecord(events[2 * r + 1], stream.s);
+  }
+  cuda_check(cu.cuStreamSynchronize(stream.s), "timed runs");
+  std::vector<double> ms(reps);
+  for (int r = 0; r < reps; ++r) {
+    float t = 0;
+    cuda_check(cu.cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]), "cuEventElapsedTime");
+    ms[r] = t;
+  }
+  for (auto& e : events) cu.cuEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  out.timing = {ms[ms.size() / 2], ms[ms.size() / 5], ms[(ms.size() * 4) / 5], reps};
+  return out;
+}
+
+}  // namespace kgen

@@ -1,0 +1,58 @@
+// Checking and timing attention kernels on a GPU, shared by the GPU tests, `kgen check`,
+// `kgen bench` and the README's main job. Every timing is preceded by a check on the same
+// buffers with NaN-poisoned outputs (attention.md §5): no figure for a failing variant.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "generator/attention_forward.h"
+#include "runtime/metrics.h"
+
+namespace kgen {
+
+enum class Layout { bhnd, bnhd };
+
+struct AttentionCase {
+  DType dtype = DType::bf16;
+  int batch = 1, heads_q = 1, heads_kv = 1, n_q = 1, n_k = 1, head_dim = 64;
+  bool causal = false;
+  Layout layout = Layout::bhnd;
+  double scale = 0;
+  std::string config;      // empty = what attention_forward would choose
+  std::uint64_t seed = 1;  // inputs are fresh random normal values from this seed
+};
+
+std::string to_string(const AttentionCase& c);
+
+// 4·b·h_q·n_q·n_k·d, halved for causal (attention.md §6).
+double attention_forward_flops(const AttentionCase& c);
+
+struct AttentionCheck {
+  std::string config;     // the config that ran
+  std::string reference;  // "cpu-fp64 all rows" or "cpu-fp64 sampled rows"
+  Comparison o, lse;
+  bool pass = false;
+};
+
+// Runs kgen's forward once on fresh inputs with NaN-poisoned o and lse, and compares both
+// against the fp64 CPU reference (all rows when small, evenly spread rows of every head when
+// large). Throws Error(no_device) without a GPU.
+AttentionCheck check_attention_forward(const AttentionCase& c, int device = 0);
+
+struct Timing {
+  double median_ms = 0, p20_ms = 0, p80_ms = 0;
+  int reps = 0;
+};
+
+// Checks the case (returns nullopt-like pass=false check without timing when it fails), then
+// times it with device events: `warmup` untimed runs, `reps` timed runs rotating over enough
+// input sets to exceed twice the L2 size.
+struct CheckedTiming {
+  AttentionCheck check;
+  Timing timing;  // zero when the check failed
+};
+CheckedTiming check_and_time_attention_forward(const AttentionCase& c, int device, int warmup, int reps);
+
+}  // namespace kgen

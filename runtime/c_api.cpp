@@ -1,0 +1,79 @@
+// The C API: DLTensor descriptors in, kgen_status out, one sentence in kgen_last_error().
+#include "kgen/c_api.h"
+
+#include <exception>
+#include <string>
+
+#include "kgen/kgen.hpp"
+
+namespace {
+
+thread_local std::string last_error;
+
+kgen_status fail(kgen_status s, const std::string& message) {
+  last_error = message;
+  return s;
+}
+
+// Converts a DLTensor into a TensorView; throws Error(invalid_argument) naming `name`.
+kgen::TensorView to_view(const DLTensor* t, const char* name) {
+  using kgen::Error;
+  using kgen::Status;
+  if (!t) throw Error(Status::invalid_argument, std::string(name) + ": tensor descriptor is null");
+  kgen::TensorView v;
+  if (t->dtype.lanes != 1) throw Error(Status::invalid_argument, std::string(name) + ": vector dtypes (lanes != 1) are not supported");
+  if (t->dtype.code == kDLFloat && t->dtype.bits == 16) v.dtype = kgen::DType::f16;
+  else if (t->dtype.code == kDLBfloat && t->dtype.bits == 16) v.dtype = kgen::DType::bf16;
+  else if (t->dtype.code == kDLFloat && t->dtype.bits == 32) v.dtype = kgen::DType::f32;
+  else
+    throw Error(Status::invalid_argument, std::string(name) + ": dtype (code " + std::to_string(t->dtype.code) + ", " +
+                                              std::to_string(t->dtype.bits) + " bits) is not float16, bfloat16 or float32");
+  if (t->device.device_type != kDLCUDA)
+    throw Error(Status::invalid_argument, std::string(name) + ": tensor is not in CUDA device memory (DLPack device type " +
+                                              std::to_string(t->device.device_type) + ")");
+  if (t->ndim < 1 || t->ndim > 4)
+    throw Error(Status::invalid_argument, std::string(name) + ": " + std::to_string(t->ndim) + " dimensions are not supported");
+  v.ndim = t->ndim;
+  v.device = t->device.device_id;
+  v.data = static_cast<char*>(t->data) + t->byte_offset;
+  std::int64_t stride = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    v.shape[i] = t->shape[i];
+    v.strides[i] = t->strides ? t->strides[i] : stride;
+    stride *= t->shape[i];
+  }
+  return v;
+}
+
+}  // namespace
+
+extern "C" {
+
+kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
+                                   DLTensor* lse, const kgen_attention_options* options, void* stream) {
+  try {
+    kgen::TensorView lse_view;
+    if (lse) lse_view = to_view(lse, "lse");
+    kgen::AttentionOptions opts;
+    if (options) {
+      opts.scale = options->scale;
+      opts.causal = options->causal != 0;
+    }
+    kgen::attention_forward(to_view(q, "q"), to_view(k, "k"), to_view(v, "v"), to_view(o, "o"),
+                            lse ? &lse_view : nullptr, opts, stream);
+    last_error.clear();
+    return KGEN_OK;
+  } catch (const kgen::Error& e) {
+    return fail(static_cast<kgen_status>(e.status()), e.what());
+  } catch (const std::exception& e) {
+    return fail(KGEN_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(KGEN_ERROR_INTERNAL, "unknown error");
+  }
+}
+
+const char* kgen_last_error(void) { return last_error.c_str(); }
+
+const char* kgen_version(void) { return kgen::version(); }
+
+}  // extern "C"

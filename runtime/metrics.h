@@ -1,0 +1,35 @@
+// The correctness metrics of kgen (attention.md §5): rel_l2, cosine, max_abs, count of
+// elements outside atol + rtol·|ref|, non-finite outputs, and a pass verdict.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+#include "kgen/types.hpp"
+
+namespace kgen {
+
+struct Tolerance {
+  double rel_l2;  // bound on ‖out − ref‖ / ‖ref‖
+  double atol, rtol;
+};
+
+// The bounds for outputs computed from inputs of `dtype` (fp32 plain math: 1e-5 ... 16-bit: 1e-2).
+Tolerance tolerance_for(DType dtype);
+
+struct Comparison {
+  double rel_l2 = 0, cosine = 0, max_abs = 0, out_norm = 0, ref_norm = 0;
+  std::size_t outside_tolerance = 0, non_finite = 0, count = 0;
+  bool pass = false;
+  std::string why;  // the first failed rule, empty on pass
+};
+
+// Compares `out` with `ref`; elements where ref is ±inf (e.g. LSE of fully masked rows) must
+// be equal in `out` and are left out of the norms.
+Comparison compare(std::span<const double> out, std::span<const double> ref, const Tolerance& tol);
+
+// "rel_l2 1.2e-03 cos 0.999998 max_abs 3.1e-03 bad 0/4096" style one-liner.
+std::string to_string(const Comparison& c);
+
+}  // namespace kgen

@@ -1,0 +1,28 @@
+// Kernel parameters of the attention forward. Included by device templates and host code alike,
+// so it uses only built-in types: the layout is identical on both sides.
+#pragma once
+
+namespace kgen {
+
+// Logical shapes: q (batch, heads_q, n_q, d); k, v (batch, heads_kv, n_k, d); o like q;
+// lse (batch, heads_q, n_q) fp32 with unit stride along n_q. Strides are in elements; the
+// last dimension of q, k, v, o is contiguous.
+struct AttentionForwardParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  long long q_stride_b, q_stride_h, q_stride_n;
+  long long k_stride_b, k_stride_h, k_stride_n;
+  long long v_stride_b, v_stride_h, v_stride_n;
+  long long o_stride_b, o_stride_h, o_stride_n;
+  long long lse_stride_b, lse_stride_h;
+  int batch, heads_q, heads_kv, n_q, n_k;
+  int head_dim;      // runtime d; equals the template's D on the tensor-core path
+  int head_group;    // heads_q / heads_kv: query head h reads kv head h / head_group
+  float scale;       // softmax scale s applied to Q·Kᵀ
+  float scale_log2;  // s · log2(e), for exp2-based softmax
+};
+
+}  // namespace kgen

@@ -1,0 +1,17 @@
+// Sub-command registration of the `kgen` CLI; each returns the process exit code via `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace kgen::cli {
+
+// Exit codes scripts can rely on.
+enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNoDevice = 3 };
+
+void add_cache_commands(CLI::App& app, int& exit_code);
+void add_gpu_commands(CLI::App& app, int& exit_code);
+
+// Splits "a,b,c" into its non-empty parts.
+std::vector<std::string> split_list(const std::string& text);
+
+}  // namespace kgen::cli

@@ -1,0 +1,66 @@
+// `kgen cache ls|stat|verify|gc|clear`.
+#include <cstdio>
+#include <memory>
+
+#include "cache/binary_cache.h"
+#include "tools/commands.h"
+
+namespace kgen::cli {
+
+void add_cache_commands(CLI::App& app, int& exit_code) {
+  auto* cache_cmd = app.add_subcommand("cache", "Inspect and maintain the on-disk binary cache");
+  cache_cmd->require_subcommand(1);
+  auto dir = std::make_shared<std::string>();
+  cache_cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
+  auto root = [dir] { return dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir); };
+
+  cache_cmd->add_subcommand("ls", "List entries (key, size, variant, target)")->callback([root, &exit_code] {
+    cache::BinaryCache c(root());
+    for (const auto& e : c.list()) {
+      std::string variant = e.metadata.is_object() ? e.metadata.value("variant", "?") : "?";
+      std::string target = e.metadata.is_object() ? e.metadata.value("target", "?") : "?";
+      std::printf("%.16s  %8llu  %-8s %s\n", e.key.c_str(), static_cast<unsigned long long>(e.size_bytes),
+                  target.c_str(), variant.c_str());
+    }
+    exit_code = kOk;
+  });
+  cache_cmd->add_subcommand("stat", "Print the entry count and total size")->callback([root, &exit_code] {
+    cache::BinaryCache c(root());
+    std::printf("root     %s\nentries  %zu\nbytes    %llu\n", c.root().c_str(), c.list().size(),
+                static_cast<unsigned long long>(c.total_bytes()));
+    exit_code = kOk;
+  });
+  cache_cmd->add_subcommand("verify", "Read every entry, remove corrupt ones; non-zero exit if any were corrupt")
+      ->callback([root, &exit_code] {
+        cache::BinaryCache c(root());
+        auto r = c.verify();
+        std::printf("entries %llu, corrupt %llu\n", static_cast<unsigned long long>(r.checked),
+                    static_cast<unsigned long long>(r.corrupt_removed));
+        exit_code = r.corrupt_removed ? kFailed : kOk;
+      });
+  auto max_bytes = std::make_shared<std::uint64_t>(0);
+  auto* gc = cache_cmd->add_subcommand("gc", "Evict least recently used entries down to a size");
+  gc->add_option("--max-bytes", *max_bytes, "Size to shrink to (default: KGEN_CACHE_MAX_BYTES)");
+  gc->callback([root, max_bytes, &exit_code] {
+    std::uint64_t limit = *max_bytes;
+    if (!limit)
+      if (const char* env = std::getenv("KGEN_CACHE_MAX_BYTES")) limit = std::strtoull(env, nullptr, 10);
+    if (!limit) {
+      std::fprintf(stderr, "kgen cache gc: give --max-bytes or set KGEN_CACHE_MAX_BYTES\n");
+      exit_code = kUsage;
+      return;
+    }
+    cache::BinaryCache c(root());
+    auto r = c.gc(limit);
+    std::printf("removed %llu entries, %llu -> %llu bytes\n", static_cast<unsigned long long>(r.removed),
+                static_cast<unsigned long long>(r.bytes_before), static_cast<unsigned long long>(r.bytes_after));
+    exit_code = kOk;
+  });
+  cache_cmd->add_subcommand("clear", "Delete every entry")->callback([root, &exit_code] {
+    cache::BinaryCache c(root());
+    std::printf("removed %llu entries\n", static_cast<unsigned long long>(c.clear()));
+    exit_code = kOk;
+  });
+}
+
+}  // namespace kgen::cli

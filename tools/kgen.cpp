@@ -1,0 +1,187 @@
+// kgen: the command-line front of the JIT kernel library.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+
+#include "cache/binary_cache.h"
+#include "generator/attention_forward.h"
+#include "generator/embedded_templates.h"
+#include "generator/registry.h"
+#include "kgen/kgen.hpp"
+#include "runtime/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/kernel_builder.h"
+#include "runtime/nvrtc.h"
+#include "runtime/warm.h"
+#include "tools/commands.h"
+
+namespace kgen::cli {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+namespace {
+
+void add_warm(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("warm", "Compile kernel variants into the cache without a GPU");
+  auto archs = std::make_shared<std::string>("sm_80,sm_90a");
+  auto ops = std::make_shared<std::string>();
+  auto jobs = std::make_shared<int>(0);
+  auto dir = std::make_shared<std::string>();
+  auto quiet = std::make_shared<bool>(false);
+  cmd->add_option("--arch", *archs, "Comma-separated targets (sm_80, sm_86, sm_89, sm_90, sm_90a)")->capture_default_str();
+  cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
+  cmd->add_option("--jobs,-j", *jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
+  cmd->add_flag("--quiet,-q", *quiet, "Print only the summary line");
+  cmd->callback([=, &exit_code] {
+    auto items = warm_items(split_list(*ops), split_list(*archs));
+    KernelBuilder builder(dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir));
+    std::printf("warming %zu variants into %s\n", items.size(), builder.cache().root().c_str());
+    std::fflush(stdout);
+    auto summary = warm(builder, items, *jobs, [&](const WarmResult& r, std::size_t done, std::size_t total) {
+      if (!r.ok) {
+        std::printf("[%zu/%zu] FAILED %s for %s\n%s\n", done, total, r.item->source.variant.c_str(),
+                    r.item->target.arch.c_str(), r.error.c_str());
+      } else if (!*quiet) {
+        std::printf("[%zu/%zu] %s %s for %s%s\n", done, total, r.from_cache ? "cached  " : "compiled",
+                    r.item->source.variant.c_str(), r.item->target.arch.c_str(),
+                    r.from_cache ? "" : (" (" + std::to_string(long(r.compile_ms)) + " ms, " +
+                                         std::to_string(r.resources.registers) + " regs, " +
+                                         std::to_string(r.resources.spill_stores) + " B spilled)").c_str());
+      }
+      std::fflush(stdout);
+    });
+    std::printf("compiled %d, cached %d, failed %d\n", summary.compiled, summary.cached, summary.failed);
+    exit_code = summary.failed ? kFailed : kOk;
+  });
+}
+
+void add_show_config(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("show-config", "Print versions, devices, cache and environment");
+  cmd->callback([&exit_code] {
+    std::printf("kgen          %s\n", kgen::version());
+    std::printf("templates     %.16s…\n", std::string(generator::templates_digest()).c_str());
+    try {
+      std::printf("compiler      %s\n", nvrtc_version().c_str());
+    } catch (const std::exception& e) {
+      std::printf("compiler      unavailable: %s\n", e.what());
+    }
+    std::string why;
+    int n = device_count();
+    if (n == 0) {
+      cuda_available(&why);
+      std::printf("devices       none (%s)\n", why.c_str());
+    }
+    for (int i = 0; i < n; ++i) {
+      const DeviceInfo& d = device_info(i);
+      std::printf("device %d      %s, sm_%d%d (target %s), %d SMs, %d KB smem/block, %.1f GB\n", i,
+                  d.name.c_str(), d.cc_major, d.cc_minor, d.target.arch.c_str(), d.sm_count,
+                  d.max_smem_optin / 1024, d.total_memory / 1e9);
+    }
+    cache::BinaryCache c(cache::default_cache_root());
+    auto entries = c.list();
+    std::error_code ec;
+    bool exists = std::filesystem::exists(c.root(), ec);
+    std::printf("cache         %s (%s, %zu entries, %.1f MB)\n", c.root().c_str(),
+                exists ? "exists" : "not created yet", entries.size(), c.total_bytes() / 1e6);
+    std::printf("operators    ");
+    for (const auto& op : operators()) std::printf(" %s", std::string(op.name).c_str());
+    std::printf("\n");
+    for (const char* var : {"KGEN_CACHE_DIR", "KGEN_NO_JIT", "KGEN_LOG_LEVEL", "KGEN_NVRTC_PATH", "CUDA_HOME"}) {
+      const char* v = std::getenv(var);
+      std::printf("env %-16s %s\n", var, v ? v : "(unset)");
+    }
+    exit_code = kOk;
+  });
+}
+
+void add_inspect(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand("inspect", "Show the rendered source, PTX or resource usage of one attention_fwd variant");
+  struct Opts {
+    std::string dtype = "bf16", arch = "sm_90a", config, what = "resources";
+    int head_dim = 128;
+    bool causal = false;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--dtype", o->dtype, "fp16, bf16 or fp32")->capture_default_str();
+  cmd->add_option("--head-dim,-d", o->head_dim, "Head dimension")->capture_default_str();
+  cmd->add_flag("--causal", o->causal, "Causal variant");
+  cmd->add_option("--arch", o->arch, "Target")->capture_default_str();
+  cmd->add_option("--config", o->config, "Config (default: the heuristic for a large shape)");
+  cmd->add_option("--show", o->what, "source | ptx | resources | key")
+      ->check(CLI::IsMember({"source", "ptx", "resources", "key"}))->capture_default_str();
+  cmd->callback([o, &exit_code] {
+    auto dtype = parse_dtype(o->dtype);
+    if (!dtype) throw Error(Status::invalid_argument, "--dtype: unknown dtype '" + o->dtype + "'");
+    auto target = parse_target(o->arch);
+    if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + o->arch + "'");
+    AttentionForwardSpec spec{*dtype, o->head_dim, o->causal};
+    if (auto why = check_attention_forward_spec(spec)) throw Error(Status::invalid_argument, "--head-dim: " + *why);
+    AttentionForwardConfig config = attention_forward_default_config(spec, {4, 16, 16, 4096, 4096}, *target, 132);
+    if (!o->config.empty()) {
+      auto c = parse_attention_forward_config(o->config);
+      if (!c) throw Error(Status::invalid_argument, "--config: cannot parse '" + o->config + "'");
+      if (auto why = check_attention_forward_config(spec, *c, *target))
+        throw Error(Status::invalid_argument, "--config: " + *why);
+      config = *c;
+    }
+    KernelSource src = render_attention_forward(spec, config);
+    if (o->what == "source") {
+      std::cout << src.source;
+    } else if (o->what == "ptx") {
+      CompiledBinary b = compile(src, *target, /*ptx=*/true);
+      std::cout.write(reinterpret_cast<const char*>(b.image.data()), b.image.size());
+    } else if (o->what == "key") {
+      KernelBuilder& builder = KernelBuilder::global();
+      std::cout << "key    " << builder.cache_key(src, *target) << "\nrecord " << builder.key_record(src, *target) << "\n";
+    } else {
+      BuildOutcome b = KernelBuilder::global().build(src, *target);
+      const ResourceUsage& r = b.resources;
+      std::printf("variant      %s\ntarget       %s\nthreads      %d\nsmem         %d B dynamic, %d B static\n"
+                  "registers    %d\nspills       %d B stores, %d B loads\nstack frame  %d B\n%s\n",
+                  src.variant.c_str(), target->arch.c_str(), src.threads, src.smem_bytes, r.static_smem,
+                  r.registers, r.spill_stores, r.spill_loads, r.stack_frame,
+                  b.from_cache ? "(from cache)" : ("(compiled in " + std::to_string(long(b.compile_ms)) + " ms)").c_str());
+      std::printf("--- compiler log ---\n%s\n", b.log.c_str());
+    }
+    exit_code = kOk;
+  });
+}
+
+}  // namespace
+}  // namespace kgen::cli
+
+int main(int argc, char** argv) {
+  using namespace kgen::cli;
+  CLI::App app{"kgen: JIT kernel generator and runtime for attention-family GPU kernels"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("kgen ") + kgen::version());
+  int exit_code = kOk;
+  add_warm(app, exit_code);
+  add_show_config(app, exit_code);
+  add_inspect(app, exit_code);
+  add_cache_commands(app, exit_code);
+  add_gpu_commands(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? kOk : kUsage;
+  } catch (const kgen::Error& e) {
+    std::fprintf(stderr, "kgen: %s\n", e.what());
+    if (e.status() == kgen::Status::invalid_argument) return kUsage;
+    if (e.status() == kgen::Status::no_device) return kNoDevice;
+    return kFailed;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kgen: %s\n", e.what());
+    return kFailed;
+  }
+  return exit_code;
+}
