@@ -88,7 +88,12 @@ BuildOutcome KernelBuilder::build(const KernelSource& source, const Target& targ
       future = it->second;
     }
   }
-  if (!owner) return future.get();  // another thread compiles this key: wait for it
+  if (!owner) {  // another thread compiles this key: wait for it; this call compiled nothing
+    BuildOutcome shared = future.get();
+    shared.from_cache = true;
+    shared.compile_ms = 0;
+    return shared;
+  }
   try {
     promise.set_value(build_uncached(source, target, key));
   } catch (...) {

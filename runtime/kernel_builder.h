@@ -22,7 +22,7 @@ struct BuildOutcome {
   std::string key;               // cache key (SHA-256 hex)
   std::vector<std::byte> image;  // CUBIN
   ResourceUsage resources;
-  bool from_cache = false;
+  bool from_cache = false;       // this call compiled nothing (disk hit or another thread's compile)
   double compile_ms = 0;         // 0 for a cache hit
   std::string log;               // compiler log (also kept in the entry's metadata)
 };

@@ -2,23 +2,30 @@
 // sizes) and the device templates (static_asserts). Plain constexpr C++, no device code.
 #pragma once
 
+// Under NVRTC/nvcc these helpers are usable in host and device code; on the host they are plain constexpr.
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define KGEN_HOST_DEVICE __host__ __device__
+#else
+#define KGEN_HOST_DEVICE
+#endif
+
 namespace kgen {
 namespace attention_fwd {
 
 // Tensor-core (mma.sync m16n8k16) FA2-class kernel: each warp owns 16 query rows.
-constexpr int fa2_threads(int block_m) { return (block_m / 16) * 32; }
+KGEN_HOST_DEVICE constexpr int fa2_threads(int block_m) { return (block_m / 16) * 32; }
 
 // Dynamic shared memory: Q tile plus `stages` buffers of K and V tiles, 16-bit elements.
-constexpr int fa2_smem_bytes(int head_dim, int block_m, int block_n, int stages) {
+KGEN_HOST_DEVICE constexpr int fa2_smem_bytes(int head_dim, int block_m, int block_n, int stages) {
   return (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;
 }
 
 // General (SIMT) path: any dtype, any head_dim <= max_head_dim; one warp per query row,
 // K/V tiles of block_n rows staged in fp32 shared memory.
-constexpr int simt_threads(int warps) { return warps * 32; }
+KGEN_HOST_DEVICE constexpr int simt_threads(int warps) { return warps * 32; }
 // Query rows per block of the general path (one warp per row): gridDim.x = ceil(n_q / this).
-constexpr int simt_block_m(int warps) { return warps; }
-constexpr int simt_smem_bytes(int max_head_dim, int block_n) {
+KGEN_HOST_DEVICE constexpr int simt_block_m(int warps) { return warps; }
+KGEN_HOST_DEVICE constexpr int simt_smem_bytes(int max_head_dim, int block_n) {
   return 2 * block_n * max_head_dim * 4;
 }
 

@@ -1,0 +1,94 @@
+// 16-bit element types and float conversions for device templates. No toolkit headers: NVRTC 13
+// has no cuda_fp16.h / cuda_bf16.h built in, so the types are plain 16-bit storage structs and
+// every conversion is one PTX instruction (sm_80+).
+#pragma once
+
+namespace kgen {
+
+// IEEE binary16 and bfloat16 storage: the bit pattern only, no arithmetic operators.
+struct half_t {
+  unsigned short bits;
+};
+struct bfloat16_t {
+  unsigned short bits;
+};
+
+// Minimal traits (no <type_traits>).
+template <class A, class B>
+struct is_same {
+  static constexpr bool value = false;
+};
+template <class A>
+struct is_same<A, A> {
+  static constexpr bool value = true;
+};
+
+// Which tensor-core instruction family an element type uses.
+enum class MmaInput { f16, bf16, none };
+
+template <class T>
+struct element_traits {
+  static constexpr MmaInput mma = MmaInput::none;
+  static constexpr int bytes = sizeof(T);
+};
+template <>
+struct element_traits<half_t> {
+  static constexpr MmaInput mma = MmaInput::f16;
+  static constexpr int bytes = 2;
+};
+template <>
+struct element_traits<bfloat16_t> {
+  static constexpr MmaInput mma = MmaInput::bf16;
+  static constexpr int bytes = 2;
+};
+
+// Element -> fp32 (exact for both 16-bit types).
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(half_t x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+__device__ __forceinline__ float to_float(bfloat16_t x) {
+  // bf16 is the upper half of an fp32: widening is a shift (cvt.f32.bf16 needs sm_90).
+  return __uint_as_float(static_cast<unsigned>(x.bits) << 16);
+}
+
+// fp32 -> element, round to nearest even.
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ half_t from_float<half_t>(float x) {
+  half_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+  return h;
+}
+template <>
+__device__ __forceinline__ bfloat16_t from_float<bfloat16_t>(float x) {
+  bfloat16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
+  return h;
+}
+
+// Two fp32 -> one 32-bit register of two 16-bit elements: `lo` in bits 0..15 (the element with
+// the lower index, as mma fragments and memory expect), `hi` in bits 16..31.
+template <class T>
+__device__ __forceinline__ unsigned pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ unsigned pack2<half_t>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <>
+__device__ __forceinline__ unsigned pack2<bfloat16_t>(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+}  // namespace kgen

@@ -1,0 +1,152 @@
+// The attention_fwd spec, config space, validity rules, default heuristic and rendering.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "generator/attention_forward.h"
+#include "generator/embedded_templates.h"
+#include "generator/registry.h"
+#include "kgen/attention/forward_config.h"
+
+namespace kgen {
+namespace {
+
+Target sm80() { return *parse_target("sm_80"); }
+Target sm90a() { return *parse_target("sm_90a"); }
+
+TEST(AttentionForwardConfig, ParseRoundTripsEveryConfigInTheSpace) {
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
+    for (int d : {32, 64, 80, 96, 128, 256})
+      for (const auto& c : attention_forward_config_space({t, d, false}, sm90a())) {
+        auto parsed = parse_attention_forward_config(to_string(c));
+        ASSERT_TRUE(parsed) << to_string(c);
+        EXPECT_EQ(*parsed, c) << to_string(c);
+      }
+}
+
+TEST(AttentionForwardConfig, RejectsMalformedText) {
+  for (const char* bad : {"", "fa2", "fa2:bm64:bn64", "fa3:bm64:bn64:s2", "fa2:bm:bn64:s2", "fa2:bm64:bn64:s2:x",
+                          "fa2:bm64x:bn64:s2", "simt:bm4:bn32:s2"})
+    EXPECT_FALSE(parse_attention_forward_config(bad)) << bad;
+}
+
+TEST(AttentionForwardConfig, SpaceIsValidAndNonEmptyForEveryServedSpec) {
+  for (const Target& target : {sm80(), sm90a()})
+    for (DType t : {DType::f16, DType::bf16, DType::f32})
+      for (int d : {1, 7, 32, 33, 64, 80, 96, 128, 200, 256})
+        for (bool causal : {false, true}) {
+          AttentionForwardSpec spec{t, d, causal};
+          auto space = attention_forward_config_space(spec, target);
+          ASSERT_FALSE(space.empty()) << to_string(spec) << " " << target.arch;
+          for (const auto& c : space) EXPECT_FALSE(check_attention_forward_config(spec, c, target)) << to_string(c);
+        }
+}
+
+TEST(AttentionForwardConfig, TensorCorePathOnlyForSixteenBitTypesAndItsHeadDims) {
+  auto has_fa2 = [](const AttentionForwardSpec& s) {
+    for (const auto& c : attention_forward_config_space(s, *parse_target("sm_90a")))
+      if (c.path == ForwardPath::fa2) return true;
+    return false;
+  };
+  EXPECT_TRUE(has_fa2({DType::bf16, 128, false}));
+  EXPECT_TRUE(has_fa2({DType::f16, 64, true}));
+  EXPECT_FALSE(has_fa2({DType::f32, 128, false}));
+  EXPECT_FALSE(has_fa2({DType::bf16, 80, false}));
+}
+
+TEST(AttentionForwardConfig, ValidityRulesNameTheReason) {
+  AttentionForwardSpec spec{DType::bf16, 256, false};
+  auto why = check_attention_forward_config(spec, {ForwardPath::fa2, 128, 128, 2, 0}, sm80());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("register"), std::string::npos) << *why;
+  auto smem = check_attention_forward_config({DType::f32, 256, false}, {ForwardPath::simt, 4, 64, 1, 256},
+                                             *parse_target("sm_86"));
+  ASSERT_TRUE(smem);
+  EXPECT_NE(smem->find("shared memory"), std::string::npos) << *smem;
+  EXPECT_TRUE(check_attention_forward_spec({DType::bf16, 257, false}));
+  EXPECT_TRUE(check_attention_forward_spec({DType::bf16, 0, false}));
+  EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::fa2, 64, 64, 2, 0}, sm90a()));
+}
+
+TEST(AttentionForwardConfig, DefaultIsValidForEveryShape) {
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
+    for (int d : {16, 32, 64, 100, 128, 256})
+      for (AttentionShape shape : {AttentionShape{1, 1, 1, 1, 1}, AttentionShape{8, 16, 16, 4096, 4096},
+                                   AttentionShape{1, 32, 8, 100000, 17}})
+        for (const Target& target : {sm80(), sm90a(), *parse_target("sm_86")}) {
+          AttentionForwardSpec spec{t, d, true};
+          auto c = attention_forward_default_config(spec, shape, target, 132);
+          EXPECT_FALSE(check_attention_forward_config(spec, c, target)) << to_string(spec) << " " << to_string(c);
+        }
+}
+
+TEST(AttentionForwardConfig, DefaultUsesTensorCoresWhereTheyApply) {
+  auto c = attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
+  EXPECT_EQ(c.path, ForwardPath::fa2);
+  // A single small head cannot fill 132 SMs with 128-row tiles: the heuristic halves them.
+  auto small = attention_forward_default_config({DType::bf16, 128, false}, {1, 1, 1, 256, 256}, sm90a(), 132);
+  EXPECT_EQ(small.block_m, 64);
+}
+
+TEST(AttentionForwardRender, MatchesGoldenSources) {
+  // Process replay: a refactor of the generator must render byte-identical sources.
+  // Regenerate with KGEN_UPDATE_GOLDENS=1 when a change is intended.
+  struct Golden { const char* file; AttentionForwardSpec spec; AttentionForwardConfig config; };
+  const Golden goldens[] = {
+      {"attention_fwd.bf16.d128.causal.fa2.cu", {DType::bf16, 128, true}, {ForwardPath::fa2, 128, 64, 2, 0}},
+      {"attention_fwd.fp16.d64.full.fa2.cu", {DType::f16, 64, false}, {ForwardPath::fa2, 64, 128, 2, 0}},
+      {"attention_fwd.fp32.d80.full.simt.cu", {DType::f32, 80, false}, {ForwardPath::simt, 4, 32, 1, 128}},
+  };
+  for (const auto& g : goldens) {
+    std::string path = std::string(KGEN_GOLDEN_DIR) + "/" + g.file;
+    std::string rendered = render_attention_forward(g.spec, g.config).source;
+    if (std::getenv("KGEN_UPDATE_GOLDENS")) std::ofstream(path) << rendered;
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << "missing golden " << path << " (run with KGEN_UPDATE_GOLDENS=1)";
+    std::stringstream want;
+    want << in.rdbuf();
+    EXPECT_EQ(rendered, want.str()) << g.file;
+  }
+}
+
+TEST(AttentionForwardRender, LaunchGeometryFollowsTheSharedTileFunctions) {
+  auto k = render_attention_forward({DType::bf16, 128, false}, {ForwardPath::fa2, 128, 64, 2, 0});
+  EXPECT_EQ(k.threads, attention_fwd::fa2_threads(128));
+  EXPECT_EQ(k.smem_bytes, attention_fwd::fa2_smem_bytes(128, 128, 64, 2));
+  EXPECT_NE(k.source.find("extern \"C\" __global__"), std::string::npos);
+  EXPECT_NE(k.source.find(k.entry), std::string::npos);
+  auto grid = attention_forward_grid({ForwardPath::fa2, 128, 64, 2, 0}, {3, 5, 1, 1000, 7});
+  EXPECT_EQ(grid.x, 8u);
+  EXPECT_EQ(grid.y, 5u);
+  EXPECT_EQ(grid.z, 3u);
+}
+
+TEST(EmbeddedTemplates, EveryIncludedHeaderIsEmbedded) {
+  auto names = generator::embedded_templates();
+  auto has = [&](std::string_view n) {
+    for (const auto& t : names)
+      if (n == t.name) return true;
+    return false;
+  };
+  EXPECT_TRUE(has("kgen/attention/params.h"));
+  EXPECT_TRUE(has("kgen/attention/forward_fa2.cuh"));
+  EXPECT_TRUE(has("kgen/attention/forward_simt.cuh"));
+  EXPECT_EQ(generator::templates_digest().size(), 64u);
+  for (const auto& t : names) {
+    // Self-contained: no toolkit header may be needed at JIT time.
+    // Only kgen's own headers ("kgen/...") may be included; no <system> or toolkit header.
+    std::string_view text = t.text;
+    EXPECT_EQ(text.find("#include <"), std::string_view::npos) << t.name << " includes a system header";
+  }
+}
+
+TEST(Registry, KnowsAttentionForwardAndOnlyRealOperators) {
+  ASSERT_NE(find_operator("attention_fwd"), nullptr);
+  EXPECT_EQ(find_operator("nope"), nullptr);
+  auto variants = find_operator("attention_fwd")->all_variants(sm90a());
+  EXPECT_GT(variants.size(), 50u);
+}
+
+}  // namespace
+}  // namespace kgen

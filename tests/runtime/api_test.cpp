@@ -1,0 +1,107 @@
+// Argument validation of the C++ and C APIs (no GPU needed: arguments are checked first),
+// and the no-device error.
+#include <gtest/gtest.h>
+
+#include <dlpack/dlpack.h>
+
+#include <functional>
+
+#include "kgen/c_api.h"
+#include "kgen/kgen.hpp"
+#include "runtime/cuda_driver.h"
+
+namespace kgen {
+namespace {
+
+// Fake device pointers: validation never dereferences them.
+void* fake(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+
+struct Tensors {
+  TensorView q, k, v, o, lse;
+  Tensors(DType t = DType::bf16, std::int64_t b = 2, std::int64_t hq = 8, std::int64_t hkv = 2, std::int64_t nq = 100,
+          std::int64_t nk = 77, std::int64_t d = 64) {
+    std::int64_t qs[4] = {b, hq, nq, d}, ks[4] = {b, hkv, nk, d}, ls[3] = {b, hq, nq};
+    q = make_contiguous_view(fake(0x10000000), t, 4, qs, 0);
+    k = make_contiguous_view(fake(0x20000000), t, 4, ks, 0);
+    v = make_contiguous_view(fake(0x30000000), t, 4, ks, 0);
+    o = make_contiguous_view(fake(0x40000000), t, 4, qs, 0);
+    lse = make_contiguous_view(fake(0x50000000), DType::f32, 3, ls, 0);
+  }
+  void run() { attention_forward(q, k, v, o, &lse, {}, nullptr); }
+};
+
+void expect_invalid(const std::function<void(Tensors&)>& mutate, const std::string& names) {
+  Tensors t;
+  mutate(t);
+  try {
+    t.run();
+    FAIL() << "expected invalid_argument naming " << names;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(names, 0), 0u) << "message should start with '" << names << "': " << e.what();
+  }
+}
+
+TEST(AttentionForwardApi, RejectsBadArgumentsNamingThem) {
+  expect_invalid([](Tensors& t) { t.q.data = nullptr; }, "q:");
+  expect_invalid([](Tensors& t) { t.k.dtype = DType::f16; }, "k:");
+  expect_invalid([](Tensors& t) { t.v.shape[2] = 5; }, "v:");
+  expect_invalid([](Tensors& t) { t.o.shape[3] = 32; }, "o:");
+  expect_invalid([](Tensors& t) { t.q.strides[3] = 2; }, "q:");
+  expect_invalid([](Tensors& t) { t.k.shape[1] = 3, t.v.shape[1] = 3; }, "k:");
+  expect_invalid([](Tensors& t) { t.q.shape[2] = 0, t.o.shape[2] = 0; }, "q:");
+  expect_invalid([](Tensors& t) { t.q.data = fake(0x10000001); }, "q:");
+  expect_invalid([](Tensors& t) { t.q.device = -1; }, "q:");
+  expect_invalid([](Tensors& t) { t.lse.dtype = DType::bf16; }, "lse:");
+  expect_invalid([](Tensors& t) { t.lse.shape[2] = 3; }, "lse:");
+  expect_invalid([](Tensors& t) { t.q.ndim = 3; }, "q:");
+  expect_invalid([](Tensors& t) {
+    for (auto* x : {&t.q, &t.k, &t.v, &t.o}) x->shape[3] = 300;
+  }, "q:");
+}
+
+TEST(AttentionForwardApi, ValidArgumentsWithoutAGpuFailWithOneSentence) {
+  std::string why;
+  if (cuda_available(&why)) GTEST_SKIP() << "a GPU is present";
+  Tensors t;
+  try {
+    t.run();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::no_device);
+    EXPECT_NE(std::string(e.what()).find("driver"), std::string::npos) << e.what();
+  }
+}
+
+DLTensor dl(void* data, DLDataTypeCode code, int bits, int ndim, std::int64_t* shape, DLDeviceType dev = kDLCUDA) {
+  DLTensor t{};
+  t.data = data;
+  t.device = {dev, 0};
+  t.ndim = ndim;
+  t.dtype = {static_cast<std::uint8_t>(code), static_cast<std::uint8_t>(bits), 1};
+  t.shape = shape;
+  t.strides = nullptr;
+  return t;
+}
+
+TEST(CApi, ReportsStatusAndMessage) {
+  std::int64_t qs[4] = {1, 2, 16, 64};
+  DLTensor q = dl(fake(0x1000), kDLBfloat, 16, 4, qs), k = q, v = q, o = q;
+  DLTensor host_q = dl(fake(0x1000), kDLBfloat, 16, 4, qs, kDLCPU);
+  kgen_attention_options opt{0.0, 1};
+  EXPECT_EQ(kgen_attention_forward(&host_q, &k, &v, &o, nullptr, &opt, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kgen_last_error()).rfind("q:", 0), 0u) << kgen_last_error();
+  DLTensor int_k = dl(fake(0x1000), kDLInt, 32, 4, qs);
+  EXPECT_EQ(kgen_attention_forward(&q, &int_k, &v, &o, nullptr, &opt, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kgen_last_error()).rfind("k:", 0), 0u) << kgen_last_error();
+  EXPECT_EQ(kgen_attention_forward(&q, &k, nullptr, &o, nullptr, &opt, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kgen_last_error()).rfind("v:", 0), 0u) << kgen_last_error();
+  if (!cuda_available()) {
+    EXPECT_EQ(kgen_attention_forward(&q, &k, &v, &o, nullptr, &opt, nullptr), KGEN_ERROR_NO_DEVICE);
+    EXPECT_GT(std::string(kgen_last_error()).size(), 10u);
+  }
+  EXPECT_STREQ(kgen_version(), kgen::version());
+}
+
+}  // namespace
+}  // namespace kgen

@@ -1,0 +1,70 @@
+// Deviceless NVRTC compiles of every attention_fwd variant for sm_80 and sm_90a, and the
+// resource rules on the fast path: no spills, no stack frame, no serialised wgmma.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "generator/attention_forward.h"
+#include "runtime/nvrtc.h"
+#include "runtime/warm.h"
+
+namespace kgen {
+namespace {
+
+std::filesystem::path test_cache() { return std::filesystem::path(KGEN_TEST_CACHE_DIR); }
+
+TEST(Compile, EveryVariantCompilesForSm80AndSm90aWithoutSpillsOnDefaults) {
+  // The whole config space is compiled (warm); the heuristic defaults for the benchmark and
+  // check shapes must also be free of spills and local memory.
+  KernelBuilder builder(test_cache());
+  auto items = warm_items({"attention_fwd"}, {"sm_80", "sm_90a"});
+  auto summary = warm(builder, items, 0);
+  EXPECT_EQ(summary.failed, 0);
+  for (const auto& r : summary.results)
+    EXPECT_TRUE(r.ok) << r.item->source.variant << " " << r.item->target.arch << ": " << r.error;
+
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    Target target = *parse_target(arch);
+    for (DType t : {DType::f16, DType::bf16})
+      for (int d : kFa2HeadDims)
+        for (bool causal : {false, true})
+          for (AttentionShape shape : {AttentionShape{8, 16, 16, 2048, 2048}, AttentionShape{1, 1, 1, 64, 64}}) {
+            AttentionForwardSpec spec{t, d, causal};
+            auto config = attention_forward_default_config(spec, shape, target, 132);
+            auto built = builder.build(render_attention_forward(spec, config), target);
+            ASSERT_TRUE(built.resources.parsed) << built.log;
+            EXPECT_EQ(built.resources.spill_stores, 0) << to_string(spec) << " " << to_string(config) << " " << arch;
+            EXPECT_EQ(built.resources.stack_frame, 0) << to_string(spec) << " " << to_string(config) << " " << arch;
+            EXPECT_FALSE(built.resources.serialized_wgmma);
+          }
+  }
+}
+
+TEST(Compile, ReportsCompilerErrorsWithTheLog) {
+  KernelSource bad{"attention_fwd", "broken", "extern \"C\" __global__ void k() { this_is_not_cuda; }", "k", 32, 0};
+  try {
+    compile(bad, *parse_target("sm_80"));
+    FAIL() << "expected a compile error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::compile_error);
+    EXPECT_NE(std::string(e.what()).find("this_is_not_cuda"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Compile, ParsesThePtxasReport) {
+  auto r = parse_ptxas_report(
+      "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+      "ptxas info    : Function properties for k\n"
+      "    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 400 bytes smem, 376 bytes cmem[0]\n");
+  EXPECT_TRUE(r.parsed);
+  EXPECT_EQ(r.registers, 168);
+  EXPECT_EQ(r.stack_frame, 16);
+  EXPECT_EQ(r.spill_stores, 8);
+  EXPECT_EQ(r.spill_loads, 4);
+  EXPECT_EQ(r.static_smem, 400);
+  EXPECT_TRUE(parse_ptxas_report("ptxas warning : (C7510) Potential Performance Loss: wgmma.mma_async").serialized_wgmma);
+}
+
+}  // namespace
+}  // namespace kgen
