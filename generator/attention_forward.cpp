@@ -184,7 +184,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
          << ", " << c.block_n << ", " << c.block_m << ", " << causal << ">(p);";
   }
   src << "\n// kgen variant " << k.variant << "\n"
-      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ") " << k.entry
+      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
       << "(const kgen::AttentionForwardParams p) {\n  " << call.str() << "\n}\n";
   k.source = src.str();
   return k;

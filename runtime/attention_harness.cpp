@@ -13,6 +13,7 @@
 #include "runtime/device.h"
 #include "runtime/host_convert.h"
 #include "runtime/reference_cpu.h"
+#include "runtime/reference_gpu.h"
 
 namespace kgen {
 namespace {
@@ -161,43 +162,62 @@ AttentionCheck verify(const AttentionCase& c, InputSet& in, int device, CUstream
   in.dlse.download(lse.data());
 
   std::vector<int> rows = rows_to_check(c);
+  const bool sampled = rows.size() != std::size_t(c.n_q);
   AttentionCheck check;
-  check.reference = rows.size() == std::size_t(c.n_q) ? "cpu-fp64 all rows" : "cpu-fp64 sampled rows";
-  // Reference per (b, h) on the chosen rows: a problem of one query head and its kv head.
   std::vector<double> out_o, ref_o, out_l, ref_l;
+  auto take_output = [&](int b, int h, int i) {
+    for (int x = 0; x < c.head_dim; ++x) out_o.push_back(o.get(o.offset(b, h, i, x)));
+    out_l.push_back(lse[(std::size_t(b) * c.heads_q + h) * c.n_q + i]);
+  };
+  if (sampled) {
+    // Every row of a few heads against the GPU reference (first, last and two between)...
+    std::vector<std::pair<int, int>> heads;
+    const int pairs = c.batch * c.heads_q;
+    for (int s : {0, pairs / 3, (2 * pairs) / 3, pairs - 1})
+      if (heads.empty() || heads.back() != std::make_pair(s / c.heads_q, s % c.heads_q))
+        heads.emplace_back(s / c.heads_q, s % c.heads_q);
+    DeviceBuffer ro(std::size_t(c.batch) * c.heads_q * c.n_q * c.head_dim * 4), rl(std::size_t(c.batch) * c.heads_q * c.n_q * 4);
+    attention_forward_reference_gpu(in.q.view(in.dq.get(), device), in.k.view(in.dk.get(), device),
+                                    in.v.view(in.dv.get(), device), static_cast<float*>(ro.get()),
+                                    static_cast<float*>(rl.get()), c.causal, c.scale, stream, heads);
+    std::vector<float> gpu_o(ro.bytes() / 4), gpu_l(rl.bytes() / 4);
+    ro.download(gpu_o.data());
+    rl.download(gpu_l.data());
+    for (auto [b, h] : heads)
+      for (int i = 0; i < c.n_q; ++i) {
+        const std::size_t row = (std::size_t(b) * c.heads_q + h) * c.n_q + i;
+        for (int x = 0; x < c.head_dim; ++x) ref_o.push_back(gpu_o[row * c.head_dim + x]);
+        ref_l.push_back(gpu_l[row]);
+        take_output(b, h, i);
+      }
+    check.reference = "gpu-fp64 all rows of " + std::to_string(heads.size()) + " heads + cpu-fp64 sampled rows of all heads";
+  } else {
+    check.reference = "cpu-fp64 all rows";
+  }
+  // ...and the chosen rows of every head against the fp64 CPU reference.
   const int group = c.heads_q / c.heads_kv;
   for (int b = 0; b < c.batch; ++b)
     for (int h = 0; h < c.heads_q; ++h) {
-      AttentionProblem p;
-      p.n_q = c.n_q, p.n_k = c.n_k, p.head_dim = c.head_dim, p.causal = c.causal, p.scale = c.scale;
       const std::size_t d = c.head_dim;
       const std::size_t kv_base = (std::size_t(b) * c.heads_kv + h / group) * c.n_k * d;
-      p.k.assign(in.k64.begin() + kv_base, in.k64.begin() + kv_base + c.n_k * d);
-      p.v.assign(in.v64.begin() + kv_base, in.v64.begin() + kv_base + c.n_k * d);
       const std::size_t q_base = (std::size_t(b) * c.heads_q + h) * c.n_q * d;
-      // Rows are evaluated one at a time as single-row problems with the causal offset kept:
-      // row i of the full problem equals a 1-row problem whose mask allows j <= i + n_k - n_q.
       for (int i : rows) {
-        p.q.assign(in.q64.begin() + q_base + i * d, in.q64.begin() + q_base + (i + 1) * d);
-        p.n_q = 1;
-        AttentionProblem row = p;
-        // Masking of a 1-row problem is j > 0 + (n_k - 1); shift n_k's effective diagonal by
-        // keeping n_k and emulating the offset through masked keys.
-        row.causal = false;
-        int limit = c.causal ? i + (c.n_k - c.n_q) : c.n_k - 1;  // last visible key
-        if (limit < 0) {
-          for (std::size_t x = 0; x < d; ++x) ref_o.push_back(0.0);
+        // Row i of the full problem is a one-row problem over the keys it may see.
+        const int visible = c.causal ? std::min(c.n_k, i + (c.n_k - c.n_q) + 1) : c.n_k;
+        if (visible <= 0) {
+          ref_o.insert(ref_o.end(), d, 0.0);
           ref_l.push_back(-INFINITY);
         } else {
-          row.n_k = std::min(limit + 1, c.n_k);
-          row.k.resize(row.n_k * d);
-          row.v.resize(row.n_k * d);
+          AttentionProblem row;
+          row.n_q = 1, row.n_k = visible, row.head_dim = c.head_dim, row.scale = c.scale;
+          row.q.assign(in.q64.begin() + q_base + i * d, in.q64.begin() + q_base + (i + 1) * d);
+          row.k.assign(in.k64.begin() + kv_base, in.k64.begin() + kv_base + visible * d);
+          row.v.assign(in.v64.begin() + kv_base, in.v64.begin() + kv_base + visible * d);
           auto r = attention_forward_cpu(row);
           ref_o.insert(ref_o.end(), r.o.begin(), r.o.end());
           ref_l.push_back(r.lse[0]);
         }
-        for (std::size_t x = 0; x < d; ++x) out_o.push_back(o.get(o.offset(b, h, i, int(x))));
-        out_l.push_back(lse[(std::size_t(b) * c.heads_q + h) * c.n_q + i]);
+        take_output(b, h, i);
       }
     }
   Tolerance tol = tolerance_for(c.dtype);
@@ -236,6 +256,36 @@ AttentionCheck check_attention_forward(const AttentionCase& c, int device) {
   Stream stream;
   AttentionCheck check = verify(c, in, device, stream.s);
   check.config = c.config;
+  return check;
+}
+
+AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device) {
+  use_primary_context(device);
+  std::mt19937_64 rng(c.seed);
+  InputSet in(c, rng);
+  Stream stream;
+  const std::size_t rows = std::size_t(c.batch) * c.heads_q * c.n_q;
+  DeviceBuffer ro(rows * c.head_dim * 4), rl(rows * 4);
+  ro.poison(DType::f32);
+  rl.poison(DType::f32);
+  attention_forward_reference_gpu(in.q.view(in.dq.get(), device), in.k.view(in.dk.get(), device),
+                                  in.v.view(in.dv.get(), device), static_cast<float*>(ro.get()),
+                                  static_cast<float*>(rl.get()), c.causal, c.scale, stream.s);
+  std::vector<float> gpu_o(rows * c.head_dim), gpu_l(rows);
+  ro.download(gpu_o.data());
+  rl.download(gpu_l.data());
+  AttentionProblem p;
+  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.n_q = c.n_q, p.n_k = c.n_k;
+  p.head_dim = c.head_dim, p.causal = c.causal, p.scale = c.scale;
+  p.q = in.q64, p.k = in.k64, p.v = in.v64;
+  AttentionForwardReference ref = attention_forward_cpu(p);
+  AttentionCheck check;
+  check.reference = "cpu-fp64 all rows";
+  // The GPU reference accumulates in fp64 and stores fp32: fp32 rounding is the only error.
+  Tolerance tol = tolerance_for(DType::f32);
+  check.o = compare(std::vector<double>(gpu_o.begin(), gpu_o.end()), ref.o, tol);
+  check.lse = compare(std::vector<double>(gpu_l.begin(), gpu_l.end()), ref.lse, tol);
+  check.pass = check.o.pass && check.lse.pass;
   return check;
 }
 

@@ -41,6 +41,9 @@ struct AttentionCheck {
 // large). Throws Error(no_device) without a GPU.
 AttentionCheck check_attention_forward(const AttentionCase& c, int device = 0);
 
+// Checks the GPU reference itself: every row of every head against the fp64 CPU reference.
+AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device = 0);
+
 struct Timing {
   double median_ms = 0, p20_ms = 0, p80_ms = 0;
   int reps = 0;

@@ -52,6 +52,8 @@ extern "C" {
 kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
                                    DLTensor* lse, const kgen_attention_options* options, void* stream) {
   try {
+    // Converted in argument order, so an error names the first offending argument.
+    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o");
     kgen::TensorView lse_view;
     if (lse) lse_view = to_view(lse, "lse");
     kgen::AttentionOptions opts;
@@ -59,8 +61,7 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
       opts.scale = options->scale;
       opts.causal = options->causal != 0;
     }
-    kgen::attention_forward(to_view(q, "q"), to_view(k, "k"), to_view(v, "v"), to_view(o, "o"),
-                            lse ? &lse_view : nullptr, opts, stream);
+    kgen::attention_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, opts, stream);
     last_error.clear();
     return KGEN_OK;
   } catch (const kgen::Error& e) {

@@ -4,7 +4,8 @@
  * Attention tensors use the logical layout (batch, heads, n, d) with any strides whose last
  * dimension is contiguous: pass a (b, n, h, d) tensor as the permuted view (strides of BNHD).
  * Every function returns KGEN_OK or an error code; kgen_last_error() then gives one sentence
- * naming the argument or the cause (thread-local, valid until the next call on that thread). */
+ * naming the first offending argument in parameter order, or the cause (thread-local, valid
+ * until the next call on that thread). Calls from several threads at once are safe. */
 #ifndef KGEN_C_API_H
 #define KGEN_C_API_H
 
@@ -33,8 +34,12 @@ typedef struct kgen_attention_options {
  * scaled scores per row (natural log, fp32, shape (b, h_q, n_q), -inf for fully masked rows,
  * whose o row is 0). q (b, h_q, n_q, d); k, v (b, h_kv, n_k, d) with h_q % h_kv == 0; o like q.
  * dtypes: float16, bfloat16 (tensor cores, fp32 accumulation) or float32 (plain fp32 math,
- * no tf32). lse may be NULL. Runs asynchronously on `stream` (a CUstream; NULL = legacy
- * default stream) in the device's primary context. */
+ * no tf32); q, k, v and o share one dtype. lse may be NULL (not written); otherwise fp32 with
+ * unit stride along n_q. strides == NULL means compact row-major. options == NULL means the
+ * defaults (scale 1/sqrt(d), not causal). Tensor-core kernels need 16-byte aligned pointers and
+ * strides that are multiples of 16 bytes; other views run on the general path. Only kDLCUDA
+ * device memory is accepted. Runs asynchronously on `stream` (a CUstream of the tensors'
+ * device; NULL = legacy default stream) in that device's primary context. */
 kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v,
                                    DLTensor* o, DLTensor* lse,
                                    const kgen_attention_options* options, void* stream);

@@ -88,3 +88,23 @@ TEST(AttentionForwardGpuLarge, ManyWavesAndLongSequences) {
 
 }  // namespace
 }  // namespace kgen
+
+namespace kgen {
+namespace {
+
+// The GPU reference that checks large shapes is itself checked against the fp64 CPU reference.
+TEST(AttentionReferenceGpu, MatchesTheCpuReference) {
+  KGEN_REQUIRE_GPU();
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (bool causal : {false, true})
+      for (Shape s : {Shape{1, 4, 2, 300, 200}, Shape{2, 2, 2, 129, 513}, Shape{1, 8, 1, 1, 77}}) {
+        AttentionCase c;
+        c.dtype = t, c.head_dim = t == DType::f32 ? 80 : 64, c.causal = causal, c.layout = Layout::bnhd;
+        c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk, c.seed = 5 + s.nq;
+        auto r = check_reference_gpu_against_cpu(c);
+        EXPECT_TRUE(r.pass) << to_string(c) << "\n  o:   " << to_string(r.o) << "\n  lse: " << to_string(r.lse);
+      }
+}
+
+}  // namespace
+}  // namespace kgen

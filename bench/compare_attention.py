@@ -1,0 +1,380 @@
+#!/usr/bin/env python3
+"""kgen vs PyTorch SDPA (flash, cuDNN, efficient): forward attention on the same tensors.
+
+Every implementation's output is checked against a reference (specs/attention.md §5) before
+anything is timed; one that fails gets FAIL and no time, one that raises gets "–" and a footnote.
+Standard sweep (§6): b·n = 16k tokens, h·d = 2048, n = 512…16k, d = 64/128, causal and not.
+
+    python3 bench/compare_attention.py                          # the whole sweep, bf16
+    python3 bench/compare_attention.py --seqlens 2k,8k --head-dims 128 --causal no --out r.md
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+import kgen  # noqa: E402
+import kgen.torch  # noqa: E402
+from kgen.testing import TOLERANCE, REL_L2_BOUND, attention_reference, check_attention, compare  # noqa: E402
+
+PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+         "efficient": SDPBackend.EFFICIENT_ATTENTION}
+IMPLS = ("kgen", *PEERS)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+L2_BYTES = 50 << 20  # H100/H200 L2
+FULL_REFERENCE_FLOPS = 1.5e11  # above: sampled heads vs the math reference + flash on all heads
+SAMPLED_HEADS = 4
+MAX_SETS = 256  # input sets rotated through; at least 3, together over twice the L2
+SPIN_CYCLES_PER_S = 2.5e9  # over-estimate of the SM clock, so the spin always covers enqueueing
+
+
+@dataclass
+class Config:
+    n: int
+    d: int
+    causal: bool
+    b: int
+    h: int
+
+    @property
+    def flops(self):  # §6: 4·b·h·n_q·n_k·d, causal halves it
+        return 4 * self.b * self.h * self.n * self.n * self.d / (2 if self.causal else 1)
+
+    def key(self):
+        return {"n": self.n, "d": self.d, "causal": self.causal, "b": self.b, "h": self.h}
+
+
+@dataclass
+class Result:
+    impl: str
+    checks: list  # kgen.testing.Check
+    first_ms: float = math.nan  # first call, wall clock (kgen: includes its JIT compile)
+    ms: float | None = None
+    host_us: float | None = None  # host time to enqueue one call
+    error: str = ""  # why the implementation could not run
+
+    @property
+    def ok(self):
+        return not self.error and bool(self.checks) and all(c.ok for c in self.checks)
+
+
+# --- implementations: callables (q, k, v) -> (o, lse or None) on logical (b, h, n, d) views ---
+
+def make_runner(impl, cfg, q):
+    if impl == "kgen":
+        out = torch.empty_like(q)  # same strides as q
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+
+        def run(q, k, v):
+            return kgen.torch.attention_forward(q, k, v, causal=cfg.causal, out=out, lse=lse,
+                                                return_lse=True)
+
+        def poison():
+            out.fill_(math.nan)
+            lse.fill_(math.nan)
+        return run, poison
+    backend = PEERS[impl]
+
+    def run(q, k, v):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal), None
+    return run, lambda: None  # SDPA allocates its output: nothing to poison
+
+
+def first_call(impl, cfg, inputs):
+    """Poisoned first call; returns (runner, o, lse, wall ms) or raises with the reason."""
+    run, poison = make_runner(impl, cfg, inputs[0])
+    poison()
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter()
+        try:
+            o, lse = run(*inputs)
+            torch.cuda.synchronize()
+        except Exception as e:  # unsupported here: keep SDPA's warnings, they say why
+            why = [str(w.message).splitlines()[0] for w in caught] + [str(e).splitlines()[0]]
+            raise RuntimeError(f"{type(e).__name__}: " + " / ".join(why)[:300]) from e
+    return run, o, lse, (time.perf_counter() - t0) * 1e3
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+def references(cfg, q, k, v, dtype):
+    """[(label, index, o_ref, lse_ref)]: all heads in fp64 for small shapes, else a few sampled
+    (batch, head) slices in fp32 (fp64 for fp32 inputs), chunked by query rows."""
+    if cfg.flops <= FULL_REFERENCE_FLOPS:
+        return [("", (slice(None), slice(None)), *attention_reference(q, k, v, causal=cfg.causal))]
+    ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
+    g = torch.Generator().manual_seed(cfg.n * cfg.d)
+    picks = {(0, 0), (cfg.b - 1, cfg.h - 1)}
+    while len(picks) < min(SAMPLED_HEADS, cfg.b * cfg.h):
+        picks.add((int(torch.randint(cfg.b, (1,), generator=g)),
+                   int(torch.randint(cfg.h, (1,), generator=g))))
+    refs = []
+    for bi, hi in sorted(picks):
+        idx = (slice(bi, bi + 1), slice(hi, hi + 1))
+        o, lse = attention_reference(q[idx], k[idx], v[idx], causal=cfg.causal, dtype=ref_dtype)
+        refs.append((f"[{bi},{hi}]", idx, o, lse))
+    return refs
+
+
+def run_checks(o, lse, refs, flash_o, dtype):
+    checks = []
+    for label, idx, o_ref, lse_ref in refs:
+        for c in check_attention(o[idx], None if lse is None else lse[idx], o_ref, lse_ref, dtype):
+            c.name += label
+            checks.append(c)
+    if flash_o is not None and len(refs) > 0 and refs[0][0]:  # sampled: all heads vs flash too
+        atol, rtol = TOLERANCE[dtype]
+        checks.append(compare("o vs flash", o, flash_o, bound=REL_L2_BOUND[dtype],
+                              atol=atol, rtol=rtol))
+    return checks
+
+
+# --- timing ------------------------------------------------------------------------------------
+
+def time_gpu(run, sets, reps, warmup):
+    """Median GPU ms per call over `reps` calls rotating through `sets`, measured by CUDA events
+    while a spin kernel holds the GPU until every call is queued (host overhead not counted;
+    it is returned separately as host µs per call)."""
+    for i in range(warmup):
+        run(*sets[i % len(sets)])
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(reps):
+        run(*sets[i % len(sets)])
+    host_s = (time.perf_counter() - t0) / reps
+    torch.cuda.synchronize()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(reps)]
+    if hasattr(torch.cuda, "_sleep"):
+        torch.cuda._sleep(int(min(1.0, 2 * host_s * reps + 2e-3) * SPIN_CYCLES_PER_S))
+    for i, (start, end) in enumerate(events):
+        start.record()
+        run(*sets[i % len(sets)])
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in events), host_s * 1e6
+
+
+# --- one configuration ---------------------------------------------------------------------------
+
+def bench_config(cfg, args, dtype, log):
+    def tensor(h, seed):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        shape = (cfg.b, cfg.n, h, cfg.d) if args.layout == "bnhd" else (cfg.b, h, cfg.n, cfg.d)
+        t = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
+        return t.transpose(1, 2) if args.layout == "bnhd" else t
+
+    set_bytes = 3 * cfg.b * cfg.h * cfg.n * cfg.d * dtype.itemsize
+    n_sets = min(MAX_SETS, max(3, math.ceil(2 * L2_BYTES / set_bytes)))
+    sets = [tuple(tensor(cfg.h, 3 * s + i + args.seed) for i in range(3)) for s in range(n_sets)]
+    refs = references(cfg, *sets[0], dtype)
+    log(f"  reference: {refs[0][2].dtype} math, " + (
+        f"heads {' '.join(r[0] for r in refs)} (+ SDPA flash on all heads, if it passes)"
+        if refs[0][0] else "all heads"))
+
+    results, outputs = {}, {}
+    for impl in args.impls:
+        try:
+            run, o, lse, ms = first_call(impl, cfg, sets[0])
+            results[impl] = Result(impl, [], first_ms=ms)
+            outputs[impl] = (run, o, lse)
+        except Exception as e:
+            results[impl] = Result(impl, [], error=str(e))
+    # flash first: once it passes its own check, it is the all-heads reference of the others
+    flash_o = None
+    for impl in sorted(outputs, key=lambda i: i != "flash"):
+        run, o, lse = outputs[impl]
+        results[impl].checks = run_checks(o, lse, refs, flash_o if impl != "flash" else None, dtype)
+        if impl == "flash" and results[impl].ok:
+            flash_o = o
+    for impl in args.impls:
+        r = results[impl]
+        if r.error:
+            log(f"  {impl:9s} –  {r.error}")
+            continue
+        log(f"  {impl:9s} {summary(r.checks)}  first call {r.first_ms:.1f} ms")
+        for c in r.checks:
+            if not c.ok:
+                log(f"      {c}")
+    for impl in args.impls:
+        if results[impl].ok:
+            results[impl].ms, results[impl].host_us = time_gpu(
+                outputs[impl][0], sets, args.reps, args.warmup)
+    return results
+
+
+def summary(checks):
+    """Worst figures over a result's checks."""
+    ok = all(c.ok for c in checks)
+    return (f"{'ok  ' if ok else 'FAIL'} rel_l2 {max(c.rel_l2 for c in checks):.2e} "
+            f"cos {min(c.cos for c in checks):.6f} max_abs {max(c.max_abs for c in checks):.2e}")
+
+
+# --- report --------------------------------------------------------------------------------------
+
+def sm_clock():
+    found = []
+    try:
+        found.append(f"{torch.cuda.clock_rate()} MHz (torch.cuda.clock_rate)")
+    except Exception:
+        pass
+    try:
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        query = ["--query-gpu=clocks.sm,clocks.max.sm", "--format=csv,noheader,nounits"]
+        for select in ([f"--id=GPU-{uuid}"], []):  # without a usable uuid: the first GPU
+            done = subprocess.run(["nvidia-smi", *select, *query], capture_output=True,
+                                  text=True, timeout=20)
+            if done.returncode == 0 and done.stdout.strip():
+                now, top = (x.strip() for x in done.stdout.splitlines()[0].split(","))
+                found.append(f"{now} MHz now, {top} MHz max (nvidia-smi)")
+                break
+    except Exception:
+        pass
+    return "; ".join(found) or "unknown"
+
+
+def metadata(args):
+    return {
+        "device": torch.cuda.get_device_name(),
+        "sm_clock": sm_clock(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version(),
+        "kgen": kgen.__version__,
+        "kgen_library": kgen.library_path(),
+        "python": sys.version.split()[0],
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]),
+        "dtype": args.dtype, "layout": args.layout, "reps": args.reps, "warmup": args.warmup,
+    }
+
+
+def cell(r, cfg, notes):
+    if r.error:
+        return "– " + notes.ref(r.error)
+    if not r.ok:
+        return "FAIL " + notes.ref("; ".join(str(c) for c in r.checks if not c.ok))
+    return f"{r.ms:.3f} ms · {cfg.flops / r.ms / 1e9:.0f}"
+
+
+class Notes:
+    """Numbered footnotes, one per distinct text."""
+    def __init__(self):
+        self.texts = []
+
+    def ref(self, text):
+        if text not in self.texts:
+            self.texts.append(text)
+        return f"[{self.texts.index(text) + 1}]"
+
+
+def markdown(meta, rows, impls):
+    notes = Notes()
+    lines = [f"### Forward attention, {meta['dtype']}, layout {meta['layout']}: kgen vs "
+             f"PyTorch SDPA (same tensors, one process)", ""]
+    lines += [f"- {k}: `{v}`" if k == "command" else f"- {k}: {v}" for k, v in meta.items()]
+    lines += ["- cells: median GPU time of one call (CUDA events, inputs rotated) · TFLOPS "
+              "(4·b·h·n²·d / t, causal halved); FAIL = output check failed, so no time",
+              "- kgen's first call per configuration (JIT compile) is excluded from timing; "
+              "its wall time is in the checks table", ""]
+    peers = [p for p in ("flash", "cudnn") if p in impls and "kgen" in impls]
+    head = ["n", "d", "causal", "b×h", *impls, *(f"kgen speed-up vs {p}" for p in peers)]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for cfg, res in rows:
+        cells = [cell(res[i], cfg, notes) for i in impls]
+        ratios = [f"×{res[p].ms / res['kgen'].ms:.2f}" if res[p].ms and res["kgen"].ms else "–"
+                  for p in peers]
+        lines.append(f"| {cfg.n} | {cfg.d} | {'yes' if cfg.causal else 'no'} | "
+                     f"{cfg.b}×{cfg.h} | " + " | ".join(cells + ratios) + " |")
+    lines += ["", "| n | d | causal | impl | check (worst over outputs) | first call ms | host µs/call |",
+              "|---|---|---|---|---|---|---|"]
+    for cfg, res in rows:
+        for i in impls:
+            r = res[i]
+            text = ("– " + notes.ref(r.error)) if r.error else summary(r.checks)
+            host = f"{r.host_us:.0f}" if r.host_us else ""
+            first = "" if r.error else f"{r.first_ms:.1f}"
+            lines.append(f"| {cfg.n} | {cfg.d} | {'yes' if cfg.causal else 'no'} | {i} | "
+                         f"{text} | {first} | {host} |")
+    lines += [""] + [f"[{k + 1}] {t}" for k, t in enumerate(notes.texts)]
+    return "\n".join(lines) + "\n"
+
+
+def json_lines(meta, rows):
+    yield json.dumps({"meta": meta})
+    for cfg, res in rows:
+        for r in res.values():
+            yield json.dumps({**cfg.key(), "impl": r.impl, "ok": r.ok, "ms": r.ms,
+                              "tflops": cfg.flops / r.ms / 1e9 if r.ms else None,
+                              "first_call_ms": r.first_ms, "host_us": r.host_us,
+                              "error": r.error or None,
+                              "checks": [c.as_dict() for c in r.checks]})
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+def sizes(text):
+    return [int(x[:-1]) * 1024 if x.lower().endswith("k") else int(x) for x in text.split(",")]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dtype", choices=DTYPES, default="bf16")
+    p.add_argument("--seqlens", type=sizes, default=sizes("512,1k,2k,4k,8k,16k"))
+    p.add_argument("--head-dims", type=sizes, default=[64, 128])
+    p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
+    p.add_argument("--tokens", type=int, default=16384, help="b·n")
+    p.add_argument("--hidden", type=int, default=2048, help="h·d")
+    p.add_argument("--layout", choices=kgen.torch.LAYOUTS, default="bhnd")
+    p.add_argument("--impls", type=lambda s: s.split(","), default=list(IMPLS),
+                   help=f"comma-separated subset of {','.join(IMPLS)}")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, help="write the markdown here, JSON lines beside (.jsonl)")
+    args = p.parse_args()
+    if unknown := set(args.impls) - set(IMPLS):
+        p.error(f"unknown --impls {sorted(unknown)}")
+    dtype = DTYPES[args.dtype]
+
+    meta = metadata(args)
+    for k, v in meta.items():
+        print(f"{k}: {v}")
+    print("kgen's first call per configuration compiles its kernel: excluded from timing")
+    rows = []
+    for d in args.head_dims:
+        for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
+            for n in args.seqlens:
+                cfg = Config(n, d, causal, max(1, args.tokens // n), max(1, args.hidden // d))
+                print(f"n={n} d={d} causal={causal} b={cfg.b} h={cfg.h}", flush=True)
+                rows.append((cfg, bench_config(cfg, args, dtype, lambda s: print(s, flush=True))))
+                torch.cuda.empty_cache()
+    meta["sm_clock_after"] = sm_clock()
+    text = markdown(meta, rows, args.impls)
+    print("\n" + text)
+    if args.out:
+        args.out.write_text(text)
+        args.out.with_suffix(".jsonl").write_text("\n".join(json_lines(meta, rows)) + "\n")
+        print(f"wrote {args.out} and {args.out.with_suffix('.jsonl')}")
+
+
+if __name__ == "__main__":
+    main()

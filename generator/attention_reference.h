@@ -1,0 +1,18 @@
+// Rendering of the naive GPU reference kernels of attention (templates/kgen/reference/):
+// a materialising scores pass and a softmax·V pass, fp64 accumulation, any head_dim.
+#pragma once
+
+#include "generator/kernel_source.h"
+#include "generator/target.h"
+
+namespace kgen {
+
+inline constexpr int kReferenceScoresThreads = 128;
+inline constexpr int kReferenceSoftmaxThreads = 256;
+
+// S = scale·q·kᵀ (+ causal mask) for one (batch, head) and a chunk of query rows.
+KernelSource render_attention_reference_scores(DType dtype);
+// Row softmax of S and O = P·v, LSE, for the same chunk.
+KernelSource render_attention_reference_softmax_pv(DType dtype);
+
+}  // namespace kgen

@@ -1,0 +1,172 @@
+"""ctypes binding of kgen's C API (include/kgen/c_api.h): library lookup, DLPack structs, calls.
+
+The shared library is found and loaded on first use, never at import, so `import kgen` works on
+a machine without a GPU or a build. Every C function is declared once in `_SIGNATURES`; `call`
+turns a non-OK status into a KgenError carrying the library's own message.
+"""
+from __future__ import annotations
+
+import ctypes
+import enum
+import os
+import threading
+from pathlib import Path
+from typing import Sequence
+
+# --- DLPack 0.6 (dlpack/dlpack.h) -------------------------------------------------------------
+
+kDLCPU, kDLCUDA, kDLCUDAHost, kDLROCM, kDLExtDev = 1, 2, 3, 10, 12  # DLDeviceType
+kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex = 0, 1, 2, 4, 5  # DLDataTypeCode
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),  # in elements, not bytes
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+def dltensor(data: int | None, shape: Sequence[int], strides: Sequence[int],
+             dtype: tuple[int, int], device: tuple[int, int]) -> DLTensor:
+    """The one DLTensor builder: `data` is the address of element [0, ..., 0], `strides` are in
+    elements, `dtype` is (DLDataTypeCode, bits), `device` is (DLDeviceType, index). The shape and
+    stride arrays are owned by the returned struct (ctypes keeps them alive with it)."""
+    ndim = len(shape)
+    return DLTensor(
+        data=data or None,
+        device=DLDevice(*device),
+        ndim=ndim,
+        dtype=DLDataType(dtype[0], dtype[1], 1),
+        shape=(ctypes.c_int64 * ndim)(*shape),
+        strides=(ctypes.c_int64 * ndim)(*strides),
+        byte_offset=0,
+    )
+
+
+def ref(t: DLTensor | None):
+    """A `const DLTensor*` argument: NULL for None."""
+    return None if t is None else ctypes.byref(t)
+
+
+# --- kgen types -------------------------------------------------------------------------------
+
+class Status(enum.IntEnum):
+    OK = 0
+    INVALID_ARGUMENT = 1
+    NO_DEVICE = 2
+    COMPILE = 3
+    CUDA = 4
+    CACHE = 5
+    INTERNAL = 6
+
+
+class AttentionOptions(ctypes.Structure):
+    _fields_ = [("scale", ctypes.c_double), ("causal", ctypes.c_int)]
+
+
+class KgenError(RuntimeError):
+    """A failed kgen call. `status` is the C API's Status (None when the library could not be
+    loaded); str(error) is the library's message, unchanged."""
+
+    def __init__(self, message: str, status: Status | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+_P = ctypes.POINTER(DLTensor)
+_SIGNATURES = {  # name: (restype, argtypes)
+    "kgen_attention_forward": (
+        ctypes.c_int, [_P, _P, _P, _P, _P, ctypes.POINTER(AttentionOptions), ctypes.c_void_p]),
+    "kgen_last_error": (ctypes.c_char_p, []),
+    "kgen_version": (ctypes.c_char_p, []),
+}
+
+# --- library lookup -----------------------------------------------------------------------------
+
+_REPO = Path(__file__).resolve().parents[2]
+_NAME = "libkgen.so"
+CANDIDATES = (
+    Path(__file__).resolve().parent / _NAME,  # a wheel that bundles the library
+    _REPO / "build" / "lib" / _NAME,
+    _REPO / "build" / _NAME,
+    _REPO / "dist" / "lib" / _NAME,
+)
+
+_lock = threading.Lock()
+_lib: ctypes.CDLL | None = None
+_path: str | None = None
+
+
+def find_library() -> str | None:
+    """$KGEN_LIBRARY if set (even if missing: no silent fallback), else the first build found."""
+    env = os.environ.get("KGEN_LIBRARY")
+    if env:
+        return env
+    return next((str(p) for p in CANDIDATES if p.is_file()), None)
+
+
+def library() -> ctypes.CDLL:
+    """The loaded library with every signature declared; raises KgenError if it cannot load."""
+    global _lib, _path
+    if _lib is not None:
+        return _lib
+    with _lock:
+        if _lib is None:
+            path = find_library()
+            if path is None:
+                searched = ", ".join(str(p) for p in CANDIDATES)
+                raise KgenError(f"{_NAME} not found: set KGEN_LIBRARY to its path or build kgen "
+                                f"with CMake into {_REPO / 'build'} (searched {searched})")
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise KgenError(f"cannot load {path}"
+                                f"{' (from KGEN_LIBRARY)' if os.environ.get('KGEN_LIBRARY') else ''}"
+                                f": {e}") from e
+            for name, (restype, argtypes) in _SIGNATURES.items():
+                fn = getattr(lib, name)
+                fn.restype, fn.argtypes = restype, argtypes
+            _lib, _path = lib, path
+    return _lib
+
+
+def library_path() -> str | None:
+    """Path of the loaded library (loading it if needed), or None if none can be loaded."""
+    try:
+        library()
+    except KgenError:
+        return None
+    return _path
+
+
+def last_error() -> str:
+    return (library().kgen_last_error() or b"").decode("utf-8", "replace")
+
+
+def version() -> str:
+    return library().kgen_version().decode()
+
+
+def call(name: str, *args) -> None:
+    """Call C function `name`; a non-OK status raises KgenError with kgen_last_error()'s message
+    (read on the same thread right away, as the C API requires)."""
+    status = getattr(library(), name)(*args)
+    if status != Status.OK:
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        raise KgenError(last_error() or f"{name} failed with status {int(status)}", status)

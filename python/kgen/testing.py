@@ -1,0 +1,127 @@
+"""References and output metrics for checking kgen (and its peers) the way the spec requires
+(specs/attention.md §5): rel_l2, cosine, max_abs and a count of out-of-tolerance elements on
+outputs that were poisoned before the run, against an upcast math reference. Needs PyTorch.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+
+# rel_l2 bound on o per input dtype (§5.2); lse is fp32 math in every path.
+REL_L2_BOUND = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+LSE_REL_L2_BOUND = 1e-4
+TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
+COS_BOUND = 0.999
+
+
+@contextlib.contextmanager
+def _full_fp32_matmul():
+    saved = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # no tf32 in a reference
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(saved)
+
+
+def attention_reference(q, k, v, *, causal=False, scale=None, dtype=torch.float64,
+                        chunk_bytes=1 << 28):
+    """(o, lse) of attention on logical (b, h, n, d) tensors, computed in `dtype` on their
+    device, query rows in chunks so that memory stays O(rows·n_k). Fully masked rows (causal,
+    n_q > n_k) give o = 0 and lse = -inf. Same conventions as kgen_attention_forward."""
+    b, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if scale is None else scale
+    q = q.to(dtype)
+    k = k.to(dtype).repeat_interleave(h_q // h_kv, dim=1)
+    v = v.to(dtype).repeat_interleave(h_q // h_kv, dim=1)
+    o = q.new_empty(b, h_q, n_q, v.shape[-1])
+    lse = q.new_empty(b, h_q, n_q)
+    rows = max(1, chunk_bytes // max(1, b * h_q * n_k * q.element_size()))
+    keys = torch.arange(n_k, device=q.device)
+    with _full_fp32_matmul():
+        for i in range(0, n_q, rows):
+            j = min(i + rows, n_q)
+            s = (q[:, :, i:j] @ k.transpose(-1, -2)) * scale
+            if causal:
+                last = torch.arange(i, j, device=q.device)[:, None] + (n_k - n_q)
+                s.masked_fill_(keys[None, :] > last, -math.inf)
+            m = s.amax(-1, keepdim=True)
+            m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # fully masked row
+            p = torch.exp(s - m)
+            l = p.sum(-1, keepdim=True)
+            o[:, :, i:j] = (p @ v) / torch.where(l == 0, torch.ones_like(l), l)
+            lse[:, :, i:j] = (m + torch.log(l)).squeeze(-1)
+    return o, lse
+
+
+@dataclass
+class Check:
+    """Metrics of one output against its reference; `ok` is the §5.2 pass rule."""
+    name: str
+    ok: bool
+    rel_l2: float
+    cos: float
+    max_abs: float
+    n_bad: int  # elements with |out - ref| > atol + rtol·|ref| (reported, not a pass rule)
+    numel: int
+    reason: str = ""
+
+    def __str__(self):
+        verdict = "ok  " if self.ok else "FAIL"
+        text = (f"{verdict} {self.name}: rel_l2 {self.rel_l2:.2e} cos {self.cos:.6f} "
+                f"max_abs {self.max_abs:.2e} bad {self.n_bad}/{self.numel}")
+        return text + (f" ({self.reason})" if self.reason else "")
+
+    def as_dict(self):
+        return asdict(self)
+
+
+def compare(name, out, ref, *, bound, atol=0.0, rtol=0.0, cos_bound=COS_BOUND) -> Check:
+    """Check `out` against `ref` (any dtypes, same shape). Non-finite reference entries (lse of
+    fully masked rows) must be matched exactly; every other output entry must be finite."""
+    out = out.detach().to(torch.float64)
+    ref = ref.detach().to(device=out.device, dtype=torch.float64)
+    if out.shape != ref.shape:
+        return Check(name, False, math.nan, math.nan, math.nan, out.numel(), out.numel(),
+                     f"shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    finite = torch.isfinite(ref)
+    reasons = []
+    n_mismatch = int((out[~finite] != ref[~finite]).sum())
+    if n_mismatch:
+        reasons.append(f"{n_mismatch} entries should be {ref[~finite][0].item()}")
+    o, r = out[finite], ref[finite]
+    nonfinite = ~torch.isfinite(o)
+    if n_nonfinite := int(nonfinite.sum()):
+        reasons.append(f"{n_nonfinite} NaN/Inf")
+    o = torch.where(nonfinite, torch.zeros_like(o), o)
+    diff = o - r
+    norm_o, norm_r, norm_d = (float(torch.linalg.vector_norm(x)) for x in (o, r, diff))
+    if norm_r > 0:
+        rel_l2 = norm_d / norm_r
+        cos = float((o * r).sum()) / (norm_o * norm_r) if norm_o > 0 else 0.0
+    elif norm_o == 0:
+        rel_l2, cos = 0.0, 1.0  # both zero (e.g. every row masked)
+    else:
+        rel_l2, cos = math.inf, 0.0
+    max_abs = float(diff.abs().max()) if diff.numel() else 0.0
+    n_bad = int((nonfinite | (diff.abs() > atol + rtol * r.abs())).sum()) + n_mismatch
+    if norm_r > 0 and norm_o == 0 and not n_nonfinite:
+        reasons.append("output is all zero")
+    if not rel_l2 <= bound:
+        reasons.append(f"rel_l2 > {bound:g}")
+    if not cos > cos_bound:
+        reasons.append(f"cos <= {cos_bound}")
+    return Check(name, not reasons, rel_l2, cos, max_abs, n_bad, out.numel(), "; ".join(reasons))
+
+
+def check_attention(o, lse, o_ref, lse_ref, dtype) -> list[Check]:
+    """Checks of kgen's o (and lse unless None) against a reference, with `dtype`'s bounds."""
+    atol, rtol = TOLERANCE[dtype]
+    checks = [compare("o", o, o_ref, bound=REL_L2_BOUND[dtype], atol=atol, rtol=rtol)]
+    if lse is not None:
+        checks.append(compare("lse", lse, lse_ref, bound=LSE_REL_L2_BOUND, atol=1e-4, rtol=1e-4))
+    return checks
