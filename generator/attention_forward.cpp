@@ -20,10 +20,16 @@ int simt_bucket(int d) {
   return 0;
 }
 
-// Registers per thread of the fa2 kernel, estimated from its fragments: O accumulator
-// (16×D fp32 per warp = D/2), S accumulator (BN/2), Q fragments (D/4), P fragments (BN/4),
-// plus addressing and softmax state. Checked against ptxas -v on sm_80 and sm_90a.
-int fa2_register_estimate(int d, int bn) { return (3 * (d + bn)) / 4 + 40; }
+// Registers per thread of the fa2 kernel, estimated from its fragments for r = 16 or 32 rows
+// per warp: O accumulator (r·D/32), S accumulator (r·BN/32), Q fragments when kept in
+// registers (r·D/64, only while r·D <= 2048), P fragments (r·BN/64), plus addressing and
+// softmax state. Checked against ptxas -v on sm_80 and sm_90a: every config it admits
+// compiles without spills.
+int fa2_register_estimate(int d, int bn, int rows_per_warp) {
+  const int r = rows_per_warp;
+  const int q_frags = r * d <= 2048 ? r * d / 64 : 0;
+  return r * d / 32 + r * bn / 32 + q_frags + r * bn / 64 + 40;
+}
 
 const char* dtype_cxx(DType t) {
   switch (t) {
@@ -39,7 +45,7 @@ const char* dtype_cxx(DType t) {
 std::string to_string(const AttentionForwardConfig& c) {
   std::ostringstream s;
   if (c.path == ForwardPath::fa2)
-    s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
+    s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps << ":s" << c.stages;
   else
     s << "simt:bm" << c.block_m << ":bn" << c.block_n << ":dmax" << c.max_head_dim;
   return s.str();
@@ -49,10 +55,9 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   std::vector<std::string> parts;
   std::stringstream in(text);
   for (std::string p; std::getline(in, p, ':');) parts.push_back(p);
-  if (parts.size() != 4) return std::nullopt;
   AttentionForwardConfig c;
-  if (parts[0] == "fa2") c.path = ForwardPath::fa2;
-  else if (parts[0] == "simt") c.path = ForwardPath::simt;
+  if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
+  else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
   else return std::nullopt;
   auto number = [](const std::string& field, std::string_view prefix, int& out) {
     if (!field.starts_with(prefix)) return false;
@@ -63,11 +68,12 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   };
   bool ok = number(parts[1], "bm", c.block_m) && number(parts[2], "bn", c.block_n);
   if (c.path == ForwardPath::fa2) {
-    ok = ok && number(parts[3], "s", c.stages);
+    ok = ok && number(parts[3], "w", c.warps) && number(parts[4], "s", c.stages);
     c.max_head_dim = 0;
   } else {
     ok = ok && number(parts[3], "dmax", c.max_head_dim);
     c.stages = 1;
+    c.warps = 0;
   }
   if (!ok) return std::nullopt;
   return c;
@@ -100,9 +106,11 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
       return std::string("fa2 block_n must be 32, 64 or 128");
     if (c.stages != 1 && c.stages != 2) return std::string("fa2 stages must be 1 or 2");
-    if (fa2_register_estimate(spec.head_dim, c.block_n) > kMaxRegistersPerThread)
-      return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" +
-             std::to_string(c.block_n) + " exceeds the register budget";
+    if ((c.warps != 4 && c.warps != 8) || (c.block_m / c.warps != 16 && c.block_m / c.warps != 32))
+      return std::string("fa2 warps must be 4 or 8, with 16 or 32 rows per warp");
+    if (fa2_register_estimate(spec.head_dim, c.block_n, c.block_m / c.warps) > kMaxRegistersPerThread)
+      return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+             " and " + std::to_string(c.block_m / c.warps) + " rows per warp exceeds the register budget";
     smem = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
@@ -126,7 +134,8 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
   };
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
     for (int bm : {64, 128})
-      for (int bn : {32, 64, 128}) keep({ForwardPath::fa2, bm, bn, 2, 0});
+      for (int warps : {8, 4})
+        for (int bn : {32, 64, 128}) keep({ForwardPath::fa2, bm, bn, 2, 0, warps});
   }
   for (int warps : {4, 8})
     for (int bn : {32, 64}) keep({ForwardPath::simt, warps, bn, 1, simt_bucket(spec.head_dim)});
@@ -137,13 +146,15 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
-    // Tiles of FA2-class kernels on A100/H100: 128 query rows for d <= 128, 64 for d = 256;
-    // wider key tiles where the register budget allows.
-    AttentionForwardConfig c{ForwardPath::fa2, 128, spec.head_dim <= 64 ? 128 : 64, 2, 0};
-    if (spec.head_dim >= 256) c.block_m = 64, c.block_n = 32;
+    // 128 query rows on 4 warps (32 rows each) for d <= 128: on an H200 (bf16, b·n = 16k,
+    // n = 4k) d = 64 ran 341 TFLOPS with 64-key tiles against 286 for 8 warps × 16 rows with
+    // 128-key tiles, and d = 128 345 with 32-key tiles against 325 for 8 × 16 rows × 64 keys
+    // (BENCHMARKS.md). d = 256 keeps 16 rows per warp: 32 would not fit in registers.
+    AttentionForwardConfig c{ForwardPath::fa2, 128, spec.head_dim <= 64 ? 64 : 32, 2, 0, 4};
+    if (spec.head_dim >= 256) c.block_m = 64, c.block_n = 32, c.warps = 4;
     // Too few blocks to fill the machine once: halve the query tile.
     long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + c.block_m - 1) / c.block_m);
-    if (c.block_m == 128 && blocks < sm_count) c.block_m = 64;
+    if (c.block_m == 128 && blocks < sm_count) c.block_m = 64, c.warps = 4;
     while (check_attention_forward_config(spec, c, target) && c.block_n > 32) c.block_n /= 2;
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
@@ -165,12 +176,12 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   std::ostringstream src, call;
   const char* causal = spec.causal ? "true" : "false";
   if (c.path == ForwardPath::fa2) {
-    k.threads = attention_fwd::fa2_threads(c.block_m);
+    k.threads = attention_fwd::fa2_threads(c.warps);
     k.smem_bytes = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
     k.variant = to_string(spec) + "." + to_string(c);
     src << "#include \"kgen/attention/forward_fa2.cuh\"\n";
     call << "kgen::attention_forward_fa2<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
-         << ", " << c.block_m << ", " << c.block_n << ", " << c.stages << ", " << causal
+         << ", " << c.block_m << ", " << c.block_n << ", " << c.warps << ", " << c.stages << ", " << causal
          << ">(p);";
   } else {
     k.threads = attention_fwd::simt_threads(c.block_m);

@@ -34,6 +34,7 @@ struct AttentionForwardConfig {
   int block_n = 64;       // key rows per K/V tile
   int stages = 2;         // fa2: K/V shared-memory buffers
   int max_head_dim = 0;   // simt: head_dim rounded up to 32/64/128/256
+  int warps = 0;          // fa2: warps per block, block_m / warps = 16 or 32 rows each
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 
@@ -42,7 +43,7 @@ inline constexpr int kFa2HeadDims[] = {32, 64, 96, 128, 256};
 // Largest head dim any path serves.
 inline constexpr int kMaxHeadDim = 256;
 
-// "fa2:bm64:bn64:s2" or "simt:bm4:bn32:dmax128".
+// "fa2:bm128:bn64:w4:s2" or "simt:bm4:bn32:dmax128".
 std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name).

@@ -149,7 +149,7 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   const DeviceInfo& dev = device_info(call.device);
   if (!options.config.empty()) {
     auto c = parse_attention_forward_config(options.config);
-    if (!c) invalid("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn64:s2 or simt:bm4:bn32:dmax128)");
+    if (!c) invalid("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2 or simt:bm4:bn32:dmax128)");
     if (auto why = check_attention_forward_config(call.spec, *c, dev.target))
       invalid("config: " + options.config + " is invalid here: " + *why);
     if (c->path == ForwardPath::fa2 && !call.aligned16)

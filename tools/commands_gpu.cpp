@@ -1,6 +1,7 @@
 // `kgen check`, `kgen bench` and `kgen demo` (the README's main job).
 #include <cstdio>
 #include <memory>
+#include <sstream>
 
 #include "kgen/kgen.hpp"
 #include "runtime/attention_forward.h"
@@ -104,8 +105,18 @@ int run_check(const std::vector<DType>& dtypes, const std::vector<int>& head_dim
 
 struct BenchOptions {
   std::string dtypes = "bf16", head_dims = "64,128", seqlens = "512,1024,2048,4096,8192,16384", causal = "both";
+  std::string configs;  // "|"-separated explicit configs to time beside the default ("" = default only)
   int tokens = 16384, hidden = 2048, warmup = 5, reps = 30;
 };
+
+// The default ("") first, then each explicit config of a "|"-separated list.
+std::vector<std::string> bench_configs(const std::string& text) {
+  std::vector<std::string> out = {""};
+  std::stringstream in(text);
+  for (std::string c; std::getline(in, c, '|');)
+    if (!c.empty()) out.push_back(c);
+  return out;
+}
 
 int run_bench(const BenchOptions& o) {
   require_device();
@@ -118,8 +129,10 @@ int run_bench(const BenchOptions& o) {
   for (DType t : parse_dtypes(o.dtypes))
     for (int d : parse_ints(o.head_dims, "--head-dims"))
       for (bool causal : parse_causal(o.causal))
-        for (int n : parse_ints(o.seqlens, "--seqlens")) {
+        for (int n : parse_ints(o.seqlens, "--seqlens"))
+         for (const std::string& forced : bench_configs(o.configs)) {
           AttentionCase c;
+          c.config = forced;
           c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
           c.batch = std::max(1, o.tokens / n);
           c.heads_q = c.heads_kv = std::max(1, o.hidden / d);
@@ -132,8 +145,8 @@ int run_bench(const BenchOptions& o) {
             ++failed;
             continue;
           }
-          std::string config = "-";
-          {
+          std::string config = forced;
+          if (config.empty()) {
             AttentionForwardSpec spec{t, d, causal};
             AttentionShape shape{c.batch, c.heads_q, c.heads_kv, n, n};
             config = to_string(attention_forward_default_config(spec, shape, device_info(0).target, device_info(0).sm_count));
@@ -176,6 +189,7 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
   bench->add_option("--hidden", o->hidden, "h·d per row")->capture_default_str()->check(CLI::PositiveNumber);
   bench->add_option("--warmup", o->warmup, "Untimed runs")->capture_default_str()->check(CLI::NonNegativeNumber);
   bench->add_option("--reps", o->reps, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
+  bench->add_option("--configs", o->configs, "Also time these configs, '|'-separated (invalid ones are reported per row)");
   bench->callback([o, &exit_code] { exit_code = run_bench(*o); });
 
   auto* demo = app.add_subcommand("demo", "Main job: verify and time default shapes on a GPU, or pre-warm sm_80/sm_90a without one");

@@ -28,7 +28,7 @@ TensorView make_contiguous_view(void* data, DType dtype, int ndim, const std::in
 struct AttentionOptions {
   double scale = 0;      // softmax scale; <= 0 means 1/sqrt(d)
   bool causal = false;   // key j masked for j > i + (n_k - n_q): bottom-right aligned
-  std::string config;    // force a config ("fa2:bm64:bn64:s2"); empty = tuned/heuristic
+  std::string config;    // force a config ("fa2:bm128:bn64:w4:s2"); empty = tuned/heuristic
 };
 
 // o = softmax(scale·q·kᵀ (+ mask))·v; lse = natural-log logsumexp of each row's scaled scores

@@ -26,8 +26,8 @@ TEST(AttentionForwardConfig, ParseRoundTripsEveryConfigInTheSpace) {
 }
 
 TEST(AttentionForwardConfig, RejectsMalformedText) {
-  for (const char* bad : {"", "fa2", "fa2:bm64:bn64", "fa3:bm64:bn64:s2", "fa2:bm:bn64:s2", "fa2:bm64:bn64:s2:x",
-                          "fa2:bm64x:bn64:s2", "simt:bm4:bn32:s2"})
+  for (const char* bad : {"", "fa2", "fa2:bm64:bn64", "fa2:bm64:bn64:s2", "fa3:bm64:bn64:w4:s2", "fa2:bm:bn64:w4:s2",
+                          "fa2:bm64:bn64:w4:s2:x", "fa2:bm64x:bn64:w4:s2", "fa2:bm64:bn64:w:s2", "simt:bm4:bn32:s2"})
     EXPECT_FALSE(parse_attention_forward_config(bad)) << bad;
 }
 
@@ -57,7 +57,7 @@ TEST(AttentionForwardConfig, TensorCorePathOnlyForSixteenBitTypesAndItsHeadDims)
 
 TEST(AttentionForwardConfig, ValidityRulesNameTheReason) {
   AttentionForwardSpec spec{DType::bf16, 256, false};
-  auto why = check_attention_forward_config(spec, {ForwardPath::fa2, 128, 128, 2, 0}, sm80());
+  auto why = check_attention_forward_config(spec, {ForwardPath::fa2, 128, 128, 2, 0, 8}, sm80());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("register"), std::string::npos) << *why;
   auto smem = check_attention_forward_config({DType::f32, 256, false}, {ForwardPath::simt, 4, 64, 1, 256},
@@ -66,7 +66,7 @@ TEST(AttentionForwardConfig, ValidityRulesNameTheReason) {
   EXPECT_NE(smem->find("shared memory"), std::string::npos) << *smem;
   EXPECT_TRUE(check_attention_forward_spec({DType::bf16, 257, false}));
   EXPECT_TRUE(check_attention_forward_spec({DType::bf16, 0, false}));
-  EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::fa2, 64, 64, 2, 0}, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::fa2, 64, 64, 2, 0, 4}, sm90a()));
 }
 
 TEST(AttentionForwardConfig, DefaultIsValidForEveryShape) {
@@ -94,8 +94,8 @@ TEST(AttentionForwardRender, MatchesGoldenSources) {
   // Regenerate with KGEN_UPDATE_GOLDENS=1 when a change is intended.
   struct Golden { const char* file; AttentionForwardSpec spec; AttentionForwardConfig config; };
   const Golden goldens[] = {
-      {"attention_fwd.bf16.d128.causal.fa2.cu", {DType::bf16, 128, true}, {ForwardPath::fa2, 128, 64, 2, 0}},
-      {"attention_fwd.fp16.d64.full.fa2.cu", {DType::f16, 64, false}, {ForwardPath::fa2, 64, 128, 2, 0}},
+      {"attention_fwd.bf16.d128.causal.fa2.cu", {DType::bf16, 128, true}, {ForwardPath::fa2, 128, 64, 2, 0, 8}},
+      {"attention_fwd.fp16.d64.full.fa2.cu", {DType::f16, 64, false}, {ForwardPath::fa2, 64, 128, 2, 0, 4}},
       {"attention_fwd.fp32.d80.full.simt.cu", {DType::f32, 80, false}, {ForwardPath::simt, 4, 32, 1, 128}},
   };
   for (const auto& g : goldens) {
@@ -111,12 +111,12 @@ TEST(AttentionForwardRender, MatchesGoldenSources) {
 }
 
 TEST(AttentionForwardRender, LaunchGeometryFollowsTheSharedTileFunctions) {
-  auto k = render_attention_forward({DType::bf16, 128, false}, {ForwardPath::fa2, 128, 64, 2, 0});
-  EXPECT_EQ(k.threads, attention_fwd::fa2_threads(128));
+  auto k = render_attention_forward({DType::bf16, 128, false}, {ForwardPath::fa2, 128, 64, 2, 0, 8});
+  EXPECT_EQ(k.threads, attention_fwd::fa2_threads(8));
   EXPECT_EQ(k.smem_bytes, attention_fwd::fa2_smem_bytes(128, 128, 64, 2));
   EXPECT_NE(k.source.find("extern \"C\" __global__"), std::string::npos);
   EXPECT_NE(k.source.find(k.entry), std::string::npos);
-  auto grid = attention_forward_grid({ForwardPath::fa2, 128, 64, 2, 0}, {3, 5, 1, 1000, 7});
+  auto grid = attention_forward_grid({ForwardPath::fa2, 128, 64, 2, 0, 8}, {3, 5, 1, 1000, 7});
   EXPECT_EQ(grid.x, 8u);
   EXPECT_EQ(grid.y, 5u);
   EXPECT_EQ(grid.z, 3u);

@@ -12,8 +12,10 @@
 namespace kgen {
 namespace attention_fwd {
 
-// Tensor-core (mma.sync m16n8k16) FA2-class kernel: each warp owns 16 query rows.
-KGEN_HOST_DEVICE constexpr int fa2_threads(int block_m) { return (block_m / 16) * 32; }
+// Tensor-core (mma.sync m16n8k16) FA2-class kernel: `warps` warps share the block_m query rows,
+// block_m / warps (16 or 32) each. 32 rows per warp halve the shared-memory reads of K and V per
+// mma; 16 rows per warp halve the registers.
+KGEN_HOST_DEVICE constexpr int fa2_threads(int warps) { return warps * 32; }
 
 // Dynamic shared memory: Q tile plus `stages` buffers of K and V tiles, 16-bit elements.
 KGEN_HOST_DEVICE constexpr int fa2_smem_bytes(int head_dim, int block_m, int block_n, int stages) {

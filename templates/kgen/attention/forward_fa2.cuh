@@ -1,8 +1,8 @@
 // FA2-class attention forward for sm_80+ (mma.sync m16n8k16, ldmatrix, cp.async).
 //
-// Work split. Grid (ceil(n_q / BM), heads_q, batch); fa2_threads(BM) threads = kWarps warps;
+// Work split. Grid (ceil(n_q / BM), heads_q, batch); fa2_threads(Warps) threads = Warps warps;
 // warp w owns the kMTiles·16 query rows [w·kRowsPerWarp, (w+1)·kRowsPerWarp) of the tile
-// (kMTiles = 1 with fa2_threads(bm) = (bm/16)·32). The block loops over K/V tiles of BN keys.
+// (kMTiles = BM / (16·Warps), 1 or 2). The block loops over K/V tiles of BN keys.
 //
 // Shared memory (dynamic, 128-B aligned): [Q: BM x D][K_0: BN x D][V_0: BN x D] (Stages = 1)
 // or [Q][K_0][V_0][K_1][V_1] (Stages = 2); rows of D 16-bit elements, 16-byte chunks XOR
@@ -53,8 +53,8 @@ namespace fa2_detail {
 
 // forward_config.h is plain host C++; nvcc refuses calls to its constexpr functions from device
 // code (without --expt-relaxed-constexpr) but accepts namespace-scope constants computed by them.
-template <int BM>
-constexpr int kBlockThreads = attention_fwd::fa2_threads(BM);
+template <int Warps>
+constexpr int kBlockThreads = attention_fwd::fa2_threads(Warps);
 template <int D, int BM, int BN, int Stages>
 constexpr int kSmemBytes = attention_fwd::fa2_smem_bytes(D, BM, BN, Stages);
 
@@ -95,10 +95,11 @@ __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, lon
 // Flash-attention-2 forward on tensor cores.
 //   T: half_t or bfloat16_t.  D: head dim (32, 64, 96, 128, 256), equal to p.head_dim.
 //   BM: query rows per block (64, 128); BN: keys per K/V tile (32, 64, 128).
+//   Warps: warps per block; each owns BM / Warps (16 or 32) query rows.
 //   Stages: 1 = one K and one V buffer (V load overlaps Q·Kᵀ, next K load overlaps softmax and
 //   P·V); 2 = double-buffered K/V (tile j+1 loads while tile j is computed).
 //   Causal: bottom-right aligned causal mask.
-template <class T, int D, int BM, int BN, int Stages, bool Causal>
+template <class T, int D, int BM, int BN, int Warps, int Stages, bool Causal>
 __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardParams& p) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 kernel takes half_t or bfloat16_t");
@@ -106,7 +107,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   static_assert(BN % 16 == 0 && BN >= 16, "BN must be a multiple of 16");
   static_assert(Stages == 1 || Stages == 2, "Stages must be 1 or 2");
 
-  constexpr int kThreads = fa2_detail::kBlockThreads<BM>;
+  constexpr int kThreads = fa2_detail::kBlockThreads<Warps>;
   constexpr int kWarps = kThreads / 32;
   constexpr int kRowsPerWarp = BM / kWarps;
   constexpr int kMTiles = kRowsPerWarp / 16;
