@@ -231,9 +231,46 @@ std::optional<CacheEntry> BinaryCache::load(std::string_view key) {
 }
 
 bool BinaryCache::publish(std::string_view key, const CacheEntry& entry) {
+  std::string why;
+  if (publish_quiet(key, entry, &why)) return true;
+  log_line("publish " + std::string(key) + " failed: " + why);
+  return false;
+}
+
+bool BinaryCache::reject(std::string_view key, std::string_view why) {
+  if (!is_valid_key(key)) return false;
+  std::error_code ec;
+  const fs::path path = entry_path(key);
+  const bool removed = fs::remove(path, ec);
+  count_corrupt();
+  log_line("corrupt entry " + path.string() + ": " + std::string(why) +
+           (removed ? "" : " (could not delete it)"));
+  return removed;
+}
+
+std::optional<std::vector<std::byte>> BinaryCache::read_verified_file(std::string_view key) {
+  try {
+    if (!is_valid_key(key)) return std::nullopt;
+    const fs::path path = entry_path(key);
+    ReadResult r = read_entry(path, key, /*touch_stamp=*/false);
+    if (r.status == ReadStatus::kOk) {
+      // Re-encode from the verified parts: byte-identical to the file for entries written by
+      // publish(), and self-consistent in any case.
+      return detail::encode_entry(key, r.entry.metadata.dump(), r.entry.binary);
+    }
+    if (r.status == ReadStatus::kCorrupt) {
+      count_corrupt();
+      log_line("corrupt entry " + path.string() + ": " + r.why);
+    }
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+bool BinaryCache::publish_quiet(std::string_view key, const CacheEntry& entry, std::string* why_out) {
   auto fail = [&](const std::string& why) {
     publish_failures_.fetch_add(1, std::memory_order_relaxed);
-    log_line("publish " + std::string(key) + " failed: " + why);
+    if (why_out) *why_out = why;
     return false;
   };
   try {
@@ -252,21 +289,23 @@ bool BinaryCache::publish(std::string_view key, const CacheEntry& entry) {
     const fs::path tmp_path = tmp_dir / unique_temp_name(key);
     const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return fail(tmp_path.string() + ": " + errno_text(errno));
+    // Marks the staging file as owned by a live writer until close (or death) releases it.
+    ::flock(fd, LOCK_EX | LOCK_NB);
     bool ok = write_all(fd, bytes.data(), bytes.size()) && ::fsync(fd) == 0;
-    int err = errno;
-    if (::close(fd) != 0 && ok) {
-      ok = false;
-      err = errno;
-    }
+    const int err = errno;
     if (!ok) {
       ::unlink(tmp_path.c_str());
+      ::close(fd);
       return fail(tmp_path.string() + ": " + errno_text(err));
     }
+    // Rename while the staging lock is still held, then close (which releases it).
     if (::rename(tmp_path.c_str(), final_path.c_str()) != 0) {
       const int rename_err = errno;
       ::unlink(tmp_path.c_str());
+      ::close(fd);
       return fail("rename to " + final_path.string() + ": " + errno_text(rename_err));
     }
+    ::close(fd);  // The data is already durable (fsync above); a close error changes nothing.
     fsync_dir(final_path.parent_path());
     published_.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -380,6 +419,19 @@ std::uint64_t BinaryCache::total_bytes() const {
   return total;
 }
 
+std::uint64_t BinaryCache::entry_count() const {
+  std::uint64_t n = 0;
+  for_each_entry_file(version_dir(), [&](const fs::path&, const std::string&) { ++n; });
+  return n;
+}
+
+std::vector<std::string> BinaryCache::keys() const {
+  std::vector<std::string> out;
+  for_each_entry_file(version_dir(), [&](const fs::path&, const std::string& key) { out.push_back(key); });
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 GcReport BinaryCache::gc(std::uint64_t max_bytes) {
   struct Item {
     fs::path path;
@@ -415,12 +467,25 @@ GcReport BinaryCache::gc(std::uint64_t max_bytes) {
 
 std::uint64_t BinaryCache::remove_stale_temps() {
   std::uint64_t removed = 0;
-  const auto cutoff = fs::file_time_type::clock::now() - kStaleTempAge;
+  const auto now = fs::file_time_type::clock::now();
+  const auto cutoff = now - kStaleTempAge;
+  const auto grace_cutoff = now - kUnlockedTempGrace;
   std::error_code ec;
   for (fs::directory_iterator it(version_dir() / "tmp", ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ec2;
-    const auto stamp = fs::last_write_time(it->path(), ec2);
-    if (!ec2 && stamp < cutoff && fs::remove(it->path(), ec2)) ++removed;
+    const fs::path path = it->path();
+    const auto stamp = fs::last_write_time(path, ec2);
+    if (ec2 || stamp >= grace_cutoff) continue;  // Gone, or young enough to be a live writer's.
+    if (stamp < cutoff) {
+      if (fs::remove(path, ec2)) ++removed;
+      continue;
+    }
+    // Between the grace period and kStaleTempAge: delete only if no live writer holds its lock.
+    const int raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (raw_fd < 0) continue;
+    Fd fd(raw_fd);
+    if (::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) continue;  // A live writer: keep it.
+    if (unlink_if_same(fd.fd, path) && !fs::exists(path, ec2)) ++removed;
   }
   return removed;
 }

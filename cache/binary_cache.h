@@ -16,8 +16,9 @@
 //   checksum  := byte[32]                         SHA-256 of every byte before it
 // The three lengths must add up to exactly the file size.
 //
-// Writers: write a unique temp file in v1/tmp, fsync, rename onto the final name, fsync the
-// directory. Readers never lock: they read the whole file and check magic, version, key,
+// Writers: write a unique temp file in v1/tmp while holding flock(LOCK_EX) on it, fsync, rename
+// onto the final name, fsync the directory. The lock dies with the writer, so verify()/gc() can
+// tell a crashed writer's staging file (unlocked, older than kUnlockedTempGrace) from a live one. Readers never lock: they read the whole file and check magic, version, key,
 // lengths and checksum. A bad entry is deleted, counted, logged once and reported as a miss.
 // Every cache error (unreadable or read-only root, full disk, corrupt file) is a miss or a
 // failed publish, never an exception or an abort. All members are safe to call concurrently
@@ -77,8 +78,11 @@ struct GcReport {
   std::uint64_t bytes_after = 0;   // total_bytes() after
 };
 
-// Staging files older than this are leftovers of a crashed writer.
+// Staging files older than this are leftovers of a crashed writer (whatever their lock says).
 inline constexpr std::chrono::hours kStaleTempAge{1};
+// An unlocked staging file older than this is a dead writer's leftover (SIGKILL, OOM, power):
+// live writers lock their staging file right after creating it.
+inline constexpr std::chrono::seconds kUnlockedTempGrace{2};
 // A hit refreshes the entry's mtime (its LRU stamp) only if it is older than this, so hot
 // entries are not rewritten on every load. atime is not used: noatime/relatime mounts lie.
 inline constexpr std::chrono::minutes kStampInterval{10};
@@ -112,6 +116,18 @@ class BinaryCache {
   // counts: entries are content-addressed, the existing file is kept). False, logged and
   // counted, if the root is unwritable or anything else fails; never throws.
   bool publish(std::string_view key, const CacheEntry& entry);
+  // As publish(), but on failure the reason goes to *why (if not null) instead of the log, so a
+  // caller (LayeredCache) can decide what to log; the failure is still counted.
+  bool publish_quiet(std::string_view key, const CacheEntry& entry, std::string* why);
+
+  // Deletes the entry for `key` because the caller found it unusable although it verified (for
+  // example metadata naming another target than the key was computed for); counted as
+  // corrupt_removed and logged with `why`. Returns true if a file was removed.
+  bool reject(std::string_view key, std::string_view why);
+
+  // Returns the complete, verified entry file for `key` (for export), or nullopt on a miss; a
+  // corrupt entry is handled as in load(). Does not refresh the LRU stamp. Never throws.
+  std::optional<std::vector<std::byte>> read_verified_file(std::string_view key);
 
   // Deletes the entry for `key`; true if a file was removed.
   bool remove(std::string_view key);
@@ -122,14 +138,19 @@ class BinaryCache {
   // Returns every entry whose header parses (checksums are not read: use verify()).
   std::vector<EntryInfo> list() const;
 
-  // Reads every entry in full, deletes the corrupt ones and stale staging files.
+  // Reads every entry in full, deletes the corrupt ones and stale staging files (as in gc()).
   VerifyReport verify();
 
   // Returns the total size in bytes of the entry files.
   std::uint64_t total_bytes() const;
+  // Returns the number of entry files (names only: nothing is read).
+  std::uint64_t entry_count() const;
+  // Returns the keys of every entry file, sorted (names only: nothing is read or verified).
+  std::vector<std::string> keys() const;
 
   // Evicts least recently used entries (oldest mtime stamp first) until total_bytes() <= max_bytes,
-  // and deletes stale staging files.
+  // and deletes stale staging files (older than kStaleTempAge, or unlocked and older than
+  // kUnlockedTempGrace).
   GcReport gc(std::uint64_t max_bytes);
 
   // Returns a snapshot of the counters.

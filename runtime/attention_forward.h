@@ -2,7 +2,9 @@
 #pragma once
 
 #include "generator/attention_forward.h"
+#include "kgen/attention/params.h"
 #include "kgen/kgen.hpp"
+#include "runtime/device.h"
 
 namespace kgen {
 
@@ -18,6 +20,19 @@ struct AttentionForwardCall {
 AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
                                                 const TensorView& v, const TensorView& o,
                                                 const TensorView* lse, const AttentionOptions& options);
+
+// A resolved launch: the loaded kernel, its grid and packed parameters.
+struct AttentionForwardLaunch {
+  LoadedKernel kernel;
+  LaunchGrid grid;
+  AttentionForwardParams params;
+};
+
+// Validates, chooses the config and resolves the kernel (compiling or loading it on first use)
+// without launching: attention_forward is this plus one cuLaunchKernel.
+AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                                 const TensorView& o, const TensorView* lse,
+                                                 const AttentionOptions& options);
 
 // The config a call would run with (options.config if given, else the heuristic).
 AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,

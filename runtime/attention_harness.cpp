@@ -4,6 +4,7 @@
 #include <array>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <cmath>
 #include <random>
 #include <sstream>
@@ -151,24 +152,17 @@ std::vector<int> rows_to_check(const AttentionCase& c) {
   return rows;
 }
 
-AttentionCheck verify(const AttentionCase& c, InputSet& in, int device, CUstream stream) {
-  in.dout.poison(c.dtype);
-  in.dlse.poison(DType::f32);
-  in.run(c, device, stream);
-  cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
-  HostTensor o = make_host(c.batch, c.heads_q, c.n_q, c.head_dim, c.layout, c.dtype);
-  in.dout.download(o.bytes.data());
-  std::vector<float> lse(std::size_t(c.batch) * c.heads_q * c.n_q);
-  in.dlse.download(lse.data());
+// The reference for one input set, on the rows a check compares: (b, h, i) triples.
+struct ReferenceRows {
+  std::vector<std::array<int, 3>> rows;
+  std::vector<double> o, lse;
+  std::string description;
+};
 
+ReferenceRows compute_reference(const AttentionCase& c, InputSet& in, int device, CUstream stream) {
+  ReferenceRows ref;
   std::vector<int> rows = rows_to_check(c);
   const bool sampled = rows.size() != std::size_t(c.n_q);
-  AttentionCheck check;
-  std::vector<double> out_o, ref_o, out_l, ref_l;
-  auto take_output = [&](int b, int h, int i) {
-    for (int x = 0; x < c.head_dim; ++x) out_o.push_back(o.get(o.offset(b, h, i, x)));
-    out_l.push_back(lse[(std::size_t(b) * c.heads_q + h) * c.n_q + i]);
-  };
   if (sampled) {
     // Every row of a few heads against the GPU reference (first, last and two between)...
     std::vector<std::pair<int, int>> heads;
@@ -186,13 +180,13 @@ AttentionCheck verify(const AttentionCase& c, InputSet& in, int device, CUstream
     for (auto [b, h] : heads)
       for (int i = 0; i < c.n_q; ++i) {
         const std::size_t row = (std::size_t(b) * c.heads_q + h) * c.n_q + i;
-        for (int x = 0; x < c.head_dim; ++x) ref_o.push_back(gpu_o[row * c.head_dim + x]);
-        ref_l.push_back(gpu_l[row]);
-        take_output(b, h, i);
+        ref.o.insert(ref.o.end(), gpu_o.begin() + row * c.head_dim, gpu_o.begin() + (row + 1) * c.head_dim);
+        ref.lse.push_back(gpu_l[row]);
+        ref.rows.push_back({b, h, i});
       }
-    check.reference = "gpu-fp64 all rows of " + std::to_string(heads.size()) + " heads + cpu-fp64 sampled rows of all heads";
+    ref.description = "gpu-fp64 all rows of " + std::to_string(heads.size()) + " heads + cpu-fp64 sampled rows of all heads";
   } else {
-    check.reference = "cpu-fp64 all rows";
+    ref.description = "cpu-fp64 all rows";
   }
   // ...and the chosen rows of every head against the fp64 CPU reference.
   const int group = c.heads_q / c.heads_kv;
@@ -205,8 +199,8 @@ AttentionCheck verify(const AttentionCase& c, InputSet& in, int device, CUstream
         // Row i of the full problem is a one-row problem over the keys it may see.
         const int visible = c.causal ? std::min(c.n_k, i + (c.n_k - c.n_q) + 1) : c.n_k;
         if (visible <= 0) {
-          ref_o.insert(ref_o.end(), d, 0.0);
-          ref_l.push_back(-INFINITY);
+          ref.o.insert(ref.o.end(), d, 0.0);
+          ref.lse.push_back(-INFINITY);
         } else {
           AttentionProblem row;
           row.n_q = 1, row.n_k = visible, row.head_dim = c.head_dim, row.scale = c.scale;
@@ -214,16 +208,39 @@ AttentionCheck verify(const AttentionCase& c, InputSet& in, int device, CUstream
           row.k.assign(in.k64.begin() + kv_base, in.k64.begin() + kv_base + visible * d);
           row.v.assign(in.v64.begin() + kv_base, in.v64.begin() + kv_base + visible * d);
           auto r = attention_forward_cpu(row);
-          ref_o.insert(ref_o.end(), r.o.begin(), r.o.end());
-          ref_l.push_back(r.lse[0]);
+          ref.o.insert(ref.o.end(), r.o.begin(), r.o.end());
+          ref.lse.push_back(r.lse[0]);
         }
-        take_output(b, h, i);
+        ref.rows.push_back({b, h, i});
       }
     }
+  return ref;
+}
+
+// Runs `c` (its config) once on NaN-poisoned outputs and compares the reference rows.
+AttentionCheck run_and_compare(const AttentionCase& c, InputSet& in, const ReferenceRows& ref, int device,
+                               CUstream stream) {
+  in.dout.poison(c.dtype);
+  in.dlse.poison(DType::f32);
+  in.run(c, device, stream);
+  cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
+  HostTensor o = make_host(c.batch, c.heads_q, c.n_q, c.head_dim, c.layout, c.dtype);
+  in.dout.download(o.bytes.data());
+  std::vector<float> lse(std::size_t(c.batch) * c.heads_q * c.n_q);
+  in.dlse.download(lse.data());
+  std::vector<double> out_o, out_l;
+  out_o.reserve(ref.o.size());
+  for (auto [b, h, i] : ref.rows) {
+    for (int x = 0; x < c.head_dim; ++x) out_o.push_back(o.get(o.offset(b, h, i, x)));
+    out_l.push_back(lse[(std::size_t(b) * c.heads_q + h) * c.n_q + i]);
+  }
+  AttentionCheck check;
+  check.config = c.config;
+  check.reference = ref.description;
   Tolerance tol = tolerance_for(c.dtype);
-  check.o = compare(out_o, ref_o, tol);
+  check.o = compare(out_o, ref.o, tol);
   // LSE is fp32 whatever the input dtype; its error follows the scores' precision.
-  check.lse = compare(out_l, ref_l, Tolerance{tol.rel_l2, tol.atol, tol.rtol});
+  check.lse = compare(out_l, ref.lse, tol);
   check.pass = check.o.pass && check.lse.pass;
   return check;
 }
@@ -249,14 +266,77 @@ double attention_forward_flops(const AttentionCase& c) {
   return c.causal ? f / 2 : f;
 }
 
-AttentionCheck check_attention_forward(const AttentionCase& c, int device) {
-  use_primary_context(device);
-  std::mt19937_64 rng(c.seed);
-  InputSet in(c, rng);
+struct AttentionForwardBench::Impl {
+  AttentionCase problem;
+  int device;
   Stream stream;
-  AttentionCheck check = verify(c, in, device, stream.s);
-  check.config = c.config;
-  return check;
+  std::mt19937_64 rng;
+  std::vector<std::unique_ptr<InputSet>> sets;
+  std::optional<ReferenceRows> reference;
+  Impl(const AttentionCase& c, int dev) : problem(c), device(dev), rng(c.seed) {
+    sets.push_back(std::make_unique<InputSet>(c, rng));
+  }
+  AttentionCase with_config(const std::string& config) const {
+    AttentionCase c = problem;
+    c.config = config;
+    return c;
+  }
+};
+
+AttentionForwardBench::AttentionForwardBench(const AttentionCase& c, int device) {
+  use_primary_context(device);
+  impl_ = std::make_unique<Impl>(c, device);
+}
+
+AttentionForwardBench::~AttentionForwardBench() = default;
+
+const AttentionCase& AttentionForwardBench::problem() const { return impl_->problem; }
+
+AttentionCheck AttentionForwardBench::check(const std::string& config) {
+  Impl& m = *impl_;
+  use_primary_context(m.device);
+  if (!m.reference) m.reference = compute_reference(m.problem, *m.sets[0], m.device, m.stream.s);
+  return run_and_compare(m.with_config(config), *m.sets[0], *m.reference, m.device, m.stream.s);
+}
+
+Timing AttentionForwardBench::time(const std::string& config, int warmup, int reps) {
+  Impl& m = *impl_;
+  use_primary_context(m.device);
+  const AttentionCase c = m.with_config(config);
+  std::size_t set_bytes = m.sets[0]->dq.bytes() * 2 + m.sets[0]->dk.bytes() * 2;
+  while (m.sets.size() < 8 && m.sets.size() * set_bytes < 2 * std::size_t(device_info(m.device).l2_bytes))
+    m.sets.push_back(std::make_unique<InputSet>(m.problem, m.rng));
+  const CudaDriver& cu = cuda_driver();
+  for (int i = 0; i < warmup; ++i) m.sets[i % m.sets.size()]->run(c, m.device, m.stream.s);
+  std::vector<CUevent> events(2 * reps);
+  for (auto& e : events) cuda_check(cu.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+  for (int r = 0; r < reps; ++r) {
+    cu.cuEventRecord(events[2 * r], m.stream.s);
+    m.sets[r % m.sets.size()]->run(c, m.device, m.stream.s);
+    cu.cuEventRecord(events[2 * r + 1], m.stream.s);
+  }
+  CUresult sync = cu.cuStreamSynchronize(m.stream.s);
+  std::vector<double> ms(reps);
+  for (int r = 0; r < reps && sync == CUDA_SUCCESS; ++r) {
+    float t = 0;
+    cu.cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]);
+    ms[r] = t;
+  }
+  for (auto& e : events) cu.cuEventDestroy(e);
+  cuda_check(sync, "timed runs");
+  std::sort(ms.begin(), ms.end());
+  double mean = 0, var = 0;
+  for (double x : ms) mean += x / reps;
+  for (double x : ms) var += (x - mean) * (x - mean) / std::max(1, reps - 1);
+  Timing t;
+  t.median_ms = ms[ms.size() / 2], t.p20_ms = ms[ms.size() / 5], t.p80_ms = ms[(ms.size() * 4) / 5];
+  t.mean_ms = mean, t.std_ms = std::sqrt(var), t.reps = reps;
+  return t;
+}
+
+AttentionCheck check_attention_forward(const AttentionCase& c, int device) {
+  AttentionForwardBench bench(c, device);
+  return bench.check(c.config);
 }
 
 AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device) {
@@ -290,37 +370,10 @@ AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int devic
 }
 
 CheckedTiming check_and_time_attention_forward(const AttentionCase& c, int device, int warmup, int reps) {
-  use_primary_context(device);
-  const DeviceInfo& dev = device_info(device);
-  std::mt19937_64 rng(c.seed);
-  Stream stream;
-  std::vector<std::unique_ptr<InputSet>> sets;
-  sets.push_back(std::make_unique<InputSet>(c, rng));
+  AttentionForwardBench bench(c, device);
   CheckedTiming out;
-  out.check = verify(c, *sets[0], device, stream.s);
-  if (!out.check.pass) return out;
-  std::size_t set_bytes = sets[0]->dq.bytes() * 2 + sets[0]->dk.bytes() * 2;
-  while (sets.size() < 8 && sets.size() * set_bytes < 2 * std::size_t(dev.l2_bytes))
-    sets.push_back(std::make_unique<InputSet>(c, rng));
-  const CudaDriver& cu = cuda_driver();
-  for (int i = 0; i < warmup; ++i) sets[i % sets.size()]->run(c, device, stream.s);
-  std::vector<CUevent> events(2 * reps);
-  for (auto& e : events) cuda_check(cu.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
-  for (int r = 0; r < reps; ++r) {
-    cu.cuEventRecord(events[2 * r], stream.s);
-    sets[r % sets.size()]->run(c, device, stream.s);
-    cu.cuEventRecord(events[2 * r + 1], stream.s);
-  }
-  cuda_check(cu.cuStreamSynchronize(stream.s), "timed runs");
-  std::vector<double> ms(reps);
-  for (int r = 0; r < reps; ++r) {
-    float t = 0;
-    cuda_check(cu.cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]), "cuEventElapsedTime");
-    ms[r] = t;
-  }
-  for (auto& e : events) cu.cuEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  out.timing = {ms[ms.size() / 2], ms[ms.size() / 5], ms[(ms.size() * 4) / 5], reps};
+  out.check = bench.check(c.config);
+  if (out.check.pass) out.timing = bench.time(c.config, warmup, reps);
   return out;
 }
 

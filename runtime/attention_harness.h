@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,13 +42,35 @@ struct AttentionCheck {
 // large). Throws Error(no_device) without a GPU.
 AttentionCheck check_attention_forward(const AttentionCase& c, int device = 0);
 
+struct Timing {
+  double median_ms = 0, p20_ms = 0, p80_ms = 0, mean_ms = 0, std_ms = 0;
+  int reps = 0;
+};
+
+// One problem's inputs and reference, computed once, against which any number of configs are
+// checked (NaN-poisoned outputs before each run) and timed: what `kgen tune` and `kgen bench`
+// use, so every candidate is checked on the same buffers before it is timed.
+class AttentionForwardBench {
+ public:
+  AttentionForwardBench(const AttentionCase& c, int device = 0);
+  ~AttentionForwardBench();
+  AttentionForwardBench(const AttentionForwardBench&) = delete;
+  AttentionForwardBench& operator=(const AttentionForwardBench&) = delete;
+
+  const AttentionCase& problem() const;
+  // Runs `config` ("" = the default choice) once on poisoned outputs and compares with the reference.
+  AttentionCheck check(const std::string& config);
+  // Median/p20/p80 of `reps` device-event-timed runs after `warmup`, inputs rotated beyond L2.
+  Timing time(const std::string& config, int warmup, int reps);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Checks the GPU reference itself: every row of every head against the fp64 CPU reference.
 AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device = 0);
 
-struct Timing {
-  double median_ms = 0, p20_ms = 0, p80_ms = 0;
-  int reps = 0;
-};
 
 // Checks the case (returns nullopt-like pass=false check without timing when it fails), then
 // times it with device events: `warmup` untimed runs, `reps` timed runs rotating over enough

@@ -10,6 +10,7 @@ enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNoDevice = 3 };
 
 void add_cache_commands(CLI::App& app, int& exit_code);
 void add_gpu_commands(CLI::App& app, int& exit_code);
+void add_tune_commands(CLI::App& app, int& exit_code);
 
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> split_list(const std::string& text);

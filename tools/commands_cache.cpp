@@ -1,7 +1,8 @@
-// `kgen cache ls|stat|verify|gc|clear`.
+// `kgen cache ls|stat|verify|gc|clear|export|import`.
 #include <cstdio>
 #include <memory>
 
+#include "cache/archive.h"
 #include "cache/binary_cache.h"
 #include "tools/commands.h"
 
@@ -55,6 +56,41 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
     std::printf("removed %llu entries, %llu -> %llu bytes\n", static_cast<unsigned long long>(r.removed),
                 static_cast<unsigned long long>(r.bytes_before), static_cast<unsigned long long>(r.bytes_after));
     exit_code = kOk;
+  });
+  auto export_file = std::make_shared<std::string>();
+  auto* exp = cache_cmd->add_subcommand("export", "Write every verified entry to one archive file (format: cache/archive.h)");
+  exp->add_option("FILE", *export_file, "Archive to write (replaced atomically)")->required();
+  exp->callback([root, export_file, &exit_code] {
+    cache::BinaryCache c(root());
+    const auto r = cache::export_archive(c, *export_file);
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "kgen cache export: %s\n", r.error.c_str());
+      exit_code = kFailed;
+      return;
+    }
+    std::printf("exported %llu entries to %s (%llu bytes), corrupt %llu\n",
+                static_cast<unsigned long long>(r.exported), export_file->c_str(),
+                static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.corrupt_skipped));
+    exit_code = r.corrupt_skipped ? kFailed : kOk;
+  });
+  auto import_file = std::make_shared<std::string>();
+  auto* imp = cache_cmd->add_subcommand("import", "Verify and publish every entry of an archive; exit 1 if any member was bad");
+  imp->add_option("FILE", *import_file, "Archive written by `kgen cache export`")->required();
+  imp->callback([root, import_file, &exit_code] {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(*import_file, ec)) {
+      std::fprintf(stderr, "kgen cache import: no such archive file '%s'\n", import_file->c_str());
+      exit_code = kUsage;
+      return;
+    }
+    cache::BinaryCache c(root());
+    const auto r = cache::import_archive(c, *import_file);
+    for (const auto& p : r.problems) std::fprintf(stderr, "kgen cache import: %s\n", p.c_str());
+    if (!r.error.empty()) std::fprintf(stderr, "kgen cache import: %s\n", r.error.c_str());
+    std::printf("imported %llu entries (%llu already present), corrupt %llu, failed %llu\n",
+                static_cast<unsigned long long>(r.imported), static_cast<unsigned long long>(r.already_present),
+                static_cast<unsigned long long>(r.corrupt_skipped), static_cast<unsigned long long>(r.publish_failed));
+    exit_code = r.ok() ? kOk : kFailed;
   });
   cache_cmd->add_subcommand("clear", "Delete every entry")->callback([root, &exit_code] {
     cache::BinaryCache c(root());

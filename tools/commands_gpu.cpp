@@ -1,5 +1,9 @@
 // `kgen check`, `kgen bench` and `kgen demo` (the README's main job).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <unistd.h>
 #include <memory>
 #include <sstream>
 
@@ -123,48 +127,147 @@ int run_bench(const BenchOptions& o) {
   print_device_header();
   std::printf("attention_fwd, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first\n\n",
               o.tokens, o.hidden, o.reps, o.warmup);
-  std::printf("| dtype | d | causal | n | b | h | config | check | median ms | p20–p80 ms | TFLOPS |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| dtype | d | causal | n | b | h | config | check | fwd mean ms | fwd std ms | median ms | p20–p80 ms | TFLOPS | live MiB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failed = 0;
   for (DType t : parse_dtypes(o.dtypes))
     for (int d : parse_ints(o.head_dims, "--head-dims"))
       for (bool causal : parse_causal(o.causal))
-        for (int n : parse_ints(o.seqlens, "--seqlens"))
-         for (const std::string& forced : bench_configs(o.configs)) {
+        for (int n : parse_ints(o.seqlens, "--seqlens")) {
           AttentionCase c;
-          c.config = forced;
           c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
           c.batch = std::max(1, o.tokens / n);
           c.heads_q = c.heads_kv = std::max(1, o.hidden / d);
-          CheckedTiming r;
-          try {
-            r = check_and_time_attention_forward(c, 0, o.warmup, o.reps);
-          } catch (const Error& e) {
-            std::printf("| %s | %d | %s | %d | %d | %d | – | ERROR %s | – | – | – |\n", std::string(dtype_name(t)).c_str(), d,
-                        causal ? "yes" : "no", n, c.batch, c.heads_q, e.what());
-            ++failed;
-            continue;
+          const std::string row = "| " + std::string(dtype_name(t)) + " | " + std::to_string(d) + " | " +
+                                  (causal ? "yes" : "no") + " | " + std::to_string(n) + " | " + std::to_string(c.batch) +
+                                  " | " + std::to_string(c.heads_q) + " | ";
+          std::unique_ptr<AttentionForwardBench> bench;
+          for (const std::string& forced : bench_configs(o.configs)) {
+            std::string config = forced;
+            try {
+              if (!bench) bench = std::make_unique<AttentionForwardBench>(c, 0);
+              if (config.empty()) {
+                AttentionForwardCall call;
+                call.spec = {t, d, causal};
+                call.shape = {c.batch, c.heads_q, c.heads_kv, n, n};
+                config = to_string(choose_attention_forward_config(call, {}));
+              }
+              AttentionCheck check = bench->check(forced);
+              if (!check.pass) {
+                std::printf("%s%s | FAIL (%s) | – | – | – | – | – | – |\n", row.c_str(), config.c_str(),
+                            (check.o.pass ? check.lse.why : check.o.why).c_str());
+                ++failed;
+                continue;
+              }
+              Timing timing = bench->time(forced, o.warmup, o.reps);
+              double tflops = attention_forward_flops(c) / (timing.median_ms * 1e-3) / 1e12;
+              // Live memory of the call: q, k, v, o and lse (the forward allocates no workspace).
+              double mib = (2.0 * c.batch * c.heads_q * n * d * dtype_bytes(t) + 2.0 * c.batch * c.heads_kv * n * d * dtype_bytes(t) +
+                            4.0 * c.batch * c.heads_q * n) / (1 << 20);
+              std::printf("%s%s | pass (rel_l2 %.1e) | %.3f | %.3f | %.3f | %.3f–%.3f | %.1f | %.0f |\n", row.c_str(), config.c_str(),
+                          check.o.rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms, tflops, mib);
+            } catch (const Error& e) {
+              std::printf("%s%s | ERROR %s | – | – | – | – | – | – |\n", row.c_str(), config.empty() ? "–" : config.c_str(), e.what());
+              ++failed;
+            }
+            std::fflush(stdout);
           }
-          std::string config = forced;
-          if (config.empty()) {
-            AttentionForwardSpec spec{t, d, causal};
-            AttentionShape shape{c.batch, c.heads_q, c.heads_kv, n, n};
-            config = to_string(attention_forward_default_config(spec, shape, device_info(0).target, device_info(0).sm_count));
-          }
-          if (!r.check.pass) {
-            std::printf("| %s | %d | %s | %d | %d | %d | %s | FAIL (%s) | – | – | – |\n", std::string(dtype_name(t)).c_str(), d,
-                        causal ? "yes" : "no", n, c.batch, c.heads_q, config.c_str(),
-                        (r.check.o.pass ? r.check.lse.why : r.check.o.why).c_str());
-            ++failed;
-            continue;
-          }
-          double tflops = attention_forward_flops(c) / (r.timing.median_ms * 1e-3) / 1e12;
-          std::printf("| %s | %d | %s | %d | %d | %d | %s | pass (rel_l2 %.1e) | %.3f | %.3f–%.3f | %.1f |\n",
-                      std::string(dtype_name(t)).c_str(), d, causal ? "yes" : "no", n, c.batch, c.heads_q, config.c_str(),
-                      r.check.o.rel_l2, r.timing.median_ms, r.timing.p20_ms, r.timing.p80_ms, tflops);
-          std::fflush(stdout);
         }
   return failed ? kFailed : kOk;
+}
+
+// Host time of `calls` calls of `fn`, each timed alone; the stream is drained every 256 calls
+// outside the timed region so the launch queue never fills. Returns the median in µs.
+template <class Fn>
+double median_host_us(Fn&& fn, CUstream stream, int calls) {
+  std::vector<double> us;
+  us.reserve(calls);
+  for (int i = 0; i < calls; ++i) {
+    if (i % 256 == 0) cuda_check(cuda_driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    auto t1 = std::chrono::steady_clock::now();
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  cuda_check(cuda_driver().cuStreamSynchronize(stream), "cuStreamSynchronize");
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+// First-call cost (cold compile, disk-cache hit, in-memory hit) and the host overhead of a hot
+// kgen launch against a bare cuLaunchKernel of the same kernel with the same arguments.
+int run_launch_bench(int calls) {
+  require_device();
+  print_device_header();
+  const CudaDriver& cu = cuda_driver();
+  use_primary_context(0);
+  const Target target = device_info(0).target;
+  AttentionForwardSpec spec{DType::bf16, 128, false};
+  AttentionForwardConfig config = attention_forward_default_config(spec, {1, 1, 1, 16, 16}, target, device_info(0).sm_count);
+  KernelSource src = render_attention_forward(spec, config);
+
+  // 1. First call: cold compile and disk hit in a fresh cache directory, module load included.
+  auto dir = std::filesystem::temp_directory_path() / ("kgen-first-call-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  auto timed_build = [&](bool expect_hit) {
+    KernelBuilder builder(dir);
+    auto t0 = std::chrono::steady_clock::now();
+    BuildOutcome b = builder.build(src, target);
+    auto t1 = std::chrono::steady_clock::now();
+    load_kernel(0, b.image, src.entry, src.threads, src.smem_bytes);
+    auto t2 = std::chrono::steady_clock::now();
+    if (b.from_cache != expect_hit) throw Error(Status::internal, "first-call benchmark: unexpected cache state");
+    return std::pair{std::chrono::duration<double, std::milli>(t1 - t0).count(),
+                     std::chrono::duration<double, std::milli>(t2 - t1).count()};
+  };
+  auto [cold_build, cold_load] = timed_build(false);
+  auto [disk_build, disk_load] = timed_build(true);
+  std::filesystem::remove_all(dir);
+
+  // 2. Hot launches on a tiny problem (b = h = 1, n = 16, d = 128: the kernel itself is a few µs).
+  const std::int64_t shape[4] = {1, 1, 16, 128}, lshape[3] = {1, 1, 16};
+  CUdeviceptr buf[5];
+  for (int i = 0; i < 4; ++i) cuda_check(cu.cuMemAlloc(&buf[i], 16 * 128 * 2), "cuMemAlloc");
+  cuda_check(cu.cuMemAlloc(&buf[4], 16 * 4), "cuMemAlloc");
+  for (int i = 0; i < 3; ++i) cuda_check(cu.cuMemsetD32(buf[i], 0x3c003c00u, 16 * 128 / 2), "cuMemsetD32");
+  auto view = [&](int i) { return make_contiguous_view(reinterpret_cast<void*>(buf[i]), DType::bf16, 4, shape, 0); };
+  TensorView q = view(0), k = view(1), v = view(2), o = view(3);
+  TensorView lse = make_contiguous_view(reinterpret_cast<void*>(buf[4]), DType::f32, 3, lshape, 0);
+  CUstream stream;
+  cuda_check(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  AttentionOptions opt;
+  auto t0 = std::chrono::steady_clock::now();
+  attention_forward(q, k, v, o, &lse, opt, stream);  // decision + kernel resolution on first use
+  double first_api_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  AttentionForwardLaunch prepared = prepare_attention_forward(q, k, v, o, &lse, opt);
+  void* args[] = {&prepared.params};
+  auto bare = [&] {
+    cuda_check(cu.cuLaunchKernel(prepared.kernel.function, prepared.grid.x, prepared.grid.y, prepared.grid.z,
+                                 prepared.kernel.threads, 1, 1, prepared.kernel.smem_bytes, stream, args, nullptr),
+               "cuLaunchKernel");
+  };
+  auto full = [&] { attention_forward(q, k, v, o, &lse, opt, stream); };
+  for (int i = 0; i < 200; ++i) full(), bare();
+  // Interleave the two measurements in rounds so clock or queue drift hits both alike.
+  std::vector<double> bare_us, kgen_us;
+  for (int round = 0; round < 5; ++round) {
+    bare_us.push_back(median_host_us(bare, stream, calls / 5));
+    kgen_us.push_back(median_host_us(full, stream, calls / 5));
+  }
+  std::sort(bare_us.begin(), bare_us.end());
+  std::sort(kgen_us.begin(), kgen_us.end());
+  cu.cuStreamDestroy(stream);
+  for (auto b : buf) cu.cuMemFree(b);
+
+  std::printf("\nfirst call of %s (%s), fresh cache directory:\n", src.variant.c_str(), target.arch.c_str());
+  std::printf("| path | build ms | module load ms | total ms |\n|---|---|---|---|\n");
+  std::printf("| cold compile (NVRTC) + publish | %.1f | %.2f | %.1f |\n", cold_build, cold_load, cold_build + cold_load);
+  std::printf("| disk-cache hit | %.2f | %.2f | %.2f |\n", disk_build, disk_load, disk_build + disk_load);
+  std::printf("| first kgen::attention_forward in this process (decision, cache lookup, load, launch) | – | – | %.2f |\n", first_api_ms);
+  std::printf("\nhost time per launch (median of 5 rounds of %d calls each, b=h=1 n=16 d=128):\n", calls / 5);
+  std::printf("| launch | µs/call |\n|---|---|\n| bare cuLaunchKernel (same kernel, same args) | %.2f |\n", bare_us[2]);
+  std::printf("| kgen::attention_forward, hot (in-memory hit) | %.2f |\n| kgen overhead | %.2f |\n", kgen_us[2], kgen_us[2] - bare_us[2]);
+  return kOk;
 }
 
 }  // namespace
@@ -190,7 +293,17 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
   bench->add_option("--warmup", o->warmup, "Untimed runs")->capture_default_str()->check(CLI::NonNegativeNumber);
   bench->add_option("--reps", o->reps, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
   bench->add_option("--configs", o->configs, "Also time these configs, '|'-separated (invalid ones are reported per row)");
-  bench->callback([o, &exit_code] { exit_code = run_bench(*o); });
+  auto launch = std::make_shared<bool>(false);
+  bench->add_flag("--launch", *launch, "Measure first-call cost (cold compile, disk hit, in-memory hit) and hot launch overhead instead");
+  bench->callback([o, launch, &exit_code] {
+    if (*launch) {
+      exit_code = run_launch_bench(10000);
+      return;
+    }
+    exit_code = run_bench(*o);
+    // --warmup 0 asks for the cost of first calls too: cold compile, disk hit, in-memory hit.
+    if (o->warmup == 0 && exit_code == kOk) exit_code = run_launch_bench(10000);
+  });
 
   auto* demo = app.add_subcommand("demo", "Main job: verify and time default shapes on a GPU, or pre-warm sm_80/sm_90a without one");
   demo->callback([&exit_code] {

@@ -12,7 +12,9 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 #include "runtime/kernel_builder.h"
+#include "runtime/manifest.h"
 #include "runtime/nvrtc.h"
+#include "runtime/tuning_db.h"
 #include "runtime/warm.h"
 #include "tools/commands.h"
 
@@ -35,13 +37,16 @@ void add_warm(CLI::App& app, int& exit_code) {
   auto jobs = std::make_shared<int>(0);
   auto dir = std::make_shared<std::string>();
   auto quiet = std::make_shared<bool>(false);
+  auto manifest = std::make_shared<std::string>();
   cmd->add_option("--arch", *archs, "Comma-separated targets (sm_80, sm_86, sm_89, sm_90, sm_90a)")->capture_default_str();
-  cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
+  auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
+  cmd->add_option("--manifest", *manifest, "JSON Lines file, one variant per line (see runtime/manifest.h)")->excludes(ops_opt);
   cmd->add_option("--jobs,-j", *jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
   cmd->add_flag("--quiet,-q", *quiet, "Print only the summary line");
   cmd->callback([=, &exit_code] {
-    auto items = warm_items(split_list(*ops), split_list(*archs));
+    auto items = manifest->empty() ? warm_items(split_list(*ops), split_list(*archs))
+                                   : read_manifest(*manifest, split_list(*archs));
     KernelBuilder builder(dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir));
     std::printf("warming %zu variants into %s\n", items.size(), builder.cache().root().c_str());
     std::fflush(stdout);
@@ -85,18 +90,27 @@ void add_show_config(CLI::App& app, int& exit_code) {
                   d.name.c_str(), d.cc_major, d.cc_minor, d.target.arch.c_str(), d.sm_count,
                   d.max_smem_optin / 1024, d.total_memory / 1e9);
     }
-    cache::BinaryCache c(cache::default_cache_root());
-    auto entries = c.list();
-    std::error_code ec;
-    bool exists = std::filesystem::exists(c.root(), ec);
-    std::printf("cache         %s (%s, %zu entries, %.1f MB)\n", c.root().c_str(),
-                exists ? "exists" : "not created yet", entries.size(), c.total_bytes() / 1e6);
+    if (n > 0) {
+      int driver = 0;
+      cuda_driver().cuDriverGetVersion(&driver);
+      std::printf("driver        CUDA %d.%d\n", driver / 1000, (driver % 1000) / 10);
+    }
+    // Read-only layers first (KGEN_CACHE_PATH), the writable root last; first hit wins.
+    for (const auto& layer : KernelBuilder::global().layers())
+      std::printf("cache layer   %s (%s, %s, %llu entries, %.1f MB)\n", layer.path.c_str(),
+                  layer.exists ? "exists" : "not created yet", layer.writable ? "writable" : "read-only",
+                  static_cast<unsigned long long>(layer.entries), layer.bytes / 1e6);
+    auto db_files = default_tuning_db_files();
+    if (db_files.empty()) std::printf("tuning db     none yet (shards go to %s)\n", default_tuning_shard_dir().c_str());
+    for (const auto& f : db_files) std::printf("tuning db     %s\n", f.c_str());
+    std::printf("autotune      %s (KGEN_AUTOTUNE)\n", std::string(to_string(autotune_mode())).c_str());
     std::printf("operators    ");
     for (const auto& op : operators()) std::printf(" %s", std::string(op.name).c_str());
     std::printf("\n");
-    for (const char* var : {"KGEN_CACHE_DIR", "KGEN_NO_JIT", "KGEN_LOG_LEVEL", "KGEN_NVRTC_PATH", "CUDA_HOME"}) {
+    for (const char* var : {"KGEN_CACHE_DIR", "KGEN_CACHE_PATH", "KGEN_CACHE_MAX_BYTES", "KGEN_NO_JIT", "KGEN_TUNE_DB",
+                            "KGEN_AUTOTUNE", "KGEN_LOG_LEVEL", "KGEN_NVRTC_PATH", "CUDA_HOME"}) {
       const char* v = std::getenv(var);
-      std::printf("env %-16s %s\n", var, v ? v : "(unset)");
+      std::printf("env %-21s %s\n", var, v ? v : "(unset)");
     }
     exit_code = kOk;
   });
@@ -169,6 +183,7 @@ int main(int argc, char** argv) {
   add_inspect(app, exit_code);
   add_cache_commands(app, exit_code);
   add_gpu_commands(app, exit_code);
+  add_tune_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,7 +19,7 @@ expect() {  # expect EXIT_CODE PATTERN -- ARGS...
     echo "ok: kgen $*"
   fi
 }
-for cmd in warm show-config inspect check bench demo "cache ls" "cache verify" "cache gc" "cache clear"; do
+for cmd in warm show-config inspect check bench demo "cache ls" "cache verify" "cache gc" "cache clear" "cache export" "cache import"; do
   # shellcheck disable=SC2086
   expect 0 "Usage" -- $cmd --help
 done
@@ -35,6 +35,43 @@ expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --arch sm_80,sm_90a --cache-dir "$cache" --quiet
 expect 0 "entries [0-9]+, corrupt 0" -- cache --cache-dir "$cache" verify
 expect 0 "kgen +[0-9]+\.[0-9]+\.[0-9]+" -- show-config
+
+# Manifests and archives, in a small scratch cache (one cheap variant).
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+good='{"op":"attention_fwd","dtype":"fp32","head_dim":32,"config":"simt:bm4:bn32:dmax32"}'
+echo "$good" >"$scratch/good.jsonl"
+printf '%s\n{"op":"conv2d","dtype":"bf16","head_dim":64}\n' "$good" >"$scratch/bad-op.jsonl"
+printf '%s\n{"op":"attention_fwd","dtype":"bf16","head_dim":300}\n' "$good" >"$scratch/bad-d.jsonl"
+printf '{"op":"attention_fwd",\n' >"$scratch/bad-json.jsonl"
+: >"$scratch/empty.jsonl"
+small="$scratch/cache"
+expect 2 "manifest: cannot read .*no-such.jsonl" -- warm --manifest "$scratch/no-such.jsonl" --cache-dir "$small"
+expect 2 "manifest:2: unknown op 'conv2d'" -- warm --manifest "$scratch/bad-op.jsonl" --cache-dir "$small"
+expect 2 "manifest:2: head_dim 300" -- warm --manifest "$scratch/bad-d.jsonl" --cache-dir "$small"
+expect 2 "manifest:1: not valid JSON" -- warm --manifest "$scratch/bad-json.jsonl" --cache-dir "$small"
+expect 2 "manifest:1: .*no variants" -- warm --manifest "$scratch/empty.jsonl" --cache-dir "$small"
+expect 2 "excludes" -- warm --manifest "$scratch/good.jsonl" --ops attention_fwd --cache-dir "$small"
+expect 0 "compiled 1, cached 0, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$small"
+expect 0 "compiled 0, cached 1, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$small"
+expect 0 "exported 1 entries" -- cache --cache-dir "$small" export "$scratch/a.kgenarc"
+expect 0 "imported 1 entries \(0 already present\), corrupt 0" -- cache --cache-dir "$scratch/c2" import "$scratch/a.kgenarc"
+expect 0 "compiled 0, cached 1, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$scratch/c2"
+expect 0 "imported 1 entries \(1 already present\)" -- cache --cache-dir "$scratch/c2" import "$scratch/a.kgenarc"
+expect 2 "" -- cache export
+expect 2 "no such archive file" -- cache --cache-dir "$scratch/c3" import "$scratch/missing.kgenarc"
+expect 1 "not a kgen cache archive" -- cache --cache-dir "$scratch/c3" import "$scratch/good.jsonl"
+expect 1 "cannot write" -- cache --cache-dir "$small" export "$scratch/good.jsonl/x.kgenarc"
+# One flipped byte inside the member: reported, skipped, exit 1; nothing corrupt lands.
+cp "$scratch/a.kgenarc" "$scratch/flipped.kgenarc"
+off=$(( $(stat -c %s "$scratch/flipped.kgenarc") / 2 ))
+byte=$(od -An -tu1 -j"$off" -N1 "$scratch/flipped.kgenarc" | tr -d ' ')
+printf "$(printf '\\%03o' $(( byte ^ 64 )))" | dd of="$scratch/flipped.kgenarc" bs=1 seek="$off" conv=notrunc 2>/dev/null
+expect 1 "member 1 .*checksum mismatch; skipped" -- cache --cache-dir "$scratch/c4" import "$scratch/flipped.kgenarc"
+expect 0 "entries 0, corrupt 0" -- cache --cache-dir "$scratch/c4" verify
+cp "$scratch/a.kgenarc" "$scratch/short.kgenarc"
+truncate -s -60 "$scratch/short.kgenarc"
+expect 1 "truncated" -- cache --cache-dir "$scratch/c5" import "$scratch/short.kgenarc"
 if ! "$kgen" show-config | grep -q "devices       none"; then
   echo "note: a GPU is present; skipping the no-device checks"
 else

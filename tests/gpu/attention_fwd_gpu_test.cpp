@@ -4,6 +4,7 @@
 
 #include "generator/attention_forward.h"
 #include "runtime/attention_harness.h"
+#include "runtime/autotune.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
 
@@ -104,6 +105,30 @@ TEST(AttentionReferenceGpu, MatchesTheCpuReference) {
         auto r = check_reference_gpu_against_cpu(c);
         EXPECT_TRUE(r.pass) << to_string(c) << "\n  o:   " << to_string(r.o) << "\n  lse: " << to_string(r.lse);
       }
+}
+
+}  // namespace
+}  // namespace kgen
+
+namespace kgen {
+namespace {
+
+// A real tuning run: every candidate checked before it is timed, a passing winner.
+TEST(AutotuneGpu, TunesAShapeAndTheWinnerPasses) {
+  KGEN_REQUIRE_GPU();
+  AttentionCase c;
+  c.dtype = DType::bf16, c.head_dim = 64, c.batch = 2, c.heads_q = c.heads_kv = 8, c.n_q = c.n_k = 1024;
+  TuneOptions options;
+  options.warmup = 3, options.reps = 10;
+  TuneResult r = tune_attention_forward(c, options);
+  ASSERT_TRUE(r.winner);
+  EXPECT_GT(r.candidates.size(), 3u);
+  for (const auto& cand : r.candidates) {
+    if (!cand.error.empty()) continue;
+    EXPECT_TRUE(cand.check.pass) << to_string(cand.config) << ": " << to_string(cand.check.o);
+    EXPECT_GT(cand.timing.median_ms, 0) << to_string(cand.config);
+  }
+  EXPECT_TRUE(r.candidates[*r.winner].check.pass);
 }
 
 }  // namespace
