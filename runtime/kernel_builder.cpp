@@ -233,6 +233,9 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
     if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
 
   CompiledBinary bin = compile(source, target);
+  if (!bin.resources.parsed)
+    log(LogLevel::warn, "no ptxas report for " + source.variant + " (registers and spills unknown): the compiler "
+                        "log holds no 'Used N registers' line");
   BuildOutcome out;
   out.key = key;
   out.image = std::move(bin.image);

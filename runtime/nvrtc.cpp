@@ -103,6 +103,10 @@ std::vector<std::string> compile_options(const Target& target, bool ptx) {
       "--gpu-architecture=" + arch,
       "--std=c++17",
       "--ptxas-options=-v",
+      // kgen keeps its own cache. NVRTC's (CUDA 12.9+, in the driver's compute cache) would
+      // answer repeated compiles without running ptxas, so without the -v report that kgen
+      // stores and checks (seen on an H200: registers missing, 22 ms "compiles").
+      "--no-cache",
       "--generate-line-info",
       "-DKGEN_JIT=1",
   };
