@@ -86,6 +86,20 @@ std::string to_string(const AttentionForwardSpec& s) {
   return o.str();
 }
 
+std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string p; std::getline(in, p, '.');) parts.push_back(p);
+  if (parts.size() != 4 || parts[0] != "attention_fwd" || parts[2].size() < 2 || parts[2][0] != 'd') return std::nullopt;
+  auto dtype = parse_dtype(parts[1]);
+  int d = 0;
+  const char* b = parts[2].data() + 1;
+  const char* e = parts[2].data() + parts[2].size();
+  auto [ptr, ec] = std::from_chars(b, e, d);
+  if (!dtype || ec != std::errc() || ptr != e || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
+  return AttentionForwardSpec{*dtype, d, parts[3] == "causal"};
+}
+
 std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec) {
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." +

@@ -49,6 +49,9 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name).
 std::string to_string(const AttentionForwardSpec& s);
 
+// Parses to_string(spec) ("attention_fwd.bf16.d128.causal"), the variant key of tuning records.
+std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::string& text);
+
 // Why `spec` cannot be served at all (nullopt when it can): names the offending field.
 std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec);
 

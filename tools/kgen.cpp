@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "cache/binary_cache.h"
@@ -30,6 +31,40 @@ std::vector<std::string> split_list(const std::string& text) {
 
 namespace {
 
+// The winners recorded in tuning-database shards (any device class) plus the heuristic default
+// of every recorded spec, for each target where they are valid; duplicates compile once.
+std::vector<WarmItem> tuning_db_warm_items(const std::vector<std::string>& paths, const std::vector<std::string>& archs) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& p : paths) files.emplace_back(p);
+  std::vector<WarmItem> items;
+  std::set<std::string> seen;
+  auto add = [&](const AttentionForwardSpec& spec, const AttentionForwardConfig& config, const Target& target) {
+    if (check_attention_forward_config(spec, config, target)) return;
+    KernelSource src = render_attention_forward(spec, config);
+    if (seen.insert(src.variant + "@" + target.arch).second) items.push_back({std::move(src), target});
+  };
+  for (const auto& file : expand_tuning_db_paths(files)) {
+    TuningShard shard = read_tuning_shard(file);
+    if (!shard.header) throw Error(Status::invalid_argument, "--db: " + file.string() + ": " + shard.header_error);
+    for (const auto& line : shard.records) {
+      if (line.record.op != "attention_fwd") continue;
+      auto spec = parse_attention_forward_spec(line.record.variant_key);
+      auto config = parse_attention_forward_config(line.record.config);
+      if (!spec || !config)
+        throw Error(Status::invalid_argument, "--db: " + file.string() + ":" + std::to_string(line.line) +
+                                                  ": unknown variant or config '" + line.record.variant_key + "' / '" +
+                                                  line.record.config + "'");
+      for (const auto& arch : archs) {
+        auto target = parse_target(arch);
+        if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + arch + "'");
+        add(*spec, *config, *target);
+        add(*spec, attention_forward_default_config(*spec, {1, 16, 16, 4096, 4096}, *target, 132), *target);
+      }
+    }
+  }
+  return items;
+}
+
 void add_warm(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("warm", "Compile kernel variants into the cache without a GPU");
   auto archs = std::make_shared<std::string>("sm_80,sm_90a");
@@ -38,15 +73,24 @@ void add_warm(CLI::App& app, int& exit_code) {
   auto dir = std::make_shared<std::string>();
   auto quiet = std::make_shared<bool>(false);
   auto manifest = std::make_shared<std::string>();
+  auto db = std::make_shared<std::vector<std::string>>();
   cmd->add_option("--arch", *archs, "Comma-separated targets (sm_80, sm_86, sm_89, sm_90, sm_90a)")->capture_default_str();
   auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
   cmd->add_option("--manifest", *manifest, "JSON Lines file, one variant per line (see runtime/manifest.h)")->excludes(ops_opt);
+  cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus each "
+                               "recorded spec's default, instead of whole config spaces")
+      ->excludes(ops_opt);
   cmd->add_option("--jobs,-j", *jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
   cmd->add_flag("--quiet,-q", *quiet, "Print only the summary line");
   cmd->callback([=, &exit_code] {
-    auto items = manifest->empty() ? warm_items(split_list(*ops), split_list(*archs))
-                                   : read_manifest(*manifest, split_list(*archs));
+    std::vector<WarmItem> items;
+    if (!manifest->empty()) items = read_manifest(*manifest, split_list(*archs));
+    if (!db->empty()) {
+      auto from_db = tuning_db_warm_items(*db, split_list(*archs));
+      items.insert(items.end(), std::make_move_iterator(from_db.begin()), std::make_move_iterator(from_db.end()));
+    }
+    if (manifest->empty() && db->empty()) items = warm_items(split_list(*ops), split_list(*archs));
     KernelBuilder builder(dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir));
     std::printf("warming %zu variants into %s\n", items.size(), builder.cache().root().c_str());
     std::fflush(stdout);

@@ -34,6 +34,9 @@ expect 0 "^#include \"kgen/attention/forward_fa2.cuh\"" -- inspect --show source
 expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --arch sm_80,sm_90a --cache-dir "$cache" --quiet
 expect 0 "entries [0-9]+, corrupt 0" -- cache --cache-dir "$cache" verify
+here=$(dirname "$0")
+expect 0 "warming 2 variants" -- warm --db "$here/tuning_shard.jsonl" --arch sm_90a --cache-dir "$cache" --quiet
+expect 2 "db: .*nonexistent" -- warm --db /nonexistent.jsonl --cache-dir "$cache"
 expect 0 "kgen +[0-9]+\.[0-9]+\.[0-9]+" -- show-config
 
 # Manifests and archives, in a small scratch cache (one cheap variant).

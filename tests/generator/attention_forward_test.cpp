@@ -25,6 +25,17 @@ TEST(AttentionForwardConfig, ParseRoundTripsEveryConfigInTheSpace) {
       }
 }
 
+TEST(AttentionForwardSpecText, RoundTripsAndRejectsMalformed) {
+  for (AttentionForwardSpec s : {AttentionForwardSpec{DType::bf16, 128, true}, AttentionForwardSpec{DType::f32, 80, false}}) {
+    auto p = parse_attention_forward_spec(to_string(s));
+    ASSERT_TRUE(p) << to_string(s);
+    EXPECT_EQ(*p, s);
+  }
+  for (const char* bad : {"", "attention_fwd", "attention_fwd.bf16.128.causal", "attention_fwd.bf8.d128.full",
+                          "attention_fwd.bf16.d128.maybe", "attention_bwd.bf16.d128.full", "attention_fwd.bf16.dx.full"})
+    EXPECT_FALSE(parse_attention_forward_spec(bad)) << bad;
+}
+
 TEST(AttentionForwardConfig, RejectsMalformedText) {
   for (const char* bad : {"", "fa2", "fa2:bm64:bn64", "fa2:bm64:bn64:s2", "fa3:bm64:bn64:w4:s2", "fa2:bm:bn64:w4:s2",
                           "fa2:bm64:bn64:w4:s2:x", "fa2:bm64x:bn64:w4:s2", "fa2:bm64:bn64:w:s2", "simt:bm4:bn32:s2"})
