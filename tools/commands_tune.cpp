@@ -27,6 +27,7 @@ void print_candidates(const TuneResult& r) {
   for (std::size_t i = 0; i < r.candidates.size(); ++i) {
     const CandidateResult& c = r.candidates[i];
     std::string note = r.winner && *r.winner == i ? "WINNER" : (r.runner_up && *r.runner_up == i ? "runner-up" : "");
+    if (c.compiled) note += (note.empty() ? "" : ", ") + std::string("GPU ") + std::to_string(c.device);
     if (!c.error.empty()) {
       std::string first_line = c.error.substr(0, c.error.find('\n'));
       std::printf("| %s | – | – | – | – | %d | %d | %s |\n", to_string(c.config).c_str(), c.resources.registers,
@@ -155,7 +156,10 @@ void add_tune_commands(CLI::App& app, int& exit_code) {
   tune->add_option("--warmup", o->warmup, "Untimed runs per candidate")->capture_default_str()->check(CLI::NonNegativeNumber);
   tune->add_option("--reps", o->reps, "Timed runs per candidate")->capture_default_str()->check(CLI::PositiveNumber);
   tune->add_option("--jobs,-j", o->jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
-  tune->add_option("--devices", o->devices, "Comma-separated GPUs to spread candidates over")->capture_default_str();
+  tune->add_option("--devices", o->devices,
+                   "Comma-separated GPUs to spread candidates over, one worker each; their timings are compared "
+                   "directly, so use identical GPUs")
+      ->capture_default_str();
   tune->add_option("--db-dir", o->db_dir, "Directory for this run's shard (default: KGEN_TUNE_DB's directory or ~/.cache/kgen/tuning)");
   tune->add_flag("--force", o->force, "Re-tune shapes that already have a record");
   tune->add_flag("--no-record", o->no_record, "Do not write the winners");
