@@ -369,12 +369,5 @@ AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int devic
   return check;
 }
 
-CheckedTiming check_and_time_attention_forward(const AttentionCase& c, int device, int warmup, int reps) {
-  AttentionForwardBench bench(c, device);
-  CheckedTiming out;
-  out.check = bench.check(c.config);
-  if (out.check.pass) out.timing = bench.time(c.config, warmup, reps);
-  return out;
-}
 
 }  // namespace kgen

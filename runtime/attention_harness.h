@@ -72,13 +72,5 @@ class AttentionForwardBench {
 AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device = 0);
 
 
-// Checks the case (returns nullopt-like pass=false check without timing when it fails), then
-// times it with device events: `warmup` untimed runs, `reps` timed runs rotating over enough
-// input sets to exceed twice the L2 size.
-struct CheckedTiming {
-  AttentionCheck check;
-  Timing timing;  // zero when the check failed
-};
-CheckedTiming check_and_time_attention_forward(const AttentionCase& c, int device, int warmup, int reps);
 
 }  // namespace kgen

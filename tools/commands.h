@@ -15,4 +15,7 @@ void add_tune_commands(CLI::App& app, int& exit_code);
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> split_list(const std::string& text);
 
+// Parses "1,2,3" as integers >= `min`; throws kgen::Error(invalid_argument) naming `option`.
+std::vector<int> parse_int_list(const std::string& text, const char* option, int min = 1);
+
 }  // namespace kgen::cli

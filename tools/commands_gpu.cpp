@@ -19,21 +19,6 @@
 namespace kgen::cli {
 namespace {
 
-std::vector<int> parse_ints(const std::string& text, const char* option) {
-  std::vector<int> out;
-  for (const auto& s : split_list(text)) {
-    try {
-      std::size_t used = 0;
-      int v = std::stoi(s, &used);
-      if (used != s.size() || v <= 0) throw std::invalid_argument(s);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      throw Error(Status::invalid_argument, std::string(option) + ": '" + s + "' is not a positive integer");
-    }
-  }
-  return out;
-}
-
 std::vector<DType> parse_dtypes(const std::string& text) {
   std::vector<DType> out;
   for (const auto& s : split_list(text)) {
@@ -123,6 +108,11 @@ std::vector<std::string> bench_configs(const std::string& text) {
 }
 
 int run_bench(const BenchOptions& o) {
+  // Arguments first, so a typo is named even on a machine without a GPU.
+  const auto dtypes = parse_dtypes(o.dtypes);
+  const auto head_dims = parse_int_list(o.head_dims, "--head-dims");
+  const auto causal_flags = parse_causal(o.causal);
+  const auto seqlens = parse_int_list(o.seqlens, "--seqlens");
   require_device();
   print_device_header();
   std::printf("attention_fwd, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first\n\n",
@@ -130,10 +120,10 @@ int run_bench(const BenchOptions& o) {
   std::printf("| dtype | d | causal | n | b | h | config | check | fwd mean ms | fwd std ms | median ms | p20–p80 ms | TFLOPS | live MiB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failed = 0;
-  for (DType t : parse_dtypes(o.dtypes))
-    for (int d : parse_ints(o.head_dims, "--head-dims"))
-      for (bool causal : parse_causal(o.causal))
-        for (int n : parse_ints(o.seqlens, "--seqlens")) {
+  for (DType t : dtypes)
+    for (int d : head_dims)
+      for (bool causal : causal_flags)
+        for (int n : seqlens) {
           AttentionCase c;
           c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
           c.batch = std::max(1, o.tokens / n);
@@ -280,7 +270,7 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
   check->add_option("--dtypes", *dtypes, "Comma-separated dtypes")->capture_default_str();
   check->add_option("--head-dims", *dims, "Comma-separated head dims")->capture_default_str();
   check->add_flag("--quick", *quick, "Skip the large shapes");
-  check->callback([=, &exit_code] { exit_code = run_check(parse_dtypes(*dtypes), parse_ints(*dims, "--head-dims"), *quick); });
+  check->callback([=, &exit_code] { exit_code = run_check(parse_dtypes(*dtypes), parse_int_list(*dims, "--head-dims"), *quick); });
 
   auto* bench = app.add_subcommand("bench", "Time attention_fwd on the standard sweep (each row checked first)");
   auto o = std::make_shared<BenchOptions>();

@@ -43,34 +43,28 @@ void print_candidates(const TuneResult& r) {
   }
 }
 
-std::vector<int> ints(const std::string& text, const char* option) {
-  std::vector<int> out;
-  for (const auto& s : split_list(text)) {
-    std::size_t used = 0;
-    int v = -1;
-    try {
-      v = std::stoi(s, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != s.size() || v < 0) throw Error(Status::invalid_argument, std::string(option) + ": '" + s + "' is not a non-negative integer");
-    out.push_back(v);
-  }
-  return out;
-}
-
 int run_tune(const TuneCliOptions& o) {
   if (o.op != "attention_fwd")
     throw Error(Status::invalid_argument, "--op: kgen tune knows attention_fwd only so far, got '" + o.op + "'");
-  std::string why;
-  if (!cuda_available(&why)) throw Error(Status::no_device, why);
+  // Arguments first, so a typo is named even on a machine without a GPU.
   TuneOptions opts;
   opts.warmup = o.warmup, opts.reps = o.reps, opts.jobs = o.jobs;
-  opts.devices = ints(o.devices, "--devices");
+  opts.devices = parse_int_list(o.devices, "--devices", 0);
   for (const auto& text : split_list(o.configs)) {
     auto c = parse_attention_forward_config(text);
     if (!c) throw Error(Status::invalid_argument, "--configs: cannot parse '" + text + "'");
     opts.candidates.push_back(*c);
   }
+  std::vector<DType> dtypes;
+  for (const auto& dname : split_list(o.dtypes)) {
+    auto dtype = parse_dtype(dname);
+    if (!dtype) throw Error(Status::invalid_argument, "--dtypes: unknown dtype '" + dname + "'");
+    dtypes.push_back(*dtype);
+  }
+  const auto head_dims = parse_int_list(o.head_dims, "--head-dims");
+  const auto seqlens = parse_int_list(o.seqlens, "--seqlens");
+  std::string why;
+  if (!cuda_available(&why)) throw Error(Status::no_device, why);
   TuningContext ctx = TuningContext::current(opts.devices[0]);
   TuningDatabase db = TuningDatabase::open(default_tuning_db_files(), ctx);
   std::unique_ptr<TuningShardWriter> writer;
@@ -81,14 +75,12 @@ int run_tune(const TuneCliOptions& o) {
               dev.name.c_str(), dev.target.arch.c_str(), dev.sm_count, o.warmup, o.reps);
 
   int failed = 0, tuned = 0, skipped = 0;
-  for (const auto& dname : split_list(o.dtypes)) {
-    auto dtype = parse_dtype(dname);
-    if (!dtype) throw Error(Status::invalid_argument, "--dtypes: unknown dtype '" + dname + "'");
-    for (int d : ints(o.head_dims, "--head-dims"))
+  for (DType dtype : dtypes) {
+    for (int d : head_dims)
       for (bool causal : o.causal == "both" ? std::vector<bool>{false, true} : std::vector<bool>{o.causal == "yes"})
-        for (int n : ints(o.seqlens, "--seqlens")) {
+        for (int n : seqlens) {
           AttentionCase c;
-          c.dtype = *dtype, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
+          c.dtype = dtype, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
           c.batch = o.batch ? o.batch : std::max(1, o.tokens / n);
           c.heads_q = o.heads ? o.heads : std::max(1, o.hidden / d);
           c.heads_kv = o.heads_kv ? o.heads_kv : c.heads_q;

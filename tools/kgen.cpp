@@ -29,6 +29,22 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+std::vector<int> parse_int_list(const std::string& text, const char* option, int min) {
+  std::vector<int> out;
+  for (const auto& s : split_list(text)) {
+    std::size_t used = 0;
+    int v = min - 1;
+    try {
+      v = std::stoi(s, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != s.size() || v < min)
+      throw Error(Status::invalid_argument, std::string(option) + ": '" + s + "' is not an integer >= " + std::to_string(min));
+    out.push_back(v);
+  }
+  return out;
+}
+
 namespace {
 
 // The winners recorded in tuning-database shards (any device class) plus the heuristic default

@@ -30,6 +30,10 @@ expect 2 "dtype: unknown dtype 'fp8'" -- inspect --dtype fp8
 expect 2 "head-dim" -- inspect --head-dim 300
 expect 2 "config" -- inspect --config fa2:bm64:bn64
 expect 2 "" -- no-such-command
+expect 2 "seqlens: 'x' is not an integer" -- bench --seqlens 12,x
+expect 2 "devices: '-1' is not an integer" -- tune --devices -1
+expect 2 "dtypes: unknown dtype 'fp8'" -- tune --dtypes fp8
+expect 2 "configs: cannot parse" -- tune --configs fa2:bm64
 expect 0 "^#include \"kgen/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal
 expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --arch sm_80,sm_90a --cache-dir "$cache" --quiet
