@@ -172,8 +172,11 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     while (check_attention_forward_config(spec, c, target) && c.block_n > 32) c.block_n /= 2;
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
-  AttentionForwardConfig s{ForwardPath::simt, 4, 32, 1, simt_bucket(spec.head_dim)};
-  return s;
+  return attention_forward_general_config(spec);
+}
+
+AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec) {
+  return {ForwardPath::simt, 4, 32, 1, simt_bucket(spec.head_dim)};
 }
 
 LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape) {

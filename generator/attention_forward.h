@@ -70,6 +70,9 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count);
 
+// The general (simt) path's default for `spec`: valid for every dtype, head_dim and alignment.
+AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec);
+
 // Grid of a launch: x = query tiles, y = query heads, z = batch.
 struct LaunchGrid {
   unsigned x = 1, y = 1, z = 1;

@@ -261,14 +261,8 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
     return *c;
   }
   if (call.aligned16) return decide(call, dev);
-  AttentionForwardConfig c = attention_forward_default_config(call.spec, call.shape, dev.target, dev.sm_count);
-  if (c.path == ForwardPath::fa2) {
-    // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
-    AttentionForwardSpec s = call.spec;
-    s.dtype = DType::f32;  // selects the simt default for this head_dim
-    c = attention_forward_default_config(s, call.shape, dev.target, dev.sm_count);
-  }
-  return c;
+  // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
+  return attention_forward_general_config(call.spec);
 }
 
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,

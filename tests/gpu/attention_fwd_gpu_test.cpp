@@ -17,6 +17,11 @@ namespace {
     if (!cuda_available(&why)) GTEST_SKIP() << why;       \
   } while (0)
 
+// The case and both comparisons, for a failure message.
+std::string describe(const AttentionCase& c, const AttentionCheck& r) {
+  return to_string(c) + "\n  o:   " + to_string(r.o) + "\n  lse: " + to_string(r.lse);
+}
+
 struct Shape {
   int b, hq, hkv, nq, nk;
 };
@@ -40,7 +45,7 @@ TEST_P(AttentionForwardGpu, MatchesReferenceOnOddShapesBothLayoutsAndGqa) {
       c.dtype = dtype, c.head_dim = d, c.causal = causal, c.layout = layout, c.seed = seed++;
       c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
       auto r = check_attention_forward(c);
-      EXPECT_TRUE(r.pass) << to_string(c) << "\n  o:   " << to_string(r.o) << "\n  lse: " << to_string(r.lse);
+      EXPECT_TRUE(r.pass) << describe(c, r);
     }
 }
 
@@ -66,7 +71,7 @@ TEST(AttentionForwardGpuConfigs, EveryConfigInTheSpaceIsCorrect) {
           c.dtype = t, c.head_dim = d, c.causal = causal, c.config = to_string(config), c.seed = seed++;
           c.batch = 2, c.heads_q = 4, c.heads_kv = 2, c.n_q = 333, c.n_k = 271;
           auto r = check_attention_forward(c);
-          EXPECT_TRUE(r.pass) << to_string(c) << "\n  o:   " << to_string(r.o) << "\n  lse: " << to_string(r.lse);
+          EXPECT_TRUE(r.pass) << describe(c, r);
         }
 }
 
@@ -79,11 +84,11 @@ TEST(AttentionForwardGpuLarge, ManyWavesAndLongSequences) {
       c.dtype = DType::bf16, c.head_dim = d, c.causal = causal, c.layout = Layout::bnhd;
       c.batch = 4, c.heads_q = 32, c.heads_kv = 8, c.n_q = 2048, c.n_k = 2048, c.seed = 99 + d;
       auto r = check_attention_forward(c);
-      EXPECT_TRUE(r.pass) << to_string(c) << "\n  o:   " << to_string(r.o) << "\n  lse: " << to_string(r.lse);
+      EXPECT_TRUE(r.pass) << describe(c, r);
       AttentionCase longer = c;
       longer.batch = 1, longer.heads_q = 2, longer.heads_kv = 1, longer.n_q = 8192, longer.n_k = 8192;
       auto r2 = check_attention_forward(longer);
-      EXPECT_TRUE(r2.pass) << to_string(longer) << "\n  o:   " << to_string(r2.o) << "\n  lse: " << to_string(r2.lse);
+      EXPECT_TRUE(r2.pass) << describe(longer, r2);
     }
 }
 
@@ -103,7 +108,7 @@ TEST(AttentionReferenceGpu, MatchesTheCpuReference) {
         c.dtype = t, c.head_dim = t == DType::f32 ? 80 : 64, c.causal = causal, c.layout = Layout::bnhd;
         c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk, c.seed = 5 + s.nq;
         auto r = check_reference_gpu_against_cpu(c);
-        EXPECT_TRUE(r.pass) << to_string(c) << "\n  o:   " << to_string(r.o) << "\n  lse: " << to_string(r.lse);
+        EXPECT_TRUE(r.pass) << describe(c, r);
       }
 }
 
