@@ -4,6 +4,7 @@
 #include <charconv>
 #include <sstream>
 
+#include "generator/config_text.h"
 #include "kgen/attention/forward_config.h"
 
 namespace kgen {
@@ -13,12 +14,7 @@ constexpr int kSimtHeadDims[] = {32, 64, 128, 256};
 constexpr int kMaxRegistersPerThread = 255;
 
 bool is_fa2_head_dim(int d) { return std::ranges::find(kFa2HeadDims, d) != std::end(kFa2HeadDims); }
-
-int simt_bucket(int d) {
-  for (int b : kSimtHeadDims)
-    if (d <= b) return b;
-  return 0;
-}
+int simt_bucket(int d) { return attention_simt_bucket(d); }
 
 // Registers per thread of the fa2 kernel, estimated from its fragments for r = 16 or 32 rows
 // per warp: O accumulator (r·D/32), S accumulator (r·BN/32), Q fragments when kept in
@@ -31,16 +27,14 @@ int fa2_register_estimate(int d, int bn, int rows_per_warp) {
   return r * d / 32 + r * bn / 32 + q_frags + r * bn / 64 + 40;
 }
 
-const char* dtype_cxx(DType t) {
-  switch (t) {
-    case DType::f16: return "kgen::half_t";
-    case DType::bf16: return "kgen::bfloat16_t";
-    case DType::f32: return "float";
-  }
-  return "void";
-}
 
 }  // namespace
+
+int attention_simt_bucket(int head_dim) {
+  for (int b : kSimtHeadDims)
+    if (head_dim <= b) return b;
+  return 0;
+}
 
 std::string to_string(const AttentionForwardConfig& c) {
   std::ostringstream s;
@@ -52,20 +46,12 @@ std::string to_string(const AttentionForwardConfig& c) {
 }
 
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  for (std::string p; std::getline(in, p, ':');) parts.push_back(p);
+  const std::vector<std::string> parts = split_fields(text, ':');
   AttentionForwardConfig c;
   if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
   else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
   else return std::nullopt;
-  auto number = [](const std::string& field, std::string_view prefix, int& out) {
-    if (!field.starts_with(prefix)) return false;
-    const char* b = field.data() + prefix.size();
-    const char* e = field.data() + field.size();
-    auto [ptr, ec] = std::from_chars(b, e, out);
-    return ec == std::errc() && ptr == e && b != e;
-  };
+  const auto number = parse_prefixed_int;
   bool ok = number(parts[1], "bm", c.block_m) && number(parts[2], "bn", c.block_n);
   if (c.path == ForwardPath::fa2) {
     ok = ok && number(parts[3], "w", c.warps) && number(parts[4], "s", c.stages);
@@ -87,16 +73,11 @@ std::string to_string(const AttentionForwardSpec& s) {
 }
 
 std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::string& text) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  for (std::string p; std::getline(in, p, '.');) parts.push_back(p);
-  if (parts.size() != 4 || parts[0] != "attention_fwd" || parts[2].size() < 2 || parts[2][0] != 'd') return std::nullopt;
+  const std::vector<std::string> parts = split_fields(text, '.');
+  if (parts.size() != 4 || parts[0] != "attention_fwd") return std::nullopt;
   auto dtype = parse_dtype(parts[1]);
   int d = 0;
-  const char* b = parts[2].data() + 1;
-  const char* e = parts[2].data() + parts[2].size();
-  auto [ptr, ec] = std::from_chars(b, e, d);
-  if (!dtype || ec != std::errc() || ptr != e || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
+  if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
   return AttentionForwardSpec{*dtype, d, parts[3] == "causal"};
 }
 

@@ -43,6 +43,10 @@ inline constexpr int kFa2HeadDims[] = {32, 64, 96, 128, 256};
 // Largest head dim any path serves.
 inline constexpr int kMaxHeadDim = 256;
 
+// The general (simt) path's compile-time head-dim bound for `head_dim`: 32, 64, 128 or 256
+// (0 above 256).
+int attention_simt_bucket(int head_dim);
+
 // "fa2:bm128:bn64:w4:s2" or "simt:bm4:bn32:dmax128".
 std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);

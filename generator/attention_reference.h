@@ -15,4 +15,11 @@ KernelSource render_attention_reference_scores(DType dtype);
 // Row softmax of S and O = P·v, LSE, for the same chunk.
 KernelSource render_attention_reference_softmax_pv(DType dtype);
 
+// The naive backward references (templates/kgen/reference/attention_bwd_naive.cuh): a query-row
+// pass and a key-row pass per (batch, kv head) group, fp64 accumulation, nothing n×n stored,
+// head_dim ≤ kReferenceBwdMaxHeadDim, kReferenceBwdThreads threads per block. `double_backward`
+// selects the second-order gradients (q_bar, k_bar, v_bar, do_bar) instead of (dq, dk, dv).
+KernelSource render_attention_reference_bwd_rows(DType dtype, bool double_backward);
+KernelSource render_attention_reference_bwd_keys(DType dtype, bool double_backward);
+
 }  // namespace kgen

@@ -45,6 +45,34 @@ kgen::TensorView to_view(const DLTensor* t, const char* name) {
   return v;
 }
 
+// Runs `body`, turning exceptions into a status and last_error.
+template <class F>
+kgen_status guarded(F&& body) {
+  try {
+    body();
+    last_error.clear();
+    return KGEN_OK;
+  } catch (const kgen::Error& e) {
+    return fail(static_cast<kgen_status>(e.status()), e.what());
+  } catch (const std::exception& e) {
+    return fail(KGEN_ERROR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(KGEN_ERROR_INTERNAL, "unknown error");
+  }
+}
+
+kgen::AttentionBackwardOptions backward_options(const kgen_attention_backward_options* o) {
+  kgen::AttentionBackwardOptions opts;
+  if (o) {
+    opts.scale = o->scale;
+    opts.causal = o->causal != 0;
+    opts.deterministic = o->deterministic != 0;
+    opts.workspace = o->workspace;
+    opts.workspace_bytes = o->workspace_bytes;
+  }
+  return opts;
+}
+
 }  // namespace
 
 extern "C" {
@@ -71,6 +99,48 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
   } catch (...) {
     return fail(KGEN_ERROR_INTERNAL, "unknown error");
   }
+}
+
+kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                    const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk, DLTensor* dv,
+                                    const kgen_attention_backward_options* options, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
+                           lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o"), dqv = to_view(dq, "dq"),
+                           dkv = to_view(dk, "dk"), dvv = to_view(dv, "dv");
+    kgen::attention_backward(qv, kv, vv, ov, lv, dov, dqv, dkv, dvv, backward_options(options), stream);
+  });
+}
+
+kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                           const DLTensor* lse, const DLTensor* d_o, const DLTensor* gq,
+                                           const DLTensor* gk, const DLTensor* gv, DLTensor* q_bar, DLTensor* k_bar,
+                                           DLTensor* v_bar, DLTensor* do_bar,
+                                           const kgen_attention_backward_options* options, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
+                           lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o");
+    kgen::TensorView g[3];
+    const DLTensor* given[3] = {gq, gk, gv};
+    const char* names[3] = {"gq", "gk", "gv"};
+    for (int i = 0; i < 3; ++i)
+      if (given[i]) g[i] = to_view(given[i], names[i]);
+    const kgen::TensorView qb = to_view(q_bar, "q_bar"), kb = to_view(k_bar, "k_bar"), vb = to_view(v_bar, "v_bar"),
+                           dob = to_view(do_bar, "do_bar");
+    kgen::attention_double_backward(qv, kv, vv, ov, lv, dov, gq ? &g[0] : nullptr, gk ? &g[1] : nullptr,
+                                    gv ? &g[2] : nullptr, qb, kb, vb, dob, backward_options(options), stream);
+  });
+}
+
+kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kgen_attention_backward_options* options,
+                                                    int double_backward, size_t* bytes) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q");
+    if (!bytes) throw kgen::Error(kgen::Status::invalid_argument, "bytes: output pointer is null");
+    const kgen::AttentionBackwardOptions opts = backward_options(options);
+    *bytes = double_backward ? kgen::attention_double_backward_workspace_bytes(qv, opts)
+                             : kgen::attention_backward_workspace_bytes(qv, opts);
+  });
 }
 
 const char* kgen_last_error(void) { return last_error.c_str(); }

@@ -14,6 +14,12 @@ Tolerance tolerance_for(DType dtype) {
   return {1e-2, 1e-2, 1e-2};
 }
 
+Tolerance second_order_tolerance_for(DType dtype) {
+  Tolerance t = tolerance_for(dtype);
+  if (dtype != DType::f32) t.rel_l2 = 2e-2;
+  return t;
+}
+
 Comparison compare(std::span<const double> out, std::span<const double> ref, const Tolerance& tol) {
   Comparison c;
   c.count = ref.size();

@@ -10,6 +10,7 @@
 #define KGEN_C_API_H
 
 #include <dlpack/dlpack.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,35 @@ typedef struct kgen_attention_options {
 kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v,
                                    DLTensor* o, DLTensor* lse,
                                    const kgen_attention_options* options, void* stream);
+
+typedef struct kgen_attention_backward_options {
+  double scale;          /* as the forward's; must match it */
+  int causal;            /* as the forward's; must match it */
+  int deterministic;     /* nonzero: same bits on every run (no floating-point atomics) */
+  void* workspace;       /* scratch on q's device, or NULL: kgen allocates it stream-ordered */
+  size_t workspace_bytes;
+} kgen_attention_backward_options;
+
+/* Gradients of kgen_attention_forward: dq (like q), dk and dv (like k; summed over each kv group)
+ * from d_o (like q), the forward's o and lse (required). Same dtypes, layouts and limits as the
+ * forward. options == NULL means the defaults (scale 1/sqrt(d), not causal, nondeterministic,
+ * kgen-allocated workspace). */
+kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                    const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk, DLTensor* dv,
+                                    const kgen_attention_backward_options* options, void* stream);
+
+/* Second-order gradients (attention.md §4): given cotangents gq (like q), gk, gv (like k) of the
+ * backward's dq, dk, dv (any may be NULL = zero), writes q_bar, k_bar, v_bar, do_bar, the
+ * gradients of the outer loss with respect to q, k, v and d_o. Nothing n x n is stored. */
+kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                           const DLTensor* lse, const DLTensor* d_o, const DLTensor* gq,
+                                           const DLTensor* gk, const DLTensor* gv, DLTensor* q_bar, DLTensor* k_bar,
+                                           DLTensor* v_bar, DLTensor* do_bar,
+                                           const kgen_attention_backward_options* options, void* stream);
+
+/* Scratch bytes of a backward (double_backward == 0) or double backward call for q's shape. */
+kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kgen_attention_backward_options* options,
+                                                    int double_backward, size_t* bytes);
 
 /* The message of the last failed call on this thread ("" if none). */
 const char* kgen_last_error(void);

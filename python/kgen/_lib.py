@@ -77,6 +77,11 @@ class AttentionOptions(ctypes.Structure):
     _fields_ = [("scale", ctypes.c_double), ("causal", ctypes.c_int)]
 
 
+class AttentionBackwardOptions(ctypes.Structure):
+    _fields_ = [("scale", ctypes.c_double), ("causal", ctypes.c_int), ("deterministic", ctypes.c_int),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+
+
 class KgenError(RuntimeError):
     """A failed kgen call. `status` is the C API's Status (None when the library could not be
     loaded); str(error) is the library's message, unchanged."""

@@ -58,6 +58,29 @@ def attention_reference(q, k, v, *, causal=False, scale=None, dtype=torch.float6
     return o, lse
 
 
+def attention_math(q, k, v, *, causal=False, scale=None):
+    """Differentiable attention on logical (b, h, n, d) tensors in their dtype and device (the
+    math path): the reference for first- and second-order gradients. Fully masked rows give 0."""
+    b, h_q, n_q, d = q.shape
+    h_kv, n_k = k.shape[1], k.shape[2]
+    scale = d ** -0.5 if scale is None else scale
+    k = k.repeat_interleave(h_q // h_kv, dim=1)
+    v = v.repeat_interleave(h_q // h_kv, dim=1)
+    with _full_fp32_matmul():
+        s = (q @ k.transpose(-1, -2)) * scale
+        if causal:
+            keys = torch.arange(n_k, device=q.device)
+            last = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)
+            masked = keys[None, :] > last
+            s = s.masked_fill(masked, -math.inf)
+        m = s.detach().amax(-1, keepdim=True)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # softmax does not depend on m
+        p = torch.exp(s - m)
+        l = p.sum(-1, keepdim=True)
+        p = p / torch.where(l == 0, torch.ones_like(l), l)
+        return p @ v
+
+
 @dataclass
 class Check:
     """Metrics of one output against its reference; `ok` is the §5.2 pass rule."""

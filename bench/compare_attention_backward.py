@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""kgen vs PyTorch: attention backward and double backward, same tensors, one process.
+
+Every implementation's gradients are checked against an fp32 math-path reference (on sampled
+heads for large shapes, attention.md §5) before it is timed; a failing one gets FAIL and no time.
+
+  backward         kgen (kernels only, o/lse from kgen's forward) vs SDPA flash, cuDNN, efficient
+                   and FlexAttention (torch.autograd.grad of their forward's output), bf16,
+                   b·n = 16k, h·d = 2048 (attention.md §6; backward FLOPs = 2.5 × forward).
+  double backward  the second torch.autograd.grad of L2 = Σ⟨g, (dq, dk, dv)⟩ after
+                   grad(o, (q, k, v), dO, create_graph=True): kgen.torch.attention against SDPA's
+                   math backend in eager mode and under torch.compile; time and peak memory of
+                   that call above what was allocated before it.
+
+    python3 bench/compare_attention_backward.py --out bwd.md
+    python3 bench/compare_attention_backward.py --only double --seqlens 8192,16384,32768
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+import kgen.torch  # noqa: E402
+from kgen.testing import attention_math, compare  # noqa: E402
+
+PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+         "efficient": SDPBackend.EFFICIENT_ATTENTION}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+BOUND = 1e-2          # rel_l2 of 16-bit gradients against the fp32 reference (§5.2)
+SECOND_BOUND = 2e-2   # second order, 16-bit inputs
+REF_HEADS = 2         # heads of batch 0 that the fp32 reference recomputes
+DOUBLE_MATMULS = 22   # n×n×d matmuls of kgen's double backward (q pass 14, kv pass 8)
+
+
+def timed(fn, warmup, reps):
+    """Median ms of `reps` CUDA-event-timed calls after `warmup`."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def checks_ok(checks):
+    return all(c.ok for c in checks)
+
+
+def fmt_checks(checks):
+    return "; ".join(f"{c.name} rel_l2 {c.rel_l2:.1e} cos {c.cos:.6f}" for c in checks)
+
+
+# ---------------------------------------------------------------- backward
+
+def backward_reference(q, k, v, d_o, causal):
+    """fp32 math-path gradients of heads [0, REF_HEADS) of batch 0."""
+    sl = [t[:1, :REF_HEADS].float().detach().requires_grad_(True) for t in (q, k, v)]
+    o = attention_math(*sl, causal=causal)
+    return torch.autograd.grad(o, sl, d_o[:1, :REF_HEADS].float())
+
+
+def bench_backward(args, out):
+    dt = DTYPES[args.dtype]
+    out.append(f"\n## attention_bwd, {args.dtype}, b·n = 16k, h·d = 2048 (ms · TFLOPS, FLOPs = 2.5 × forward)\n")
+    impls = ["kgen", *PEERS, "flex"]
+    out.append("| n | d | causal | b×h | " + " | ".join(impls) + " | kgen vs flash | kgen vs cudnn |")
+    out.append("|" + "---|" * (len(impls) + 6))
+    notes = []
+    flex = None
+    try:
+        from torch.nn.attention.flex_attention import flex_attention, create_block_mask
+        flex = torch.compile(flex_attention)
+    except Exception as e:  # noqa: BLE001
+        notes.append(f"FlexAttention unavailable: {e}")
+    for d in args.head_dims:
+        for causal in args.causal:
+            for n in args.seqlens:
+                b, h = max(1, 16384 // n), 2048 // d
+                gen = torch.Generator(device="cuda").manual_seed(n + d)
+                q, k, v, d_o = (torch.randn(b, h, n, d, device="cuda", dtype=dt, generator=gen) for _ in range(4))
+                flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
+                ref = backward_reference(q, k, v, d_o, causal)
+                cells, ms = [], {}
+                for impl in impls:
+                    try:
+                        if impl == "kgen":
+                            o, lse = kgen.torch.attention_forward(q, k, v, causal=causal, return_lse=True)
+                            bufs = [torch.full_like(t, math.nan) for t in (q, k, v)]
+                            fn = lambda: kgen.torch.attention_backward(q, k, v, o, lse, d_o, causal=causal,  # noqa: E731
+                                                                       dq=bufs[0], dk=bufs[1], dv=bufs[2])
+                            fn()
+                            grads = bufs
+                        else:
+                            ins = [t.detach().requires_grad_(True) for t in (q, k, v)]
+                            if impl == "flex":
+                                if flex is None:
+                                    raise RuntimeError("FlexAttention unavailable")
+                                mask = None
+                                if causal:
+                                    mask = create_block_mask(lambda b_, h_, i, j: j <= i, None, None, n, n)
+                                o = flex(*ins, block_mask=mask)
+                            else:
+                                with sdpa_kernel([PEERS[impl]]):
+                                    o = F.scaled_dot_product_attention(*ins, is_causal=causal)
+                            fn = lambda: torch.autograd.grad(o, ins, d_o, retain_graph=True)  # noqa: E731
+                            grads = fn()
+                        torch.cuda.synchronize()
+                        checks = [compare(nm, g[:1, :REF_HEADS].double(), r.double(), bound=BOUND)
+                                  for nm, g, r in zip(("dq", "dk", "dv"), grads, ref)]
+                        if not checks_ok(checks):
+                            cells.append("FAIL")
+                            notes.append(f"{impl} n={n} d={d} causal={causal}: {fmt_checks(checks)}")
+                            continue
+                        t = timed(fn, args.warmup, args.reps)
+                        ms[impl] = t
+                        cells.append(f"{t:.3f} · {flops / t / 1e9:.0f}")
+                    except Exception as e:  # noqa: BLE001
+                        cells.append("–")
+                        notes.append(f"{impl} n={n} d={d} causal={causal}: {type(e).__name__}: {str(e)[:160]}")
+                    finally:
+                        torch.cuda.empty_cache()
+                ratio = lambda p: f"×{ms[p] / ms['kgen']:.2f}" if "kgen" in ms and p in ms else "–"  # noqa: E731
+                out.append(f"| {n} | {d} | {'yes' if causal else 'no'} | {b}×{h} | " + " | ".join(cells) +
+                           f" | {ratio('flash')} | {ratio('cudnn')} |")
+                print(out[-1], flush=True)
+    out.extend(f"- {x}" for x in notes)
+
+
+# ---------------------------------------------------------------- double backward
+
+def double_backward_run(attn, q, k, v, d_o, g):
+    """Inputs requiring grad, the first-order graph, and the second grad as a callable."""
+    ins = [t.detach().requires_grad_(True) for t in (q, k, v, d_o)]
+    o = attn(*ins[:3])
+    first = torch.autograd.grad(o, ins[:3], ins[3], create_graph=True)
+    second = lambda: torch.autograd.grad(first, ins, g, retain_graph=True)  # noqa: E731
+    return second
+
+
+def bench_double(args, out):
+    out.append(f"\n## attention_double_bwd: second-order grad call, b = 1 (ms · TFLOPS at {DOUBLE_MATMULS} n×n×d "
+               "matmuls; peak MiB above the inputs and first-order graph)\n")
+    out.append("| dtype | h | n | d | causal | kgen | math eager | math compiled | kgen vs eager | kgen peak | eager peak |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    notes = []
+    for dname in args.double_dtypes:
+        dt = DTYPES[dname]
+        for h in args.double_heads:
+            for n in args.double_seqlens:
+                for d in args.head_dims:
+                    for causal in args.causal:
+                        gen = torch.Generator(device="cuda").manual_seed(n + d + h)
+                        q, k, v, d_o = (torch.randn(1, h, n, d, device="cuda", dtype=dt, generator=gen)
+                                        for _ in range(4))
+                        g = [torch.randn(1, h, n, d, device="cuda", dtype=dt, generator=gen) for _ in range(3)]
+                        flops = DOUBLE_MATMULS * 2 * h * n * n * d / (2 if causal else 1)
+
+                        def math_attn(q_, k_, v_):
+                            with sdpa_kernel([SDPBackend.MATH]):
+                                return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal)
+
+                        impls = {
+                            "kgen": lambda q_, k_, v_: kgen.torch.attention(q_, k_, v_, causal=causal),
+                            "eager": math_attn,
+                            "compiled": torch.compile(math_attn),
+                        }
+                        ref = None
+                        if n <= args.ref_max_n:
+                            sl = [t[:, :1].float() for t in (q, k, v, d_o)]
+                            ref = double_backward_run(lambda a, b_, c: attention_math(a, b_, c, causal=causal), *sl,
+                                                      [t[:, :1].float() for t in g])()
+                        cells, ms, peak = [], {}, {}
+                        for name, attn in impls.items():
+                            try:
+                                torch.cuda.synchronize()
+                                torch.cuda.empty_cache()
+                                second = double_backward_run(attn, q, k, v, d_o, g)
+                                torch.cuda.synchronize()
+                                base = torch.cuda.memory_allocated()
+                                torch.cuda.reset_peak_memory_stats()
+                                grads = second()
+                                torch.cuda.synchronize()
+                                peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
+                                if ref is not None:
+                                    checks = [compare(nm, x[:, :1].double(), r.double(), bound=SECOND_BOUND)
+                                              for nm, x, r in zip(("q_bar", "k_bar", "v_bar", "do_bar"), grads, ref)]
+                                    if not checks_ok(checks):
+                                        cells.append("FAIL")
+                                        notes.append(f"{name} {dname} h={h} n={n} d={d} causal={causal}: {fmt_checks(checks)}")
+                                        continue
+                                elif name == "kgen":
+                                    raise RuntimeError(f"no reference above n={args.ref_max_n}: not timed")
+                                del grads
+                                t = timed(second, 1, args.reps)
+                                ms[name] = t
+                                cells.append(f"{t:.3f} · {flops / t / 1e9:.0f}")
+                                del second
+                            except torch.OutOfMemoryError:
+                                cells.append("OOM")
+                            except Exception as e:  # noqa: BLE001
+                                cells.append("–")
+                                notes.append(f"{name} {dname} h={h} n={n} d={d} causal={causal}: "
+                                             f"{type(e).__name__}: {str(e)[:160]}")
+                            finally:
+                                torch.cuda.empty_cache()
+                        ratio = f"×{ms['eager'] / ms['kgen']:.2f}" if "kgen" in ms and "eager" in ms else "–"
+                        pk = lambda x: f"{peak[x]:.0f}" if x in peak else "–"  # noqa: E731
+                        out.append(f"| {dname} | {h} | {n} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) +
+                                   f" | {ratio} | {pk('kgen')} | {pk('eager')} |")
+                        print(out[-1], flush=True)
+    out.extend(f"- {x}" for x in notes)
+
+
+def main():
+    ints = lambda s: [int(x.replace("k", "000")) if not x.endswith("k") else int(x[:-1]) * 1024 for x in s.split(",")]  # noqa: E731
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", choices=["backward", "double"], help="run one of the two tables")
+    p.add_argument("--dtype", default="bf16", choices=list(DTYPES), help="backward table dtype")
+    p.add_argument("--seqlens", type=ints, default=[2048, 4096, 8192, 16384], help="backward n values")
+    p.add_argument("--head-dims", type=ints, default=[64, 128])
+    p.add_argument("--causal", type=lambda s: {"yes": [True], "no": [False], "both": [False, True]}[s],
+                   default=[False, True], help="yes | no | both")
+    p.add_argument("--double-dtypes", type=lambda s: s.split(","), default=["fp16", "bf16"])
+    p.add_argument("--double-heads", type=ints, default=[1, 16])
+    p.add_argument("--double-seqlens", type=ints, default=[8192])
+    p.add_argument("--ref-max-n", type=int, default=16384, help="largest n checked against the fp32 reference")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--out", help="also write the tables (markdown) here")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("compare_attention_backward.py needs a CUDA GPU")
+    props = torch.cuda.get_device_properties(0)
+    out = [f"# kgen backward benchmarks — {props.name}, {datetime.date.today()}, PyTorch {torch.__version__}, "
+           f"cuDNN {torch.backends.cudnn.version()}, kgen {kgen.__version__}",
+           "Command: `" + " ".join(["python3", *sys.argv]) + "`"]
+    print("\n".join(out), flush=True)
+    if args.only in (None, "backward"):
+        bench_backward(args, out)
+    if args.only in (None, "double"):
+        bench_double(args, out)
+    if args.out:
+        Path(args.out).write_text("\n".join(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,414 @@
+#include "generator/attention_backward.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "generator/config_text.h"
+#include "kgen/attention/backward_config.h"
+
+namespace kgen {
+namespace {
+
+constexpr int kMaxRegistersPerThread = 255;
+constexpr int kRowWarps = 4;  // warps per block of the row-wise helper kernels
+constexpr int kBwdFa2HeadDims[] = {32, 64, 96, 128};
+
+bool is_bwd_fa2_head_dim(int d) {
+  return std::ranges::find(kBwdFa2HeadDims, d) != std::end(kBwdFa2HeadDims);
+}
+
+// Registers per thread of the key-major kernel for r = 16 or 32 keys per warp: dK and dV
+// accumulators (2·r·D/32), Sᵀ/Pᵀ and dPᵀ/dSᵀ tiles (2·r·BM/32), the repacked A fragments of one
+// k-step (r·BM/64 at most), plus addressing, loop state and B fragments.
+int kv_register_estimate(int d, int bm, int keys_per_warp) {
+  const int r = keys_per_warp;
+  return 2 * r * d / 32 + 2 * r * bm / 32 + r * bm / 64 + 48;
+}
+
+std::string kernel_name(BackwardKernel k) {
+  switch (k) {
+    case BackwardKernel::preprocess: return "preprocess";
+    case BackwardKernel::kv_atomic: return "kv_atomic";
+    case BackwardKernel::kv: return "kv";
+    case BackwardKernel::dq_convert: return "dq_convert";
+    case BackwardKernel::dq: return "dq";
+    case BackwardKernel::simt_dq: return "simt_dq";
+    case BackwardKernel::simt_dkdv: return "simt_dkdv";
+  }
+  return "?";
+}
+
+unsigned blocks(int n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
+
+}  // namespace
+
+DqTile attention_backward_dq_tile(int head_dim) { return {64, head_dim <= 128 ? 64 : 32, 4}; }
+
+std::string to_string(const AttentionBackwardConfig& c) {
+  std::ostringstream s;
+  if (c.path == BackwardPath::fa2)
+    s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
+  else
+    s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
+  return s.str();
+}
+
+std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text) {
+  const std::vector<std::string> parts = split_fields(text, ':');
+  AttentionBackwardConfig c;
+  bool ok = false;
+  if (parts.size() == 4 && parts[0] == "fa2") {
+    c.path = BackwardPath::fa2;
+    c.max_head_dim = 0;
+    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
+         parse_prefixed_int(parts[3], "w", c.warps);
+  } else if (parts.size() == 3 && parts[0] == "simt") {
+    c.path = BackwardPath::simt;
+    c.block_n = 0;
+    c.warps = 0;
+    ok = parse_prefixed_int(parts[1], "w", c.block_m) && parse_prefixed_int(parts[2], "dmax", c.max_head_dim);
+  }
+  if (!ok) return std::nullopt;
+  return c;
+}
+
+std::string to_string(const AttentionBackwardSpec& s) {
+  std::ostringstream o;
+  o << "attention_bwd." << dtype_name(s.dtype) << ".d" << s.head_dim << (s.causal ? ".causal" : ".full");
+  return o.str();
+}
+
+std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text) {
+  const std::vector<std::string> parts = split_fields(text, '.');
+  if (parts.size() != 4 || parts[0] != "attention_bwd") return std::nullopt;
+  auto dtype = parse_dtype(parts[1]);
+  int d = 0;
+  if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
+  return AttentionBackwardSpec{*dtype, d, parts[3] == "causal"};
+}
+
+std::optional<std::string> check_attention_backward_config(const AttentionBackwardSpec& spec,
+                                                           const AttentionBackwardConfig& c,
+                                                           const Target& target) {
+  if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
+    return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+  int smem = 0;
+  if (c.path == BackwardPath::fa2) {
+    if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
+    if (!is_bwd_fa2_head_dim(spec.head_dim))
+      return "fa2 backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+    if (c.block_m != 32 && c.block_m != 64) return std::string("fa2 block_m must be 32 or 64");
+    if (c.block_n != 64 && c.block_n != 128) return std::string("fa2 block_n must be 64 or 128");
+    if ((c.warps != 4 && c.warps != 8) || (c.block_n / c.warps != 16 && c.block_n / c.warps != 32))
+      return std::string("fa2 warps must be 4 or 8, with 16 or 32 keys per warp");
+    if (kv_register_estimate(spec.head_dim, c.block_m, c.block_n / c.warps) > kMaxRegistersPerThread)
+      return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
+             " and " + std::to_string(c.block_n / c.warps) + " keys per warp exceeds the register budget";
+    smem = attention_bwd::fa2_kv_smem_bytes(spec.head_dim, c.block_m, c.block_n, true);
+    const DqTile dq = attention_backward_dq_tile(spec.head_dim);
+    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(spec.head_dim, dq.block_m, dq.block_n));
+  } else {
+    if (c.max_head_dim != attention_simt_bucket(spec.head_dim))
+      return "simt max_head_dim must be " + std::to_string(attention_simt_bucket(spec.head_dim)) +
+             " for head_dim=" + std::to_string(spec.head_dim);
+    if (c.block_m != 4 && c.block_m != 8) return std::string("simt warps must be 4 or 8");
+  }
+  if (smem > target.max_smem_per_block)
+    return "needs " + std::to_string(smem) + " bytes of shared memory, " + target.arch + " allows " +
+           std::to_string(target.max_smem_per_block);
+  return std::nullopt;
+}
+
+std::vector<AttentionBackwardConfig> attention_backward_config_space(const AttentionBackwardSpec& spec,
+                                                                     const Target& target) {
+  std::vector<AttentionBackwardConfig> out;
+  auto keep = [&](const AttentionBackwardConfig& c) {
+    if (!check_attention_backward_config(spec, c, target)) out.push_back(c);
+  };
+  if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
+    for (int bm : {64, 32})
+      for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}, {128, 4}}) keep({BackwardPath::fa2, bm, bn, warps, 0});
+  keep(attention_backward_general_config(spec));
+  return out;
+}
+
+AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
+                                                          const AttentionShape& shape, const Target& target,
+                                                          int sm_count) {
+  if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
+    // 128 keys on 8 warps (16 each) against 64-row query tiles; halve the key tile when the
+    // blocks would not fill the machine once.
+    AttentionBackwardConfig c{BackwardPath::fa2, 64, 128, 8, 0};
+    const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, c.block_n);
+    if (kv_blocks < sm_count) c.block_n = 64, c.warps = 4;
+    if (!check_attention_backward_config(spec, c, target)) return c;
+    c.block_m = 32;
+    if (!check_attention_backward_config(spec, c, target)) return c;
+  }
+  return attention_backward_general_config(spec);
+}
+
+AttentionBackwardConfig attention_backward_general_config(const AttentionBackwardSpec& spec) {
+  return {BackwardPath::simt, 4, 0, 0, attention_simt_bucket(spec.head_dim)};
+}
+
+std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardConfig& c, bool deterministic) {
+  using K = BackwardKernel;
+  if (c.path == BackwardPath::simt) return {K::preprocess, K::simt_dkdv, K::simt_dq};
+  if (deterministic) return {K::preprocess, K::kv, K::dq};
+  return {K::preprocess, K::kv_atomic, K::dq_convert};
+}
+
+LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKernel kernel, const AttentionShape& s) {
+  const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
+             b = static_cast<unsigned>(s.batch);
+  switch (kernel) {
+    case BackwardKernel::preprocess:
+    case BackwardKernel::dq_convert: return {blocks(s.n_q, kRowWarps), hq, b};
+    case BackwardKernel::kv_atomic:
+    case BackwardKernel::kv: return {blocks(s.n_k, c.block_n), hkv, b};
+    case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
+    case BackwardKernel::simt_dq: return {blocks(s.n_q, c.block_m), hq, b};
+    case BackwardKernel::simt_dkdv: return {blocks(s.n_k, c.block_m), hkv, b};
+  }
+  return {};
+}
+
+KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+                                       BackwardKernel kernel) {
+  KernelSource k;
+  k.op = "attention_bwd";
+  k.entry = "kgen_attention_bwd_" + kernel_name(kernel);
+  const char* T = dtype_cxx(spec.dtype);
+  const char* causal = spec.causal ? "true" : "false";
+  const int d = spec.head_dim;
+  std::ostringstream call;
+  std::string include;
+  switch (kernel) {
+    case BackwardKernel::preprocess:
+    case BackwardKernel::dq_convert:
+      // Independent of head_dim and causal: one variant per dtype.
+      include = "kgen/attention/backward_rows.cuh";
+      k.threads = attention_bwd::row_threads(kRowWarps);
+      k.variant = "attention_bwd." + std::string(dtype_name(spec.dtype)) + "." + kernel_name(kernel);
+      call << "kgen::attention_backward_" << kernel_name(kernel) << "<" << T << ", " << kRowWarps << ">(p);";
+      break;
+    case BackwardKernel::kv_atomic:
+    case BackwardKernel::kv: {
+      const bool atomic = kernel == BackwardKernel::kv_atomic;
+      include = "kgen/attention/backward_fa2.cuh";
+      k.threads = c.warps * 32;
+      k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(d, c.block_m, c.block_n, atomic);
+      k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
+      call << "kgen::attention_backward_fa2_kv<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n << ", "
+           << c.warps << ", " << causal << ", " << (atomic ? "true" : "false") << ">(p);";
+      break;
+    }
+    case BackwardKernel::dq: {
+      const DqTile t = attention_backward_dq_tile(d);
+      include = "kgen/attention/backward_fa2.cuh";
+      k.threads = t.warps * 32;
+      k.smem_bytes = attention_bwd::fa2_q_smem_bytes(d, t.block_m, t.block_n);
+      k.variant = to_string(spec) + ".dq:bm" + std::to_string(t.block_m) + ":bn" + std::to_string(t.block_n) +
+                  ":w" + std::to_string(t.warps);
+      call << "kgen::attention_backward_fa2_dq<" << T << ", " << d << ", " << t.block_m << ", " << t.block_n << ", "
+           << t.warps << ", " << causal << ">(p);";
+      break;
+    }
+    case BackwardKernel::simt_dq:
+    case BackwardKernel::simt_dkdv: {
+      include = "kgen/attention/backward_simt.cuh";
+      k.threads = attention_bwd::row_threads(c.block_m);
+      AttentionBackwardSpec bucket = spec;
+      bucket.head_dim = c.max_head_dim;  // one kernel serves every head_dim up to the bucket
+      k.variant = to_string(bucket) + "." + to_string(c) + "." + kernel_name(kernel);
+      call << "kgen::attention_backward_" << kernel_name(kernel) << "<" << T << ", " << c.max_head_dim << ", "
+           << c.block_m << ", " << causal << ">(p);";
+      break;
+    }
+  }
+  std::ostringstream src;
+  src << "#include \"" << include << "\"\n\n// kgen variant " << k.variant << "\n"
+      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
+      << "(const kgen::AttentionBackwardParams p) {\n  " << call.str() << "\n}\n";
+  k.source = src.str();
+  return k;
+}
+
+std::vector<KernelSource> attention_backward_all_variants(const Target& target) {
+  std::vector<KernelSource> out;
+  std::vector<std::string> seen;
+  auto add = [&](KernelSource k) {
+    if (std::ranges::find(seen, k.variant) != seen.end()) return;
+    seen.push_back(k.variant);
+    out.push_back(std::move(k));
+  };
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
+    for (int d : {32, 64, 96, 128, 256})
+      for (bool causal : {false, true}) {
+        const AttentionBackwardSpec spec{t, d, causal};
+        for (const auto& c : attention_backward_config_space(spec, target))
+          for (bool deterministic : {false, true})
+            for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
+              add(render_attention_backward(spec, c, kernel));
+      }
+  return out;
+}
+
+// ---- double backward ----
+
+namespace {
+
+constexpr int kDblFa2HeadDims[] = {32, 64, 96, 128};
+
+// 16 rows per warp: Q̄/dŌ (or K̄/V̄) accumulators (2·16·D/32 = D), four score-shaped tiles
+// (4·16·bn/32 = 2·bn) and their repacked A fragments, plus addressing and statistics; the
+// factor 4 on bn matches ptxas on sm_80 and sm_90a (the query-major kernel keeps both passes'
+// state live): every config it admits compiles without spills.
+int dbl_register_estimate(int d, int bn) { return d + 4 * bn + 60; }
+
+std::string dbl_kernel_name(DoubleBackwardKernel k) {
+  switch (k) {
+    case DoubleBackwardKernel::preprocess: return "preprocess";
+    case DoubleBackwardKernel::q: return "q";
+    case DoubleBackwardKernel::kv: return "kv";
+    case DoubleBackwardKernel::simt_q: return "simt_q";
+    case DoubleBackwardKernel::simt_kv: return "simt_kv";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string double_backward_variant_key(const AttentionBackwardSpec& s) {
+  return "attention_double_bwd" + to_string(s).substr(std::string("attention_bwd").size());
+}
+
+std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,
+                                                                  const AttentionBackwardConfig& c,
+                                                                  const Target& target) {
+  if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
+  if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
+    return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+  if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
+  if (std::ranges::find(kDblFa2HeadDims, spec.head_dim) == std::end(kDblFa2HeadDims))
+    return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+  if (c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 64 or 128");
+  if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64) return std::string("fa2 block_n must be 16, 32 or 64");
+  if (c.warps * 16 != c.block_m) return std::string("fa2 warps must be block_m / 16");
+  if (dbl_register_estimate(spec.head_dim, c.block_n) > kMaxRegistersPerThread)
+    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+           " exceeds the register budget";
+  const int smem = std::max(attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, c.block_n),
+                            attention_bwd::fa2_dbl_kv_smem_bytes(spec.head_dim, c.block_n, c.block_m));
+  if (smem > target.max_smem_per_block)
+    return "needs " + std::to_string(smem) + " bytes of shared memory, " + target.arch + " allows " +
+           std::to_string(target.max_smem_per_block);
+  return std::nullopt;
+}
+
+std::vector<AttentionBackwardConfig> attention_double_backward_config_space(const AttentionBackwardSpec& spec,
+                                                                            const Target& target) {
+  std::vector<AttentionBackwardConfig> out;
+  auto keep = [&](const AttentionBackwardConfig& c) {
+    if (!check_attention_double_backward_config(spec, c, target)) out.push_back(c);
+  };
+  if (spec.dtype != DType::f32)
+    for (int bm : {64, 128})
+      for (int bn : {16, 32, 64}) keep({BackwardPath::fa2, bm, bn, bm / 16, 0});
+  keep(attention_backward_general_config(spec));
+  return out;
+}
+
+AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
+                                                                 const Target& target) {
+  for (int bn : {64, 32, 16}) {
+    AttentionBackwardConfig c{BackwardPath::fa2, 64, bn, 4, 0};
+    if (!check_attention_double_backward_config(spec, c, target)) return c;
+  }
+  return attention_backward_general_config(spec);
+}
+
+std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& c) {
+  using K = DoubleBackwardKernel;
+  if (c.path == BackwardPath::simt) return {K::preprocess, K::simt_q, K::simt_kv};
+  return {K::preprocess, K::q, K::kv};
+}
+
+LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, DoubleBackwardKernel kernel,
+                                          const AttentionShape& s) {
+  const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
+             b = static_cast<unsigned>(s.batch);
+  switch (kernel) {
+    case DoubleBackwardKernel::preprocess: return {blocks(s.n_q, kRowWarps), hq, b};
+    case DoubleBackwardKernel::q: return {blocks(s.n_q, c.block_m), hq, b};
+    case DoubleBackwardKernel::kv: return {blocks(s.n_k, c.block_m), hkv, b};
+    case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
+    case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.block_m), hkv, b};
+  }
+  return {};
+}
+
+KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+                                              DoubleBackwardKernel kernel) {
+  if (kernel == DoubleBackwardKernel::preprocess) return render_attention_backward(spec, c, BackwardKernel::preprocess);
+  KernelSource k;
+  k.op = "attention_double_bwd";
+  k.entry = "kgen_attention_double_bwd_" + dbl_kernel_name(kernel);
+  const char* T = dtype_cxx(spec.dtype);
+  const char* causal = spec.causal ? "true" : "false";
+  const int d = spec.head_dim;
+  std::ostringstream call;
+  std::string include = "kgen/attention/double_backward_fa2.cuh";
+  AttentionBackwardSpec named = spec;
+  switch (kernel) {
+    case DoubleBackwardKernel::q:
+      k.threads = c.warps * 32;
+      k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n);
+      call << "kgen::attention_double_backward_fa2_q<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n
+           << ", " << c.warps << ", " << causal << ">(p);";
+      break;
+    case DoubleBackwardKernel::kv:
+      // Transposed tile: block_m keys per block against block_n-row query tiles.
+      k.threads = c.warps * 32;
+      k.smem_bytes = attention_bwd::fa2_dbl_kv_smem_bytes(d, c.block_n, c.block_m);
+      call << "kgen::attention_double_backward_fa2_kv<" << T << ", " << d << ", " << c.block_n << ", " << c.block_m
+           << ", " << c.warps << ", " << causal << ">(p);";
+      break;
+    default:
+      include = "kgen/attention/double_backward_simt.cuh";
+      k.threads = attention_bwd::row_threads(c.block_m);
+      named.head_dim = c.max_head_dim;
+      call << "kgen::attention_double_backward_" << dbl_kernel_name(kernel) << "<" << T << ", " << c.max_head_dim
+           << ", " << c.block_m << ", " << causal << ">(p);";
+      break;
+  }
+  k.variant = double_backward_variant_key(named) + "." + to_string(c) + "." + dbl_kernel_name(kernel);
+  std::ostringstream src;
+  src << "#include \"" << include << "\"\n\n// kgen variant " << k.variant << "\n"
+      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
+      << "(const kgen::AttentionBackwardParams p) {\n  " << call.str() << "\n}\n";
+  k.source = src.str();
+  return k;
+}
+
+std::vector<KernelSource> attention_double_backward_all_variants(const Target& target) {
+  std::vector<KernelSource> out;
+  std::vector<std::string> seen;
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
+    for (int d : {32, 64, 96, 128, 256})
+      for (bool causal : {false, true}) {
+        const AttentionBackwardSpec spec{t, d, causal};
+        for (const auto& c : attention_double_backward_config_space(spec, target))
+          for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c)) {
+            if (kernel == DoubleBackwardKernel::preprocess) continue;  // attention_bwd's kernel
+            KernelSource k = render_attention_double_backward(spec, c, kernel);
+            if (std::ranges::find(seen, k.variant) != seen.end()) continue;
+            seen.push_back(k.variant);
+            out.push_back(std::move(k));
+          }
+      }
+  return out;
+}
+
+}  // namespace kgen

@@ -1,0 +1,102 @@
+// attention_bwd: spec, config space, validity rules, the per-shape default, and rendering of
+// the kernels one backward call launches (attention.md §3).
+//
+// A backward call runs, on one stream:
+//   preprocess            delta = rowsum(dO∘O), lse2 = lse·log2 e, zeroed dQ accumulator
+//   fa2 path, default:    kv_atomic (dK, dV; dQ by fp32 atomics) → dq_convert
+//   fa2, deterministic:   kv (dK, dV) and dq (query-major, no atomics)
+//   simt (general) path:  simt_dkdv and simt_dq (deterministic)
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "generator/attention_forward.h"
+#include "generator/kernel_source.h"
+#include "generator/target.h"
+
+namespace kgen {
+
+// Compile-time parameters of the backward kernels (the same fields as the forward's).
+struct AttentionBackwardSpec {
+  DType dtype = DType::bf16;
+  int head_dim = 128;
+  bool causal = false;
+  bool operator==(const AttentionBackwardSpec&) const = default;
+};
+
+// fa2: tensor cores, fp16/bf16, head dims 32/64/96/128. simt: any dtype, head_dim <= 256.
+enum class BackwardPath { fa2, simt };
+
+struct AttentionBackwardConfig {
+  BackwardPath path = BackwardPath::fa2;
+  int block_m = 64;      // fa2: query rows per tile of the key-major kernel; simt: warps per block
+  int block_n = 128;     // fa2: keys per block of the key-major kernel
+  int warps = 8;         // fa2: warps of the key-major kernel (block_n / warps = 16 or 32 keys each)
+  int max_head_dim = 0;  // simt: head_dim rounded up to 32/64/128/256
+  bool operator==(const AttentionBackwardConfig&) const = default;
+};
+
+// The kernels of a backward call.
+enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv };
+
+// "fa2:bm64:bn128:w8" or "simt:w4:dmax128".
+std::string to_string(const AttentionBackwardConfig& c);
+std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text);
+// "attention_bwd.bf16.d128.causal".
+std::string to_string(const AttentionBackwardSpec& s);
+std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text);
+
+std::optional<std::string> check_attention_backward_config(const AttentionBackwardSpec& spec,
+                                                           const AttentionBackwardConfig& config,
+                                                           const Target& target);
+std::vector<AttentionBackwardConfig> attention_backward_config_space(const AttentionBackwardSpec& spec,
+                                                                     const Target& target);
+AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
+                                                          const AttentionShape& shape, const Target& target,
+                                                          int sm_count);
+AttentionBackwardConfig attention_backward_general_config(const AttentionBackwardSpec& spec);
+
+// The kernels a call with `config` launches, in launch order.
+std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardConfig& config, bool deterministic);
+
+// Grid of `kernel` for `shape`.
+LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, BackwardKernel kernel,
+                                   const AttentionShape& shape);
+
+KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
+                                       BackwardKernel kernel);
+
+// Every kernel of every valid config of every spec, for `kgen warm`.
+std::vector<KernelSource> attention_backward_all_variants(const Target& target);
+
+// ---- attention_double_bwd (attention.md §4) ----
+// A call runs preprocess (the backward's), then q (r, c, Q̄, dŌ; query-major), then kv (K̄, V̄;
+// key-major). The config "fa2:bm64:bn32:w4" gives the q kernel 64 query rows (16 per warp)
+// against 32-key tiles and the kv kernel 64 keys (16 per warp) against 32-row query tiles;
+// "simt:w4:dmax128" is the general path. Specs print as "attention_double_bwd.bf16.d128.full".
+enum class DoubleBackwardKernel { preprocess, q, kv, simt_q, simt_kv };
+
+std::string double_backward_variant_key(const AttentionBackwardSpec& s);
+std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,
+                                                                  const AttentionBackwardConfig& config,
+                                                                  const Target& target);
+std::vector<AttentionBackwardConfig> attention_double_backward_config_space(const AttentionBackwardSpec& spec,
+                                                                            const Target& target);
+AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
+                                                                 const Target& target);
+std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& config);
+LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& config, DoubleBackwardKernel kernel,
+                                          const AttentionShape& shape);
+KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
+                                              DoubleBackwardKernel kernel);
+std::vector<KernelSource> attention_double_backward_all_variants(const Target& target);
+
+// Query-major dQ kernel tile of the deterministic fa2 backward (block_m, block_n, warps).
+struct DqTile {
+  int block_m, block_n, warps;
+};
+DqTile attention_backward_dq_tile(int head_dim);
+
+}  // namespace kgen

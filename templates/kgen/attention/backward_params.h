@@ -1,0 +1,42 @@
+// Kernel parameters of the attention backward and double backward. Included by device templates
+// and host code alike, so it uses only built-in types: the layout is identical on both sides.
+#pragma once
+
+namespace kgen {
+
+// One strided (batch, heads, n, d) tensor; strides in elements, the last dimension contiguous.
+// data == nullptr marks an absent optional tensor (a double-backward cotangent).
+struct AttentionTensorArg {
+  void* data;
+  long long stride_b, stride_h, stride_n;
+};
+
+// Shapes as in the forward: q, o, d_o, dq (batch, heads_q, n_q, d); k, v, dk, dv (batch,
+// heads_kv, n_k, d); lse (batch, heads_q, n_q) fp32 with unit stride along n_q.
+//
+// Workspace rows (fp32, contiguous, row index (b·heads_q + h)·n_q + i):
+//   lse2[row]  = lse·log2(e), or +inf for a fully masked row (lse = −inf), so that
+//                P = exp2(s·scale_log2 − lse2) is 0 there;
+//   delta[row] = D_i = Σ_c dO_ic·O_ic;
+//   r[row], c[row] (double backward): the row sums of attention.md §4;
+//   dq_accum[row·d + c] (backward with atomics): unscaled Σ_j dS_ij·K_jc, fp32.
+struct AttentionBackwardParams {
+  AttentionTensorArg q, k, v, o, d_o;
+  AttentionTensorArg dq, dk, dv;                      // backward outputs
+  AttentionTensorArg gq, gk, gv;                      // double backward cotangents (optional)
+  AttentionTensorArg q_bar, k_bar, v_bar, do_bar;     // double backward outputs
+  const float* lse;
+  long long lse_stride_b, lse_stride_h;
+  float* lse2;
+  float* delta;
+  float* row_r;
+  float* row_c;
+  float* dq_accum;
+  int batch, heads_q, heads_kv, n_q, n_k;
+  int head_dim;      // runtime d; equals the template's D on the tensor-core path
+  int head_group;    // heads_q / heads_kv
+  float scale;       // softmax scale s
+  float scale_log2;  // s · log2(e)
+};
+
+}  // namespace kgen

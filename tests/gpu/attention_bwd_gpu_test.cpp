@@ -1,0 +1,149 @@
+// attention_backward and attention_double_backward on the GPU against the fp64 references, on
+// NaN-poisoned outputs and workspace (attention.md §5), and the naive GPU references against the
+// CPU ones. Labelled `gpu`; every test skips cleanly on a machine without one.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "runtime/attention_backward_harness.h"
+#include "runtime/cuda_driver.h"
+
+namespace kgen {
+namespace {
+
+#define KGEN_REQUIRE_GPU()                          \
+  do {                                              \
+    std::string why;                                \
+    if (!cuda_available(&why)) GTEST_SKIP() << why; \
+  } while (0)
+
+std::string describe(const AttentionCase& c, const BackwardBenchOptions& o, bool dbl, const GradientCheck& r) {
+  return std::string(dbl ? "double backward " : "backward ") + to_string(c) + " " + to_string(o, dbl) + "\n" +
+         to_string(r);
+}
+
+struct Shape {
+  int b, hq, hkv, nq, nk;
+};
+
+// Small sizes, every combination is run: n_q != n_k both ways (causal n_q > n_k has fully
+// masked rows), n = 1, 7, 63 (no multiple of any tile); GQA 1/4/8 comes from hkv below.
+const std::pair<int, int> kSmallLengths[] = {{1, 1}, {7, 7}, {63, 63}, {7, 63}, {63, 7}, {1, 7}, {63, 1}};
+const int kKvHeads[] = {8, 2, 1};  // with hq = 8: GQA 1, 4, 8
+// Long sequences, one pass each (layout, determinism, cotangents rotate).
+const Shape kLargeShapes[] = {{1, 8, 1, 1000, 1000}, {1, 4, 4, 1337, 1000}, {2, 8, 2, 1000, 1337}};
+
+using Param = std::tuple<DType, int, bool>;
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  return std::string(dtype_name(std::get<0>(info.param))) + "_d" + std::to_string(std::get<1>(info.param)) +
+         (std::get<2>(info.param) ? "_causal" : "_full");
+}
+
+// Runs the (double) backward over the small grid (full product of lengths, GQA, layouts and
+// determinism; cotangent subsets and workspace ownership rotate) and the large shapes.
+void run_grid(DType dtype, int d, bool causal, bool dbl) {
+  std::uint64_t seed = 100000 * d + 1000 * int(dtype) + (causal ? 500 : 0) + (dbl ? 7 : 0);
+  int index = 0;
+  auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
+    AttentionCase c;
+    c.dtype = dtype, c.head_dim = d, c.causal = causal, c.layout = layout, c.seed = seed++;
+    c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+    BackwardBenchOptions o;
+    o.deterministic = deterministic;
+    o.external_workspace = index % 3 != 2;
+    const int subset = 7 - index % 8;  // all three first, none last
+    o.gq = subset & 1, o.gk = subset & 2, o.gv = subset & 4;
+    ++index;
+    const GradientCheck r = dbl ? check_attention_double_backward(c, o) : check_attention_backward(c, o);
+    EXPECT_TRUE(r.pass) << describe(c, o, dbl, r);
+  };
+  for (auto [nq, nk] : kSmallLengths)
+    for (int hkv : kKvHeads)
+      for (Layout layout : {Layout::bhnd, Layout::bnhd})
+        for (bool deterministic : {false, true}) check_one(Shape{1, 8, hkv, nq, nk}, layout, deterministic);
+  for (const Shape& s : kLargeShapes) check_one(s, index % 2 ? Layout::bnhd : Layout::bhnd, index % 3 == 0);
+}
+
+class AttentionBackwardGpu : public ::testing::TestWithParam<Param> {};
+
+TEST_P(AttentionBackwardGpu, MatchesReferenceOnOddShapesLayoutsGqaAndDeterminism) {
+  KGEN_REQUIRE_GPU();
+  auto [dtype, d, causal] = GetParam();
+  run_grid(dtype, d, causal, false);
+}
+
+TEST_P(AttentionBackwardGpu, DoubleBackwardMatchesReferenceForEveryCotangentSubset) {
+  KGEN_REQUIRE_GPU();
+  auto [dtype, d, causal] = GetParam();
+  run_grid(dtype, d, causal, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(SixteenBit, AttentionBackwardGpu,
+                         ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                                            ::testing::Values(32, 64, 96, 128, 256), ::testing::Bool()),
+                         param_name);
+INSTANTIATE_TEST_SUITE_P(Fp32, AttentionBackwardGpu,
+                         ::testing::Combine(::testing::Values(DType::f32), ::testing::Values(32, 64, 80, 96, 128, 256),
+                                            ::testing::Bool()),
+                         param_name);
+
+// Many waves of blocks: every element of every group checked against the GPU reference, then
+// timed (checked first, attention.md §5 rule 1) and the TFLOPS printed with their convention.
+TEST(AttentionBackwardGpuLarge, ManyWavesCheckedThenTimed) {
+  KGEN_REQUIRE_GPU();
+  for (bool causal : {false, true})
+    for (bool dbl : {false, true}) {
+      AttentionCase c;
+      c.dtype = DType::bf16, c.head_dim = 128, c.causal = causal, c.layout = Layout::bnhd;
+      c.batch = 2, c.heads_q = 16, c.heads_kv = dbl ? 16 : 4, c.n_q = 4096, c.n_k = 4096, c.seed = 77 + causal;
+      BackwardBenchOptions o;
+      o.deterministic = causal;  // one of each
+      std::unique_ptr<AttentionGradientBench> bench;
+      if (dbl) bench = std::make_unique<AttentionDoubleBackwardBench>(c, o);
+      else bench = std::make_unique<AttentionBackwardBench>(c, o);
+      const GradientCheck r = bench->check("");
+      EXPECT_TRUE(r.pass) << describe(c, o, dbl, r);
+      if (!r.pass) continue;
+      const Timing t = bench->time("", 3, 10);
+      EXPECT_GT(t.median_ms, 0);
+      const double flops = dbl ? attention_double_backward_flops(c) : attention_backward_flops(c);
+      std::printf("%s %s: %.3f ms, %.1f TFLOPS (%s)\n", dbl ? "double backward" : "backward", to_string(c).c_str(),
+                  t.median_ms, flops / (t.median_ms * 1e9),
+                  dbl ? attention_double_backward_flops_convention().c_str() : "2.5x forward");
+    }
+}
+
+// The naive GPU references that check large shapes are themselves checked against the fp64 CPU
+// references: every element, every dtype, both orders, odd shapes, GQA, fully masked rows.
+TEST(AttentionBackwardReferenceGpu, MatchesTheCpuReference) {
+  KGEN_REQUIRE_GPU();
+  const Shape shapes[] = {{1, 4, 2, 300, 200}, {2, 2, 2, 129, 513}, {1, 8, 1, 1, 77}, {1, 2, 1, 77, 5}};
+  std::uint64_t seed = 3;
+  for (DType t : {DType::bf16, DType::f16, DType::f32})
+    for (bool causal : {false, true})
+      for (const Shape& s : shapes)
+        for (bool dbl : {false, true}) {
+          AttentionCase c;
+          c.dtype = t, c.head_dim = t == DType::f32 ? 80 : 64, c.causal = causal, c.layout = Layout::bnhd;
+          c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk, c.seed = seed++;
+          BackwardBenchOptions o;
+          const int subset = int(seed % 8);  // cotangent subsets rotate, including none
+          o.gq = subset & 1, o.gk = subset & 2, o.gv = subset & 4;
+          const GradientCheck r = check_backward_reference_gpu_against_cpu(c, dbl, o);
+          EXPECT_TRUE(r.pass) << describe(c, o, dbl, r);
+        }
+  // The largest head dim, BHND, and a subset of groups (the others are not written).
+  for (bool dbl : {false, true}) {
+    AttentionCase c;
+    c.dtype = DType::bf16, c.head_dim = 256, c.causal = true, c.layout = Layout::bhnd;
+    c.batch = 2, c.heads_q = 4, c.heads_kv = 2, c.n_q = 65, c.n_k = 33, c.seed = 99;
+    const GradientCheck all = check_backward_reference_gpu_against_cpu(c, dbl);
+    EXPECT_TRUE(all.pass) << describe(c, {}, dbl, all);
+    const GradientCheck some = check_backward_reference_gpu_against_cpu(c, dbl, {}, {{1, 0}, {0, 1}});
+    EXPECT_TRUE(some.pass) << describe(c, {}, dbl, some);
+  }
+}
+
+}  // namespace
+}  // namespace kgen
