@@ -176,8 +176,9 @@ def bench_double(args, out):
                         impls = {
                             "kgen": lambda q_, k_, v_: kgen.torch.attention(q_, k_, v_, causal=causal),
                             "eager": math_attn,
-                            "compiled": torch.compile(math_attn),
                         }
+                        if h in args.compile_heads:
+                            impls["compiled"] = torch.compile(math_attn)
                         ref = None
                         if n <= args.ref_max_n:
                             sl = [t[:, :1].float() for t in (q, k, v, d_o)]
@@ -217,6 +218,8 @@ def bench_double(args, out):
                                              f"{type(e).__name__}: {str(e)[:160]}")
                             finally:
                                 torch.cuda.empty_cache()
+                        if "compiled" not in impls:
+                            cells.append("(not run)")
                         ratio = f"×{ms['eager'] / ms['kgen']:.2f}" if "kgen" in ms and "eager" in ms else "–"
                         pk = lambda x: f"{peak[x]:.0f}" if x in peak else "–"  # noqa: E731
                         out.append(f"| {dname} | {h} | {n} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) +
@@ -237,6 +240,8 @@ def main():
     p.add_argument("--double-dtypes", type=lambda s: s.split(","), default=["fp16", "bf16"])
     p.add_argument("--double-heads", type=ints, default=[1, 16])
     p.add_argument("--double-seqlens", type=ints, default=[8192])
+    p.add_argument("--compile-heads", type=ints, default=[1],
+                   help="head counts whose rows also run the torch.compile'd math path (compiles are slow)")
     p.add_argument("--ref-max-n", type=int, default=16384, help="largest n checked against the fp32 reference")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)

@@ -127,7 +127,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   };
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
-      for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}, {128, 4}}) keep({BackwardPath::fa2, bm, bn, warps, 0});
+      for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep({BackwardPath::fa2, bm, bn, warps, 0});
   keep(attention_backward_general_config(spec));
   return out;
 }
@@ -314,7 +314,7 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
     if (!check_attention_double_backward_config(spec, c, target)) out.push_back(c);
   };
   if (spec.dtype != DType::f32)
-    for (int bm : {64, 128})
+    for (int bm : {64})
       for (int bn : {16, 32, 64}) keep({BackwardPath::fa2, bm, bn, bm / 16, 0});
   keep(attention_backward_general_config(spec));
   return out;

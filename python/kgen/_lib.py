@@ -95,6 +95,12 @@ _P = ctypes.POINTER(DLTensor)
 _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_forward": (
         ctypes.c_int, [_P, _P, _P, _P, _P, ctypes.POINTER(AttentionOptions), ctypes.c_void_p]),
+    "kgen_attention_backward": (
+        ctypes.c_int, [_P] * 9 + [ctypes.POINTER(AttentionBackwardOptions), ctypes.c_void_p]),
+    "kgen_attention_double_backward": (
+        ctypes.c_int, [_P] * 13 + [ctypes.POINTER(AttentionBackwardOptions), ctypes.c_void_p]),
+    "kgen_attention_backward_workspace_bytes": (
+        ctypes.c_int, [_P, ctypes.POINTER(AttentionBackwardOptions), ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]),
     "kgen_last_error": (ctypes.c_char_p, []),
     "kgen_version": (ctypes.c_char_p, []),
 }

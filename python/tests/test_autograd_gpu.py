@@ -54,10 +54,18 @@ def run(fn, q, k, v, r, *, layout, cotangents, weights):
     return grads, second
 
 
+# An exactly-zero reference (e.g. dq with a single visible key: P = 1, dS = 0) has no relative
+# error; the output must then be zero up to rounding noise of this size.
+ZERO_ATOL = {torch.float16: 1e-3, torch.bfloat16: 1e-3, torch.float32: 1e-5}
+
+
 def check(name, out, ref, bound):
+    assert torch.isfinite(out).all(), f"{name}: NaN/Inf"
+    if ref.abs().max() == 0:
+        assert out.abs().max() <= ZERO_ATOL[out.dtype], f"{name}: max |out| {out.abs().max():.2e} where the reference is 0"
+        return
     c = compare(name, out.double(), ref.double(), bound=bound, cos_bound=COS_BOUND)
     assert c.ok, str(c)
-    assert torch.isfinite(out).all(), f"{name}: NaN/Inf"
 
 
 CASES = [  # (b, h_q, h_kv, n_q, n_k, d)
@@ -92,8 +100,8 @@ def test_first_and_second_order(case, causal, layout, dtype):
         for name, a, e in zip(("dq", "dk", "dv"), g, g_ref):
             check(name, a, e, FIRST[dt])
         for name, a, e in zip(("q_bar", "k_bar", "v_bar"), s, s_ref):
-            if e is None or e.abs().max() == 0:
-                assert a is None or a.abs().max() == 0, f"{name}: nonzero where the reference is 0"
+            if e is None:
+                assert a is None or a.abs().max() <= ZERO_ATOL[a.dtype], f"{name}: nonzero where the reference is 0"
                 continue
             check(f"{name} (cotangents {cot})", a, e, SECOND[dt])
 
