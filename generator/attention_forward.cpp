@@ -18,13 +18,17 @@ int simt_bucket(int d) { return attention_simt_bucket(d); }
 
 // Registers per thread of the fa2 kernel, estimated from its fragments for r = 16 or 32 rows
 // per warp: O accumulator (r·D/32), S accumulator (r·BN/32), Q fragments when kept in
-// registers (r·D/64, only while r·D <= 2048), P fragments (r·BN/64), plus addressing and
-// softmax state. Checked against ptxas -v on sm_80 and sm_90a: every config it admits
-// compiles without spills.
+// registers (r·D/64, only while r·D <= 2048), fragments in flight (r·BN/64), plus addressing
+// and softmax state. With 32 rows per warp, Q re-read and D + BN >= 192 the kernel keeps its
+// Q·Kᵀ k-loop rolled (kRollQK in forward_fa2.cuh), so only one k-step of K fragments (BN/4) is
+// in flight. Checked against ptxas -v on sm_80 and sm_90a: every config it admits compiles
+// without spills (tests/runtime/compile_test.cpp).
 int fa2_register_estimate(int d, int bn, int rows_per_warp) {
   const int r = rows_per_warp;
   const int q_frags = r * d <= 2048 ? r * d / 64 : 0;
-  return r * d / 32 + r * bn / 32 + q_frags + r * bn / 64 + 40;
+  const bool rolled_qk = r == 32 && q_frags == 0 && d + bn >= 192;
+  const int in_flight = rolled_qk ? bn / 4 : r * bn / 64;
+  return r * d / 32 + r * bn / 32 + q_frags + in_flight + 40;
 }
 
 

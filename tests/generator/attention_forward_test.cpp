@@ -80,6 +80,17 @@ TEST(AttentionForwardConfig, ValidityRulesNameTheReason) {
   EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::fa2, 64, 64, 2, 0, 4}, sm90a()));
 }
 
+TEST(AttentionForwardConfig, RegisterBudgetAdmitsD128With64KeyTilesOnFourWarps) {
+  // FA2's own d = 128 tile: 32 rows per warp, 64-key tiles (the Q·Kᵀ k-loop stays rolled).
+  for (DType t : {DType::f16, DType::bf16})
+    for (const Target& target : {sm80(), sm90a()}) {
+      EXPECT_FALSE(check_attention_forward_config({t, 128, true}, {ForwardPath::fa2, 128, 64, 2, 0, 4}, target));
+      EXPECT_TRUE(check_attention_forward_config({t, 128, true}, {ForwardPath::fa2, 128, 128, 2, 0, 4}, target));
+      EXPECT_TRUE(check_attention_forward_config({t, 96, true}, {ForwardPath::fa2, 128, 128, 2, 0, 4}, target));
+      EXPECT_TRUE(check_attention_forward_config({t, 256, true}, {ForwardPath::fa2, 64, 128, 2, 0, 4}, target));
+    }
+}
+
 TEST(AttentionForwardConfig, DefaultIsValidForEveryShape) {
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : {16, 32, 64, 100, 128, 256})

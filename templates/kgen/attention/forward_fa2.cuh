@@ -36,6 +36,13 @@
 // Requirements (checked by the host): q, k, v, o base pointers and their row strides
 // (stride_n, stride_h, stride_b) 16-byte aligned, i.e. strides multiples of 8 elements; the
 // last dimension contiguous; p.head_dim == D; scale > 0. Index math is 64-bit.
+//
+// Registers. The O and S accumulators take kMTiles·(D + BN)/2 registers per thread (192 of the
+// 255 at D = 128 with 32 rows x 64 keys per warp), so nothing else is kept live across the K/V
+// loop that can be recomputed per tile: thread and block indices are re-read at the top of each
+// tile (fa2_detail::reread_*), and the lane addresses, cp.async sources and 64-bit K/V pointers
+// are rebuilt from them (a few dozen integer instructions per tile against the tile's
+// kMTiles·D·BN/64 mma per warp).
 #pragma once
 
 #include "kgen/attention/forward_config.h"
@@ -90,6 +97,49 @@ __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, lon
   }
 }
 
+// Special registers read through volatile asm: the compiler can neither hoist such a read out of
+// a loop nor merge it with another, so the values derived from it in a loop body are recomputed
+// there instead of staying live in registers across the whole loop.
+__device__ __forceinline__ int reread_tid() {
+  int v;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int reread_ctaid_x() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int reread_ctaid_y() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(v));
+  return v;
+}
+__device__ __forceinline__ int reread_ctaid_z() {
+  int v;
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(v));
+  return v;
+}
+
+// Thread and block coordinates of the forward kernel, from fresh special-register reads.
+template <int BM>
+struct Fa2Coords {
+  int tid, warp, lane, g, t;  // g = lane / 4, t = lane % 4 (see the fragment layouts)
+  int m0, head, batch;        // first query row of the block, query head, batch
+  __device__ __forceinline__ static Fa2Coords read() {
+    Fa2Coords c;
+    c.tid = reread_tid();
+    c.warp = c.tid / 32;
+    c.lane = c.tid % 32;
+    c.g = c.lane / 4;
+    c.t = c.lane % 4;
+    c.m0 = reread_ctaid_x() * BM;
+    c.head = reread_ctaid_y();
+    c.batch = reread_ctaid_z();
+    return c;
+  }
+};
+
 }  // namespace fa2_detail
 
 // Flash-attention-2 forward on tensor cores.
@@ -120,6 +170,12 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   // Q fragments stay in registers when they fit next to the O accumulator (D ≤ 128 per m-tile);
   // otherwise they are re-read from shared memory at each k-step.
   constexpr bool kQInRegs = kMTiles * D <= 128;
+  // With 32 rows per warp, Q re-read and S and O accumulators of 192 registers or more (D = 128
+  // with 64-key tiles), the Q·Kᵀ k-loop is not unrolled: unrolled, ptxas issues the ldmatrix of
+  // later k-steps ahead of their mma and runs out of registers (spills); rolled, one k-step of
+  // fragments (8 registers of Q, 2·kNTiles of K) is in flight. (16 rows per warp with D = 256
+  // and 128-key tiles, also 192, spills more rolled than unrolled.)
+  constexpr bool kRollQK = kMTiles == 2 && !kQInRegs && kMTiles * (kNTiles + kDTiles) * 4 >= 192;
 
   using Swz = Swizzle16B<D / 8>;
   constexpr int kRowBytes = D * 2;
@@ -128,78 +184,86 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   static_assert(kQBytes + Stages * 2 * kKVBytes == fa2_detail::kSmemBytes<D, BM, BN, Stages>,
                 "shared memory layout must match fa2_smem_bytes");
 
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int g = lane / 4;
-  const int t = lane % 4;
-
-  const int m0 = blockIdx.x * BM;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int kv_head = head / p.head_group;
+  using Coords = fa2_detail::Fa2Coords<BM>;
   const int n_q = p.n_q;
   const int n_k = p.n_k;
   const int diag = n_k - n_q;  // causal: row i sees keys j <= i + diag
   const float scale_log2 = p.scale_log2;
 
-  const T* q_ptr = static_cast<const T*>(p.q) + batch * p.q_stride_b + head * p.q_stride_h;
-  const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + kv_head * p.k_stride_h;
-  const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + kv_head * p.v_stride_h;
+  // This block's K and V (query head c.head reads kv head c.head / head_group).
+  auto k_ptr = [&](const Coords& c) {
+    return static_cast<const T*>(p.k) + c.batch * p.k_stride_b +
+           (c.head / p.head_group) * p.k_stride_h;
+  };
+  auto v_ptr = [&](const Coords& c) {
+    return static_cast<const T*>(p.v) + c.batch * p.v_stride_b +
+           (c.head / p.head_group) * p.v_stride_h;
+  };
 
-  // Keys [0, n_end) are visible to at least one row of this block.
-  int n_end = n_k;
-  if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
-  const int num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  int num_tiles;
+  {
+    const Coords c = Coords::read();
+    // Keys [0, n_end) are visible to at least one row of this block.
+    int n_end = n_k;
+    if constexpr (Causal) n_end = imin(n_k, imin(c.m0 + BM, n_q) + diag);
+    num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  }
 
   const unsigned smem_q = smem_u32(dynamic_smem());
   auto smem_k = [&](int stage) { return smem_q + kQBytes + stage * 2 * kKVBytes; };
   auto smem_v = [&](int stage) { return smem_q + kQBytes + stage * 2 * kKVBytes + kKVBytes; };
 
-  auto load_q = [&]() {
-    fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q, q_ptr, p.q_stride_n, m0, n_q, tid);
+  auto load_k = [&](const Coords& c, int tile, int stage) {
+    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_k(stage), k_ptr(c), p.k_stride_n,
+                                                    tile * BN, n_k, c.tid);
   };
-  auto load_k = [&](int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN,
-                                                    n_k, tid);
-  };
-  auto load_v = [&](int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN,
-                                                    n_k, tid);
+  auto load_v = [&](const Coords& c, int tile, int stage) {
+    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_v(stage), v_ptr(c), p.v_stride_n,
+                                                    tile * BN, n_k, c.tid);
   };
 
   // Per-lane ldmatrix addresses of the first fragment (see the layout comment at the top);
   // later fragments are reached with Swz::advance (chunks) and immediate row offsets.
-  const unsigned q_lane = smem_q + Swz::offset(warp * kRowsPerWarp + lane % 16, lane / 16);
-  const int k_lane = Swz::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
-  const int v_lane = Swz::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+  auto q_lane = [&](const Coords& c) {
+    return smem_q + Swz::offset(c.warp * kRowsPerWarp + c.lane % 16, c.lane / 16);
+  };
+  auto k_lane = [](const Coords& c) {
+    return Swz::offset(c.lane % 8 + 8 * (c.lane / 16), (c.lane / 8) % 2);
+  };
+  auto v_lane = [](const Coords& c) {
+    return Swz::offset(c.lane % 8 + 8 * ((c.lane / 8) % 2), c.lane / 16);
+  };
 
   // ---- prologue: Q in its own group, then the first K/V tile ----
-  load_q();
-  cp_async_commit();
-  if constexpr (Stages == 2) {
-    if (num_tiles > 0) {
-      load_k(0, 0);
-      load_v(0, 0);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-  } else {
-    if (num_tiles > 0) load_k(0, 0);
-    cp_async_commit();
-    if (num_tiles > 0) load_v(0, 0);
-    cp_async_commit();
-    cp_async_wait<2>();
-  }
-  __syncthreads();  // Q visible to all warps
-
   unsigned qf[kQInRegs ? kMTiles : 1][kQInRegs ? kKSteps : 1][4];
-  if constexpr (kQInRegs) {
+  {
+    const Coords c = Coords::read();
+    const T* q_ptr = static_cast<const T*>(p.q) + c.batch * p.q_stride_b + c.head * p.q_stride_h;
+    fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q, q_ptr, p.q_stride_n, c.m0, n_q, c.tid);
+    cp_async_commit();
+    if constexpr (Stages == 2) {
+      if (num_tiles > 0) {
+        load_k(c, 0, 0);
+        load_v(c, 0, 0);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      if (num_tiles > 0) load_k(c, 0, 0);
+      cp_async_commit();
+      if (num_tiles > 0) load_v(c, 0, 0);
+      cp_async_commit();
+      cp_async_wait<2>();
+    }
+    __syncthreads();  // Q visible to all warps
+
+    if constexpr (kQInRegs) {
 #pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt)
+      for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk)
-        ldmatrix_x4(qf[mt][kk], Swz::advance(q_lane, 2 * kk) + mt * 16 * kRowBytes);
+        for (int kk = 0; kk < kKSteps; ++kk)
+          ldmatrix_x4(qf[mt][kk], Swz::advance(q_lane(c), 2 * kk) + mt * 16 * kRowBytes);
+    }
   }
 
   float o[kMTiles][kDTiles][4];
@@ -221,13 +285,14 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int n0 = tile * BN;
     const int stage = Stages == 2 ? (tile & 1) : 0;
+    const Coords c = Coords::read();
 
     if constexpr (Stages == 2) {
       cp_async_wait<0>();
       __syncthreads();  // tile `tile` landed; every warp finished tile−1, so its buffer is free
       if (tile + 1 < num_tiles) {
-        load_k(tile + 1, stage ^ 1);
-        load_v(tile + 1, stage ^ 1);
+        load_k(c, tile + 1, stage ^ 1);
+        load_v(c, tile + 1, stage ^ 1);
       }
       cp_async_commit();
     } else {
@@ -244,8 +309,9 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
 #pragma unroll
         for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
 
-    const unsigned k_base = smem_k(stage) + k_lane;
-#pragma unroll
+    const unsigned q_base = q_lane(c);
+    const unsigned k_base = smem_k(stage) + k_lane(c);
+#pragma unroll(kRollQK ? 1 : kKSteps)
     for (int kk = 0; kk < kKSteps; ++kk) {
       unsigned a[kMTiles][4];
 #pragma unroll
@@ -254,7 +320,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
 #pragma unroll
           for (int r = 0; r < 4; ++r) a[mt][r] = qf[mt][kk][r];
         } else {
-          ldmatrix_x4(a[mt], Swz::advance(q_lane, 2 * kk) + mt * 16 * kRowBytes);
+          ldmatrix_x4(a[mt], Swz::advance(q_base, 2 * kk) + mt * 16 * kRowBytes);
         }
       }
 #pragma unroll
@@ -272,21 +338,21 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     if constexpr (Stages == 1) {
       cp_async_wait<0>();
       __syncthreads();  // V landed; every warp finished reading K
-      if (tile + 1 < num_tiles) load_k(tile + 1, 0);
+      if (tile + 1 < num_tiles) load_k(c, tile + 1, 0);
       cp_async_commit();
     }
 
     // ---- mask: keys ≥ n_k, and above the causal diagonal ----
-    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > c.m0 + diag);
     if (needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int row = m0 + warp * kRowsPerWarp + mt * 16 + g + 8 * h;
+          const int row = c.m0 + c.warp * kRowsPerWarp + mt * 16 + c.g + 8 * h;
           int limit = n_k;  // first masked key of this row
           if constexpr (Causal) limit = imin(n_k, row + diag + 1);
-          const int local_limit = limit - n0 - 2 * t;
+          const int local_limit = limit - n0 - 2 * c.t;
 #pragma unroll
           for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll
@@ -331,7 +397,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     }
 
     // ---- O += P·V ----
-    const unsigned v_base = smem_v(stage) + v_lane;
+    const unsigned v_base = smem_v(stage) + v_lane(c);
 #pragma unroll
     for (int kk = 0; kk < kPSteps; ++kk) {
       unsigned a[kMTiles][4];
@@ -356,7 +422,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
 
     if constexpr (Stages == 1) {
       __syncthreads();  // every warp finished reading V
-      if (tile + 1 < num_tiles) load_v(tile + 1, 0);
+      if (tile + 1 < num_tiles) load_v(c, tile + 1, 0);
       cp_async_commit();
     }
   }
@@ -364,6 +430,9 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   // ---- epilogue: O /= l, stage O through this warp's own Q rows, 16-byte stores; LSE ----
   cp_async_wait<0>();  // no copy may still target the Q region (e.g. when num_tiles == 0)
   __syncwarp();
+  const Coords c = Coords::read();
+  const int warp = c.warp, lane = c.lane, g = c.g, t = c.t, m0 = c.m0, head = c.head,
+            batch = c.batch;
   T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h;
   float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
 #pragma unroll
