@@ -76,14 +76,15 @@ def backward_reference(q, k, v, d_o, causal):
 def bench_backward(args, out):
     dt = DTYPES[args.dtype]
     out.append(f"\n## attention_bwd, {args.dtype}, b·n = 16k, h·d = 2048 (ms · TFLOPS, FLOPs = 2.5 × forward)\n")
-    impls = ["kgen", *PEERS, "flex"]
+    impls = ["kgen", *PEERS, "flex"] + [f"kgen {c}" for c in args.kgen_configs]
     out.append("| n | d | causal | b×h | " + " | ".join(impls) + " | kgen vs flash | kgen vs cudnn |")
     out.append("|" + "---|" * (len(impls) + 6))
     notes = []
     flex = None
     try:
         from torch.nn.attention.flex_attention import flex_attention, create_block_mask
-        flex = torch.compile(flex_attention)
+        torch._dynamo.config.recompile_limit = 64  # one compile per shape of the sweep
+        flex = torch.compile(flex_attention, dynamic=False)
     except Exception as e:  # noqa: BLE001
         notes.append(f"FlexAttention unavailable: {e}")
     for d in args.head_dims:
@@ -97,11 +98,15 @@ def bench_backward(args, out):
                 cells, ms = [], {}
                 for impl in impls:
                     try:
-                        if impl == "kgen":
+                        if impl.startswith("kgen"):
+                            cfg = impl[5:] or None
+                            det = cfg == "deterministic"
+                            cfg = None if det else cfg
                             o, lse = kgen.torch.attention_forward(q, k, v, causal=causal, return_lse=True)
                             bufs = [torch.full_like(t, math.nan) for t in (q, k, v)]
                             fn = lambda: kgen.torch.attention_backward(q, k, v, o, lse, d_o, causal=causal,  # noqa: E731
-                                                                       dq=bufs[0], dk=bufs[1], dv=bufs[2])
+                                                                       dq=bufs[0], dk=bufs[1], dv=bufs[2],
+                                                                       config=cfg, deterministic=det)
                             fn()
                             grads = bufs
                         else:
@@ -237,6 +242,8 @@ def main():
     p.add_argument("--head-dims", type=ints, default=[64, 128])
     p.add_argument("--causal", type=lambda s: {"yes": [True], "no": [False], "both": [False, True]}[s],
                    default=[False, True], help="yes | no | both")
+    p.add_argument("--kgen-configs", type=lambda s: [x for x in s.split(",") if x], default=[],
+                   help="extra kgen columns: backward configs to force, or 'deterministic'")
     p.add_argument("--double-dtypes", type=lambda s: s.split(","), default=["fp16", "bf16"])
     p.add_argument("--double-heads", type=ints, default=[1, 16])
     p.add_argument("--double-seqlens", type=ints, default=[8192])

@@ -270,8 +270,8 @@ int dbl_register_estimate(int d, int bn) { return d + 4 * bn + 60; }
 std::string dbl_kernel_name(DoubleBackwardKernel k) {
   switch (k) {
     case DoubleBackwardKernel::preprocess: return "preprocess";
-    case DoubleBackwardKernel::q: return "q";
-    case DoubleBackwardKernel::kv: return "kv";
+    case DoubleBackwardKernel::q_stats: return "q_stats";
+    case DoubleBackwardKernel::fused: return "fused";
     case DoubleBackwardKernel::simt_q: return "simt_q";
     case DoubleBackwardKernel::simt_kv: return "simt_kv";
   }
@@ -332,7 +332,7 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
 std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& c) {
   using K = DoubleBackwardKernel;
   if (c.path == BackwardPath::simt) return {K::preprocess, K::simt_q, K::simt_kv};
-  return {K::preprocess, K::q, K::kv};
+  return {K::preprocess, K::q_stats, K::fused};
 }
 
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, DoubleBackwardKernel kernel,
@@ -341,8 +341,8 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
     case DoubleBackwardKernel::preprocess: return {blocks(s.n_q, kRowWarps), hq, b};
-    case DoubleBackwardKernel::q: return {blocks(s.n_q, c.block_m), hq, b};
-    case DoubleBackwardKernel::kv: return {blocks(s.n_k, c.block_m), hkv, b};
+    case DoubleBackwardKernel::q_stats: return {blocks(s.n_q, c.block_m), hq, b};
+    case DoubleBackwardKernel::fused: return {blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.block_m), hkv, b};
   }
@@ -362,18 +362,19 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   std::string include = "kgen/attention/double_backward_fa2.cuh";
   AttentionBackwardSpec named = spec;
   switch (kernel) {
-    case DoubleBackwardKernel::q:
+    case DoubleBackwardKernel::q_stats:
       k.threads = c.warps * 32;
       k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n);
       call << "kgen::attention_double_backward_fa2_q<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n
-           << ", " << c.warps << ", " << causal << ">(p);";
+           << ", " << c.warps << ", " << causal << ", kgen::DoubleBackwardRowPass::stats>(p);";
       break;
-    case DoubleBackwardKernel::kv:
-      // Transposed tile: block_m keys per block against block_n-row query tiles.
+    case DoubleBackwardKernel::fused:
+      // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
       k.threads = c.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_dbl_kv_smem_bytes(d, c.block_n, c.block_m);
-      call << "kgen::attention_double_backward_fa2_kv<" << T << ", " << d << ", " << c.block_n << ", " << c.block_m
-           << ", " << c.warps << ", " << causal << ">(p);";
+      k.smem_bytes = std::max(attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n),
+                              attention_bwd::fa2_dbl_kv_smem_bytes(d, c.block_n, c.block_m));
+      call << "kgen::attention_double_backward_fa2_fused<" << T << ", " << d << ", " << c.block_m << ", "
+           << c.block_n << ", " << c.warps << ", " << causal << ">(p);";
       break;
     default:
       include = "kgen/attention/double_backward_simt.cuh";

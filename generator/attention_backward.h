@@ -72,11 +72,13 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
 std::vector<KernelSource> attention_backward_all_variants(const Target& target);
 
 // ---- attention_double_bwd (attention.md §4) ----
-// A call runs preprocess (the backward's), then q (r, c, Q̄, dŌ; query-major), then kv (K̄, V̄;
-// key-major). The config "fa2:bm64:bn32:w4" gives the q kernel 64 query rows (16 per warp)
-// against 32-key tiles and the kv kernel 64 keys (16 per warp) against 32-row query tiles;
-// "simt:w4:dmax128" is the general path. Specs print as "attention_double_bwd.bf16.d128.full".
-enum class DoubleBackwardKernel { preprocess, q, kv, simt_q, simt_kv };
+// A call runs preprocess (the backward's), then q_stats (r, c; query-major), then fused: the
+// query-major apply pass (Q̄, dŌ) and the key-major kernel (K̄, V̄) in one grid, independent
+// blocks sharing the machine. The config "fa2:bm64:bn32:w4" gives the query-major kernel 64
+// query rows (16 per warp) against 32-key tiles and the key-major one 64 keys (16 per warp)
+// against 32-row query tiles; "simt:w4:dmax128" is the general path (simt_q, then simt_kv).
+// Specs print as "attention_double_bwd.bf16.d128.full".
+enum class DoubleBackwardKernel { preprocess, q_stats, fused, simt_q, simt_kv };
 
 std::string double_backward_variant_key(const AttentionBackwardSpec& s);
 std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,

@@ -69,6 +69,7 @@ kgen::AttentionBackwardOptions backward_options(const kgen_attention_backward_op
     opts.deterministic = o->deterministic != 0;
     opts.workspace = o->workspace;
     opts.workspace_bytes = o->workspace_bytes;
+    if (o->config) opts.config = o->config;
   }
   return opts;
 }

@@ -30,12 +30,20 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* get() const { return reinterpret_cast<void*>(ptr_); }
   std::size_t bytes() const { return bytes_; }
-  void upload(const void* host) { cuda_check(cuda_driver().cuMemcpyHtoD(ptr_, host, bytes_), "cuMemcpyHtoD"); }
+  // upload and poison go through the legacy default stream, which does not order work on the
+  // harness's non-blocking streams: both wait for completion (a pageable HtoD copy may still be
+  // in flight when cuMemcpyHtoD returns, a memset always may), so no kernel launched afterwards
+  // on any stream can overlap them.
+  void upload(const void* host) {
+    cuda_check(cuda_driver().cuMemcpyHtoD(ptr_, host, bytes_), "cuMemcpyHtoD");
+    cuda_check(cuda_driver().cuCtxSynchronize(), "cuCtxSynchronize after cuMemcpyHtoD");
+  }
   void download(void* host) const { cuda_check(cuda_driver().cuMemcpyDtoH(host, ptr_, bytes_), "cuMemcpyDtoH"); }
   // Fills with a NaN pattern of the element type, so skipped stores fail the check.
   void poison(DType t) {
     unsigned pattern = t == DType::f32 ? 0x7fc00000u : t == DType::f16 ? 0x7e007e00u : 0x7fc07fc0u;
     cuda_check(cuda_driver().cuMemsetD32(ptr_, pattern, bytes_ / 4), "cuMemsetD32");
+    cuda_check(cuda_driver().cuCtxSynchronize(), "cuCtxSynchronize after cuMemsetD32");
   }
 
  private:

@@ -51,6 +51,7 @@ typedef struct kgen_attention_backward_options {
   int deterministic;     /* nonzero: same bits on every run (no floating-point atomics) */
   void* workspace;       /* scratch on q's device, or NULL: kgen allocates it stream-ordered */
   size_t workspace_bytes;
+  const char* config;    /* force a config ("fa2:bm64:bn128:w8"); NULL or "" = tuned/heuristic */
 } kgen_attention_backward_options;
 
 /* Gradients of kgen_attention_forward: dq (like q), dk and dv (like k; summed over each kv group)

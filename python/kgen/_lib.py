@@ -79,7 +79,7 @@ class AttentionOptions(ctypes.Structure):
 
 class AttentionBackwardOptions(ctypes.Structure):
     _fields_ = [("scale", ctypes.c_double), ("causal", ctypes.c_int), ("deterministic", ctypes.c_int),
-                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t), ("config", ctypes.c_char_p)]
 
 
 class KgenError(RuntimeError):

@@ -124,25 +124,28 @@ def _workspace(q_logical: torch.Tensor, options, double_backward: bool) -> torch
     return ws
 
 
-def _backward_options(causal: bool, scale: float | None, deterministic: bool):
+def _backward_options(causal: bool, scale: float | None, deterministic: bool, config: str | None = None):
     if scale is not None and not scale > 0:
         raise ValueError(f"scale must be positive (None means 1/sqrt(d)), got {scale}")
     return _lib.AttentionBackwardOptions(scale=scale or 0.0, causal=int(bool(causal)),
-                                         deterministic=int(bool(deterministic)))
+                                         deterministic=int(bool(deterministic)),
+                                         config=config.encode() if config else None)
 
 
 def attention_backward(q, k, v, o, lse, d_o, *, causal: bool = False, scale: float | None = None,
-                       layout: str = "bhnd", deterministic: bool = False, dq=None, dk=None, dv=None):
+                       layout: str = "bhnd", deterministic: bool = False, dq=None, dk=None, dv=None,
+                       config: str | None = None):
     """(dq, dk, dv): gradients of attention_forward given d_o = ∂L/∂o, o and lse (the forward's
     outputs, lse fp32 (b, h_q, n_q)). Same shapes, layouts and dtypes as attention_forward; dk and
     dv sum over the query heads of each kv group. deterministic=True gives the same bits on every
-    run (no atomics). Outputs are allocated like q and k unless given."""
+    run (no atomics). Outputs are allocated like q and k unless given. config forces a kernel
+    config ("fa2:bm64:bn128:w8"); None = kgen's choice."""
     _check_types(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=dq, dk=dk, dv=dv)
     d_o = _dense(d_o)
     dq = torch.empty_like(q) if dq is None else dq
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
-    options = _backward_options(causal, scale, deterministic)
+    options = _backward_options(causal, scale, deterministic, config)
     views = [_logical(t, layout) for t in (q, k, v, o)] + [lse] + [_logical(t, layout) for t in (d_o, dq, dk, dv)]
     ws = _workspace(views[0], options, False)
     _launch("kgen_attention_backward", views, options, q.device)
@@ -151,14 +154,14 @@ def attention_backward(q, k, v, o, lse, d_o, *, causal: bool = False, scale: flo
 
 
 def attention_double_backward(q, k, v, o, lse, d_o, gq=None, gk=None, gv=None, *, causal: bool = False,
-                              scale: float | None = None, layout: str = "bhnd"):
+                              scale: float | None = None, layout: str = "bhnd", config: str | None = None):
     """(q_bar, k_bar, v_bar, do_bar): gradients of an outer loss with respect to q, k, v and d_o,
     given its cotangents gq, gk, gv of the backward's dq, dk, dv (None = zero, work skipped).
     O(n·d) memory (attention.md §4)."""
     _check_types(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, gq=gq, gk=gk, gv=gv)
     d_o, gq, gk, gv = (_dense(t) for t in (d_o, gq, gk, gv))
     outs = [torch.empty_like(t) for t in (q, k, v, q)]
-    options = _backward_options(causal, scale, False)
+    options = _backward_options(causal, scale, False, config)
     views = ([_logical(t, layout) for t in (q, k, v, o)] + [lse] +
              [None if t is None else _logical(t, layout) for t in (d_o, gq, gk, gv)] +
              [_logical(t, layout) for t in outs])

@@ -32,8 +32,15 @@ constexpr int kKvSmemBytes = attention_bwd::fa2_dbl_kv_smem_bytes(D, BM, BN);
 
 }  // namespace dbl_detail
 
-template <class T, int D, int BM, int BN, int Warps, bool Causal>
-__device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionBackwardParams& p) {
+// Passes of the query-major kernel.
+enum class DoubleBackwardRowPass { both, stats, apply };
+
+// Query-major double backward on query tile `block` (blockIdx.x unless fused): Pass::both runs
+// both passes; stats only writes r and c; apply reads r and c from the workspace and runs pass 1.
+template <class T, int D, int BM, int BN, int Warps, bool Causal,
+          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both>
+__device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionBackwardParams& p,
+                                                                int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
@@ -53,7 +60,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int m0 = blockIdx.x * BM;
+  const int m0 = block * BM;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / p.head_group;
@@ -148,20 +155,37 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   float qbar[1][kDT][4], dobar[1][kDT][4];
   bwd_detail::zero(qbar);
   bwd_detail::zero(dobar);
-#pragma unroll 1
-  for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1) {
+  if constexpr (Pass == DoubleBackwardRowPass::apply) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        r[h] = quad_sum(r[h]);
-        c[h] = quad_sum(c[h]) - r[h] * delta[h];
-        const int row = m0 + row_local0 + g + 8 * h;
-        if (t == 0 && row < n_q) {
-          const long long idx = bwd_detail::stat_row(p, batch, head, row);
-          p.row_r[idx] = r[h];
-          p.row_c[idx] = c[h];
-        }
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + row_local0 + g + 8 * h;
+      if (row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        r[h] = p.row_r[idx];
+        c[h] = p.row_c[idx];
       }
+    }
+  }
+  // Quad sums of the pass-0 partials; c = rowsum(P∘Z + dS∘G) − r·delta; written to the workspace.
+  auto finish_stats = [&]() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r[h] = quad_sum(r[h]);
+      c[h] = quad_sum(c[h]) - r[h] * delta[h];
+      const int row = m0 + row_local0 + g + 8 * h;
+      if (t == 0 && row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        p.row_r[idx] = r[h];
+        p.row_c[idx] = c[h];
+      }
+    }
+  };
+  constexpr int kFirstPass = Pass == DoubleBackwardRowPass::apply ? 1 : 0;
+  constexpr int kEndPass = Pass == DoubleBackwardRowPass::stats ? 1 : 2;
+#pragma unroll 1
+  for (int pass = kFirstPass; pass < kEndPass; ++pass) {
+    if (Pass == DoubleBackwardRowPass::both && pass == 1) {
+      finish_stats();
       __syncthreads();  // every warp is done with the last tile of pass 0 before stage 0 refills
       if (num_tiles > 0) load_kv(0, 0);
       cp_async_commit();
@@ -206,6 +230,10 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     }
   }
   cp_async_wait<0>();
+  if constexpr (Pass == DoubleBackwardRowPass::stats) {
+    finish_stats();
+    return;
+  }
   bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.q_bar, batch, head), p.q_bar.stride_n,
                                   m0 + row_local0, n_q, qbar, scale);
   bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.do_bar, batch, head), p.do_bar.stride_n,
@@ -213,7 +241,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
 }
 
 template <class T, int D, int BM, int BN, int Warps, bool Causal>
-__device__ __forceinline__ void attention_double_backward_fa2_kv(const AttentionBackwardParams& p) {
+__device__ __forceinline__ void attention_double_backward_fa2_kv(const AttentionBackwardParams& p,
+                                                                 int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
@@ -234,7 +263,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int n0 = blockIdx.x * BN;
+  const int n0 = block * BN;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int n_q = p.n_q;
@@ -349,6 +378,20 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
                                   n_k, kbar, scale);
   bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head), p.v_bar.stride_n, key_row0,
                                   n_k, vbar, 1.f);
+}
+
+// The second stage of the split double backward: query tiles [0, ceil(n_q / BM)) run the apply
+// pass of the query-major kernel (r, c from the workspace), the following ceil(n_k / BM) blocks
+// run the key-major kernel on BM-key blocks (blockIdx.y < heads_kv), so that the two, which do
+// not depend on each other, share the machine (two blocks per SM) when b·h is small.
+template <class T, int D, int BM, int BN, int Warps, bool Causal>
+__device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p) {
+  const int q_blocks = (p.n_q + BM - 1) / BM;
+  if (static_cast<int>(blockIdx.x) < q_blocks) {
+    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply>(p, blockIdx.x);
+  } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
+    attention_double_backward_fa2_kv<T, D, BN, BM, Warps, Causal>(p, blockIdx.x - q_blocks);
+  }
 }
 
 }  // namespace kgen
