@@ -31,15 +31,6 @@ int fa2_register_estimate(int d, int bn, int rows_per_warp) {
   return r * d / 32 + r * bn / 32 + q_frags + r * bn / 64 + 40;
 }
 
-const char* dtype_cxx(DType t) {
-  switch (t) {
-    case DType::f16: return "kgen::half_t";
-    case DType::bf16: return "kgen::bfloat16_t";
-    case DType::f32: return "float";
-  }
-  return "void";
-}
-
 }  // namespace
 
 std::string to_string(const AttentionForwardConfig& c) {

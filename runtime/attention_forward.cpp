@@ -15,6 +15,7 @@
 #include "runtime/device.h"
 #include "runtime/kernel_builder.h"
 #include "runtime/log.h"
+#include "runtime/tensor_checks.h"
 #include "runtime/autotune.h"
 #include "runtime/tuning_db.h"
 
@@ -24,41 +25,12 @@ namespace {
 constexpr double kLog2e = 1.4426950408889634;
 constexpr int kMaxGridYZ = 65535;
 
-[[noreturn]] void invalid(const std::string& message) { throw Error(Status::invalid_argument, message); }
-
-std::string shape_string(const TensorView& t) {
-  std::ostringstream s;
-  s << "(";
-  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
-  s << ")";
-  return s.str();
-}
+[[noreturn]] void invalid(const std::string& message) { invalid_argument(message); }
 
 void check_tensor(const TensorView& t, const char* name, int ndim) {
-  if (!t.data) invalid(std::string(name) + ": data pointer is null");
-  if (t.device < 0) invalid(std::string(name) + ": tensor is in host memory; kgen needs CUDA device memory");
-  if (t.ndim != ndim)
-    invalid(std::string(name) + ": expected " + std::to_string(ndim) + " dimensions, got " +
-            std::to_string(t.ndim) + " " + shape_string(t));
-  for (int i = 0; i < ndim; ++i) {
-    if (t.shape[i] <= 0) invalid(std::string(name) + ": dimension " + std::to_string(i) + " is " + std::to_string(t.shape[i]) + " (empty tensors are not supported)");
-    if (t.strides[i] < 0) invalid(std::string(name) + ": negative strides are not supported");
-  }
-  if (t.shape[ndim - 1] > 1 && t.strides[ndim - 1] != 1)
-    invalid(std::string(name) + ": the last dimension must be contiguous (stride 1), got stride " +
-            std::to_string(t.strides[ndim - 1]));
-  if (reinterpret_cast<std::uintptr_t>(t.data) % dtype_bytes(t.dtype) != 0)
-    invalid(std::string(name) + ": data pointer is not aligned to its element size");
+  check_view(t, name, ndim);
   if (t.shape[0] > kMaxGridYZ || t.shape[1] > kMaxGridYZ || t.shape[2] > (1LL << 31) - 1)
     invalid(std::string(name) + ": shape " + shape_string(t) + " exceeds kgen's launch limits (batch, heads <= 65535)");
-}
-
-bool aligned16(const TensorView& t) {
-  if (reinterpret_cast<std::uintptr_t>(t.data) % 16) return false;
-  int per16 = 16 / dtype_bytes(t.dtype);
-  for (int i = 0; i < 3; ++i)
-    if (t.shape[i] > 1 && t.strides[i] % per16) return false;
-  return true;
 }
 
 // Hot-path table: (spec, config, device) → loaded kernel, so a warm launch hashes no source.

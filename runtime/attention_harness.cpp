@@ -12,6 +12,7 @@
 #include "kgen/kgen.hpp"
 #include "runtime/cuda_driver.h"
 #include "runtime/device.h"
+#include "runtime/harness_support.h"
 #include "runtime/host_convert.h"
 #include "runtime/reference_cpu.h"
 #include "runtime/reference_gpu.h"
@@ -22,99 +23,6 @@ namespace {
 // Reference work (multiply-adds) above which only sampled rows are checked on the CPU.
 constexpr double kFullCheckWork = 4e8;
 constexpr int kSampledRowsPerHead = 48;
-
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    cuda_check(cuda_driver().cuMemAlloc(&ptr_, std::max<std::size_t>(bytes, 16)), "cuMemAlloc");
-  }
-  ~DeviceBuffer() {
-    if (ptr_) cuda_driver().cuMemFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void* get() const { return reinterpret_cast<void*>(ptr_); }
-  std::size_t bytes() const { return bytes_; }
-  void upload(const void* host) { cuda_check(cuda_driver().cuMemcpyHtoD(ptr_, host, bytes_), "cuMemcpyHtoD"); }
-  void download(void* host) const { cuda_check(cuda_driver().cuMemcpyDtoH(host, ptr_, bytes_), "cuMemcpyDtoH"); }
-  // Fills with a NaN pattern of the element type, so skipped stores fail the check.
-  void poison(DType t) {
-    unsigned pattern = t == DType::f32 ? 0x7fc00000u : t == DType::f16 ? 0x7e007e00u : 0x7fc07fc0u;
-    cuda_check(cuda_driver().cuMemsetD32(ptr_, pattern, bytes_ / 4), "cuMemsetD32");
-  }
-
- private:
-  CUdeviceptr ptr_ = 0;
-  std::size_t bytes_;
-};
-
-// One (b, h, n, d) tensor's host copy in its memory layout, and its view description.
-struct HostTensor {
-  int b, h, n, d;
-  Layout layout;
-  DType dtype;
-  std::vector<std::uint8_t> bytes;
-  std::size_t offset(int ib, int ih, int in, int id) const {
-    std::size_t e = layout == Layout::bhnd ? ((std::size_t(ib) * h + ih) * n + in) * d + id
-                                           : ((std::size_t(ib) * n + in) * h + ih) * d + id;
-    return e * dtype_bytes(dtype);
-  }
-  void set(std::size_t byte_off, float v) {
-    if (dtype == DType::f32) {
-      std::memcpy(&bytes[byte_off], &v, 4);
-    } else {
-      std::uint16_t bits = dtype == DType::f16 ? float_to_half_bits(v) : float_to_bf16_bits(v);
-      std::memcpy(&bytes[byte_off], &bits, 2);
-    }
-  }
-  double get(std::size_t byte_off) const {
-    if (dtype == DType::f32) {
-      float f;
-      std::memcpy(&f, &bytes[byte_off], 4);
-      return f;
-    }
-    std::uint16_t bits;
-    std::memcpy(&bits, &bytes[byte_off], 2);
-    return dtype == DType::f16 ? half_bits_to_float(bits) : bf16_bits_to_float(bits);
-  }
-  TensorView view(void* data, int device) const {
-    TensorView t;
-    t.data = data;
-    t.dtype = dtype;
-    t.ndim = 4;
-    t.device = device;
-    t.shape[0] = b, t.shape[1] = h, t.shape[2] = n, t.shape[3] = d;
-    if (layout == Layout::bhnd) {
-      t.strides[0] = std::int64_t(h) * n * d, t.strides[1] = std::int64_t(n) * d, t.strides[2] = d;
-    } else {
-      t.strides[0] = std::int64_t(n) * h * d, t.strides[1] = d, t.strides[2] = std::int64_t(h) * d;
-    }
-    t.strides[3] = 1;
-    return t;
-  }
-};
-
-HostTensor make_host(int b, int h, int n, int d, Layout layout, DType dtype) {
-  HostTensor t{b, h, n, d, layout, dtype, {}};
-  t.bytes.resize(std::size_t(b) * h * n * d * dtype_bytes(dtype));
-  return t;
-}
-
-// Fills with random normal values rounded to the dtype and returns them in fp64, (b, h, n, d).
-std::vector<double> fill_random(HostTensor& t, std::mt19937_64& rng) {
-  std::normal_distribution<float> normal(0.f, 1.f);
-  std::vector<double> logical(std::size_t(t.b) * t.h * t.n * t.d);
-  std::size_t i = 0;
-  for (int ib = 0; ib < t.b; ++ib)
-    for (int ih = 0; ih < t.h; ++ih)
-      for (int in = 0; in < t.n; ++in)
-        for (int id = 0; id < t.d; ++id, ++i) {
-          std::size_t off = t.offset(ib, ih, in, id);
-          t.set(off, normal(rng));
-          logical[i] = t.get(off);
-        }
-  return logical;
-}
 
 struct InputSet {
   HostTensor q, k, v;
@@ -245,12 +153,6 @@ AttentionCheck run_and_compare(const AttentionCase& c, InputSet& in, const Refer
   return check;
 }
 
-struct Stream {
-  CUstream s = nullptr;
-  Stream() { cuda_check(cuda_driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
-  ~Stream() { cuda_driver().cuStreamDestroy(s); }
-};
-
 }  // namespace
 
 std::string to_string(const AttentionCase& c) {
@@ -306,32 +208,7 @@ Timing AttentionForwardBench::time(const std::string& config, int warmup, int re
   std::size_t set_bytes = m.sets[0]->dq.bytes() * 2 + m.sets[0]->dk.bytes() * 2;
   while (m.sets.size() < 8 && m.sets.size() * set_bytes < 2 * std::size_t(device_info(m.device).l2_bytes))
     m.sets.push_back(std::make_unique<InputSet>(m.problem, m.rng));
-  const CudaDriver& cu = cuda_driver();
-  for (int i = 0; i < warmup; ++i) m.sets[i % m.sets.size()]->run(c, m.device, m.stream.s);
-  std::vector<CUevent> events(2 * reps);
-  for (auto& e : events) cuda_check(cu.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
-  for (int r = 0; r < reps; ++r) {
-    cu.cuEventRecord(events[2 * r], m.stream.s);
-    m.sets[r % m.sets.size()]->run(c, m.device, m.stream.s);
-    cu.cuEventRecord(events[2 * r + 1], m.stream.s);
-  }
-  CUresult sync = cu.cuStreamSynchronize(m.stream.s);
-  std::vector<double> ms(reps);
-  for (int r = 0; r < reps && sync == CUDA_SUCCESS; ++r) {
-    float t = 0;
-    cu.cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]);
-    ms[r] = t;
-  }
-  for (auto& e : events) cu.cuEventDestroy(e);
-  cuda_check(sync, "timed runs");
-  std::sort(ms.begin(), ms.end());
-  double mean = 0, var = 0;
-  for (double x : ms) mean += x / reps;
-  for (double x : ms) var += (x - mean) * (x - mean) / std::max(1, reps - 1);
-  Timing t;
-  t.median_ms = ms[ms.size() / 2], t.p20_ms = ms[ms.size() / 5], t.p80_ms = ms[(ms.size() * 4) / 5];
-  t.mean_ms = mean, t.std_ms = std::sqrt(var), t.reps = reps;
-  return t;
+  return time_runs([&](int r) { m.sets[r % m.sets.size()]->run(c, m.device, m.stream.s); }, warmup, reps, m.stream.s);
 }
 
 AttentionCheck check_attention_forward(const AttentionCase& c, int device) {

@@ -31,6 +31,9 @@ namespace kgen {
   X(cuLaunchKernel, "cuLaunchKernel")                                   \
   X(cuMemAlloc, "cuMemAlloc_v2")                                        \
   X(cuMemFree, "cuMemFree_v2")                                          \
+  X(cuMemAllocAsync, "cuMemAllocAsync")                                 \
+  X(cuMemFreeAsync, "cuMemFreeAsync")                                   \
+  X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                          \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                    \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                    \
   X(cuMemsetD8, "cuMemsetD8_v2")                                        \
