@@ -253,7 +253,7 @@ void add_lrpe_bench_command(CLI::App& bench, int& exit_code) {
     if (md) o->acts = "none";
     cmd->add_option("--dtypes", o->dtypes, "Comma-separated dtypes")->capture_default_str();
     cmd->add_option("--acts", o->acts, "Comma-separated acts (none, relu, sigmoid, silu, softmax, softmax_seq)")->capture_default_str();
-    cmd->add_option("--directions", o->directions, "fwd, bwd or both")->capture_default_str();
+    cmd->add_option("--directions", o->directions, "Comma-separated directions: fwd,bwd")->capture_default_str();
     cmd->add_option("--seqlens", o->seqlens, md ? "1d grid sizes" : "Sequence lengths")->capture_default_str();
     cmd->add_option("--batch", o->batch, "Batch")->capture_default_str()->check(CLI::PositiveNumber);
     cmd->add_option("--heads", o->heads, "Heads")->capture_default_str()->check(CLI::PositiveNumber);
