@@ -154,7 +154,8 @@ struct LrpeBench::Impl {
   void fill_angles(Set& s) {
     if (!problem.cache || problem.direction == LrpeDirection::forward || s.angles_filled) return;
     const TensorView a = angles_view(s);
-    HostTensor o = make_host(problem.batch, problem.heads, problem.n, 2 * problem.d, problem.layout, problem.dtype);
+    // A view description only: no host copy of o is needed.
+    const HostTensor o{problem.batch, problem.heads, problem.n, 2 * problem.d, problem.layout, problem.dtype, {}};
     md_lrpe_cosine_forward(view_of(problem, s.x, s.dx_buf, device), theta_view(), view_of(problem, o, s.scratch_o, device),
                            &a, md_options("", problem.act == LrpeAct::softmax_seq ? LrpeAct::none : problem.act),
                            stream.s);
