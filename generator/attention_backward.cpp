@@ -179,7 +179,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   KernelSource k;
   k.op = "attention_bwd";
   k.entry = "kgen_attention_bwd_" + kernel_name(kernel);
-  const char* T = dtype_cxx(spec.dtype);
+  const std::string_view T = dtype_cxx(spec.dtype);
   const char* causal = spec.causal ? "true" : "false";
   const int d = spec.head_dim;
   std::ostringstream call;
@@ -355,7 +355,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   KernelSource k;
   k.op = "attention_double_bwd";
   k.entry = "kgen_attention_double_bwd_" + dbl_kernel_name(kernel);
-  const char* T = dtype_cxx(spec.dtype);
+  const std::string_view T = dtype_cxx(spec.dtype);
   const char* causal = spec.causal ? "true" : "false";
   const int d = spec.head_dim;
   std::ostringstream call;

@@ -31,7 +31,6 @@ int fa2_register_estimate(int d, int bn, int rows_per_warp) {
   return r * d / 32 + r * bn / 32 + q_frags + in_flight + 40;
 }
 
-
 }  // namespace
 
 int attention_simt_bucket(int head_dim) {

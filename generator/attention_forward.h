@@ -78,9 +78,6 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
 AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec);
 
 // Grid of a launch: x = query tiles, y = query heads, z = batch.
-struct LaunchGrid {
-  unsigned x = 1, y = 1, z = 1;
-};
 LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape);
 
 // The translation unit of one variant. `config` must be valid for `spec`.

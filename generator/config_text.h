@@ -7,7 +7,6 @@
 #include <string_view>
 #include <vector>
 
-#include "kgen/types.hpp"
 
 namespace kgen {
 
@@ -26,16 +25,6 @@ inline bool parse_prefixed_int(std::string_view field, std::string_view prefix, 
   const char* e = field.data() + field.size();
   auto [ptr, ec] = std::from_chars(b, e, out);
   return ec == std::errc() && ptr == e && b != e;
-}
-
-// The device template type of an element type: "kgen::half_t", "kgen::bfloat16_t", "float".
-inline const char* dtype_cxx(DType t) {
-  switch (t) {
-    case DType::f16: return "kgen::half_t";
-    case DType::bf16: return "kgen::bfloat16_t";
-    case DType::f32: return "float";
-  }
-  return "void";
 }
 
 }  // namespace kgen

@@ -14,4 +14,9 @@ struct KernelSource {
   int smem_bytes = 0;   // dynamic shared memory per block
 };
 
+// Grid of one launch (blocks along x, y, z).
+struct LaunchGrid {
+  unsigned x = 1, y = 1, z = 1;
+};
+
 }  // namespace kgen

@@ -2,6 +2,7 @@
 
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
+#include "generator/lrpe.h"
 
 namespace kgen {
 
@@ -14,6 +15,10 @@ std::span<const OperatorInfo> operators() {
       {"attention_double_bwd",
        "flash attention double backward (Q̄, K̄, V̄, dŌ), O(n·d) memory; fp16/bf16 tensor cores, fp32 general path",
        attention_double_backward_all_variants},
+      {"lrpe_cosine", "LRPE-cosine o = [act(x)·cos Θ, act(x)·sin Θ], forward and backward, every act",
+       [](const Target&) { return lrpe_all_variants(LrpeOp::cosine); }},
+      {"md_lrpe_cosine", "multi-dimensional LRPE-cosine (1d/2d/3d grids, extra tokens, angle cache), forward and backward",
+       [](const Target&) { return lrpe_all_variants(LrpeOp::md_cosine); }},
   };
   return kOperators;
 }

@@ -20,6 +20,15 @@ std::optional<DType> parse_dtype(std::string_view n) {
 
 int dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
 
+std::string_view dtype_cxx(DType t) {
+  switch (t) {
+    case DType::f16: return "kgen::half_t";
+    case DType::bf16: return "kgen::bfloat16_t";
+    case DType::f32: return "float";
+  }
+  return "void";
+}
+
 std::optional<Target> parse_target(std::string_view arch) {
   // Opt-in shared memory per block, from the CUDA programming guide's per-arch table.
   if (arch == "sm_80") return Target{"sm_80", 80, 163 * 1024};

@@ -77,7 +77,7 @@ class Workspace {
   Workspace(const AttentionBackwardOptions& o, std::size_t bytes, int device, void* stream) : stream_(stream) {
     if (o.workspace) {
       if (o.workspace_bytes < bytes)
-        invalid("workspace: " + std::to_string(o.workspace_bytes) + " bytes given, this call needs " +
+        invalid_argument("workspace: " + std::to_string(o.workspace_bytes) + " bytes given, this call needs " +
                 std::to_string(bytes));
       base_ = static_cast<char*>(o.workspace);
       return;
@@ -131,11 +131,11 @@ AttentionBackwardConfig choose_attention_backward_config(const AttentionBackward
   const DeviceInfo& dev = device_info(call.device);
   if (!options.config.empty()) {
     auto c = parse_attention_backward_config(options.config);
-    if (!c) invalid("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn128:w8 or simt:w4:dmax128)");
+    if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn128:w8 or simt:w4:dmax128)");
     if (auto why = check_attention_backward_config(call.spec, *c, dev.target))
-      invalid("config: " + options.config + " is invalid here: " + *why);
+      invalid_argument("config: " + options.config + " is invalid here: " + *why);
     if (c->path == BackwardPath::fa2 && !call.aligned16)
-      invalid("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+      invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
     return *c;
   }
   if (!call.aligned16) return attention_backward_general_config(call.spec);
@@ -143,7 +143,7 @@ AttentionBackwardConfig choose_attention_backward_config(const AttentionBackward
 }
 
 std::size_t attention_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options) {
-  if (q.ndim != 4) invalid("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
+  if (q.ndim != 4) invalid_argument("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
   return backward_workspace_bytes(q, !options.deterministic);
 }
 
@@ -169,7 +169,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
 }
 
 std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions&) {
-  if (q.ndim != 4) invalid("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
+  if (q.ndim != 4) invalid_argument("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
   return 4 * align256(stat_rows(q) * 4);
 }
 
@@ -190,11 +190,11 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   AttentionBackwardConfig config;
   if (!options.config.empty()) {
     auto c = parse_attention_backward_config(options.config);
-    if (!c) invalid("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn32:w4 or simt:w4:dmax128)");
+    if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn32:w4 or simt:w4:dmax128)");
     if (auto why = check_attention_double_backward_config(call.spec, *c, dev.target))
-      invalid("config: " + options.config + " is invalid here: " + *why);
+      invalid_argument("config: " + options.config + " is invalid here: " + *why);
     if (c->path == BackwardPath::fa2 && !call.aligned16)
-      invalid("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+      invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
     config = *c;
   } else {
     config = call.aligned16 ? attention_double_backward_default_config(call.spec, dev.target)

@@ -15,7 +15,6 @@
 namespace kgen {
 namespace {
 
-using namespace harness;
 
 // b·h_q·n_q·n_k·d up to which the fp64 CPU reference checks every element (its dense double
 // backward does ~20 such products: about a second of CPU at the bound).
@@ -391,10 +390,12 @@ Timing AttentionGradientBench::time(const std::string& config, int warmup, int r
     m.sets.push_back(std::make_unique<GradientSet>(m.problem, m.dbl, m.options, m.rng, m.device, m.stream.s));
   std::vector<AttentionBackwardOptions> opts;
   for (auto& s : m.sets) opts.push_back(s->options(m.problem, m.dbl, m.options, config, m.device));
-  return time_runs(m.stream.s, warmup, reps, [&](int i) {
-    const std::size_t s = i % m.sets.size();
-    m.sets[s]->run(m.problem, m.dbl, opts[s], m.device, m.stream.s);
-  });
+  return time_runs(
+      [&](int i) {
+        const std::size_t s = i % m.sets.size();
+        m.sets[s]->run(m.problem, m.dbl, opts[s], m.device, m.stream.s);
+      },
+      warmup, reps, m.stream.s);
 }
 
 GradientCheck check_attention_backward(const AttentionCase& c, const BackwardBenchOptions& o, int device) {

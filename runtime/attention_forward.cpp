@@ -15,6 +15,7 @@
 #include "runtime/device.h"
 #include "runtime/kernel_builder.h"
 #include "runtime/log.h"
+#include "runtime/tensor_checks.h"
 #include "runtime/autotune.h"
 #include "runtime/tensor_checks.h"
 #include "runtime/tuning_db.h"
@@ -82,29 +83,29 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   check_tensor(o, "o", 4);
   for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
     if (t->dtype != q.dtype)
-      invalid(std::string(name) + ": dtype " + std::string(dtype_name(t->dtype)) +
+      invalid_argument(std::string(name) + ": dtype " + std::string(dtype_name(t->dtype)) +
               " differs from q's " + std::string(dtype_name(q.dtype)));
   for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
-    if (t->device != q.device) invalid(std::string(name) + ": on device " + std::to_string(t->device) + ", q is on device " + std::to_string(q.device));
+    if (t->device != q.device) invalid_argument(std::string(name) + ": on device " + std::to_string(t->device) + ", q is on device " + std::to_string(q.device));
   const std::int64_t b = q.shape[0], hq = q.shape[1], nq = q.shape[2], d = q.shape[3];
   const std::int64_t hkv = k.shape[1], nk = k.shape[2];
   if (k.shape[0] != b || k.shape[3] != d)
-    invalid("k: shape " + shape_string(k) + " does not match q " + shape_string(q) + " in batch or head_dim");
+    invalid_argument("k: shape " + shape_string(k) + " does not match q " + shape_string(q) + " in batch or head_dim");
   for (int i = 0; i < 4; ++i)
-    if (v.shape[i] != k.shape[i]) invalid("v: shape " + shape_string(v) + " differs from k " + shape_string(k));
+    if (v.shape[i] != k.shape[i]) invalid_argument("v: shape " + shape_string(v) + " differs from k " + shape_string(k));
   for (int i = 0; i < 4; ++i)
-    if (o.shape[i] != q.shape[i]) invalid("o: shape " + shape_string(o) + " differs from q " + shape_string(q));
-  if (hq % hkv) invalid("k: heads_kv=" + std::to_string(hkv) + " does not divide q's heads=" + std::to_string(hq));
+    if (o.shape[i] != q.shape[i]) invalid_argument("o: shape " + shape_string(o) + " differs from q " + shape_string(q));
+  if (hq % hkv) invalid_argument("k: heads_kv=" + std::to_string(hkv) + " does not divide q's heads=" + std::to_string(hq));
   if (d > kMaxHeadDim)
-    invalid("q: head_dim=" + std::to_string(d) + " is unsupported (kgen serves head_dim <= " + std::to_string(kMaxHeadDim) + ")");
+    invalid_argument("q: head_dim=" + std::to_string(d) + " is unsupported (kgen serves head_dim <= " + std::to_string(kMaxHeadDim) + ")");
   if (lse) {
     check_tensor(*lse, "lse", 3);
-    if (lse->dtype != DType::f32) invalid("lse: dtype must be fp32");
+    if (lse->dtype != DType::f32) invalid_argument("lse: dtype must be fp32");
     if (lse->shape[0] != b || lse->shape[1] != hq || lse->shape[2] != nq)
-      invalid("lse: shape " + shape_string(*lse) + " must be (batch, heads_q, n_q) of q");
-    if (lse->device != q.device) invalid("lse: not on q's device");
+      invalid_argument("lse: shape " + shape_string(*lse) + " must be (batch, heads_q, n_q) of q");
+    if (lse->device != q.device) invalid_argument("lse: not on q's device");
   }
-  if (!std::isfinite(options.scale)) invalid("scale: must be finite");
+  if (!std::isfinite(options.scale)) invalid_argument("scale: must be finite");
   AttentionForwardCall call;
   call.spec = {q.dtype, static_cast<int>(d), options.causal};
   call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
@@ -216,11 +217,11 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   const DeviceInfo& dev = device_info(call.device);
   if (!options.config.empty()) {
     auto c = parse_attention_forward_config(options.config);
-    if (!c) invalid("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2 or simt:bm4:bn32:dmax128)");
+    if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2 or simt:bm4:bn32:dmax128)");
     if (auto why = check_attention_forward_config(call.spec, *c, dev.target))
-      invalid("config: " + options.config + " is invalid here: " + *why);
+      invalid_argument("config: " + options.config + " is invalid here: " + *why);
     if (c->path == ForwardPath::fa2 && !call.aligned16)
-      invalid("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+      invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
     return *c;
   }
   if (call.aligned16) return decide(call, dev);

@@ -24,8 +24,6 @@ namespace {
 constexpr double kFullCheckWork = 4e8;
 constexpr int kSampledRowsPerHead = 48;
 
-using namespace harness;
-
 struct InputSet {
   HostTensor q, k, v;
   std::vector<double> q64, k64, v64;
@@ -210,7 +208,7 @@ Timing AttentionForwardBench::time(const std::string& config, int warmup, int re
   std::size_t set_bytes = m.sets[0]->dq.bytes() * 2 + m.sets[0]->dk.bytes() * 2;
   while (m.sets.size() < 8 && m.sets.size() * set_bytes < 2 * std::size_t(device_info(m.device).l2_bytes))
     m.sets.push_back(std::make_unique<InputSet>(m.problem, m.rng));
-  return time_runs(m.stream.s, warmup, reps, [&](int i) { m.sets[i % m.sets.size()]->run(c, m.device, m.stream.s); });
+  return time_runs([&](int r) { m.sets[r % m.sets.size()]->run(c, m.device, m.stream.s); }, warmup, reps, m.stream.s);
 }
 
 AttentionCheck check_attention_forward(const AttentionCase& c, int device) {

@@ -9,11 +9,10 @@
 #include <vector>
 
 #include "generator/attention_forward.h"
+#include "runtime/harness_support.h"
 #include "runtime/metrics.h"
 
 namespace kgen {
-
-enum class Layout { bhnd, bnhd };
 
 struct AttentionCase {
   DType dtype = DType::bf16;
@@ -41,11 +40,6 @@ struct AttentionCheck {
 // against the fp64 CPU reference (all rows when small, evenly spread rows of every head when
 // large). Throws Error(no_device) without a GPU.
 AttentionCheck check_attention_forward(const AttentionCase& c, int device = 0);
-
-struct Timing {
-  double median_ms = 0, p20_ms = 0, p80_ms = 0, mean_ms = 0, std_ms = 0;
-  int reps = 0;
-};
 
 // One problem's inputs and reference, computed once, against which any number of configs are
 // checked (NaN-poisoned outputs before each run) and timed: what `kgen tune` and `kgen bench`

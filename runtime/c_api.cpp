@@ -45,9 +45,9 @@ kgen::TensorView to_view(const DLTensor* t, const char* name) {
   return v;
 }
 
-// Runs `body`, turning exceptions into a status and last_error.
-template <class F>
-kgen_status guarded(F&& body) {
+// Runs `body`, turning any exception into a status and kgen_last_error()'s sentence.
+template <class Body>
+kgen_status guarded(Body&& body) {
   try {
     body();
     last_error.clear();
@@ -59,6 +59,33 @@ kgen_status guarded(F&& body) {
   } catch (...) {
     return fail(KGEN_ERROR_INTERNAL, "unknown error");
   }
+}
+
+kgen::LrpeAct lrpe_act(int act) {
+  if (act < KGEN_LRPE_ACT_NONE || act > KGEN_LRPE_ACT_SOFTMAX_SEQ)
+    throw kgen::Error(kgen::Status::invalid_argument, "act: unknown activation " + std::to_string(act) + " (0..5)");
+  return static_cast<kgen::LrpeAct>(act);
+}
+
+kgen::LrpeOptions lrpe_options(const kgen_lrpe_options* o) {
+  kgen::LrpeOptions opts;
+  if (!o) return opts;
+  opts.act = lrpe_act(o->act);
+  opts.offset = o->offset;
+  opts.config = o->config ? o->config : "";
+  opts.workspace = o->workspace, opts.workspace_bytes = o->workspace_bytes;
+  return opts;
+}
+
+kgen::MdLrpeOptions md_lrpe_options(const kgen_lrpe_options* o) {
+  if (!o) throw kgen::Error(kgen::Status::invalid_argument, "options: md_lrpe_cosine needs options with dims and grid");
+  kgen::MdLrpeOptions opts;
+  opts.act = lrpe_act(o->act);
+  opts.dims = o->dims, opts.extra = o->extra;
+  for (int j = 0; j < 3; ++j) opts.grid[j] = o->grid[j];
+  opts.config = o->config ? o->config : "";
+  opts.workspace = o->workspace, opts.workspace_bytes = o->workspace_bytes;
+  return opts;
 }
 
 kgen::AttentionBackwardOptions backward_options(const kgen_attention_backward_options* o) {
@@ -80,7 +107,7 @@ extern "C" {
 
 kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
                                    DLTensor* lse, const kgen_attention_options* options, void* stream) {
-  try {
+  return guarded([&] {
     // Converted in argument order, so an error names the first offending argument.
     const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o");
     kgen::TensorView lse_view;
@@ -91,15 +118,7 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
       opts.causal = options->causal != 0;
     }
     kgen::attention_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, opts, stream);
-    last_error.clear();
-    return KGEN_OK;
-  } catch (const kgen::Error& e) {
-    return fail(static_cast<kgen_status>(e.status()), e.what());
-  } catch (const std::exception& e) {
-    return fail(KGEN_ERROR_INTERNAL, e.what());
-  } catch (...) {
-    return fail(KGEN_ERROR_INTERNAL, "unknown error");
-  }
+  });
 }
 
 kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
@@ -141,6 +160,44 @@ kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kge
     const kgen::AttentionBackwardOptions opts = backward_options(options);
     *bytes = double_backward ? kgen::attention_double_backward_workspace_bytes(qv, opts)
                              : kgen::attention_backward_workspace_bytes(qv, opts);
+  });
+}
+
+kgen_status kgen_lrpe_cosine_forward(const DLTensor* x, const DLTensor* theta, DLTensor* o,
+                                     const kgen_lrpe_options* options, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView xv = to_view(x, "x"), tv = to_view(theta, "theta"), ov = to_view(o, "o");
+    kgen::lrpe_cosine_forward(xv, tv, ov, lrpe_options(options), stream);
+  });
+}
+
+kgen_status kgen_lrpe_cosine_backward(const DLTensor* x, const DLTensor* theta, const DLTensor* d_o, DLTensor* dx,
+                                      const kgen_lrpe_options* options, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView xv = to_view(x, "x"), tv = to_view(theta, "theta"), gv = to_view(d_o, "d_o"),
+                           dv = to_view(dx, "dx");
+    kgen::lrpe_cosine_backward(xv, tv, gv, dv, lrpe_options(options), stream);
+  });
+}
+
+kgen_status kgen_md_lrpe_cosine_forward(const DLTensor* x, const DLTensor* theta, DLTensor* o, DLTensor* angles,
+                                        const kgen_lrpe_options* options, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView xv = to_view(x, "x"), tv = to_view(theta, "theta"), ov = to_view(o, "o");
+    kgen::TensorView av;
+    if (angles) av = to_view(angles, "angles");
+    kgen::md_lrpe_cosine_forward(xv, tv, ov, angles ? &av : nullptr, md_lrpe_options(options), stream);
+  });
+}
+
+kgen_status kgen_md_lrpe_cosine_backward(const DLTensor* x, const DLTensor* theta, const DLTensor* d_o, DLTensor* dx,
+                                         const DLTensor* angles, const kgen_lrpe_options* options, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView xv = to_view(x, "x"), tv = to_view(theta, "theta"), gv = to_view(d_o, "d_o"),
+                           dv = to_view(dx, "dx");
+    kgen::TensorView av;
+    if (angles) av = to_view(angles, "angles");
+    kgen::md_lrpe_cosine_backward(xv, tv, gv, dv, angles ? &av : nullptr, md_lrpe_options(options), stream);
   });
 }
 

@@ -33,6 +33,7 @@ namespace kgen {
   X(cuMemFree, "cuMemFree_v2")                                          \
   X(cuMemAllocAsync, "cuMemAllocAsync")                                 \
   X(cuMemFreeAsync, "cuMemFreeAsync")                                   \
+  X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                          \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                    \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                    \
   X(cuMemsetD8, "cuMemsetD8_v2")                                        \

@@ -1,10 +1,8 @@
-// Internal building blocks of the GPU check-and-time harnesses (attention_harness.cpp,
-// attention_backward_harness.cpp): device buffers that can be NaN-poisoned, host tensors in a
-// (b, h, n, d) memory layout filled with random normal values, a stream, and event timing.
+// Pieces shared by the GPU check/timing harnesses: device buffers (NaN poisoning), host
+// tensors in BHND/BNHD memory layouts, random inputs, streams and event timing.
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -12,16 +10,24 @@
 #include <vector>
 
 #include "kgen/kgen.hpp"
-#include "runtime/attention_harness.h"
+#include "generator/target.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/host_convert.h"
 
-namespace kgen::harness {
+namespace kgen {
+
+enum class Layout { bhnd, bnhd };
+
+struct Timing {
+  double median_ms = 0, p20_ms = 0, p80_ms = 0, mean_ms = 0, std_ms = 0;
+  int reps = 0;
+};
 
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
-    cuda_check(cuda_driver().cuMemAlloc(&ptr_, std::max<std::size_t>(bytes, 16)), "cuMemAlloc");
+    // Rounded up to whole 32-bit words, so that poison() covers every element.
+    cuda_check(cuda_driver().cuMemAlloc(&ptr_, std::max<std::size_t>((bytes + 3) / 4 * 4, 16)), "cuMemAlloc");
   }
   ~DeviceBuffer() {
     if (ptr_) cuda_driver().cuMemFree(ptr_);
@@ -42,7 +48,7 @@ class DeviceBuffer {
   // Fills with a NaN pattern of the element type, so skipped stores fail the check.
   void poison(DType t) {
     unsigned pattern = t == DType::f32 ? 0x7fc00000u : t == DType::f16 ? 0x7e007e00u : 0x7fc07fc0u;
-    cuda_check(cuda_driver().cuMemsetD32(ptr_, pattern, bytes_ / 4), "cuMemsetD32");
+    cuda_check(cuda_driver().cuMemsetD32(ptr_, pattern, (bytes_ + 3) / 4), "cuMemsetD32");
     cuda_check(cuda_driver().cuCtxSynchronize(), "cuCtxSynchronize after cuMemsetD32");
   }
 
@@ -119,41 +125,16 @@ inline std::vector<double> fill_random(HostTensor& t, std::mt19937_64& rng) {
   return logical;
 }
 
+
 struct Stream {
   CUstream s = nullptr;
   Stream() { cuda_check(cuda_driver().cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate"); }
   ~Stream() { cuda_driver().cuStreamDestroy(s); }
 };
 
-// Runs run(i) for i < warmup, then times run(r) for r < reps between device events on `stream`:
-// median, p20, p80, mean and standard deviation of the reps.
-inline Timing time_runs(CUstream stream, int warmup, int reps, const std::function<void(int)>& run) {
-  const CudaDriver& cu = cuda_driver();
-  for (int i = 0; i < warmup; ++i) run(i);
-  std::vector<CUevent> events(2 * reps);
-  for (auto& e : events) cuda_check(cu.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
-  for (int r = 0; r < reps; ++r) {
-    cu.cuEventRecord(events[2 * r], stream);
-    run(r);
-    cu.cuEventRecord(events[2 * r + 1], stream);
-  }
-  CUresult sync = cu.cuStreamSynchronize(stream);
-  std::vector<double> ms(reps);
-  for (int r = 0; r < reps && sync == CUDA_SUCCESS; ++r) {
-    float t = 0;
-    cu.cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]);
-    ms[r] = t;
-  }
-  for (auto& e : events) cu.cuEventDestroy(e);
-  cuda_check(sync, "timed runs");
-  std::sort(ms.begin(), ms.end());
-  double mean = 0, var = 0;
-  for (double x : ms) mean += x / reps;
-  for (double x : ms) var += (x - mean) * (x - mean) / std::max(1, reps - 1);
-  Timing t;
-  t.median_ms = ms[ms.size() / 2], t.p20_ms = ms[ms.size() / 5], t.p80_ms = ms[(ms.size() * 4) / 5];
-  t.mean_ms = mean, t.std_ms = std::sqrt(var), t.reps = reps;
-  return t;
-}
 
-}  // namespace kgen::harness
+// Median/p20/p80/mean/std of `reps` runs of run(rep) on `stream`, each between two events,
+// after `warmup` untimed runs.
+Timing time_runs(const std::function<void(int)>& run, int warmup, int reps, CUstream stream);
+
+}  // namespace kgen

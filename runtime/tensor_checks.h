@@ -1,5 +1,5 @@
-// Argument checks shared by the operators' entry points: every failure throws
-// Error(invalid_argument) with one sentence that names the argument.
+// Argument checks shared by the operators' validation: every failure throws
+// Error(invalid_argument) with a sentence that starts with the argument's name.
 #pragma once
 
 #include <string>
@@ -8,19 +8,24 @@
 
 namespace kgen {
 
-[[noreturn]] void invalid(const std::string& message);
+[[noreturn]] void invalid_argument(const std::string& message);
 
-// "(2, 8, 1024, 128)".
+// "(2, 8, 100, 64)".
 std::string shape_string(const TensorView& t);
 
-// Device memory, `ndim` dimensions, non-empty, non-negative strides, contiguous last dimension,
-// element-aligned pointer, within kgen's launch limits (batch, heads <= 65535).
+// Non-null device pointer aligned to its element, `ndim` dimensions, sizes > 0, strides >= 0,
+// the last dimension contiguous.
+void check_view(const TensorView& t, const char* name, int ndim);
+
+// check_view for a (batch, heads, n, d) attention tensor, plus kgen's launch limits
+// (batch, heads <= 65535 grid blocks).
 void check_tensor(const TensorView& t, const char* name, int ndim);
 
-// `t` has `ref`'s dtype, device and (first `ndim`) shape; the message names `name` and `ref_name`.
+// `t` has `ref`'s dtype, device and shape; the message names `name` and `ref_name`.
 void check_like(const TensorView& t, const char* name, const TensorView& ref, const char* ref_name);
 
-// Base pointer and every row/head/batch stride allow 16-byte vector loads.
+// Whether the base pointer and every stride but the last (of dimensions larger than 1) allow
+// 16-byte loads.
 bool aligned16(const TensorView& t);
 
 }  // namespace kgen

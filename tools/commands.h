@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "kgen/types.hpp"
+
 namespace kgen::cli {
 
 // Exit codes scripts can rely on.
@@ -11,6 +13,18 @@ enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNoDevice = 3 };
 void add_cache_commands(CLI::App& app, int& exit_code);
 void add_gpu_commands(CLI::App& app, int& exit_code);
 void add_tune_commands(CLI::App& app, int& exit_code);
+
+// `kgen check lrpe|md_lrpe` and `kgen bench lrpe|md_lrpe` (tools/commands_lrpe.cpp), as
+// subcommands of `check` and `bench`.
+void add_lrpe_check_command(CLI::App& check, int& exit_code);
+void add_lrpe_bench_command(CLI::App& bench, int& exit_code);
+
+// Throws Error(no_device) with the driver's reason when no GPU is usable.
+void require_device();
+// One line naming device 0, its SM count and clock, and kgen's version.
+void print_device_header();
+// Parses "bf16,fp16" (option --dtypes); throws Error(invalid_argument) naming an unknown one.
+std::vector<DType> parse_dtypes(const std::string& text);
 
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> split_list(const std::string& text);

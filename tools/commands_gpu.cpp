@@ -17,7 +17,6 @@
 #include "tools/commands.h"
 
 namespace kgen::cli {
-namespace {
 
 std::vector<DType> parse_dtypes(const std::string& text) {
   std::vector<DType> out;
@@ -29,13 +28,6 @@ std::vector<DType> parse_dtypes(const std::string& text) {
   return out;
 }
 
-std::vector<bool> parse_causal(const std::string& text) {
-  if (text == "both") return {false, true};
-  if (text == "yes") return {true};
-  if (text == "no") return {false};
-  throw Error(Status::invalid_argument, "--causal: expected yes, no or both, got '" + text + "'");
-}
-
 void require_device() {
   std::string why;
   if (!cuda_available(&why)) throw Error(Status::no_device, why);
@@ -45,6 +37,15 @@ void print_device_header() {
   const DeviceInfo& d = device_info(0);
   std::printf("device: %s (sm_%d%d, %d SMs, max SM clock %d MHz), kgen %s\n", d.name.c_str(), d.cc_major,
               d.cc_minor, d.sm_count, d.sm_clock_khz / 1000, kgen::version());
+}
+
+namespace {
+
+std::vector<bool> parse_causal(const std::string& text) {
+  if (text == "both") return {false, true};
+  if (text == "yes") return {true};
+  if (text == "no") return {false};
+  throw Error(Status::invalid_argument, "--causal: expected yes, no or both, got '" + text + "'");
 }
 
 // The correctness sweep of attention.md §5.6: odd sizes, n_q != n_k both ways, causal, GQA,
@@ -270,7 +271,10 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
   check->add_option("--dtypes", *dtypes, "Comma-separated dtypes")->capture_default_str();
   check->add_option("--head-dims", *dims, "Comma-separated head dims")->capture_default_str();
   check->add_flag("--quick", *quick, "Skip the large shapes");
-  check->callback([=, &exit_code] { exit_code = run_check(parse_dtypes(*dtypes), parse_int_list(*dims, "--head-dims"), *quick); });
+  add_lrpe_check_command(*check, exit_code);
+  check->callback([=, &exit_code] {
+    if (check->get_subcommands().size()) return;  // `kgen check lrpe|md_lrpe` ran instead
+    exit_code = run_check(parse_dtypes(*dtypes), parse_int_list(*dims, "--head-dims"), *quick); });
 
   auto* bench = app.add_subcommand("bench", "Time attention_fwd on the standard sweep (each row checked first)");
   auto o = std::make_shared<BenchOptions>();
@@ -285,7 +289,9 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
   bench->add_option("--configs", o->configs, "Also time these configs, '|'-separated (invalid ones are reported per row)");
   auto launch = std::make_shared<bool>(false);
   bench->add_flag("--launch", *launch, "Measure first-call cost (cold compile, disk hit, in-memory hit) and hot launch overhead instead");
-  bench->callback([o, launch, &exit_code] {
+  add_lrpe_bench_command(*bench, exit_code);
+  bench->callback([o, launch, bench, &exit_code] {
+    if (bench->get_subcommands().size()) return;  // `kgen bench lrpe|md_lrpe` ran instead
     if (*launch) {
       exit_code = run_launch_bench(10000);
       return;

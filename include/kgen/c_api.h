@@ -11,6 +11,7 @@
 
 #include <dlpack/dlpack.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -74,6 +75,47 @@ kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k,
 /* Scratch bytes of a backward (double_backward == 0) or double backward call for q's shape. */
 kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kgen_attention_backward_options* options,
                                                     int double_backward, size_t* bytes);
+/* --- LRPE-cosine (specs/lrpe.md) ----------------------------------------------------------------
+ * x is (b, h, n, d) (a (b, n, h, d) tensor as its permuted view) or (b, n, d) for one head,
+ * any strides with a contiguous last dim; o and d_o are shaped like x with 2d features (cos
+ * half first), dx like x; float16, bfloat16 or float32 (one dtype for all of them), d <= 256.
+ * theta is float32 (h or 1, d or 1) for lrpe_cosine and (h or 1, e) for md_lrpe_cosine. */
+
+typedef enum kgen_lrpe_act {
+  KGEN_LRPE_ACT_NONE = 0,
+  KGEN_LRPE_ACT_RELU = 1,
+  KGEN_LRPE_ACT_SIGMOID = 2,
+  KGEN_LRPE_ACT_SILU = 3,
+  KGEN_LRPE_ACT_SOFTMAX = 4,     /* over the features of each row (dim -1) */
+  KGEN_LRPE_ACT_SOFTMAX_SEQ = 5  /* over the sequence of each (b, h, feature) column (dim -2) */
+} kgen_lrpe_act;
+
+typedef struct kgen_lrpe_options {
+  int act;                /* kgen_lrpe_act */
+  int64_t offset;         /* lrpe_cosine: token s at position offset + s */
+  int dims;               /* md_lrpe_cosine: spatial dims m, 1..3 */
+  int64_t grid[3];        /* md_lrpe_cosine: n_1..n_m, row-major (last fastest); n = extra + Π grid */
+  int extra;              /* md_lrpe_cosine: l extra tokens first (angle 0) */
+  const char* config;     /* NULL or "" = heuristic; e.g. "sp:t256:r4:v8" */
+  void* workspace;        /* act softmax_seq scratch, NULL = stream-ordered allocation */
+  size_t workspace_bytes;
+} kgen_lrpe_options;
+
+/* o = [act(x)·cos Θ, act(x)·sin Θ] with Θ[s, h, k] = (offset + s)·θ[h, k]. options may be
+ * NULL (act none, offset 0). Asynchronous on `stream`. */
+kgen_status kgen_lrpe_cosine_forward(const DLTensor* x, const DLTensor* theta, DLTensor* o,
+                                     const kgen_lrpe_options* options, void* stream);
+/* dx = ∂L/∂x given d_o = ∂L/∂o (x is read unless act is none). */
+kgen_status kgen_lrpe_cosine_backward(const DLTensor* x, const DLTensor* theta, const DLTensor* d_o,
+                                      DLTensor* dx, const kgen_lrpe_options* options, void* stream);
+/* md_lrpe_cosine: Θ from the grid coordinates (see kgen.hpp). options must give dims and grid.
+ * angles: NULL, or a contiguous float32 (h, n, d) buffer the forward fills (reduced angles) and
+ * the backward reads (the cache variant). */
+kgen_status kgen_md_lrpe_cosine_forward(const DLTensor* x, const DLTensor* theta, DLTensor* o,
+                                        DLTensor* angles, const kgen_lrpe_options* options, void* stream);
+kgen_status kgen_md_lrpe_cosine_backward(const DLTensor* x, const DLTensor* theta, const DLTensor* d_o,
+                                         DLTensor* dx, const DLTensor* angles,
+                                         const kgen_lrpe_options* options, void* stream);
 
 /* The message of the last failed call on this thread ("" if none). */
 const char* kgen_last_error(void);

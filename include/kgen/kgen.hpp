@@ -79,6 +79,55 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
                                const TensorView& q_bar, const TensorView& k_bar, const TensorView& v_bar,
                                const TensorView& do_bar, const AttentionBackwardOptions& options, void* stream);
 
+// --- LRPE-cosine (specs/lrpe.md) ---------------------------------------------------------------
+// x is (batch, heads, n, d) (any strides, last dim contiguous; a (b, n, h, d) tensor as its
+// permuted view) or (batch, n, d) for one head; o is shaped like x with 2d features (the cos
+// half first), dO like o, dx like x. fp16, bf16 or fp32, math in fp32; x, o, dO and dx share one
+// dtype; d <= 256. theta is fp32 (heads | 1, d | 1) for lrpe_cosine, (heads | 1, e) for
+// md_lrpe_cosine, any strides (a size-1 dim broadcasts). Everything runs asynchronously on
+// `stream`; errors throw kgen::Error naming the offending argument.
+
+struct LrpeOptions {
+  LrpeAct act = LrpeAct::none;
+  std::int64_t offset = 0;  // token s sits at position offset + s; |offset| + n < 2^24
+  std::string config;       // force a config ("sp:t256:r4:v8"); empty = heuristic
+  // Scratch for act softmax_seq on x's device: at least lrpe_workspace_bytes(...). Null means
+  // kgen allocates it stream-ordered (cuMemAllocAsync/cuMemFreeAsync) on `stream`.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+};
+
+struct MdLrpeOptions {
+  LrpeAct act = LrpeAct::none;
+  int dims = 1;                  // m: spatial dims, 1..3
+  std::int64_t grid[3] = {};     // n_1..n_m, flattened row-major (the last fastest)
+  int extra = 0;                 // l extra tokens before the grid: n = l + Π grid, angle 0
+  std::string config;            // force a config ("sp:t256:r4:v8:cache" with angles); empty = heuristic
+  void* workspace = nullptr;     // as in LrpeOptions
+  std::size_t workspace_bytes = 0;
+};
+
+// o = [act(x)·cos Θ, act(x)·sin Θ], Θ[s, h, k] = (offset + s)·θ[h, k].
+void lrpe_cosine_forward(const TensorView& x, const TensorView& theta, const TensorView& o,
+                         const LrpeOptions& options, void* stream);
+// dx = ∂L/∂x for d_o = ∂L/∂o (theta gets no gradient). x is read for every act but none.
+void lrpe_cosine_backward(const TensorView& x, const TensorView& theta, const TensorView& d_o,
+                          const TensorView& dx, const LrpeOptions& options, void* stream);
+
+// md_lrpe_cosine: Θ[s, h, k] = c_j(s − l)·θ[h, k − j·e] with j = k / e and c the grid
+// coordinates of token s − l (Θ = 0 for s < l); e = theta's last dim, e·m >= d. `angles`
+// (optional, fp32 contiguous (heads, n, d)) selects the cache variant: the forward writes the
+// angles (reduced mod 2π) once, the backward reads them instead of decoding coordinates; it must
+// then be the buffer a forward of the same grid and theta wrote.
+void md_lrpe_cosine_forward(const TensorView& x, const TensorView& theta, const TensorView& o,
+                            const TensorView* angles, const MdLrpeOptions& options, void* stream);
+void md_lrpe_cosine_backward(const TensorView& x, const TensorView& theta, const TensorView& d_o,
+                             const TensorView& dx, const TensorView* angles, const MdLrpeOptions& options,
+                             void* stream);
+
+// Bytes of scratch a call needs (nonzero only for act softmax_seq); `backward` selects the pass.
+std::size_t lrpe_workspace_bytes(const TensorView& x, LrpeAct act, bool backward);
+
 // kgen's version, e.g. "0.1.0".
 const char* version();
 

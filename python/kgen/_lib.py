@@ -82,6 +82,17 @@ class AttentionBackwardOptions(ctypes.Structure):
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t), ("config", ctypes.c_char_p)]
 
 
+class LrpeOptions(ctypes.Structure):
+    """kgen_lrpe_options of c_api.h."""
+    _fields_ = [("act", ctypes.c_int), ("offset", ctypes.c_int64), ("dims", ctypes.c_int),
+                ("grid", ctypes.c_int64 * 3), ("extra", ctypes.c_int), ("config", ctypes.c_char_p),
+                ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
+
+
+# kgen_lrpe_act codes
+LRPE_ACTS = {"none": 0, "relu": 1, "sigmoid": 2, "silu": 3, "softmax": 4, "softmax_seq": 5}
+
+
 class KgenError(RuntimeError):
     """A failed kgen call. `status` is the C API's Status (None when the library could not be
     loaded); str(error) is the library's message, unchanged."""
@@ -101,6 +112,12 @@ _SIGNATURES = {  # name: (restype, argtypes)
         ctypes.c_int, [_P] * 13 + [ctypes.POINTER(AttentionBackwardOptions), ctypes.c_void_p]),
     "kgen_attention_backward_workspace_bytes": (
         ctypes.c_int, [_P, ctypes.POINTER(AttentionBackwardOptions), ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]),
+    "kgen_lrpe_cosine_forward": (ctypes.c_int, [_P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
+    "kgen_lrpe_cosine_backward": (ctypes.c_int, [_P, _P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
+    "kgen_md_lrpe_cosine_forward": (
+        ctypes.c_int, [_P, _P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
+    "kgen_md_lrpe_cosine_backward": (
+        ctypes.c_int, [_P, _P, _P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
     "kgen_last_error": (ctypes.c_char_p, []),
     "kgen_version": (ctypes.c_char_p, []),
 }

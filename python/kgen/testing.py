@@ -148,3 +148,58 @@ def check_attention(o, lse, o_ref, lse_ref, dtype) -> list[Check]:
     if lse is not None:
         checks.append(compare("lse", lse, lse_ref, bound=LSE_REL_L2_BOUND, atol=1e-4, rtol=1e-4))
     return checks
+
+
+# --- LRPE-cosine: the PyTorch formulation (specs/lrpe.md) ---------------------------------------
+
+def _lrpe_act(x, act):
+    """act(x) on logical (b, h, n, d); act is none/relu/sigmoid/silu/softmax/softmax_seq."""
+    if act == "none":
+        return x
+    if act == "relu":
+        return torch.relu(x)
+    if act == "sigmoid":
+        return torch.sigmoid(x)
+    if act == "silu":
+        return torch.nn.functional.silu(x)
+    if act == "softmax":
+        return torch.softmax(x, dim=-1)
+    if act == "softmax_seq":
+        return torch.softmax(x, dim=-2)
+    raise ValueError(act)
+
+
+def lrpe_angles(theta, n, d, *, offset=0, shape=None, l=0, dtype=torch.float64):
+    """Θ as (h or 1, n, d): (offset + s)·θ[h, k] (1-d) or, with a grid `shape`, the coordinate of
+    token s - l along dim k // e times θ[h, k % e] (0 for the l extra tokens)."""
+    theta = theta.to(dtype)
+    if theta.dim() == 1:
+        theta = theta[None]
+    device = theta.device
+    if shape is None:
+        pos = torch.arange(n, device=device, dtype=dtype) + offset
+        return pos[None, :, None] * theta.expand(theta.shape[0], d)[:, None, :]
+    e = theta.shape[-1]
+    r = torch.arange(n - l, device=device)
+    coords = []
+    for size in reversed(shape):  # the last dim fastest
+        coords.append(r % size)
+        r = r // size
+    coords = torch.stack(coords[::-1], dim=-1).to(dtype)  # (n - l, m)
+    k = torch.arange(d, device=device)
+    pos = coords[:, k // e]  # (n - l, d)
+    freq = theta[:, k % e]  # (h, d)
+    angles = pos[None] * freq[:, None, :]
+    return torch.cat([angles.new_zeros(angles.shape[0], l, d), angles], dim=1)
+
+
+def lrpe_reference(x, theta, *, act="none", offset=0, shape=None, l=0, dtype=torch.float64):
+    """o = [act(x)·cos Θ, act(x)·sin Θ] for logical (b, h, n, d) x, computed in `dtype`."""
+    xb = _lrpe_act(x.to(dtype), act)
+    a = lrpe_angles(theta, x.shape[-2], x.shape[-1], offset=offset, shape=shape, l=l, dtype=dtype)
+    return torch.cat([xb * torch.cos(a), xb * torch.sin(a)], dim=-1)
+
+
+def check_lrpe(out, ref, dtype, name="o") -> Check:
+    atol, rtol = TOLERANCE[dtype]
+    return compare(name, out, ref, bound=REL_L2_BOUND[dtype], atol=atol, rtol=rtol)

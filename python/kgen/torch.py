@@ -4,9 +4,11 @@ Each operator is one small function: map its arguments to logical (b, h, n, d) v
 missing outputs, and `_launch` the C function on the current CUDA stream. Shapes, dtypes, devices
 and strides are validated by the C library alone, so the messages are the same in every language;
 Python checks only what C cannot see (argument types, the layout name, scale=None vs a value).
-`attention` is the differentiable entry point: an autograd function whose backward runs kgen's
-backward kernels and is itself differentiable through kgen's double-backward kernels. The other
-functions are the raw operators (autograd does not see them).
+`attention` is the differentiable attention: an autograd function whose backward runs kgen's
+backward kernels and is itself differentiable through kgen's double-backward kernels;
+attention_forward/backward/double_backward are the raw operators (autograd does not see them).
+lrpe_cosine and md_lrpe_cosine are autograd Functions whose backward runs kgen's backward
+kernels (theta gets no gradient, as in the reference library).
 """
 from __future__ import annotations
 
@@ -17,8 +19,9 @@ import torch
 from . import _lib
 from ._lib import KgenError
 
-__all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward", "KgenError",
-           "LAYOUTS"]
+__all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward",
+           "lrpe_cosine", "md_lrpe_cosine", "lrpe_cosine_backward", "md_lrpe_cosine_backward", "KgenError",
+           "LAYOUTS", "LRPE_ACTS"]
 LAYOUTS = ("bhnd", "bnhd")
 
 
@@ -221,3 +224,136 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     kgen kernels with O(n·d) memory."""
     _check_types(q=q, k=k, v=v)
     return _Attention.apply(q, k, v, causal, scale, layout, deterministic)
+
+# --- LRPE-cosine (specs/lrpe.md) ------------------------------------------------------------------
+
+LRPE_ACTS = ("none", "relu", "sigmoid", "silu", "softmax")
+
+
+def _lrpe_act(act: str, dim, x: torch.Tensor, layout: str) -> str:
+    """The library's act name: softmax over the features (dim -1) or over the sequence (the n
+    axis of `layout`: dim -2 / 2 for bhnd and 3-d (b, n, d) inputs, -3 / 1 for bnhd)."""
+    if act not in LRPE_ACTS:
+        raise ValueError(f"act must be one of {LRPE_ACTS}, got {act!r}")
+    if act != "softmax":
+        if dim is not None:
+            raise ValueError(f"dim applies to act='softmax' only, got dim={dim} with act={act!r}")
+        return act
+    ndim = x.dim()
+    seq_axis = 1 if (layout == "bnhd" or ndim == 3) else 2
+    if dim is None or dim in (-1, ndim - 1):
+        return "softmax"
+    if dim in (seq_axis, seq_axis - ndim):
+        return "softmax_seq"
+    raise ValueError(f"dim must be -1 (features) or the sequence axis ({seq_axis} or {seq_axis - ndim}) "
+                     f"for layout {layout!r}, got {dim}")
+
+
+def _lrpe_views(tensors, layout):
+    """(b, h, n, ·) views of 4-d tensors in `layout`; 3-d (b, n, ·) tensors pass unchanged."""
+    return [None if t is None else (_logical(t, layout) if t.dim() == 4 else t) for t in tensors]
+
+
+def _theta32(theta):
+    """theta as float32 2-d (rows, cols): a 1-d theta of features is shared by all heads."""
+    _check_types(theta=theta)
+    theta = theta.detach()
+    if theta.dim() == 1:
+        theta = theta[None, :]
+    return theta if theta.dtype == torch.float32 else theta.float()
+
+
+class _Lrpe(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, theta, md, offset, grid, extra, act, layout, cache, config):
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        theta32 = _theta32(theta)
+        o = torch.empty((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
+        angles = None
+        if cache:
+            h, n = (1, x.shape[1]) if x.dim() == 3 else ((x.shape[2], x.shape[1]) if layout == "bnhd" else x.shape[1:3])
+            angles = torch.empty((h, n, x.shape[-1]), dtype=torch.float32, device=x.device)
+        options = _lrpe_options(act, offset, grid, extra, config)
+        xv, ov = _lrpe_views([x, o], layout)
+        if md:
+            _launch("kgen_md_lrpe_cosine_forward", [xv, theta32, ov, angles], options, x.device)
+        else:
+            _launch("kgen_lrpe_cosine_forward", [xv, theta32, ov], options, x.device)
+        ctx.save_for_backward(x, theta32, angles)
+        ctx.args = (md, offset, grid, extra, act, layout, config)
+        return o
+
+    @staticmethod
+    def backward(ctx, d_o):
+        x, theta32, angles = ctx.saved_tensors
+        md, offset, grid, extra, act, layout, config = ctx.args
+        dx = _lrpe_backward(x, theta32, d_o, md, offset, grid, extra, act, layout, angles, config)
+        return dx, None, None, None, None, None, None, None, None, None
+
+
+def _lrpe_backward(x, theta32, d_o, md, offset, grid, extra, act, layout, angles, config):
+    """dx of either op by kgen's backward kernel (no autograd)."""
+    if d_o.stride(-1) != 1:
+        d_o = d_o.contiguous()
+    dx = torch.empty_like(x)
+    options = _lrpe_options(act, offset, grid, extra, config)
+    xv, dov, dxv = _lrpe_views([x, d_o, dx], layout)
+    if md:
+        _launch("kgen_md_lrpe_cosine_backward", [xv, theta32, dov, dxv, angles], options, x.device)
+    else:
+        _launch("kgen_lrpe_cosine_backward", [xv, theta32, dov, dxv], options, x.device)
+    return dx
+
+
+def lrpe_cosine_backward(x, theta, d_o, offset: int = 0, act: str = "none", dim=None, layout: str = "bhnd"):
+    """dx of lrpe_cosine for dO = d_o, by kgen's backward kernel alone (no autograd): what
+    bench/compare_lrpe.py times as kgen's kernel-only backward."""
+    _check_types(x=x, d_o=d_o)
+    return _lrpe_backward(x, _theta32(theta), d_o, False, int(offset), (), 0, _lrpe_act(act, dim, x, layout), layout,
+                          None, None)
+
+
+def md_lrpe_cosine_backward(x, theta, d_o, shape, l: int = 0, act: str = "none", dim=None, layout: str = "bhnd"):
+    """dx of md_lrpe_cosine (no angle cache) by kgen's backward kernel alone."""
+    _check_types(x=x, d_o=d_o)
+    return _lrpe_backward(x, _theta32(theta), d_o, True, 0, tuple(int(v) for v in shape), int(l),
+                          _lrpe_act(act, dim, x, layout), layout, None, None)
+
+
+def _lrpe_options(act, offset, grid, extra, config):
+    o = _lib.LrpeOptions(act=_lib.LRPE_ACTS[act], offset=int(offset), dims=len(grid), extra=int(extra),
+                         config=config.encode() if config else None)
+    for j, v in enumerate(grid):
+        o.grid[j] = int(v)
+    return o
+
+
+def lrpe_cosine(x, theta, offset: int = 0, act: str = "none", dim=None, layout: str = "bhnd",
+                config: str | None = None):
+    """o = [act(x)·cos Θ, act(x)·sin Θ] with Θ[s, h, k] = (offset + s)·θ[h, k], differentiable in x.
+
+    x is (b, h, n, d) for layout "bhnd", (b, n, h, d) for "bnhd", or (b, n, d) for one head; any
+    strides with a contiguous last dim; float16, bfloat16 or float32 (fp32 math). theta is
+    (h, d), (h, 1), (1, d) or (d,) (converted to float32). act: none, relu, sigmoid, silu or
+    softmax, with dim -1 (features) or the sequence axis (softmax over the sequence). o has x's
+    layout with 2d features, the cos half first. Runs on the current CUDA stream; the backward
+    runs kgen's backward kernels (theta gets no gradient). config forces a kernel config.
+    """
+    _check_types(x=x)
+    return _Lrpe.apply(x, theta, False, int(offset), (), 0, _lrpe_act(act, dim, x, layout), layout, False, config)
+
+
+def md_lrpe_cosine(x, theta, shape, l: int = 0, act: str = "none", dim=None, layout: str = "bhnd",
+                   cache: bool = False, config: str | None = None):
+    """Multi-dimensional LRPE-cosine: token s >= l sits at the coordinates of s - l on the grid
+    `shape` (1 to 3 sizes, row-major, last fastest; n = l + prod(shape)); feature k uses spatial
+    dim j = k // e with frequency theta[h, k - j·e], e = theta's last dim (e·len(shape) >= d);
+    the l extra tokens get angle 0. cache=True keeps the angles (float32 (h, n, d)) from the
+    forward for the backward. Otherwise as lrpe_cosine.
+    """
+    _check_types(x=x)
+    shape = tuple(int(v) for v in shape)
+    if not 1 <= len(shape) <= 3:
+        raise ValueError(f"shape must have 1, 2 or 3 sizes, got {shape}")
+    return _Lrpe.apply(x, theta, True, 0, shape, int(l), _lrpe_act(act, dim, x, layout), layout, bool(cache), config)

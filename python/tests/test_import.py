@@ -68,6 +68,12 @@ def test_struct_layout_matches_c_headers():
     # c_api.h: kgen_attention_options {double scale; int causal;}
     assert (_lib.AttentionOptions.scale.offset, _lib.AttentionOptions.causal.offset) == (0, 8)
     assert ctypes.sizeof(_lib.AttentionOptions) == 16
+    # c_api.h: kgen_lrpe_options {int act; int64 offset; int dims; int64 grid[3]; int extra;
+    # const char* config; void* workspace; size_t workspace_bytes;}
+    offsets = {name: getattr(_lib.LrpeOptions, name).offset for name, _ in _lib.LrpeOptions._fields_}
+    assert offsets == {"act": 0, "offset": 8, "dims": 16, "grid": 24, "extra": 48, "config": 56,
+                       "workspace": 64, "workspace_bytes": 72}
+    assert ctypes.sizeof(_lib.LrpeOptions) == 80
 
 
 def test_dltensor_builder_views_numpy_in_place():

@@ -34,6 +34,11 @@ expect 2 "seqlens: 'x' is not an integer" -- bench --seqlens 12,x
 expect 2 "devices: '-1' is not an integer" -- tune --devices -1
 expect 2 "dtypes: unknown dtype 'fp8'" -- tune --dtypes fp8
 expect 2 "configs: cannot parse" -- tune --configs fa2:bm64
+expect 0 "Usage" -- bench lrpe --help
+expect 0 "Usage" -- check md_lrpe --help
+expect 2 "acts: unknown act 'gelu'" -- bench lrpe --acts gelu
+expect 2 "directions: expected fwd and/or bwd" -- bench md_lrpe --directions up
+expect 2 "dtypes: unknown dtype 'fp8'" -- check lrpe --dtypes fp8
 expect 0 "^#include \"kgen/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal
 expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --arch sm_80,sm_90a --cache-dir "$cache" --quiet

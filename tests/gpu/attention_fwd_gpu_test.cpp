@@ -6,16 +6,11 @@
 #include "runtime/attention_harness.h"
 #include "runtime/autotune.h"
 #include "runtime/cuda_driver.h"
+#include "tests/gpu/require_gpu.h"
 #include "runtime/device.h"
 
 namespace kgen {
 namespace {
-
-#define KGEN_REQUIRE_GPU()                                \
-  do {                                                    \
-    std::string why;                                      \
-    if (!cuda_available(&why)) GTEST_SKIP() << why;       \
-  } while (0)
 
 // The case and both comparisons, for a failure message.
 std::string describe(const AttentionCase& c, const AttentionCheck& r) {

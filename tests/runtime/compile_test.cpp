@@ -74,3 +74,23 @@ TEST(Compile, ParsesThePtxasReport) {
 
 }  // namespace
 }  // namespace kgen
+
+namespace kgen {
+namespace {
+
+TEST(Compile, EveryLrpeVariantCompilesForSm80AndSm90aWithoutSpills) {
+  KernelBuilder builder(test_cache());
+  auto items = warm_items({"lrpe_cosine", "md_lrpe_cosine"}, {"sm_80", "sm_90a"});
+  auto summary = warm(builder, items, 0);
+  EXPECT_EQ(summary.failed, 0);
+  for (const auto& r : summary.results) {
+    EXPECT_TRUE(r.ok) << r.item->source.variant << " " << r.item->target.arch << ": " << r.error;
+    if (!r.ok) continue;
+    // Memory-bound kernels: a spill or a stack frame is local-memory traffic on the hot path.
+    EXPECT_EQ(r.resources.spill_stores, 0) << r.item->source.variant << " " << r.item->target.arch;
+    EXPECT_EQ(r.resources.stack_frame, 0) << r.item->source.variant << " " << r.item->target.arch;
+  }
+}
+
+}  // namespace
+}  // namespace kgen

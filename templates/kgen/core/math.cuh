@@ -1,4 +1,4 @@
-// Scalar math and warp reductions used by the softmax of the attention templates.
+// Scalar math and warp reductions shared by the templates (attention softmax, LRPE).
 #pragma once
 
 namespace kgen {
@@ -23,6 +23,22 @@ __device__ __forceinline__ float log2_approx(float x) {
   return y;
 }
 
+// sin/cos with the hardware approximation (max abs error 2^-20.5 on [−π, π]); 1/x (1 ulp).
+__device__ __forceinline__ float sin_approx(float r) {
+  float y;
+  asm("sin.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(r));
+  return y;
+}
+__device__ __forceinline__ float cos_approx(float r) {
+  float y;
+  asm("cos.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(r));
+  return y;
+}
+__device__ __forceinline__ float rcp_approx(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 

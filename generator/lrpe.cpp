@@ -1,0 +1,227 @@
+#include "generator/lrpe.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+#include "kgen/lrpe/params.h"
+
+namespace kgen {
+namespace {
+
+constexpr LrpeAct kActs[] = {LrpeAct::none, LrpeAct::relu, LrpeAct::sigmoid,
+                             LrpeAct::silu, LrpeAct::softmax, LrpeAct::softmax_seq};
+constexpr const char* kActNames[] = {"none", "relu", "sigmoid", "silu", "softmax", "softmax_seq"};
+// Enough blocks per SM that a bp launch fills the machine and hides its tail.
+constexpr int kBpBlocksPerSm = 4;
+constexpr int kMaxSplits = 1024;
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  for (std::string p; std::getline(in, p, sep);) parts.push_back(p);
+  return parts;
+}
+
+// "t256" with prefix "t" → 256.
+bool prefixed_int(const std::string& field, std::string_view prefix, int& out) {
+  if (!field.starts_with(prefix)) return false;
+  const char* b = field.data() + prefix.size();
+  const char* e = field.data() + field.size();
+  auto [ptr, ec] = std::from_chars(b, e, out);
+  return ec == std::errc() && ptr == e && b != e;
+}
+
+int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
+
+// The config's kernel, without the launch-only strategy: "t256:r4:v8[:cache]".
+std::string kernel_name(const LrpeConfig& c) {
+  std::string s = to_string(c);
+  return s.substr(s.find(':') + 1);
+}
+
+static_assert(static_cast<int>(LrpeAct::softmax) == kLrpeActSoftmax &&
+                  static_cast<int>(LrpeAct::softmax_seq) == kLrpeActSoftmaxSeq && static_cast<int>(LrpeAct::silu) == kLrpeActSilu,
+              "LrpeAct values are the templates' act codes");
+
+}  // namespace
+
+std::string_view lrpe_op_name(LrpeOp op) { return op == LrpeOp::cosine ? "lrpe_cosine" : "md_lrpe_cosine"; }
+
+std::string_view lrpe_act_name(LrpeAct act) { return kActNames[static_cast<int>(act)]; }
+
+std::optional<LrpeAct> parse_lrpe_act(std::string_view name) {
+  for (LrpeAct a : kActs)
+    if (lrpe_act_name(a) == name) return a;
+  return std::nullopt;
+}
+
+std::string to_string(const LrpeSpec& s) {
+  std::ostringstream o;
+  o << lrpe_op_name(s.op) << (s.direction == LrpeDirection::forward ? ".fwd." : ".bwd.") << dtype_name(s.dtype) << "."
+    << lrpe_act_name(s.act);
+  return o.str();
+}
+
+std::optional<LrpeSpec> parse_lrpe_spec(const std::string& text) {
+  auto parts = split(text, '.');
+  if (parts.size() != 4) return std::nullopt;
+  LrpeSpec s;
+  if (parts[0] == "lrpe_cosine") s.op = LrpeOp::cosine;
+  else if (parts[0] == "md_lrpe_cosine") s.op = LrpeOp::md_cosine;
+  else return std::nullopt;
+  if (parts[1] == "fwd") s.direction = LrpeDirection::forward;
+  else if (parts[1] == "bwd") s.direction = LrpeDirection::backward;
+  else return std::nullopt;
+  auto dtype = parse_dtype(parts[2]);
+  auto act = parse_lrpe_act(parts[3]);
+  if (!dtype || !act || dtype_name(*dtype) != parts[2]) return std::nullopt;
+  s.dtype = *dtype;
+  s.act = *act;
+  return s;
+}
+
+std::string to_string(const LrpeConfig& c) {
+  std::ostringstream s;
+  s << (c.strategy == LrpeStrategy::sp ? "sp" : "bp") << ":t" << c.threads << ":r" << c.rows << ":v" << c.vec
+    << (c.cache ? ":cache" : "");
+  return s.str();
+}
+
+std::optional<LrpeConfig> parse_lrpe_config(const std::string& text) {
+  auto parts = split(text, ':');
+  if (parts.size() != 4 && !(parts.size() == 5 && parts[4] == "cache")) return std::nullopt;
+  LrpeConfig c;
+  if (parts[0] == "sp") c.strategy = LrpeStrategy::sp;
+  else if (parts[0] == "bp") c.strategy = LrpeStrategy::bp;
+  else return std::nullopt;
+  if (!prefixed_int(parts[1], "t", c.threads) || !prefixed_int(parts[2], "r", c.rows) ||
+      !prefixed_int(parts[3], "v", c.vec))
+    return std::nullopt;
+  c.cache = parts.size() == 5;
+  return c;
+}
+
+std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeConfig& c) {
+  if (c.threads != 128 && c.threads != 256) return std::string("threads must be 128 or 256");
+  if (c.rows != 1 && c.rows != 2 && c.rows != 4) return std::string("rows must be 1, 2 or 4");
+  if (c.vec != 4 && c.vec != 8) return std::string("vec must be 4 or 8 features per thread");
+  if (spec.act == LrpeAct::softmax_seq && c.strategy != LrpeStrategy::bp)
+    return std::string("softmax over the sequence needs the bp strategy (programs walking whole columns)");
+  if (c.cache && spec.op != LrpeOp::md_cosine) return std::string("the angle cache exists for md_lrpe_cosine only");
+  return std::nullopt;
+}
+
+std::optional<std::string> check_lrpe_config_for_shape(const LrpeSpec& spec, const LrpeConfig& c, const LrpeShape& shape) {
+  if (auto why = check_lrpe_config(spec, c)) return why;
+  if (shape.d > 32 * c.vec)
+    return "vec=" + std::to_string(c.vec) + " serves head dims up to " + std::to_string(32 * c.vec) + ", not " +
+           std::to_string(shape.d);
+  return std::nullopt;
+}
+
+std::vector<LrpeConfig> lrpe_config_space(const LrpeSpec& spec, bool cache) {
+  std::vector<LrpeConfig> out;
+  if (cache && spec.op != LrpeOp::md_cosine) return out;
+  if (spec.act == LrpeAct::softmax_seq) {
+    for (int rows : {2, 4}) out.push_back({LrpeStrategy::bp, 256, rows, 8, cache});
+    if (cache) out.erase(out.begin());  // one cache kernel per spec keeps `kgen warm` short
+  } else if (cache) {
+    out.push_back({LrpeStrategy::sp, 256, 4, 8, true});
+  } else if (spec.direction == LrpeDirection::forward) {
+    // One kernel: sp and bp of the same sizes compile to the same code.
+    out = {{LrpeStrategy::sp, 256, 4, 8, false}, {LrpeStrategy::bp, 256, 4, 8, false}};
+  } else {
+    out = {{LrpeStrategy::sp, 256, 2, 8, false}, {LrpeStrategy::sp, 256, 4, 8, false}, {LrpeStrategy::bp, 256, 2, 8, false}};
+  }
+  return out;
+}
+
+LrpeConfig lrpe_default_config(const LrpeSpec& spec, const LrpeShape&, bool cache) {
+  // Four rows in flight per thread for the forward (8 features: 64 B of x per thread), two for
+  // the backward, which loads three rows' worth (dO cos, dO sin, x) per row.
+  LrpeConfig c;
+  c.strategy = spec.act == LrpeAct::softmax_seq ? LrpeStrategy::bp : LrpeStrategy::sp;
+  c.rows = spec.direction == LrpeDirection::forward ? 4 : 2;
+  c.cache = cache && spec.op == LrpeOp::md_cosine;
+  return c;
+}
+
+LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int sm_count) {
+  LrpeLaunchPlan plan;
+  const int chunks = ceil_div(shape.d, c.vec);
+  while (plan.row_group < chunks) plan.row_group *= 2, ++plan.row_group_log2;
+  const int rows_per_pass = c.threads / plan.row_group;
+  const int pass_rows = rows_per_pass * c.rows;
+  if (c.strategy == LrpeStrategy::sp) {
+    plan.rows_per_block = pass_rows;
+  } else {
+    // Splits along the sequence so that batch·heads·splits fills the SMs a few times over, each
+    // split at least one pass long.
+    const int splits = std::min(lrpe_max_splits(shape, sm_count), ceil_div(shape.n, pass_rows));
+    plan.rows_per_block = ceil_div(shape.n, splits);
+  }
+  plan.splits = ceil_div(shape.n, plan.rows_per_block);  // every block has at least one row
+  plan.grid = {static_cast<unsigned>(plan.splits), static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch)};
+  return plan;
+}
+
+int lrpe_max_splits(const LrpeShape& shape, int sm_count) {
+  const long long bh = 1LL * shape.batch * shape.heads;
+  const long long wanted = (1LL * kBpBlocksPerSm * sm_count + bh - 1) / bh;
+  return static_cast<int>(std::clamp<long long>(std::min<long long>(wanted, shape.n), 1, kMaxSplits));
+}
+
+std::size_t lrpe_stats_floats(const LrpeSpec& spec, const LrpeShape& shape, const LrpeLaunchPlan& plan) {
+  if (spec.act != LrpeAct::softmax_seq) return 0;
+  const std::size_t planes = spec.direction == LrpeDirection::forward ? 2 : 3;
+  return planes * shape.batch * shape.heads * plan.splits * shape.d;
+}
+
+KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& c) {
+  KernelSource k;
+  k.op = std::string(lrpe_op_name(spec.op));
+  k.entry = kLrpeApplyEntry;
+  k.threads = c.threads;
+  k.smem_bytes = 0;  // static shared memory only (softmax over the sequence)
+  k.variant = to_string(spec) + "." + (spec.act == LrpeAct::softmax_seq ? to_string(c) : kernel_name(c));
+  const bool fwd = spec.direction == LrpeDirection::forward;
+  const bool md = spec.op == LrpeOp::md_cosine;
+  std::ostringstream args;
+  args << dtype_cxx(spec.dtype) << ", " << c.vec << ", " << c.threads << ", " << c.rows << ", ";
+  const std::string tail = std::string(md ? "true" : "false") + ", " + (c.cache ? "true" : "false");
+  std::ostringstream src;
+  src << "#include \"kgen/lrpe/lrpe.cuh\"\n\n// kgen variant " << k.variant << "\n";
+  auto entry = [&](const char* name, const std::string& call) {
+    // minBlocks 1: without it ptxas spills a few registers at its own occupancy target (seen on
+    // sm_90a at 64–128 registers); these kernels keep enough bytes in flight per thread.
+    src << "extern \"C\" __global__ void __launch_bounds__(" << c.threads << ", 1) " << name
+        << "(const kgen::LrpeParams p) {\n  " << call << "\n}\n";
+  };
+  if (spec.act == LrpeAct::softmax_seq)
+    entry(kLrpeStatsEntry, "kgen::lrpe::lrpe_column_stats<" + args.str() + tail + ", " + (fwd ? "false" : "true") + ">(p);");
+  entry(kLrpeApplyEntry, std::string("kgen::lrpe::") + (fwd ? "lrpe_forward<" : "lrpe_backward<") + args.str() +
+                             std::to_string(static_cast<int>(spec.act)) + ", " + tail + ">(p);");
+  k.source = src.str();
+  return k;
+}
+
+std::vector<KernelSource> lrpe_all_variants(LrpeOp op) {
+  std::vector<KernelSource> out;
+  std::vector<std::string> seen;
+  for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward})
+    for (DType t : {DType::f16, DType::bf16, DType::f32})
+      for (LrpeAct act : kActs)
+        for (bool cache : {false, true}) {
+          LrpeSpec spec{op, dir, t, act};
+          for (const auto& c : lrpe_config_space(spec, cache)) {
+            KernelSource k = render_lrpe(spec, c);
+            if (std::ranges::find(seen, k.variant) != seen.end()) continue;
+            seen.push_back(k.variant);
+            out.push_back(std::move(k));
+          }
+        }
+  return out;
+}
+
+}  // namespace kgen

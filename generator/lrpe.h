@@ -1,0 +1,102 @@
+// lrpe_cosine and md_lrpe_cosine (specs/lrpe.md): spec (what is fixed per compiled kernel),
+// config space (what the tuner may try), validity rules, the per-shape default, the launch
+// plan, and rendering of one variant.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "generator/kernel_source.h"
+#include "generator/target.h"
+
+namespace kgen {
+
+enum class LrpeOp { cosine, md_cosine };              // "lrpe_cosine", "md_lrpe_cosine"
+enum class LrpeDirection { forward, backward };       // "fwd", "bwd"
+// LrpeAct (kgen/types.hpp): its values match kLrpeAct* in templates/kgen/lrpe/params.h.
+// sp: blocks own a few rows each; bp: blocks own (b, h) and walk a stretch of the sequence.
+enum class LrpeStrategy { sp, bp };
+
+// Compile-time parameters of one kernel. The head dim, sequence length, offset, theta's
+// broadcast, strides and the md grid (m, sizes, l, e) are run-time parameters.
+struct LrpeSpec {
+  LrpeOp op = LrpeOp::cosine;
+  LrpeDirection direction = LrpeDirection::forward;
+  DType dtype = DType::bf16;  // x and o (forward), dO and dx (backward)
+  LrpeAct act = LrpeAct::none;
+  bool operator==(const LrpeSpec&) const = default;
+};
+
+// Run-time shape of one call: x is (batch, heads, n, d).
+struct LrpeShape {
+  int batch = 1, heads = 1, n = 1, d = 1;
+};
+
+struct LrpeConfig {
+  LrpeStrategy strategy = LrpeStrategy::sp;
+  int threads = 256;  // threads per block
+  int rows = 4;       // rows each thread loads before computing (bytes in flight)
+  int vec = 8;        // features per thread (16-byte pieces); d <= 32·vec
+  bool cache = false; // md only: the forward writes the angles, the backward reads them
+  bool operator==(const LrpeConfig&) const = default;
+};
+
+// Entry points of a rendered variant: the apply kernel, and for softmax over the sequence the
+// statistics kernel launched before it (same grid, same parameters).
+inline constexpr const char* kLrpeApplyEntry = "kgen_lrpe";
+inline constexpr const char* kLrpeStatsEntry = "kgen_lrpe_stats";
+// Largest head dim (features of x) kgen serves.
+inline constexpr int kLrpeMaxHeadDim = 256;
+
+std::string_view lrpe_op_name(LrpeOp op);          // "lrpe_cosine"
+std::string_view lrpe_act_name(LrpeAct act);       // "none", ..., "softmax", "softmax_seq"
+std::optional<LrpeAct> parse_lrpe_act(std::string_view name);
+
+// "lrpe_cosine.fwd.bf16.none" / "md_lrpe_cosine.bwd.fp32.softmax_seq".
+std::string to_string(const LrpeSpec& s);
+std::optional<LrpeSpec> parse_lrpe_spec(const std::string& text);
+
+// "sp:t256:r4:v8", "bp:t256:r2:v8:cache".
+std::string to_string(const LrpeConfig& c);
+std::optional<LrpeConfig> parse_lrpe_config(const std::string& text);
+
+// Why `config` cannot compile for `spec` (nullopt when it can): names the offending field.
+std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeConfig& config);
+
+// Why `config` cannot serve `shape` (nullopt when it can), beyond check_lrpe_config.
+std::optional<std::string> check_lrpe_config_for_shape(const LrpeSpec& spec, const LrpeConfig& config,
+                                                       const LrpeShape& shape);
+
+// Every valid config the tuner may try for `spec` with (md) or without the angle cache.
+std::vector<LrpeConfig> lrpe_config_space(const LrpeSpec& spec, bool cache = false);
+
+// The built-in heuristic: a valid config for `spec` and `shape`.
+LrpeConfig lrpe_default_config(const LrpeSpec& spec, const LrpeShape& shape, bool cache = false);
+
+// How a config runs on a shape: grid, threads per row and rows per block.
+struct LrpeLaunchPlan {
+  LaunchGrid grid;
+  int row_group = 1, row_group_log2 = 0, rows_per_block = 1;
+  int splits = 1;  // gridDim.x
+};
+LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& config, const LrpeShape& shape, int sm_count);
+
+// The most blocks along the sequence a bp launch of `shape` uses (for any config).
+int lrpe_max_splits(const LrpeShape& shape, int sm_count);
+
+// fp32 elements of softmax-over-the-sequence scratch a launch needs (0 for other acts).
+std::size_t lrpe_stats_floats(const LrpeSpec& spec, const LrpeShape& shape, const LrpeLaunchPlan& plan);
+
+// The translation unit of one variant; `config` must be valid for `spec`. The variant name
+// holds what the code depends on (sp and bp of the same sizes share one kernel when the act
+// needs no statistics).
+KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& config);
+
+// Every kernel `kgen warm` compiles for the operator: all directions, dtypes and acts, each
+// with its config space (md: with and without the angle cache).
+std::vector<KernelSource> lrpe_all_variants(LrpeOp op);
+
+}  // namespace kgen

@@ -1,0 +1,74 @@
+// Checking and timing lrpe_cosine / md_lrpe_cosine on a GPU, shared by the GPU tests,
+// `kgen check lrpe` and `kgen bench lrpe`. Every timing is preceded by a check on the same
+// buffers with NaN-poisoned outputs against the fp64 reference: no figure for a failing variant.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "generator/lrpe.h"
+#include "runtime/harness_support.h"
+#include "runtime/metrics.h"
+
+namespace kgen {
+
+struct LrpeCase {
+  LrpeOp op = LrpeOp::cosine;
+  LrpeDirection direction = LrpeDirection::forward;
+  DType dtype = DType::bf16;
+  LrpeAct act = LrpeAct::none;
+  int batch = 1, heads = 1, n = 1, d = 64;
+  Layout layout = Layout::bhnd;
+  bool three_dim = false;        // heads == 1 passed as (batch, n, d) tensors
+  int theta_kind = 0;            // 0: (heads, width), 1: (heads, 1), 2: (1, width)
+  std::int64_t offset = 0;       // lrpe_cosine
+  std::vector<int> grid;         // md: n_1..n_m (n = extra + Π grid)
+  int extra = 0;                 // md: l
+  int e = 0;                     // md: frequencies per dim; 0 = ceil(d / m)
+  bool cache = false;            // md: pass an angle buffer (the forward writes it, the backward reads it)
+  std::string config;            // "" = what the API would choose
+  std::uint64_t seed = 1;
+};
+
+std::string to_string(const LrpeCase& c);
+
+// The bytes a call must move at the least (specs/lrpe.md §5).
+double lrpe_floor_bytes(const LrpeCase& c);
+
+struct LrpeCheck {
+  std::string config;     // the config that ran ("" = default)
+  std::string reference;  // which rows the fp64 reference covered
+  Comparison out;         // o (forward) or dx (backward)
+  Comparison angles;      // md cache forward: cos/sin of the written angles (count 0 otherwise)
+  bool pass = false;
+};
+
+// One problem's inputs and reference, computed once; configs are checked (outputs poisoned
+// before every run) and timed on the same buffers (inputs rotated beyond L2 for timing).
+class LrpeBench {
+ public:
+  LrpeBench(const LrpeCase& c, int device = 0);
+  ~LrpeBench();
+  LrpeBench(const LrpeBench&) = delete;
+  LrpeBench& operator=(const LrpeBench&) = delete;
+
+  const LrpeCase& problem() const;
+  LrpeCheck check(const std::string& config);
+  Timing time(const std::string& config, int warmup, int reps);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs the case once on poisoned outputs against the fp64 reference. Throws Error(no_device)
+// without a GPU.
+LrpeCheck check_lrpe(const LrpeCase& c, int device = 0);
+
+// Device-to-device copy rate in bytes/s (bytes read + written per second) of a `bytes` copy,
+// median of `reps` event-timed cuMemcpyDtoDAsync.
+double measure_copy_bandwidth(std::size_t bytes, int device = 0, int reps = 20);
+
+}  // namespace kgen

@@ -1,0 +1,237 @@
+// Building blocks of the LRPE kernels: angles and their sin/cos, vector row I/O, activations
+// and their gradients, reductions over the threads of one row.
+//
+// Angles. The spec's angle is pos·θ with an integer position (offset + s, or a grid
+// coordinate) and an fp32 θ, exact in the fp64 reference. Here pos·θ is split exactly into
+// hi + lo (hi = fp32 product, lo = fma(pos, θ, −hi)), hi is reduced by the nearest multiple of
+// 2π with a two-part Cody–Waite constant (both steps fma, k·2π_hi exact), lo is added back, and
+// the hardware sin.approx/cos.approx (max abs error 2^-20.5 on [−π, π]) run on the result. The
+// reduced angle is within ~3e-7 of the exact one for |pos·θ| < 2^24 (each of the three roundings
+// is at most half an ulp of π), so sin/cos are within ~1e-6 absolute for every angle the spec
+// reaches ((offset + 32768)·θ): the fp32 bounds (rel_l2 1e-5) hold. A plain __sinf of the
+// unreduced fp32 product would be off by up to ~1e-3 at pos = 32768 (ulp of the product), and
+// an accurate sincosf costs ~40 instructions per element against a budget of ~50 at the
+// bandwidth floor; this costs ~8 plus two MUFU operations.
+#pragma once
+
+#include "kgen/core/math.cuh"
+#include "kgen/core/types.cuh"
+#include "kgen/lrpe/params.h"
+
+namespace kgen {
+namespace lrpe {
+
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kInv2Pi = 0.159154943091895336f;
+constexpr float k2PiHi = 6.28318548202514648f;   // fp32(2π)
+constexpr float k2PiLo = -1.74845560e-07f;       // 2π − fp32(2π)
+
+__device__ __forceinline__ float exp_approx(float x) { return exp2_approx(x * kLog2e); }
+
+// pos·θ minus the nearest multiple of 2π (pos an integer with |pos| < 2^24).
+__device__ __forceinline__ float reduced_angle(float pos, float theta) {
+  const float hi = __fmul_rn(pos, theta);
+  const float lo = fmaf(pos, theta, -hi);
+  const float turns = rintf(hi * kInv2Pi);
+  float r = fmaf(-turns, k2PiHi, hi);
+  r = fmaf(-turns, k2PiLo, r);
+  return r + lo;
+}
+
+// --- rows: V consecutive elements per thread ----------------------------------------------------
+
+template <int Bytes>
+struct alignas(Bytes) Piece {
+  unsigned w[Bytes / 4];
+};
+
+// Loads/stores V elements of one row at `ptr`, converting to/from fp32. `valid` elements exist
+// (<= 0: none; missing ones read as 0). `vec`: the caller guarantees valid == V or <= 0 and a
+// 16-byte aligned `ptr`, so whole pieces of up to 16 bytes move at once.
+template <class T, int V>
+struct RowIO {
+  static constexpr int kBytes = V * int(sizeof(T));
+  static constexpr int kPiece = kBytes < 16 ? kBytes : 16;
+  static constexpr int kPieces = kBytes / kPiece;
+  static_assert(kBytes % 4 == 0 && kBytes % kPiece == 0, "V elements must fill whole 32-bit words");
+  union Bits {
+    Piece<kPiece> piece[kPieces];
+    T e[V];
+  };
+
+  __device__ static __forceinline__ void load(float (&v)[V], const T* ptr, int valid, bool vec) {
+    if (vec && valid > 0) {
+      Bits bits;
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) bits.piece[i] = reinterpret_cast<const Piece<kPiece>*>(ptr)[i];
+#pragma unroll
+      for (int i = 0; i < V; ++i) v[i] = to_float(bits.e[i]);
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = i < valid ? to_float(ptr[i]) : 0.f;
+  }
+
+  __device__ static __forceinline__ void store(T* ptr, const float (&v)[V], int valid, bool vec) {
+    if (vec && valid > 0) {
+      Bits bits;
+#pragma unroll
+      for (int i = 0; i < V; ++i) bits.e[i] = from_float<T>(v[i]);
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) reinterpret_cast<Piece<kPiece>*>(ptr)[i] = bits.piece[i];
+      return;
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (i < valid) ptr[i] = from_float<T>(v[i]);
+  }
+};
+
+// --- reductions over the row_group threads of one row (aligned lanes of a warp) -----------------
+
+__device__ __forceinline__ float row_max(float x, int group) {
+  for (int w = 1; w < group; w <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, w));
+  return x;
+}
+__device__ __forceinline__ float row_sum(float x, int group) {
+  for (int w = 1; w < group; w <<= 1) x += __shfl_xor_sync(0xffffffffu, x, w);
+  return x;
+}
+
+// --- the columns one thread owns ------------------------------------------------------------------
+
+// Features k0 .. k0 + valid − 1 of every row, their frequencies and (md) spatial dims.
+template <int V, bool Md>
+struct Columns {
+  int k0, valid;
+  float theta[V];
+  int dim[V];
+};
+
+template <int V, bool Md>
+__device__ __forceinline__ Columns<V, Md> load_columns(const LrpeParams& p, int h, int lane) {
+  Columns<V, Md> c;
+  c.k0 = lane * V;
+  c.valid = imin(V, p.d - c.k0);
+  const float* th = p.theta + h * p.theta_stride_h;
+#pragma unroll
+  for (int i = 0; i < V; ++i) {
+    const int k = c.k0 + i;
+    c.dim[i] = Md ? k / p.e : 0;
+    const int freq = k - c.dim[i] * p.e * int(Md);
+    c.theta[i] = i < c.valid ? th[freq * p.theta_stride_k] : 0.f;
+  }
+  return c;
+}
+
+// Reduced angles of row s for the thread's columns.
+template <int V, bool Md>
+__device__ __forceinline__ void row_angles(float (&a)[V], const Columns<V, Md>& c, const LrpeParams& p, int s) {
+  if constexpr (!Md) {
+    const float pos = static_cast<float>(p.offset + s);
+#pragma unroll
+    for (int i = 0; i < V; ++i) a[i] = reduced_angle(pos, c.theta[i]);
+  } else {
+    // Extra tokens (s < l) sit at coordinate 0 of every dim: angle 0.
+    float coord[3] = {0.f, 0.f, 0.f};
+    if (s >= p.extra) {
+      int r = s - p.extra;
+#pragma unroll
+      for (int j = 2; j >= 0; --j)
+        if (j < p.dims) {
+          coord[j] = static_cast<float>(r % p.grid[j]);
+          r /= p.grid[j];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float pos = c.dim[i] == 0 ? coord[0] : c.dim[i] == 1 ? coord[1] : coord[2];
+      a[i] = reduced_angle(pos, c.theta[i]);
+    }
+  }
+}
+
+// --- activations ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ float sigmoid(float x) { return rcp_approx(1.f + exp_approx(-x)); }
+
+// Per-column statistics of softmax over the sequence, for the thread's V columns.
+template <int V>
+struct ColumnSoftmax {
+  float max[V];    // column max of x
+  float scale[V];  // 1 / Σ exp(x − max) (0 for missing columns)
+  float dot[V];    // backward: Σ_s p·g
+};
+
+// xb = act(x) in place. Softmax over features reduces over the row's threads: every lane of
+// the warp must call it the same number of times.
+template <int Act, int V>
+__device__ __forceinline__ void activate(float (&v)[V], int valid, const ColumnSoftmax<V>& col, int group) {
+  if constexpr (Act == kLrpeActRelu) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = fmaxf(v[i], 0.f);
+  } else if constexpr (Act == kLrpeActSigmoid) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = sigmoid(v[i]);
+  } else if constexpr (Act == kLrpeActSilu) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = v[i] * sigmoid(v[i]);
+  } else if constexpr (Act == kLrpeActSoftmax) {
+    float mx = -infinity_f32();
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (i < valid) mx = fmaxf(mx, v[i]);
+    mx = row_max(mx, group);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      v[i] = i < valid ? exp_approx(v[i] - mx) : 0.f;
+      sum += v[i];
+    }
+    const float inv = rcp_approx(row_sum(sum, group));  // IEEE division would call a slow path (a stack frame)
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] *= inv;
+  } else if constexpr (Act == kLrpeActSoftmaxSeq) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) v[i] = exp_approx(v[i] - col.max[i]) * col.scale[i];
+  }
+}
+
+// dx = ∂xb/∂x applied to g = ∂L/∂xb, in place of g; x is the act's input.
+template <int Act, int V>
+__device__ __forceinline__ void act_backward(float (&g)[V], const float (&x)[V], int valid,
+                                             const ColumnSoftmax<V>& col, int group) {
+  if constexpr (Act == kLrpeActRelu) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) g[i] = x[i] >= 0.f ? g[i] : 0.f;
+  } else if constexpr (Act == kLrpeActSigmoid) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float s = sigmoid(x[i]);
+      g[i] *= s * (1.f - s);
+    }
+  } else if constexpr (Act == kLrpeActSilu) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float s = sigmoid(x[i]);
+      g[i] *= s * (1.f + x[i] * (1.f - s));
+    }
+  } else if constexpr (Act == kLrpeActSoftmax) {
+    float p[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = x[i];
+    activate<kLrpeActSoftmax, V>(p, valid, col, group);
+    float dot = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; ++i) dot += p[i] * g[i];
+    dot = row_sum(dot, group);
+#pragma unroll
+    for (int i = 0; i < V; ++i) g[i] = p[i] * (g[i] - dot);
+  } else if constexpr (Act == kLrpeActSoftmaxSeq) {
+#pragma unroll
+    for (int i = 0; i < V; ++i) g[i] = exp_approx(x[i] - col.max[i]) * col.scale[i] * (g[i] - col.dot[i]);
+  }
+}
+
+}  // namespace lrpe
+}  // namespace kgen

@@ -1,0 +1,163 @@
+// The lrpe_cosine / md_lrpe_cosine spec and config text, validity rules, config space, default,
+// launch plan and rendering.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "generator/lrpe.h"
+#include "generator/registry.h"
+
+namespace kgen {
+namespace {
+
+constexpr LrpeAct kActs[] = {LrpeAct::none, LrpeAct::relu, LrpeAct::sigmoid,
+                             LrpeAct::silu, LrpeAct::softmax, LrpeAct::softmax_seq};
+
+std::vector<LrpeSpec> every_spec() {
+  std::vector<LrpeSpec> out;
+  for (LrpeOp op : {LrpeOp::cosine, LrpeOp::md_cosine})
+    for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward})
+      for (DType t : {DType::f16, DType::bf16, DType::f32})
+        for (LrpeAct act : kActs) out.push_back({op, dir, t, act});
+  return out;
+}
+
+TEST(LrpeSpecText, RoundTripsAndRejectsMalformed) {
+  for (const LrpeSpec& s : every_spec()) {
+    auto parsed = parse_lrpe_spec(to_string(s));
+    ASSERT_TRUE(parsed) << to_string(s);
+    EXPECT_EQ(*parsed, s) << to_string(s);
+  }
+  EXPECT_EQ(to_string(LrpeSpec{LrpeOp::md_cosine, LrpeDirection::backward, DType::f32, LrpeAct::softmax_seq}),
+            "md_lrpe_cosine.bwd.fp32.softmax_seq");
+  for (const char* bad : {"", "lrpe_cosine", "lrpe_cosine.fwd.bf16", "lrpe_cosine.up.bf16.none", "lrpe.fwd.bf16.none",
+                          "lrpe_cosine.fwd.bf8.none", "lrpe_cosine.fwd.bfloat16.none", "lrpe_cosine.fwd.bf16.gelu",
+                          "lrpe_cosine.fwd.bf16.none.x"})
+    EXPECT_FALSE(parse_lrpe_spec(bad)) << bad;
+}
+
+TEST(LrpeConfigText, RoundTripsEveryConfigAndRejectsMalformed) {
+  for (const LrpeSpec& s : every_spec())
+    for (bool cache : {false, true})
+      for (const auto& c : lrpe_config_space(s, cache)) {
+        auto parsed = parse_lrpe_config(to_string(c));
+        ASSERT_TRUE(parsed) << to_string(c);
+        EXPECT_EQ(*parsed, c) << to_string(c);
+      }
+  EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::bp, 128, 2, 4, true}), "bp:t128:r2:v4:cache");
+  for (const char* bad : {"", "sp", "sp:t256:r4", "xp:t256:r4:v8", "sp:256:r4:v8", "sp:t256:r4:v8:x", "sp:t256:r4:v8:cache:x",
+                          "sp:tx:r4:v8", "sp:t256:r:v8", "sp:t256:r4:v8 "})
+    EXPECT_FALSE(parse_lrpe_config(bad)) << bad;
+}
+
+TEST(LrpeConfig, SpaceIsValidAndNonEmpty) {
+  for (const LrpeSpec& s : every_spec()) {
+    auto space = lrpe_config_space(s);
+    ASSERT_FALSE(space.empty()) << to_string(s);
+    for (const auto& c : space) EXPECT_FALSE(check_lrpe_config(s, c)) << to_string(s) << " " << to_string(c);
+    auto cached = lrpe_config_space(s, true);
+    EXPECT_EQ(cached.empty(), s.op == LrpeOp::cosine) << to_string(s);
+    for (const auto& c : cached) {
+      EXPECT_TRUE(c.cache);
+      EXPECT_FALSE(check_lrpe_config(s, c)) << to_string(s) << " " << to_string(c);
+    }
+  }
+}
+
+TEST(LrpeConfig, ValidityRulesNameTheReason) {
+  LrpeSpec seq{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::softmax_seq};
+  auto why = check_lrpe_config(seq, {LrpeStrategy::sp, 256, 4, 8, false});
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("bp"), std::string::npos) << *why;
+  LrpeSpec plain{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::none};
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 8, true})->find("md_lrpe_cosine"), std::string::npos);
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 96, 4, 8, false})->find("threads"), std::string::npos);
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 3, 8, false})->find("rows"), std::string::npos);
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 6, false})->find("vec"), std::string::npos);
+  EXPECT_FALSE(check_lrpe_config_for_shape(plain, {LrpeStrategy::sp, 256, 4, 8, false}, {1, 1, 10, 256}));
+  auto wide = check_lrpe_config_for_shape(plain, {LrpeStrategy::sp, 256, 4, 4, false}, {1, 1, 10, 129});
+  ASSERT_TRUE(wide);
+  EXPECT_NE(wide->find("129"), std::string::npos) << *wide;
+}
+
+TEST(LrpeConfig, DefaultIsValidForEveryShape) {
+  for (const LrpeSpec& s : every_spec())
+    for (LrpeShape shape : {LrpeShape{1, 1, 1, 1}, LrpeShape{12, 12, 32768, 128}, LrpeShape{2, 3, 33, 33}, LrpeShape{1, 1, 5, 256}})
+      for (bool cache : {false, true}) {
+        LrpeConfig c = lrpe_default_config(s, shape, cache);
+        EXPECT_FALSE(check_lrpe_config_for_shape(s, c, shape)) << to_string(s) << " " << to_string(c);
+        EXPECT_EQ(c.cache, cache && s.op == LrpeOp::md_cosine);
+      }
+}
+
+TEST(LrpeLaunchPlan, CoversEveryRowOnceWithPowerOfTwoRowGroups) {
+  for (LrpeStrategy strategy : {LrpeStrategy::sp, LrpeStrategy::bp})
+    for (int d : {1, 5, 8, 33, 48, 64, 128, 200, 256})
+      for (int n : {1, 33, 1000, 32768})
+        for (int bh : {1, 144}) {
+          LrpeConfig c{strategy, 256, 4, 8, false};
+          LrpeShape shape{bh, 1, n, d};
+          LrpeLaunchPlan plan = lrpe_launch_plan(c, shape, 132);
+          EXPECT_EQ(1 << plan.row_group_log2, plan.row_group);
+          EXPECT_GE(plan.row_group * c.vec, d);
+          EXPECT_LE(plan.row_group, 32);
+          EXPECT_TRUE(plan.row_group == 1 || (plan.row_group / 2) * c.vec < d) << "row group larger than needed";
+          // Blocks along n cover [0, n) exactly, none empty.
+          EXPECT_EQ(plan.grid.x, static_cast<unsigned>(plan.splits));
+          EXPECT_GE(1LL * plan.splits * plan.rows_per_block, n);
+          EXPECT_LT(1LL * (plan.splits - 1) * plan.rows_per_block, n);
+          EXPECT_EQ(plan.grid.y, 1u);
+          EXPECT_EQ(plan.grid.z, static_cast<unsigned>(bh));
+          if (strategy == LrpeStrategy::sp) {
+            EXPECT_EQ(plan.rows_per_block, 256 / plan.row_group * 4);
+          }
+        }
+  LrpeSpec seq{LrpeOp::cosine, LrpeDirection::backward, DType::bf16, LrpeAct::softmax_seq};
+  LrpeShape shape{2, 3, 1000, 33};
+  auto plan = lrpe_launch_plan({LrpeStrategy::bp, 256, 4, 8, false}, shape, 132);
+  EXPECT_EQ(lrpe_stats_floats(seq, shape, plan), std::size_t(3) * 2 * 3 * plan.splits * 33);
+  seq.act = LrpeAct::silu;
+  EXPECT_EQ(lrpe_stats_floats(seq, shape, plan), 0u);
+}
+
+TEST(LrpeRender, EntriesAndTemplateArguments) {
+  LrpeSpec spec{LrpeOp::md_cosine, LrpeDirection::backward, DType::f16, LrpeAct::softmax_seq};
+  KernelSource k = render_lrpe(spec, {LrpeStrategy::bp, 256, 2, 8, true});
+  EXPECT_EQ(k.op, "md_lrpe_cosine");
+  EXPECT_EQ(k.entry, kLrpeApplyEntry);
+  EXPECT_EQ(k.threads, 256);
+  EXPECT_EQ(k.variant, "md_lrpe_cosine.bwd.fp16.softmax_seq.bp:t256:r2:v8:cache");
+  EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) kgen_lrpe("), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) kgen_lrpe_stats("), std::string::npos);
+  EXPECT_NE(k.source.find("lrpe_column_stats<kgen::half_t, 8, 256, 2, true, true, true>(p)"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("lrpe_backward<kgen::half_t, 8, 256, 2, 5, true, true>(p)"), std::string::npos) << k.source;
+  // Without statistics, sp and bp of the same sizes are one kernel.
+  LrpeSpec plain{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::silu};
+  KernelSource sp = render_lrpe(plain, {LrpeStrategy::sp, 256, 4, 8, false});
+  KernelSource bp = render_lrpe(plain, {LrpeStrategy::bp, 256, 4, 8, false});
+  EXPECT_EQ(sp.variant, bp.variant);
+  EXPECT_EQ(sp.source, bp.source);
+  EXPECT_EQ(sp.source.find("kgen_lrpe_stats"), std::string::npos);
+  EXPECT_NE(sp.source.find("lrpe_forward<kgen::bfloat16_t, 8, 256, 4, 3, false, false>(p)"), std::string::npos) << sp.source;
+}
+
+TEST(Registry, KnowsBothLrpeOperatorsWithDistinctVariants) {
+  Target target = *parse_target("sm_90a");
+  for (const char* name : {"lrpe_cosine", "md_lrpe_cosine"}) {
+    const OperatorInfo* op = find_operator(name);
+    ASSERT_NE(op, nullptr) << name;
+    auto variants = op->all_variants(target);
+    std::set<std::string> names;
+    for (const auto& v : variants) {
+      EXPECT_EQ(v.op, name);
+      names.insert(v.variant);
+    }
+    EXPECT_EQ(names.size(), variants.size()) << name;
+    // Every (direction, dtype, act) at least once; the count stays small enough for CI warms.
+    EXPECT_GE(variants.size(), 36u) << name;
+    EXPECT_LE(variants.size(), 120u) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kgen

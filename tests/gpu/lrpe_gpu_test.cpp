@@ -1,0 +1,116 @@
+// lrpe_cosine and md_lrpe_cosine on the GPU against the fp64 references, NaN-poisoned outputs.
+// Every (op, direction, dtype, act) × every config of its space × layouts × theta shapes × odd
+// sizes. Labelled `gpu`; every test skips cleanly without one.
+#include <gtest/gtest.h>
+
+#include "generator/lrpe.h"
+#include "runtime/cuda_driver.h"
+#include "tests/gpu/require_gpu.h"
+#include "runtime/lrpe_harness.h"
+
+namespace kgen {
+namespace {
+
+std::string describe(const LrpeCase& c, const LrpeCheck& r) {
+  std::string s = to_string(c) + " [" + r.reference + "]\n  out: " + to_string(r.out);
+  if (r.angles.count) s += "\n  angles: " + to_string(r.angles);
+  return s;
+}
+
+struct Shape {
+  int b, h, n, d;
+  bool three_dim;
+};
+// Odd d (scalar path, partial row groups), d = 48 (vector path, 6 of 8 lanes), d = 128, one row,
+// n not a multiple of any block, one head as a 3-d tensor, d = 1 and d = 256.
+const Shape kShapes[] = {{2, 3, 33, 33, false}, {1, 4, 1, 48, false}, {2, 2, 257, 128, false}, {3, 1, 1000, 64, true},
+                         {1, 2, 70, 1, false},  {1, 1, 19, 256, false}};
+
+struct MdGrid {
+  std::vector<int> sizes;
+  int extra, e;  // e = 0: ceil(d / m)
+};
+const MdGrid kGrids[] = {{{33}, 0, 0}, {{5, 7}, 10, 0}, {{3, 4, 5}, 0, 0}, {{2, 3, 4}, 10, 0}, {{6, 5}, 1, 0}};
+
+using Param = std::tuple<LrpeOp, LrpeDirection, DType, LrpeAct>;
+
+class LrpeGpu : public ::testing::TestWithParam<Param> {};
+
+TEST_P(LrpeGpu, EveryConfigMatchesTheReferenceOnOddShapesLayoutsAndThetaShapes) {
+  KGEN_REQUIRE_GPU();
+  auto [op, dir, dtype, act] = GetParam();
+  std::uint64_t seed = 1;
+  for (bool cache : {false, true}) {
+    const LrpeSpec spec{op, dir, dtype, act};
+    std::vector<std::string> configs = {""};
+    for (const auto& c : lrpe_config_space(spec, cache)) configs.push_back(to_string(c));
+    if (cache && configs.size() == 1) continue;  // lrpe_cosine has no cache variant
+    for (const std::string& config : configs) {
+      if (cache && config.empty()) continue;  // with angles the default is one of the space's cache configs
+      for (const Shape& s : kShapes) {
+        LrpeCase c;
+        c.op = op, c.direction = dir, c.dtype = dtype, c.act = act, c.config = config, c.cache = cache;
+        c.batch = s.b, c.heads = s.h, c.n = s.n, c.d = s.d, c.three_dim = s.three_dim;
+        c.layout = seed % 2 ? Layout::bnhd : Layout::bhnd;
+        c.theta_kind = s.three_dim ? 2 : op == LrpeOp::md_cosine ? 2 * static_cast<int>(seed % 2) : static_cast<int>(seed % 3);
+        c.seed = seed++;
+        if (op == LrpeOp::cosine) {
+          c.offset = seed % 2 ? 0 : 1000 + static_cast<std::int64_t>(seed);
+        } else {
+          const MdGrid& g = kGrids[seed % std::size(kGrids)];
+          c.grid = g.sizes, c.extra = g.extra, c.e = g.e;
+          int cells = 1;
+          for (int v : g.sizes) cells *= v;
+          c.n = g.extra + cells;
+        }
+        auto r = check_lrpe(c);
+        EXPECT_TRUE(r.pass) << describe(c, r);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllOpsDirectionsDtypesActs, LrpeGpu,
+    ::testing::Combine(::testing::Values(LrpeOp::cosine, LrpeOp::md_cosine),
+                       ::testing::Values(LrpeDirection::forward, LrpeDirection::backward),
+                       ::testing::Values(DType::f16, DType::bf16, DType::f32),
+                       ::testing::Values(LrpeAct::none, LrpeAct::relu, LrpeAct::sigmoid, LrpeAct::silu, LrpeAct::softmax,
+                                         LrpeAct::softmax_seq)),
+    [](const auto& info) {
+      return std::string(lrpe_op_name(std::get<0>(info.param))) +
+             (std::get<1>(info.param) == LrpeDirection::forward ? "_fwd_" : "_bwd_") +
+             std::string(dtype_name(std::get<2>(info.param))) + "_" + std::string(lrpe_act_name(std::get<3>(info.param)));
+    });
+
+// Long sequences: angles up to (offset + n)·θ ≈ 32768 in fp32, many blocks, sampled (b, h).
+TEST(LrpeGpuLarge, LongSequencesAndLargeOffsetsStayWithinTheFp32Bounds) {
+  KGEN_REQUIRE_GPU();
+  for (DType t : {DType::f32, DType::bf16})
+    for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward})
+      for (LrpeAct act : {LrpeAct::none, LrpeAct::softmax_seq, LrpeAct::silu}) {
+        LrpeCase c;
+        c.dtype = t, c.direction = dir, c.act = act, c.batch = 2, c.heads = 3, c.n = 8192, c.d = 128;
+        c.offset = 32768 - 8192, c.seed = 5;
+        auto r = check_lrpe(c);
+        EXPECT_TRUE(r.pass) << describe(c, r);
+      }
+  // The benchmark shape, sampled heads; md 1-d grid of 32768 positions.
+  for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward}) {
+    LrpeCase c;
+    c.direction = dir, c.batch = 12, c.heads = 12, c.n = 8192, c.d = 128, c.seed = 6;
+    auto r = check_lrpe(c);
+    EXPECT_TRUE(r.pass) << describe(c, r);
+    LrpeCase md = c;
+    md.op = LrpeOp::md_cosine, md.batch = 2, md.heads = 2, md.n = 32768 + 10, md.grid = {32768}, md.extra = 10;
+    md.dtype = DType::f32;
+    for (bool cache : {false, true}) {
+      md.cache = cache;
+      auto r2 = check_lrpe(md);
+      EXPECT_TRUE(r2.pass) << describe(md, r2);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kgen

@@ -1,0 +1,14 @@
+// GPU tests skip cleanly, with the driver's reason, on a machine without a usable GPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "runtime/cuda_driver.h"
+
+#define KGEN_REQUIRE_GPU()                                \
+  do {                                                    \
+    std::string why;                                      \
+    if (!::kgen::cuda_available(&why)) GTEST_SKIP() << why; \
+  } while (0)
