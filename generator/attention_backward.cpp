@@ -267,6 +267,11 @@ constexpr int kDblFa2HeadDims[] = {32, 64, 96, 128};
 // state live): every config it admits compiles without spills.
 int dbl_register_estimate(int d, int bn) { return d + 4 * bn + 60; }
 
+// The r/c pass keeps no Q̄/dŌ accumulators and the key-major kernel only K̄/V̄: both take
+// 32-key (query) tiles where the apply pass needs 16 (d = 96, 128), halving their per-tile
+// barriers and loads.
+int dbl_wide_tile(int bn) { return std::max(bn, 32); }
+
 std::string dbl_kernel_name(DoubleBackwardKernel k) {
   switch (k) {
     case DoubleBackwardKernel::preprocess: return "preprocess";
@@ -299,8 +304,9 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
   if (dbl_register_estimate(spec.head_dim, c.block_n) > kMaxRegistersPerThread)
     return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
            " exceeds the register budget";
-  const int smem = std::max(attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, c.block_n),
-                            attention_bwd::fa2_dbl_kv_smem_bytes(spec.head_dim, c.block_n, c.block_m));
+  const int smem = std::max({attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, c.block_n),
+                             attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, dbl_wide_tile(c.block_n)),
+                             attention_bwd::fa2_dbl_kv_smem_bytes(spec.head_dim, dbl_wide_tile(c.block_n), c.block_m)});
   if (smem > target.max_smem_per_block)
     return "needs " + std::to_string(smem) + " bytes of shared memory, " + target.arch + " allows " +
            std::to_string(target.max_smem_per_block);
@@ -364,17 +370,18 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   switch (kernel) {
     case DoubleBackwardKernel::q_stats:
       k.threads = c.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n);
-      call << "kgen::attention_double_backward_fa2_q<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n
-           << ", " << c.warps << ", " << causal << ", kgen::DoubleBackwardRowPass::stats>(p);";
+      k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, dbl_wide_tile(c.block_n));
+      call << "kgen::attention_double_backward_fa2_q<" << T << ", " << d << ", " << c.block_m << ", "
+           << dbl_wide_tile(c.block_n) << ", " << c.warps << ", " << causal
+           << ", kgen::DoubleBackwardRowPass::stats>(p);";
       break;
     case DoubleBackwardKernel::fused:
       // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
       k.threads = c.warps * 32;
       k.smem_bytes = std::max(attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n),
-                              attention_bwd::fa2_dbl_kv_smem_bytes(d, c.block_n, c.block_m));
+                              attention_bwd::fa2_dbl_kv_smem_bytes(d, dbl_wide_tile(c.block_n), c.block_m));
       call << "kgen::attention_double_backward_fa2_fused<" << T << ", " << d << ", " << c.block_m << ", "
-           << c.block_n << ", " << c.warps << ", " << causal << ">(p);";
+           << c.block_n << ", " << dbl_wide_tile(c.block_n) << ", " << c.warps << ", " << causal << ">(p);";
       break;
     default:
       include = "kgen/attention/double_backward_simt.cuh";

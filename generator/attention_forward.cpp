@@ -147,8 +147,12 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // 128 query rows on 4 warps (32 rows each) for d <= 128: on an H200 (bf16, b·n = 16k,
     // n = 4k) d = 64 ran 341 TFLOPS with 64-key tiles against 286 for 8 warps × 16 rows with
     // 128-key tiles, and d = 128 345 with 32-key tiles against 325 for 8 × 16 rows × 64 keys
-    // (BENCHMARKS.md). d = 256 keeps 16 rows per warp: 32 would not fit in registers.
-    AttentionForwardConfig c{ForwardPath::fa2, 128, spec.head_dim <= 64 ? 64 : 32, 2, 0, 4};
+    // (BENCHMARKS.md); d = 128 with 64-key tiles (spill-free since the kernel keeps nothing
+    // recomputable live across the K/V loop) ran 334.7 / 338.7 against 331.8 / 338.3 at n = 4k /
+    // 16k, causal 293.4 / 308.7 against 288.6 / 301.2. d = 96 keeps 32-key tiles (unmeasured).
+    // d = 256 keeps 16 rows per warp: 32 would not fit in registers.
+    const int bn = spec.head_dim <= 64 || spec.head_dim == 128 ? 64 : 32;
+    AttentionForwardConfig c{ForwardPath::fa2, 128, bn, 2, 0, 4};
     if (spec.head_dim >= 256) c.block_m = 64, c.block_n = 32, c.warps = 4;
     // Too few blocks to fill the machine once: halve the query tile.
     long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + c.block_m - 1) / c.block_m);

@@ -381,16 +381,17 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
 }
 
 // The second stage of the split double backward: query tiles [0, ceil(n_q / BM)) run the apply
-// pass of the query-major kernel (r, c from the workspace), the following ceil(n_k / BM) blocks
-// run the key-major kernel on BM-key blocks (blockIdx.y < heads_kv), so that the two, which do
-// not depend on each other, share the machine (two blocks per SM) when b·h is small.
-template <class T, int D, int BM, int BN, int Warps, bool Causal>
+// pass of the query-major kernel (r, c from the workspace; BN-key tiles), the following
+// ceil(n_k / BM) blocks run the key-major kernel on BM-key blocks against KvBM-row query tiles
+// (blockIdx.y < heads_kv), so that the two, which do not depend on each other, share the machine
+// (two blocks per SM) when b·h is small.
+template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal>
 __device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p) {
   const int q_blocks = (p.n_q + BM - 1) / BM;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
     attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply>(p, blockIdx.x);
   } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
-    attention_double_backward_fa2_kv<T, D, BN, BM, Warps, Causal>(p, blockIdx.x - q_blocks);
+    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal>(p, blockIdx.x - q_blocks);
   }
 }
 
