@@ -47,12 +47,13 @@ std::string to_string(const GradientCheck& c);
 // 2.5 × attention_forward_flops (attention.md §6).
 double attention_backward_flops(const AttentionCase& c);
 
-// The double backward's n×n×d matmuls per (query tile, key tile) in the kernel plan of
-// attention.md §4; a parameter of the FLOP count below, which must be printed with any TFLOPS.
-inline constexpr int kDoubleBackwardMatmuls = 17;
+// The double backward's n×n×d matmuls per (query tile, key tile) in kgen's kernel plan (5 for r
+// and c, 9 for Q̄ and dŌ, 8 for K̄ and V̄); a parameter of the FLOP count below, which must be
+// printed with any TFLOPS.
+inline constexpr int kDoubleBackwardMatmuls = 22;
 // matmuls · 2·b·h_q·n_q·n_k·d, halved for causal.
 double attention_double_backward_flops(const AttentionCase& c, int matmuls = kDoubleBackwardMatmuls);
-// "double backward FLOPs = 17 n×n×d matmuls × 2·b·h_q·n_q·n_k·d (8.5× forward), halved for causal".
+// "double backward FLOPs = 22 n×n×d matmuls × 2·b·h_q·n_q·n_k·d (11× forward), halved for causal".
 std::string attention_double_backward_flops_convention(int matmuls = kDoubleBackwardMatmuls);
 
 // One problem's inputs (q, k, v, dO, cotangents; o and lse from kgen's forward) and reference,

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kgen/kgen.hpp"
+#include "runtime/attention_backward_harness.h"
 #include "runtime/attention_forward.h"
 #include "runtime/attention_harness.h"
 #include "runtime/cuda_driver.h"
@@ -71,9 +72,48 @@ std::vector<AttentionCase> check_cases(const std::vector<DType>& dtypes, const s
   return cases;
 }
 
-int run_check(const std::vector<DType>& dtypes, const std::vector<int>& head_dims, bool quick) {
+// The attention operators `kgen check` and `kgen bench` serve (--op).
+enum class AttentionOp { forward, backward, double_backward };
+
+AttentionOp parse_attention_op(const std::string& text) {
+  if (text == "attention_fwd") return AttentionOp::forward;
+  if (text == "attention_bwd") return AttentionOp::backward;
+  if (text == "attention_double_bwd") return AttentionOp::double_backward;
+  throw Error(Status::invalid_argument,
+              "--op: '" + text + "' is not attention_fwd, attention_bwd or attention_double_bwd");
+}
+
+// Checks of the backward or double backward: every output against the reference, both kgen
+// modes for the backward (atomic dQ, deterministic) and every cotangent present.
+int run_gradient_check(AttentionOp op, const std::vector<DType>& dtypes, const std::vector<int>& head_dims, bool quick) {
+  int failed = 0, passed = 0;
+  for (const auto& c : check_cases(dtypes, head_dims, quick)) {
+    for (bool deterministic : {false, true}) {
+      if (op == AttentionOp::double_backward && deterministic) continue;
+      BackwardBenchOptions o;
+      o.deterministic = deterministic;
+      GradientCheck r;
+      try {
+        r = op == AttentionOp::backward ? check_attention_backward(c, o, 0) : check_attention_double_backward(c, o, 0);
+      } catch (const Error& e) {
+        std::printf("ERROR %-60s %s\n", to_string(c).c_str(), e.what());
+        ++failed;
+        continue;
+      }
+      std::printf("%s %-60s [%s]\n%s\n", r.pass ? "PASS " : "FAIL ", to_string(c).c_str(),
+                  to_string(o, op == AttentionOp::double_backward).c_str(), to_string(r).c_str());
+      std::fflush(stdout);
+      (r.pass ? passed : failed)++;
+    }
+  }
+  std::printf("passed %d, failed %d\n", passed, failed);
+  return failed ? kFailed : kOk;
+}
+
+int run_check(AttentionOp op, const std::vector<DType>& dtypes, const std::vector<int>& head_dims, bool quick) {
   require_device();
   print_device_header();
+  if (op != AttentionOp::forward) return run_gradient_check(op, dtypes, head_dims, quick);
   int failed = 0, passed = 0;
   for (const auto& c : check_cases(dtypes, head_dims, quick)) {
     AttentionCheck r;
@@ -94,6 +134,7 @@ int run_check(const std::vector<DType>& dtypes, const std::vector<int>& head_dim
 }
 
 struct BenchOptions {
+  std::string op = "attention_fwd";
   std::string dtypes = "bf16", head_dims = "64,128", seqlens = "512,1024,2048,4096,8192,16384", causal = "both";
   std::string configs;  // "|"-separated explicit configs to time beside the default ("" = default only)
   int tokens = 16384, hidden = 2048, warmup = 5, reps = 30;
@@ -108,14 +149,69 @@ std::vector<std::string> bench_configs(const std::string& text) {
   return out;
 }
 
+// One row of `kgen bench --op attention_bwd|attention_double_bwd`: check, then time.
+bool bench_gradients(AttentionOp op, const AttentionCase& c, const BenchOptions& o, const std::string& row) {
+  const bool dbl = op == AttentionOp::double_backward;
+  std::unique_ptr<AttentionGradientBench> bench;
+  if (dbl) bench = std::make_unique<AttentionDoubleBackwardBench>(c);
+  else bench = std::make_unique<AttentionBackwardBench>(c);
+  bool ok = true;
+  for (const std::string& config : bench_configs(o.configs)) {
+    const std::string name = config.empty() ? "default" : config;
+    GradientCheck check = bench->check(config);
+    if (!check.pass) {
+      std::printf("%s%s | FAIL | – | – | – |\n%s\n", row.c_str(), name.c_str(), to_string(check).c_str());
+      ok = false;
+      continue;
+    }
+    double worst = 0;
+    for (const auto& out : check.outputs) worst = std::max(worst, out.rel_l2);
+    Timing t = bench->time(config, o.warmup, o.reps);
+    const double flops = dbl ? attention_double_backward_flops(c) : attention_backward_flops(c);
+    std::printf("%s%s | pass (rel_l2 ≤ %.1e) | %.3f | %.3f–%.3f | %.1f |\n", row.c_str(), name.c_str(), worst,
+                t.median_ms, t.p20_ms, t.p80_ms, flops / (t.median_ms * 1e-3) / 1e12);
+    std::fflush(stdout);
+  }
+  return ok;
+}
+
 int run_bench(const BenchOptions& o) {
   // Arguments first, so a typo is named even on a machine without a GPU.
+  const AttentionOp op = parse_attention_op(o.op);
   const auto dtypes = parse_dtypes(o.dtypes);
   const auto head_dims = parse_int_list(o.head_dims, "--head-dims");
   const auto causal_flags = parse_causal(o.causal);
   const auto seqlens = parse_int_list(o.seqlens, "--seqlens");
   require_device();
   print_device_header();
+  if (op != AttentionOp::forward) {
+    const bool dbl = op == AttentionOp::double_backward;
+    std::printf("%s, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first (%s)\n\n",
+                o.op.c_str(), o.tokens, o.hidden, o.reps, o.warmup,
+                dbl ? attention_double_backward_flops_convention().c_str() : "backward FLOPs = 2.5 × forward");
+    std::printf("| dtype | d | causal | n | b | h | config | check | median ms | p20–p80 ms | TFLOPS |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    int failed = 0;
+    for (DType t : dtypes)
+      for (int d : head_dims)
+        for (bool causal : causal_flags)
+          for (int n : seqlens) {
+            AttentionCase c;
+            c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
+            c.batch = std::max(1, o.tokens / n);
+            c.heads_q = c.heads_kv = std::max(1, o.hidden / d);
+            const std::string row = "| " + std::string(dtype_name(t)) + " | " + std::to_string(d) + " | " +
+                                    (causal ? "yes" : "no") + " | " + std::to_string(n) + " | " +
+                                    std::to_string(c.batch) + " | " + std::to_string(c.heads_q) + " | ";
+            try {
+              if (!bench_gradients(op, c, o, row)) ++failed;
+            } catch (const Error& e) {
+              std::printf("%s– | ERROR %s | – | – | – |\n", row.c_str(), e.what());
+              ++failed;
+            }
+          }
+    return failed ? kFailed : kOk;
+  }
   std::printf("attention_fwd, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first\n\n",
               o.tokens, o.hidden, o.reps, o.warmup);
   std::printf("| dtype | d | causal | n | b | h | config | check | fwd mean ms | fwd std ms | median ms | p20–p80 ms | TFLOPS | live MiB |\n");
@@ -264,7 +360,9 @@ int run_launch_bench(int calls) {
 }  // namespace
 
 void add_gpu_commands(CLI::App& app, int& exit_code) {
-  auto* check = app.add_subcommand("check", "Correctness sweep of attention_fwd on the GPU against the fp64 reference");
+  auto* check = app.add_subcommand("check", "Correctness sweep of an attention operator on the GPU against the fp64 reference");
+  auto check_op = std::make_shared<std::string>("attention_fwd");
+  check->add_option("--op", *check_op, "attention_fwd, attention_bwd or attention_double_bwd")->capture_default_str();
   auto dtypes = std::make_shared<std::string>("fp16,bf16,fp32");
   auto dims = std::make_shared<std::string>("32,64,96,128,256,80");
   auto quick = std::make_shared<bool>(false);
@@ -274,10 +372,12 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
   add_lrpe_check_command(*check, exit_code);
   check->callback([=, &exit_code] {
     if (check->get_subcommands().size()) return;  // `kgen check lrpe|md_lrpe` ran instead
-    exit_code = run_check(parse_dtypes(*dtypes), parse_int_list(*dims, "--head-dims"), *quick); });
+    const AttentionOp op = parse_attention_op(*check_op);
+    exit_code = run_check(op, parse_dtypes(*dtypes), parse_int_list(*dims, "--head-dims"), *quick); });
 
-  auto* bench = app.add_subcommand("bench", "Time attention_fwd on the standard sweep (each row checked first)");
+  auto* bench = app.add_subcommand("bench", "Time an attention operator on the standard sweep (each row checked first)");
   auto o = std::make_shared<BenchOptions>();
+  bench->add_option("--op", o->op, "attention_fwd, attention_bwd or attention_double_bwd")->capture_default_str();
   bench->add_option("--dtypes", o->dtypes, "Comma-separated dtypes")->capture_default_str();
   bench->add_option("--head-dims", o->head_dims, "Comma-separated head dims")->capture_default_str();
   bench->add_option("--seqlens", o->seqlens, "Comma-separated sequence lengths")->capture_default_str();
@@ -305,7 +405,7 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
   demo->callback([&exit_code] {
     std::string why;
     if (cuda_available(&why)) {
-      int rc = run_check({DType::bf16, DType::f16}, {64, 128}, /*quick=*/true);
+      int rc = run_check(AttentionOp::forward, {DType::bf16, DType::f16}, {64, 128}, /*quick=*/true);
       BenchOptions o;
       o.dtypes = "bf16";
       o.seqlens = "2048,8192";
