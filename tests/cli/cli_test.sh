@@ -31,6 +31,8 @@ expect 2 "head-dim" -- inspect --head-dim 300
 expect 2 "config" -- inspect --config fa2:bm64:bn64
 expect 2 "" -- no-such-command
 expect 2 "seqlens: 'x' is not an integer" -- bench --seqlens 12,x
+expect 2 "op: 'x' is not attention_fwd, attention_bwd or attention_double_bwd" -- bench --op x
+expect 2 "op: 'y' is not attention_fwd" -- check --op y
 expect 2 "devices: '-1' is not an integer" -- tune --devices -1
 expect 2 "dtypes: unknown dtype 'fp8'" -- tune --dtypes fp8
 expect 2 "configs: cannot parse" -- tune --configs fa2:bm64
