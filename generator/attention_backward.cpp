@@ -38,6 +38,20 @@ std::string kernel_name(BackwardKernel k) {
   return "?";
 }
 
+// Why `smem` bytes of dynamic shared memory do not fit a block on `target` (nullopt if they do).
+std::optional<std::string> smem_limit_error(int smem, const Target& target) {
+  if (smem <= target.max_smem_per_block) return std::nullopt;
+  return "needs " + std::to_string(smem) + " bytes of shared memory, " + target.arch + " allows " +
+         std::to_string(target.max_smem_per_block);
+}
+
+// Appends `k` unless a variant of the same name is already in `out`.
+void add_unique(std::vector<KernelSource>& out, KernelSource k) {
+  for (const auto& e : out)
+    if (e.variant == k.variant) return;
+  out.push_back(std::move(k));
+}
+
 unsigned blocks(int n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
 
 }  // namespace
@@ -113,10 +127,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
              " for head_dim=" + std::to_string(spec.head_dim);
     if (c.block_m != 4 && c.block_m != 8) return std::string("simt warps must be 4 or 8");
   }
-  if (smem > target.max_smem_per_block)
-    return "needs " + std::to_string(smem) + " bytes of shared memory, " + target.arch + " allows " +
-           std::to_string(target.max_smem_per_block);
-  return std::nullopt;
+  return smem_limit_error(smem, target);
 }
 
 std::vector<AttentionBackwardConfig> attention_backward_config_space(const AttentionBackwardSpec& spec,
@@ -237,12 +248,6 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
 
 std::vector<KernelSource> attention_backward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
-  std::vector<std::string> seen;
-  auto add = [&](KernelSource k) {
-    if (std::ranges::find(seen, k.variant) != seen.end()) return;
-    seen.push_back(k.variant);
-    out.push_back(std::move(k));
-  };
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : {32, 64, 96, 128, 256})
       for (bool causal : {false, true}) {
@@ -250,7 +255,7 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
         for (const auto& c : attention_backward_config_space(spec, target))
           for (bool deterministic : {false, true})
             for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
-              add(render_attention_backward(spec, c, kernel));
+              add_unique(out, render_attention_backward(spec, c, kernel));
       }
   return out;
 }
@@ -307,10 +312,7 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
   const int smem = std::max({attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, c.block_n),
                              attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, dbl_wide_tile(c.block_n)),
                              attention_bwd::fa2_dbl_kv_smem_bytes(spec.head_dim, dbl_wide_tile(c.block_n), c.block_m)});
-  if (smem > target.max_smem_per_block)
-    return "needs " + std::to_string(smem) + " bytes of shared memory, " + target.arch + " allows " +
-           std::to_string(target.max_smem_per_block);
-  return std::nullopt;
+  return smem_limit_error(smem, target);
 }
 
 std::vector<AttentionBackwardConfig> attention_double_backward_config_space(const AttentionBackwardSpec& spec,
@@ -402,7 +404,6 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
 
 std::vector<KernelSource> attention_double_backward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
-  std::vector<std::string> seen;
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : {32, 64, 96, 128, 256})
       for (bool causal : {false, true}) {
@@ -410,10 +411,7 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
         for (const auto& c : attention_double_backward_config_space(spec, target))
           for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c)) {
             if (kernel == DoubleBackwardKernel::preprocess) continue;  // attention_bwd's kernel
-            KernelSource k = render_attention_double_backward(spec, c, kernel);
-            if (std::ranges::find(seen, k.variant) != seen.end()) continue;
-            seen.push_back(k.variant);
-            out.push_back(std::move(k));
+            add_unique(out, render_attention_double_backward(spec, c, kernel));
           }
       }
   return out;

@@ -149,6 +149,22 @@ std::vector<std::string> bench_configs(const std::string& text) {
   return out;
 }
 
+// The standard sweep's problem for (dtype, d, causal, n): b·n = o.tokens, h·d = o.hidden.
+AttentionCase sweep_case(const BenchOptions& o, DType t, int d, bool causal, int n) {
+  AttentionCase c;
+  c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
+  c.batch = std::max(1, o.tokens / n);
+  c.heads_q = c.heads_kv = std::max(1, o.hidden / d);
+  return c;
+}
+
+// "| bf16 | 128 | no | 4096 | 4 | 16 | ": the problem columns of a bench row.
+std::string row_prefix(const AttentionCase& c) {
+  return "| " + std::string(dtype_name(c.dtype)) + " | " + std::to_string(c.head_dim) + " | " +
+         (c.causal ? "yes" : "no") + " | " + std::to_string(c.n_q) + " | " + std::to_string(c.batch) + " | " +
+         std::to_string(c.heads_q) + " | ";
+}
+
 // One row of `kgen bench --op attention_bwd|attention_double_bwd`: check, then time.
 bool bench_gradients(AttentionOp op, const AttentionCase& c, const BenchOptions& o, const std::string& row) {
   const bool dbl = op == AttentionOp::double_backward;
@@ -196,13 +212,8 @@ int run_bench(const BenchOptions& o) {
       for (int d : head_dims)
         for (bool causal : causal_flags)
           for (int n : seqlens) {
-            AttentionCase c;
-            c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
-            c.batch = std::max(1, o.tokens / n);
-            c.heads_q = c.heads_kv = std::max(1, o.hidden / d);
-            const std::string row = "| " + std::string(dtype_name(t)) + " | " + std::to_string(d) + " | " +
-                                    (causal ? "yes" : "no") + " | " + std::to_string(n) + " | " +
-                                    std::to_string(c.batch) + " | " + std::to_string(c.heads_q) + " | ";
+            const AttentionCase c = sweep_case(o, t, d, causal, n);
+            const std::string row = row_prefix(c);
             try {
               if (!bench_gradients(op, c, o, row)) ++failed;
             } catch (const Error& e) {
@@ -221,13 +232,8 @@ int run_bench(const BenchOptions& o) {
     for (int d : head_dims)
       for (bool causal : causal_flags)
         for (int n : seqlens) {
-          AttentionCase c;
-          c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
-          c.batch = std::max(1, o.tokens / n);
-          c.heads_q = c.heads_kv = std::max(1, o.hidden / d);
-          const std::string row = "| " + std::string(dtype_name(t)) + " | " + std::to_string(d) + " | " +
-                                  (causal ? "yes" : "no") + " | " + std::to_string(n) + " | " + std::to_string(c.batch) +
-                                  " | " + std::to_string(c.heads_q) + " | ";
+          const AttentionCase c = sweep_case(o, t, d, causal, n);
+          const std::string row = row_prefix(c);
           std::unique_ptr<AttentionForwardBench> bench;
           for (const std::string& forced : bench_configs(o.configs)) {
             std::string config = forced;
