@@ -14,6 +14,13 @@ constexpr int kSimtHeadDims[] = {32, 64, 128, 256};
 constexpr int kMaxRegistersPerThread = 255;
 
 bool is_fa2_head_dim(int d) { return std::ranges::find(kFa2HeadDims, d) != std::end(kFa2HeadDims); }
+bool is_wgmma_head_dim(int d) { return std::ranges::find(kWgmmaHeadDims, d) != std::end(kWgmmaHeadDims); }
+// wgmma and setmaxnreg exist only on the arch-specific Hopper target.
+bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
+
+// Registers per thread of the wgmma kernel: O (D/2) and S (BN/2) accumulators, P packed to 16
+// bits (BN/4), plus addressing and softmax state.
+int wgmma_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40; }
 int simt_bucket(int d) { return attention_simt_bucket(d); }
 
 // Registers per thread of the fa2 kernel, estimated from its fragments for r = 16 or 32 rows
@@ -43,6 +50,8 @@ std::string to_string(const AttentionForwardConfig& c) {
   std::ostringstream s;
   if (c.path == ForwardPath::fa2)
     s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps << ":s" << c.stages;
+  else if (c.path == ForwardPath::wgmma)
+    s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
   else
     s << "simt:bm" << c.block_m << ":bn" << c.block_n << ":dmax" << c.max_head_dim;
   return s.str();
@@ -52,6 +61,7 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   const std::vector<std::string> parts = split_fields(text, ':');
   AttentionForwardConfig c;
   if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
+  else if (parts.size() == 4 && parts[0] == "wg") c.path = ForwardPath::wgmma;
   else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
   else return std::nullopt;
   const auto number = parse_prefixed_int;
@@ -59,6 +69,10 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   if (c.path == ForwardPath::fa2) {
     ok = ok && number(parts[3], "w", c.warps) && number(parts[4], "s", c.stages);
     c.max_head_dim = 0;
+  } else if (c.path == ForwardPath::wgmma) {
+    ok = ok && number(parts[3], "s", c.stages);
+    c.max_head_dim = 0;
+    c.warps = c.block_m / 16;
   } else {
     ok = ok && number(parts[3], "dmax", c.max_head_dim);
     c.stages = 1;
@@ -110,6 +124,23 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
       return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " and " + std::to_string(c.block_m / c.warps) + " rows per warp exceeds the register budget";
     smem = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
+  } else if (c.path == ForwardPath::wgmma) {
+    if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
+    if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
+    if (!is_wgmma_head_dim(spec.head_dim))
+      return "wgmma path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+    if (c.block_m != 64 && c.block_m != 128 && c.block_m != 192)
+      return std::string("wgmma block_m must be 64, 128 or 192 (one to three warpgroups)");
+    if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
+      return std::string("wgmma block_n must be 64, 128 or 192");
+    if (c.stages != 2) return std::string("wgmma stages must be 2");
+    if (c.warps != c.block_m / 16) return std::string("wgmma warps must be block_m / 16");
+    // One block per SM: the register file (64K) split over its threads, at most 255 each.
+    const int budget = std::min(kMaxRegistersPerThread, 65536 / attention_fwd::wgmma_threads(c.block_m / 64) / 8 * 8);
+    if (wgmma_register_estimate(spec.head_dim, c.block_n) > budget)
+      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+             " and " + std::to_string(c.block_m / 64) + " warpgroups exceeds the register budget";
+    smem = attention_fwd::wgmma_smem_bytes(spec.head_dim, c.block_m / 64, c.block_n, c.stages);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -130,6 +161,10 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
   auto keep = [&](const AttentionForwardConfig& c) {
     if (!check_attention_forward_config(spec, c, target)) out.push_back(c);
   };
+  if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+    for (int bm : {128, 192, 64})
+      for (int bn : {128, 64, 192}) keep({ForwardPath::wgmma, bm, bn, 2, 0, bm / 16});
+  }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
     for (int bm : {64, 128})
       for (int warps : {8, 4})
@@ -143,6 +178,14 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
+  if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+    // Hopper: two warpgroups of 64 query rows. On an H200 (bf16, b·n = 16k, h·d = 2048,
+    // BENCHMARKS.md) d = 128 ran 491 / 496 TFLOPS at n = 4k / 16k with 128-key tiles (causal
+    // 437 / 518) against 334 / 341 for the best fa2 tile; d = 64 ran 408 / 417 with 64-key
+    // tiles (causal 365 / 399) against 325 / 333.
+    AttentionForwardConfig c{ForwardPath::wgmma, 128, spec.head_dim == 64 ? 64 : 128, 2, 0, 8};
+    if (!check_attention_forward_config(spec, c, target)) return c;
+  }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
     // 128 query rows on 4 warps (32 rows each) for d <= 128: on an H200 (bf16, b·n = 16k,
     // n = 4k) d = 64 ran 341 TFLOPS with 64-key tiles against 286 for 8 warps × 16 rows with
@@ -168,7 +211,7 @@ AttentionForwardConfig attention_forward_general_config(const AttentionForwardSp
 }
 
 LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape) {
-  int rows = c.path == ForwardPath::fa2 ? c.block_m : attention_fwd::simt_block_m(c.block_m);
+  int rows = c.path == ForwardPath::simt ? attention_fwd::simt_block_m(c.block_m) : c.block_m;
   return {static_cast<unsigned>((shape.n_q + rows - 1) / rows),
           static_cast<unsigned>(shape.heads_q), static_cast<unsigned>(shape.batch)};
 }
@@ -188,6 +231,13 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     call << "kgen::attention_forward_fa2<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
          << ", " << c.block_m << ", " << c.block_n << ", " << c.warps << ", " << c.stages << ", " << causal
          << ">(p);";
+  } else if (c.path == ForwardPath::wgmma) {
+    k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
+    k.smem_bytes = attention_fwd::wgmma_smem_bytes(spec.head_dim, c.block_m / 64, c.block_n, c.stages);
+    k.variant = to_string(spec) + "." + to_string(c);
+    src << "#include \"kgen/attention/forward_wgmma.cuh\"\n";
+    call << "kgen::attention_forward_wgmma<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
+         << ", " << c.block_n << ", " << c.block_m / 64 << ", " << c.stages << ", " << causal << ">(p);";
   } else {
     k.threads = attention_fwd::simt_threads(c.block_m);
     k.smem_bytes = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);

@@ -25,21 +25,24 @@ struct AttentionShape {
 };
 
 // fa2: tensor cores (mma.sync m16n8k16), fp16/bf16, head dims 32/64/96/128/256.
+// wgmma: Hopper warpgroup MMA (sm_90a targets only), fp16/bf16, head dims 64/128.
 // simt: general path, any dtype and any head_dim <= 256, plain fp32 math.
-enum class ForwardPath { fa2, simt };
+enum class ForwardPath { fa2, simt, wgmma };
 
 struct AttentionForwardConfig {
   ForwardPath path = ForwardPath::fa2;
-  int block_m = 64;       // query rows per block (fa2: 16 per warp; simt: one per warp)
+  int block_m = 64;       // query rows per block (fa2: 16 or 32 per warp; simt: one per warp;
+                          // wgmma: 64 per warpgroup)
   int block_n = 64;       // key rows per K/V tile
-  int stages = 2;         // fa2: K/V shared-memory buffers
+  int stages = 2;         // fa2, wgmma: K/V shared-memory buffers
   int max_head_dim = 0;   // simt: head_dim rounded up to 32/64/128/256
   int warps = 0;          // fa2: warps per block, block_m / warps = 16 or 32 rows each
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 
-// Head dims the tensor-core path specialises on.
+// Head dims the tensor-core paths specialise on.
 inline constexpr int kFa2HeadDims[] = {32, 64, 96, 128, 256};
+inline constexpr int kWgmmaHeadDims[] = {64, 128};
 // Largest head dim any path serves.
 inline constexpr int kMaxHeadDim = 256;
 
@@ -47,7 +50,7 @@ inline constexpr int kMaxHeadDim = 256;
 // (0 above 256).
 int attention_simt_bucket(int head_dim);
 
-// "fa2:bm128:bn64:w4:s2" or "simt:bm4:bn32:dmax128".
+// "fa2:bm128:bn64:w4:s2", "wg:bm128:bn128:s2" or "simt:bm4:bn32:dmax128".
 std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name).

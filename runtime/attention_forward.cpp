@@ -220,8 +220,8 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
     if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2 or simt:bm4:bn32:dmax128)");
     if (auto why = check_attention_forward_config(call.spec, *c, dev.target))
       invalid_argument("config: " + options.config + " is invalid here: " + *why);
-    if (c->path == ForwardPath::fa2 && !call.aligned16)
-      invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+    if (c->path != ForwardPath::simt && !call.aligned16)
+      invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
     return *c;
   }
   if (call.aligned16) return decide(call, dev);

@@ -104,11 +104,57 @@ TEST(AttentionForwardConfig, DefaultIsValidForEveryShape) {
 }
 
 TEST(AttentionForwardConfig, DefaultUsesTensorCoresWhereTheyApply) {
-  auto c = attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
+  auto c = attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, sm80(), 108);
   EXPECT_EQ(c.path, ForwardPath::fa2);
-  // A single small head cannot fill 132 SMs with 128-row tiles: the heuristic halves them.
-  auto small = attention_forward_default_config({DType::bf16, 128, false}, {1, 1, 1, 256, 256}, sm90a(), 132);
+  // A single small head cannot fill 108 SMs with 128-row tiles: the heuristic halves them.
+  auto small = attention_forward_default_config({DType::bf16, 128, false}, {1, 1, 1, 256, 256}, sm80(), 108);
   EXPECT_EQ(small.block_m, 64);
+}
+
+TEST(AttentionForwardConfig, HopperDefaultIsTheWgmmaKernelForItsHeadDims) {
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      auto c = attention_forward_default_config({DType::bf16, d, causal}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
+      EXPECT_EQ(c.path, ForwardPath::wgmma) << d;
+      EXPECT_EQ(to_string(c), d == 64 ? "wg:bm128:bn64:s2" : "wg:bm128:bn128:s2");
+    }
+  // Head dims without a wgmma specialisation keep the fa2 kernel; sm_90 without the "a" has no wgmma.
+  EXPECT_EQ(attention_forward_default_config({DType::bf16, 96, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132).path,
+            ForwardPath::fa2);
+  EXPECT_EQ(attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, *parse_target("sm_90"), 132).path,
+            ForwardPath::fa2);
+}
+
+TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {
+  const AttentionForwardSpec spec{DType::bf16, 128, false};
+  EXPECT_FALSE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a()));
+  auto on_sm80 = check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm80());
+  ASSERT_TRUE(on_sm80);
+  EXPECT_NE(on_sm80->find("sm_90a"), std::string::npos) << *on_sm80;
+  auto fp32 = check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
+  ASSERT_TRUE(fp32);
+  EXPECT_NE(fp32->find("fp16 or bf16"), std::string::npos) << *fp32;
+  auto d96 = check_attention_forward_config({DType::bf16, 96, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
+  ASSERT_TRUE(d96);
+  EXPECT_NE(d96->find("head_dim=96"), std::string::npos) << *d96;
+  // Three warpgroups leave 168 registers per thread: not enough for 128 keys at d = 128.
+  auto regs = check_attention_forward_config(spec, {ForwardPath::wgmma, 192, 128, 2, 0, 12}, sm90a());
+  ASSERT_TRUE(regs);
+  EXPECT_NE(regs->find("register budget"), std::string::npos) << *regs;
+  EXPECT_TRUE(check_attention_forward_config(spec, {ForwardPath::wgmma, 96, 128, 2, 0, 6}, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 3, 0, 8}, sm90a()));
+}
+
+TEST(AttentionForwardConfig, WgmmaConfigTextRoundTrips) {
+  auto c = parse_attention_forward_config("wg:bm192:bn64:s2");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->path, ForwardPath::wgmma);
+  EXPECT_EQ(c->block_m, 192);
+  EXPECT_EQ(c->block_n, 64);
+  EXPECT_EQ(c->warps, 12);
+  EXPECT_EQ(to_string(*c), "wg:bm192:bn64:s2");
+  for (const char* bad : {"wg:bm128:bn64", "wg:bm128:bn64:w4:s2", "wg:bm128:bnx:s2"})
+    EXPECT_FALSE(parse_attention_forward_config(bad)) << bad;
 }
 
 TEST(AttentionForwardRender, MatchesGoldenSources) {
@@ -119,6 +165,7 @@ TEST(AttentionForwardRender, MatchesGoldenSources) {
       {"attention_fwd.bf16.d128.causal.fa2.cu", {DType::bf16, 128, true}, {ForwardPath::fa2, 128, 64, 2, 0, 8}},
       {"attention_fwd.fp16.d64.full.fa2.cu", {DType::f16, 64, false}, {ForwardPath::fa2, 64, 128, 2, 0, 4}},
       {"attention_fwd.fp32.d80.full.simt.cu", {DType::f32, 80, false}, {ForwardPath::simt, 4, 32, 1, 128}},
+      {"attention_fwd.bf16.d128.causal.wg.cu", {DType::bf16, 128, true}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}},
   };
   for (const auto& g : goldens) {
     std::string path = std::string(KGEN_GOLDEN_DIR) + "/" + g.file;
@@ -154,6 +201,8 @@ TEST(EmbeddedTemplates, EveryIncludedHeaderIsEmbedded) {
   EXPECT_TRUE(has("kgen/attention/params.h"));
   EXPECT_TRUE(has("kgen/attention/forward_fa2.cuh"));
   EXPECT_TRUE(has("kgen/attention/forward_simt.cuh"));
+  EXPECT_TRUE(has("kgen/attention/forward_wgmma.cuh"));
+  EXPECT_TRUE(has("kgen/core/wgmma.cuh"));
   EXPECT_EQ(generator::templates_digest().size(), 64u);
   for (const auto& t : names) {
     // Self-contained: no toolkit header may be needed at JIT time.

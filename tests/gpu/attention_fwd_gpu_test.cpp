@@ -70,6 +70,40 @@ TEST(AttentionForwardGpuConfigs, EveryConfigInTheSpaceIsCorrect) {
         }
 }
 
+// The Hopper wgmma kernels (sm_90a devices only): every config of the space on the odd shapes
+// (layouts alternating) in bf16, the default config in fp16 on both layouts, and a large
+// many-wave GQA shape per head dim and mask with the default config.
+TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  std::uint64_t seed = 4242;
+  int tested = 0;
+  auto run = [&](DType t, int d, bool causal, const std::string& config, const Shape& s, Layout layout) {
+    AttentionCase c;
+    c.dtype = t, c.head_dim = d, c.causal = causal, c.layout = layout, c.config = config, c.seed = seed++;
+    c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+    auto r = check_attention_forward(c);
+    EXPECT_TRUE(r.pass) << describe(c, r);
+  };
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      for (const auto& config : attention_forward_config_space({DType::bf16, d, causal}, target)) {
+        if (config.path != ForwardPath::wgmma) continue;
+        ++tested;
+        int i = 0;
+        for (const Shape& s : kShapes) run(DType::bf16, d, causal, to_string(config), s, i++ % 2 ? Layout::bnhd : Layout::bhnd);
+      }
+      const AttentionShape big{2, 16, 4, 4096, 4096};
+      auto chosen = attention_forward_default_config({DType::f16, d, causal}, big, target, device_info(0).sm_count);
+      if (chosen.path != ForwardPath::wgmma) continue;
+      for (const Shape& s : kShapes)
+        for (Layout layout : {Layout::bhnd, Layout::bnhd}) run(DType::f16, d, causal, to_string(chosen), s, layout);
+      run(DType::bf16, d, causal, "", {big.batch, big.heads_q, big.heads_kv, big.n_q, big.n_k}, Layout::bnhd);
+    }
+  if (target.arch == "sm_90a") EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
+  if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+}
+
 // Large shapes: several waves of blocks on the device, sampled rows of every head checked.
 TEST(AttentionForwardGpuLarge, ManyWavesAndLongSequences) {
   KGEN_REQUIRE_GPU();

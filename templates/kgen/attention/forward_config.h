@@ -22,6 +22,14 @@ KGEN_HOST_DEVICE constexpr int fa2_smem_bytes(int head_dim, int block_m, int blo
   return (block_m * head_dim + stages * 2 * block_n * head_dim) * 2;
 }
 
+// Hopper (sm_90a) wgmma kernel: `wgs` warpgroups of 128 threads, 64 query rows each.
+KGEN_HOST_DEVICE constexpr int wgmma_threads(int wgs) { return wgs * 128; }
+// Dynamic shared memory: 1024 bytes to align the base for the 128-byte swizzle, the Q tile
+// (64·wgs rows) and `stages` K and V tiles, 16-bit elements.
+KGEN_HOST_DEVICE constexpr int wgmma_smem_bytes(int head_dim, int wgs, int block_n, int stages) {
+  return 1024 + (64 * wgs * head_dim + stages * 2 * block_n * head_dim) * 2;
+}
+
 // General (SIMT) path: any dtype, any head_dim <= max_head_dim; one warp per query row,
 // K/V tiles of block_n rows staged in fp32 shared memory.
 KGEN_HOST_DEVICE constexpr int simt_threads(int warps) { return warps * 32; }

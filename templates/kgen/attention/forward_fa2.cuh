@@ -68,11 +68,12 @@ constexpr int kSmemBytes = attention_fwd::fa2_smem_bytes(D, BM, BN, Stages);
 // Issues cp.async for a Rows x D tile whose row r comes from global row (row0 + r) of `src`;
 // rows >= row_end are zero-filled (their source address is clamped to `src`). All Threads
 // threads of the block take part. Pointers advance incrementally so that few 64-bit address
-// registers stay live across the main loop.
-template <class T, int Rows, int D, int Threads>
+// registers stay live across the main loop. Layout::offset(row, chunk) places 16-byte chunks in
+// shared memory (the ldmatrix swizzle by default; wgmma kernels pass their 128-byte swizzle).
+template <class T, int Rows, int D, int Threads, class Layout = Swizzle16B<D / 8>>
 __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, long long row_stride,
                                                 int row0, int row_end, int tid) {
-  using Swz = Swizzle16B<D / 8>;
+  using Swz = Layout;
   constexpr int kChunks = D / 8;
   // Threads are grouped by whole rows: kActive threads copy kRowsPerPass rows per pass (for
   // D = 96, 12 chunks per row, a few threads of the block stay idle).
