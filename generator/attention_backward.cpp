@@ -16,6 +16,12 @@ constexpr int kBwdFa2HeadDims[] = {32, 64, 96, 128};
 bool is_bwd_fa2_head_dim(int d) {
   return std::ranges::find(kBwdFa2HeadDims, d) != std::end(kBwdFa2HeadDims);
 }
+bool is_bwd_wgmma_head_dim(int d) { return d == 64 || d == 128; }
+bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
+
+// Registers per thread of the wgmma key-major kernel: dK and dV accumulators (D/2 each), Sᵀ and
+// dPᵀ (BM/2 each), plus addressing and loop state.
+int wgmma_kv_register_estimate(int d, int bm) { return d + bm + 48; }
 
 // Registers per thread of the key-major kernel for r = 16 or 32 keys per warp: dK and dV
 // accumulators (2·r·D/32), Sᵀ/Pᵀ and dPᵀ/dSᵀ tiles (2·r·BM/32), the repacked A fragments of one
@@ -62,6 +68,8 @@ std::string to_string(const AttentionBackwardConfig& c) {
   std::ostringstream s;
   if (c.path == BackwardPath::fa2)
     s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
+  else if (c.path == BackwardPath::wgmma)
+    s << "wg:bm" << c.block_m << ":bn" << c.block_n;
   else
     s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
   return s.str();
@@ -76,6 +84,11 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
     c.max_head_dim = 0;
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
          parse_prefixed_int(parts[3], "w", c.warps);
+  } else if (parts.size() == 3 && parts[0] == "wg") {
+    c.path = BackwardPath::wgmma;
+    c.max_head_dim = 0;
+    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n);
+    c.warps = c.block_n / 16;
   } else if (parts.size() == 3 && parts[0] == "simt") {
     c.path = BackwardPath::simt;
     c.block_n = 0;
@@ -121,6 +134,20 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     smem = attention_bwd::fa2_kv_smem_bytes(spec.head_dim, c.block_m, c.block_n, true);
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
     smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(spec.head_dim, dq.block_m, dq.block_n));
+  } else if (c.path == BackwardPath::wgmma) {
+    if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
+    if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
+    if (!is_bwd_wgmma_head_dim(spec.head_dim))
+      return "wgmma backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+    if (c.block_m != 64) return std::string("wgmma block_m must be 64 (one wgmma M of query rows)");
+    if (c.block_n != 64 && c.block_n != 128) return std::string("wgmma block_n must be 64 or 128 (one or two warpgroups)");
+    if (c.warps != c.block_n / 16) return std::string("wgmma warps must be block_n / 16");
+    if (wgmma_kv_register_estimate(spec.head_dim, c.block_m) > kMaxRegistersPerThread)
+      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
+             " exceeds the register budget";
+    smem = attention_bwd::wgmma_kv_smem_bytes(spec.head_dim, c.block_m, c.block_n / 64, true);
+    const DqTile dq = attention_backward_dq_tile(spec.head_dim);
+    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(spec.head_dim, dq.block_m, dq.block_n));
   } else {
     if (c.max_head_dim != attention_simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(attention_simt_bucket(spec.head_dim)) +
@@ -136,6 +163,8 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   auto keep = [&](const AttentionBackwardConfig& c) {
     if (!check_attention_backward_config(spec, c, target)) out.push_back(c);
   };
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target))
+    for (int bn : {128, 64}) keep({BackwardPath::wgmma, 64, bn, bn / 16, 0});
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
       for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep({BackwardPath::fa2, bm, bn, warps, 0});
@@ -146,6 +175,15 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+    // Hopper: two warpgroups of 64 keys against 64-row query tiles. On an H200 (bf16, b·n = 16k,
+    // h·d = 2048, BENCHMARKS.md) d = 128 ran 283 / 304 TFLOPS at n = 4k / 16k (causal 251 / 295)
+    // against 223 / 227 for the fa2 default, d = 64 249 / 265 (causal 216 / 249) against 222 / 234.
+    AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
+    const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, c.block_n);
+    if (kv_blocks < sm_count) c.block_n = 64, c.warps = 4;
+    if (!check_attention_backward_config(spec, c, target)) return c;
+  }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
     // 128 keys on 8 warps (16 each) against 64-row query tiles; halve the key tile when the
     // blocks would not fill the machine once.
@@ -211,6 +249,14 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       k.threads = c.warps * 32;
       k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(d, c.block_m, c.block_n, atomic);
       k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
+      if (c.path == BackwardPath::wgmma) {
+        include = "kgen/attention/backward_wgmma.cuh";
+        k.threads = c.block_n / 64 * 128;
+        k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(d, c.block_m, c.block_n / 64, atomic);
+        call << "kgen::attention_backward_wgmma_kv<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n / 64
+             << ", " << causal << ", " << (atomic ? "true" : "false") << ">(p);";
+        break;
+      }
       call << "kgen::attention_backward_fa2_kv<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n << ", "
            << c.warps << ", " << causal << ", " << (atomic ? "true" : "false") << ">(p);";
       break;
@@ -298,6 +344,7 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
   if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
+  if (c.path == BackwardPath::wgmma) return std::string("the double backward has no wgmma path (use fa2 or simt)");
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");

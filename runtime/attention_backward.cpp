@@ -134,7 +134,7 @@ AttentionBackwardConfig choose_attention_backward_config(const AttentionBackward
     if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn128:w8 or simt:w4:dmax128)");
     if (auto why = check_attention_backward_config(call.spec, *c, dev.target))
       invalid_argument("config: " + options.config + " is invalid here: " + *why);
-    if (c->path == BackwardPath::fa2 && !call.aligned16)
+    if (c->path != BackwardPath::simt && !call.aligned16)
       invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
     return *c;
   }
@@ -193,7 +193,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
     if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn32:w4 or simt:w4:dmax128)");
     if (auto why = check_attention_double_backward_config(call.spec, *c, dev.target))
       invalid_argument("config: " + options.config + " is invalid here: " + *why);
-    if (c->path == BackwardPath::fa2 && !call.aligned16)
+    if (c->path != BackwardPath::simt && !call.aligned16)
       invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
     config = *c;
   } else {

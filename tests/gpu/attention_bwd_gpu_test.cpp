@@ -5,7 +5,9 @@
 
 #include <cstdio>
 
+#include "generator/attention_backward.h"
 #include "runtime/attention_backward_harness.h"
+#include "runtime/device.h"
 #include "runtime/cuda_driver.h"
 
 namespace kgen {
@@ -87,6 +89,42 @@ INSTANTIATE_TEST_SUITE_P(Fp32, AttentionBackwardGpu,
                          ::testing::Combine(::testing::Values(DType::f32), ::testing::Values(32, 64, 80, 96, 128, 256),
                                             ::testing::Bool()),
                          param_name);
+
+// The Hopper wgmma key-major kernels (sm_90a devices only): every wg config of the space on the
+// small grid (GQA 1/4/8, both layouts, atomic and deterministic dQ) and on a large many-wave shape.
+TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  std::uint64_t seed = 31337;
+  int tested = 0;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (int d : {64, 128})
+      for (bool causal : {false, true})
+        for (const auto& config : attention_backward_config_space({dtype, d, causal}, target)) {
+          if (config.path != BackwardPath::wgmma) continue;
+          ++tested;
+          auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
+            AttentionCase c;
+            c.dtype = dtype, c.head_dim = d, c.causal = causal, c.layout = layout, c.seed = seed++;
+            c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+            BackwardBenchOptions o;
+            o.deterministic = deterministic;
+            AttentionBackwardBench bench(c, o);
+            const GradientCheck r = bench.check(to_string(config));
+            EXPECT_TRUE(r.pass) << to_string(config) << " " << describe(c, o, false, r);
+          };
+          int i = 0;
+          for (auto [nq, nk] : kSmallLengths)
+            for (int hkv : kKvHeads) {
+              check_one(Shape{1, 8, hkv, nq, nk}, i % 2 ? Layout::bnhd : Layout::bhnd, i % 3 == 2);
+              ++i;
+            }
+          for (const Shape& s : kLargeShapes) check_one(s, i++ % 2 ? Layout::bnhd : Layout::bhnd, false);
+          check_one(Shape{2, 16, 4, 2048, 2048}, Layout::bnhd, false);
+        }
+  if (target.arch == "sm_90a") EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
+  if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+}
 
 // Many waves of blocks: every element of every group checked against the GPU reference, then
 // timed (checked first, attention.md §5 rule 1) and the TFLOPS printed with their convention.

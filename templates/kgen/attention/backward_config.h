@@ -16,6 +16,15 @@ KGEN_HOST_DEVICE constexpr int fa2_kv_smem_bytes(int head_dim, int block_m, int 
          4 * block_m * 4;
 }
 
+// Hopper key-major kernel (sm_90a wgmma): `wgs` warpgroups own 64 keys each (block_n = 64·wgs)
+// and walk query tiles of block_m rows. Shared memory: 1024 bytes to align the base for the
+// 128-byte swizzle, K and V tiles, two stages of Q and dO tiles, the dSᵀ tile (only with atomic
+// dQ), two stages of per-row lse2 and delta.
+KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, int wgs, bool atomic_dq) {
+  return 1024 + (2 * 64 * wgs * head_dim + 4 * block_m * head_dim + (atomic_dq ? 64 * wgs * block_m : 0)) * 2 +
+         4 * block_m * 4;
+}
+
 // Query-major tensor-core kernel (dQ of the deterministic mode): a block owns block_m query rows
 // (block_m / warps per warp) and walks key tiles of block_n, double-buffered K and V.
 KGEN_HOST_DEVICE constexpr int fa2_q_smem_bytes(int head_dim, int block_m, int block_n) {

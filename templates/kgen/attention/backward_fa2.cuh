@@ -103,6 +103,22 @@ __device__ __forceinline__ void mma_xb(float (&acc)[MT][D / 8][4], const float (
   }
 }
 
+// The query tiles a key-major block (keys from n0) walks: tile `it` is query tile
+// tile_begin + it % tiles_per_head of query head kv_head·group + it / tiles_per_head (GQA), and
+// causal blocks skip the tiles whose rows see none of their keys (rows i >= n0 − diag).
+template <int BM, bool Causal>
+struct QueryTileWalk {
+  int group, tile_begin, tiles_per_head, total;
+  __device__ __forceinline__ QueryTileWalk(int n0, int n_q, int n_k, int head_group) : group(head_group) {
+    const int q_tiles = (n_q + BM - 1) / BM;
+    tile_begin = Causal ? imin(q_tiles, imax(0, n0 - (n_k - n_q)) / BM) : 0;
+    tiles_per_head = q_tiles - tile_begin;
+    total = group * tiles_per_head;
+  }
+  __device__ __forceinline__ int head(int kv_head, int it) const { return kv_head * group + it / tiles_per_head; }
+  __device__ __forceinline__ int m0(int it) const { return (tile_begin + it % tiles_per_head) * BM; }
+};
+
 template <int MT, int NT>
 __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 #pragma unroll
@@ -184,14 +200,9 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const int n_q = p.n_q;
   const int n_k = p.n_k;
   const int diag = n_k - n_q;
-  const int group = p.head_group;
   const float scale_log2 = p.scale_log2;
-
-  // Query tiles that see at least one key of this block: rows i >= n0 − diag when causal.
-  const int q_tiles = (n_q + BM - 1) / BM;
-  const int tile_begin = Causal ? imin(q_tiles, imax(0, n0 - diag) / BM) : 0;
-  const int tiles_per_head = q_tiles - tile_begin;
-  const int total = group * tiles_per_head;
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
+  const int total = walk.total;
 
   unsigned char* smem = dynamic_smem();
   const unsigned smem_k = smem_u32(smem);
@@ -207,8 +218,8 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   // Issues the loads of query tile `it` (head, rows) into `stage`: Q and dO by cp.async, the
   // rows' lse2 and delta by plain loads and shared stores.
   auto load_query_tile = [&](int it, int stage) {
-    const int head = kv_head * group + it / tiles_per_head;
-    const int m0 = (tile_begin + it % tiles_per_head) * BM;
+    const int head = walk.head(kv_head, it);
+    const int m0 = walk.m0(it);
     fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
                                                     p.q.stride_n, m0, n_q, tid);
     fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_do(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
@@ -244,8 +255,8 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
 
   for (int it = 0; it < total; ++it) {
     const int stage = it & 1;
-    const int head = kv_head * group + it / tiles_per_head;
-    const int m0 = (tile_begin + it % tiles_per_head) * BM;
+    const int head = walk.head(kv_head, it);
+    const int m0 = walk.m0(it);
     cp_async_wait<0>();
     __syncthreads();  // tile `it` landed; every warp is done with tile it − 1 (and with dSᵀ)
     if (it + 1 < total) load_query_tile(it + 1, stage ^ 1);

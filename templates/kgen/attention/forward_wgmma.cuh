@@ -134,7 +134,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
-      wgmma::Mma<BN>::template ss<T, 0>(s, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
+      wgmma::Mma<BN>::template ss<T, 0, 0>(s, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
                                          k_desc + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
     }
     wgmma::commit();

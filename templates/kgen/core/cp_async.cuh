@@ -13,6 +13,13 @@ __device__ __forceinline__ void cp_async_16(unsigned smem_addr, const void* src,
                : "memory");
 }
 
+// Copies 4 bytes (L1-cached), or writes 4 zero bytes when !valid (nothing is read; `src` must
+// still be a mapped address). Both addresses 4-byte aligned.
+__device__ __forceinline__ void cp_async_4(unsigned smem_addr, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_addr), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+
 // Closes the group of cp.async issued since the previous commit (an empty group is allowed).
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;" ::: "memory");

@@ -78,8 +78,8 @@ __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 
-// One m64nNk16 shape: ss (A by descriptor) and rs (A in 4 registers), fp32 accumulators;
-// `accumulate` = 0 overwrites D.
+// One m64nNk16 shape: ss (A by descriptor; TransA = 1 reads A M-major, laid out like an MN-major
+// B) and rs (A in 4 registers), fp32 accumulators; `accumulate` = 0 overwrites D.
 template <int N>
 struct Mma;
 
@@ -127,24 +127,24 @@ struct Mma;
 #define KGEN_WG_OUT_256(d) \
   KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24), KGEN_WG_ACC8(d, 32), KGEN_WG_ACC8(d, 40), KGEN_WG_ACC8(d, 48), KGEN_WG_ACC8(d, 56), KGEN_WG_ACC8(d, 64), KGEN_WG_ACC8(d, 72), KGEN_WG_ACC8(d, 80), KGEN_WG_ACC8(d, 88), KGEN_WG_ACC8(d, 96), KGEN_WG_ACC8(d, 104), KGEN_WG_ACC8(d, 112), KGEN_WG_ACC8(d, 120)
 
-#define KGEN_WG_SS(N, TY, A, B, P, TB)                                                     \
+#define KGEN_WG_SS(N, TY, A, B, P, TA, TB)                                                     \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
-               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, 0, " TB ";\n}\n" \
+               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TA ", " TB ";\n}\n" \
                : KGEN_WG_OUT_##N(d)                                                            \
-               : "l"(a), "l"(b), "r"(accumulate), "n"(TransB))
+               : "l"(a), "l"(b), "r"(accumulate), "n"(TransA), "n"(TransB))
 #define KGEN_WG_RS(N, TY, A, B, P, TB)                                                     \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
                "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TB ";\n}\n"    \
                : KGEN_WG_OUT_##N(d)                                                            \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TransB))
-#define KGEN_WG_SHAPE(N, A_SS, B_SS, P_SS, TB_SS, A_RS, B_RS, P_RS, TB_RS)                       \
+#define KGEN_WG_SHAPE(N, A_SS, B_SS, P_SS, TA_SS, TB_SS, A_RS, B_RS, P_RS, TB_RS)                       \
   template <>                                                                                  \
   struct Mma<N> {                                                                              \
-    template <class T, int TransB>                                                             \
+    template <class T, int TransA, int TransB>                                                 \
     __device__ __forceinline__ static void ss(float (&d)[N / 2], unsigned long long a,         \
                                               unsigned long long b, int accumulate) {          \
-      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_SS(N, "bf16", A_SS, B_SS, P_SS, TB_SS); \
-      else KGEN_WG_SS(N, "f16", A_SS, B_SS, P_SS, TB_SS);                                       \
+      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_SS(N, "bf16", A_SS, B_SS, P_SS, TA_SS, TB_SS); \
+      else KGEN_WG_SS(N, "f16", A_SS, B_SS, P_SS, TA_SS, TB_SS);                                       \
     }                                                                                          \
     template <class T, int TransB>                                                             \
     __device__ __forceinline__ static void rs(float (&d)[N / 2], const unsigned (&a)[4],       \
@@ -154,13 +154,13 @@ struct Mma;
     }                                                                                          \
   };
 
-KGEN_WG_SHAPE(64, "%32", "%33", "%34", "%35",
+KGEN_WG_SHAPE(64, "%32", "%33", "%34", "%35", "%36",
               "{%32,%33,%34,%35}", "%36", "%37", "%38")
-KGEN_WG_SHAPE(128, "%64", "%65", "%66", "%67",
+KGEN_WG_SHAPE(128, "%64", "%65", "%66", "%67", "%68",
               "{%64,%65,%66,%67}", "%68", "%69", "%70")
-KGEN_WG_SHAPE(192, "%96", "%97", "%98", "%99",
+KGEN_WG_SHAPE(192, "%96", "%97", "%98", "%99", "%100",
               "{%96,%97,%98,%99}", "%100", "%101", "%102")
-KGEN_WG_SHAPE(256, "%128", "%129", "%130", "%131",
+KGEN_WG_SHAPE(256, "%128", "%129", "%130", "%131", "%132",
               "{%128,%129,%130,%131}", "%132", "%133", "%134")
 
 #undef KGEN_WG_SHAPE

@@ -1,0 +1,82 @@
+// attention_bwd generator rules: the Hopper wgmma key-major kernel next to fa2 and simt.
+#include <gtest/gtest.h>
+
+#include "generator/attention_backward.h"
+#include "kgen/attention/backward_config.h"
+
+namespace kgen {
+namespace {
+
+Target sm80() { return *parse_target("sm_80"); }
+Target sm90a() { return *parse_target("sm_90a"); }
+
+TEST(AttentionBackwardConfig, WgmmaTextRoundTripsAndRejectsMalformed) {
+  auto c = parse_attention_backward_config("wg:bm64:bn128");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->path, BackwardPath::wgmma);
+  EXPECT_EQ(c->block_m, 64);
+  EXPECT_EQ(c->block_n, 128);
+  EXPECT_EQ(c->warps, 8);
+  EXPECT_EQ(to_string(*c), "wg:bm64:bn128");
+  for (const char* bad : {"wg:bm64", "wg:bm64:bn128:w8", "wg:bmx:bn128", "wgmma:bm64:bn128"})
+    EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
+}
+
+TEST(AttentionBackwardConfig, WgmmaOnlyOnSm90aForSixteenBitD64AndD128) {
+  const AttentionBackwardConfig wg{BackwardPath::wgmma, 64, 128, 8, 0};
+  EXPECT_FALSE(check_attention_backward_config({DType::bf16, 128, true}, wg, sm90a()));
+  EXPECT_FALSE(check_attention_backward_config({DType::f16, 64, false}, wg, sm90a()));
+  auto why = check_attention_backward_config({DType::bf16, 128, false}, wg, sm80());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("sm_90a"), std::string::npos) << *why;
+  why = check_attention_backward_config({DType::f32, 128, false}, wg, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("fp16 or bf16"), std::string::npos) << *why;
+  why = check_attention_backward_config({DType::bf16, 96, false}, wg, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("head_dim=96"), std::string::npos) << *why;
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 32, 128, 8, 0}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 64, 192, 12, 0}, sm90a()));
+  // The double backward has no wgmma kernel: such a config is refused, not silently run.
+  why = check_attention_double_backward_config({DType::bf16, 128, false}, wg, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("wgmma"), std::string::npos) << *why;
+}
+
+TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
+  for (int d : {64, 128})
+    for (bool causal : {false, true}) {
+      const AttentionBackwardSpec spec{DType::bf16, d, causal};
+      int wg90 = 0, wg80 = 0;
+      for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
+      for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
+      EXPECT_EQ(wg90, 2) << d;
+      EXPECT_EQ(wg80, 0) << d;
+      const AttentionShape big{4, 16, 16, 4096, 4096};
+      EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)), "wg:bm64:bn128");
+      EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
+      // Too few key blocks to fill the machine: one warpgroup per block.
+      EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
+    }
+  EXPECT_EQ(attention_backward_default_config({DType::bf16, 96, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132).path,
+            BackwardPath::fa2);
+}
+
+TEST(AttentionBackwardRender, WgmmaKernelsUseTheWarpgroupTemplate) {
+  const AttentionBackwardConfig wg{BackwardPath::wgmma, 64, 128, 8, 0};
+  for (bool deterministic : {false, true}) {
+    const auto kernels = attention_backward_kernels(wg, deterministic);
+    ASSERT_EQ(kernels.size(), 3u);
+    const KernelSource kv = render_attention_backward({DType::bf16, 128, true}, wg, kernels[1]);
+    EXPECT_NE(kv.source.find("attention_backward_wgmma_kv<kgen::bfloat16_t, 128, 64, 2, true, " +
+                             std::string(deterministic ? "false" : "true") + ">"),
+              std::string::npos)
+        << kv.source;
+    EXPECT_EQ(kv.threads, 256);
+    EXPECT_EQ(kv.smem_bytes, attention_bwd::wgmma_kv_smem_bytes(128, 64, 2, !deterministic));
+    EXPECT_EQ(attention_backward_grid(wg, kernels[1], {2, 8, 4, 1000, 1337}).x, 11u);
+  }
+}
+
+}  // namespace
+}  // namespace kgen
