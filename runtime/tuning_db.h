@@ -59,8 +59,8 @@ struct TuningContext {
 // One tuning result.
 struct TuningRecord {
   std::string op;           // "attention_fwd"
-  std::string variant_key;  // spec part, to_string(AttentionForwardSpec): "attention_fwd.bf16.d128.causal"
-  std::string bucket;       // shape bucket, attention_bucket(): "nq4096.nk4096.g1.bh64"
+  std::string variant_key;  // what changes the kernel source, TuningProblem::variant_key(): "attention_fwd.bf16.d128.causal"
+  std::string bucket;       // shape bucket by the op's rule below: "nq4096.nk4096.g1.bh64"
   std::string config;       // winning config string: "fa2:bm128:bn64:w4:s2"
   double median_ms = 0, p20_ms = 0, p80_ms = 0;
   double margin = 0;        // runner-up median / winner median - 1 (0 without runner-up)
