@@ -114,6 +114,18 @@ std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::st
   return AttentionBackwardSpec{*dtype, d, parts[3] == "causal"};
 }
 
+std::string attention_backward_variant_key(const AttentionBackwardSpec& s, bool deterministic) {
+  return to_string(s) + (deterministic ? ".deterministic" : "");
+}
+
+std::optional<std::pair<AttentionBackwardSpec, bool>> parse_attention_backward_variant_key(const std::string& text) {
+  constexpr std::string_view kSuffix = ".deterministic";
+  const bool deterministic = text.ends_with(kSuffix);
+  auto spec = parse_attention_backward_spec(deterministic ? text.substr(0, text.size() - kSuffix.size()) : text);
+  if (!spec) return std::nullopt;
+  return std::pair{*spec, deterministic};
+}
+
 std::optional<std::string> check_attention_backward_config(const AttentionBackwardSpec& spec,
                                                            const AttentionBackwardConfig& c,
                                                            const Target& target) {
@@ -338,6 +350,12 @@ std::string dbl_kernel_name(DoubleBackwardKernel k) {
 
 std::string double_backward_variant_key(const AttentionBackwardSpec& s) {
   return "attention_double_bwd" + to_string(s).substr(std::string("attention_bwd").size());
+}
+
+std::optional<AttentionBackwardSpec> parse_double_backward_variant_key(const std::string& text) {
+  constexpr std::string_view kPrefix = "attention_double_bwd.";
+  if (!text.starts_with(kPrefix)) return std::nullopt;
+  return parse_attention_backward_spec("attention_bwd." + text.substr(kPrefix.size()));
 }
 
 std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,

@@ -10,6 +10,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "generator/attention_forward.h"
@@ -51,6 +52,12 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
 std::string to_string(const AttentionBackwardSpec& s);
 std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text);
 
+// The tuning database's variant key of the backward: to_string(spec), plus ".deterministic" in
+// deterministic mode (it launches other kernels, so its winner may differ).
+std::string attention_backward_variant_key(const AttentionBackwardSpec& s, bool deterministic);
+// Inverse of attention_backward_variant_key: (spec, deterministic).
+std::optional<std::pair<AttentionBackwardSpec, bool>> parse_attention_backward_variant_key(const std::string& text);
+
 std::optional<std::string> check_attention_backward_config(const AttentionBackwardSpec& spec,
                                                            const AttentionBackwardConfig& config,
                                                            const Target& target);
@@ -84,6 +91,8 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target);
 enum class DoubleBackwardKernel { preprocess, q_stats, fused, simt_q, simt_kv };
 
 std::string double_backward_variant_key(const AttentionBackwardSpec& s);
+// Inverse of double_backward_variant_key.
+std::optional<AttentionBackwardSpec> parse_double_backward_variant_key(const std::string& text);
 std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,
                                                                   const AttentionBackwardConfig& config,
                                                                   const Target& target);

@@ -81,6 +81,16 @@ std::optional<LrpeSpec> parse_lrpe_spec(const std::string& text) {
   return s;
 }
 
+std::string lrpe_variant_key(const LrpeSpec& s, bool cache) { return to_string(s) + (cache ? ".cache" : ""); }
+
+std::optional<std::pair<LrpeSpec, bool>> parse_lrpe_variant_key(const std::string& text) {
+  constexpr std::string_view kSuffix = ".cache";
+  const bool cache = text.ends_with(kSuffix);
+  auto spec = parse_lrpe_spec(cache ? text.substr(0, text.size() - kSuffix.size()) : text);
+  if (!spec || (cache && spec->op != LrpeOp::md_cosine)) return std::nullopt;
+  return std::pair{*spec, cache};
+}
+
 std::string to_string(const LrpeConfig& c) {
   std::ostringstream s;
   s << (c.strategy == LrpeStrategy::sp ? "sp" : "bp") << ":t" << c.threads << ":r" << c.rows << ":v" << c.vec

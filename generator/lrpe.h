@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "generator/kernel_source.h"
@@ -58,6 +59,12 @@ std::optional<LrpeAct> parse_lrpe_act(std::string_view name);
 // "lrpe_cosine.fwd.bf16.none" / "md_lrpe_cosine.bwd.fp32.softmax_seq".
 std::string to_string(const LrpeSpec& s);
 std::optional<LrpeSpec> parse_lrpe_spec(const std::string& text);
+
+// The tuning database's variant key: to_string(spec), plus ".cache" when the md angle cache is
+// used (its kernels differ): "md_lrpe_cosine.bwd.bf16.none.cache".
+std::string lrpe_variant_key(const LrpeSpec& s, bool cache);
+// Inverse of lrpe_variant_key: (spec, cache).
+std::optional<std::pair<LrpeSpec, bool>> parse_lrpe_variant_key(const std::string& text);
 
 // "sp:t256:r4:v8", "bp:t256:r2:v8:cache".
 std::string to_string(const LrpeConfig& c);

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <string>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -17,6 +19,13 @@ struct OperatorInfo {
   std::string_view summary;  // one line for --help and show-config
   // Every variant `kgen warm` compiles for a target.
   std::function<std::vector<KernelSource>(const Target&)> all_variants;
+  // The kernels behind one tuning-database record on `target` (`kgen warm --db`): those of the
+  // recorded config and of the variant's built-in default (for a b=1, h=16, n=4096 shape on 132
+  // SMs), each left out when invalid for `target`. nullopt when the record's variant key or
+  // config cannot be parsed.
+  std::function<std::optional<std::vector<KernelSource>>(const std::string& variant, const std::string& config,
+                                                         const Target&)>
+      recorded_kernels;
 };
 
 // All registered operators, in a fixed order.

@@ -10,6 +10,8 @@
 #include "runtime/device.h"
 #include "runtime/kernel_table.h"
 #include "runtime/tensor_checks.h"
+#include "runtime/tuning_decision.h"
+#include "runtime/tuning_problems.h"
 
 namespace kgen {
 namespace {
@@ -126,20 +128,95 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
 
 }  // namespace
 
+namespace {
+
+// The backward and the double backward: one config type, their own validity rules, defaults
+// and tuning problems.
+struct GradientOp {
+  bool double_backward;
+  const char* example;  // configs named in the parse error
+};
+constexpr GradientOp kBackward{false, "fa2:bm64:bn128:w8 or simt:w4:dmax128"};
+constexpr GradientOp kDoubleBackward{true, "fa2:bm64:bn32:w4 or simt:w4:dmax128"};
+
+std::optional<std::string> check_config(const GradientOp& op, const AttentionBackwardSpec& spec,
+                                        const AttentionBackwardConfig& c, const Target& target) {
+  return op.double_backward ? check_attention_double_backward_config(spec, c, target)
+                            : check_attention_backward_config(spec, c, target);
+}
+
+AttentionBackwardConfig explicit_config(const GradientOp& op, const AttentionBackwardCall& call,
+                                        const AttentionBackwardOptions& options, const Target& target) {
+  auto c = parse_attention_backward_config(options.config);
+  if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. " + op.example + ")");
+  if (auto why = check_config(op, call.spec, *c, target))
+    invalid_argument("config: " + options.config + " is invalid here: " + *why);
+  if (c->path != BackwardPath::simt && !call.aligned16)
+    invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+  return *c;
+}
+
+AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall& call,
+                               const AttentionBackwardOptions& options, const DecisionContext& ctx) {
+  if (!options.config.empty()) return explicit_config(op, call, options, ctx.target);
+  if (!call.aligned16) return attention_backward_general_config(call.spec);
+  AttentionCase c;
+  c.dtype = call.spec.dtype, c.head_dim = call.spec.head_dim, c.causal = call.spec.causal;
+  c.batch = call.shape.batch, c.heads_q = call.shape.heads_q, c.heads_kv = call.shape.heads_kv;
+  c.n_q = call.shape.n_q, c.n_k = call.shape.n_k;
+  auto problem = op.double_backward ? attention_double_backward_tuning(c)
+                                    : attention_backward_tuning(c, options.deterministic);
+  DecisionRequest request;
+  request.problem = problem.get();
+  request.invalid = [&](const std::string& text) -> std::optional<std::string> {
+    auto config = parse_attention_backward_config(text);
+    if (!config) return "cannot parse '" + text + "'";
+    return check_config(op, call.spec, *config, ctx.target);
+  };
+  request.heuristic = [&] {
+    return to_string(op.double_backward ? attention_double_backward_default_config(call.spec, ctx.target)
+                                        : attention_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count));
+  };
+  return parse_attention_backward_config(decide_config(request, ctx).config).value();
+}
+
+// decide() through the op's per-process table (explicit configs and unaligned views skip it).
+AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackwardCall& call,
+                                      const AttentionBackwardOptions& options) {
+  if (!options.config.empty()) return explicit_config(op, call, options, device_info(call.device).target);
+  if (!call.aligned16) return attention_backward_general_config(call.spec);
+  static DecisionTable<AttentionBackwardConfig> tables[2];
+  const AttentionShape& s = call.shape;
+  const bool deterministic = options.deterministic && !op.double_backward;
+  const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 2 |
+                            std::uint64_t(call.spec.causal) << 1 | deterministic,
+                        {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
+                        call.device};
+  return tables[op.double_backward].get(key, [&] { return decide(op, call, options, decision_context(call.device)); });
+}
+
+}  // namespace
+
 AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
                                                          const AttentionBackwardOptions& options) {
-  const DeviceInfo& dev = device_info(call.device);
-  if (!options.config.empty()) {
-    auto c = parse_attention_backward_config(options.config);
-    if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn128:w8 or simt:w4:dmax128)");
-    if (auto why = check_attention_backward_config(call.spec, *c, dev.target))
-      invalid_argument("config: " + options.config + " is invalid here: " + *why);
-    if (c->path != BackwardPath::simt && !call.aligned16)
-      invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
-    return *c;
-  }
-  if (!call.aligned16) return attention_backward_general_config(call.spec);
-  return attention_backward_default_config(call.spec, call.shape, dev.target, dev.sm_count);
+  return decide_cached(kBackward, call, options);
+}
+
+AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
+                                                         const AttentionBackwardOptions& options,
+                                                         const DecisionContext& context) {
+  return decide(kBackward, call, options, context);
+}
+
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options) {
+  return decide_cached(kDoubleBackward, call, options);
+}
+
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options,
+                                                                const DecisionContext& context) {
+  return decide(kDoubleBackward, call, options, context);
 }
 
 std::size_t attention_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options) {
@@ -186,20 +263,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   check_output(k_bar, "k_bar", k, "k", call);
   check_output(v_bar, "v_bar", k, "k", call);
   check_output(do_bar, "do_bar", q, "q", call);
-  const DeviceInfo& dev = device_info(call.device);
-  AttentionBackwardConfig config;
-  if (!options.config.empty()) {
-    auto c = parse_attention_backward_config(options.config);
-    if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm64:bn32:w4 or simt:w4:dmax128)");
-    if (auto why = check_attention_double_backward_config(call.spec, *c, dev.target))
-      invalid_argument("config: " + options.config + " is invalid here: " + *why);
-    if (c->path != BackwardPath::simt && !call.aligned16)
-      invalid_argument("config: fa2 needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
-    config = *c;
-  } else {
-    config = call.aligned16 ? attention_double_backward_default_config(call.spec, dev.target)
-                            : attention_backward_general_config(call.spec);
-  }
+  const AttentionBackwardConfig config = choose_attention_double_backward_config(call, options);
 
   AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);
   p.gq = arg(gq), p.gk = arg(gk), p.gv = arg(gv);

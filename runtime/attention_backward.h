@@ -7,6 +7,8 @@
 
 namespace kgen {
 
+struct DecisionContext;
+
 // A validated backward call.
 struct AttentionBackwardCall {
   AttentionBackwardSpec spec;
@@ -15,9 +17,23 @@ struct AttentionBackwardCall {
   int device = 0;
 };
 
-// The config a backward call runs with (options.config if given, else the heuristic, else the
-// general path for unaligned views). Throws Error(invalid_argument) naming `config`.
+// The config a backward call runs with: options.config if given (checked; throws
+// Error(invalid_argument) naming `config`), else the general path for unaligned views, else the
+// launch-path decision (runtime/tuning_decision.h: database record for the variant
+// attention_backward_variant_key(spec, options.deterministic) and attention_bucket, KGEN_AUTOTUNE,
+// heuristic), made once per (spec, mode, bucket, device) and process.
 AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
                                                          const AttentionBackwardOptions& options);
+// The same precedence against `context`, uncached (no GPU needed).
+AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
+                                                         const AttentionBackwardOptions& options,
+                                                         const DecisionContext& context);
+
+// The same for the double backward (variant double_backward_variant_key).
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options);
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options,
+                                                                const DecisionContext& context);
 
 }  // namespace kgen

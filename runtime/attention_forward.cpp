@@ -16,9 +16,9 @@
 #include "runtime/kernel_builder.h"
 #include "runtime/log.h"
 #include "runtime/tensor_checks.h"
-#include "runtime/autotune.h"
-#include "runtime/tensor_checks.h"
 #include "runtime/tuning_db.h"
+#include "runtime/tuning_decision.h"
+#include "runtime/tuning_problems.h"
 
 namespace kgen {
 namespace {
@@ -116,117 +116,57 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
 
 namespace {
 
-// Decisions per (spec, shape bucket, device): the tuning database, the autotuner or the
-// heuristic is asked once per key and process; later calls read this table.
-struct DecisionKey {
-  AttentionForwardSpec spec;
-  long long nq, nk, bh;  // powers of two, as in attention_bucket()
-  int group, device;
-  bool operator==(const DecisionKey&) const = default;
-};
-struct DecisionKeyHash {
-  std::size_t operator()(const DecisionKey& k) const noexcept {
-    std::size_t h = static_cast<std::size_t>(k.spec.dtype) * 31 + k.spec.head_dim * 2 + k.spec.causal;
-    for (long long v : {k.nq, k.nk, k.bh, (long long)k.group, (long long)k.device}) h = h * 1000003u ^ static_cast<std::size_t>(v);
-    return h;
-  }
-};
-
-const TuningDatabase& tuning_database(int device) {
-  static std::mutex mutex;
-  static std::map<int, std::unique_ptr<TuningDatabase>> dbs;
-  std::lock_guard lock(mutex);
-  auto& db = dbs[device];
-  if (!db) db = std::make_unique<TuningDatabase>(TuningDatabase::open(default_tuning_db_files(), TuningContext::current(device)));
-  return *db;
+// options.config, checked for `target` and the call's alignment.
+AttentionForwardConfig explicit_config(const AttentionForwardCall& call, const AttentionOptions& options,
+                                       const Target& target) {
+  auto c = parse_attention_forward_config(options.config);
+  if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2 or simt:bm4:bn32:dmax128)");
+  if (auto why = check_attention_forward_config(call.spec, *c, target))
+    invalid_argument("config: " + options.config + " is invalid here: " + *why);
+  if (c->path != ForwardPath::simt && !call.aligned16)
+    invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+  return *c;
 }
 
-// Tunes on the calling thread (KGEN_AUTOTUNE=on-miss|force) and records the winner.
-std::optional<AttentionForwardConfig> tune_now(const AttentionForwardCall& call, const std::string& bucket) {
+AttentionCase tuning_case(const AttentionForwardCall& call) {
   AttentionCase c;
   c.dtype = call.spec.dtype, c.head_dim = call.spec.head_dim, c.causal = call.spec.causal;
   c.batch = call.shape.batch, c.heads_q = call.shape.heads_q, c.heads_kv = call.shape.heads_kv;
   c.n_q = call.shape.n_q, c.n_k = call.shape.n_k;
-  TuneOptions options;
-  options.devices = {call.device};
-  options.warmup = 5, options.reps = 20;
-  log(LogLevel::info, "autotuning " + to_string(call.spec) + " " + bucket + " on the launch path (KGEN_AUTOTUNE)");
-  TuneResult r = tune_attention_forward(c, options);
-  if (!r.winner) return std::nullopt;
-  const CandidateResult& w = r.candidates[*r.winner];
-  try {
-    static TuningShardWriter writer(default_tuning_shard_dir(), TuningContext::current(call.device));
-    TuningRecord rec;
-    rec.op = "attention_fwd", rec.variant_key = to_string(call.spec), rec.bucket = bucket, rec.config = to_string(w.config);
-    rec.median_ms = w.timing.median_ms, rec.p20_ms = w.timing.p20_ms, rec.p80_ms = w.timing.p80_ms;
-    rec.margin = r.margin, rec.reps = w.timing.reps;
-    if (r.runner_up) rec.runner_up = to_string(r.candidates[*r.runner_up].config);
-    writer.append(rec);
-  } catch (const Error& e) {
-    log(LogLevel::warn, std::string("tuning result not recorded: ") + e.what());
-  }
-  return w.config;
-}
-
-AttentionForwardConfig decide(const AttentionForwardCall& call, const DeviceInfo& dev) {
-  static std::shared_mutex mutex;
-  static std::unordered_map<DecisionKey, AttentionForwardConfig, DecisionKeyHash> decisions;
-  const DecisionKey key{call.spec, next_pow2(call.shape.n_q), next_pow2(call.shape.n_k),
-                        next_pow2(1LL * call.shape.batch * call.shape.heads_q),
-                        call.shape.heads_q / call.shape.heads_kv, call.device};
-  {
-    std::shared_lock lock(mutex);
-    if (auto it = decisions.find(key); it != decisions.end()) return it->second;
-  }
-  const std::string variant = to_string(call.spec);
-  const std::string bucket = attention_bucket(call.shape);
-  const AutotuneMode mode = autotune_mode();
-  std::optional<AttentionForwardConfig> chosen;
-  std::string source;
-  if (mode == AutotuneMode::force) {
-    chosen = tune_now(call, bucket);
-    source = "autotuned now (KGEN_AUTOTUNE=force)";
-  }
-  if (!chosen)
-    if (auto hit = tuning_database(call.device).lookup("attention_fwd", variant, bucket)) {
-      auto c = parse_attention_forward_config(hit->record.config);
-      if (c && !check_attention_forward_config(call.spec, *c, dev.target)) {
-        chosen = c;
-        source = std::string(hit->exact ? "exact" : "nearest") + " record " + hit->record.bucket + " in " + hit->source_file;
-      } else {
-        log(LogLevel::warn, "tuning record " + hit->record.config + " for " + variant + " is not valid here; ignored");
-      }
-    }
-  if (!chosen && mode == AutotuneMode::on_miss) {
-    chosen = tune_now(call, bucket);
-    source = "autotuned now (KGEN_AUTOTUNE=on-miss)";
-  }
-  if (!chosen) {
-    chosen = attention_forward_default_config(call.spec, call.shape, dev.target, dev.sm_count);
-    source = "built-in heuristic";
-  }
-  log(LogLevel::info, "attention_fwd " + variant + " " + bucket + " -> " + to_string(*chosen) + " (" + source + ")");
-  std::unique_lock lock(mutex);
-  return decisions.emplace(key, *chosen).first->second;
+  return c;
 }
 
 }  // namespace
 
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call, const AttentionOptions& options,
+                                                       const DecisionContext& ctx) {
+  if (!options.config.empty()) return explicit_config(call, options, ctx.target);
+  // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
+  if (!call.aligned16) return attention_forward_general_config(call.spec);
+  auto problem = attention_forward_tuning(tuning_case(call));
+  DecisionRequest request;
+  request.problem = problem.get();
+  request.invalid = [&](const std::string& text) -> std::optional<std::string> {
+    auto c = parse_attention_forward_config(text);
+    if (!c) return "cannot parse '" + text + "'";
+    return check_attention_forward_config(call.spec, *c, ctx.target);
+  };
+  request.heuristic = [&] {
+    return to_string(attention_forward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count));
+  };
+  return parse_attention_forward_config(decide_config(request, ctx).config).value();
+}
+
 AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
                                                        const AttentionOptions& options) {
-  const DeviceInfo& dev = device_info(call.device);
-  if (!options.config.empty()) {
-    auto c = parse_attention_forward_config(options.config);
-    if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2 or simt:bm4:bn32:dmax128)");
-    if (auto why = check_attention_forward_config(call.spec, *c, dev.target))
-      invalid_argument("config: " + options.config + " is invalid here: " + *why);
-    if (c->path != ForwardPath::simt && !call.aligned16)
-      invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
-    return *c;
-  }
-  if (call.aligned16) return decide(call, dev);
-  // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
-  return attention_forward_general_config(call.spec);
+  if (!options.config.empty()) return explicit_config(call, options, device_info(call.device).target);
+  if (!call.aligned16) return attention_forward_general_config(call.spec);
+  static DecisionTable<AttentionForwardConfig> decisions;
+  const AttentionShape& s = call.shape;
+  const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 1 | call.spec.causal,
+                        {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
+                        call.device};
+  return decisions.get(key, [&] { return choose_attention_forward_config(call, options, decision_context(call.device)); });
 }
 
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,

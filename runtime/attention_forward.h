@@ -8,6 +8,8 @@
 
 namespace kgen {
 
+struct DecisionContext;
+
 // A validated call: shape, spec and kernel parameters, ready to launch.
 struct AttentionForwardCall {
   AttentionForwardSpec spec;
@@ -34,8 +36,13 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const Tens
                                                  const TensorView& o, const TensorView* lse,
                                                  const AttentionOptions& options);
 
-// The config a call would run with (options.config if given, else the heuristic).
+// The config a call runs with: options.config if given (checked; throws Error(invalid_argument)
+// naming `config`), else the general path for unaligned views, else the launch-path decision
+// (runtime/tuning_decision.h), made once per (spec, bucket, device) and process.
 AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
                                                        const AttentionOptions& options);
+// The same precedence against `context`, uncached (no GPU needed).
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call, const AttentionOptions& options,
+                                                       const DecisionContext& context);
 
 }  // namespace kgen

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <thread>
 
 #include "runtime/device.h"
 #include "runtime/kernel_builder.h"
+#include "runtime/log.h"
 #include "runtime/warm.h"
 
 namespace kgen {
@@ -59,46 +61,70 @@ void choose_winner(TuneResult& r) {
   }
 }
 
-TuneResult tune_attention_forward(const AttentionCase& problem, const TuneOptions& options,
-                                  const TuneProgress& progress) {
+namespace {
+
+// Validates the devices: they exist and are of one kind. Returns their target.
+Target tuning_target(const TuneOptions& options) {
   if (options.devices.empty()) throw Error(Status::invalid_argument, "--devices: no device given");
   for (int d : options.devices) device_info(d);  // throws for a missing device
   const Target& target = device_info(options.devices[0]).target;
   for (int d : options.devices)
     if (!(device_info(d).target == target))
       throw Error(Status::invalid_argument, "--devices: devices of different kinds cannot be tuned together");
-  AttentionForwardSpec spec{problem.dtype, problem.head_dim, problem.causal};
-  if (auto why = check_attention_forward_spec(spec)) throw Error(Status::invalid_argument, *why);
+  return target;
+}
 
-  TuneResult result;
-  result.problem = problem;
-  std::vector<AttentionForwardConfig> configs =
-      options.candidates.empty() ? attention_forward_config_space(spec, target) : options.candidates;
-  for (const auto& c : configs) {
-    CandidateResult r;
-    r.config = c;
-    if (auto why = check_attention_forward_config(spec, c, target)) r.error = "invalid: " + *why;
-    result.candidates.push_back(r);
-  }
-
-  // 1. Compile every valid candidate in parallel (cache hits are free).
+// Compiles every valid candidate's kernels in parallel (a kernel shared by several candidates
+// compiles once; cache hits are free) and records per candidate whether all of them built.
+void compile_candidates(const TuningProblem& problem, const Target& target, const TuneOptions& options,
+                        const TuneProgress& progress, TuneResult& result) {
   std::vector<WarmItem> items;
-  std::vector<std::size_t> item_of;
-  for (std::size_t i = 0; i < result.candidates.size(); ++i)
-    if (result.candidates[i].error.empty()) {
-      items.push_back({render_attention_forward(spec, result.candidates[i].config), target});
-      item_of.push_back(i);
+  std::vector<std::vector<std::size_t>> items_of(result.candidates.size());
+  for (std::size_t i = 0; i < result.candidates.size(); ++i) {
+    if (!result.candidates[i].error.empty()) continue;
+    for (KernelSource& k : problem.kernels(result.candidates[i].config)) {
+      auto same = std::ranges::find_if(items, [&](const WarmItem& w) { return w.source.variant == k.variant; });
+      items_of[i].push_back(static_cast<std::size_t>(same - items.begin()));
+      if (same == items.end()) items.push_back({std::move(k), target});
     }
+  }
   WarmSummary compiled = warm(KernelBuilder::global(), items, options.jobs,
                               [&](const WarmResult&, std::size_t done, std::size_t total) {
                                 if (progress) progress("compile", done, total, nullptr);
                               });
-  for (std::size_t j = 0; j < items.size(); ++j) {
-    CandidateResult& c = result.candidates[item_of[j]];
-    c.compiled = compiled.results[j].ok;
-    c.resources = compiled.results[j].resources;
-    if (!c.compiled) c.error = compiled.results[j].error;
+  for (std::size_t i = 0; i < result.candidates.size(); ++i) {
+    CandidateResult& c = result.candidates[i];
+    if (!c.error.empty()) continue;
+    c.compiled = true;
+    for (std::size_t j : items_of[i]) {
+      const WarmResult& w = compiled.results[j];
+      c.compiled = c.compiled && w.ok;
+      if (!w.ok && c.error.empty()) c.error = w.error;
+      c.resources.registers = std::max(c.resources.registers, w.resources.registers);
+      c.resources.spill_stores = std::max(c.resources.spill_stores, w.resources.spill_stores);
+      c.resources.spill_loads = std::max(c.resources.spill_loads, w.resources.spill_loads);
+    }
   }
+}
+
+}  // namespace
+
+TuneResult tune(const TuningProblem& problem, const TuneOptions& options, const TuneProgress& progress) {
+  if (auto why = problem.check_problem()) throw Error(Status::invalid_argument, *why);
+  const Target target = tuning_target(options);
+
+  TuneResult result;
+  for (const auto& text : options.candidates.empty() ? problem.config_space(target) : options.candidates) {
+    CandidateResult r;
+    auto canonical = problem.parse_config(text);
+    r.config = canonical ? *canonical : text;
+    if (!canonical) r.error = "invalid: cannot parse '" + text + "'";
+    else if (auto why = problem.check_config(r.config, target)) r.error = "invalid: " + *why;
+    result.candidates.push_back(r);
+  }
+
+  // 1. Compile every valid candidate in parallel.
+  compile_candidates(problem, target, options, progress, result);
 
   // 2. Check, then time, on each device's own bench (same inputs and reference per device).
   std::vector<std::size_t> todo;
@@ -108,17 +134,16 @@ TuneResult tune_attention_forward(const AttentionCase& problem, const TuneOption
   std::size_t done = 0;
   auto worker = [&](std::size_t slot) {
     const int device = options.devices[slot];
-    std::unique_ptr<AttentionForwardBench> bench;
+    std::unique_ptr<CandidateBench> bench;
     for (std::size_t t = slot; t < todo.size(); t += options.devices.size()) {
       CandidateResult& c = result.candidates[todo[t]];
       c.device = device;
       try {
-        if (!bench) bench = std::make_unique<AttentionForwardBench>(problem, device);
-        const std::string config = to_string(c.config);
-        c.check = bench->check(config);
+        if (!bench) bench = problem.bench(device);
+        c.check = bench->check(c.config);
         if (c.check.pass) {
-          c.timing = bench->time(config, options.warmup, options.reps);
-          c.tflops = attention_forward_flops(problem) / (c.timing.median_ms * 1e-3) / 1e12;
+          c.timing = bench->time(c.config, options.warmup, options.reps);
+          c.rate = problem.rate(c.timing.median_ms);
         }
       } catch (const std::exception& e) {
         c.error = e.what();
@@ -133,6 +158,37 @@ TuneResult tune_attention_forward(const AttentionCase& problem, const TuneOption
   for (auto& w : workers) w.join();
   choose_winner(result);
   return result;
+}
+
+TuningRecord winner_record(const TuningProblem& problem, const TuneResult& r) {
+  const CandidateResult& w = r.candidates.at(r.winner.value());
+  TuningRecord rec;
+  rec.op = std::string(problem.op()), rec.variant_key = problem.variant_key(), rec.bucket = problem.bucket();
+  rec.config = w.config;
+  rec.median_ms = w.timing.median_ms, rec.p20_ms = w.timing.p20_ms, rec.p80_ms = w.timing.p80_ms;
+  rec.margin = r.margin, rec.reps = w.timing.reps;
+  if (r.runner_up) rec.runner_up = r.candidates[*r.runner_up].config;
+  return rec;
+}
+
+std::optional<std::string> autotune_and_record(const TuningProblem& problem, int device) {
+  TuneOptions options;
+  options.devices = {device};
+  options.warmup = 5, options.reps = 20;
+  log(LogLevel::info, "autotuning " + problem.variant_key() + " " + problem.bucket() + " on the launch path (KGEN_AUTOTUNE)");
+  TuneResult r = tune(problem, options);
+  if (!r.winner) return std::nullopt;
+  try {
+    static std::mutex mutex;
+    static std::map<int, std::unique_ptr<TuningShardWriter>> writers;  // one shard per device class context
+    std::lock_guard lock(mutex);
+    auto& writer = writers[device];
+    if (!writer) writer = std::make_unique<TuningShardWriter>(default_tuning_shard_dir(), TuningContext::current(device));
+    writer->append(winner_record(problem, r));
+  } catch (const Error& e) {
+    log(LogLevel::warn, std::string("tuning result not recorded: ") + e.what());
+  }
+  return r.candidates[*r.winner].config;
 }
 
 }  // namespace kgen

@@ -1,5 +1,6 @@
 #include "runtime/lrpe.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -9,6 +10,8 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_builder.h"
 #include "runtime/tensor_checks.h"
+#include "runtime/tuning_decision.h"
+#include "runtime/tuning_problems.h"
 
 namespace kgen {
 namespace {
@@ -208,21 +211,52 @@ LrpeLaunch validate_lrpe(const LrpeRequest& r, const TensorView& x_in, const Ten
   return l;
 }
 
+namespace {
+
+LrpeConfig explicit_config(const LrpeRequest& r, const LrpeSpec& spec, const LrpeShape& shape, bool cache) {
+  auto c = parse_lrpe_config(r.config);
+  if (!c) invalid_argument("config: cannot parse '" + r.config + "' (e.g. sp:t256:r4:v8, bp:t256:r2:v8, sp:t256:r4:v8:cache)");
+  if (auto why = check_lrpe_config_for_shape(spec, *c, shape)) invalid_argument("config: " + r.config + " is invalid here: " + *why);
+  if (c->cache != cache)
+    invalid_argument("config: " + r.config + (cache ? " lacks ':cache' but angles were given" : " uses the angle cache but no angles were given"));
+  return *c;
+}
+
+}  // namespace
+
+LrpeConfig choose_lrpe_config(const LrpeRequest& r, const LrpeSpec& spec, const LrpeShape& shape, bool cache,
+                              const DecisionContext& ctx) {
+  if (!r.config.empty()) return explicit_config(r, spec, shape, cache);
+  LrpeCase c;
+  c.op = spec.op, c.direction = spec.direction, c.dtype = spec.dtype, c.act = spec.act;
+  c.batch = shape.batch, c.heads = shape.heads, c.n = shape.n, c.d = shape.d;
+  c.offset = r.offset, c.extra = r.extra, c.cache = cache;
+  if (spec.op == LrpeOp::md_cosine) c.grid.assign(r.grid, r.grid + std::clamp(r.dims, 0, 3));
+  auto problem = lrpe_tuning(c);
+  DecisionRequest request;
+  request.problem = problem.get();
+  request.invalid = [&](const std::string& text) { return problem->check_config(text, ctx.target); };
+  request.heuristic = [&] { return to_string(lrpe_default_config(spec, shape, cache)); };
+  return parse_lrpe_config(decide_config(request, ctx).config).value();
+}
+
+LrpeConfig choose_lrpe_config(const LrpeRequest& r, const LrpeSpec& spec, const LrpeShape& shape, bool cache,
+                              int device) {
+  if (!r.config.empty()) return explicit_config(r, spec, shape, cache);
+  static DecisionTable<LrpeConfig> decisions;
+  std::uint64_t bits = static_cast<std::uint64_t>(spec.op);
+  for (std::uint64_t v : {std::uint64_t(spec.direction), std::uint64_t(spec.dtype), std::uint64_t(spec.act)}) bits = bits * 8 + v;
+  const DecisionKey key{bits * 2 + cache,
+                        {next_pow2(shape.n), next_pow2(1LL * shape.batch * shape.heads), shape.d,
+                         spec.op == LrpeOp::md_cosine ? r.dims : 0},
+                        device};
+  return decisions.get(key, [&] { return choose_lrpe_config(r, spec, shape, cache, decision_context(device)); });
+}
+
 LrpeLaunch prepare_lrpe(const LrpeRequest& r, const TensorView& x, const TensorView& theta, const TensorView* d_o,
                         const TensorView& out, const TensorView* angles) {
   LrpeLaunch l = validate_lrpe(r, x, theta, d_o, out, angles);
-  const bool cache = angles != nullptr;
-  if (r.config.empty()) {
-    l.config = lrpe_default_config(l.spec, l.shape, cache);
-  } else {
-    auto c = parse_lrpe_config(r.config);
-    if (!c) invalid_argument("config: cannot parse '" + r.config + "' (e.g. sp:t256:r4:v8, bp:t256:r2:v8, sp:t256:r4:v8:cache)");
-    if (auto why = check_lrpe_config_for_shape(l.spec, *c, l.shape))
-      invalid_argument("config: " + r.config + " is invalid here: " + *why);
-    if (c->cache != cache)
-      invalid_argument("config: " + r.config + (cache ? " lacks ':cache' but angles were given" : " uses the angle cache but no angles were given"));
-    l.config = *c;
-  }
+  l.config = choose_lrpe_config(r, l.spec, l.shape, angles != nullptr, l.device);
   l.params.vectorized = l.params.vectorized && l.shape.d % l.config.vec == 0;
   const DeviceInfo& dev = device_info(l.device);
   l.plan = lrpe_launch_plan(l.config, l.shape, dev.sm_count);

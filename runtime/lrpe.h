@@ -13,6 +13,8 @@
 
 namespace kgen {
 
+struct DecisionContext;
+
 // One call's arguments, whichever public function it came from.
 struct LrpeRequest {
   LrpeOp op = LrpeOp::cosine;
@@ -47,7 +49,18 @@ struct LrpeLaunch {
 LrpeLaunch validate_lrpe(const LrpeRequest& request, const TensorView& x, const TensorView& theta,
                          const TensorView* d_o, const TensorView& out, const TensorView* angles);
 
-// validate_lrpe, then the config (request.config or the heuristic), the plan for the device and
+// The config a call runs with: request.config if given (checked for the spec, shape and cache;
+// throws Error(invalid_argument) naming `config`), else the launch-path decision
+// (runtime/tuning_decision.h: database record for lrpe_variant_key(spec, cache) and
+// lrpe_bucket(shape, md dims), KGEN_AUTOTUNE, heuristic), made once per (spec, cache, bucket,
+// device) and process.
+LrpeConfig choose_lrpe_config(const LrpeRequest& request, const LrpeSpec& spec, const LrpeShape& shape, bool cache,
+                              int device);
+// The same precedence against `context`, uncached (no GPU needed).
+LrpeConfig choose_lrpe_config(const LrpeRequest& request, const LrpeSpec& spec, const LrpeShape& shape, bool cache,
+                              const DecisionContext& context);
+
+// validate_lrpe, then the config (choose_lrpe_config), the plan for the device and
 // the loaded kernels (compiled or read from the cache on first use).
 LrpeLaunch prepare_lrpe(const LrpeRequest& request, const TensorView& x, const TensorView& theta,
                         const TensorView* d_o, const TensorView& out, const TensorView* angles);

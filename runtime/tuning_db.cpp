@@ -319,6 +319,13 @@ std::string attention_bucket(const AttentionShape& s) {
          std::to_string(group) + ".bh" + std::to_string(next_pow2(bh));
 }
 
+std::string lrpe_bucket(const LrpeShape& s, int md_dims) {
+  const long long bh = static_cast<long long>(std::max(s.batch, 1)) * std::max(s.heads, 1);
+  std::string b = "n" + std::to_string(next_pow2(s.n)) + ".bh" + std::to_string(next_pow2(bh)) + ".d" +
+                  std::to_string(std::max(s.d, 1));
+  return md_dims > 0 ? b + ".m" + std::to_string(md_dims) : b;
+}
+
 double bucket_distance(std::string_view a, std::string_view b) {
   constexpr double inf = std::numeric_limits<double>::infinity();
   std::vector<std::pair<std::string, long long>> ca, cb;
@@ -326,7 +333,7 @@ double bucket_distance(std::string_view a, std::string_view b) {
   double d = 0;
   for (std::size_t i = 0; i < ca.size(); ++i) {
     if (ca[i].first != cb[i].first) return inf;
-    double w = (ca[i].first == "nq" || ca[i].first == "nk") ? 4.0 : 1.0;
+    double w = (ca[i].first == "nq" || ca[i].first == "nk" || ca[i].first == "n") ? 4.0 : 1.0;
     d += w * std::fabs(std::log2(double(ca[i].second)) - std::log2(double(cb[i].second)));
   }
   return d;

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "generator/attention_forward.h"
+#include "generator/lrpe.h"
 
 namespace kgen {
 
@@ -58,8 +59,8 @@ struct TuningContext {
 // One tuning result.
 struct TuningRecord {
   std::string op;           // "attention_fwd"
-  std::string variant_key;  // spec part, to_string(AttentionForwardSpec): "attention_fwd.bf16.d128.causal"
-  std::string bucket;       // shape bucket, attention_bucket(): "nq4096.nk4096.g1.bh64"
+  std::string variant_key;  // what changes the kernel source, TuningProblem::variant_key(): "attention_fwd.bf16.d128.causal"
+  std::string bucket;       // shape bucket by the op's rule below: "nq4096.nk4096.g1.bh64"
   std::string config;       // winning config string: "fa2:bm128:bn64:w4:s2"
   double median_ms = 0, p20_ms = 0, p80_ms = 0;
   double margin = 0;        // runner-up median / winner median - 1 (0 without runner-up)
@@ -76,12 +77,22 @@ struct TuningRecord {
 // G = heads_q / heads_kv exactly (GQA group size, not rounded), and B = batch * heads_q
 // rounded up to a power of two. Values below 1 count as 1.
 std::string attention_bucket(const AttentionShape& shape);
+//
+// Rule for attention_bwd and attention_double_bwd: the forward's, attention_bucket(shape) (their
+// variant keys carry dtype, head dim, causal, and for the backward deterministic mode).
+//
+// Rule for lrpe_cosine and md_lrpe_cosine: "n<N>.bh<B>.d<D>", for md "n<N>.bh<B>.d<D>.m<M>",
+// where N = n rounded up to a power of two (as above), B = batch * heads rounded up to a power
+// of two, D = the head dim d exactly and M = the md grid's number of dims (1, 2 or 3). Offset,
+// grid sizes, extra tokens and theta's broadcast do not enter (run-time parameters of the same
+// cost); op, direction, dtype, act and the md angle cache are in the variant key.
+std::string lrpe_bucket(const LrpeShape& shape, int md_dims = 0);
 
 // The smallest power of two >= n (1 for n <= 1).
 long long next_pow2(long long n);
 
 // Distance between two buckets of one op: the sum over components of
-// weight * |log2(a) - log2(b)|, weight 4 for nq/nk, 1 for any other component. Buckets are
+// weight * |log2(a) - log2(b)|, weight 4 for the sequence lengths nq/nk/n, 1 for any other component. Buckets are
 // "<name><positive integer>" components joined by '.'; +infinity when either cannot be parsed
 // or their component names differ.
 double bucket_distance(std::string_view a, std::string_view b);

@@ -47,34 +47,34 @@ std::vector<int> parse_int_list(const std::string& text, const char* option, int
 
 namespace {
 
-// The winners recorded in tuning-database shards (any device class) plus the heuristic default
-// of every recorded spec, for each target where they are valid; duplicates compile once.
+// The winners recorded in tuning-database shards (any device class and operator) plus the
+// built-in default of every recorded variant, for each target where they are valid; duplicates
+// compile once. Records of operators this kgen does not know are skipped.
 std::vector<WarmItem> tuning_db_warm_items(const std::vector<std::string>& paths, const std::vector<std::string>& archs) {
   std::vector<std::filesystem::path> files;
   for (const auto& p : paths) files.emplace_back(p);
+  std::vector<Target> targets;
+  for (const auto& arch : archs) {
+    auto target = parse_target(arch);
+    if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + arch + "'");
+    targets.push_back(*target);
+  }
   std::vector<WarmItem> items;
   std::set<std::string> seen;
-  auto add = [&](const AttentionForwardSpec& spec, const AttentionForwardConfig& config, const Target& target) {
-    if (check_attention_forward_config(spec, config, target)) return;
-    KernelSource src = render_attention_forward(spec, config);
-    if (seen.insert(src.variant + "@" + target.arch).second) items.push_back({std::move(src), target});
-  };
   for (const auto& file : expand_tuning_db_paths(files)) {
     TuningShard shard = read_tuning_shard(file);
     if (!shard.header) throw Error(Status::invalid_argument, "--db: " + file.string() + ": " + shard.header_error);
     for (const auto& line : shard.records) {
-      if (line.record.op != "attention_fwd") continue;
-      auto spec = parse_attention_forward_spec(line.record.variant_key);
-      auto config = parse_attention_forward_config(line.record.config);
-      if (!spec || !config)
-        throw Error(Status::invalid_argument, "--db: " + file.string() + ":" + std::to_string(line.line) +
-                                                  ": unknown variant or config '" + line.record.variant_key + "' / '" +
-                                                  line.record.config + "'");
-      for (const auto& arch : archs) {
-        auto target = parse_target(arch);
-        if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + arch + "'");
-        add(*spec, *config, *target);
-        add(*spec, attention_forward_default_config(*spec, {1, 16, 16, 4096, 4096}, *target, 132), *target);
+      const OperatorInfo* op = find_operator(line.record.op);
+      if (!op) continue;
+      for (const Target& target : targets) {
+        auto kernels = op->recorded_kernels(line.record.variant_key, line.record.config, target);
+        if (!kernels)
+          throw Error(Status::invalid_argument, "--db: " + file.string() + ":" + std::to_string(line.line) +
+                                                    ": unknown variant or config '" + line.record.variant_key + "' / '" +
+                                                    line.record.config + "'");
+        for (auto& src : *kernels)
+          if (seen.insert(src.variant + "@" + target.arch).second) items.push_back({std::move(src), target});
       }
     }
   }

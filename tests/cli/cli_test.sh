@@ -36,6 +36,17 @@ expect 2 "op: 'y' is not attention_fwd" -- check --op y
 expect 2 "devices: '-1' is not an integer" -- tune --devices -1
 expect 2 "dtypes: unknown dtype 'fp8'" -- tune --dtypes fp8
 expect 2 "configs: cannot parse" -- tune --configs fa2:bm64
+ops="attention_fwd attention_bwd attention_double_bwd lrpe_cosine md_lrpe_cosine"
+for op in $ops; do
+  expect 0 "Usage.*tune" -- tune --op "$op" --help
+done
+expect 0 "md_lrpe_cosine: the same with --grids" -- tune --help
+expect 2 "op: unknown operator 'nope' \(kgen tune serves attention_fwd, attention_bwd, attention_double_bwd, lrpe_cosine, md_lrpe_cosine\)" -- tune --op nope
+expect 2 "configs: cannot parse 'fa2:bm64:bn64:w4:s2' as an lrpe_cosine config" -- tune --op lrpe_cosine --configs fa2:bm64:bn64:w4:s2
+expect 2 "configs: cannot parse 'sp:t256:r4:v8' as an attention_bwd config" -- tune --op attention_bwd --configs sp:t256:r4:v8
+expect 2 "acts: unknown act 'gelu'" -- tune --op md_lrpe_cosine --acts gelu
+expect 2 "directions: expected fwd and/or bwd, got 'up'" -- tune --op lrpe_cosine --directions up
+expect 2 "grids: '4x4x4x4' has more than 3 dims" -- tune --op md_lrpe_cosine --grids 4x4x4x4
 expect 0 "Usage" -- bench lrpe --help
 expect 0 "Usage" -- check md_lrpe --help
 expect 2 "acts: unknown act 'gelu'" -- bench lrpe --acts gelu
@@ -48,6 +59,8 @@ expect 0 "entries [0-9]+, corrupt 0" -- cache --cache-dir "$cache" verify
 here=$(dirname "$0")
 expect 0 "warming 2 variants" -- warm --db "$here/tuning_shard.jsonl" --arch sm_90a --cache-dir "$cache" --quiet
 expect 2 "db: .*nonexistent" -- warm --db /nonexistent.jsonl --cache-dir "$cache"
+# Records of every op (and one of an unknown op, skipped): winners plus each variant's default.
+expect 0 "warming 12 variants" -- warm --db "$here/tuning_shard_all_ops.jsonl" --arch sm_90a --cache-dir "$cache" --quiet
 expect 0 "kgen +[0-9]+\.[0-9]+\.[0-9]+" -- show-config
 
 # Manifests and archives, in a small scratch cache (one cheap variant).
@@ -91,6 +104,9 @@ if ! "$kgen" show-config | grep -q "devices       none"; then
 else
   expect 3 "no CUDA driver|no GPU|no usable GPU" -- check --quick
   expect 3 "no CUDA driver|no GPU|no usable GPU" -- bench
+  for op in $ops; do
+    expect 3 "no CUDA driver|no GPU|no usable GPU" -- tune --op "$op" --seqlens 1024 --reps 2
+  done
 fi
 [ "$fails" = 0 ] && echo "all CLI checks passed"
 exit "$fails"

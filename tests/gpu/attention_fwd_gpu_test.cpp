@@ -5,6 +5,7 @@
 #include "generator/attention_forward.h"
 #include "runtime/attention_harness.h"
 #include "runtime/autotune.h"
+#include "runtime/tuning_problems.h"
 #include "runtime/cuda_driver.h"
 #include "tests/gpu/require_gpu.h"
 #include "runtime/device.h"
@@ -148,21 +149,47 @@ namespace kgen {
 namespace {
 
 // A real tuning run: every candidate checked before it is timed, a passing winner.
-TEST(AutotuneGpu, TunesAShapeAndTheWinnerPasses) {
-  KGEN_REQUIRE_GPU();
-  AttentionCase c;
-  c.dtype = DType::bf16, c.head_dim = 64, c.batch = 2, c.heads_q = c.heads_kv = 8, c.n_q = c.n_k = 1024;
+void expect_tuned(const TuningProblem& problem, std::size_t min_candidates) {
   TuneOptions options;
   options.warmup = 3, options.reps = 10;
-  TuneResult r = tune_attention_forward(c, options);
-  ASSERT_TRUE(r.winner);
-  EXPECT_GT(r.candidates.size(), 3u);
+  TuneResult r = tune(problem, options);
+  ASSERT_TRUE(r.winner) << problem.variant_key();
+  EXPECT_GE(r.candidates.size(), min_candidates);
   for (const auto& cand : r.candidates) {
     if (!cand.error.empty()) continue;
-    EXPECT_TRUE(cand.check.pass) << to_string(cand.config) << ": " << to_string(cand.check.o);
-    EXPECT_GT(cand.timing.median_ms, 0) << to_string(cand.config);
+    EXPECT_TRUE(cand.check.pass) << cand.config << ": " << cand.check.detail;
+    EXPECT_GT(cand.timing.median_ms, 0) << cand.config;
   }
   EXPECT_TRUE(r.candidates[*r.winner].check.pass);
+  TuningRecord rec = winner_record(problem, r);
+  EXPECT_EQ(rec.op, problem.op());
+  EXPECT_EQ(rec.config, r.candidates[*r.winner].config);
+}
+
+AttentionCase small_attention() {
+  AttentionCase c;
+  c.dtype = DType::bf16, c.head_dim = 64, c.batch = 2, c.heads_q = c.heads_kv = 8, c.n_q = c.n_k = 1024;
+  return c;
+}
+
+TEST(AutotuneGpu, TunesAShapeAndTheWinnerPasses) {
+  KGEN_REQUIRE_GPU();
+  expect_tuned(*attention_forward_tuning(small_attention()), 4);
+}
+
+TEST(AutotuneGpu, TunesEveryOtherOperator) {
+  KGEN_REQUIRE_GPU();
+  AttentionCase c = small_attention();
+  c.causal = true;
+  expect_tuned(*attention_backward_tuning(c, false), 2);
+  expect_tuned(*attention_backward_tuning(c, true), 2);
+  expect_tuned(*attention_double_backward_tuning(c), 2);
+  LrpeCase l;
+  l.act = LrpeAct::silu, l.direction = LrpeDirection::backward, l.batch = 2, l.heads = 4, l.n = 1000, l.d = 64;
+  expect_tuned(*lrpe_tuning(l), 2);
+  LrpeCase md = l;
+  md.op = LrpeOp::md_cosine, md.act = LrpeAct::softmax_seq, md.grid = {16, 16}, md.extra = 10, md.n = 266;
+  expect_tuned(*lrpe_tuning(md), 2);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ namespace {
 
 CandidateResult candidate(int block_n, bool pass, double median, double spread) {
   CandidateResult c;
-  c.config = {ForwardPath::fa2, 128, block_n, 2, 0, 4};
+  c.config = "fa2:bm128:bn" + std::to_string(block_n) + ":w4:s2";
   c.compiled = true;
   c.check.pass = pass;
   if (pass) c.timing = {median, median - spread / 2, median + spread / 2, median, spread, 50};

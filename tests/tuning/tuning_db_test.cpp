@@ -12,50 +12,14 @@
 #include <thread>
 
 #include "runtime/tuning_db.h"
+#include "tests/tuning/test_support.h"
 
 namespace kgen {
 namespace {
 
-namespace fs = std::filesystem;
-
-const DeviceClass kH100{"NVIDIA H100 80GB HBM3", "sm_90a", 132};
 const DeviceClass kA100{"NVIDIA A100-SXM4-80GB", "sm_80", 108};
-const TuningContext kCtx{"0.1.0", "nvrtc 13.0", kH100};
 
 const char* kVariant = "attention_fwd.bf16.d128.causal";
-
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("kgen-tuning-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void spit(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
-std::string header(const TuningContext& c = kCtx, int schema = 1) {
-  return to_json_line(TuningShardHeader{schema, c.kgen_version, c.compiler, c.device}) + "\n";
-}
 
 TuningRecord rec(const std::string& bucket, const std::string& config, const std::string& tuned_at = "2025-01-01T00:00:00.000Z",
                  const std::string& variant = kVariant) {
@@ -75,14 +39,6 @@ TuningRecord rec(const std::string& bucket, const std::string& config, const std
 }
 
 std::string line(const TuningRecord& r) { return to_json_line(r) + "\n"; }
-
-// Captures kgen's log (stderr) around `f`.
-template <class F>
-std::string captured_log(F&& f) {
-  testing::internal::CaptureStderr();
-  f();
-  return testing::internal::GetCapturedStderr();
-}
 
 int count(const std::string& text, const std::string& what) {
   int n = 0;
