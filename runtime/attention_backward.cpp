@@ -136,7 +136,7 @@ struct GradientOp {
   bool double_backward;
   const char* example;  // configs named in the parse error
 };
-constexpr GradientOp kBackward{false, "fa2:bm64:bn128:w8 or simt:w4:dmax128"};
+constexpr GradientOp kBackward{false, "fa2:bm64:bn128:w8, wg:bm64:bn128 or simt:w4:dmax128"};
 constexpr GradientOp kDoubleBackward{true, "fa2:bm64:bn32:w4 or simt:w4:dmax128"};
 
 std::optional<std::string> check_config(const GradientOp& op, const AttentionBackwardSpec& spec,

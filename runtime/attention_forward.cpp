@@ -120,7 +120,7 @@ namespace {
 AttentionForwardConfig explicit_config(const AttentionForwardCall& call, const AttentionOptions& options,
                                        const Target& target) {
   auto c = parse_attention_forward_config(options.config);
-  if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2 or simt:bm4:bn32:dmax128)");
+  if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2, wg:bm128:bn128:s2 or simt:bm4:bn32:dmax128)");
   if (auto why = check_attention_forward_config(call.spec, *c, target))
     invalid_argument("config: " + options.config + " is invalid here: " + *why);
   if (c->path != ForwardPath::simt && !call.aligned16)
