@@ -8,6 +8,10 @@ on freshly poisoned buffers; a failing one gets FAIL and no time. The device cop
 measured in the same run; each kgen cell also gives its share of the bandwidth floor (§5).
 Backward columns: "o.backward(do)" is autograd's full backward including its x.grad
 accumulation (what the reference tables time); "kgen kernel" is kgen's backward kernel alone.
+Beside each speed table, a memory table measured as the reports measure it: in this process,
+after one torch.cuda.reset_peak_memory_stats, the mean over --mem-reps calls of
+torch.cuda.max_memory_allocated (MiB) with only that case's tensors alive (x, theta; bwd also
+o and dO from one forward).
 
     python3 bench/compare_lrpe.py                                   # lrpe_cosine, the report's sweep
     python3 bench/compare_lrpe.py --op md_lrpe --dims 2,3 --extras 0,10
@@ -17,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import math
 import shlex
 import statistics
@@ -215,14 +220,56 @@ def run_row(case, direction, args, compiled, log):
     return cells
 
 
-def table(title, rows, columns, floor_ms):
+def peak_mib(fn, reps):
+    """The reports' memory figure: after one reset of the peak statistics, the mean over `reps`
+    calls of torch.cuda.max_memory_allocated, in MiB."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    readings = []
+    for _ in range(reps):
+        fn()
+        torch.cuda.synchronize()
+        readings.append(torch.cuda.max_memory_allocated() / 2**20)
+    return statistics.mean(readings)
+
+
+def memory_row(case, direction, args, compiled, log):
+    """{column: MiB or '–'} for one n, each implementation on fresh tensors (x requires grad,
+    as in the reports); bwd: o and dO of one forward stay alive, as in the reports."""
+    cells = {}
+    for name, fwd in impls(case, compiled).items():
+        gc.collect()
+        torch.cuda.empty_cache()
+        try:
+            x = torch.randn(case.b, case.h, case.n, case.d, device="cuda").to(case.dtype).requires_grad_()
+            if direction == "fwd":
+                cells[name] = peak_mib(lambda: fwd(x), args.mem_reps)
+                continue
+            o = fwd(x)
+            d_o = torch.randn_like(o)
+            cells[name + " o.backward(do)"] = peak_mib(lambda: o.backward(d_o, retain_graph=True), args.mem_reps)
+            if name == "kgen":
+                del o
+                x.grad = None
+                gc.collect()
+                torch.cuda.empty_cache()
+                xk = x.detach()
+                cells["kgen kernel"] = peak_mib(lambda: case.kgen_bwd_kernel(xk, d_o), args.mem_reps)
+        except Exception as e:  # as in the speed table: "–" and the reason
+            cells[name] = "–"
+            log(f"    memory {name}: – {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    return cells
+
+
+def table(title, rows, columns, floor_ms=None):
+    """floor_ms: per row, for the kgen cells' share of the bandwidth floor (speed tables)."""
     lines = [f"{title}:", f"{'n':>10}" + "".join(f"{c:>26}" for c in columns)]
     for i, (n, cells) in enumerate(rows):
         line = f"{i:<3}{float(n):>7.1f}"
         for c in columns:
             v = cells.get(c, "–")
             if isinstance(v, float):
-                pct = f" ({100 * floor_ms[i] / v:3.0f}%)" if c.startswith("kgen") else ""
+                pct = f" ({100 * floor_ms[i] / v:3.0f}%)" if floor_ms and c.startswith("kgen") else ""
                 v = f"{v:.6f}{pct}"
             line += f"{v:>26}"
         lines.append(line)
@@ -244,6 +291,8 @@ def main():
     p.add_argument("--reps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    p.add_argument("--mem-reps", type=int, default=20, help="calls averaged per memory cell (the reports: 20)")
+    p.add_argument("--no-memory", action="store_true", help="skip the memory tables")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     acts = (args.acts or ("none,silu,softmax-1,softmax-2" if args.op == "lrpe" else "none")).split(",")
@@ -258,7 +307,12 @@ def main():
               "cells: median ms (CUDA events, inputs rotated beyond L2); kgen cells: (share of the bandwidth floor, "
               "specs/lrpe.md §5, at the copy rate); every implementation checked against float64 first (FAIL: no "
               "time). bwd: 'o.backward(do)' = autograd backward incl. x.grad accumulation; 'kgen kernel' = kgen's "
-              "backward kernel alone.", ""]
+              "backward kernel alone.",
+              "memory tables: MiB, the reports' measure (torch.cuda.max_memory_allocated after one "
+              "reset_peak_memory_stats, mean over --mem-reps calls, this process, only the case's tensors alive: x "
+              "(requires grad) and theta; bwd also o and dO of one forward; 'kgen kernel': x, theta, dO and dx). kgen's "
+              "softmax-over-the-sequence statistics scratch is a stream-ordered driver allocation, outside PyTorch's "
+              "allocator: not counted here (kgen bench lrpe's memory tables count it).", ""]
     print("\n".join(header), flush=True)
     out = list(header)
     for act in acts:
@@ -268,7 +322,7 @@ def main():
                 grids = [(m, l) for m in args.dims for l in args.extras]
             for m, l in grids:
                 sides = args.seqlens if m in (None, 1) else MD_SIDES[m]
-                rows, floors = [], []
+                rows, floors, memory_rows = [], [], []
                 for side in sides:
                     shape = None if m is None else (side,) * m
                     n = side if m is None else l + side ** m
@@ -279,17 +333,22 @@ def main():
                     rows.append((side, run_row(case, direction, args, fn, lambda s: print(s, flush=True))))
                     floors.append(floor_bytes(case.b * case.h * n * case.d, dtype.itemsize, direction, case.ract,
                                               batch=case.b) / rate * 1e3)
+                    gc.collect()
                     torch.cuda.empty_cache()
+                    if not args.no_memory:
+                        memory_rows.append((side, memory_row(case, direction, args, fn, lambda s: print(s, flush=True))))
                 columns = []
                 for _, cells in rows:
                     columns += [c for c in cells if c not in columns]
                 if args.op == "lrpe":
-                    title = (f"lrpe_cosine-speed-{direction}-batch{args.batch}-head{args.heads}-dim{args.dim}-"
+                    title = (f"lrpe_cosine-{{}}-{direction}-batch{args.batch}-head{args.heads}-dim{args.dim}-"
                              f"{ACT_TITLES[act]}-{args.dtype}")
                 else:
-                    title = (f"md_lrpe_cosine-speed-{direction}-batch{args.batch}-head{args.heads}-dim{args.dim}-"
+                    title = (f"md_lrpe_cosine-{{}}-{direction}-batch{args.batch}-head{args.heads}-dim{args.dim}-"
                              f"{args.dtype}-{m}d-l{l}" + ("" if act == "none" else f"-{ACT_TITLES[act]}"))
-                text = table(title, rows, columns, floors)
+                text = table(title.format("speed"), rows, columns, floors)
+                if memory_rows:
+                    text += "\n" + table(title.format("memory"), memory_rows, columns)
                 print(text, flush=True)
                 out.append(text)
     if args.out:

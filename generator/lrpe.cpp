@@ -12,9 +12,9 @@ namespace {
 constexpr LrpeAct kActs[] = {LrpeAct::none, LrpeAct::relu, LrpeAct::sigmoid,
                              LrpeAct::silu, LrpeAct::softmax, LrpeAct::softmax_seq};
 constexpr const char* kActNames[] = {"none", "relu", "sigmoid", "silu", "softmax", "softmax_seq"};
-// Enough blocks per SM that a bp launch fills the machine and hides its tail.
-constexpr int kBpBlocksPerSm = 4;
 constexpr int kMaxSplits = 1024;
+constexpr long long kMaxGridZ = 65535;
+constexpr int kFolds[] = {1, 2, 3, 4, 6, 8, 12, 16};
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> parts;
@@ -93,22 +93,27 @@ std::optional<std::pair<LrpeSpec, bool>> parse_lrpe_variant_key(const std::strin
 
 std::string to_string(const LrpeConfig& c) {
   std::ostringstream s;
-  s << (c.strategy == LrpeStrategy::sp ? "sp" : "bp") << ":t" << c.threads << ":r" << c.rows << ":v" << c.vec
-    << (c.cache ? ":cache" : "");
+  s << (c.strategy == LrpeStrategy::sp ? "sp" : "bp") << ":t" << c.threads << ":r" << c.rows << ":v" << c.vec;
+  if (c.fold != 1) s << ":b" << c.fold;
+  if (c.cache) s << ":cache";
   return s.str();
 }
 
 std::optional<LrpeConfig> parse_lrpe_config(const std::string& text) {
   auto parts = split(text, ':');
-  if (parts.size() != 4 && !(parts.size() == 5 && parts[4] == "cache")) return std::nullopt;
   LrpeConfig c;
+  if (parts.size() > 4 && parts.back() == "cache") c.cache = true, parts.pop_back();
+  if (parts.size() == 5) {  // ":b<fold>", written only when fold != 1
+    if (!prefixed_int(parts[4], "b", c.fold) || c.fold == 1) return std::nullopt;
+    parts.pop_back();
+  }
+  if (parts.size() != 4) return std::nullopt;
   if (parts[0] == "sp") c.strategy = LrpeStrategy::sp;
   else if (parts[0] == "bp") c.strategy = LrpeStrategy::bp;
   else return std::nullopt;
   if (!prefixed_int(parts[1], "t", c.threads) || !prefixed_int(parts[2], "r", c.rows) ||
       !prefixed_int(parts[3], "v", c.vec))
     return std::nullopt;
-  c.cache = parts.size() == 5;
   return c;
 }
 
@@ -116,6 +121,11 @@ std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeCon
   if (c.threads != 128 && c.threads != 256) return std::string("threads must be 128 or 256");
   if (c.rows != 1 && c.rows != 2 && c.rows != 4) return std::string("rows must be 1, 2 or 4");
   if (c.vec != 4 && c.vec != 8) return std::string("vec must be 4 or 8 features per thread");
+  if (std::ranges::find(kFolds, c.fold) == std::end(kFolds))
+    return std::string("fold (b<k>) must be one of 1, 2, 3, 4, 6, 8, 12, 16 slices per block");
+  if (c.rows * c.fold > kLrpeMaxFold) return std::string("rows × fold must stay <= 16 rows of x in flight per thread");
+  if (spec.act == LrpeAct::softmax_seq && c.fold > kLrpeMaxFoldSoftmaxSeq)
+    return std::string("softmax over the sequence keeps 3·vec·fold running statistics per thread: fold must be <= 4");
   if (spec.act == LrpeAct::softmax_seq && c.strategy != LrpeStrategy::bp)
     return std::string("softmax over the sequence needs the bp strategy (programs walking whole columns)");
   if (c.cache && spec.op != LrpeOp::md_cosine) return std::string("the angle cache exists for md_lrpe_cosine only");
@@ -133,18 +143,22 @@ std::optional<std::string> check_lrpe_config_for_shape(const LrpeSpec& spec, con
 namespace {
 
 // The fastest config per (act, direction) of a `kgen bench lrpe --configs` sweep on an H200
-// (B = H = 12, N = 16384, D = 128, bf16; BENCHMARKS.md): one row per thread in flight beats 2
-// and 4 everywhere (fewer registers, more resident warps); elementwise forwards and the act-none
-// backward prefer long bp stretches, the others 128- or 256-thread sp blocks.
+// (B = H = 12, N = 16384, D = 128, bf16; BENCHMARKS.md). Before slices were folded, one row per
+// thread beat 2 and 4 everywhere (fewer registers, more resident warps). Folding 4 slices
+// divides the angle work (8 full-rate instructions and 2 MUFU per angle) by 4 and keeps four
+// 16-byte loads per thread in flight; softmax over the sequence folds 2 (its running
+// statistics take 3·vec registers per slice).
 LrpeConfig measured_default(const LrpeSpec& spec) {
-  const bool fwd = spec.direction == LrpeDirection::forward;
-  switch (spec.act) {
-    case LrpeAct::softmax_seq: return {LrpeStrategy::bp, 256, fwd ? 2 : 1, 8, false};
-    case LrpeAct::softmax: return {LrpeStrategy::sp, fwd ? 128 : 256, 1, 8, false};
-    case LrpeAct::none:
-    case LrpeAct::relu: return {LrpeStrategy::bp, 256, 1, 8, false};
-    default: return fwd ? LrpeConfig{LrpeStrategy::bp, 256, 1, 8, false} : LrpeConfig{LrpeStrategy::sp, 128, 1, 8, false};
-  }
+  if (spec.act == LrpeAct::softmax_seq) return {LrpeStrategy::bp, 256, 1, 8, false, 2};
+  return {LrpeStrategy::bp, 256, 1, 8, false, 4};
+}
+
+// The config of the space that serves fewer slices than the default folds: fold 2 (two rows in
+// flight each) or fold 1.
+LrpeConfig smaller_fold(LrpeConfig c, int slices) {
+  if (slices >= c.fold) return c;
+  if (slices >= 2 && c.fold > 2) return LrpeConfig{c.strategy, c.threads, 2, c.vec, c.cache, 2};
+  return LrpeConfig{c.strategy, c.threads, c.fold > 2 ? 1 : 2, c.vec, c.cache, 1};
 }
 
 }  // namespace
@@ -152,53 +166,58 @@ LrpeConfig measured_default(const LrpeSpec& spec) {
 std::vector<LrpeConfig> lrpe_config_space(const LrpeSpec& spec, bool cache) {
   std::vector<LrpeConfig> out;
   if (cache && spec.op != LrpeOp::md_cosine) return out;
-  if (spec.act == LrpeAct::softmax_seq) {
-    for (int rows : {2, 4}) out.push_back({LrpeStrategy::bp, 256, rows, 8, cache});
-    if (cache) out.erase(out.begin());  // one cache kernel per spec keeps `kgen warm` short
-  } else if (cache) {
-    out.push_back({LrpeStrategy::sp, 256, 4, 8, true});
-  } else if (spec.direction == LrpeDirection::forward) {
-    // One kernel: sp and bp of the same sizes compile to the same code.
-    out = {{LrpeStrategy::sp, 256, 4, 8, false}, {LrpeStrategy::bp, 256, 4, 8, false}};
-  } else {
-    out = {{LrpeStrategy::sp, 256, 2, 8, false}, {LrpeStrategy::sp, 256, 4, 8, false}, {LrpeStrategy::bp, 256, 2, 8, false}};
+  LrpeConfig d = measured_default(spec);
+  if (cache) {  // one cache kernel per spec keeps `kgen warm` short
+    d.cache = true;
+    return {d};
   }
-  // The measured default leads the space (so `kgen warm` compiles what a launch picks).
-  if (!cache) {
-    const LrpeConfig d = measured_default(spec);
-    if (std::find(out.begin(), out.end(), d) == out.end()) out.insert(out.begin(), d);
-  }
+  // The measured default first (so `kgen warm` compiles what a launch picks), then what it
+  // becomes for batches smaller than its fold. Without softmax over the sequence, sp and bp of
+  // the same sizes compile to one kernel: the sp launch of the default costs no compile.
+  out.push_back(d);
+  for (int slices : {2, 1})
+    if (LrpeConfig c = smaller_fold(d, slices); std::ranges::find(out, c) == out.end()) out.push_back(c);
+  if (spec.act != LrpeAct::softmax_seq) out.push_back({LrpeStrategy::sp, d.threads, d.rows, d.vec, false, d.fold});
   return out;
 }
 
-LrpeConfig lrpe_default_config(const LrpeSpec& spec, const LrpeShape&, bool cache) {
-  if (cache && spec.op == LrpeOp::md_cosine)  // the one cache kernel of the space
-    return {spec.act == LrpeAct::softmax_seq ? LrpeStrategy::bp : LrpeStrategy::sp, 256, 4, 8, true};
-  return measured_default(spec);
+LrpeConfig lrpe_default_config(const LrpeSpec& spec, const LrpeShape& shape, bool cache) {
+  if (cache && spec.op == LrpeOp::md_cosine) return lrpe_config_space(spec, true).front();
+  const long long slices = shape.theta_shared ? 1LL * shape.batch * shape.heads : shape.batch;
+  return smaller_fold(measured_default(spec), static_cast<int>(std::min<long long>(slices, kLrpeMaxFold)));
 }
 
-LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int sm_count) {
+LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int sm_count, int resident_blocks_per_sm) {
   LrpeLaunchPlan plan;
   const int chunks = ceil_div(shape.d, c.vec);
   while (plan.row_group < chunks) plan.row_group *= 2, ++plan.row_group_log2;
   const int rows_per_pass = c.threads / plan.row_group;
   const int pass_rows = rows_per_pass * c.rows;
+  // Slices fold over b, or over b·heads + h when theta is shared by the heads.
+  plan.fold_heads = c.fold > 1 && shape.theta_shared && shape.heads > 1 &&
+                    (1LL * shape.batch * shape.heads + c.fold - 1) / c.fold <= kMaxGridZ;
+  const long long slices = plan.fold_heads ? 1LL * shape.batch * shape.heads : shape.batch;
+  const unsigned grid_y = plan.fold_heads ? 1u : static_cast<unsigned>(shape.heads);
+  const long long groups = (slices + c.fold - 1) / c.fold;
   if (c.strategy == LrpeStrategy::sp) {
     plan.rows_per_block = pass_rows;
   } else {
-    // Splits along the sequence so that batch·heads·splits fills the SMs a few times over, each
-    // split at least one pass long.
-    const int splits = std::min(lrpe_max_splits(shape, sm_count), ceil_div(shape.n, pass_rows));
+    // Splits along the sequence so that the blocks fill the SMs once (one wave of equal
+    // blocks, min(resident, kLrpeBpBlocksPerSm) per SM), each split at least one pass long.
+    const int per_sm = std::clamp(resident_blocks_per_sm, 1, kLrpeBpBlocksPerSm);
+    const long long wanted = (1LL * per_sm * sm_count + groups * grid_y - 1) / (groups * grid_y);
+    const long long splits = std::clamp<long long>(std::min<long long>(wanted, ceil_div(shape.n, pass_rows)), 1, kMaxSplits);
     plan.rows_per_block = ceil_div(shape.n, splits);
   }
   plan.splits = ceil_div(shape.n, plan.rows_per_block);  // every block has at least one row
-  plan.grid = {static_cast<unsigned>(plan.splits), static_cast<unsigned>(shape.heads), static_cast<unsigned>(shape.batch)};
+  plan.grid = {static_cast<unsigned>(plan.splits), grid_y, static_cast<unsigned>(groups)};
   return plan;
 }
 
 int lrpe_max_splits(const LrpeShape& shape, int sm_count) {
-  const long long bh = 1LL * shape.batch * shape.heads;
-  const long long wanted = (1LL * kBpBlocksPerSm * sm_count + bh - 1) / bh;
+  // The fewest slice groups any softmax-over-the-sequence config launches.
+  const long long groups = std::max(1LL, (1LL * shape.batch * shape.heads) / kLrpeMaxFoldSoftmaxSeq);
+  const long long wanted = (1LL * kLrpeBpBlocksPerSm * sm_count + groups - 1) / groups;
   return static_cast<int>(std::clamp<long long>(std::min<long long>(wanted, shape.n), 1, kMaxSplits));
 }
 
@@ -218,7 +237,7 @@ KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& c) {
   const bool fwd = spec.direction == LrpeDirection::forward;
   const bool md = spec.op == LrpeOp::md_cosine;
   std::ostringstream args;
-  args << dtype_cxx(spec.dtype) << ", " << c.vec << ", " << c.threads << ", " << c.rows << ", ";
+  args << dtype_cxx(spec.dtype) << ", " << c.vec << ", " << c.threads << ", " << c.rows << ", " << c.fold << ", ";
   const std::string tail = std::string(md ? "true" : "false") + ", " + (c.cache ? "true" : "false");
   std::ostringstream src;
   src << "#include \"kgen/lrpe/lrpe.cuh\"\n\n// kgen variant " << k.variant << "\n";

@@ -34,6 +34,7 @@ struct LrpeSpec {
 // Run-time shape of one call: x is (batch, heads, n, d).
 struct LrpeShape {
   int batch = 1, heads = 1, n = 1, d = 1;
+  bool theta_shared = false;  // theta has one row: a block may fold slices of different heads
 };
 
 struct LrpeConfig {
@@ -42,6 +43,7 @@ struct LrpeConfig {
   int rows = 4;       // rows each thread loads before computing (bytes in flight)
   int vec = 8;        // features per thread (16-byte pieces); d <= 32·vec
   bool cache = false; // md only: the forward writes the angles, the backward reads them
+  int fold = 1;       // slices (b, h) per block sharing each angle's sin/cos ("b<fold>" in the text)
   bool operator==(const LrpeConfig&) const = default;
 };
 
@@ -49,6 +51,10 @@ struct LrpeConfig {
 // statistics kernel launched before it (same grid, same parameters).
 inline constexpr const char* kLrpeApplyEntry = "kgen_lrpe";
 inline constexpr const char* kLrpeStatsEntry = "kgen_lrpe_stats";
+// Slices per block a config may fold (any act; softmax over the sequence keeps 3·vec·fold
+// running statistics per thread and allows kLrpeMaxFoldSoftmaxSeq).
+inline constexpr int kLrpeMaxFold = 16;
+inline constexpr int kLrpeMaxFoldSoftmaxSeq = 4;
 // Largest head dim (features of x) kgen serves.
 inline constexpr int kLrpeMaxHeadDim = 256;
 
@@ -66,7 +72,7 @@ std::string lrpe_variant_key(const LrpeSpec& s, bool cache);
 // Inverse of lrpe_variant_key: (spec, cache).
 std::optional<std::pair<LrpeSpec, bool>> parse_lrpe_variant_key(const std::string& text);
 
-// "sp:t256:r4:v8", "bp:t256:r2:v8:cache".
+// "sp:t256:r4:v8", "bp:t256:r1:v8:b4", "bp:t256:r2:v8:cache" (":b1" is implied: not written).
 std::string to_string(const LrpeConfig& c);
 std::optional<LrpeConfig> parse_lrpe_config(const std::string& text);
 
@@ -83,15 +89,22 @@ std::vector<LrpeConfig> lrpe_config_space(const LrpeSpec& spec, bool cache = fal
 // The built-in heuristic: a valid config for `spec` and `shape`.
 LrpeConfig lrpe_default_config(const LrpeSpec& spec, const LrpeShape& shape, bool cache = false);
 
-// How a config runs on a shape: grid, threads per row and rows per block.
+// How a config runs on a shape: grid, threads per row, rows per block, how slices fold.
 struct LrpeLaunchPlan {
   LaunchGrid grid;
   int row_group = 1, row_group_log2 = 0, rows_per_block = 1;
-  int splits = 1;  // gridDim.x
+  int splits = 1;           // gridDim.x
+  bool fold_heads = false;  // the block's slices run over b·heads + h (gridDim.y = 1)
 };
-LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& config, const LrpeShape& shape, int sm_count);
+// Blocks per SM a bp launch aims for (fewer when fewer are resident: one full wave).
+inline constexpr int kLrpeBpBlocksPerSm = 4;
+// `resident_blocks_per_sm`: how many blocks of the config's kernels fit on one SM (occupancy);
+// bp launches size their splits to fill min(that, kLrpeBpBlocksPerSm) blocks per SM.
+LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& config, const LrpeShape& shape, int sm_count,
+                                int resident_blocks_per_sm = kLrpeBpBlocksPerSm);
 
-// The most blocks along the sequence a bp launch of `shape` uses (for any config).
+// The most blocks along the sequence a softmax-over-the-sequence launch of `shape` uses, for any
+// valid config and occupancy (it bounds that act's scratch).
 int lrpe_max_splits(const LrpeShape& shape, int sm_count);
 
 // fp32 elements of softmax-over-the-sequence scratch a launch needs (0 for other acts).

@@ -29,6 +29,8 @@ namespace kgen {
   X(cuFuncSetAttribute, "cuFuncSetAttribute")                           \
   X(cuFuncGetAttribute, "cuFuncGetAttribute")                           \
   X(cuLaunchKernel, "cuLaunchKernel")                                   \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                        \
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor")                      \
   X(cuMemAlloc, "cuMemAlloc_v2")                                        \
   X(cuMemFree, "cuMemFree_v2")                                          \
   X(cuMemAllocAsync, "cuMemAllocAsync")                                 \

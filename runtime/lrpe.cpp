@@ -63,12 +63,27 @@ KernelKey kernel_key(const LrpeSpec& s, const LrpeConfig& c, int device) {
   k = k * 8 + std::uint64_t(c.rows);
   k = k * 64 + std::uint64_t(c.vec);
   k = k * 2 + c.cache;
+  k = k * 32 + std::uint64_t(c.fold);
   return k * 65536 + std::uint64_t(device);
 }
 
-std::pair<LoadedKernel, LoadedKernel> resolve_kernels(const LrpeSpec& spec, const LrpeConfig& config, int device) {
+// The apply and (softmax over the sequence) statistics kernels of a config, and how many blocks
+// of them fit on one SM at once (they share the grid: the smaller of the two).
+struct ResolvedKernels {
+  LoadedKernel apply, stats;
+  int resident_blocks_per_sm = 1;
+};
+
+int resident_blocks(const LoadedKernel& k) {
+  int blocks = 0;
+  cuda_check(cuda_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.function, k.threads, k.smem_bytes),
+             "cuOccupancyMaxActiveBlocksPerMultiprocessor(lrpe)");
+  return blocks;
+}
+
+ResolvedKernels resolve_kernels(const LrpeSpec& spec, const LrpeConfig& config, int device) {
   static std::shared_mutex mutex;
-  static std::unordered_map<KernelKey, std::pair<LoadedKernel, LoadedKernel>> table;
+  static std::unordered_map<KernelKey, ResolvedKernels> table;
   const KernelKey key = kernel_key(spec, config, device);
   {
     std::shared_lock lock(mutex);
@@ -77,9 +92,13 @@ std::pair<LoadedKernel, LoadedKernel> resolve_kernels(const LrpeSpec& spec, cons
   const DeviceInfo& dev = device_info(device);
   KernelSource src = render_lrpe(spec, config);
   BuildOutcome built = KernelBuilder::global().build(src, dev.target);
-  std::pair<LoadedKernel, LoadedKernel> k;
-  k.first = load_kernel(device, built.image, src.entry, src.threads, src.smem_bytes);
-  if (spec.act == LrpeAct::softmax_seq) k.second = load_kernel(device, built.image, kLrpeStatsEntry, src.threads, 0);
+  ResolvedKernels k;
+  k.apply = load_kernel(device, built.image, src.entry, src.threads, src.smem_bytes);
+  k.resident_blocks_per_sm = resident_blocks(k.apply);
+  if (spec.act == LrpeAct::softmax_seq) {
+    k.stats = load_kernel(device, built.image, kLrpeStatsEntry, src.threads, 0);
+    k.resident_blocks_per_sm = std::min(k.resident_blocks_per_sm, resident_blocks(k.stats));
+  }
   std::unique_lock lock(mutex);
   return table.emplace(key, k).first->second;
 }
@@ -152,7 +171,7 @@ LrpeLaunch validate_lrpe(const LrpeRequest& r, const TensorView& x_in, const Ten
 
   LrpeLaunch l;
   l.spec = {r.op, r.direction, x.dtype, r.act};
-  l.shape = {static_cast<int>(b), static_cast<int>(h), static_cast<int>(n), static_cast<int>(d)};
+  l.shape = {static_cast<int>(b), static_cast<int>(h), static_cast<int>(n), static_cast<int>(d), theta.shape[0] == 1};
   l.device = x.device;
   LrpeParams& p = l.params;
   std::memset(&p, 0, sizeof p);
@@ -215,7 +234,7 @@ namespace {
 
 LrpeConfig explicit_config(const LrpeRequest& r, const LrpeSpec& spec, const LrpeShape& shape, bool cache) {
   auto c = parse_lrpe_config(r.config);
-  if (!c) invalid_argument("config: cannot parse '" + r.config + "' (e.g. sp:t256:r4:v8, bp:t256:r2:v8, sp:t256:r4:v8:cache)");
+  if (!c) invalid_argument("config: cannot parse '" + r.config + "' (e.g. sp:t256:r4:v8, bp:t256:r1:v8:b4, sp:t256:r4:v8:cache)");
   if (auto why = check_lrpe_config_for_shape(spec, *c, shape)) invalid_argument("config: " + r.config + " is invalid here: " + *why);
   if (c->cache != cache)
     invalid_argument("config: " + r.config + (cache ? " lacks ':cache' but angles were given" : " uses the angle cache but no angles were given"));
@@ -258,13 +277,14 @@ LrpeLaunch prepare_lrpe(const LrpeRequest& r, const TensorView& x, const TensorV
   LrpeLaunch l = validate_lrpe(r, x, theta, d_o, out, angles);
   l.config = choose_lrpe_config(r, l.spec, l.shape, angles != nullptr, l.device);
   l.params.vectorized = l.params.vectorized && l.shape.d % l.config.vec == 0;
-  const DeviceInfo& dev = device_info(l.device);
-  l.plan = lrpe_launch_plan(l.config, l.shape, dev.sm_count);
+  const ResolvedKernels kernels = resolve_kernels(l.spec, l.config, l.device);
+  l.apply = kernels.apply, l.stats = kernels.stats;
+  l.plan = lrpe_launch_plan(l.config, l.shape, device_info(l.device).sm_count, kernels.resident_blocks_per_sm);
+  l.params.fold_heads = l.plan.fold_heads;
   l.params.row_group = l.plan.row_group;
   l.params.row_group_log2 = l.plan.row_group_log2;
   l.params.rows_per_block = l.plan.rows_per_block;
   l.stats_bytes = lrpe_stats_floats(l.spec, l.shape, l.plan) * sizeof(float);
-  std::tie(l.apply, l.stats) = resolve_kernels(l.spec, l.config, l.device);
   return l;
 }
 

@@ -1,8 +1,10 @@
 #include "runtime/lrpe_harness.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "kgen/kgen.hpp"
 #include "runtime/device.h"
@@ -37,6 +39,35 @@ std::vector<float> make_theta(const LrpeCase& c, int rows, int cols, std::mt1993
   return theta;
 }
 
+// fill_random on all cores: the benchmark shapes hold up to ~10^9 elements, ~20 s on one
+// core. Each (b, h) slice draws from its own generator seeded from `rng`: deterministic for a
+// given seed whatever the number of threads.
+std::vector<double> fill_random_parallel(HostTensor& t, std::mt19937_64& rng) {
+  const std::size_t slices = std::size_t(t.b) * t.h, slice = std::size_t(t.n) * t.d;
+  std::vector<std::uint64_t> seeds(slices);
+  for (auto& s : seeds) s = rng();
+  std::vector<double> logical(slices * slice);
+  auto fill = [&](std::size_t first, std::size_t last) {
+    std::normal_distribution<float> normal(0.f, 1.f);
+    for (std::size_t bh = first; bh < last; ++bh) {
+      std::mt19937_64 local(seeds[bh]);
+      const int ib = static_cast<int>(bh / t.h), ih = static_cast<int>(bh % t.h);
+      double* out = logical.data() + bh * slice;
+      for (int in = 0; in < t.n; ++in)
+        for (int id = 0; id < t.d; ++id) {
+          const std::size_t off = t.offset(ib, ih, in, id);
+          t.set(off, normal(local));
+          *out++ = t.get(off);
+        }
+    }
+  };
+  const std::size_t workers = std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, std::max<std::size_t>(1, slices));
+  std::vector<std::thread> threads;
+  for (std::size_t w = 0; w < workers; ++w) threads.emplace_back(fill, slices * w / workers, slices * (w + 1) / workers);
+  for (auto& th : threads) th.join();
+  return logical;
+}
+
 TensorView squeeze_heads(TensorView t) {
   t.ndim = 3;
   t.shape[1] = t.shape[2], t.shape[2] = t.shape[3];
@@ -54,8 +85,8 @@ struct Set {
       : x(make_host(c.batch, c.heads, c.n, c.d, c.layout, c.dtype)),
         d_o(make_host(c.batch, c.heads, c.n, c.direction == LrpeDirection::backward ? 2 * c.d : 1, c.layout, c.dtype)),
         out(make_host(c.batch, c.heads, c.n, c.direction == LrpeDirection::forward ? 2 * c.d : c.d, c.layout, c.dtype)),
-        x64(fill_random(x, rng)),
-        d_o64(c.direction == LrpeDirection::backward ? fill_random(d_o, rng) : std::vector<double>{}),
+        x64(fill_random_parallel(x, rng)),
+        d_o64(c.direction == LrpeDirection::backward ? fill_random_parallel(d_o, rng) : std::vector<double>{}),
         dx_buf(x.bytes.size()), d_o_buf(d_o.bytes.size()), out_buf(out.bytes.size()),
         angles_buf(c.cache ? std::size_t(c.heads) * c.n * c.d * 4 : 16),
         scratch_o(c.cache && c.direction == LrpeDirection::backward ? x.bytes.size() * 2 : 16) {
@@ -103,6 +134,16 @@ double lrpe_floor_bytes(const LrpeCase& c) {
   double per = fwd ? (seq ? 4 : 3) * e : (seq ? 7 : c.act == LrpeAct::none ? 3 : 4) * e;
   if (c.cache) per += fwd ? 4.0 / c.batch : (seq ? 8 : 4);
   return elements * per;
+}
+
+std::size_t lrpe_footprint_bytes(const LrpeCase& c, int device) {
+  const std::size_t x = std::size_t(c.batch) * c.heads * c.n * c.d * dtype_bytes(c.dtype);
+  const std::size_t theta = std::size_t(c.theta_kind == 2 ? 1 : c.heads) * (c.theta_kind == 1 ? 1 : theta_width(c)) * 4;
+  const bool fwd = c.direction == LrpeDirection::forward;
+  std::size_t bytes = x + theta + (fwd ? 2 * x : 2 * x + x);  // fwd: o; bwd: dO and dx
+  if (c.cache) bytes += std::size_t(c.heads) * c.n * c.d * 4;
+  bytes += lrpe_workspace_bytes(x_shape_view(c, reinterpret_cast<void*>(16), device), c.act, !fwd);
+  return bytes;
 }
 
 struct LrpeBench::Impl {

@@ -37,6 +37,12 @@ std::string to_string(const LrpeCase& c);
 // The bytes a call must move at the least (specs/lrpe.md §5).
 double lrpe_floor_bytes(const LrpeCase& c);
 
+// Device memory one call of the case holds, as the reports' memory tables count it for their
+// kernels (peak of live allocations): inputs, outputs and scratch. Forward: x, theta, o (+ the
+// md angle cache (heads, n, d) fp32, + softmax-over-the-sequence statistics); backward: x,
+// theta, dO, dx (+ angles, + statistics). kgen allocates nothing else on the call path.
+std::size_t lrpe_footprint_bytes(const LrpeCase& c, int device = 0);
+
 struct LrpeCheck {
   std::string config;     // the config that ran ("" = default)
   std::string reference;  // which rows the fp64 reference covered

@@ -124,6 +124,13 @@ std::string bench_cell(const LrpeCase& c, const std::string& config, double copy
   }
 }
 
+// One memory-table cell: MiB of lrpe_footprint_bytes.
+std::string memory_cell(const LrpeCase& c) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6f", double(lrpe_footprint_bytes(c, 0)) / (1 << 20));
+  return buf;
+}
+
 int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
   const auto dtypes = parse_dtypes(o.dtypes);
   const auto acts = parse_acts(o.acts);
@@ -141,6 +148,9 @@ int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
   std::stringstream in(o.configs);
   for (std::string c; std::getline(in, c, '|');)
     if (!c.empty()) configs.push_back(c);
+  // md columns: the default, the default with the angle cache ("cache"), then the configs.
+  std::vector<std::string> md_configs = {"", "cache"};
+  md_configs.insert(md_configs.end(), configs.begin() + 1, configs.end());
   require_device();
   print_device_header();
   const double copy_rate = measure_copy_bandwidth(static_cast<std::size_t>(o.copy_mib * (1 << 20)), 0);
@@ -148,8 +158,13 @@ int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
               copy_rate / 1e12, o.copy_mib);
   std::printf("cells: kernel-only median ms of %d reps after %d warm-up (CUDA events, inputs rotated beyond L2), each "
               "checked first on NaN-poisoned outputs against the fp64 reference; (%%) = floor time / measured time, floor = "
-              "bytes of specs/lrpe.md §5 at the copy rate. bwd is the kgen backward alone (no autograd accumulation).\n\n",
+              "bytes of specs/lrpe.md §5 at the copy rate. bwd is the kgen backward alone (no autograd accumulation).\n",
               o.reps, o.warmup);
+  std::printf("memory tables: MiB (2^20 bytes) of device memory one call holds, counted as the reference reports count "
+              "their kernels' peak of live allocations: fwd x + theta (fp32) + o, bwd x + theta + dO + dx, plus the md "
+              "angle cache (h, n, d) fp32 and the softmax-over-the-sequence statistics scratch; kgen allocates nothing "
+              "else on the call path (the reports' bwd also counts o and autograd's x.grad accumulation: "
+              "bench/compare_lrpe.py measures that under PyTorch).\n\n");
   int failed = 0;
   std::vector<std::string> notes;
   auto print_table = [&](const std::string& title, const std::vector<std::string>& columns,
@@ -169,10 +184,11 @@ int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
     for (LrpeAct act : acts)
       for (LrpeDirection dir : directions) {
         if (op == LrpeOp::cosine) {
-          std::vector<std::pair<double, std::vector<std::string>>> rows;
+          std::vector<std::pair<double, std::vector<std::string>>> rows, memory_rows;
           for (int n : seqlens) {
             LrpeCase c;
             c.dtype = t, c.act = act, c.direction = dir, c.batch = o.batch, c.heads = o.heads, c.n = n, c.d = o.dim;
+            memory_rows.emplace_back(n, std::vector<std::string>{memory_cell(c)});
             std::unique_ptr<LrpeBench> bench;
             std::vector<std::string> cells;
             for (const auto& config : configs) {
@@ -184,10 +200,11 @@ int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
           }
           std::vector<std::string> columns;
           for (const auto& config : configs) columns.push_back(config.empty() ? "kgen" : "kgen " + config);
-          print_table("lrpe_cosine-speed-" + std::string(direction_name(dir)) + "-batch" + std::to_string(o.batch) + "-head" +
-                          std::to_string(o.heads) + "-dim" + std::to_string(o.dim) + "-" + act_title(act) + "-" +
-                          std::string(dtype_name(t)),
-                      columns, rows);
+          const std::string tail = std::string(direction_name(dir)) + "-batch" + std::to_string(o.batch) + "-head" +
+                                   std::to_string(o.heads) + "-dim" + std::to_string(o.dim) + "-" + act_title(act) + "-" +
+                                   std::string(dtype_name(t));
+          print_table("lrpe_cosine-speed-" + tail, columns, rows);
+          print_table("lrpe_cosine-memory-" + tail, {"kgen"}, memory_rows);
           continue;
         }
         for (int m : dims)
@@ -197,7 +214,7 @@ int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
             if (m == 1) sides = seqlens;
             if (m == 2) sides = {16, 32, 64, 128};
             if (m == 3) sides = {4, 8, 16, 32};
-            std::vector<std::pair<double, std::vector<std::string>>> rows;
+            std::vector<std::pair<double, std::vector<std::string>>> rows, memory_rows;
             for (int side : sides) {
               LrpeCase c;
               c.op = LrpeOp::md_cosine, c.dtype = t, c.act = act, c.direction = dir, c.batch = o.batch, c.heads = o.heads;
@@ -206,21 +223,29 @@ int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
               int cells_n = 1;
               for (int v : c.grid) cells_n *= v;
               c.n += cells_n;
-              std::vector<std::string> cells;
-              for (bool cache : {false, true}) {
-                c.cache = cache;
-                std::unique_ptr<LrpeBench> bench;
+              // The default without and with the angle cache, then each --configs entry (":cache" ones
+              // with the cache), each column on its own buffers.
+              std::vector<std::string> cells, memory;
+              std::unique_ptr<LrpeBench> benches[2];  // without / with the cache: inputs made once each
+              for (const auto& config : md_configs) {
+                c.cache = config == "cache" || config.ends_with(":cache");
                 std::string note;
-                cells.push_back(bench_cell(c, "", copy_rate, o, bench, failed, note));
+                cells.push_back(bench_cell(c, config == "cache" ? "" : config, copy_rate, o, benches[c.cache], failed, note));
                 if (!note.empty()) notes.push_back(note);
+                if (config.empty() || config == "cache") memory.push_back(memory_cell(c));
               }
               rows.emplace_back(side, cells);
+              memory_rows.emplace_back(side, memory);
             }
-            std::string title = "md_lrpe_cosine-speed-" + std::string(direction_name(dir)) + "-batch" + std::to_string(o.batch) +
-                                "-head" + std::to_string(o.heads) + "-dim" + std::to_string(o.dim) + "-" +
-                                std::string(dtype_name(t)) + "-" + std::to_string(m) + "d-l" + std::to_string(extra);
-            if (act != LrpeAct::none) title += "-" + act_title(act);
-            print_table(title, {"kgen", "kgen cache"}, rows);
+            const std::string head = "md_lrpe_cosine-", tail = std::string(direction_name(dir)) + "-batch" +
+                                     std::to_string(o.batch) + "-head" + std::to_string(o.heads) + "-dim" +
+                                     std::to_string(o.dim) + "-" + std::string(dtype_name(t)) + "-" + std::to_string(m) +
+                                     "d-l" + std::to_string(extra) + (act != LrpeAct::none ? "-" + act_title(act) : "");
+            std::vector<std::string> columns;
+            for (const auto& config : md_configs)
+              columns.push_back(config.empty() ? "kgen" : config == "cache" ? "kgen cache" : "kgen " + config);
+            print_table(head + "speed-" + tail, columns, rows);
+            print_table(head + "memory-" + tail, {"kgen", "kgen cache"}, memory_rows);
           }
       }
   for (const auto& n : notes) std::printf("%s\n", n.c_str());
@@ -264,9 +289,10 @@ void add_lrpe_bench_command(CLI::App& bench, int& exit_code) {
     if (md) {
       cmd->add_option("--dims", o->dims, "Grid dims m to run (1, 2, 3)")->capture_default_str();
       cmd->add_option("--extras", o->extras, "Extra tokens l")->capture_default_str();
-    } else {
-      cmd->add_option("--configs", o->configs, "Also time these configs, '|'-separated (e.g. 'bp:t256:r4:v8')");
     }
+    cmd->add_option("--configs", o->configs,
+                    std::string("Also time these configs, '|'-separated (e.g. 'bp:t256:r1:v8:b4'") +
+                        (md ? "; ':cache' ones run with the angle cache)" : ")"));
     const LrpeOp op = op_of(name);
     cmd->callback([=, &exit_code] { exit_code = run_lrpe_bench(op, *o); });
   }

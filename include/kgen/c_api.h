@@ -96,7 +96,7 @@ typedef struct kgen_lrpe_options {
   int dims;               /* md_lrpe_cosine: spatial dims m, 1..3 */
   int64_t grid[3];        /* md_lrpe_cosine: n_1..n_m, row-major (last fastest); n = extra + Π grid */
   int extra;              /* md_lrpe_cosine: l extra tokens first (angle 0) */
-  const char* config;     /* NULL or "" = heuristic; e.g. "sp:t256:r4:v8" */
+  const char* config;     /* NULL or "" = heuristic; e.g. "sp:t256:r4:v8", "bp:t256:r1:v8:b4" */
   void* workspace;        /* act softmax_seq scratch, NULL = stream-ordered allocation */
   size_t workspace_bytes;
 } kgen_lrpe_options;

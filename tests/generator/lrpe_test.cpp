@@ -46,8 +46,16 @@ TEST(LrpeConfigText, RoundTripsEveryConfigAndRejectsMalformed) {
         EXPECT_EQ(*parsed, c) << to_string(c);
       }
   EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::bp, 128, 2, 4, true}), "bp:t128:r2:v4:cache");
+  EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::bp, 256, 1, 8, false, 4}), "bp:t256:r1:v8:b4");
+  EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::sp, 128, 2, 4, true, 12}), "sp:t128:r2:v4:b12:cache");
+  for (const char* text : {"bp:t256:r1:v8:b4", "sp:t128:r2:v4:b12:cache", "bp:t256:r4:v8"}) {
+    auto parsed = parse_lrpe_config(text);
+    ASSERT_TRUE(parsed) << text;
+    EXPECT_EQ(to_string(*parsed), text);
+  }
   for (const char* bad : {"", "sp", "sp:t256:r4", "xp:t256:r4:v8", "sp:256:r4:v8", "sp:t256:r4:v8:x", "sp:t256:r4:v8:cache:x",
-                          "sp:tx:r4:v8", "sp:t256:r:v8", "sp:t256:r4:v8 "})
+                          "sp:tx:r4:v8", "sp:t256:r:v8", "sp:t256:r4:v8 ", "sp:t256:r4:v8:b1", "sp:t256:r4:v8:b",
+                          "sp:t256:r4:v8:bx", "sp:t256:r4:v8:cache:b2", "sp:t256:r4:v8:b2:b2"})
     EXPECT_FALSE(parse_lrpe_config(bad)) << bad;
 }
 
@@ -75,6 +83,11 @@ TEST(LrpeConfig, ValidityRulesNameTheReason) {
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 96, 4, 8, false})->find("threads"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 3, 8, false})->find("rows"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 6, false})->find("vec"), std::string::npos);
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 1, 8, false, 5})->find("fold"), std::string::npos);
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 8, false, 8})->find("rows × fold"), std::string::npos);
+  EXPECT_FALSE(check_lrpe_config(plain, {LrpeStrategy::bp, 256, 1, 8, false, 16}));
+  EXPECT_FALSE(check_lrpe_config(seq, {LrpeStrategy::bp, 256, 1, 8, false, 4}));
+  EXPECT_NE(check_lrpe_config(seq, {LrpeStrategy::bp, 256, 1, 8, false, 6})->find("fold must be <= 4"), std::string::npos);
   EXPECT_FALSE(check_lrpe_config_for_shape(plain, {LrpeStrategy::sp, 256, 4, 8, false}, {1, 1, 10, 256}));
   auto wide = check_lrpe_config_for_shape(plain, {LrpeStrategy::sp, 256, 4, 4, false}, {1, 1, 10, 129});
   ASSERT_TRUE(wide);
@@ -90,7 +103,23 @@ TEST(LrpeConfig, DefaultIsValidForEveryShape) {
         auto space = lrpe_config_space(s, c.cache);  // warm compiles what a launch picks
         EXPECT_NE(std::find(space.begin(), space.end(), c), space.end()) << to_string(s) << " " << to_string(c);
         EXPECT_EQ(c.cache, cache && s.op == LrpeOp::md_cosine);
+        if (!cache) {
+          EXPECT_LE(c.fold, std::max(1, shape.batch)) << "a default folds no more slices than there are";
+        }
       }
+}
+
+TEST(LrpeConfig, DefaultFoldsHeadsWhenThetaIsSharedByThem) {
+  LrpeSpec plain{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::none};
+  LrpeShape one{1, 12, 4096, 128};
+  EXPECT_EQ(lrpe_default_config(plain, one).fold, 1);
+  one.theta_shared = true;
+  const LrpeConfig c = lrpe_default_config(plain, one);
+  EXPECT_GT(c.fold, 1);
+  const LrpeLaunchPlan plan = lrpe_launch_plan(c, one, 132);
+  EXPECT_TRUE(plan.fold_heads);
+  EXPECT_EQ(plan.grid.y, 1u);
+  EXPECT_EQ(plan.grid.z, static_cast<unsigned>((12 + c.fold - 1) / c.fold));
 }
 
 TEST(LrpeLaunchPlan, CoversEveryRowOnceWithPowerOfTwoRowGroups) {
@@ -115,6 +144,24 @@ TEST(LrpeLaunchPlan, CoversEveryRowOnceWithPowerOfTwoRowGroups) {
             EXPECT_EQ(plan.rows_per_block, 256 / plan.row_group * 4);
           }
         }
+  // Folded slices: grid z counts slice groups (the last one partial), y the heads.
+  for (int fold : {2, 3, 4, 16}) {
+    LrpeShape shape{5, 3, 1000, 64};
+    LrpeLaunchPlan plan = lrpe_launch_plan({LrpeStrategy::bp, 256, 1, 8, false, fold}, shape, 132, 2);
+    EXPECT_FALSE(plan.fold_heads);
+    EXPECT_EQ(plan.grid.y, 3u);
+    EXPECT_EQ(plan.grid.z, static_cast<unsigned>((5 + fold - 1) / fold));
+    // bp fills min(resident, 4) blocks per SM once.
+    EXPECT_LE(1LL * plan.splits * plan.grid.y * plan.grid.z, 2 * 132 + plan.grid.y * plan.grid.z);
+  }
+  // The softmax-over-the-sequence scratch bound holds for every fold, occupancy and batch.
+  for (int fold : {1, 2, 3, 4})
+    for (LrpeShape shape : {LrpeShape{12, 12, 16384, 128}, LrpeShape{1, 1, 1 << 20, 64}, LrpeShape{3, 5, 777, 33},
+                            LrpeShape{2, 12, 4096, 128, true}})
+      for (int resident : {1, 2, 4, 8, 16}) {
+        LrpeLaunchPlan plan = lrpe_launch_plan({LrpeStrategy::bp, 128, 1, 8, false, fold}, shape, 132, resident);
+        EXPECT_LE(plan.splits, lrpe_max_splits(shape, 132)) << fold << " " << resident;
+      }
   LrpeSpec seq{LrpeOp::cosine, LrpeDirection::backward, DType::bf16, LrpeAct::softmax_seq};
   LrpeShape shape{2, 3, 1000, 33};
   auto plan = lrpe_launch_plan({LrpeStrategy::bp, 256, 4, 8, false}, shape, 132);
@@ -132,8 +179,11 @@ TEST(LrpeRender, EntriesAndTemplateArguments) {
   EXPECT_EQ(k.variant, "md_lrpe_cosine.bwd.fp16.softmax_seq.bp:t256:r2:v8:cache");
   EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) kgen_lrpe("), std::string::npos) << k.source;
   EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) kgen_lrpe_stats("), std::string::npos);
-  EXPECT_NE(k.source.find("lrpe_column_stats<kgen::half_t, 8, 256, 2, true, true, true>(p)"), std::string::npos) << k.source;
-  EXPECT_NE(k.source.find("lrpe_backward<kgen::half_t, 8, 256, 2, 5, true, true>(p)"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("lrpe_column_stats<kgen::half_t, 8, 256, 2, 1, true, true, true>(p)"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("lrpe_backward<kgen::half_t, 8, 256, 2, 1, 5, true, true>(p)"), std::string::npos) << k.source;
+  KernelSource folded = render_lrpe(spec, {LrpeStrategy::bp, 256, 1, 8, true, 4});
+  EXPECT_EQ(folded.variant, "md_lrpe_cosine.bwd.fp16.softmax_seq.bp:t256:r1:v8:b4:cache");
+  EXPECT_NE(folded.source.find("lrpe_backward<kgen::half_t, 8, 256, 1, 4, 5, true, true>(p)"), std::string::npos);
   // Without statistics, sp and bp of the same sizes are one kernel.
   LrpeSpec plain{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::silu};
   KernelSource sp = render_lrpe(plain, {LrpeStrategy::sp, 256, 4, 8, false});
@@ -141,7 +191,7 @@ TEST(LrpeRender, EntriesAndTemplateArguments) {
   EXPECT_EQ(sp.variant, bp.variant);
   EXPECT_EQ(sp.source, bp.source);
   EXPECT_EQ(sp.source.find("kgen_lrpe_stats"), std::string::npos);
-  EXPECT_NE(sp.source.find("lrpe_forward<kgen::bfloat16_t, 8, 256, 4, 3, false, false>(p)"), std::string::npos) << sp.source;
+  EXPECT_NE(sp.source.find("lrpe_forward<kgen::bfloat16_t, 8, 256, 4, 1, 3, false, false>(p)"), std::string::npos) << sp.source;
 }
 
 TEST(Registry, KnowsBothLrpeOperatorsWithDistinctVariants) {

@@ -83,6 +83,49 @@ INSTANTIATE_TEST_SUITE_P(
              std::string(dtype_name(std::get<2>(info.param))) + "_" + std::string(lrpe_act_name(std::get<3>(info.param)));
     });
 
+// Folded slices beyond the config space: partial last groups (batch 5 over folds 2–16), heads
+// folded together (theta shared by heads), several rows in flight, the scalar path (d = 33),
+// md with and without the angle cache.
+TEST(LrpeGpuFold, FoldedConfigsMatchTheReferenceWithPartialGroupsAndFoldedHeads) {
+  KGEN_REQUIRE_GPU();
+  struct FoldShape {
+    int b, h, n, d, theta_kind;
+  };
+  const FoldShape shapes[] = {{5, 3, 257, 128, 0}, {2, 6, 100, 33, 2}, {1, 12, 64, 64, 2}, {5, 2, 40, 48, 1}};
+  const char* configs[] = {"bp:t128:r2:v8:b3", "sp:t256:r1:v4:b4", "bp:t256:r1:v8:b16", "bp:t256:r4:v8:b4", "sp:t128:r1:v8:b2"};
+  std::uint64_t seed = 100;
+  for (LrpeOp op : {LrpeOp::cosine, LrpeOp::md_cosine})
+    for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward})
+      for (LrpeAct act : {LrpeAct::none, LrpeAct::silu, LrpeAct::softmax, LrpeAct::softmax_seq})
+        for (bool cache : {false, true}) {
+          if (cache && op == LrpeOp::cosine) continue;
+          for (std::string config : configs) {
+            auto parsed = parse_lrpe_config(config);
+            ASSERT_TRUE(parsed);
+            if (act == LrpeAct::softmax_seq) parsed->strategy = LrpeStrategy::bp;
+            parsed->cache = cache;
+            if (check_lrpe_config({op, dir, DType::bf16, act}, *parsed)) continue;  // e.g. softmax_seq with b16
+            for (const FoldShape& s : shapes) {
+              LrpeCase c;
+              c.op = op, c.direction = dir, c.act = act, c.dtype = DType::bf16;  // one dtype: each config compiles once
+              c.config = to_string(*parsed), c.cache = cache;
+              c.batch = s.b, c.heads = s.h, c.n = s.n, c.d = s.d, c.theta_kind = s.theta_kind;
+              c.layout = seed % 2 ? Layout::bnhd : Layout::bhnd;
+              c.seed = seed++;
+              if (op == LrpeOp::cosine) {
+                c.offset = seed % 2 ? 0 : 4000;
+              } else {
+                if (c.theta_kind == 1) c.theta_kind = 0;  // md theta is (heads | 1, e)
+                c.grid = {s.n - 4};
+                c.extra = 4;
+              }
+              auto r = check_lrpe(c);
+              EXPECT_TRUE(r.pass) << describe(c, r);
+            }
+          }
+        }
+}
+
 // Long sequences: angles up to (offset + n)·θ ≈ 32768 in fp32, many blocks, sampled (b, h).
 TEST(LrpeGpuLarge, LongSequencesAndLargeOffsetsStayWithinTheFp32Bounds) {
   KGEN_REQUIRE_GPU();

@@ -91,4 +91,18 @@ __device__ __forceinline__ unsigned pack2<bfloat16_t>(float lo, float hi) {
   return r;
 }
 
+// The inverse of pack2: the two 16-bit elements of `w` as fp32 (bf16: one instruction each).
+template <class T>
+__device__ __forceinline__ void unpack2(unsigned w, float& lo, float& hi);
+template <>
+__device__ __forceinline__ void unpack2<half_t>(unsigned w, float& lo, float& hi) {
+  asm("{\n .reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}"
+      : "=f"(lo), "=f"(hi) : "r"(w));
+}
+template <>
+__device__ __forceinline__ void unpack2<bfloat16_t>(unsigned w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xffff0000u);
+}
+
 }  // namespace kgen

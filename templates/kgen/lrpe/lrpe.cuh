@@ -1,13 +1,18 @@
 // lrpe_cosine and md_lrpe_cosine kernels (specs/lrpe.md): o = [act(x)·cos Θ, act(x)·sin Θ]
 // and its backward dx = act'(x) ⊙ (dO_cos·cos Θ + dO_sin·sin Θ), fp32 math.
 //
-// Work split. Grid (gridDim.x, heads, batch); block (b, h, x) covers rows
-// [x·rows_per_block, min(n, (x + 1)·rows_per_block)) of one (b, h). Sequence-parallel ("sp")
+// Work split. Grid (gridDim.x, heads | 1, slice groups); block (x, y, z) covers rows
+// [x·rows_per_block, min(n, (x + 1)·rows_per_block)) of Fold slices (b, h): b = z·Fold + j with
+// h = y, or (theta shared by heads, fold_heads) b·heads + h = z·Fold + j. The slices of a block
+// share every angle (it does not depend on b, nor on h when theta is shared), so each thread
+// computes the sin/cos of a row once and applies them to Fold rows of x: the transcendental
+// cost per element is divided by Fold, and Rows·Fold independent 16-byte loads are in flight. Sequence-parallel ("sp")
 // launches give each block one pass of Rows rows per thread; block-parallel ("bp") launches
 // give each block a long stretch of the sequence (gridDim.x = splits) that it walks. Inside a
 // block, row_group threads (a power of two <= 32, aligned lanes of one warp) share a row,
 // lane i owning features [i·V, i·V + V); a block pass covers Threads / row_group rows, Rows
-// passes are loaded before any is computed so that Rows·V elements per thread are in flight.
+// passes of Fold slices are loaded before any is computed (Rows·Fold·V elements per thread in
+// flight).
 // Every thread runs the same number of passes (rows past the end load nothing and store
 // nothing), so the row reductions of softmax over features can shuffle with a full mask.
 //
@@ -41,31 +46,64 @@ __device__ __forceinline__ Placement placement(const LrpeParams& p) {
   return w;
 }
 
-// What every kernel of a block starts from: its (b, h), placement, columns and row pointers
-// (offset to the thread's first feature).
-template <class T, int V, bool Md>
+// What every kernel of a block starts from: its placement, columns, and per slice its (b, h),
+// whether it exists (the last group may be partial) and its row pointers (offset to the
+// thread's first feature; slice 0's for slices that do not exist).
+template <class T, int V, int Fold, bool Md>
 struct BlockView {
-  int h, b;
   Placement w;
   bool vec;
   Columns<V, Md> col;
-  const T* x;
-  const T* go;  // dO (backward)
-  T* out;       // o or dx
+  int b[Fold], h[Fold];
+  bool ok[Fold];
+  const T* x[Fold];
+  const T* go[Fold];  // dO (backward)
+  T* out[Fold];       // o or dx
 };
 
-template <class T, int V, int Threads, bool Md>
-__device__ __forceinline__ BlockView<T, V, Md> block_view(const LrpeParams& p) {
-  BlockView<T, V, Md> v;
-  v.h = blockIdx.y, v.b = blockIdx.z;
+template <class T, int V, int Threads, int Fold, bool Md>
+__device__ __forceinline__ BlockView<T, V, Fold, Md> block_view(const LrpeParams& p) {
+  BlockView<T, V, Fold, Md> v;
   v.w = placement<Threads>(p);
   v.vec = p.vectorized != 0;
-  v.col = load_columns<V, Md>(p, v.h, v.w.lane);
-  v.x = static_cast<const T*>(p.x) + v.b * p.x_stride_b + v.h * p.x_stride_h + v.col.k0;
-  v.go = static_cast<const T*>(p.d_o) + v.b * p.do_stride_b + v.h * p.do_stride_h + v.col.k0;
-  v.out = static_cast<T*>(p.out) + v.b * p.out_stride_b + v.h * p.out_stride_h + v.col.k0;
+  v.col = load_columns<V, Md>(p, blockIdx.y, v.w.lane);  // fold_heads: y = 0, theta has one row
+#pragma unroll
+  for (int j = 0; j < Fold; ++j) {
+    const int f = blockIdx.z * Fold + j;
+    int b = f, h = blockIdx.y;
+    if (p.fold_heads) b = f / p.heads, h = f - b * p.heads;
+    v.ok[j] = b < p.batch;
+    if (!v.ok[j]) b = 0, h = p.fold_heads ? 0 : h;
+    v.b[j] = b, v.h[j] = h;
+    v.x[j] = static_cast<const T*>(p.x) + b * p.x_stride_b + h * p.x_stride_h + v.col.k0;
+    v.go[j] = static_cast<const T*>(p.d_o) + b * p.do_stride_b + h * p.do_stride_h + v.col.k0;
+    v.out[j] = static_cast<T*>(p.out) + b * p.out_stride_b + h * p.out_stride_h + v.col.k0;
+  }
   return v;
 }
+
+// Row s of the block: its index, whether it exists.
+__device__ __forceinline__ int row_of(const Placement& w, int base, int u) { return base + u * w.rows_per_pass + w.slot; }
+
+// Per slice, a pointer to the thread's first row (row_begin + slot), advanced one loop step
+// (Rows passes) at a time: loop-carried, so the compiler never rebuilds the slice offsets
+// (b·stride_b + h·stride_h, 64-bit) inside the row loop. at(j, u) is row u of the step.
+template <class P, int Fold>
+struct SliceRows {
+  P ptr[Fold];
+  long long pass, step;  // elements between passes, between loop steps
+  __device__ __forceinline__ SliceRows(P const (&first)[Fold], const Placement& w, long long stride_n, int rows) {
+    pass = w.rows_per_pass * stride_n;
+    step = pass * rows;
+#pragma unroll
+    for (int j = 0; j < Fold; ++j) ptr[j] = first[j] + (w.row_begin + w.slot) * stride_n;
+  }
+  __device__ __forceinline__ P at(int j, int u) const { return ptr[j] + u * pass; }
+  __device__ __forceinline__ void advance() {
+#pragma unroll
+    for (int j = 0; j < Fold; ++j) ptr[j] += step;
+  }
+};
 
 // Running column statistics: max m, Σ exp(x − m), Σ exp(x − m)·g.
 template <int V>
@@ -89,220 +127,306 @@ __device__ __forceinline__ float* stats_row(const LrpeParams& p, int plane, int 
   return p.stats + ((plane * rows + (1LL * b * p.heads + h) * gridDim.x + split) * p.d);
 }
 
-// The angles of row s for the thread's columns: computed, or (md cache backward) read back.
-template <int V, bool Md, bool ReadCache>
-__device__ __forceinline__ void angles_of_row(float (&a)[V], const Columns<V, Md>& c, const LrpeParams& p, int h,
-                                              int s, bool vec) {
+// cos and sin of the angles of row s for the thread's columns: computed, or (md cache
+// backward) read back from the angles of head h. A row that does not exist gets angle 0.
+template <int V, bool Md, bool ReadCache, bool Vec>
+__device__ __forceinline__ void row_trig(float (&c)[V], float (&sn)[V], const Columns<V, Md>& col, const LrpeParams& p,
+                                         int h, int s, bool row_ok) {
+  float a[V];
   if constexpr (ReadCache) {
-    RowIO<float, V>::load(a, p.angles + (1LL * h * p.n + s) * p.d + c.k0, c.valid, vec);
+    RowIO<float, V>::template load<Vec>(a, p.angles + (1LL * h * p.n + s) * p.d + col.k0, row_ok ? col.valid : 0);
   } else {
-    row_angles<V, Md>(a, c, p, s);
+    row_angles<V, Md>(a, col, p, s);
   }
+#pragma unroll
+  for (int i = 0; i < V; ++i) c[i] = cos_approx(a[i]), sn[i] = sin_approx(a[i]);
 }
 
 // g = dO_cos·cos a + dO_sin·sin a.
 template <int V>
-__device__ __forceinline__ void rotate_back(float (&g)[V], const float (&gc)[V], const float (&gs)[V], const float (&a)[V]) {
+__device__ __forceinline__ void rotate_back(float (&g)[V], const float (&gc)[V], const float (&gs)[V], const float (&c)[V],
+                                            const float (&sn)[V]) {
 #pragma unroll
-  for (int i = 0; i < V; ++i) g[i] = gc[i] * cos_approx(a[i]) + gs[i] * sin_approx(a[i]);
+  for (int i = 0; i < V; ++i) g[i] = gc[i] * c[i] + gs[i] * sn[i];
+}
+
+// The row loop of lrpe_column_stats for one vectorization (a compile-time constant, so that
+// no access carries a branch).
+template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec>
+__device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v,
+                                                  OnlineColumns<V> (&st)[Fold]) {
+  using IO = RowIO<T, V>;
+  const Placement& w = v.w;
+  SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows), gos(v.go, w, p.do_stride_n, Rows);
+  for (int base = w.row_begin; base < w.row_end; base += w.rows_per_pass * Rows, xs.advance(), gos.advance()) {
+    typename IO::Bits xr[Rows][Fold], gcr[Rows][Fold], gsr[Rows][Fold];
+    bool ok[Rows];
+#pragma unroll
+    for (int u = 0; u < Rows; ++u) {
+      ok[u] = row_of(w, base, u) < w.row_end;
+#pragma unroll
+      for (int j = 0; j < Fold; ++j) {
+        const int valid = ok[u] && v.ok[j] ? v.col.valid : 0;
+        IO::template load_raw<Vec>(xr[u][j], xs.at(j, u), valid);
+        if constexpr (Backward) {
+          IO::template load_raw<Vec>(gcr[u][j], gos.at(j, u), valid);
+          IO::template load_raw<Vec>(gsr[u][j], gos.at(j, u) + p.d, valid);
+        }
+      }
+    }
+    float x[Rows][Fold][V], g[Rows][Fold][V];
+#pragma unroll
+    for (int u = 0; u < Rows; ++u) {
+      float c[V], sn[V];
+      if constexpr (Backward) row_trig<V, Md, Cache, Vec>(c, sn, v.col, p, v.h[0], row_of(w, base, u), ok[u]);
+#pragma unroll
+      for (int j = 0; j < Fold; ++j) {
+        IO::unpack(x[u][j], xr[u][j]);
+        if constexpr (Backward) {
+          float gc[V], gs[V];
+          IO::unpack(gc, gcr[u][j]);
+          IO::unpack(gs, gsr[u][j]);
+          rotate_back<V>(g[u][j], gc, gs, c, sn);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < Fold; ++j)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        float mn = st[j].m[i];
+#pragma unroll
+        for (int u = 0; u < Rows; ++u)
+          if (ok[u]) mn = fmaxf(mn, x[u][j][i]);
+        if (mn == -infinity_f32()) continue;  // no row yet (or -inf inputs): nothing to add
+        if (mn > st[j].m[i]) {  // rescale only when the max grew: rare after the first rows
+          const float f = exp_approx(st[j].m[i] - mn);
+          st[j].l[i] *= f;
+          st[j].a[i] *= f;
+          st[j].m[i] = mn;
+        }
+#pragma unroll
+        for (int u = 0; u < Rows; ++u)
+          if (ok[u]) {
+            const float e = exp_approx(x[u][j][i] - mn);
+            st[j].l[i] += e;
+            if constexpr (Backward) st[j].a[i] += e * g[u][j][i];
+          }
+      }
+  }
 }
 
 // First pass of softmax over the sequence: the block's partial column statistics of x
 // (forward: max, sum) or of x and g (backward: max, sum, Σ e·g), written to p.stats.
-template <class T, int V, int Threads, int Rows, bool Md, bool Cache, bool Backward>
+template <class T, int V, int Threads, int Rows, int Fold, bool Md, bool Cache, bool Backward>
 __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
-  const auto [h, b, w, vec, col, x, go, out] = block_view<T, V, Threads, Md>(p);
-  OnlineColumns<V> st;
+  const auto v = block_view<T, V, Threads, Fold, Md>(p);
+  const Placement& w = v.w;
+  OnlineColumns<V> st[Fold];
 #pragma unroll
-  for (int i = 0; i < V; ++i) st.m[i] = -infinity_f32(), st.l[i] = 0.f, st.a[i] = 0.f;
+  for (int j = 0; j < Fold; ++j)
+#pragma unroll
+    for (int i = 0; i < V; ++i) st[j].m[i] = -infinity_f32(), st[j].l[i] = 0.f, st[j].a[i] = 0.f;
 
-  for (int base = w.row_begin; base < w.row_end; base += w.rows_per_pass * Rows) {
-    float v[Rows][V], g[Rows][V];
-    bool ok[Rows];
-#pragma unroll
-    for (int u = 0; u < Rows; ++u) {
-      const int s = base + u * w.rows_per_pass + w.slot;
-      ok[u] = s < w.row_end;
-      const int valid = ok[u] ? col.valid : 0;
-      RowIO<T, V>::load(v[u], x + s * p.x_stride_n, valid, vec);
-      if constexpr (Backward) {
-        float gc[V], gs[V], a[V];
-        RowIO<T, V>::load(gc, go + s * p.do_stride_n, valid, vec);
-        RowIO<T, V>::load(gs, go + s * p.do_stride_n + p.d, valid, vec);
-        if (ok[u]) {
-          angles_of_row<V, Md, Cache>(a, col, p, h, s, vec);
-        } else {
-#pragma unroll
-          for (int i = 0; i < V; ++i) a[i] = 0.f;
-        }
-        rotate_back<V>(g[u], gc, gs, a);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      float mn = st.m[i];
-#pragma unroll
-      for (int u = 0; u < Rows; ++u)
-        if (ok[u]) mn = fmaxf(mn, v[u][i]);
-      if (mn == -infinity_f32()) continue;  // no row yet (or -inf inputs): nothing to add
-      const float f = exp_approx(st.m[i] - mn);
-      st.l[i] *= f;
-      st.a[i] *= f;
-#pragma unroll
-      for (int u = 0; u < Rows; ++u)
-        if (ok[u]) {
-          const float e = exp_approx(v[u][i] - mn);
-          st.l[i] += e;
-          if constexpr (Backward) st.a[i] += e * g[u][i];
-        }
-      st.m[i] = mn;
-    }
-  }
+  if (v.vec) column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, true>(p, v, st);
+  else column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, false>(p, v, st);
 
-  // Merge the row slots: first inside each warp (lanes that differ above the row group), then
-  // across warps through shared memory; warp 0's first row_group lanes hold the block's result.
-  for (int lane_bit = p.row_group; lane_bit < 32; lane_bit <<= 1)
-#pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, st.m[i], lane_bit);
-      const float l2 = __shfl_xor_sync(0xffffffffu, st.l[i], lane_bit);
-      const float a2 = __shfl_xor_sync(0xffffffffu, st.a[i], lane_bit);
-      merge_stats(st.m[i], st.l[i], st.a[i], m2, l2, a2);
-    }
+  // Per slice, merge the row slots: first inside each warp (lanes that differ above the row
+  // group), then across warps through shared memory; the block's first row_group threads hold
+  // the result and write it.
   constexpr int kWarps = Threads / 32;
   __shared__ float partial[3][kWarps][32 * V];
   const int warp = threadIdx.x / 32;
-  if ((threadIdx.x & 31) < p.row_group)
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      partial[0][warp][w.lane * V + i] = st.m[i];
-      partial[1][warp][w.lane * V + i] = st.l[i];
-      partial[2][warp][w.lane * V + i] = st.a[i];
+  for (int j = 0; j < Fold; ++j) {
+    OnlineColumns<V>& t = st[j];
+    for (int lane_bit = p.row_group; lane_bit < 32; lane_bit <<= 1)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, t.m[i], lane_bit);
+        const float l2 = __shfl_xor_sync(0xffffffffu, t.l[i], lane_bit);
+        const float a2 = __shfl_xor_sync(0xffffffffu, t.a[i], lane_bit);
+        merge_stats(t.m[i], t.l[i], t.a[i], m2, l2, a2);
+      }
+    if ((threadIdx.x & 31) < p.row_group)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        partial[0][warp][w.lane * V + i] = t.m[i];
+        partial[1][warp][w.lane * V + i] = t.l[i];
+        partial[2][warp][w.lane * V + i] = t.a[i];
+      }
+    __syncthreads();
+    if (threadIdx.x < p.row_group && v.ok[j]) {
+      for (int other = 1; other < kWarps; ++other)
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          merge_stats(t.m[i], t.l[i], t.a[i], partial[0][other][w.lane * V + i], partial[1][other][w.lane * V + i],
+                      partial[2][other][w.lane * V + i]);
+      const int planes = Backward ? 3 : 2;
+      for (int plane = 0; plane < planes; ++plane) {
+        float* dst = stats_row(p, plane, v.b[j], v.h[j], blockIdx.x) + v.col.k0;
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          if (i < v.col.valid) dst[i] = plane == 0 ? t.m[i] : plane == 1 ? t.l[i] : t.a[i];
+      }
     }
-  __syncthreads();
-  if (threadIdx.x >= p.row_group) return;
-  for (int other = 1; other < kWarps; ++other)
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      merge_stats(st.m[i], st.l[i], st.a[i], partial[0][other][w.lane * V + i], partial[1][other][w.lane * V + i],
-                  partial[2][other][w.lane * V + i]);
-  const int planes = Backward ? 3 : 2;
-  for (int plane = 0; plane < planes; ++plane) {
-    float* dst = stats_row(p, plane, b, h, blockIdx.x) + col.k0;
-#pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (i < col.valid) dst[i] = plane == 0 ? st.m[i] : plane == 1 ? st.l[i] : st.a[i];
+    __syncthreads();  // before the next slice reuses `partial`
   }
 }
 
-// Second pass of softmax over the sequence, before the rows: every split's partials of the
-// thread's columns merged (once per block, by the first row slot, shared through smem).
-template <int V, int Threads, bool Backward>
-__device__ __forceinline__ ColumnSoftmax<V> merged_column_stats(const LrpeParams& p, const Placement& w, int k0, int valid) {
+// Second pass of softmax over the sequence, before the rows: per slice, every split's partials
+// of the thread's columns merged (once per block, by the first row slot, shared through smem).
+template <int V, int Fold, bool Backward, class View>
+__device__ __forceinline__ void merged_column_stats(ColumnSoftmax<V> (&out)[Fold], const LrpeParams& p, const View& v) {
   __shared__ float merged[3][32 * V];
-  const int b = blockIdx.z, h = blockIdx.y;
-  if (w.slot == 0) {
-    float m[V], l[V], a[V];
+  const int lane = v.w.lane, valid = v.col.valid;
 #pragma unroll
-    for (int i = 0; i < V; ++i) m[i] = -infinity_f32(), l[i] = 0.f, a[i] = 0.f;
-    for (int split = 0; split < gridDim.x; ++split) {
-      const float* sm = stats_row(p, 0, b, h, split) + k0;
-      const float* sl = stats_row(p, 1, b, h, split) + k0;
-      const float* sa = Backward ? stats_row(p, 2, b, h, split) + k0 : nullptr;
+  for (int j = 0; j < Fold; ++j) {
+    if (v.w.slot == 0 && v.ok[j]) {
+      float m[V], l[V], a[V];
 #pragma unroll
-      for (int i = 0; i < V; ++i)
-        if (i < valid) merge_stats(m[i], l[i], a[i], sm[i], sl[i], Backward ? sa[i] : 0.f);
+      for (int i = 0; i < V; ++i) m[i] = -infinity_f32(), l[i] = 0.f, a[i] = 0.f;
+      for (int split = 0; split < gridDim.x; ++split) {
+        const float* sm = stats_row(p, 0, v.b[j], v.h[j], split) + v.col.k0;
+        const float* sl = stats_row(p, 1, v.b[j], v.h[j], split) + v.col.k0;
+        const float* sa = Backward ? stats_row(p, 2, v.b[j], v.h[j], split) + v.col.k0 : nullptr;
+#pragma unroll
+        for (int i = 0; i < V; ++i)
+          if (i < valid) merge_stats(m[i], l[i], a[i], sm[i], sl[i], Backward ? sa[i] : 0.f);
+      }
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        merged[0][lane * V + i] = m[i];
+        merged[1][lane * V + i] = l[i];
+        merged[2][lane * V + i] = a[i];
+      }
     }
+    __syncthreads();
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      merged[0][w.lane * V + i] = m[i];
-      merged[1][w.lane * V + i] = l[i];
-      merged[2][w.lane * V + i] = a[i];
+      const bool present = i < valid && v.ok[j];
+      const float inv = present ? rcp_approx(merged[1][lane * V + i]) : 0.f;  // l >= 1
+      out[j].max[i] = present ? merged[0][lane * V + i] : 0.f;
+      out[j].scale[i] = inv;
+      out[j].dot[i] = present ? merged[2][lane * V + i] * inv : 0.f;
+    }
+    __syncthreads();  // before the next slice overwrites `merged`
+  }
+}
+
+// The row loop of lrpe_forward for one vectorization.
+template <class T, int V, int Rows, int Fold, int Act, bool Md, bool Cache, bool Vec>
+__device__ __forceinline__ void forward_rows(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v,
+                                             const ColumnSoftmax<V> (&colsm)[Fold]) {
+  using IO = RowIO<T, V>;
+  const Placement& w = v.w;
+  SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows);
+  SliceRows<T*, Fold> os(v.out, w, p.out_stride_n, Rows);
+  for (int base = w.row_begin; base < w.row_end; base += w.rows_per_pass * Rows, xs.advance(), os.advance()) {
+    typename IO::Bits xr[Rows][Fold];
+#pragma unroll
+    for (int u = 0; u < Rows; ++u) {
+      const int s = row_of(w, base, u);
+#pragma unroll
+      for (int j = 0; j < Fold; ++j)
+        IO::template load_raw<Vec>(xr[u][j], xs.at(j, u), s < w.row_end && v.ok[j] ? v.col.valid : 0);
+    }
+#pragma unroll
+    for (int u = 0; u < Rows; ++u) {
+      const int s = row_of(w, base, u);
+      const bool row_ok = s < w.row_end;
+      float a[V], c[V], sn[V];
+      row_angles<V, Md>(a, v.col, p, s);
+#pragma unroll
+      for (int i = 0; i < V; ++i) c[i] = cos_approx(a[i]), sn[i] = sin_approx(a[i]);
+#pragma unroll
+      for (int j = 0; j < Fold; ++j) {
+        float x[V];
+        IO::unpack(x, xr[u][j]);
+        activate<Act, V>(x, v.col.valid, colsm[j], p.row_group);  // shuffles: before the row check
+        const int valid = row_ok && v.ok[j] ? v.col.valid : 0;
+        if (Cache && v.b[j] == 0)
+          RowIO<float, V>::template store<Vec>(p.angles + (1LL * v.h[j] * p.n + s) * p.d + v.col.k0, a, valid);
+        float oc[V], on[V];
+#pragma unroll
+        for (int i = 0; i < V; ++i) oc[i] = x[i] * c[i], on[i] = x[i] * sn[i];
+        IO::template store<Vec>(os.at(j, u), oc, valid);
+        IO::template store<Vec>(os.at(j, u) + p.d, on, valid);
+      }
     }
   }
-  __syncthreads();
-  ColumnSoftmax<V> c;
+}
+
+// The row loop of lrpe_backward for one vectorization.
+template <class T, int V, int Rows, int Fold, int Act, bool Md, bool Cache, bool Vec>
+__device__ __forceinline__ void backward_rows(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v,
+                                              const ColumnSoftmax<V> (&colsm)[Fold]) {
+  using IO = RowIO<T, V>;
+  constexpr bool kReadsX = Act != kLrpeActNone;
+  const Placement& w = v.w;
+  SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows), gos(v.go, w, p.do_stride_n, Rows);
+  SliceRows<T*, Fold> dxs(v.out, w, p.out_stride_n, Rows);
+  for (int base = w.row_begin; base < w.row_end;
+       base += w.rows_per_pass * Rows, xs.advance(), gos.advance(), dxs.advance()) {
+    typename IO::Bits gcr[Rows][Fold], gsr[Rows][Fold], xr[Rows][Fold];
 #pragma unroll
-  for (int i = 0; i < V; ++i) {
-    const bool present = i < valid;
-    const float inv = present ? rcp_approx(merged[1][w.lane * V + i]) : 0.f;  // l >= 1
-    c.max[i] = present ? merged[0][w.lane * V + i] : 0.f;
-    c.scale[i] = inv;
-    c.dot[i] = merged[2][w.lane * V + i] * inv;
+    for (int u = 0; u < Rows; ++u) {
+      const int s = row_of(w, base, u);
+#pragma unroll
+      for (int j = 0; j < Fold; ++j) {
+        const int valid = s < w.row_end && v.ok[j] ? v.col.valid : 0;
+        IO::template load_raw<Vec>(gcr[u][j], gos.at(j, u), valid);
+        IO::template load_raw<Vec>(gsr[u][j], gos.at(j, u) + p.d, valid);
+        if constexpr (kReadsX) IO::template load_raw<Vec>(xr[u][j], xs.at(j, u), valid);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < Rows; ++u) {
+      const int s = row_of(w, base, u);
+      const bool row_ok = s < w.row_end;
+      float c[V], sn[V];
+      row_trig<V, Md, Cache, Vec>(c, sn, v.col, p, v.h[0], s, row_ok);
+#pragma unroll
+      for (int j = 0; j < Fold; ++j) {
+        float gc[V], gs[V], x[V], g[V];
+        IO::unpack(gc, gcr[u][j]);
+        IO::unpack(gs, gsr[u][j]);
+        if constexpr (kReadsX) IO::unpack(x, xr[u][j]);
+        rotate_back<V>(g, gc, gs, c, sn);
+        act_backward<Act, V>(g, x, v.col.valid, colsm[j], p.row_group);  // shuffles: before the row check
+        IO::template store<Vec>(dxs.at(j, u), g, row_ok && v.ok[j] ? v.col.valid : 0);
+      }
+    }
   }
-  return c;
+}
+
+// The apply kernels: the block's view, the merged statistics of softmax over the sequence, then
+// the row loop of the block's vectorization.
+template <class T, int V, int Threads, int Rows, int Fold, int Act, bool Md, bool Cache, bool Backward>
+__device__ __forceinline__ void lrpe_apply(const LrpeParams& p) {
+  const auto v = block_view<T, V, Threads, Fold, Md>(p);
+  ColumnSoftmax<V> colsm[Fold];
+  if constexpr (Act == kLrpeActSoftmaxSeq) merged_column_stats<V, Fold, Backward>(colsm, p, v);
+  if constexpr (Backward) {
+    if (v.vec) backward_rows<T, V, Rows, Fold, Act, Md, Cache, true>(p, v, colsm);
+    else backward_rows<T, V, Rows, Fold, Act, Md, Cache, false>(p, v, colsm);
+  } else {
+    if (v.vec) forward_rows<T, V, Rows, Fold, Act, Md, Cache, true>(p, v, colsm);
+    else forward_rows<T, V, Rows, Fold, Act, Md, Cache, false>(p, v, colsm);
+  }
 }
 
 // o = [act(x)·cos Θ, act(x)·sin Θ] for the block's rows; the md cache variant also writes the
-// reduced angles (batch 0 only: they do not depend on b).
-template <class T, int V, int Threads, int Rows, int Act, bool Md, bool Cache>
+// reduced angles (from the slices of batch 0 only: they do not depend on b).
+template <class T, int V, int Threads, int Rows, int Fold, int Act, bool Md, bool Cache>
 __device__ __forceinline__ void lrpe_forward(const LrpeParams& p) {
-  const auto [h, b, w, vec, col, x, go, o] = block_view<T, V, Threads, Md>(p);
-  ColumnSoftmax<V> colsm;
-  if constexpr (Act == kLrpeActSoftmaxSeq) colsm = merged_column_stats<V, Threads, false>(p, w, col.k0, col.valid);
-  const bool write_angles = Cache && b == 0;
-
-  for (int base = w.row_begin; base < w.row_end; base += w.rows_per_pass * Rows) {
-    float v[Rows][V];
-#pragma unroll
-    for (int u = 0; u < Rows; ++u) {
-      const int s = base + u * w.rows_per_pass + w.slot;
-      RowIO<T, V>::load(v[u], x + s * p.x_stride_n, s < w.row_end ? col.valid : 0, vec);
-    }
-#pragma unroll
-    for (int u = 0; u < Rows; ++u) {
-      const int s = base + u * w.rows_per_pass + w.slot;
-      activate<Act, V>(v[u], col.valid, colsm, p.row_group);  // shuffles: before the row check
-      if (s >= w.row_end) continue;
-      float a[V], oc[V], os[V];
-      row_angles<V, Md>(a, col, p, s);
-      if (write_angles) RowIO<float, V>::store(p.angles + (1LL * h * p.n + s) * p.d + col.k0, a, col.valid, vec);
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        oc[i] = v[u][i] * cos_approx(a[i]);
-        os[i] = v[u][i] * sin_approx(a[i]);
-      }
-      T* row = o + s * p.out_stride_n;
-      RowIO<T, V>::store(row, oc, col.valid, vec);
-      RowIO<T, V>::store(row + p.d, os, col.valid, vec);
-    }
-  }
+  lrpe_apply<T, V, Threads, Rows, Fold, Act, Md, Cache, false>(p);
 }
 
 // dx = act'(x) ⊙ (dO_cos·cos Θ + dO_sin·sin Θ) for the block's rows (softmax: p·(g − Σ p·g)).
-template <class T, int V, int Threads, int Rows, int Act, bool Md, bool Cache>
+template <class T, int V, int Threads, int Rows, int Fold, int Act, bool Md, bool Cache>
 __device__ __forceinline__ void lrpe_backward(const LrpeParams& p) {
-  constexpr bool kReadsX = Act != kLrpeActNone;
-  const auto [h, b, w, vec, col, x, go, dx] = block_view<T, V, Threads, Md>(p);
-  ColumnSoftmax<V> colsm;
-  if constexpr (Act == kLrpeActSoftmaxSeq) colsm = merged_column_stats<V, Threads, true>(p, w, col.k0, col.valid);
-
-  for (int base = w.row_begin; base < w.row_end; base += w.rows_per_pass * Rows) {
-    float gc[Rows][V], gs[Rows][V], v[Rows][V];
-#pragma unroll
-    for (int u = 0; u < Rows; ++u) {
-      const int s = base + u * w.rows_per_pass + w.slot;
-      const int valid = s < w.row_end ? col.valid : 0;
-      RowIO<T, V>::load(gc[u], go + s * p.do_stride_n, valid, vec);
-      RowIO<T, V>::load(gs[u], go + s * p.do_stride_n + p.d, valid, vec);
-      if constexpr (kReadsX) RowIO<T, V>::load(v[u], x + s * p.x_stride_n, valid, vec);
-    }
-#pragma unroll
-    for (int u = 0; u < Rows; ++u) {
-      const int s = base + u * w.rows_per_pass + w.slot;
-      const bool ok = s < w.row_end;
-      float a[V], g[V];
-      if (ok) {
-        angles_of_row<V, Md, Cache>(a, col, p, h, s, vec);
-      } else {
-#pragma unroll
-        for (int i = 0; i < V; ++i) a[i] = 0.f;
-      }
-      rotate_back<V>(g, gc[u], gs[u], a);
-      act_backward<Act, V>(g, v[u], col.valid, colsm, p.row_group);  // shuffles: before the row check
-      if (ok) RowIO<T, V>::store(dx + s * p.out_stride_n, g, col.valid, vec);
-    }
-  }
+  lrpe_apply<T, V, Threads, Rows, Fold, Act, Md, Cache, true>(p);
 }
 
 }  // namespace lrpe

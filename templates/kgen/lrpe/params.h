@@ -14,6 +14,8 @@ enum LrpeActCode : int {
   kLrpeActSoftmaxSeq = 5,  // softmax over the sequence of each (b, h, k) column (dim -2)
 };
 
+// A slice is one (b, h); a block owns rows [x·rows_per_block, …) of `Fold` slices (a template
+// argument) that share their angles, slices blockIdx.z·Fold … (over b, or over b·heads + h).
 // Logical shapes: x and dx (batch, heads, n, d); o and dO (batch, heads, n, 2d), the cos half
 // first. Strides are in elements, the last dimension is contiguous. theta is fp32, read as
 // theta[h·theta_stride_h + i·theta_stride_k] (a stride of 0 broadcasts).
@@ -39,6 +41,8 @@ struct LrpeParams {
   int row_group;       // threads per row: a power of two >= ceil(d / V), <= 32
   int row_group_log2;
   int rows_per_block;  // rows of one (b, h) each block covers (gridDim.x blocks along n)
+  int fold_heads;      // nonzero (theta shared by heads): a block's Fold slices run over the
+                       // flattened b·heads + h and gridDim.y = 1; zero: over b, gridDim.y = heads
   int vectorized;      // nonzero: d % V == 0 and every row start is 16-byte aligned
 };
 

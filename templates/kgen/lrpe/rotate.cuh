@@ -11,7 +11,10 @@
 // reaches ((offset + 32768)·θ): the fp32 bounds (rel_l2 1e-5) hold. A plain __sinf of the
 // unreduced fp32 product would be off by up to ~1e-3 at pos = 32768 (ulp of the product), and
 // an accurate sincosf costs ~40 instructions per element against a budget of ~50 at the
-// bandwidth floor; this costs ~8 plus two MUFU operations.
+// bandwidth floor; this costs 8 full-rate instructions plus two MUFU operations per angle (the
+// nearest multiple comes from the 1.5·2^23 rounding trick, not FRND, which shares the
+// quarter-rate pipe with MUFU), and the kernels share each angle between the `Fold` slices of
+// a block (lrpe.cuh).
 #pragma once
 
 #include "kgen/core/math.cuh"
@@ -28,13 +31,16 @@ constexpr float k2PiLo = -1.74845560e-07f;       // 2π − fp32(2π)
 
 __device__ __forceinline__ float exp_approx(float x) { return exp2_approx(x * kLog2e); }
 
+// Adding then subtracting 1.5·2^23 rounds an fp32 |t| < 2^22 to the nearest integer.
+constexpr float kRoundMagic = 12582912.0f;
+
 // pos·θ minus the nearest multiple of 2π (pos an integer with |pos| < 2^24).
 __device__ __forceinline__ float reduced_angle(float pos, float theta) {
   const float hi = __fmul_rn(pos, theta);
-  const float lo = fmaf(pos, theta, -hi);
-  const float turns = rintf(hi * kInv2Pi);
-  float r = fmaf(-turns, k2PiHi, hi);
-  r = fmaf(-turns, k2PiLo, r);
+  const float lo = __fmaf_rn(pos, theta, -hi);
+  const float turns = __fadd_rn(__fmaf_rn(hi, kInv2Pi, kRoundMagic), -kRoundMagic);
+  float r = __fmaf_rn(-turns, k2PiHi, hi);
+  r = __fmaf_rn(-turns, k2PiLo, r);
   return r + lo;
 }
 
@@ -45,9 +51,28 @@ struct alignas(Bytes) Piece {
   unsigned w[Bytes / 4];
 };
 
+// *ptr = v where `pred` holds, as one predicated global store: a C++ `if` around the store
+// compiles to a branch with a convergence barrier (~4 instructions per store at sm_90a).
+__device__ __forceinline__ void store_if(Piece<16>* ptr, const Piece<16>& v, bool pred) {
+  asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %5, 0;\n"
+               " @p st.global.v4.b32 [g], {%1, %2, %3, %4};\n}"
+               :: "l"(ptr), "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3]), "r"(int(pred)) : "memory");
+}
+__device__ __forceinline__ void store_if(Piece<8>* ptr, const Piece<8>& v, bool pred) {
+  asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %3, 0;\n"
+               " @p st.global.v2.b32 [g], {%1, %2};\n}"
+               :: "l"(ptr), "r"(v.w[0]), "r"(v.w[1]), "r"(int(pred)) : "memory");
+}
+__device__ __forceinline__ void store_if(Piece<4>* ptr, const Piece<4>& v, bool pred) {
+  asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %2, 0;\n"
+               " @p st.global.b32 [g], %1;\n}"
+               :: "l"(ptr), "r"(v.w[0]), "r"(int(pred)) : "memory");
+}
+
 // Loads/stores V elements of one row at `ptr`, converting to/from fp32. `valid` elements exist
-// (<= 0: none; missing ones read as 0). `vec`: the caller guarantees valid == V or <= 0 and a
-// 16-byte aligned `ptr`, so whole pieces of up to 16 bytes move at once.
+// (<= 0: none; missing ones read as 0). `Vec`: the caller guarantees valid == V or <= 0 and a
+// 16-byte aligned `ptr`, so whole pieces of up to 16 bytes move at once (the kernels choose
+// Vec once per block, so that the row loop has no per-access branch).
 template <class T, int V>
 struct RowIO {
   static constexpr int kBytes = V * int(sizeof(T));
@@ -59,31 +84,59 @@ struct RowIO {
     T e[V];
   };
 
-  __device__ static __forceinline__ void load(float (&v)[V], const T* ptr, int valid, bool vec) {
-    if (vec && valid > 0) {
-      Bits bits;
+  // The raw elements, converted when used: rows loaded early hold V·sizeof(T) bytes of
+  // registers each, not V floats (fewer registers, more resident warps).
+  template <bool Vec>
+  __device__ static __forceinline__ void load_raw(Bits& bits, const T* ptr, int valid) {
+    if constexpr (Vec) {
 #pragma unroll
-      for (int i = 0; i < kPieces; ++i) bits.piece[i] = reinterpret_cast<const Piece<kPiece>*>(ptr)[i];
+      for (int i = 0; i < kPieces; ++i) {
+        bits.piece[i] = Piece<kPiece>{};
+        if (valid > 0) bits.piece[i] = reinterpret_cast<const Piece<kPiece>*>(ptr)[i];
+      }
+    } else {
 #pragma unroll
-      for (int i = 0; i < V; ++i) v[i] = to_float(bits.e[i]);
-      return;
+      for (int i = 0; i < V; ++i) bits.e[i] = i < valid ? ptr[i] : from_float<T>(0.f);
     }
-#pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = i < valid ? to_float(ptr[i]) : 0.f;
   }
 
-  __device__ static __forceinline__ void store(T* ptr, const float (&v)[V], int valid, bool vec) {
-    if (vec && valid > 0) {
-      Bits bits;
+  __device__ static __forceinline__ void unpack(float (&v)[V], const Bits& bits) {
+    if constexpr (sizeof(T) == 2) {  // by 32-bit words: no byte permutes
+      constexpr int kWords = kPiece / 4;
 #pragma unroll
-      for (int i = 0; i < V; ++i) bits.e[i] = from_float<T>(v[i]);
+      for (int i = 0; i < V / 2; ++i) unpack2<T>(bits.piece[i / kWords].w[i % kWords], v[2 * i], v[2 * i + 1]);
+    } else {
 #pragma unroll
-      for (int i = 0; i < kPieces; ++i) reinterpret_cast<Piece<kPiece>*>(ptr)[i] = bits.piece[i];
-      return;
+      for (int i = 0; i < V; ++i) v[i] = to_float(bits.e[i]);
     }
+  }
+
+  template <bool Vec>
+  __device__ static __forceinline__ void load(float (&v)[V], const T* ptr, int valid) {
+    Bits bits;
+    load_raw<Vec>(bits, ptr, valid);
+    unpack(v, bits);
+  }
+
+  template <bool Vec>
+  __device__ static __forceinline__ void store(T* ptr, const float (&v)[V], int valid) {
+    if constexpr (Vec) {
+      Bits bits;
+      if constexpr (sizeof(T) == 2) {
+        constexpr int kWords = kPiece / 4;
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (i < valid) ptr[i] = from_float<T>(v[i]);
+        for (int i = 0; i < V / 2; ++i) bits.piece[i / kWords].w[i % kWords] = pack2<T>(v[2 * i], v[2 * i + 1]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) bits.e[i] = from_float<T>(v[i]);
+      }
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) store_if(reinterpret_cast<Piece<kPiece>*>(ptr) + i, bits.piece[i], valid > 0);
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        if (i < valid) ptr[i] = from_float<T>(v[i]);
+    }
   }
 };
 
@@ -128,7 +181,7 @@ __device__ __forceinline__ Columns<V, Md> load_columns(const LrpeParams& p, int 
 template <int V, bool Md>
 __device__ __forceinline__ void row_angles(float (&a)[V], const Columns<V, Md>& c, const LrpeParams& p, int s) {
   if constexpr (!Md) {
-    const float pos = static_cast<float>(p.offset + s);
+    const float pos = static_cast<float>(static_cast<int>(p.offset) + s);  // |offset| + n < 2^24
 #pragma unroll
     for (int i = 0; i < V; ++i) a[i] = reduced_angle(pos, c.theta[i]);
   } else {
