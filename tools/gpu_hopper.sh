@@ -20,7 +20,7 @@ step() { echo; echo "=== $* ($(date -u +%FT%TZ))"; }
     step "C++ GPU tests: backward, double backward"
     KGEN_LOG_LEVEL=warn timeout 230 dist/bin/kgen_bwd_gpu_tests --gtest_brief=1 2>&1 | tail -25
     step "C++ GPU tests: forward"
-    KGEN_LOG_LEVEL=warn timeout 150 dist/bin/kgen_gpu_tests --gtest_brief=1 --gtest_filter='-*Lrpe*' 2>&1 | tail -25
+    KGEN_LOG_LEVEL=warn timeout 300 dist/bin/kgen_gpu_tests --gtest_brief=1 --gtest_filter='-*Lrpe*' 2>&1 | tail -25
     step "Python autograd tests"
     timeout 120 python3 -m pytest -q python/tests/test_autograd_gpu.py 2>&1 | tail -8
   else
