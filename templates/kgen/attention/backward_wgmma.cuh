@@ -10,10 +10,10 @@
 //   Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked; dSᵀ = Pᵀ∘(dPᵀ − delta)   (registers);
 //   dV += Pᵀ·dO and dK += dSᵀ·Q       wgmma m64nDk16, A = Pᵀ or dSᵀ packed to 16 bits in
 //                                      registers, B = dO or Q MN-major (transposed by descriptor);
-//   with AtomicDQ: dSᵀ to shared memory (this warpgroup's 64 rows), then the warpgroup's partial
-//     dQ = dS_wg·K_wg (64 queries x D, in 64-column passes) by wgmma with A = dS read M-major and
-//     B = K MN-major, added to the fp32 accumulator with red.global.add (each warpgroup adds its
-//     own keys' share; attention_backward_dq_convert scales and converts).
+//   with AtomicDQ: dSᵀ to shared memory (each warpgroup its 64 rows, then a block barrier), then
+//     dQ = dS·K over all BN keys by wgmma with A = dS read M-major and B = K MN-major, warpgroup
+//     wg taking the columns [wg·D/WGs, +D/WGs), added to the fp32 accumulator with
+//     red.global.add (attention_backward_dq_convert scales and converts).
 // Epilogue: dK = scale·Σ dSᵀ·Q and dV to global memory.
 //
 // Shared memory (dynamic; the base rounded up to 1024 bytes): K, V (wgmma::Sw128<BN, D>), two
@@ -72,7 +72,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
                 "shared memory layout must match wgmma_kv_smem_bytes");
   constexpr int kSRegs = BM / 2;          // 64 keys x BM queries per warpgroup
   constexpr int kDRegs = D / 2;           // 64 keys x D
-  constexpr int kDqCols = D < 64 ? D : 64;  // dQ columns per pass: one 64-column block of K
+  // dQ: each warpgroup owns D / WGs columns, computed in passes of at most 64 (32 registers).
+  constexpr int kDqCols = D / WGs < 64 ? D / WGs : 64;
+  constexpr int kDqPasses = D / WGs / kDqCols;
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -130,7 +132,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
   const unsigned wg_rows = wg * 64 * 128;
   const unsigned long long k_a = wgmma::desc_sw128(smem_k + wg_rows, 16, 1024);
   const unsigned long long v_a = wgmma::desc_sw128(smem_v + wg_rows, 16, 1024);
-  const unsigned long long ds_a = wgmma::desc_sw128(smem_ds + wg_rows, DsTile::kBlockBytes, 1024);
+  const unsigned long long ds_a = wgmma::desc_sw128(smem_ds, DsTile::kBlockBytes, 1024);
 
   float dk[kDRegs], dv[kDRegs];
 #pragma unroll
@@ -209,7 +211,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
     }
 
     if constexpr (AtomicDQ) {
-      // ---- partial dQ = dS_wg·K_wg through this warpgroup's dSᵀ rows, fp32 atomics ----
+      // ---- dQ += dS·K through shared dSᵀ and fp32 atomics; warpgroup wg computes the columns
+      // [wg·D/WGs, +D/WGs) over all BN keys, in passes of kDqCols ----
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = wg * 64 + warp * 16 + g + 8 * h;
@@ -218,16 +221,20 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
           st_shared_4(smem_ds + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
       }
       wgmma::fence_proxy_async();
-      asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory");  // this warpgroup's dSᵀ rows complete
+      if constexpr (WGs > 1) asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");  // all dSᵀ rows written
+      else asm volatile("bar.sync 1, 128;" ::: "memory");
       float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * D;
 #pragma unroll
-      for (int chunk = 0; chunk < D / kDqCols; ++chunk) {
+      for (int pass = 0; pass < kDqPasses; ++pass) {
+        const int col0 = wg * (D / WGs) + pass * kDqCols;
         float dq[kDqCols / 2];
-        const unsigned long long k_b =
-            wgmma::desc_sw128(smem_k + chunk * KVTile::kBlockBytes + wg_rows, KVTile::kBlockBytes, 1024);
+        // K rows as MN-major B from column col0: a 64-column block, then 2 bytes per column
+        // inside its 128-byte rows (the swizzle applies to the resulting addresses).
+        const unsigned long long k_b = wgmma::desc_sw128(smem_k + (col0 / 64) * KVTile::kBlockBytes + (col0 % 64) * 2,
+                                                         KVTile::kBlockBytes, 1024);
         wgmma::fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
+        for (int kk = 0; kk < BN / 16; ++kk)
           wgmma::Mma<kDqCols>::template ss<T, 1, 1>(dq, ds_a + ((kk * 16 * 128) >> 4), k_b + ((kk * 16 * 128) >> 4), kk > 0);
         wgmma::commit();
         wgmma::wait<0>();
@@ -236,7 +243,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
         for (int h = 0; h < 2; ++h) {
           const int row = m0 + warp * 16 + g + 8 * h;
           if (row >= n_q) continue;
-          float* acc_row = acc_base + static_cast<long long>(row) * D + chunk * kDqCols + 2 * t;
+          float* acc_row = acc_base + static_cast<long long>(row) * D + col0 + 2 * t;
 #pragma unroll
           for (int j = 0; j < kDqCols / 8; ++j) bwd_detail::red_add_f32x2(acc_row + 8 * j, dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
         }

@@ -83,6 +83,13 @@ __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned
 template <int N>
 struct Mma;
 
+#define KGEN_WG_ACC_32 \
+  "{" \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
+  "}"
+#define KGEN_WG_OUT_32(d) \
+  KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8)
+
 #define KGEN_WG_ACC_64 \
   "{" \
   "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
@@ -154,6 +161,8 @@ struct Mma;
     }                                                                                          \
   };
 
+KGEN_WG_SHAPE(32, "%16", "%17", "%18", "%19", "%20",
+              "{%16,%17,%18,%19}", "%20", "%21", "%22")
 KGEN_WG_SHAPE(64, "%32", "%33", "%34", "%35", "%36",
               "{%32,%33,%34,%35}", "%36", "%37", "%38")
 KGEN_WG_SHAPE(128, "%64", "%65", "%66", "%67", "%68",
@@ -167,6 +176,8 @@ KGEN_WG_SHAPE(256, "%128", "%129", "%130", "%131", "%132",
 #undef KGEN_WG_RS
 #undef KGEN_WG_SS
 #undef KGEN_WG_ACC8
+#undef KGEN_WG_ACC_32
+#undef KGEN_WG_OUT_32
 #undef KGEN_WG_ACC_64
 #undef KGEN_WG_OUT_64
 #undef KGEN_WG_ACC_128
