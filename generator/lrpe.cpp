@@ -148,9 +148,21 @@ namespace {
 // divides the angle work (8 full-rate instructions and 2 MUFU per angle) by 4 and keeps four
 // 16-byte loads per thread in flight; softmax over the sequence folds 2 (its running
 // statistics take 3·vec registers per slice).
+// From the config sweep of tools/gpu_lrpe_sweep.sh on an H200 (B = H = 12, D = 128, bf16,
+// n = 16384; BENCHMARKS.md), share of the bandwidth floor of the best config that compiles
+// without spills: none 92 % fwd / 102 % bwd and silu 85 % / 69 % with sp, fold 4; softmax over
+// features 85 % fwd (bp, fold 6) and 85 % bwd (bp, 128 threads, fold 4); softmax over the
+// sequence 59 % fwd (bp, two rows in flight) and 53 % bwd (bp, 128 threads, fold 2).
 LrpeConfig measured_default(const LrpeSpec& spec) {
-  if (spec.act == LrpeAct::softmax_seq) return {LrpeStrategy::bp, 256, 1, 8, false, 2};
-  return {LrpeStrategy::bp, 256, 1, 8, false, 4};
+  const bool fwd = spec.direction == LrpeDirection::forward;
+  switch (spec.act) {
+    case LrpeAct::softmax_seq:
+      return fwd ? LrpeConfig{LrpeStrategy::bp, 256, 2, 8, false, 1} : LrpeConfig{LrpeStrategy::bp, 128, 1, 8, false, 2};
+    case LrpeAct::softmax:
+      return fwd ? LrpeConfig{LrpeStrategy::bp, 256, 1, 8, false, 6} : LrpeConfig{LrpeStrategy::bp, 128, 1, 8, false, 4};
+    default:
+      return {LrpeStrategy::sp, 256, 1, 8, false, 4};
+  }
 }
 
 // The config of the space that serves fewer slices than the default folds: fold 2 (two rows in
@@ -173,11 +185,14 @@ std::vector<LrpeConfig> lrpe_config_space(const LrpeSpec& spec, bool cache) {
   }
   // The measured default first (so `kgen warm` compiles what a launch picks), then what it
   // becomes for batches smaller than its fold. Without softmax over the sequence, sp and bp of
-  // the same sizes compile to one kernel: the sp launch of the default costs no compile.
+  // the same sizes compile to one kernel: the other launch of the default costs no compile.
   out.push_back(d);
   for (int slices : {2, 1})
     if (LrpeConfig c = smaller_fold(d, slices); std::ranges::find(out, c) == out.end()) out.push_back(c);
-  if (spec.act != LrpeAct::softmax_seq) out.push_back({LrpeStrategy::sp, d.threads, d.rows, d.vec, false, d.fold});
+  if (spec.act != LrpeAct::softmax_seq) {
+    const LrpeStrategy other = d.strategy == LrpeStrategy::sp ? LrpeStrategy::bp : LrpeStrategy::sp;
+    out.push_back({other, d.threads, d.rows, d.vec, false, d.fold});
+  }
   return out;
 }
 
