@@ -52,7 +52,8 @@ expect 0 "Usage" -- check md_lrpe --help
 expect 2 "acts: unknown act 'gelu'" -- bench lrpe --acts gelu
 expect 2 "directions: expected fwd and/or bwd" -- bench md_lrpe --directions up
 expect 2 "dtypes: unknown dtype 'fp8'" -- check lrpe --dtypes fp8
-expect 0 "^#include \"kgen/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal
+expect 0 "^#include \"kgen/attention/forward_wgmma.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal
+expect 0 "^#include \"kgen/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal --arch sm_80
 expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --arch sm_80,sm_90a --cache-dir "$cache" --quiet
 expect 0 "entries [0-9]+, corrupt 0" -- cache --cache-dir "$cache" verify
