@@ -368,7 +368,7 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
   if (std::ranges::find(kDblFa2HeadDims, spec.head_dim) == std::end(kDblFa2HeadDims))
     return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
-  if (c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 64 or 128");
+  if (c.block_m != 32 && c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 32, 64 or 128");
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64) return std::string("fa2 block_n must be 16, 32 or 64");
   if (c.warps * 16 != c.block_m) return std::string("fa2 warps must be block_m / 16");
   if (dbl_register_estimate(spec.head_dim, c.block_n) > kMaxRegistersPerThread)
@@ -387,7 +387,7 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
     if (!check_attention_double_backward_config(spec, c, target)) out.push_back(c);
   };
   if (spec.dtype != DType::f32)
-    for (int bm : {64})
+    for (int bm : {64, 32})
       for (int bn : {16, 32, 64}) keep({BackwardPath::fa2, bm, bn, bm / 16, 0});
   keep(attention_backward_general_config(spec));
   return out;
@@ -400,6 +400,20 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }
   return attention_backward_general_config(spec);
+}
+
+AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
+                                                                 const AttentionShape& shape, const Target& target,
+                                                                 int sm_count) {
+  AttentionBackwardConfig c = attention_double_backward_default_config(spec, target);
+  // Fewer 64-row query tiles than two per SM (b·h = 1 at n = 8192: 128 tiles on 132 SMs): 32-row
+  // tiles on 2 warps double the blocks of both passes.
+  const long long q_blocks = 1LL * shape.batch * shape.heads_q * blocks(shape.n_q, 64);
+  if (c.path == BackwardPath::fa2 && q_blocks < 2LL * sm_count) {
+    AttentionBackwardConfig small{BackwardPath::fa2, 32, c.block_n, 2, 0};
+    if (!check_attention_double_backward_config(spec, small, target)) return small;
+  }
+  return c;
 }
 
 std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& c) {

@@ -100,6 +100,11 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
                                                                             const Target& target);
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target);
+// The same, for a call's shape: 32-row query tiles when 64-row ones give fewer than two blocks
+// per SM.
+AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
+                                                                 const AttentionShape& shape, const Target& target,
+                                                                 int sm_count);
 std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& config);
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& config, DoubleBackwardKernel kernel,
                                           const AttentionShape& shape);

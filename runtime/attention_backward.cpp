@@ -174,7 +174,7 @@ AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall
     return check_config(op, call.spec, *config, ctx.target);
   };
   request.heuristic = [&] {
-    return to_string(op.double_backward ? attention_double_backward_default_config(call.spec, ctx.target)
+    return to_string(op.double_backward ? attention_double_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count)
                                         : attention_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count));
   };
   return parse_attention_backward_config(decide_config(request, ctx).config).value();
