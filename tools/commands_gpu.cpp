@@ -191,6 +191,47 @@ bool bench_gradients(AttentionOp op, const AttentionCase& c, const BenchOptions&
   return ok;
 }
 
+// Times every config of `o.configs` ("" = the launch's own choice) on the forward case `c`, each
+// checked first; one table row each. Returns the number of failed rows.
+int bench_forward_case(const AttentionCase& c, const BenchOptions& o, const std::string& row) {
+  const DType t = c.dtype;
+  const int d = c.head_dim, n = c.n_q;
+  const bool causal = c.causal;
+  int failed = 0;
+  std::unique_ptr<AttentionForwardBench> bench;
+  for (const std::string& forced : bench_configs(o.configs)) {
+    std::string config = forced;
+    try {
+      if (!bench) bench = std::make_unique<AttentionForwardBench>(c, 0);
+      if (config.empty()) {
+        AttentionForwardCall call;
+        call.spec = {t, d, causal};
+        call.shape = {c.batch, c.heads_q, c.heads_kv, n, n};
+        config = to_string(choose_attention_forward_config(call, {}));
+      }
+      AttentionCheck check = bench->check(forced);
+      if (!check.pass) {
+        std::printf("%s%s | FAIL (%s) | – | – | – | – | – | – |\n", row.c_str(), config.c_str(),
+                    (check.o.pass ? check.lse.why : check.o.why).c_str());
+        ++failed;
+        continue;
+      }
+      Timing timing = bench->time(forced, o.warmup, o.reps);
+      double tflops = attention_forward_flops(c) / (timing.median_ms * 1e-3) / 1e12;
+      // Live memory of the call: q, k, v, o and lse (the forward allocates no workspace).
+      double mib = (2.0 * c.batch * c.heads_q * n * d * dtype_bytes(t) + 2.0 * c.batch * c.heads_kv * n * d * dtype_bytes(t) +
+                    4.0 * c.batch * c.heads_q * n) / (1 << 20);
+      std::printf("%s%s | pass (rel_l2 %.1e) | %.3f | %.3f | %.3f | %.3f–%.3f | %.1f | %.0f |\n", row.c_str(), config.c_str(),
+                  check.o.rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms, tflops, mib);
+    } catch (const Error& e) {
+      std::printf("%s%s | ERROR %s | – | – | – | – | – | – |\n", row.c_str(), config.empty() ? "–" : config.c_str(), e.what());
+      ++failed;
+    }
+    std::fflush(stdout);
+  }
+  return failed;
+}
+
 int run_bench(const BenchOptions& o) {
   // Arguments first, so a typo is named even on a machine without a GPU.
   const AttentionOp op = parse_attention_op(o.op);
@@ -207,26 +248,12 @@ int run_bench(const BenchOptions& o) {
                 dbl ? attention_double_backward_flops_convention().c_str() : "backward FLOPs = 2.5 × forward");
     std::printf("| dtype | d | causal | n | b | h | config | check | median ms | p20–p80 ms | TFLOPS |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
-    int failed = 0;
-    for (DType t : dtypes)
-      for (int d : head_dims)
-        for (bool causal : causal_flags)
-          for (int n : seqlens) {
-            const AttentionCase c = sweep_case(o, t, d, causal, n);
-            const std::string row = row_prefix(c);
-            try {
-              if (!bench_gradients(op, c, o, row)) ++failed;
-            } catch (const Error& e) {
-              std::printf("%s– | ERROR %s | – | – | – |\n", row.c_str(), e.what());
-              ++failed;
-            }
-          }
-    return failed ? kFailed : kOk;
+  } else {
+    std::printf("attention_fwd, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first\n\n",
+                o.tokens, o.hidden, o.reps, o.warmup);
+    std::printf("| dtype | d | causal | n | b | h | config | check | fwd mean ms | fwd std ms | median ms | p20–p80 ms | TFLOPS | live MiB |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
-  std::printf("attention_fwd, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first\n\n",
-              o.tokens, o.hidden, o.reps, o.warmup);
-  std::printf("| dtype | d | causal | n | b | h | config | check | fwd mean ms | fwd std ms | median ms | p20–p80 ms | TFLOPS | live MiB |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failed = 0;
   for (DType t : dtypes)
     for (int d : head_dims)
@@ -234,36 +261,15 @@ int run_bench(const BenchOptions& o) {
         for (int n : seqlens) {
           const AttentionCase c = sweep_case(o, t, d, causal, n);
           const std::string row = row_prefix(c);
-          std::unique_ptr<AttentionForwardBench> bench;
-          for (const std::string& forced : bench_configs(o.configs)) {
-            std::string config = forced;
-            try {
-              if (!bench) bench = std::make_unique<AttentionForwardBench>(c, 0);
-              if (config.empty()) {
-                AttentionForwardCall call;
-                call.spec = {t, d, causal};
-                call.shape = {c.batch, c.heads_q, c.heads_kv, n, n};
-                config = to_string(choose_attention_forward_config(call, {}));
-              }
-              AttentionCheck check = bench->check(forced);
-              if (!check.pass) {
-                std::printf("%s%s | FAIL (%s) | – | – | – | – | – | – |\n", row.c_str(), config.c_str(),
-                            (check.o.pass ? check.lse.why : check.o.why).c_str());
-                ++failed;
-                continue;
-              }
-              Timing timing = bench->time(forced, o.warmup, o.reps);
-              double tflops = attention_forward_flops(c) / (timing.median_ms * 1e-3) / 1e12;
-              // Live memory of the call: q, k, v, o and lse (the forward allocates no workspace).
-              double mib = (2.0 * c.batch * c.heads_q * n * d * dtype_bytes(t) + 2.0 * c.batch * c.heads_kv * n * d * dtype_bytes(t) +
-                            4.0 * c.batch * c.heads_q * n) / (1 << 20);
-              std::printf("%s%s | pass (rel_l2 %.1e) | %.3f | %.3f | %.3f | %.3f–%.3f | %.1f | %.0f |\n", row.c_str(), config.c_str(),
-                          check.o.rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms, tflops, mib);
-            } catch (const Error& e) {
-              std::printf("%s%s | ERROR %s | – | – | – | – | – | – |\n", row.c_str(), config.empty() ? "–" : config.c_str(), e.what());
-              ++failed;
-            }
-            std::fflush(stdout);
+          if (op == AttentionOp::forward) {
+            failed += bench_forward_case(c, o, row);
+            continue;
+          }
+          try {
+            if (!bench_gradients(op, c, o, row)) ++failed;
+          } catch (const Error& e) {
+            std::printf("%s– | ERROR %s | – | – | – |\n", row.c_str(), e.what());
+            ++failed;
           }
         }
   return failed ? kFailed : kOk;

@@ -35,6 +35,20 @@ const int kKvHeads[] = {8, 2, 1};  // with hq = 8: GQA 1, 4, 8
 // Long sequences, one pass each (layout, determinism, cotangents rotate).
 const Shape kLargeShapes[] = {{1, 8, 1, 1000, 1000}, {1, 4, 4, 1337, 1000}, {2, 8, 2, 1000, 1337}};
 
+AttentionCase make_case(DType dtype, int d, bool causal, const Shape& s, Layout layout, std::uint64_t seed) {
+  AttentionCase c;
+  c.dtype = dtype, c.head_dim = d, c.causal = causal, c.layout = layout, c.seed = seed;
+  c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+  return c;
+}
+
+// Runs the backward (or double backward) of `c` (c.config: "" = the launch's choice) on
+// NaN-poisoned outputs and expects it to match the reference.
+void expect_pass(const AttentionCase& c, const BackwardBenchOptions& o, bool dbl) {
+  const GradientCheck r = dbl ? check_attention_double_backward(c, o) : check_attention_backward(c, o);
+  EXPECT_TRUE(r.pass) << (c.config.empty() ? "" : c.config + " ") << describe(c, o, dbl, r);
+}
+
 using Param = std::tuple<DType, int, bool>;
 
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
@@ -48,17 +62,13 @@ void run_grid(DType dtype, int d, bool causal, bool dbl) {
   std::uint64_t seed = 100000 * d + 1000 * int(dtype) + (causal ? 500 : 0) + (dbl ? 7 : 0);
   int index = 0;
   auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
-    AttentionCase c;
-    c.dtype = dtype, c.head_dim = d, c.causal = causal, c.layout = layout, c.seed = seed++;
-    c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
     BackwardBenchOptions o;
     o.deterministic = deterministic;
     o.external_workspace = index % 3 != 2;
     const int subset = 7 - index % 8;  // all three first, none last
     o.gq = subset & 1, o.gk = subset & 2, o.gv = subset & 4;
     ++index;
-    const GradientCheck r = dbl ? check_attention_double_backward(c, o) : check_attention_backward(c, o);
-    EXPECT_TRUE(r.pass) << describe(c, o, dbl, r);
+    expect_pass(make_case(dtype, d, causal, s, layout, seed++), o, dbl);
   };
   for (auto [nq, nk] : kSmallLengths)
     for (int hkv : kKvHeads)
@@ -104,14 +114,11 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
           if (config.path != BackwardPath::wgmma) continue;
           ++tested;
           auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
-            AttentionCase c;
-            c.dtype = dtype, c.head_dim = d, c.causal = causal, c.layout = layout, c.seed = seed++;
-            c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+            AttentionCase c = make_case(dtype, d, causal, s, layout, seed++);
+            c.config = to_string(config);
             BackwardBenchOptions o;
             o.deterministic = deterministic;
-            AttentionBackwardBench bench(c, o);
-            const GradientCheck r = bench.check(to_string(config));
-            EXPECT_TRUE(r.pass) << to_string(config) << " " << describe(c, o, false, r);
+            expect_pass(c, o, false);
           };
           int i = 0;
           for (auto [nq, nk] : kSmallLengths)

@@ -119,6 +119,20 @@ struct QueryTileWalk {
   __device__ __forceinline__ int m0(int it) const { return (tile_begin + it % tiles_per_head) * BM; }
 };
 
+// Shared-memory regions of the key-major kernels from `k` (the K tile): K and V tiles of
+// KVBytes, two stages of Q and dO tiles of QBytes, the dSᵀ tile, and at `stats_base` (a generic
+// pointer) two stages of BM lse2 and BM delta values.
+template <int KVBytes, int QBytes, int BM>
+struct KeyMajorSmem {
+  unsigned k;
+  float* stats_base;
+  __device__ __forceinline__ unsigned v() const { return k + KVBytes; }
+  __device__ __forceinline__ unsigned q(int stage) const { return k + 2 * KVBytes + stage * 2 * QBytes; }
+  __device__ __forceinline__ unsigned d_o(int stage) const { return q(stage) + QBytes; }
+  __device__ __forceinline__ unsigned ds() const { return k + 2 * KVBytes + 4 * QBytes; }
+  __device__ __forceinline__ float* stats(int stage) const { return stats_base + stage * 2 * BM; }
+};
+
 template <int MT, int NT>
 __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 #pragma unroll
@@ -205,12 +219,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const int total = walk.total;
 
   unsigned char* smem = dynamic_smem();
-  const unsigned smem_k = smem_u32(smem);
-  const unsigned smem_v = smem_k + kKVBytes;
-  auto smem_q = [&](int stage) { return smem_k + 2 * kKVBytes + stage * 2 * kQBytes; };
-  auto smem_do = [&](int stage) { return smem_q(stage) + kQBytes; };
-  const unsigned smem_ds = smem_k + 2 * kKVBytes + 4 * kQBytes;
-  auto stats = [&](int stage) { return reinterpret_cast<float*>(smem + kStatsOffset) + stage * 2 * BM; };
+  const bwd_detail::KeyMajorSmem<kKVBytes, kQBytes, BM> sm{smem_u32(smem), reinterpret_cast<float*>(smem + kStatsOffset)};
 
   const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
   const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
@@ -220,11 +229,11 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   auto load_query_tile = [&](int it, int stage) {
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
+    fa2_detail::load_tile_async<T, BM, D, kThreads>(sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
                                                     p.q.stride_n, m0, n_q, tid);
-    fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_do(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
+    fa2_detail::load_tile_async<T, BM, D, kThreads>(sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
                                                     p.d_o.stride_n, m0, n_q, tid);
-    float* st = stats(stage);
+    float* st = sm.stats(stage);
     for (int i = tid; i < BM; i += kThreads) {
       const int row = m0 + i;
       float l2 = infinity_f32(), dl = 0.f;
@@ -238,8 +247,8 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     }
   };
 
-  fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_k, k_ptr, p.k.stride_n, n0, n_k, tid);
-  fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_v, v_ptr, p.v.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads>(sm.k, k_ptr, p.k.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads>(sm.v(), v_ptr, p.v.stride_n, n0, n_k, tid);
   if (total > 0) load_query_tile(0, 0);
   cp_async_commit();
 
@@ -262,11 +271,11 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     if (it + 1 < total) load_query_tile(it + 1, stage ^ 1);
     cp_async_commit();
 
-    const float* st = stats(stage);
+    const float* st = sm.stats(stage);
     // ---- Sᵀ = K_w·Qᵀ, Pᵀ = exp2(Sᵀ·scale_log2 − lse2) ----
     float s[kKT][kQT][4];
     bwd_detail::zero(s);
-    bwd_detail::mma_abt<T, kKT, kQT, D>(s, smem_k + a_lane, smem_q(stage) + b_lane);
+    bwd_detail::mma_abt<T, kKT, kQT, D>(s, sm.k + a_lane, sm.q(stage) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt) {
@@ -297,12 +306,12 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     }
 
     // ---- dV += Pᵀ·dO ----
-    bwd_detail::mma_xb<T, kKT, kQT, D>(dv, s, smem_do(stage) + v_lane);
+    bwd_detail::mma_xb<T, kKT, kQT, D>(dv, s, sm.d_o(stage) + v_lane);
 
     // ---- dPᵀ = V_w·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − delta) ----
     float ds[kKT][kQT][4];
     bwd_detail::zero(ds);
-    bwd_detail::mma_abt<T, kKT, kQT, D>(ds, smem_v + a_lane, smem_do(stage) + b_lane);
+    bwd_detail::mma_abt<T, kKT, kQT, D>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt) {
       const float d0 = st[BM + nt * 8 + 2 * t];
@@ -317,7 +326,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     }
 
     // ---- dK += dSᵀ·Q ----
-    bwd_detail::mma_xb<T, kKT, kQT, D>(dk, ds, smem_q(stage) + v_lane);
+    bwd_detail::mma_xb<T, kKT, kQT, D>(dk, ds, sm.q(stage) + v_lane);
 
     if constexpr (AtomicDQ) {
       // ---- dQ += dS·K through shared dSᵀ and fp32 atomics ----
@@ -328,13 +337,13 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
           const int row = key_local0 + kt * 16 + g + 8 * h;
 #pragma unroll
           for (int nt = 0; nt < kQT; ++nt)
-            st_shared_4(smem_ds + SwzS::offset(row, nt) + 4 * t,
+            st_shared_4(sm.ds() + SwzS::offset(row, nt) + 4 * t,
                         pack2<T>(ds[kt][nt][2 * h], ds[kt][nt][2 * h + 1]));
         }
       __syncthreads();  // dSᵀ complete
       constexpr int kColChunks = D / 32;             // 32 head-dim columns per work item
       constexpr int kItems = (BM / 16) * kColChunks;  // (16 query rows, 32 columns) items
-      const unsigned ds_lane = smem_ds + SwzS::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+      const unsigned ds_lane = sm.ds() + SwzS::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
       float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * D;
 #pragma unroll 1
       for (int item = warp; item < kItems; item += Warps) {
@@ -349,7 +358,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             unsigned b[4];
-            ldmatrix_x4_trans(b, SwzD::advance(smem_k + v_lane, 4 * cc + 2 * half) + kk * 16 * kRowBytes);
+            ldmatrix_x4_trans(b, SwzD::advance(sm.k + v_lane, 4 * cc + 2 * half) + kk * 16 * kRowBytes);
             mma_16x8x16<T>(acc[0][2 * half], a, b[0], b[1]);
             mma_16x8x16<T>(acc[0][2 * half + 1], a, b[2], b[3]);
           }

@@ -40,16 +40,6 @@ __device__ __forceinline__ unsigned k_major_step(int kk, int block_bytes) {
   return static_cast<unsigned>((kk / 4) * block_bytes + (kk % 4) * 32);
 }
 
-// Packs 16 consecutive accumulator columns (k-step kk of a 64-row wgmma tile) into the four A
-// registers of the next wgmma: the accumulator layout is the A layout (wgmma.cuh).
-template <class T, int N>
-__device__ __forceinline__ void pack_a(unsigned (&a)[4], const float (&x)[N], int kk) {
-  a[0] = pack2<T>(x[8 * kk + 0], x[8 * kk + 1]);
-  a[1] = pack2<T>(x[8 * kk + 2], x[8 * kk + 3]);
-  a[2] = pack2<T>(x[8 * kk + 4], x[8 * kk + 5]);
-  a[3] = pack2<T>(x[8 * kk + 6], x[8 * kk + 7]);
-}
-
 }  // namespace bwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64). WGs: warpgroups (64 keys
@@ -77,10 +67,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
   constexpr int kDqPasses = D / WGs / kDqCols;
 
   const int tid = threadIdx.x;
-  const int wg = tid / 128;
-  const int warp = (tid / 32) % 4;
-  const int lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
 
   const int n0 = blockIdx.x * BN;
   const int kv_head = blockIdx.y;
@@ -93,20 +80,16 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 
   unsigned char* smem_raw = dynamic_smem();
   const unsigned raw = smem_u32(smem_raw);
-  const unsigned smem_k = (raw + 1023u) & ~1023u;
-  const unsigned smem_v = smem_k + KVTile::kBytes;
-  auto smem_q = [&](int stage) { return smem_k + 2 * KVTile::kBytes + stage * 2 * QTile::kBytes; };
-  auto smem_do = [&](int stage) { return smem_q(stage) + QTile::kBytes; };
-  const unsigned smem_ds = smem_k + 2 * KVTile::kBytes + 4 * QTile::kBytes;
-  float* stats_base = reinterpret_cast<float*>(smem_raw + (smem_k - raw) + kStatsOffset);
-  auto stats = [&](int stage) { return stats_base + stage * 2 * BM; };
+  const unsigned base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
+  const bwd_detail::KeyMajorSmem<KVTile::kBytes, QTile::kBytes, BM> sm{
+      base, reinterpret_cast<float*>(smem_raw + (base - raw) + kStatsOffset)};
 
   auto load_query_tile = [&](int it, int stage) {
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(smem_q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
+    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
                                                            p.q.stride_n, m0, n_q, tid);
-    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(smem_do(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
+    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
                                                            p.d_o.stride_n, m0, n_q, tid);
     // lse2 and delta of the tile's rows by 4-byte cp.async (a plain load would stall the
     // warpgroup's next wgmma on its latency). Rows >= n_q are zero-filled: those rows have zero
@@ -116,13 +99,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
       const int which = tid / BM;  // 0: lse2, 1: delta
       const int row = m0 + tid % BM;
       const float* src = (which == 0 ? p.lse2 : p.delta) + bwd_detail::stat_row(p, batch, head, 0);
-      cp_async_4(smem_u32(stats(stage) + tid), row < n_q ? src + row : src, row < n_q);
+      cp_async_4(smem_u32(sm.stats(stage) + tid), row < n_q ? src + row : src, row < n_q);
     }
   };
 
-  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
                                                           p.k.stride_n, n0, n_k, tid);
-  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_v, bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
                                                           p.v.stride_n, n0, n_k, tid);
   if (total > 0) load_query_tile(0, 0);
   cp_async_commit();
@@ -130,9 +113,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
   // Descriptors (wgmma.cuh): this warpgroup's K and V rows as K-major A; Q, dO as K-major B
   // (Sᵀ, dPᵀ) or MN-major B (dK, dV); dSᵀ rows as M-major A and K rows as MN-major B (dQ).
   const unsigned wg_rows = wg * 64 * 128;
-  const unsigned long long k_a = wgmma::desc_sw128(smem_k + wg_rows, 16, 1024);
-  const unsigned long long v_a = wgmma::desc_sw128(smem_v + wg_rows, 16, 1024);
-  const unsigned long long ds_a = wgmma::desc_sw128(smem_ds, DsTile::kBlockBytes, 1024);
+  const unsigned long long k_a = wgmma::desc_sw128(sm.k + wg_rows, 16, 1024);
+  const unsigned long long v_a = wgmma::desc_sw128(sm.v() + wg_rows, 16, 1024);
+  const unsigned long long ds_a = wgmma::desc_sw128(sm.ds(), DsTile::kBlockBytes, 1024);
 
   float dk[kDRegs], dv[kDRegs];
 #pragma unroll
@@ -148,13 +131,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
     __syncthreads();  // tile `it` landed; every warpgroup is done with tile it − 1
     if (it + 1 < total) load_query_tile(it + 1, stage ^ 1);
     cp_async_commit();
-    const float* st = stats(stage);
+    const float* st = sm.stats(stage);
 
     // ---- Sᵀ = K_wg·Qᵀ, dPᵀ = V_wg·dOᵀ ----
     float s[kSRegs], dp[kSRegs];
     {
-      const unsigned long long q_b = wgmma::desc_sw128(smem_q(stage), 16, 1024);
-      const unsigned long long do_b = wgmma::desc_sw128(smem_do(stage), 16, 1024);
+      const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage), 16, 1024);
+      const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage), 16, 1024);
       wgmma::fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk)
@@ -195,11 +178,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
       unsigned pa[BM / 16][4], da[BM / 16][4];
 #pragma unroll
       for (int kk = 0; kk < BM / 16; ++kk) {
-        bwd_detail::pack_a<T>(pa[kk], s, kk);
-        bwd_detail::pack_a<T>(da[kk], dp, kk);
+        wgmma::pack_a<T>(pa[kk], s, kk);
+        wgmma::pack_a<T>(da[kk], dp, kk);
       }
-      const unsigned long long do_b = wgmma::desc_sw128(smem_do(stage), QTile::kBlockBytes, 1024);
-      const unsigned long long q_b = wgmma::desc_sw128(smem_q(stage), QTile::kBlockBytes, 1024);
+      const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage), QTile::kBlockBytes, 1024);
+      const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage), QTile::kBlockBytes, 1024);
       wgmma::fence_operand(dv);
       wgmma::fence_operand(dk);
       wgmma::fence();
@@ -218,7 +201,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
         const int row = wg * 64 + warp * 16 + g + 8 * h;
 #pragma unroll
         for (int j = 0; j < BM / 8; ++j)
-          st_shared_4(smem_ds + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
+          st_shared_4(sm.ds() + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
       }
       wgmma::fence_proxy_async();
       if constexpr (WGs > 1) asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");  // all dSᵀ rows written
@@ -230,7 +213,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
         float dq[kDqCols / 2];
         // K rows as MN-major B from column col0: a 64-column block, then 2 bytes per column
         // inside its 128-byte rows (the swizzle applies to the resulting addresses).
-        const unsigned long long k_b = wgmma::desc_sw128(smem_k + (col0 / 64) * KVTile::kBlockBytes + (col0 % 64) * 2,
+        const unsigned long long k_b = wgmma::desc_sw128(sm.k + (col0 / 64) * KVTile::kBlockBytes + (col0 % 64) * 2,
                                                          KVTile::kBlockBytes, 1024);
         wgmma::fence();
 #pragma unroll

@@ -43,13 +43,6 @@ namespace wgmma_fwd_detail {
 template <int D, int WGs, int BN, int Stages>
 constexpr int kSmemBytes = attention_fwd::wgmma_smem_bytes(D, WGs, BN, Stages);
 
-// cp.async of a Rows x D tile into a Sw128 tile (see fa2_detail::load_tile_async).
-template <class T, int Rows, int D, int Threads>
-__device__ __forceinline__ void load_tile_sw128(unsigned smem, const T* src, long long row_stride,
-                                                int row0, int row_end, int tid) {
-  fa2_detail::load_tile_async<T, Rows, D, Threads, wgmma::Sw128<Rows, D>>(smem, src, row_stride, row0, row_end, tid);
-}
-
 }  // namespace wgmma_fwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128 (= p.head_dim). BN: keys per tile (64, 128, 192).
@@ -73,10 +66,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   constexpr int kORegs = D / 2;
 
   const int tid = threadIdx.x;
-  const int wg = tid / 128;
-  const int warp = (tid / 32) % 4;  // warp inside the warpgroup
-  const int lane = tid % 32;
-  const int g = lane / 4, t = lane % 4;
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
   const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
   const int m0 = m_block * BM;
   const int head = blockIdx.y, batch = blockIdx.z;
@@ -96,13 +86,13 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + (head / p.head_group) * p.k_stride_h;
   const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + (head / p.head_group) * p.v_stride_h;
   auto load_kv = [&](int tile, int stage) {
-    wgmma_fwd_detail::load_tile_sw128<T, BN, D, kThreads>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN, n_k, tid);
-    wgmma_fwd_detail::load_tile_sw128<T, BN, D, kThreads>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN, n_k, tid);
   };
 
   {
     const T* q_ptr = static_cast<const T*>(p.q) + batch * p.q_stride_b + head * p.q_stride_h;
-    wgmma_fwd_detail::load_tile_sw128<T, BM, D, kThreads>(smem_q, q_ptr, p.q_stride_n, m0, n_q, tid);
+    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(smem_q, q_ptr, p.q_stride_n, m0, n_q, tid);
     if (num_tiles > 0) load_kv(0, 0);
     cp_async_commit();
   }
@@ -189,10 +179,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     unsigned a[BN / 16][4];
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      a[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      a[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      a[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      a[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      wgmma::pack_a<T>(a[kk], s, kk);
     }
     const unsigned long long v_desc = wgmma::desc_sw128(smem_v(stage), KVTile::kBlockBytes, 1024);
     wgmma::fence_operand(o);

@@ -66,6 +66,31 @@ struct Sw128 {
   }
 };
 
+// A thread's place in its warpgroup (blocks of whole warpgroups): warpgroup wg, warp w inside
+// it (rows 16w .. 16w + 15 of a 64-row tile), g = lane / 4, t = lane % 4 (the register layouts).
+struct Lane {
+  int wg, warp, lane, g, t;
+  __device__ __forceinline__ static Lane of(int tid) {
+    Lane l;
+    l.wg = tid / 128;
+    l.warp = (tid / 32) % 4;
+    l.lane = tid % 32;
+    l.g = l.lane / 4;
+    l.t = l.lane % 4;
+    return l;
+  }
+};
+
+// The four A registers of k-step kk (16 columns) from fp32 accumulators of a previous wgmma of
+// the same 64 rows: the accumulator layout is the A layout, so 8 consecutive values pack in place.
+template <class T, int N>
+__device__ __forceinline__ void pack_a(unsigned (&a)[4], const float (&x)[N], int kk) {
+  a[0] = pack2<T>(x[8 * kk + 0], x[8 * kk + 1]);
+  a[1] = pack2<T>(x[8 * kk + 2], x[8 * kk + 3]);
+  a[2] = pack2<T>(x[8 * kk + 4], x[8 * kk + 5]);
+  a[3] = pack2<T>(x[8 * kk + 6], x[8 * kk + 7]);
+}
+
 // Descriptor of a 128-byte-swizzled operand at shared address `addr` (see the top comment).
 __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned leading_bytes,
                                                          unsigned stride_bytes) {
