@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+# Writes templates/kgen/core/wgmma.cuh: the wgmma wrappers need one inline-asm operand list per
+# accumulator width N, spelled out; this script is their source. Usage (from the repository
+# root): python3 tools/gen_wgmma_header.py > templates/kgen/core/wgmma.cuh
+Ns = [32, 64, 128, 192, 256]
+def acc_list(k):
+    items = [f"%{i}" for i in range(k)]
+    lines = []
+    for i in range(0, k, 16):
+        lines.append(",".join(items[i:i+16]))
+    return lines
+def outs(k):
+    return ", ".join(f"KGEN_WG_ACC8(d, {i})" for i in range(0, k, 8))
+o = []
+o.append("""// wgmma (sm_90a only): warpgroup-wide asynchronous matrix multiply-accumulate.
+// Written by tools/gen_wgmma_header.py (the per-N operand lists): edit the script, not this file.
+//
+// A warpgroup is 4 consecutive warps starting at a warp index divisible by 4 (128 threads). One
+// wgmma.mma_async.m64nNk16 computes D(64 x N, fp32) += A(64 x 16) · B(16 x N) for 16-bit A and B.
+// B always comes from shared memory through a matrix descriptor; A from shared memory (`ss`) or
+// from registers (`rs`).
+//
+// Register layouts (g = lane / 4, t = lane % 4, w = warp index inside the warpgroup): the warp w
+// owns rows 16w .. 16w + 15, and the layouts are those of mma.sync m16n8k16 repeated along N:
+//   D: d[4j + 2h + e] is row 16w + g + 8h, column 8j + 2t + e   (j < N/8, h, e in {0, 1})
+//   A: a[0] = row g, k 2t..2t+1;  a[1] = row g+8, k 2t..;  a[2] = row g, k 2t+8..;
+//      a[3] = row g+8, k 2t+8..  (two 16-bit elements per register, lower k in the low half)
+//
+// Shared-memory operands use the 128-byte swizzle: a tile is stored as column blocks of 64
+// elements (128 bytes per row); inside a block row r's 16-byte chunk c sits at chunk c ^ (r % 8),
+// and every block starts on a 1024-byte boundary (Sw128 below). Descriptors:
+//   K-major (A, or B with TransB = 0; rows of the operand are M or N, 16 k-elements are read):
+//     start = block base + row0 · 128 + (k0 % 64) · 2, stride byte offset 1024 (8 rows).
+//   MN-major (B with TransB = 1; rows are k, the 64-element block runs along N):
+//     start = block base + k0 · 128, leading byte offset = bytes of one column block (the step
+//     to the next 64 columns of N), stride byte offset 1024 (8 k-rows).
+//
+// Ordering: registers written by ordinary instructions (accumulators rescaled, A fragments) need
+// fence() before the wgmma that reads them; results are valid after commit() and wait<0>();
+// shared memory written by ordinary stores or cp.async needs fence_proxy_async() in each
+// writing thread before the barrier that precedes the wgmma.
+#pragma once
+
+#include "kgen/core/types.cuh"
+
+namespace kgen {
+namespace wgmma {
+
+__device__ __forceinline__ void fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+// Waits until at most N committed wgmma groups of this warpgroup are still in flight.
+template <int N>
+__device__ __forceinline__ void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy
+// reads (wgmma operands) once a barrier has been passed.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Keeps the compiler from moving accesses to accumulator registers across an asynchronous
+// wgmma (the asm statements below look synchronous to it).
+template <int N>
+__device__ __forceinline__ void fence_operand(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// 128-byte-swizzled K-major or MN-major tile of 16-bit elements: Rows rows of Cols elements,
+// stored as Cols / 64 column blocks of Rows x 128 bytes each.
+template <int Rows, int Cols>
+struct Sw128 {
+  static_assert(Cols % 64 == 0 && Rows % 8 == 0, "Sw128 tiles are 64-column blocks of 8-row groups");
+  static constexpr int kBlockBytes = Rows * 128;
+  static constexpr int kBytes = kBlockBytes * (Cols / 64);
+  // Byte offset of logical 16-byte chunk c (elements 8c .. 8c+7) of row r.
+  __device__ __forceinline__ static int offset(int r, int c) {
+    return (c >> 3) * kBlockBytes + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+  }
+};
+
+// A thread's place in its warpgroup (blocks of whole warpgroups): warpgroup wg, warp w inside
+// it (rows 16w .. 16w + 15 of a 64-row tile), g = lane / 4, t = lane % 4 (the register layouts).
+struct Lane {
+  int wg, warp, lane, g, t;
+  __device__ __forceinline__ static Lane of(int tid) {
+    Lane l;
+    l.wg = tid / 128;
+    l.warp = (tid / 32) % 4;
+    l.lane = tid % 32;
+    l.g = l.lane / 4;
+    l.t = l.lane % 4;
+    return l;
+  }
+};
+
+// The four A registers of k-step kk (16 columns) from fp32 accumulators of a previous wgmma of
+// the same 64 rows: the accumulator layout is the A layout, so 8 consecutive values pack in place.
+template <class T, int N>
+__device__ __forceinline__ void pack_a(unsigned (&a)[4], const float (&x)[N], int kk) {
+  a[0] = pack2<T>(x[8 * kk + 0], x[8 * kk + 1]);
+  a[1] = pack2<T>(x[8 * kk + 2], x[8 * kk + 3]);
+  a[2] = pack2<T>(x[8 * kk + 4], x[8 * kk + 5]);
+  a[3] = pack2<T>(x[8 * kk + 6], x[8 * kk + 7]);
+}
+
+// Descriptor of a 128-byte-swizzled operand at shared address `addr` (see the top comment).
+__device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned leading_bytes,
+                                                         unsigned stride_bytes) {
+  return static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4) |
+         static_cast<unsigned long long>((leading_bytes & 0x3FFFFu) >> 4) << 16 |
+         static_cast<unsigned long long>((stride_bytes & 0x3FFFFu) >> 4) << 32 | 1ull << 62;
+}
+
+#define KGEN_WG_ACC8(d, i)                                                                   \\
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \\
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// One m64nNk16 shape: ss (A by descriptor; TransA = 1 reads A M-major, laid out like an MN-major
+// B) and rs (A in 4 registers), fp32 accumulators; `accumulate` = 0 overwrites D.
+template <int N>
+struct Mma;
+""")
+for n in Ns:
+    k = n // 2
+    acc = acc_list(k)
+    accs = "\n".join(f'      "{l}{"," if i < len(acc)-1 else ""}"' for i, l in enumerate(acc))
+    o.append(f"#define KGEN_WG_ACC_{n} \\")
+    o.append('  "{" \\')
+    for i, l in enumerate(acc):
+        o.append(f'  "{l}{"," if i < len(acc)-1 else ""}" \\')
+    o.append('  "}"')
+    o.append(f"#define KGEN_WG_OUT_{n}(d) \\\n  {outs(k)}")
+    o.append("")
+o.append("""#define KGEN_WG_SS(N, TY, A, B, P, TA, TB)                                                     \\
+  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, " P ", 0;\\nwgmma.mma_async.sync.aligned.m64n" #N  \\
+               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TA ", " TB ";\\n}\\n" \\
+               : KGEN_WG_OUT_##N(d)                                                            \\
+               : "l"(a), "l"(b), "r"(accumulate), "n"(TransA), "n"(TransB))
+#define KGEN_WG_RS(N, TY, A, B, P, TB)                                                     \\
+  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, " P ", 0;\\nwgmma.mma_async.sync.aligned.m64n" #N  \\
+               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TB ";\\n}\\n"    \\
+               : KGEN_WG_OUT_##N(d)                                                            \\
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TransB))
+#define KGEN_WG_SHAPE(N, A_SS, B_SS, P_SS, TA_SS, TB_SS, A_RS, B_RS, P_RS, TB_RS)                       \\
+  template <>                                                                                  \\
+  struct Mma<N> {                                                                              \\
+    template <class T, int TransA, int TransB>                                                 \\
+    __device__ __forceinline__ static void ss(float (&d)[N / 2], unsigned long long a,         \\
+                                              unsigned long long b, int accumulate) {          \\
+      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_SS(N, "bf16", A_SS, B_SS, P_SS, TA_SS, TB_SS); \\
+      else KGEN_WG_SS(N, "f16", A_SS, B_SS, P_SS, TA_SS, TB_SS);                                       \\
+    }                                                                                          \\
+    template <class T, int TransB>                                                             \\
+    __device__ __forceinline__ static void rs(float (&d)[N / 2], const unsigned (&a)[4],       \\
+                                              unsigned long long b, int accumulate) {          \\
+      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_RS(N, "bf16", A_RS, B_RS, P_RS, TB_RS); \\
+      else KGEN_WG_RS(N, "f16", A_RS, B_RS, P_RS, TB_RS);                                       \\
+    }                                                                                          \\
+  };
+""")
+for n in Ns:
+    k = n // 2
+    ss = [f'"%{k}"', f'"%{k+1}"', f'"%{k+2}"', f'"%{k+3}"', f'"%{k+4}"']
+    rs = [f'"{{%{k},%{k+1},%{k+2},%{k+3}}}"', f'"%{k+4}"', f'"%{k+5}"', f'"%{k+6}"']
+    o.append(f"KGEN_WG_SHAPE({n}, {', '.join(ss)},\n              {', '.join(rs)})")
+o.append("""
+#undef KGEN_WG_SHAPE
+#undef KGEN_WG_RS
+#undef KGEN_WG_SS
+#undef KGEN_WG_ACC8""")
+for n in Ns:
+    o.append(f"#undef KGEN_WG_ACC_{n}\n#undef KGEN_WG_OUT_{n}")
+o.append("""
+}  // namespace wgmma
+}  // namespace kgen""")
+print("\n".join(o))
