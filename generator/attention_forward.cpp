@@ -133,7 +133,8 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
       return std::string("wgmma block_m must be 64, 128 or 192 (one to three warpgroups)");
     if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
       return std::string("wgmma block_n must be 64, 128 or 192");
-    if (c.stages != 2) return std::string("wgmma stages must be 2");
+    if (c.stages != 2 && c.stages != 3)
+      return std::string("wgmma stages must be 2 (double-buffered) or 3 (pipelined: the next Q·Kᵀ overlaps the softmax)");
     if (c.warps != c.block_m / 16) return std::string("wgmma warps must be block_m / 16");
     // One block per SM: the register file (64K) split over its threads, at most 255 each.
     const int budget = std::min(kMaxRegistersPerThread, 65536 / attention_fwd::wgmma_threads(c.block_m / 64) / 8 * 8);
@@ -163,7 +164,8 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
   };
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     for (int bm : {128, 192, 64})
-      for (int bn : {128, 64, 192}) keep({ForwardPath::wgmma, bm, bn, 2, 0, bm / 16});
+      for (int bn : {128, 64, 192})
+        for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
     for (int bm : {64, 128})

@@ -10,6 +10,9 @@
 //   [Q: BM x D][K_0: BN x D][V_0: BN x D] ... [K_{Stages-1}][V_{Stages-1}], each a wgmma::Sw128
 //   tile (64-column blocks of 128-byte rows, 16-byte chunks XOR-swizzled by row % 8).
 // All threads copy tiles with cp.async; tile j+1 loads while tile j is computed (Stages = 2).
+// Stages = 3 pipelines each warpgroup: Q·Kᵀ of tile j+1 and P·V of tile j are issued together,
+// the softmax of tile j+1 runs while P·V is on the tensor cores, and O is rescaled after it;
+// tile j+2 loads meanwhile.
 //
 // Per K/V tile and warpgroup:
 //   S (64 x BN, fp32, BN/2 registers per thread) = Q·Kᵀ: D/16 wgmma m64nBNk16, A = Q and B = K
@@ -43,6 +46,61 @@ namespace wgmma_fwd_detail {
 template <int D, int WGs, int BN, int Stages>
 constexpr int kSmemBytes = attention_fwd::wgmma_smem_bytes(D, WGs, BN, Stages);
 
+// Masks one 64 x BN score tile of a warpgroup (keys >= n_k, causal) and folds it into the online
+// softmax: s becomes P (exp2 domain), row_max/row_sum are updated, alpha[h] is the factor the
+// O rows of this thread must be scaled by.
+template <int BN, bool Causal>
+__device__ __forceinline__ void mask_softmax(float (&s)[BN / 2], float (&row_max)[2], float (&row_sum)[2],
+                                             float (&alpha)[2], int n0, int n_k, int row0, int diag, int t,
+                                             float scale_log2, bool needs_mask) {
+  if (needs_mask) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      int limit = n_k;
+      if constexpr (Causal) limit = imin(n_k, row + diag + 1);
+      const int local_limit = limit - n0 - 2 * t;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (j * 8 + e >= local_limit) s[4 * j + 2 * h + e] = -infinity_f32();
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = row_max[h];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    mx = quad_max(mx);
+    const float ref = mx == -infinity_f32() ? 0.f : mx * scale_log2;
+    alpha[h] = exp2_approx(row_max[h] * scale_log2 - ref);
+    row_max[h] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -ref));
+        s[4 * j + 2 * h + e] = pe;
+        sum += pe;
+      }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+}
+
+// Scales the accumulator rows of this thread (fragment rows g and g + 8) by alpha[0] and alpha[1].
+template <int N>
+__device__ __forceinline__ void scale_rows(float (&acc)[N], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    acc[4 * j] *= alpha[0];
+    acc[4 * j + 1] *= alpha[0];
+    acc[4 * j + 2] *= alpha[1];
+    acc[4 * j + 3] *= alpha[1];
+  }
+}
+
 }  // namespace wgmma_fwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128 (= p.head_dim). BN: keys per tile (64, 128, 192).
@@ -53,7 +111,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
                 "the wgmma kernel takes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
   static_assert(BN % 64 == 0 && BN <= 256, "BN must be 64, 128, 192 or 256");
-  static_assert(Stages == 2, "the wgmma kernel double-buffers K and V");
+  static_assert(Stages == 2 || Stages == 3, "the wgmma kernel keeps 2 or 3 K/V stages");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = 64 * WGs;
   constexpr int kThreads = 128 * WGs;
@@ -109,6 +167,79 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   float row_sum[2] = {0.f, 0.f};
   const int wg_row0 = m0 + wg * 64;  // first query row of this warpgroup
 
+  if constexpr (Stages == 3) {
+    // Pipelined: Q·Kᵀ of tile j+1 and P·V of tile j run on the tensor cores while this
+    // warpgroup computes the softmax of tile j+1; O is rescaled once P·V of tile j is done.
+    // Three K/V stages: tile j+2 loads while tiles j and j+1 are in use.
+    auto k_desc = [&](int tile) { return wgmma::desc_sw128(smem_k(tile % 3), 16, 1024); };
+    auto issue_s = [&](float (&acc)[kSRegs], int tile) {
+      const unsigned long long kd = k_desc(tile);
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk)
+        wgmma::Mma<BN>::template ss<T, 0, 0>(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
+                                             kd + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
+    };
+    const int row0 = wg_row0 + warp * 16 + g;
+    auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
+    unsigned pa[BN / 16][4];
+    if (num_tiles > 0) {
+      if (num_tiles > 1) load_kv(1, 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // Q and tile 0
+      wgmma::fence_proxy_async();
+      __syncthreads();
+      float s[kSRegs];
+      wgmma::fence();
+      issue_s(s, 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+      float alpha[2];
+      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, 0, n_k, row0, diag, t, scale_log2,
+                                                 needs_mask(0));
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+    }
+    const auto issue_pv = [&](int tile) {
+      const unsigned long long v_desc = wgmma::desc_sw128(smem_v(tile % 3), KVTile::kBlockBytes, 1024);
+      wgmma::fence_operand(o);
+      wgmma::fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk)
+        wgmma::Mma<D>::template rs<T, 1>(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+      wgmma::commit();
+    };
+    // Every iteration but the last issues Q·Kᵀ of the next tile (no branch around the wgmma
+    // groups, so the compiler can keep them in flight across the softmax).
+    for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+      cp_async_wait<0>();  // tile + 1 landed
+      wgmma::fence_proxy_async();
+      __syncthreads();  // every warpgroup is done with tile − 1: its stage takes tile + 2
+      if (tile + 2 < num_tiles) load_kv(tile + 2, (tile + 2) % 3);
+      cp_async_commit();
+      float s[kSRegs];
+      wgmma::fence();
+      issue_s(s, tile + 1);
+      wgmma::commit();
+      issue_pv(tile);
+      wgmma::wait<1>();  // Q·Kᵀ of tile + 1 done; P·V of tile may still run
+      wgmma::fence_operand(s);
+      float alpha[2];
+      const int n0 = (tile + 1) * BN;
+      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                                 needs_mask(n0));
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      wgmma_fwd_detail::scale_rows(o, alpha);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+    }
+    if (num_tiles > 0) {  // P·V of the last tile (landed at the previous wait)
+      issue_pv(num_tiles - 1);
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+    }
+  } else
   for (int tile = 0; tile < num_tiles; ++tile) {
     const int n0 = tile * BN;
     const int stage = tile % Stages;
@@ -131,49 +262,12 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     wgmma::wait<0>();
     wgmma::fence_operand(s);
 
-    // ---- mask: keys >= n_k, and above the causal diagonal ----
+    // ---- mask and online softmax; O rows rescaled by alpha ----
+    float alpha[2];
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag);
-    if (needs_mask) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = wg_row0 + warp * 16 + g + 8 * h;
-        int limit = n_k;  // first masked key of this row
-        if constexpr (Causal) limit = imin(n_k, row + diag + 1);
-        const int local_limit = limit - n0 - 2 * t;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (j * 8 + e >= local_limit) s[4 * j + 2 * h + e] = -infinity_f32();
-      }
-    }
-
-    // ---- online softmax ----
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = row_max[h];
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-      mx = quad_max(mx);
-      const float ref = mx == -infinity_f32() ? 0.f : mx * scale_log2;
-      const float alpha = exp2_approx(row_max[h] * scale_log2 - ref);
-      row_max[h] = mx;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -ref));
-          s[4 * j + 2 * h + e] = pe;
-          sum += pe;
-        }
-      row_sum[h] = row_sum[h] * alpha + sum;
-#pragma unroll
-      for (int j = 0; j < D / 8; ++j) {
-        o[4 * j + 2 * h] *= alpha;
-        o[4 * j + 2 * h + 1] *= alpha;
-      }
-    }
+    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, wg_row0 + warp * 16 + g, diag,
+                                               t, scale_log2, needs_mask);
+    wgmma_fwd_detail::scale_rows(o, alpha);
 
     // ---- O += P·V ----
     unsigned a[BN / 16][4];
