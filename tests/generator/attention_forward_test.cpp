@@ -142,7 +142,8 @@ TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {
   ASSERT_TRUE(regs);
   EXPECT_NE(regs->find("register budget"), std::string::npos) << *regs;
   EXPECT_TRUE(check_attention_forward_config(spec, {ForwardPath::wgmma, 96, 128, 2, 0, 6}, sm90a()));
-  EXPECT_TRUE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 3, 0, 8}, sm90a()));
+  EXPECT_FALSE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 3, 0, 8}, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 4, 0, 8}, sm90a()));
 }
 
 TEST(AttentionForwardConfig, WgmmaConfigTextRoundTrips) {
