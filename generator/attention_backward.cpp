@@ -416,6 +416,17 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   return c;
 }
 
+int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, const AttentionShape& s) {
+  if (c.path != BackwardPath::fa2) return 1;
+  // Split the key range of the r/c pass while the blocks stay under 512 (about four per SM) and
+  // every split keeps at least two key tiles.
+  const long long q_blocks = 1LL * s.batch * s.heads_q * blocks(s.n_q, c.block_m);
+  const long long key_tiles = blocks(s.n_k, dbl_wide_tile(c.block_n));
+  int splits = 1;
+  while (splits < 4 && q_blocks * splits * 2 <= 512 && key_tiles >= 4LL * splits) splits *= 2;
+  return splits;
+}
+
 std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& c) {
   using K = DoubleBackwardKernel;
   if (c.path == BackwardPath::simt) return {K::preprocess, K::simt_q, K::simt_kv};
@@ -428,7 +439,8 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
     case DoubleBackwardKernel::preprocess: return {blocks(s.n_q, kRowWarps), hq, b};
-    case DoubleBackwardKernel::q_stats: return {blocks(s.n_q, c.block_m), hq, b};
+    case DoubleBackwardKernel::q_stats:
+      return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s)), hq, b};
     case DoubleBackwardKernel::fused: return {blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.block_m), hkv, b};

@@ -106,6 +106,8 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
                                                                  const AttentionShape& shape, const Target& target,
                                                                  int sm_count);
 std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& config);
+// Key-range splits of the q_stats pass for `shape` (1, 2 or 4; AttentionBackwardParams::stats_splits).
+int attention_double_backward_stats_splits(const AttentionBackwardConfig& config, const AttentionShape& shape);
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& config, DoubleBackwardKernel kernel,
                                           const AttentionShape& shape);
 KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,

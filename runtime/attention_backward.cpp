@@ -274,6 +274,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   p.delta = ws.take(rows * 4);
   p.row_r = ws.take(rows * 4);
   p.row_c = ws.take(rows * 4);
+  p.stats_splits = attention_double_backward_stats_splits(config, call.shape);
   use_primary_context(call.device);
   for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
     const std::string key = double_backward_variant_key(call.spec) + "/" + to_string(config) + "/" +

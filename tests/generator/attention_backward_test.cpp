@@ -104,3 +104,22 @@ TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
 
 }  // namespace
 }  // namespace kgen
+
+namespace kgen {
+namespace {
+
+TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
+  const AttentionBackwardConfig bm32{BackwardPath::fa2, 32, 16, 2, 0};
+  // b = h = 1, n = 8192: 256 blocks of 32 rows -> two key ranges each (512 blocks).
+  EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 8192, 8192}), 2);
+  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}).x, 512u);
+  // Few rows, long keys: up to four ranges; short keys: no split below two tiles per range.
+  EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 8192}), 4);
+  EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 64}), 1);
+  // Large grids and the general path: none.
+  EXPECT_EQ(attention_double_backward_stats_splits({BackwardPath::fa2, 64, 16, 4, 0}, {1, 16, 16, 8192, 8192}), 1);
+  EXPECT_EQ(attention_double_backward_stats_splits({BackwardPath::simt, 4, 0, 0, 128}, {1, 1, 1, 8192, 8192}), 1);
+}
+
+}  // namespace
+}  // namespace kgen

@@ -62,6 +62,7 @@ __device__ __forceinline__ void attention_backward_preprocess(const AttentionBac
     const float l = p.lse[batch * p.lse_stride_b + head * p.lse_stride_h + row];
     p.lse2[idx] = l == -infinity_f32() ? infinity_f32() : l * bwd_detail::kLog2e;
   }
+  if (p.row_r != nullptr && lane == 0) p.row_r[idx] = p.row_c[idx] = 0.f;  // r/c passes may add splits
   if (p.dq_accum != nullptr) {
     float* acc = p.dq_accum + idx * d;
     for (int c = lane; c < d; c += 32) acc[c] = 0.f;

@@ -11,7 +11,10 @@
 //
 // attention_double_backward_fa2_q: grid (ceil(n_q / BM), heads_q, batch); warp w owns 16 query
 //   rows. Pass 1 over the K/V tiles forms r and c (written to the workspace rows); pass 2
-//   recomputes the tiles and accumulates Q̄ and dŌ in registers (deterministic).
+//   recomputes the tiles and accumulates Q̄ and dŌ in registers (deterministic). The r/c pass
+//   alone (Pass::stats) may split each query tile's key tiles over p.stats_splits consecutive
+//   blocks, which add their partial sums into the zeroed rows (fp32 atomics; the order of two
+//   or four additions may vary between runs).
 // attention_double_backward_fa2_kv: grid (ceil(n_k / BN), heads_kv, batch); warp w owns 16
 //   keys, walking the query tiles (BM rows) of every head of its group, with the transposed
 //   tiles (keys as rows) and per-query statistics from shared memory; K̄, V̄ in registers.
@@ -60,6 +63,13 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
+  // The r/c pass may split the key tiles of a query tile over stats_splits blocks.
+  int split = 0, splits = 1;
+  if constexpr (Pass == DoubleBackwardRowPass::stats) {
+    splits = p.stats_splits > 1 ? p.stats_splits : 1;
+    split = block % splits;
+    block /= splits;
+  }
   const int m0 = block * BM;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
@@ -75,7 +85,9 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
 
   int n_end = n_k;
   if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
-  const int num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  const int all_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  const int tile_lo = split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
+  const int num_tiles = (split + 1) * all_tiles / splits - tile_lo;
 
   const unsigned smem_q = smem_u32(dynamic_smem());
   const unsigned smem_do = smem_q + kQBytes;
@@ -100,7 +112,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   if (has_gq)
     fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_gq, bwd_detail::head_ptr<const T>(p.gq, batch, head),
                                                     p.gq.stride_n, m0, n_q, tid);
-  if (num_tiles > 0) load_kv(0, 0);
+  if (num_tiles > 0) load_kv(tile_lo, 0);
   cp_async_commit();
 
   const int row_local0 = warp * 16;
@@ -175,8 +187,13 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
       const int row = m0 + row_local0 + g + 8 * h;
       if (t == 0 && row < n_q) {
         const long long idx = bwd_detail::stat_row(p, batch, head, row);
-        p.row_r[idx] = r[h];
-        p.row_c[idx] = c[h];
+        if (splits > 1) {  // partial sums of this key range (c's r·delta term is linear too)
+          asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p.row_r + idx), "f"(r[h]) : "memory");
+          asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p.row_c + idx), "f"(c[h]) : "memory");
+        } else {
+          p.row_r[idx] = r[h];
+          p.row_c[idx] = c[h];
+        }
       }
     }
   };
@@ -187,14 +204,15 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     if (Pass == DoubleBackwardRowPass::both && pass == 1) {
       finish_stats();
       __syncthreads();  // every warp is done with the last tile of pass 0 before stage 0 refills
-      if (num_tiles > 0) load_kv(0, 0);
+      if (num_tiles > 0) load_kv(tile_lo, 0);
       cp_async_commit();
     }
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      const int stage = tile & 1;
+    for (int it = 0; it < num_tiles; ++it) {
+      const int tile = tile_lo + it;
+      const int stage = it & 1;
       cp_async_wait<0>();
       __syncthreads();
-      if (tile + 1 < num_tiles) load_kv(tile + 1, stage ^ 1);
+      if (it + 1 < num_tiles) load_kv(tile + 1, stage ^ 1);
       cp_async_commit();
       float s[1][kNT][4], dp[1][kNT][4], gg[1][kNT][4], z[1][kNT][4];
       tiles(tile, stage, s, dp, gg, z);
