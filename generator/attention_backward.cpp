@@ -192,21 +192,29 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // h·d = 2048, BENCHMARKS.md) d = 128 ran 283 / 304 TFLOPS at n = 4k / 16k (causal 251 / 295)
     // against 223 / 227 for the fa2 default, d = 64 249 / 265 (causal 216 / 249) against 222 / 234.
     AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
-    const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, c.block_n);
-    if (kv_blocks < sm_count) c.block_n = 64, c.warps = 4;
+    if (attention_backward_shape_class(shape, sm_count) == 1) c.block_n = 64, c.warps = 4;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
     // 128 keys on 8 warps (16 each) against 64-row query tiles; halve the key tile when the
     // blocks would not fill the machine once.
     AttentionBackwardConfig c{BackwardPath::fa2, 64, 128, 8, 0};
-    const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, c.block_n);
-    if (kv_blocks < sm_count) c.block_n = 64, c.warps = 4;
+    if (attention_backward_shape_class(shape, sm_count) == 1) c.block_n = 64, c.warps = 4;
     if (!check_attention_backward_config(spec, c, target)) return c;
     c.block_m = 32;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   return attention_backward_general_config(spec);
+}
+
+int attention_backward_shape_class(const AttentionShape& shape, int sm_count) {
+  const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, 128);
+  return kv_blocks < sm_count ? 1 : 0;
+}
+
+int attention_double_backward_shape_class(const AttentionShape& shape, int sm_count) {
+  const long long q_blocks = 1LL * shape.batch * shape.heads_q * blocks(shape.n_q, 64);
+  return 2 * q_blocks < sm_count ? 1 : 0;
 }
 
 AttentionBackwardConfig attention_backward_general_config(const AttentionBackwardSpec& spec) {
@@ -406,10 +414,11 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
                                                                  const AttentionShape& shape, const Target& target,
                                                                  int sm_count) {
   AttentionBackwardConfig c = attention_double_backward_default_config(spec, target);
-  // Fewer 64-row query tiles than two per SM (b·h = 1 at n = 8192: 128 tiles on 132 SMs): 32-row
-  // tiles on 2 warps double the blocks of both passes.
-  const long long q_blocks = 1LL * shape.batch * shape.heads_q * blocks(shape.n_q, 64);
-  if (c.path == BackwardPath::fa2 && q_blocks < 2LL * sm_count) {
+  // Fewer 64-row query tiles than half the SMs (b·h = 1 at n <= 4096 on 132 SMs): 32-row tiles on
+  // 2 warps double the blocks of both passes. Measured on an H200 at b = h = 1 (BENCHMARKS.md):
+  // d = 128 n = 2048 gains 10 %, n = 4096 ties, n = 8192 (128 tiles) loses 19 %, where the
+  // 64-row tiles' larger K/V reuse wins over the fuller grid.
+  if (c.path == BackwardPath::fa2 && attention_double_backward_shape_class(shape, sm_count) == 1) {
     AttentionBackwardConfig small{BackwardPath::fa2, 32, c.block_n, 2, 0};
     if (!check_attention_double_backward_config(spec, small, target)) return small;
   }

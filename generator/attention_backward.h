@@ -67,6 +67,11 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count);
 AttentionBackwardConfig attention_backward_general_config(const AttentionBackwardSpec& spec);
+// What the backward's and the double backward's heuristics read of the exact shape beyond the
+// tuning bucket (see attention_forward_shape_class). Backward: 1 when 128-key tiles would not fill
+// the SMs once. Double backward: 1 when 64-row query tiles would not fill half of them.
+int attention_backward_shape_class(const AttentionShape& shape, int sm_count);
+int attention_double_backward_shape_class(const AttentionShape& shape, int sm_count);
 
 // The kernels a call with `config` launches, in launch order.
 std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardConfig& config, bool deterministic);
@@ -100,8 +105,7 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
                                                                             const Target& target);
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target);
-// The same, for a call's shape: 32-row query tiles when 64-row ones give fewer than two blocks
-// per SM.
+// The same, for a call's shape: 32-row query tiles when 64-row ones would not fill half the SMs.
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const AttentionShape& shape, const Target& target,
                                                                  int sm_count);

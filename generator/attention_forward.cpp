@@ -200,12 +200,16 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     AttentionForwardConfig c{ForwardPath::fa2, 128, bn, 2, 0, 4};
     if (spec.head_dim >= 256) c.block_m = 64, c.block_n = 32, c.warps = 4;
     // Too few blocks to fill the machine once: halve the query tile.
-    long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + c.block_m - 1) / c.block_m);
-    if (c.block_m == 128 && blocks < sm_count) c.block_m = 64, c.warps = 4;
+    if (c.block_m == 128 && attention_forward_shape_class(shape, sm_count) == 1) c.block_m = 64, c.warps = 4;
     while (check_attention_forward_config(spec, c, target) && c.block_n > 32) c.block_n /= 2;
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
   return attention_forward_general_config(spec);
+}
+
+int attention_forward_shape_class(const AttentionShape& shape, int sm_count) {
+  const long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + 127) / 128);
+  return blocks < sm_count ? 1 : 0;
 }
 
 AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec) {

@@ -76,6 +76,9 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count);
+// What the heuristic reads of the exact shape beyond its tuning bucket (two calls of one bucket
+// with the same class get the same default): 1 when 128-row query tiles would not fill the SMs once.
+int attention_forward_shape_class(const AttentionShape& shape, int sm_count);
 
 // The general (simt) path's default for `spec`: valid for every dtype, head_dim and alignment.
 AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec);

@@ -188,10 +188,13 @@ AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackw
   static DecisionTable<AttentionBackwardConfig> tables[2];
   const AttentionShape& s = call.shape;
   const bool deterministic = options.deterministic && !op.double_backward;
+  const int sm_count = device_info(call.device).sm_count;
+  const int shape_class = op.double_backward ? attention_double_backward_shape_class(s, sm_count)
+                                             : attention_backward_shape_class(s, sm_count);
   const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 2 |
                             std::uint64_t(call.spec.causal) << 1 | deterministic,
                         {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
-                        call.device};
+                        call.device, shape_class};
   return tables[op.double_backward].get(key, [&] { return decide(op, call, options, decision_context(call.device)); });
 }
 

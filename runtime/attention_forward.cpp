@@ -165,7 +165,8 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   const AttentionShape& s = call.shape;
   const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 1 | call.spec.causal,
                         {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
-                        call.device};
+                        call.device,
+                        attention_forward_shape_class(s, device_info(call.device).sm_count)};
   return decisions.get(key, [&] { return choose_attention_forward_config(call, options, decision_context(call.device)); });
 }
 

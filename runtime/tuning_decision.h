@@ -56,11 +56,13 @@ struct ConfigDecision {
 ConfigDecision decide_config(const DecisionRequest& request, const DecisionContext& context);
 
 // The key of one cached decision: the op's spec fields packed by the op, the numbers its bucket
-// is made of, the device.
+// is made of, the device, and the op's shape class (what its heuristic reads of the exact shape
+// beyond the bucket, e.g. attention_forward_shape_class: calls of one bucket may differ there).
 struct DecisionKey {
   std::uint64_t spec = 0;
   std::array<long long, 4> bucket{};
   int device = 0;
+  int shape_class = 0;
   bool operator==(const DecisionKey&) const = default;
 };
 
@@ -68,7 +70,8 @@ struct DecisionKeyHash {
   std::size_t operator()(const DecisionKey& k) const noexcept {
     std::size_t h = static_cast<std::size_t>(k.spec);
     for (long long v : k.bucket) h = h * 1000003u ^ static_cast<std::size_t>(v);
-    return h * 1000003u ^ static_cast<std::size_t>(k.device);
+    h = h * 1000003u ^ static_cast<std::size_t>(k.device);
+    return h * 1000003u ^ static_cast<std::size_t>(k.shape_class);
   }
 };
 

@@ -201,6 +201,10 @@ class _AttentionBackward(torch.autograd.Function):
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, layout, deterministic):
+        # Without this, autograd would hand backward a zero d_o whenever o gets no gradient (the
+        # second grad reaches this node through o, whose gradient the double backward leaves
+        # None) and run a whole first-order backward on zeros.
+        ctx.set_materialize_grads(False)
         o, lse = attention_forward(q, k, v, causal=causal, scale=scale, layout=layout, return_lse=True)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.options = (causal, scale, layout, deterministic)
@@ -208,6 +212,8 @@ class _Attention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_o):
+        if d_o is None:
+            return (None,) * 7
         q, k, v, o, lse = ctx.saved_tensors
         causal, scale, layout, deterministic = ctx.options
         dq, dk, dv = _AttentionBackward.apply(q, k, v, o, lse, d_o, causal, scale, layout, deterministic)

@@ -136,3 +136,26 @@ def test_double_backward_rejects_bad_cotangent():
     o, lse = kgen.torch.attention_forward(q, k, v, return_lse=True)
     with pytest.raises(kgen.torch.KgenError, match="gk"):
         kgen.torch.attention_double_backward(q, k, v, o, lse, r.half(), None, q[:, :, :10], None)
+
+
+def test_second_grad_with_independent_d_o_runs_only_the_double_backward():
+    """When dO is a leaf of its own, o gets no second-order gradient: the second grad must not run
+    a first-order backward (on zeros) besides the double backward, and must still match."""
+    dt = torch.float16
+    q, k, v, r = problem(1, 2, 2, 200, 200, 64, dt, "bhnd", seed=11)
+    ins = [t.detach().requires_grad_(True) for t in (q, k, v, r.to(dt))]
+    w = [torch.randn_like(t) for t in ins[:3]]
+    o = kgen.torch.attention(*ins[:3])
+    first = torch.autograd.grad(o, ins[:3], ins[3], create_graph=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        second = torch.autograd.grad(first, ins, w)
+        torch.cuda.synchronize()
+    kernels = {e.name for e in prof.events() if e.name.startswith("kgen_")}
+    assert any("double_bwd" in name for name in kernels), kernels
+    first_order = {name for name in kernels if "double_bwd" not in name and not name.endswith("preprocess")}
+    assert not first_order, f"first-order kernels ran in the second grad: {sorted(first_order)}"
+    ref_ins = [t.detach().double().requires_grad_(True) for t in ins]
+    ref_first = torch.autograd.grad(attention_math(*ref_ins[:3]), ref_ins[:3], ref_ins[3], create_graph=True)
+    ref = torch.autograd.grad(ref_first, ref_ins, [x.double() for x in w])
+    for name, a, e in zip(("q_bar", "k_bar", "v_bar", "do_bar"), second, ref):
+        check(name, a, e, SECOND[dt])

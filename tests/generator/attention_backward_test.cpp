@@ -88,13 +88,15 @@ TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
   const Target sm90a = *parse_target("sm_90a");
   for (int d : {64, 128}) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
-    // b = h = 1, n = 8192: 128 tiles of 64 rows on 132 SMs.
-    const auto small = attention_double_backward_default_config(spec, {1, 1, 1, 8192, 8192}, sm90a, 132);
+    // b = h = 1, n = 2048: 32 tiles of 64 rows on 132 SMs.
+    const auto small = attention_double_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a, 132);
     EXPECT_EQ(small.block_m, 32) << d;
     EXPECT_EQ(small.warps, 2) << d;
     EXPECT_FALSE(check_attention_double_backward_config(spec, small, sm90a)) << to_string(small);
     const auto big = attention_double_backward_default_config(spec, {1, 16, 16, 8192, 8192}, sm90a, 132);
     EXPECT_EQ(big.block_m, 64) << d;
+    // b = h = 1, n = 8192: 128 tiles of 64 rows keep them (more K/V reuse beats a fuller grid).
+    EXPECT_EQ(attention_double_backward_default_config(spec, {1, 1, 1, 8192, 8192}, sm90a, 132).block_m, 64) << d;
     EXPECT_EQ(big, attention_double_backward_default_config(spec, sm90a));
   }
   auto why = check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::fa2, 16, 32, 1, 0}, sm90a);

@@ -361,11 +361,37 @@ TEST(TuningOpsDecision, TheTableDecidesOncePerKey) {
   DecisionTable<std::string> table;
   int calls = 0;
   auto decide = [&] { return "c" + std::to_string(++calls); };
-  const DecisionKey a{1, {4096, 4096, 64, 1}, 0}, b{1, {4096, 4096, 64, 1}, 1};
+  const DecisionKey a{1, {4096, 4096, 64, 1}, 0, 0}, b{1, {4096, 4096, 64, 1}, 1, 0}, c{1, {4096, 4096, 64, 1}, 0, 1};
   EXPECT_EQ(table.get(a, decide), "c1");
   EXPECT_EQ(table.get(a, decide), "c1");
   EXPECT_EQ(table.get(b, decide), "c2");
-  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(table.get(c, decide), "c3");  // same bucket and device, another shape class
+  EXPECT_EQ(calls, 3);
+}
+
+// One tuning bucket holds shapes on both sides of each heuristic's grid threshold: the shape
+// classes tell them apart, so the per-process decision table cannot hand one the other's tiles.
+TEST(TuningOpsDecision, ShapeClassesSplitBucketsWhereTheHeuristicsDo) {
+  const Target sm90a = *parse_target("sm_90a");
+  const int sms = 132;
+  // Double backward, b = h = 1: n = 2049 and n = 4096 share the bucket nq4096; 33 and 64 tiles.
+  const AttentionShape a{1, 1, 1, 2049, 2049}, b{1, 1, 1, 4096, 4096};
+  ASSERT_EQ(attention_bucket(a), attention_bucket(b));
+  EXPECT_EQ(attention_double_backward_shape_class(a, sms), 1);
+  EXPECT_EQ(attention_double_backward_shape_class(b, sms), 1);
+  const AttentionShape c{1, 1, 1, 8192, 8192}, d{1, 1, 1, 4097, 4097};
+  ASSERT_EQ(attention_bucket(c), attention_bucket(d));
+  EXPECT_NE(attention_double_backward_shape_class(c, sms), attention_double_backward_shape_class(d, sms));
+  const AttentionBackwardSpec spec{DType::bf16, 128, false};
+  EXPECT_NE(attention_double_backward_default_config(spec, c, sm90a, sms),
+            attention_double_backward_default_config(spec, d, sm90a, sms));
+  // Backward: 12 kv heads of 1025 keys (108 tiles of 128) against 2048 keys (192 tiles), one bucket.
+  const AttentionShape e{1, 12, 12, 1025, 1025}, f{1, 12, 12, 2048, 2048};
+  ASSERT_EQ(attention_bucket(e), attention_bucket(f));
+  EXPECT_NE(attention_backward_shape_class(e, sms), attention_backward_shape_class(f, sms));
+  EXPECT_NE(attention_backward_default_config(spec, e, sm90a, sms), attention_backward_default_config(spec, f, sm90a, sms));
+  // Forward: 128-row tiles, 108 blocks against 192.
+  EXPECT_NE(attention_forward_shape_class(e, sms), attention_forward_shape_class(f, sms));
 }
 
 }  // namespace
