@@ -217,22 +217,40 @@ LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int
   if (c.strategy == LrpeStrategy::sp) {
     plan.rows_per_block = pass_rows;
   } else {
-    // Splits along the sequence so that the blocks fill the SMs once (one wave of equal
-    // blocks, min(resident, kLrpeBpBlocksPerSm) per SM), each split at least one pass long.
-    const int per_sm = std::clamp(resident_blocks_per_sm, 1, kLrpeBpBlocksPerSm);
-    const long long wanted = (1LL * per_sm * sm_count + groups * grid_y - 1) / (groups * grid_y);
-    const long long splits = std::clamp<long long>(std::min<long long>(wanted, ceil_div(shape.n, pass_rows)), 1, kMaxSplits);
-    plan.rows_per_block = ceil_div(shape.n, splits);
+    plan.rows_per_block = ceil_div(shape.n, lrpe_bp_splits(groups * grid_y, ceil_div(shape.n, pass_rows),
+                                                          std::min(lrpe_max_splits(shape, sm_count), kMaxSplits),
+                                                          sm_count, resident_blocks_per_sm));
   }
   plan.splits = ceil_div(shape.n, plan.rows_per_block);  // every block has at least one row
   plan.grid = {static_cast<unsigned>(plan.splits), grid_y, static_cast<unsigned>(groups)};
   return plan;
 }
 
+int lrpe_bp_splits(long long slices, long long passes, int max_splits, int sm_count, int resident_blocks_per_sm) {
+  // The blocks of a bp launch are equal, so it takes as long as its waves of resident blocks: a
+  // count just over whole waves idles most slots in the last one (144 slices × 4 splits on
+  // 4 × 132 slots: two waves for 1.09 waves of work). Take the fewest splits whose blocks keep
+  // at least 90 % of their waves' slots busy, else the best fill; every split at least one pass
+  // long, kLrpeBpMaxBlocksPerSm blocks per SM in all.
+  const long long sms = std::max(sm_count, 1);
+  const long long slots = std::clamp(resident_blocks_per_sm, 1, kLrpeBpMaxBlocksPerSm) * sms;
+  const long long cap = std::clamp<long long>(
+      std::min<long long>({passes, max_splits, kLrpeBpMaxBlocksPerSm * sms / std::max(slices, 1LL)}), 1, kMaxSplits);
+  long long best = 1;
+  double best_fill = 0;
+  for (long long s = 1; s <= cap; ++s) {
+    const long long blocks = slices * s, waves = (blocks + slots - 1) / slots;
+    const double fill = static_cast<double>(blocks) / static_cast<double>(waves * slots);
+    if (fill >= 0.9) return static_cast<int>(s);
+    if (fill > best_fill + 1e-9) best = s, best_fill = fill;
+  }
+  return static_cast<int>(best);
+}
+
 int lrpe_max_splits(const LrpeShape& shape, int sm_count) {
-  // The fewest slice groups any softmax-over-the-sequence config launches.
+  // The fewest slice groups any softmax-over-the-sequence config launches, on the most slots.
   const long long groups = std::max(1LL, (1LL * shape.batch * shape.heads) / kLrpeMaxFoldSoftmaxSeq);
-  const long long wanted = (1LL * kLrpeBpBlocksPerSm * sm_count + groups - 1) / groups;
+  const long long wanted = (1LL * kLrpeBpMaxBlocksPerSm * sm_count + groups - 1) / groups;
   return static_cast<int>(std::clamp<long long>(std::min<long long>(wanted, shape.n), 1, kMaxSplits));
 }
 

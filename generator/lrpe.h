@@ -96,12 +96,17 @@ struct LrpeLaunchPlan {
   int splits = 1;           // gridDim.x
   bool fold_heads = false;  // the block's slices run over b·heads + h (gridDim.y = 1)
 };
-// Blocks per SM a bp launch aims for (fewer when fewer are resident: one full wave).
-inline constexpr int kLrpeBpBlocksPerSm = 4;
+// bp launches: at most this many blocks per SM in all (over every wave; it bounds the scratch of
+// softmax over the sequence).
+inline constexpr int kLrpeBpMaxBlocksPerSm = 16;
 // `resident_blocks_per_sm`: how many blocks of the config's kernels fit on one SM (occupancy);
-// bp launches size their splits to fill min(that, kLrpeBpBlocksPerSm) blocks per SM.
+// bp launches size their splits by lrpe_bp_splits.
 LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& config, const LrpeShape& shape, int sm_count,
-                                int resident_blocks_per_sm = kLrpeBpBlocksPerSm);
+                                int resident_blocks_per_sm = 4);
+// Blocks along the sequence for `slices` (b, h) groups of a bp launch with `passes` block passes
+// of rows: the fewest whose blocks fill at least 90 % of the resident slots of their waves (else
+// the best fill), at most kLrpeBpMaxBlocksPerSm blocks per SM, `passes` and `max_splits`.
+int lrpe_bp_splits(long long slices, long long passes, int max_splits, int sm_count, int resident_blocks_per_sm);
 
 // The most blocks along the sequence a softmax-over-the-sequence launch of `shape` uses, for any
 // valid config and occupancy (it bounds that act's scratch).

@@ -151,8 +151,8 @@ TEST(LrpeLaunchPlan, CoversEveryRowOnceWithPowerOfTwoRowGroups) {
     EXPECT_FALSE(plan.fold_heads);
     EXPECT_EQ(plan.grid.y, 3u);
     EXPECT_EQ(plan.grid.z, static_cast<unsigned>((5 + fold - 1) / fold));
-    // bp fills min(resident, 4) blocks per SM once.
-    EXPECT_LE(1LL * plan.splits * plan.grid.y * plan.grid.z, 2 * 132 + plan.grid.y * plan.grid.z);
+    // bp launches at most kLrpeBpMaxBlocksPerSm blocks per SM (or one split per slice group).
+    EXPECT_LE(1LL * plan.splits * plan.grid.y * plan.grid.z, std::max<long long>(kLrpeBpMaxBlocksPerSm * 132, plan.grid.y * plan.grid.z));
   }
   // The softmax-over-the-sequence scratch bound holds for every fold, occupancy and batch.
   for (int fold : {1, 2, 3, 4})
@@ -210,6 +210,33 @@ TEST(Registry, KnowsBothLrpeOperatorsWithDistinctVariants) {
     EXPECT_GE(variants.size(), 36u) << name;
     EXPECT_LE(variants.size(), 140u) << name;
   }
+}
+
+}  // namespace
+}  // namespace kgen
+
+namespace kgen {
+namespace {
+
+// Equal blocks take as long as their waves: bp splits fill whole waves of resident slots.
+TEST(LrpeLaunchPlan, BpSplitsFillTheirWaves) {
+  // 144 slices on 4 × 132 slots: 4 splits (576 blocks) would need a second wave for 48 blocks;
+  // 7 (1008 blocks, 95 % of two waves) is the fewest that fills 90 %.
+  EXPECT_EQ(lrpe_bp_splits(144, 1 << 20, 1024, 132, 4), 7);
+  // Enough slices for 90 % of one wave: no split.
+  EXPECT_EQ(lrpe_bp_splits(500, 1 << 20, 1024, 132, 4), 1);
+  // One slice: the split count fills the slots.
+  const int one = lrpe_bp_splits(1, 1 << 20, 1024, 132, 2);
+  EXPECT_GE(one, 238);
+  EXPECT_LE(one, 264);
+  // Too few passes to split further: the best fill within them.
+  EXPECT_EQ(lrpe_bp_splits(144, 2, 1024, 132, 4), 2);
+  for (long long slices : {1, 7, 24, 144, 1000})
+    for (int resident : {1, 2, 4, 8, 16, 32}) {
+      const int s = lrpe_bp_splits(slices, 1 << 20, 1024, 132, resident);
+      EXPECT_GE(s, 1);
+      EXPECT_LE(slices * s, std::max<long long>(kLrpeBpMaxBlocksPerSm * 132, slices)) << slices << " " << resident;
+    }
 }
 
 }  // namespace

@@ -121,6 +121,40 @@ __device__ __forceinline__ void merge_stats(float& m, float& l, float& a, float 
   m = mn;
 }
 
+// Merges the statistics of the block's row slots, per column lane: first across the lanes of each
+// warp that differ above the row group, then across warps through shared memory. The block's
+// first row_group threads end up holding the block's statistics. Every thread of the block calls
+// it (it synchronises the block); `keep` (block-uniform) false skips the cross-warp merge.
+template <int V, int Threads>
+__device__ __forceinline__ void merge_row_slots(OnlineColumns<V>& t, int row_group, int lane, bool keep) {
+  constexpr int kWarps = Threads / 32;
+  __shared__ float partial[3][kWarps][32 * V];
+  const int warp = threadIdx.x / 32;
+  for (int lane_bit = row_group; lane_bit < 32; lane_bit <<= 1)
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, t.m[i], lane_bit);
+      const float l2 = __shfl_xor_sync(0xffffffffu, t.l[i], lane_bit);
+      const float a2 = __shfl_xor_sync(0xffffffffu, t.a[i], lane_bit);
+      merge_stats(t.m[i], t.l[i], t.a[i], m2, l2, a2);
+    }
+  if ((threadIdx.x & 31) < row_group)
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      partial[0][warp][lane * V + i] = t.m[i];
+      partial[1][warp][lane * V + i] = t.l[i];
+      partial[2][warp][lane * V + i] = t.a[i];
+    }
+  __syncthreads();
+  if (keep && threadIdx.x < row_group)
+    for (int other = 1; other < kWarps; ++other)
+#pragma unroll
+      for (int i = 0; i < V; ++i)
+        merge_stats(t.m[i], t.l[i], t.a[i], partial[0][other][lane * V + i], partial[1][other][lane * V + i],
+                    partial[2][other][lane * V + i]);
+  __syncthreads();  // before the next call reuses `partial`
+}
+
 // Plane `plane` of the partial statistics of (b, h, split).
 __device__ __forceinline__ float* stats_row(const LrpeParams& p, int plane, int b, int h, int split) {
   const long long rows = 1LL * p.batch * p.heads * gridDim.x;
@@ -231,37 +265,12 @@ __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
   if (v.vec) column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, true>(p, v, st);
   else column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, false>(p, v, st);
 
-  // Per slice, merge the row slots: first inside each warp (lanes that differ above the row
-  // group), then across warps through shared memory; the block's first row_group threads hold
-  // the result and write it.
-  constexpr int kWarps = Threads / 32;
-  __shared__ float partial[3][kWarps][32 * V];
-  const int warp = threadIdx.x / 32;
+  // Per slice, merge the row slots; the block's first row_group threads write the result.
 #pragma unroll
   for (int j = 0; j < Fold; ++j) {
     OnlineColumns<V>& t = st[j];
-    for (int lane_bit = p.row_group; lane_bit < 32; lane_bit <<= 1)
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, t.m[i], lane_bit);
-        const float l2 = __shfl_xor_sync(0xffffffffu, t.l[i], lane_bit);
-        const float a2 = __shfl_xor_sync(0xffffffffu, t.a[i], lane_bit);
-        merge_stats(t.m[i], t.l[i], t.a[i], m2, l2, a2);
-      }
-    if ((threadIdx.x & 31) < p.row_group)
-#pragma unroll
-      for (int i = 0; i < V; ++i) {
-        partial[0][warp][w.lane * V + i] = t.m[i];
-        partial[1][warp][w.lane * V + i] = t.l[i];
-        partial[2][warp][w.lane * V + i] = t.a[i];
-      }
-    __syncthreads();
+    merge_row_slots<V, Threads>(t, p.row_group, w.lane, v.ok[j]);
     if (threadIdx.x < p.row_group && v.ok[j]) {
-      for (int other = 1; other < kWarps; ++other)
-#pragma unroll
-        for (int i = 0; i < V; ++i)
-          merge_stats(t.m[i], t.l[i], t.a[i], partial[0][other][w.lane * V + i], partial[1][other][w.lane * V + i],
-                      partial[2][other][w.lane * V + i]);
       const int planes = Backward ? 3 : 2;
       for (int plane = 0; plane < planes; ++plane) {
         float* dst = stats_row(p, plane, v.b[j], v.h[j], blockIdx.x) + v.col.k0;
@@ -270,37 +279,38 @@ __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
           if (i < v.col.valid) dst[i] = plane == 0 ? t.m[i] : plane == 1 ? t.l[i] : t.a[i];
       }
     }
-    __syncthreads();  // before the next slice reuses `partial`
   }
 }
 
 // Second pass of softmax over the sequence, before the rows: per slice, every split's partials
-// of the thread's columns merged (once per block, by the first row slot, shared through smem).
-template <int V, int Fold, bool Backward, class View>
+// of the thread's columns merged (once per block: row slot k takes splits k, k + slots, ...,
+// then merge_row_slots; shared through smem).
+template <int V, int Threads, int Fold, bool Backward, class View>
 __device__ __forceinline__ void merged_column_stats(ColumnSoftmax<V> (&out)[Fold], const LrpeParams& p, const View& v) {
   __shared__ float merged[3][32 * V];
   const int lane = v.w.lane, valid = v.col.valid;
 #pragma unroll
   for (int j = 0; j < Fold; ++j) {
-    if (v.w.slot == 0 && v.ok[j]) {
-      float m[V], l[V], a[V];
+    OnlineColumns<V> t;
 #pragma unroll
-      for (int i = 0; i < V; ++i) m[i] = -infinity_f32(), l[i] = 0.f, a[i] = 0.f;
-      for (int split = 0; split < gridDim.x; ++split) {
+    for (int i = 0; i < V; ++i) t.m[i] = -infinity_f32(), t.l[i] = 0.f, t.a[i] = 0.f;
+    if (v.ok[j])
+      for (int split = v.w.slot; split < gridDim.x; split += v.w.rows_per_pass) {
         const float* sm = stats_row(p, 0, v.b[j], v.h[j], split) + v.col.k0;
         const float* sl = stats_row(p, 1, v.b[j], v.h[j], split) + v.col.k0;
         const float* sa = Backward ? stats_row(p, 2, v.b[j], v.h[j], split) + v.col.k0 : nullptr;
 #pragma unroll
         for (int i = 0; i < V; ++i)
-          if (i < valid) merge_stats(m[i], l[i], a[i], sm[i], sl[i], Backward ? sa[i] : 0.f);
+          if (i < valid) merge_stats(t.m[i], t.l[i], t.a[i], sm[i], sl[i], Backward ? sa[i] : 0.f);
       }
+    merge_row_slots<V, Threads>(t, p.row_group, lane, v.ok[j]);
+    if (threadIdx.x < p.row_group)
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        merged[0][lane * V + i] = m[i];
-        merged[1][lane * V + i] = l[i];
-        merged[2][lane * V + i] = a[i];
+        merged[0][lane * V + i] = t.m[i];
+        merged[1][lane * V + i] = t.l[i];
+        merged[2][lane * V + i] = t.a[i];
       }
-    }
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < V; ++i) {
@@ -406,7 +416,7 @@ template <class T, int V, int Threads, int Rows, int Fold, int Act, bool Md, boo
 __device__ __forceinline__ void lrpe_apply(const LrpeParams& p) {
   const auto v = block_view<T, V, Threads, Fold, Md>(p);
   ColumnSoftmax<V> colsm[Fold];
-  if constexpr (Act == kLrpeActSoftmaxSeq) merged_column_stats<V, Fold, Backward>(colsm, p, v);
+  if constexpr (Act == kLrpeActSoftmaxSeq) merged_column_stats<V, Threads, Fold, Backward>(colsm, p, v);
   if constexpr (Backward) {
     if (v.vec) backward_rows<T, V, Rows, Fold, Act, Md, Cache, true>(p, v, colsm);
     else backward_rows<T, V, Rows, Fold, Act, Md, Cache, false>(p, v, colsm);
