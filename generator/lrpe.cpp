@@ -95,6 +95,7 @@ std::string to_string(const LrpeConfig& c) {
   std::ostringstream s;
   s << (c.strategy == LrpeStrategy::sp ? "sp" : "bp") << ":t" << c.threads << ":r" << c.rows << ":v" << c.vec;
   if (c.fold != 1) s << ":b" << c.fold;
+  if (c.occupancy != 1) s << ":o" << c.occupancy;
   if (c.cache) s << ":cache";
   return s.str();
 }
@@ -103,6 +104,10 @@ std::optional<LrpeConfig> parse_lrpe_config(const std::string& text) {
   auto parts = split(text, ':');
   LrpeConfig c;
   if (parts.size() > 4 && parts.back() == "cache") c.cache = true, parts.pop_back();
+  if (parts.size() > 4 && parts.back().starts_with("o")) {  // ":o<k>", written only when k != 1
+    if (!prefixed_int(parts.back(), "o", c.occupancy) || c.occupancy == 1) return std::nullopt;
+    parts.pop_back();
+  }
   if (parts.size() == 5) {  // ":b<fold>", written only when fold != 1
     if (!prefixed_int(parts[4], "b", c.fold) || c.fold == 1) return std::nullopt;
     parts.pop_back();
@@ -124,6 +129,8 @@ std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeCon
   if (std::ranges::find(kFolds, c.fold) == std::end(kFolds))
     return std::string("fold (b<k>) must be one of 1, 2, 3, 4, 6, 8, 12, 16 slices per block");
   if (c.rows * c.fold > kLrpeMaxFold) return std::string("rows × fold must stay <= 16 rows of x in flight per thread");
+  if (c.occupancy < 1 || c.occupancy * c.threads > 2048)
+    return std::string("occupancy (o<k>) must be 1 to 2048 / threads resident blocks per SM");
   if (spec.act == LrpeAct::softmax_seq && c.fold > kLrpeMaxFoldSoftmaxSeq)
     return std::string("softmax over the sequence keeps 3·vec·fold running statistics per thread: fold must be <= 4");
   if (spec.act == LrpeAct::softmax_seq && c.strategy != LrpeStrategy::bp)
@@ -148,20 +155,49 @@ namespace {
 // divides the angle work (8 full-rate instructions and 2 MUFU per angle) by 4 and keeps four
 // 16-byte loads per thread in flight; softmax over the sequence folds 2 (its running
 // statistics take 3·vec registers per slice).
-// From the config sweep of tools/gpu_lrpe_sweep.sh on an H200 (B = H = 12, D = 128, bf16,
-// n = 16384; BENCHMARKS.md), share of the bandwidth floor of the best config that compiles
-// without spills: none 92 % fwd / 102 % bwd and silu 85 % / 69 % with sp, fold 4; softmax over
-// features 85 % fwd (bp, fold 6) and 85 % bwd (bp, 128 threads, fold 4); softmax over the
-// sequence 59 % fwd (bp, two rows in flight) and 53 % bwd (bp, 128 threads, fold 2).
+// md_lrpe_cosine keeps the defaults of the first sweep (tools/gpu_lrpe_sweep.sh, n = 16384):
+// none and silu sp with fold 4; softmax over features bp with fold 6 (fwd) / 128 threads and fold
+// 4 (bwd); softmax over the sequence bp with two rows in flight (fwd) / 128 threads and fold 2.
+// lrpe_cosine takes those of the occupancy sweep (o<k>, BENCHMARKS.md "LRPE occupancy"; H200,
+// B = H = 12, D = 128, bf16, n = 4k / 16k / 32k, shares of the bandwidth floor): registers were
+// what held these kernels back (silu bwd at 173 per thread kept one 256-thread block per SM).
+// - elementwise fwd: 128 threads, fold 2, 8 blocks (64 registers): none 93/97/97 %, silu
+//   92/96/96 % (fold 4 at one block's registers: 89/91/91 and 81/84/84).
+// - elementwise bwd: none keeps fold 4 on 256 threads (97/103/103 %); the other acts take 128
+//   threads, fold 4, 4 blocks (silu 98/102/103 % against 67/68/68).
+// - softmax over features: fwd sp, 128 threads, fold 4, 6 blocks (85/87/86 %); bwd bp, 256
+//   threads, fold 2, 3 blocks (89/93/94 %).
+// - softmax over the sequence: fwd 128 threads, two rows, 8 blocks (72/81/82 %); bwd 128
+//   threads, two rows, 5 blocks (86/95/96 %).
+LrpeConfig measured_default_16bit(const LrpeSpec& spec);
+
+// fp32 rows are twice the registers: its kernels keep the compiler's register choice (o1), which
+// the occupancy caps above would turn into spills (up to 160 B).
 LrpeConfig measured_default(const LrpeSpec& spec) {
+  LrpeConfig c = measured_default_16bit(spec);
+  if (spec.dtype == DType::f32) c.occupancy = 1;
+  return c;
+}
+
+LrpeConfig measured_default_16bit(const LrpeSpec& spec) {
   const bool fwd = spec.direction == LrpeDirection::forward;
+  using S = LrpeStrategy;
+  if (spec.op == LrpeOp::md_cosine) {
+    switch (spec.act) {
+      case LrpeAct::softmax_seq: return fwd ? LrpeConfig{S::bp, 256, 2, 8, false, 1} : LrpeConfig{S::bp, 128, 1, 8, false, 2};
+      case LrpeAct::softmax: return fwd ? LrpeConfig{S::bp, 256, 1, 8, false, 6} : LrpeConfig{S::bp, 128, 1, 8, false, 4};
+      default: return {S::sp, 256, 1, 8, false, 4};
+    }
+  }
   switch (spec.act) {
     case LrpeAct::softmax_seq:
-      return fwd ? LrpeConfig{LrpeStrategy::bp, 256, 2, 8, false, 1} : LrpeConfig{LrpeStrategy::bp, 128, 1, 8, false, 2};
+      return fwd ? LrpeConfig{S::bp, 128, 2, 8, false, 1, 8} : LrpeConfig{S::bp, 128, 2, 8, false, 1, 5};
     case LrpeAct::softmax:
-      return fwd ? LrpeConfig{LrpeStrategy::bp, 256, 1, 8, false, 6} : LrpeConfig{LrpeStrategy::bp, 128, 1, 8, false, 4};
+      return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 4, 6} : LrpeConfig{S::bp, 256, 1, 8, false, 2, 3};
+    case LrpeAct::none:
+      return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 2, 8} : LrpeConfig{S::sp, 256, 1, 8, false, 4};
     default:
-      return {LrpeStrategy::sp, 256, 1, 8, false, 4};
+      return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 2, 8} : LrpeConfig{S::sp, 128, 1, 8, false, 4, 4};
   }
 }
 
@@ -169,8 +205,8 @@ LrpeConfig measured_default(const LrpeSpec& spec) {
 // flight each) or fold 1.
 LrpeConfig smaller_fold(LrpeConfig c, int slices) {
   if (slices >= c.fold) return c;
-  if (slices >= 2 && c.fold > 2) return LrpeConfig{c.strategy, c.threads, 2, c.vec, c.cache, 2};
-  return LrpeConfig{c.strategy, c.threads, c.fold > 2 ? 1 : 2, c.vec, c.cache, 1};
+  if (slices >= 2 && c.fold > 2) return LrpeConfig{c.strategy, c.threads, 2, c.vec, c.cache, 2, c.occupancy};
+  return LrpeConfig{c.strategy, c.threads, c.fold > 2 ? 1 : 2, c.vec, c.cache, 1, c.occupancy};
 }
 
 }  // namespace
@@ -275,9 +311,9 @@ KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& c) {
   std::ostringstream src;
   src << "#include \"kgen/lrpe/lrpe.cuh\"\n\n// kgen variant " << k.variant << "\n";
   auto entry = [&](const char* name, const std::string& call) {
-    // minBlocks 1: without it ptxas spills a few registers at its own occupancy target (seen on
-    // sm_90a at 64–128 registers); these kernels keep enough bytes in flight per thread.
-    src << "extern \"C\" __global__ void __launch_bounds__(" << c.threads << ", 1) " << name
+    // minBlocks: the config's occupancy (default 1: without it ptxas spills a few registers at its
+    // own occupancy target, seen on sm_90a at 64–128 registers).
+    src << "extern \"C\" __global__ void __launch_bounds__(" << c.threads << ", " << c.occupancy << ") " << name
         << "(const kgen::LrpeParams p) {\n  " << call << "\n}\n";
   };
   if (spec.act == LrpeAct::softmax_seq)

@@ -44,6 +44,9 @@ struct LrpeConfig {
   int vec = 8;        // features per thread (16-byte pieces); d <= 32·vec
   bool cache = false; // md only: the forward writes the angles, the backward reads them
   int fold = 1;       // slices (b, h) per block sharing each angle's sin/cos ("b<fold>" in the text)
+  // Blocks per SM the compiler must keep resident (__launch_bounds__ minBlocks, "o<k>" in the
+  // text): caps registers at 64K / (threads · k) so that k blocks fit, at the risk of spills.
+  int occupancy = 1;
   bool operator==(const LrpeConfig&) const = default;
 };
 

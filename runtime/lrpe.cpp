@@ -64,6 +64,7 @@ KernelKey kernel_key(const LrpeSpec& s, const LrpeConfig& c, int device) {
   k = k * 64 + std::uint64_t(c.vec);
   k = k * 2 + c.cache;
   k = k * 32 + std::uint64_t(c.fold);
+  k = k * 16 + std::uint64_t(c.occupancy);
   return k * 65536 + std::uint64_t(device);
 }
 

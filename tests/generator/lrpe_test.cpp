@@ -48,14 +48,17 @@ TEST(LrpeConfigText, RoundTripsEveryConfigAndRejectsMalformed) {
   EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::bp, 128, 2, 4, true}), "bp:t128:r2:v4:cache");
   EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::bp, 256, 1, 8, false, 4}), "bp:t256:r1:v8:b4");
   EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::sp, 128, 2, 4, true, 12}), "sp:t128:r2:v4:b12:cache");
-  for (const char* text : {"bp:t256:r1:v8:b4", "sp:t128:r2:v4:b12:cache", "bp:t256:r4:v8"}) {
+  EXPECT_EQ(to_string(LrpeConfig{LrpeStrategy::sp, 256, 1, 8, false, 4, 2}), "sp:t256:r1:v8:b4:o2");
+  for (const char* text : {"bp:t256:r1:v8:b4", "sp:t128:r2:v4:b12:cache", "bp:t256:r4:v8", "sp:t256:r1:v8:b4:o2",
+                           "bp:t128:r1:v8:o4", "bp:t256:r1:v8:b2:o3:cache"}) {
     auto parsed = parse_lrpe_config(text);
     ASSERT_TRUE(parsed) << text;
     EXPECT_EQ(to_string(*parsed), text);
   }
   for (const char* bad : {"", "sp", "sp:t256:r4", "xp:t256:r4:v8", "sp:256:r4:v8", "sp:t256:r4:v8:x", "sp:t256:r4:v8:cache:x",
                           "sp:tx:r4:v8", "sp:t256:r:v8", "sp:t256:r4:v8 ", "sp:t256:r4:v8:b1", "sp:t256:r4:v8:b",
-                          "sp:t256:r4:v8:bx", "sp:t256:r4:v8:cache:b2", "sp:t256:r4:v8:b2:b2"})
+                          "sp:t256:r4:v8:bx", "sp:t256:r4:v8:cache:b2", "sp:t256:r4:v8:b2:b2", "sp:t256:r4:v8:o1",
+                          "sp:t256:r4:v8:o2:b2", "sp:t256:r4:v8:ox", "sp:t256:r4:v8:o2:o2"})
     EXPECT_FALSE(parse_lrpe_config(bad)) << bad;
 }
 
@@ -86,6 +89,9 @@ TEST(LrpeConfig, ValidityRulesNameTheReason) {
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 1, 8, false, 5})->find("fold"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 8, false, 8})->find("rows × fold"), std::string::npos);
   EXPECT_FALSE(check_lrpe_config(plain, {LrpeStrategy::bp, 256, 1, 8, false, 16}));
+  EXPECT_FALSE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 1, 8, false, 4, 8}));
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 1, 8, false, 4, 9})->find("occupancy"), std::string::npos);
+  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 1, 8, false, 4, 0})->find("occupancy"), std::string::npos);
   EXPECT_FALSE(check_lrpe_config(seq, {LrpeStrategy::bp, 256, 1, 8, false, 4}));
   EXPECT_NE(check_lrpe_config(seq, {LrpeStrategy::bp, 256, 1, 8, false, 6})->find("fold must be <= 4"), std::string::npos);
   EXPECT_FALSE(check_lrpe_config_for_shape(plain, {LrpeStrategy::sp, 256, 4, 8, false}, {1, 1, 10, 256}));
@@ -181,6 +187,9 @@ TEST(LrpeRender, EntriesAndTemplateArguments) {
   EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) kgen_lrpe_stats("), std::string::npos);
   EXPECT_NE(k.source.find("lrpe_column_stats<kgen::half_t, 8, 256, 2, 1, true, true, true>(p)"), std::string::npos) << k.source;
   EXPECT_NE(k.source.find("lrpe_backward<kgen::half_t, 8, 256, 2, 1, 5, true, true>(p)"), std::string::npos) << k.source;
+  KernelSource occupied = render_lrpe(spec, {LrpeStrategy::bp, 256, 1, 8, true, 2, 3});
+  EXPECT_NE(occupied.source.find("__launch_bounds__(256, 3) kgen_lrpe("), std::string::npos) << occupied.source;
+  EXPECT_NE(occupied.variant.find(":b2:o3:cache"), std::string::npos) << occupied.variant;
   KernelSource folded = render_lrpe(spec, {LrpeStrategy::bp, 256, 1, 8, true, 4});
   EXPECT_EQ(folded.variant, "md_lrpe_cosine.bwd.fp16.softmax_seq.bp:t256:r1:v8:b4:cache");
   EXPECT_NE(folded.source.find("lrpe_backward<kgen::half_t, 8, 256, 1, 4, 5, true, true>(p)"), std::string::npos);

@@ -78,7 +78,7 @@ TEST(Compile, ParsesThePtxasReport) {
 namespace kgen {
 namespace {
 
-TEST(Compile, EveryLrpeVariantCompilesForSm80AndSm90aWithoutSpills) {
+TEST(Compile, EveryLrpeVariantCompilesForSm80AndSm90aWithoutSpillsBeyondItsOccupancyCap) {
   KernelBuilder builder(test_cache());
   auto items = warm_items({"lrpe_cosine", "md_lrpe_cosine"}, {"sm_80", "sm_90a"});
   auto summary = warm(builder, items, 0);
@@ -86,9 +86,12 @@ TEST(Compile, EveryLrpeVariantCompilesForSm80AndSm90aWithoutSpills) {
   for (const auto& r : summary.results) {
     EXPECT_TRUE(r.ok) << r.item->source.variant << " " << r.item->target.arch << ": " << r.error;
     if (!r.ok) continue;
-    // Memory-bound kernels: a spill or a stack frame is local-memory traffic on the hot path.
-    EXPECT_EQ(r.resources.spill_stores, 0) << r.item->source.variant << " " << r.item->target.arch;
-    EXPECT_EQ(r.resources.stack_frame, 0) << r.item->source.variant << " " << r.item->target.arch;
+    // Memory-bound kernels: a spill or a stack frame is local-memory traffic on the hot path. A
+    // config that forces an occupancy (":o<k>", a register cap) trades a few spilled bytes for
+    // resident warps where the sweep measured it faster (BENCHMARKS.md, LRPE occupancy), up to 128.
+    const bool capped = r.item->source.variant.find(":o") != std::string::npos;
+    EXPECT_LE(r.resources.spill_stores, capped ? 128 : 0) << r.item->source.variant << " " << r.item->target.arch;
+    EXPECT_LE(r.resources.stack_frame, capped ? 128 : 0) << r.item->source.variant << " " << r.item->target.arch;
   }
 }
 
