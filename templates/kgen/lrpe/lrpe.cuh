@@ -35,13 +35,28 @@ struct Placement {
   int lane, slot, rows_per_pass, row_begin, row_end;
 };
 
+// The block's grid coordinates. Reverse walks the grid backwards: the apply kernel of softmax over
+// the sequence starts with the rows the statistics kernel read last, which L2 still holds.
+struct BlockCoord {
+  int x, y, z;
+};
+
+template <bool Reverse>
+__device__ __forceinline__ BlockCoord block_coord() {
+  if constexpr (Reverse)
+    return {static_cast<int>(gridDim.x - 1 - blockIdx.x), static_cast<int>(gridDim.y - 1 - blockIdx.y),
+            static_cast<int>(gridDim.z - 1 - blockIdx.z)};
+  else
+    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+}
+
 template <int Threads>
-__device__ __forceinline__ Placement placement(const LrpeParams& p) {
+__device__ __forceinline__ Placement placement(const LrpeParams& p, int block_x) {
   Placement w;
   w.lane = threadIdx.x & (p.row_group - 1);
   w.slot = threadIdx.x >> p.row_group_log2;
   w.rows_per_pass = Threads >> p.row_group_log2;
-  w.row_begin = blockIdx.x * p.rows_per_block;
+  w.row_begin = block_x * p.rows_per_block;
   w.row_end = imin(p.n, w.row_begin + p.rows_per_block);
   return w;
 }
@@ -52,6 +67,7 @@ __device__ __forceinline__ Placement placement(const LrpeParams& p) {
 template <class T, int V, int Fold, bool Md>
 struct BlockView {
   Placement w;
+  int split;  // the block's stretch of the sequence (grid x)
   bool vec;
   Columns<V, Md> col;
   int b[Fold], h[Fold];
@@ -62,15 +78,16 @@ struct BlockView {
 };
 
 template <class T, int V, int Threads, int Fold, bool Md>
-__device__ __forceinline__ BlockView<T, V, Fold, Md> block_view(const LrpeParams& p) {
+__device__ __forceinline__ BlockView<T, V, Fold, Md> block_view(const LrpeParams& p, BlockCoord blk) {
   BlockView<T, V, Fold, Md> v;
-  v.w = placement<Threads>(p);
+  v.split = blk.x;
+  v.w = placement<Threads>(p, blk.x);
   v.vec = p.vectorized != 0;
-  v.col = load_columns<V, Md>(p, blockIdx.y, v.w.lane);  // fold_heads: y = 0, theta has one row
+  v.col = load_columns<V, Md>(p, blk.y, v.w.lane);  // fold_heads: y = 0, theta has one row
 #pragma unroll
   for (int j = 0; j < Fold; ++j) {
-    const int f = blockIdx.z * Fold + j;
-    int b = f, h = blockIdx.y;
+    const int f = blk.z * Fold + j;
+    int b = f, h = blk.y;
     if (p.fold_heads) b = f / p.heads, h = f - b * p.heads;
     v.ok[j] = b < p.batch;
     if (!v.ok[j]) b = 0, h = p.fold_heads ? 0 : h;
@@ -254,7 +271,7 @@ __device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const Blo
 // (forward: max, sum) or of x and g (backward: max, sum, Σ e·g), written to p.stats.
 template <class T, int V, int Threads, int Rows, int Fold, bool Md, bool Cache, bool Backward>
 __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
-  const auto v = block_view<T, V, Threads, Fold, Md>(p);
+  const auto v = block_view<T, V, Threads, Fold, Md>(p, block_coord<false>());
   const Placement& w = v.w;
   OnlineColumns<V> st[Fold];
 #pragma unroll
@@ -273,7 +290,7 @@ __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
     if (threadIdx.x < p.row_group && v.ok[j]) {
       const int planes = Backward ? 3 : 2;
       for (int plane = 0; plane < planes; ++plane) {
-        float* dst = stats_row(p, plane, v.b[j], v.h[j], blockIdx.x) + v.col.k0;
+        float* dst = stats_row(p, plane, v.b[j], v.h[j], v.split) + v.col.k0;
 #pragma unroll
         for (int i = 0; i < V; ++i)
           if (i < v.col.valid) dst[i] = plane == 0 ? t.m[i] : plane == 1 ? t.l[i] : t.a[i];
@@ -414,7 +431,7 @@ __device__ __forceinline__ void backward_rows(const LrpeParams& p, const BlockVi
 // the row loop of the block's vectorization.
 template <class T, int V, int Threads, int Rows, int Fold, int Act, bool Md, bool Cache, bool Backward>
 __device__ __forceinline__ void lrpe_apply(const LrpeParams& p) {
-  const auto v = block_view<T, V, Threads, Fold, Md>(p);
+  const auto v = block_view<T, V, Threads, Fold, Md>(p, block_coord<Act == kLrpeActSoftmaxSeq>());
   ColumnSoftmax<V> colsm[Fold];
   if constexpr (Act == kLrpeActSoftmaxSeq) merged_column_stats<V, Threads, Fold, Backward>(colsm, p, v);
   if constexpr (Backward) {

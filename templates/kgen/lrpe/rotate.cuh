@@ -142,12 +142,23 @@ struct RowIO {
 
 // --- reductions over the row_group threads of one row (aligned lanes of a warp) -----------------
 
+// Branch-free: all five butterfly steps run and those at or above `group` are discarded, so the
+// unrolled reductions of a block's folded slices interleave (a loop bounded by the run-time group
+// ran them one after another, each waiting on its shuffles).
 __device__ __forceinline__ float row_max(float x, int group) {
-  for (int w = 1; w < group; w <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, w));
+#pragma unroll
+  for (int w = 1; w < 32; w <<= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, w);
+    x = w < group ? fmaxf(x, y) : x;
+  }
   return x;
 }
 __device__ __forceinline__ float row_sum(float x, int group) {
-  for (int w = 1; w < group; w <<= 1) x += __shfl_xor_sync(0xffffffffu, x, w);
+#pragma unroll
+  for (int w = 1; w < 32; w <<= 1) {
+    const float y = __shfl_xor_sync(0xffffffffu, x, w);
+    x = w < group ? x + y : x;
+  }
   return x;
 }
 
