@@ -425,8 +425,9 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   return c;
 }
 
-int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, const AttentionShape& s) {
-  if (c.path != BackwardPath::fa2) return 1;
+int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, const AttentionShape& s,
+                                           bool deterministic) {
+  if (c.path != BackwardPath::fa2 || deterministic) return 1;
   // Split the key range of the r/c pass while the blocks stay under 512 (about four per SM) and
   // every split keeps at least two key tiles.
   const long long q_blocks = 1LL * s.batch * s.heads_q * blocks(s.n_q, c.block_m);
@@ -443,13 +444,14 @@ std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const Attent
 }
 
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, DoubleBackwardKernel kernel,
-                                          const AttentionShape& s) {
+                                          const AttentionShape& s, bool deterministic) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
     case DoubleBackwardKernel::preprocess: return {blocks(s.n_q, kRowWarps), hq, b};
     case DoubleBackwardKernel::q_stats:
-      return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s)), hq, b};
+      return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, deterministic)),
+              hq, b};
     case DoubleBackwardKernel::fused: return {blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.block_m), hkv, b};

@@ -163,6 +163,16 @@ kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kge
   });
 }
 
+kgen_status kgen_lrpe_workspace_bytes(const DLTensor* x, int act, int backward, size_t* bytes) {
+  return guarded([&] {
+    const kgen::TensorView xv = to_view(x, "x");
+    if (!bytes) throw kgen::Error(kgen::Status::invalid_argument, "bytes: output pointer is null");
+    if (act < 0 || act > static_cast<int>(kgen::LrpeAct::softmax_seq))
+      throw kgen::Error(kgen::Status::invalid_argument, "act: unknown kgen_lrpe_act " + std::to_string(act));
+    *bytes = kgen::lrpe_workspace_bytes(xv, static_cast<kgen::LrpeAct>(act), backward != 0);
+  });
+}
+
 kgen_status kgen_lrpe_cosine_forward(const DLTensor* x, const DLTensor* theta, DLTensor* o,
                                      const kgen_lrpe_options* options, void* stream) {
   return guarded([&] {

@@ -117,6 +117,11 @@ kgen_status kgen_md_lrpe_cosine_backward(const DLTensor* x, const DLTensor* thet
                                          DLTensor* dx, const DLTensor* angles,
                                          const kgen_lrpe_options* options, void* stream);
 
+/* Scratch bytes an lrpe_cosine / md_lrpe_cosine call on x needs in options->workspace: 0 unless
+ * act is softmax over the sequence (kgen_lrpe_act 5); an upper bound for every config. Passing
+ * scratch from the caller's allocator saves the call a stream-ordered allocation and free. */
+kgen_status kgen_lrpe_workspace_bytes(const DLTensor* x, int act, int backward, size_t* bytes);
+
 /* The message of the last failed call on this thread ("" if none). */
 const char* kgen_last_error(void);
 

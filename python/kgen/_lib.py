@@ -112,6 +112,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
         ctypes.c_int, [_P] * 13 + [ctypes.POINTER(AttentionBackwardOptions), ctypes.c_void_p]),
     "kgen_attention_backward_workspace_bytes": (
         ctypes.c_int, [_P, ctypes.POINTER(AttentionBackwardOptions), ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]),
+    "kgen_lrpe_workspace_bytes": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]),
     "kgen_lrpe_cosine_forward": (ctypes.c_int, [_P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
     "kgen_lrpe_cosine_backward": (ctypes.c_int, [_P, _P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
     "kgen_md_lrpe_cosine_forward": (

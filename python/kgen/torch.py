@@ -157,14 +157,15 @@ def attention_backward(q, k, v, o, lse, d_o, *, causal: bool = False, scale: flo
 
 
 def attention_double_backward(q, k, v, o, lse, d_o, gq=None, gk=None, gv=None, *, causal: bool = False,
-                              scale: float | None = None, layout: str = "bhnd", config: str | None = None):
+                              scale: float | None = None, layout: str = "bhnd", deterministic: bool = False,
+                              config: str | None = None):
     """(q_bar, k_bar, v_bar, do_bar): gradients of an outer loss with respect to q, k, v and d_o,
     given its cotangents gq, gk, gv of the backward's dq, dk, dv (None = zero, work skipped).
-    O(n·d) memory (attention.md §4)."""
+    O(n·d) memory (attention.md §4). deterministic=True gives the same bits on every run."""
     _check_types(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, gq=gq, gk=gk, gv=gv)
     d_o, gq, gk, gv = (_dense(t) for t in (d_o, gq, gk, gv))
     outs = [torch.empty_like(t) for t in (q, k, v, q)]
-    options = _backward_options(causal, scale, False, config)
+    options = _backward_options(causal, scale, deterministic, config)
     views = ([_logical(t, layout) for t in (q, k, v, o)] + [lse] +
              [None if t is None else _logical(t, layout) for t in (d_o, gq, gk, gv)] +
              [_logical(t, layout) for t in outs])
@@ -183,18 +184,18 @@ class _AttentionBackward(torch.autograd.Function):
     def forward(ctx, q, k, v, o, lse, d_o, causal, scale, layout, deterministic):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, o, lse, d_o)
-        ctx.options = (causal, scale, layout)
+        ctx.options = (causal, scale, layout, deterministic)
         return attention_backward(q, k, v, o, lse, d_o, causal=causal, scale=scale, layout=layout,
                                   deterministic=deterministic)
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
         q, k, v, o, lse, d_o = ctx.saved_tensors
-        causal, scale, layout = ctx.options
+        causal, scale, layout, deterministic = ctx.options
         if gq is None and gk is None and gv is None:
             return (None,) * 10
         q_bar, k_bar, v_bar, do_bar = attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, causal=causal,
-                                                                scale=scale, layout=layout)
+                                                                scale=scale, layout=layout, deterministic=deterministic)
         return q_bar, k_bar, v_bar, None, None, do_bar, None, None, None, None
 
 
@@ -282,10 +283,12 @@ class _Lrpe(torch.autograd.Function):
             angles = torch.empty((h, n, x.shape[-1]), dtype=torch.float32, device=x.device)
         options = _lrpe_options(act, offset, grid, extra, config)
         xv, ov = _lrpe_views([x, o], layout)
+        ws = _lrpe_workspace(xv, act, False, options)
         if md:
             _launch("kgen_md_lrpe_cosine_forward", [xv, theta32, ov, angles], options, x.device)
         else:
             _launch("kgen_lrpe_cosine_forward", [xv, theta32, ov], options, x.device)
+        del ws
         ctx.save_for_backward(x, theta32, angles)
         ctx.args = (md, offset, grid, extra, act, layout, config)
         return o
@@ -305,10 +308,12 @@ def _lrpe_backward(x, theta32, d_o, md, offset, grid, extra, act, layout, angles
     dx = torch.empty_like(x)
     options = _lrpe_options(act, offset, grid, extra, config)
     xv, dov, dxv = _lrpe_views([x, d_o, dx], layout)
+    ws = _lrpe_workspace(xv, act, True, options)
     if md:
         _launch("kgen_md_lrpe_cosine_backward", [xv, theta32, dov, dxv, angles], options, x.device)
     else:
         _launch("kgen_lrpe_cosine_backward", [xv, theta32, dov, dxv], options, x.device)
+    del ws
     return dx
 
 
@@ -325,6 +330,18 @@ def md_lrpe_cosine_backward(x, theta, d_o, shape, l: int = 0, act: str = "none",
     _check_types(x=x, d_o=d_o)
     return _lrpe_backward(x, _theta32(theta), d_o, True, 0, tuple(int(v) for v in shape), int(l),
                           _lrpe_act(act, dim, x, layout), layout, None, None)
+
+
+def _lrpe_workspace(x_view, act, backward, options):
+    """Softmax over the sequence: its statistics scratch from PyTorch's caching allocator (freed
+    stream-ordered like every torch allocation), else None."""
+    if act != "softmax_seq":
+        return None
+    size = ctypes.c_size_t(0)
+    _lib.call("kgen_lrpe_workspace_bytes", _lib.ref(_dl(x_view)), _lib.LRPE_ACTS[act], int(backward), ctypes.byref(size))
+    ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=x_view.device)
+    options.workspace, options.workspace_bytes = ws.data_ptr(), size.value
+    return ws
 
 
 def _lrpe_options(act, offset, grid, extra, config):

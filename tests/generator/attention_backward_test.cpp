@@ -117,6 +117,9 @@ TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
   EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}).x, 512u);
   // Few rows, long keys: up to four ranges; short keys: no split below two tiles per range.
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 8192}), 4);
+  // Deterministic calls: one range (no order-dependent atomic sums).
+  EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 8192}, true), 1);
+  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, true).x, 256u);
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 64}), 1);
   // Large grids and the general path: none.
   EXPECT_EQ(attention_double_backward_stats_splits({BackwardPath::fa2, 64, 16, 4, 0}, {1, 16, 16, 8192, 8192}), 1);

@@ -122,6 +122,15 @@ TEST(LrpeCApi, NamesTheArgumentAndTheAct) {
   opt.act = KGEN_LRPE_ACT_SILU, opt.dims = 1, opt.grid[0] = 15;  // 15 != n = 16
   EXPECT_EQ(kgen_md_lrpe_cosine_backward(&x, &theta, &o, &x, nullptr, &opt, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(kgen_last_error()).rfind("grid:", 0), 0u) << kgen_last_error();
+  // Workspace size: 0 without softmax over the sequence (no device needed); bad act, null output.
+  std::size_t bytes = 7;
+  EXPECT_EQ(kgen_lrpe_workspace_bytes(&x, KGEN_LRPE_ACT_SILU, 0, &bytes), KGEN_OK) << kgen_last_error();
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(kgen_lrpe_workspace_bytes(&x, 9, 0, &bytes), KGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kgen_last_error()).rfind("act:", 0), 0u) << kgen_last_error();
+  EXPECT_EQ(kgen_lrpe_workspace_bytes(&x, KGEN_LRPE_ACT_NONE, 0, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kgen_last_error()).rfind("bytes:", 0), 0u) << kgen_last_error();
+  EXPECT_EQ(kgen_lrpe_workspace_bytes(&host_x, KGEN_LRPE_ACT_NONE, 0, &bytes), KGEN_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace
