@@ -16,12 +16,12 @@ export KGEN_CACHE_DIR=/tmp/kgen-cache
 kgen=dist/bin/kgen
 step() { echo; echo "=== $* ($(date -u +%FT%TZ))"; }
 bench() { echo "\$ kgen bench $*"; KGEN_LOG_LEVEL=info /usr/bin/time -f "wall %e s" $kgen bench "$@" 2>&1; }
-# Candidates for the elementwise acts and softmax over features (the default, bp:t256:r1:v8:b4,
-# is the "kgen" column): fold 1 (no sharing), 2, 4, 6, 12 slices; 128-thread blocks (finer
-# occupancy steps at ~100 registers); two rows in flight; the sp launch.
-configs='bp:t256:r1:v8|bp:t256:r1:v8:b2|bp:t128:r1:v8:b4|bp:t256:r2:v8:b2|bp:t256:r1:v8:b6|bp:t128:r1:v8:b12|sp:t256:r1:v8:b4'
-# Softmax over the sequence (bp only, fold <= 4; the default is bp:t256:r1:v8:b2).
-seq_configs='bp:t256:r1:v8|bp:t256:r2:v8|bp:t128:r1:v8:b2|bp:t256:r1:v8:b4|bp:t128:r1:v8:b4'
+# Candidates for the elementwise acts and softmax over features (the "kgen" column is each act's
+# default, generator/lrpe.cpp measured_default): folds 2 and 4 at 128 and 256 threads with
+# occupancy caps (o<k>: registers for k resident blocks), the bp launch, one uncapped config.
+configs='sp:t128:r1:v8:b2:o8|sp:t128:r1:v8:b4:o4|sp:t128:r1:v8:b4:o6|sp:t256:r1:v8:b4|sp:t256:r1:v8:b2:o4|bp:t256:r1:v8:b2:o3|bp:t128:r1:v8:b2:o6'
+# Softmax over the sequence (bp only, fold <= 4).
+seq_configs='bp:t128:r2:v8:o8|bp:t128:r2:v8:o5|bp:t128:r4:v8:o4|bp:t256:r2:v8:o3|bp:t256:r2:v8'
 common=(--seqlens 16384 --reps 10 --warmup 3)
 {
   step env
