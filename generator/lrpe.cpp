@@ -149,18 +149,16 @@ std::optional<std::string> check_lrpe_config_for_shape(const LrpeSpec& spec, con
 
 namespace {
 
-// The fastest config per (act, direction) of a `kgen bench lrpe --configs` sweep on an H200
-// (B = H = 12, N = 16384, D = 128, bf16; BENCHMARKS.md). Before slices were folded, one row per
-// thread beat 2 and 4 everywhere (fewer registers, more resident warps). Folding 4 slices
-// divides the angle work (8 full-rate instructions and 2 MUFU per angle) by 4 and keeps four
-// 16-byte loads per thread in flight; softmax over the sequence folds 2 (its running
-// statistics take 3·vec registers per slice).
+// The fastest config per (act, direction) of the config sweeps on an H200 (B = H = 12, D = 128,
+// bf16; BENCHMARKS.md). Folding slices divides the angle work (8 full-rate instructions and 2 MUFU
+// per angle) by the fold and keeps fold 16-byte loads per thread in flight; softmax over the
+// sequence folds at most 4 (its running statistics take 3·vec registers per slice).
 // md_lrpe_cosine keeps the defaults of the first sweep (tools/gpu_lrpe_sweep.sh, n = 16384):
 // none and silu sp with fold 4; softmax over features bp with fold 6 (fwd) / 128 threads and fold
 // 4 (bwd); softmax over the sequence bp with two rows in flight (fwd) / 128 threads and fold 2.
-// lrpe_cosine takes those of the occupancy sweep (o<k>, BENCHMARKS.md "LRPE occupancy"; H200,
-// B = H = 12, D = 128, bf16, n = 4k / 16k / 32k, shares of the bandwidth floor): registers were
-// what held these kernels back (silu bwd at 173 per thread kept one 256-thread block per SM).
+// lrpe_cosine takes those of the occupancy sweep (BENCHMARKS.md, "lrpe_cosine: occupancy knob and
+// measured defaults"; n = 4k / 16k / 32k, shares of the bandwidth floor): registers were what held
+// these kernels back (silu bwd at 173 per thread kept one 256-thread block per SM).
 // - elementwise fwd: 128 threads, fold 2, 8 blocks (64 registers): none 93/97/97 %, silu
 //   92/96/96 % (fold 4 at one block's registers: 89/91/91 and 81/84/84).
 // - elementwise bwd: none keeps fold 4 on 256 threads (97/103/103 %); the other acts take 128
@@ -169,17 +167,7 @@ namespace {
 //   threads, fold 2, 3 blocks (89/93/94 %).
 // - softmax over the sequence: fwd 128 threads, two rows, 8 blocks (72/81/82 %); bwd 128
 //   threads, two rows, 5 blocks (86/95/96 %).
-LrpeConfig measured_default_16bit(const LrpeSpec& spec);
-
-// fp32 rows are twice the registers: its kernels keep the compiler's register choice (o1), which
-// the occupancy caps above would turn into spills (up to 160 B).
-LrpeConfig measured_default(const LrpeSpec& spec) {
-  LrpeConfig c = measured_default_16bit(spec);
-  if (spec.dtype == DType::f32) c.occupancy = 1;
-  return c;
-}
-
-LrpeConfig measured_default_16bit(const LrpeSpec& spec) {
+LrpeConfig swept_default(const LrpeSpec& spec) {
   const bool fwd = spec.direction == LrpeDirection::forward;
   using S = LrpeStrategy;
   if (spec.op == LrpeOp::md_cosine) {
@@ -199,6 +187,14 @@ LrpeConfig measured_default_16bit(const LrpeSpec& spec) {
     default:
       return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 2, 8} : LrpeConfig{S::sp, 128, 1, 8, false, 4, 4};
   }
+}
+
+// fp32 rows are twice the registers: its kernels keep the compiler's register choice (o1), which
+// the occupancy caps above would turn into spills (up to 160 B).
+LrpeConfig measured_default(const LrpeSpec& spec) {
+  LrpeConfig c = swept_default(spec);
+  if (spec.dtype == DType::f32) c.occupancy = 1;
+  return c;
 }
 
 // The config of the space that serves fewer slices than the default folds: fold 2 (two rows in
@@ -254,8 +250,8 @@ LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int
     plan.rows_per_block = pass_rows;
   } else {
     plan.rows_per_block = ceil_div(shape.n, lrpe_bp_splits(groups * grid_y, ceil_div(shape.n, pass_rows),
-                                                          std::min(lrpe_max_splits(shape, sm_count), kMaxSplits),
-                                                          sm_count, resident_blocks_per_sm));
+                                                          lrpe_max_splits(shape, sm_count), sm_count,
+                                                          resident_blocks_per_sm));
   }
   plan.splits = ceil_div(shape.n, plan.rows_per_block);  // every block has at least one row
   plan.grid = {static_cast<unsigned>(plan.splits), grid_y, static_cast<unsigned>(groups)};

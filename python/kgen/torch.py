@@ -116,15 +116,20 @@ def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.contiguous()
 
 
+def _attach_scratch(options, nbytes: int, device: torch.device) -> torch.Tensor:
+    """`nbytes` of scratch from PyTorch's caching allocator (freed stream-ordered like every torch
+    allocation), set as options.workspace; keep the tensor alive until the launch is enqueued."""
+    ws = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+    options.workspace, options.workspace_bytes = ws.data_ptr(), nbytes
+    return ws
+
+
 def _workspace(q_logical: torch.Tensor, options, double_backward: bool) -> torch.Tensor:
-    """Scratch from PyTorch's caching allocator (stream-ordered like every torch allocation)."""
+    """The backward's or double backward's scratch for q's shape."""
     size = ctypes.c_size_t(0)
     _lib.call("kgen_attention_backward_workspace_bytes", _lib.ref(_dl(q_logical)), ctypes.byref(options),
               int(double_backward), ctypes.byref(size))
-    ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=q_logical.device)
-    options.workspace = ws.data_ptr()
-    options.workspace_bytes = size.value
-    return ws
+    return _attach_scratch(options, size.value, q_logical.device)
 
 
 def _backward_options(causal: bool, scale: float | None, deterministic: bool, config: str | None = None):
@@ -333,15 +338,12 @@ def md_lrpe_cosine_backward(x, theta, d_o, shape, l: int = 0, act: str = "none",
 
 
 def _lrpe_workspace(x_view, act, backward, options):
-    """Softmax over the sequence: its statistics scratch from PyTorch's caching allocator (freed
-    stream-ordered like every torch allocation), else None."""
+    """Softmax over the sequence: its statistics scratch, else None (no scratch needed)."""
     if act != "softmax_seq":
         return None
     size = ctypes.c_size_t(0)
     _lib.call("kgen_lrpe_workspace_bytes", _lib.ref(_dl(x_view)), _lib.LRPE_ACTS[act], int(backward), ctypes.byref(size))
-    ws = torch.empty(max(size.value, 1), dtype=torch.uint8, device=x_view.device)
-    options.workspace, options.workspace_bytes = ws.data_ptr(), size.value
-    return ws
+    return _attach_scratch(options, size.value, x_view.device)
 
 
 def _lrpe_options(act, offset, grid, extra, config):

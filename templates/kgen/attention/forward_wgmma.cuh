@@ -166,21 +166,33 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   float row_max[2] = {-infinity_f32(), -infinity_f32()};
   float row_sum[2] = {0.f, 0.f};
   const int wg_row0 = m0 + wg * 64;  // first query row of this warpgroup
+  const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
+
+  // Both schedules' pieces. S = Q·Kᵀ of the tile in `stage` into acc (issued, not committed).
+  auto issue_s = [&](float (&acc)[kSRegs], int stage) {
+    const unsigned long long k_desc = wgmma::desc_sw128(smem_k(stage), 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::Mma<BN>::template ss<T, 0, 0>(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
+                                           k_desc + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
+  };
+  // O += P·V of the tile in `stage`, P packed in registers; one committed group.
+  auto issue_pv = [&](const unsigned (&pa)[BN / 16][4], int stage) {
+    const unsigned long long v_desc = wgmma::desc_sw128(smem_v(stage), KVTile::kBlockBytes, 1024);
+    wgmma::fence_operand(o);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      wgmma::Mma<D>::template rs<T, 1>(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+    wgmma::commit();
+  };
+  // Keys >= n_k, or above the causal diagonal, in the tile starting at key n0.
+  auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
 
   if constexpr (Stages == 3) {
     // Pipelined: Q·Kᵀ of tile j+1 and P·V of tile j run on the tensor cores while this
     // warpgroup computes the softmax of tile j+1; O is rescaled once P·V of tile j is done.
     // Three K/V stages: tile j+2 loads while tiles j and j+1 are in use.
-    auto k_desc = [&](int tile) { return wgmma::desc_sw128(smem_k(tile % 3), 16, 1024); };
-    auto issue_s = [&](float (&acc)[kSRegs], int tile) {
-      const unsigned long long kd = k_desc(tile);
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
-        wgmma::Mma<BN>::template ss<T, 0, 0>(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
-                                             kd + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
-    };
-    const int row0 = wg_row0 + warp * 16 + g;
-    auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
     unsigned pa[BN / 16][4];
     if (num_tiles > 0) {
       if (num_tiles > 1) load_kv(1, 1);
@@ -200,28 +212,19 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
     }
-    const auto issue_pv = [&](int tile) {
-      const unsigned long long v_desc = wgmma::desc_sw128(smem_v(tile % 3), KVTile::kBlockBytes, 1024);
-      wgmma::fence_operand(o);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk)
-        wgmma::Mma<D>::template rs<T, 1>(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
-      wgmma::commit();
-    };
     // Every iteration but the last issues Q·Kᵀ of the next tile (no branch around the wgmma
     // groups, so the compiler can keep them in flight across the softmax).
     for (int tile = 0; tile + 1 < num_tiles; ++tile) {
       cp_async_wait<0>();  // tile + 1 landed
       wgmma::fence_proxy_async();
       __syncthreads();  // every warpgroup is done with tile − 1: its stage takes tile + 2
-      if (tile + 2 < num_tiles) load_kv(tile + 2, (tile + 2) % 3);
+      if (tile + 2 < num_tiles) load_kv(tile + 2, (tile + 2) % Stages);
       cp_async_commit();
       float s[kSRegs];
       wgmma::fence();
-      issue_s(s, tile + 1);
+      issue_s(s, (tile + 1) % Stages);
       wgmma::commit();
-      issue_pv(tile);
+      issue_pv(pa, tile % Stages);
       wgmma::wait<1>();  // Q·Kᵀ of tile + 1 done; P·V of tile may still run
       wgmma::fence_operand(s);
       float alpha[2];
@@ -235,7 +238,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
       for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
     }
     if (num_tiles > 0) {  // P·V of the last tile (landed at the previous wait)
-      issue_pv(num_tiles - 1);
+      issue_pv(pa, (num_tiles - 1) % Stages);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
     }
@@ -249,39 +252,22 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     if (tile + 1 < num_tiles) load_kv(tile + 1, (tile + 1) % Stages);
     cp_async_commit();
 
-    // ---- S = Q·Kᵀ ----
     float s[kSRegs];
-    const unsigned long long k_desc = wgmma::desc_sw128(smem_k(stage), 16, 1024);
     wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      wgmma::Mma<BN>::template ss<T, 0, 0>(s, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
-                                         k_desc + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
-    }
+    issue_s(s, stage);
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operand(s);
 
-    // ---- mask and online softmax; O rows rescaled by alpha ----
     float alpha[2];
-    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag);
-    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, wg_row0 + warp * 16 + g, diag,
-                                               t, scale_log2, needs_mask);
+    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                               needs_mask(n0));
     wgmma_fwd_detail::scale_rows(o, alpha);
 
-    // ---- O += P·V ----
     unsigned a[BN / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      wgmma::pack_a<T>(a[kk], s, kk);
-    }
-    const unsigned long long v_desc = wgmma::desc_sw128(smem_v(stage), KVTile::kBlockBytes, 1024);
-    wgmma::fence_operand(o);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      wgmma::Mma<D>::template rs<T, 1>(o, a[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
-    wgmma::commit();
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(a[kk], s, kk);
+    issue_pv(a, stage);
     wgmma::wait<0>();
     wgmma::fence_operand(o);
   }
