@@ -125,7 +125,11 @@ std::optional<LrpeConfig> parse_lrpe_config(const std::string& text) {
 std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeConfig& c) {
   if (c.threads != 128 && c.threads != 256) return std::string("threads must be 128 or 256");
   if (c.rows != 1 && c.rows != 2 && c.rows != 4) return std::string("rows must be 1, 2 or 4");
-  if (c.vec != 4 && c.vec != 8) return std::string("vec must be 4 or 8 features per thread");
+  if (c.vec != 4 && c.vec != 8 && c.vec != 16) return std::string("vec must be 4, 8 or 16 features per thread");
+  // 16 features per lane: a row of d = 128 takes 8 lanes (3 shuffle levels for softmax over the
+  // features instead of 4); the statistics kernel's shared merge buffers would pass 48 KB.
+  if (c.vec == 16 && spec.act == LrpeAct::softmax_seq)
+    return std::string("vec 16 is not available for softmax over the sequence (its statistics buffers exceed 48 KB)");
   if (std::ranges::find(kFolds, c.fold) == std::end(kFolds))
     return std::string("fold (b<k>) must be one of 1, 2, 3, 4, 6, 8, 12, 16 slices per block");
   if (c.rows * c.fold > kLrpeMaxFold) return std::string("rows × fold must stay <= 16 rows of x in flight per thread");

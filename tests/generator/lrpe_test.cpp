@@ -86,6 +86,8 @@ TEST(LrpeConfig, ValidityRulesNameTheReason) {
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 96, 4, 8, false})->find("threads"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 3, 8, false})->find("rows"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 6, false})->find("vec"), std::string::npos);
+  EXPECT_FALSE(check_lrpe_config(plain, {LrpeStrategy::sp, 128, 1, 16, false, 2, 6}));
+  EXPECT_NE(check_lrpe_config(seq, {LrpeStrategy::bp, 128, 1, 16, false})->find("vec 16"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 1, 8, false, 5})->find("fold"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 8, false, 8})->find("rows × fold"), std::string::npos);
   EXPECT_FALSE(check_lrpe_config(plain, {LrpeStrategy::bp, 256, 1, 8, false, 16}));
