@@ -26,6 +26,7 @@ import math
 import shlex
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -87,10 +88,16 @@ def torch_lrpe(x, theta, act, offset=0, shape=None, l=0):
 
 # --- timing --------------------------------------------------------------------------------------
 
-def time_ms(fn, sets, reps, warmup):
-    """Median of per-call CUDA-event times, rotating through `sets` (together beyond the L2)."""
-    for i in range(warmup):
+def time_ms(fn, sets, reps, warmup, warm_s=0.2):
+    """Median of per-call CUDA-event times, rotating through `sets` (together beyond the L2), after
+    `warmup` calls and at least `warm_s` seconds of them (the clocks of a GPU that sat idle while the
+    previous case was set up and checked ramp up first)."""
+    start, i = time.perf_counter(), 0
+    while i < warmup or time.perf_counter() - start < warm_s:
         fn(sets[i % len(sets)])
+        i += 1
+        if i % 8 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     times = []
     for i in range(reps):

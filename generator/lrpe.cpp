@@ -167,8 +167,9 @@ namespace {
 //   92/96/96 % (fold 4 at one block's registers: 89/91/91 and 81/84/84).
 // - elementwise bwd: none keeps fold 4 on 256 threads (97/103/103 %); the other acts take 128
 //   threads, fold 4, 4 blocks (silu 98/102/103 % against 67/68/68).
-// - softmax over features: fwd sp, 128 threads, fold 4, 6 blocks (85/87/86 %); bwd bp, 256
-//   threads, fold 2, 3 blocks (89/93/94 %).
+// - softmax over features (after its unshifted fast path and batched row sums; n = 4k / 16k):
+//   fwd sp, 128 threads, two rows, fold 2, 6 blocks (92/96 %; fold 4 at 6 blocks 85/90); bwd sp,
+//   128 threads, fold 2, 8 blocks (99/103 %; bp 256 threads fold 2 at 3 blocks 90/93).
 // - softmax over the sequence: fwd 128 threads, two rows, 8 blocks (72/81/82 %); bwd 128
 //   threads, two rows, 5 blocks (86/95/96 %).
 LrpeConfig swept_default(const LrpeSpec& spec) {
@@ -185,7 +186,7 @@ LrpeConfig swept_default(const LrpeSpec& spec) {
     case LrpeAct::softmax_seq:
       return fwd ? LrpeConfig{S::bp, 128, 2, 8, false, 1, 8} : LrpeConfig{S::bp, 128, 2, 8, false, 1, 5};
     case LrpeAct::softmax:
-      return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 4, 6} : LrpeConfig{S::bp, 256, 1, 8, false, 2, 3};
+      return fwd ? LrpeConfig{S::sp, 128, 2, 8, false, 2, 6} : LrpeConfig{S::sp, 128, 1, 8, false, 2, 8};
     case LrpeAct::none:
       return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 2, 8} : LrpeConfig{S::sp, 256, 1, 8, false, 4};
     default:

@@ -7,56 +7,77 @@
 namespace kgen {
 namespace {
 
-using Kernels = std::optional<std::vector<KernelSource>>;
-
-// The shape whose heuristic default `kgen warm --db` compiles beside a recorded winner.
+// The shape whose heuristic default `kgen warm --db` and `kgen inspect` use.
 constexpr AttentionShape kWarmShape{1, 16, 16, 4096, 4096};
 constexpr int kWarmSmCount = 132;
 
-Kernels forward_record(const std::string& variant, const std::string& config, const Target& target) {
+// The kernels of one config: `config` parsed (empty: `fallback`, the default), checked, rendered.
+// parse(text) → optional<Config>; check(config) → optional<string> why not; render(config) →
+// vector<KernelSource>.
+template <class Config, class Parse, class Check, class Render>
+ConfigKernels kernels_of(const std::string& config, const Config& fallback, Parse parse, Check check, Render render) {
+  Config c = fallback;
+  if (!config.empty()) {
+    auto parsed = parse(config);
+    if (!parsed) return {{}, ConfigKernels::Problem::unparsable_config, "cannot parse config '" + config + "'"};
+    c = *parsed;
+  }
+  if (auto why = check(c)) return {{}, ConfigKernels::Problem::invalid_config, "config '" + config + "': " + *why};
+  return {render(c), ConfigKernels::Problem::none, {}};
+}
+
+ConfigKernels unknown_variant(const std::string& variant) {
+  return {{}, ConfigKernels::Problem::unknown_variant, "unknown variant key '" + variant + "'"};
+}
+
+ConfigKernels forward_kernels(const std::string& variant, const std::string& config, const Target& target) {
   auto spec = parse_attention_forward_spec(variant);
-  auto recorded = parse_attention_forward_config(config);
-  if (!spec || !recorded) return std::nullopt;
-  std::vector<KernelSource> out;
-  for (const auto& c : {*recorded, attention_forward_default_config(*spec, kWarmShape, target, kWarmSmCount)})
-    if (!check_attention_forward_config(*spec, c, target)) out.push_back(render_attention_forward(*spec, c));
-  return out;
+  if (!spec) return unknown_variant(variant);
+  return kernels_of(
+      config, attention_forward_default_config(*spec, kWarmShape, target, kWarmSmCount), parse_attention_forward_config,
+      [&](const auto& c) { return check_attention_forward_config(*spec, c, target); },
+      [&](const auto& c) { return std::vector<KernelSource>{render_attention_forward(*spec, c)}; });
 }
 
-Kernels backward_record(const std::string& variant, const std::string& config, const Target& target) {
+ConfigKernels backward_kernels(const std::string& variant, const std::string& config, const Target& target) {
   auto key = parse_attention_backward_variant_key(variant);
-  auto recorded = parse_attention_backward_config(config);
-  if (!key || !recorded) return std::nullopt;
+  if (!key) return unknown_variant(variant);
   const auto [spec, deterministic] = *key;
-  std::vector<KernelSource> out;
-  for (const auto& c : {*recorded, attention_backward_default_config(spec, kWarmShape, target, kWarmSmCount)})
-    if (!check_attention_backward_config(spec, c, target))
-      for (BackwardKernel k : attention_backward_kernels(c, deterministic)) out.push_back(render_attention_backward(spec, c, k));
-  return out;
+  return kernels_of(
+      config, attention_backward_default_config(spec, kWarmShape, target, kWarmSmCount), parse_attention_backward_config,
+      [&](const auto& c) { return check_attention_backward_config(spec, c, target); },
+      [&](const auto& c) {
+        std::vector<KernelSource> out;
+        for (BackwardKernel k : attention_backward_kernels(c, deterministic)) out.push_back(render_attention_backward(spec, c, k));
+        return out;
+      });
 }
 
-Kernels double_backward_record(const std::string& variant, const std::string& config, const Target& target) {
+ConfigKernels double_backward_kernels(const std::string& variant, const std::string& config, const Target& target) {
   auto spec = parse_double_backward_variant_key(variant);
-  auto recorded = parse_attention_backward_config(config);
-  if (!spec || !recorded) return std::nullopt;
-  std::vector<KernelSource> out;
-  for (const auto& c : {*recorded, attention_double_backward_default_config(*spec, target)})
-    if (!check_attention_double_backward_config(*spec, c, target))
-      for (DoubleBackwardKernel k : attention_double_backward_kernels(c))
-        out.push_back(render_attention_double_backward(*spec, c, k));
-  return out;
+  if (!spec) return unknown_variant(variant);
+  return kernels_of(
+      config, attention_double_backward_default_config(*spec, target), parse_attention_backward_config,
+      [&](const auto& c) { return check_attention_double_backward_config(*spec, c, target); },
+      [&](const auto& c) {
+        std::vector<KernelSource> out;
+        for (DoubleBackwardKernel k : attention_double_backward_kernels(c)) out.push_back(render_attention_double_backward(*spec, c, k));
+        return out;
+      });
 }
 
 // lrpe kernels do not depend on the target.
-Kernels lrpe_record(LrpeOp op, const std::string& variant, const std::string& config) {
+ConfigKernels lrpe_kernels(LrpeOp op, const std::string& variant, const std::string& config) {
   auto key = parse_lrpe_variant_key(variant);
-  auto recorded = parse_lrpe_config(config);
-  if (!key || key->first.op != op || !recorded) return std::nullopt;
+  if (!key || key->first.op != op) return unknown_variant(variant);
   const auto [spec, cache] = *key;
-  std::vector<KernelSource> out;
-  for (const auto& c : {*recorded, lrpe_default_config(spec, {}, cache)})
-    if (!check_lrpe_config(spec, c) && c.cache == cache) out.push_back(render_lrpe(spec, c));
-  return out;
+  return kernels_of(
+      config, lrpe_default_config(spec, {}, cache), parse_lrpe_config,
+      [&](const LrpeConfig& c) -> std::optional<std::string> {
+        if (c.cache != cache) return std::string(cache ? "the cache variant needs a :cache config" : ":cache needs the .cache variant");
+        return check_lrpe_config(spec, c);
+      },
+      [&](const LrpeConfig& c) { return std::vector<KernelSource>{render_lrpe(spec, c)}; });
 }
 
 }  // namespace
@@ -64,20 +85,31 @@ Kernels lrpe_record(LrpeOp op, const std::string& variant, const std::string& co
 std::span<const OperatorInfo> operators() {
   static const OperatorInfo kOperators[] = {
       {"attention_fwd", "flash attention forward (O, LSE); fp16/bf16 tensor cores, fp32 general path",
-       attention_forward_all_variants, forward_record},
+       attention_forward_all_variants, forward_kernels},
       {"attention_bwd", "flash attention backward (dQ, dK, dV); fp16/bf16 tensor cores, fp32 general path",
-       attention_backward_all_variants, backward_record},
+       attention_backward_all_variants, backward_kernels},
       {"attention_double_bwd",
        "flash attention double backward (Q̄, K̄, V̄, dŌ), O(n·d) memory; fp16/bf16 tensor cores, fp32 general path",
-       attention_double_backward_all_variants, double_backward_record},
+       attention_double_backward_all_variants, double_backward_kernels},
       {"lrpe_cosine", "LRPE-cosine o = [act(x)·cos Θ, act(x)·sin Θ], forward and backward, every act",
        [](const Target&) { return lrpe_all_variants(LrpeOp::cosine); },
-       [](const std::string& v, const std::string& c, const Target&) { return lrpe_record(LrpeOp::cosine, v, c); }},
+       [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::cosine, v, c); }},
       {"md_lrpe_cosine", "multi-dimensional LRPE-cosine (1d/2d/3d grids, extra tokens, angle cache), forward and backward",
        [](const Target&) { return lrpe_all_variants(LrpeOp::md_cosine); },
-       [](const std::string& v, const std::string& c, const Target&) { return lrpe_record(LrpeOp::md_cosine, v, c); }},
+       [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::md_cosine, v, c); }},
   };
   return kOperators;
+}
+
+std::optional<std::vector<KernelSource>> recorded_kernels(const OperatorInfo& op, const std::string& variant,
+                                                          const std::string& config, const Target& target) {
+  if (config.empty()) return std::nullopt;
+  ConfigKernels recorded = op.config_kernels(variant, config, target);
+  using enum ConfigKernels::Problem;
+  if (recorded.problem == unknown_variant || recorded.problem == unparsable_config) return std::nullopt;
+  std::vector<KernelSource> out = std::move(recorded.kernels);
+  for (auto& k : op.config_kernels(variant, "", target).kernels) out.push_back(std::move(k));
+  return out;
 }
 
 const OperatorInfo* find_operator(std::string_view name) {

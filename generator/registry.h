@@ -14,19 +14,30 @@
 
 namespace kgen {
 
+// The kernels of one config of one variant, or why there are none ("cannot parse", or the
+// config's validity rule for the target).
+struct ConfigKernels {
+  enum class Problem { none, unknown_variant, unparsable_config, invalid_config };
+  std::vector<KernelSource> kernels;
+  Problem problem = Problem::none;
+  std::string error;  // what `problem` means here; empty when `kernels` is the answer
+};
+
 struct OperatorInfo {
   std::string_view name;     // "attention_fwd", the same in the APIs, CLI and tuning database
   std::string_view summary;  // one line for --help and show-config
   // Every variant `kgen warm` compiles for a target.
   std::function<std::vector<KernelSource>(const Target&)> all_variants;
-  // The kernels behind one tuning-database record on `target` (`kgen warm --db`): those of the
-  // recorded config and of the variant's built-in default (for a b=1, h=16, n=4096 shape on 132
-  // SMs), each left out when invalid for `target`. nullopt when the record's variant key or
-  // config cannot be parsed.
-  std::function<std::optional<std::vector<KernelSource>>(const std::string& variant, const std::string& config,
-                                                         const Target&)>
-      recorded_kernels;
+  // The kernels of `config` (empty: the variant's built-in default for a b=1, h=16, n=4096 shape
+  // on 132 SMs) of the variant with key `variant` on `target` (`kgen inspect`).
+  std::function<ConfigKernels(const std::string& variant, const std::string& config, const Target&)> config_kernels;
 };
+
+// The kernels behind one tuning-database record on `target` (`kgen warm --db`): those of the
+// recorded config and of the variant's built-in default, each left out when invalid for
+// `target`. nullopt when the record's variant key or config cannot be parsed.
+std::optional<std::vector<KernelSource>> recorded_kernels(const OperatorInfo& op, const std::string& variant,
+                                                          const std::string& config, const Target& target);
 
 // All registered operators, in a fixed order.
 std::span<const OperatorInfo> operators();

@@ -68,7 +68,7 @@ std::vector<WarmItem> tuning_db_warm_items(const std::vector<std::string>& paths
       const OperatorInfo* op = find_operator(line.record.op);
       if (!op) continue;
       for (const Target& target : targets) {
-        auto kernels = op->recorded_kernels(line.record.variant_key, line.record.config, target);
+        auto kernels = recorded_kernels(*op, line.record.variant_key, line.record.config, target);
         if (!kernels)
           throw Error(Status::invalid_argument, "--db: " + file.string() + ":" + std::to_string(line.line) +
                                                     ": unknown variant or config '" + line.record.variant_key + "' / '" +
@@ -177,53 +177,63 @@ void add_show_config(CLI::App& app, int& exit_code) {
 }
 
 void add_inspect(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("inspect", "Show the rendered source, PTX or resource usage of one attention_fwd variant");
+  auto* cmd = app.add_subcommand("inspect", "Show the rendered source, PTX or resource usage of one variant's kernels");
   struct Opts {
-    std::string dtype = "bf16", arch = "sm_90a", config, what = "resources";
+    std::string op = "attention_fwd", variant, dtype = "bf16", arch = "sm_90a", config, what = "resources";
     int head_dim = 128;
     bool causal = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--dtype", o->dtype, "fp16, bf16 or fp32")->capture_default_str();
-  cmd->add_option("--head-dim,-d", o->head_dim, "Head dimension")->capture_default_str();
-  cmd->add_flag("--causal", o->causal, "Causal variant");
+  cmd->add_option("--op", o->op, "Operator (kgen show-config lists them)")->capture_default_str();
+  cmd->add_option("--variant", o->variant,
+                  "Variant key, as in tuning records (e.g. attention_bwd.bf16.d128.causal, "
+                  "lrpe_cosine.fwd.bf16.softmax_seq); attention_fwd: built from --dtype, --head-dim, --causal when absent");
+  cmd->add_option("--dtype", o->dtype, "attention_fwd without --variant: fp16, bf16 or fp32")->capture_default_str();
+  cmd->add_option("--head-dim,-d", o->head_dim, "attention_fwd without --variant: head dimension")->capture_default_str();
+  cmd->add_flag("--causal", o->causal, "attention_fwd without --variant: causal variant");
   cmd->add_option("--arch", o->arch, "Target")->capture_default_str();
-  cmd->add_option("--config", o->config, "Config (default: the heuristic for a large shape)");
+  cmd->add_option("--config", o->config, "Config (default: the variant's heuristic for a b=1, h=16, n=4096 shape)");
   cmd->add_option("--show", o->what, "source | ptx | resources | key")
       ->check(CLI::IsMember({"source", "ptx", "resources", "key"}))->capture_default_str();
   cmd->callback([o, &exit_code] {
-    auto dtype = parse_dtype(o->dtype);
-    if (!dtype) throw Error(Status::invalid_argument, "--dtype: unknown dtype '" + o->dtype + "'");
+    const OperatorInfo* op = find_operator(o->op);
+    if (!op) throw Error(Status::invalid_argument, "--op: unknown operator '" + o->op + "'");
     auto target = parse_target(o->arch);
     if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + o->arch + "'");
-    AttentionForwardSpec spec{*dtype, o->head_dim, o->causal};
-    if (auto why = check_attention_forward_spec(spec)) throw Error(Status::invalid_argument, "--head-dim: " + *why);
-    AttentionForwardConfig config = attention_forward_default_config(spec, {4, 16, 16, 4096, 4096}, *target, 132);
-    if (!o->config.empty()) {
-      auto c = parse_attention_forward_config(o->config);
-      if (!c) throw Error(Status::invalid_argument, "--config: cannot parse '" + o->config + "'");
-      if (auto why = check_attention_forward_config(spec, *c, *target))
-        throw Error(Status::invalid_argument, "--config: " + *why);
-      config = *c;
+    std::string variant = o->variant;
+    if (variant.empty()) {
+      if (o->op != "attention_fwd") throw Error(Status::invalid_argument, "--variant: required for --op " + o->op);
+      auto dtype = parse_dtype(o->dtype);
+      if (!dtype) throw Error(Status::invalid_argument, "--dtype: unknown dtype '" + o->dtype + "'");
+      AttentionForwardSpec spec{*dtype, o->head_dim, o->causal};
+      if (auto why = check_attention_forward_spec(spec)) throw Error(Status::invalid_argument, "--head-dim: " + *why);
+      variant = to_string(spec);
     }
-    KernelSource src = render_attention_forward(spec, config);
-    if (o->what == "source") {
-      std::cout << src.source;
-    } else if (o->what == "ptx") {
-      CompiledBinary b = compile(src, *target, /*ptx=*/true);
-      std::cout.write(reinterpret_cast<const char*>(b.image.data()), b.image.size());
-    } else if (o->what == "key") {
-      KernelBuilder& builder = KernelBuilder::global();
-      std::cout << "key    " << builder.cache_key(src, *target) << "\nrecord " << builder.key_record(src, *target) << "\n";
-    } else {
-      BuildOutcome b = KernelBuilder::global().build(src, *target);
-      const ResourceUsage& r = b.resources;
-      std::printf("variant      %s\ntarget       %s\nthreads      %d\nsmem         %d B dynamic, %d B static\n"
-                  "registers    %d\nspills       %d B stores, %d B loads\nstack frame  %d B\n%s\n",
-                  src.variant.c_str(), target->arch.c_str(), src.threads, src.smem_bytes, r.static_smem,
-                  r.registers, r.spill_stores, r.spill_loads, r.stack_frame,
-                  b.from_cache ? "(from cache)" : ("(compiled in " + std::to_string(long(b.compile_ms)) + " ms)").c_str());
-      std::printf("--- compiler log ---\n%s\n", b.log.c_str());
+    ConfigKernels found = op->config_kernels(variant, o->config, *target);
+    if (found.problem != ConfigKernels::Problem::none)
+      throw Error(Status::invalid_argument,
+                  std::string(found.problem == ConfigKernels::Problem::unknown_variant ? "--variant: " : "--config: ") +
+                      found.error);
+    for (const KernelSource& src : found.kernels) {
+      if (found.kernels.size() > 1 && o->what != "resources") std::cout << "// ===== " << src.variant << "\n";
+      if (o->what == "source") {
+        std::cout << src.source;
+      } else if (o->what == "ptx") {
+        CompiledBinary b = compile(src, *target, /*ptx=*/true);
+        std::cout.write(reinterpret_cast<const char*>(b.image.data()), b.image.size());
+      } else if (o->what == "key") {
+        KernelBuilder& builder = KernelBuilder::global();
+        std::cout << "key    " << builder.cache_key(src, *target) << "\nrecord " << builder.key_record(src, *target) << "\n";
+      } else {
+        BuildOutcome b = KernelBuilder::global().build(src, *target);
+        const ResourceUsage& r = b.resources;
+        std::printf("variant      %s\ntarget       %s\nthreads      %d\nsmem         %d B dynamic, %d B static\n"
+                    "registers    %d\nspills       %d B stores, %d B loads\nstack frame  %d B\n%s\n",
+                    src.variant.c_str(), target->arch.c_str(), src.threads, src.smem_bytes, r.static_smem,
+                    r.registers, r.spill_stores, r.spill_loads, r.stack_frame,
+                    b.from_cache ? "(from cache)" : ("(compiled in " + std::to_string(long(b.compile_ms)) + " ms)").c_str());
+        std::printf("--- compiler log ---\n%s\n", b.log.c_str());
+      }
     }
     exit_code = kOk;
   });

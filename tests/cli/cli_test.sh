@@ -29,6 +29,10 @@ expect 2 "jobs" -- warm --jobs -3
 expect 2 "dtype: unknown dtype 'fp8'" -- inspect --dtype fp8
 expect 2 "head-dim" -- inspect --head-dim 300
 expect 2 "config" -- inspect --config fa2:bm64:bn64
+expect 2 "op: unknown operator 'nope'" -- inspect --op nope
+expect 2 "variant: required for --op lrpe_cosine" -- inspect --op lrpe_cosine
+expect 2 "variant: unknown variant key 'lrpe_cosine.fwd.bf16.gelu'" -- inspect --op lrpe_cosine --variant lrpe_cosine.fwd.bf16.gelu
+expect 2 "config: config 'sp:t128:r2:v8': softmax over the sequence needs the bp strategy" -- inspect --op lrpe_cosine --variant lrpe_cosine.fwd.bf16.softmax_seq --config sp:t128:r2:v8
 expect 2 "" -- no-such-command
 expect 2 "seqlens: 'x' is not an integer" -- bench --seqlens 12,x
 expect 2 "op: 'x' is not attention_fwd, attention_bwd or attention_double_bwd" -- bench --op x
@@ -55,6 +59,8 @@ expect 2 "dtypes: unknown dtype 'fp8'" -- check lrpe --dtypes fp8
 expect 0 "^#include \"kgen/attention/forward_wgmma.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal
 expect 0 "^#include \"kgen/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal --arch sm_80
 expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
+expect 0 "kgen_lrpe_stats" -- inspect --op lrpe_cosine --variant lrpe_cosine.bwd.fp16.softmax_seq --config bp:t128:r2:v8 --show source
+expect 0 "// ===== attention_bwd.bf16.d64.causal" -- inspect --op attention_bwd --variant attention_bwd.bf16.d64.causal --show key
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --arch sm_80,sm_90a --cache-dir "$cache" --quiet
 expect 0 "entries [0-9]+, corrupt 0" -- cache --cache-dir "$cache" verify
 here=$(dirname "$0")

@@ -179,12 +179,12 @@ TEST(TuningOpsWarm, EveryOpsRecordNamesItsWinnerAndDefaultKernels) {
     const OperatorInfo* op = find_operator(p->op());
     ASSERT_TRUE(op);
     const std::string winner = p->config_space(kSm90a).back();
-    auto kernels = op->recorded_kernels(p->variant_key(), winner, kSm90a);
+    auto kernels = recorded_kernels(*op, p->variant_key(), winner, kSm90a);
     ASSERT_TRUE(kernels);
     for (const auto& k : p->kernels(winner))
       EXPECT_TRUE(std::ranges::any_of(*kernels, [&](const KernelSource& s) { return s.variant == k.variant; })) << k.variant;
-    EXPECT_FALSE(op->recorded_kernels(p->variant_key(), "nonsense", kSm90a));
-    EXPECT_FALSE(op->recorded_kernels("nonsense.variant", winner, kSm90a));
+    EXPECT_FALSE(recorded_kernels(*op, p->variant_key(), "nonsense", kSm90a));
+    EXPECT_FALSE(recorded_kernels(*op, "nonsense.variant", winner, kSm90a));
   }
 }
 

@@ -17,9 +17,10 @@
 // nothing), so the row reductions of softmax over features can shuffle with a full mask.
 //
 // Softmax over the sequence needs whole columns: a first kernel (lrpe_column_stats) walks the
-// block's rows keeping per-column online max/sum (and for the backward Σ e·g, from which
-// c = Σ p·g follows), merges them over the block and writes one partial per (b, h, split,
-// column); the apply kernel merges the splits' partials once per block and then normalises.
+// block's rows keeping per-column online statistics (a lazily moved reference near the max and
+// Σ e; for the backward also Σ e·g, from which c = Σ p·g follows), merges them over the block
+// and writes one partial per (b, h, split, column); the apply kernel merges the splits'
+// partials once per block and then normalises.
 #pragma once
 
 #include "kgen/core/math.cuh"
@@ -122,7 +123,8 @@ struct SliceRows {
   }
 };
 
-// Running column statistics: max m, Σ exp(x − m), Σ exp(x − m)·g.
+// Running column statistics in the log2 domain: a reference r (max·log2e − kLazyLog2 <= r <= max·log2e, see
+// column_stats_rows), l = Σ 2^(x·log2e − r), a = Σ 2^(x·log2e − r)·g. Empty: r = −inf, l = 0.
 template <int V>
 struct OnlineColumns {
   float m[V], l[V], a[V];
@@ -132,7 +134,7 @@ struct OnlineColumns {
 __device__ __forceinline__ void merge_stats(float& m, float& l, float& a, float m2, float l2, float a2) {
   const float mn = fmaxf(m, m2);
   if (mn == -infinity_f32()) return;
-  const float f1 = exp_approx(m - mn), f2 = exp_approx(m2 - mn);
+  const float f1 = exp2_approx(m - mn), f2 = exp2_approx(m2 - mn);
   l = l * f1 + l2 * f2;
   a = a * f1 + a2 * f2;
   m = mn;
@@ -201,74 +203,124 @@ __device__ __forceinline__ void rotate_back(float (&g)[V], const float (&gc)[V],
   for (int i = 0; i < V; ++i) g[i] = gc[i] * c[i] + gs[i] * sn[i];
 }
 
-// The row loop of lrpe_column_stats for one vectorization (a compile-time constant, so that
-// no access carries a branch).
-template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec>
-__device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v,
-                                                  OnlineColumns<V> (&st)[Fold]) {
+// Lazy rescaling of the running statistics: the reference r of a column moves only when a value
+// passes r + kLazyLog2 (log2 units), so that the row loop needs one FFMA, one MUFU and one add per
+// element and one (rarely taken) branch per step; terms stay below 2^kLazyLog2 and sums of up to
+// 2^24 rows below 2^32, far from fp32 overflow.
+constexpr float kLazyLog2 = 8.f;
+constexpr float kNoReference = -1e30f;
+
+// The max of column i of slice j over the Rows rows of a step.
+template <int Rows, int Fold, int V>
+__device__ __forceinline__ float step_max(const float (&x)[Rows][Fold][V], int j, int i) {
+  float mx = x[0][j][i];
+#pragma unroll
+  for (int u = 1; u < Rows; ++u) mx = fmaxf(mx, x[u][j][i]);
+  return mx;
+}
+
+// One loop step of lrpe_column_stats: Rows rows of Fold slices from `base`. Full: every row of
+// the step exists (no per-row predicate); otherwise missing rows read as −inf (no term).
+template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec, bool Full>
+__device__ __forceinline__ void column_stats_step(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v, int base,
+                                                  const SliceRows<const T*, Fold>& xs, const SliceRows<const T*, Fold>& gos,
+                                                  OnlineColumns<V> (&st)[Fold], float (&limit)[Fold][V]) {
   using IO = RowIO<T, V>;
   const Placement& w = v.w;
-  SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows), gos(v.go, w, p.do_stride_n, Rows);
-  for (int base = w.row_begin; base < w.row_end; base += w.rows_per_pass * Rows, xs.advance(), gos.advance()) {
-    typename IO::Bits xr[Rows][Fold], gcr[Rows][Fold], gsr[Rows][Fold];
-    bool ok[Rows];
+  typename IO::Bits xr[Rows][Fold], gcr[Rows][Fold], gsr[Rows][Fold];
+  bool ok[Rows];
 #pragma unroll
-    for (int u = 0; u < Rows; ++u) {
-      ok[u] = row_of(w, base, u) < w.row_end;
+  for (int u = 0; u < Rows; ++u) {
+    ok[u] = Full || row_of(w, base, u) < w.row_end;
 #pragma unroll
-      for (int j = 0; j < Fold; ++j) {
-        const int valid = ok[u] && v.ok[j] ? v.col.valid : 0;
-        IO::template load_raw<Vec>(xr[u][j], xs.at(j, u), valid);
-        if constexpr (Backward) {
-          IO::template load_raw<Vec>(gcr[u][j], gos.at(j, u), valid);
-          IO::template load_raw<Vec>(gsr[u][j], gos.at(j, u) + p.d, valid);
-        }
+    for (int j = 0; j < Fold; ++j) {
+      const int valid = ok[u] && v.ok[j] ? v.col.valid : 0;
+      IO::template load_raw<Vec>(xr[u][j], xs.at(j, u), valid);
+      if constexpr (Backward) {
+        IO::template load_raw<Vec>(gcr[u][j], gos.at(j, u), valid);
+        IO::template load_raw<Vec>(gsr[u][j], gos.at(j, u) + p.d, valid);
       }
     }
-    float x[Rows][Fold][V], g[Rows][Fold][V];
+  }
+  float x[Rows][Fold][V], g[Rows][Fold][V];
 #pragma unroll
-    for (int u = 0; u < Rows; ++u) {
-      float c[V], sn[V];
-      if constexpr (Backward) row_trig<V, Md, Cache, Vec>(c, sn, v.col, p, v.h[0], row_of(w, base, u), ok[u]);
+  for (int u = 0; u < Rows; ++u) {
+    float c[V], sn[V];
+    if constexpr (Backward) row_trig<V, Md, Cache, Vec>(c, sn, v.col, p, v.h[0], row_of(w, base, u), ok[u]);
 #pragma unroll
-      for (int j = 0; j < Fold; ++j) {
-        IO::unpack(x[u][j], xr[u][j]);
-        if constexpr (Backward) {
-          float gc[V], gs[V];
-          IO::unpack(gc, gcr[u][j]);
-          IO::unpack(gs, gsr[u][j]);
-          rotate_back<V>(g[u][j], gc, gs, c, sn);
-        }
+    for (int j = 0; j < Fold; ++j) {
+      IO::unpack(x[u][j], xr[u][j]);
+      if constexpr (!Full)
+#pragma unroll
+        for (int i = 0; i < V; ++i) x[u][j][i] = ok[u] ? x[u][j][i] : -infinity_f32();
+      if constexpr (Backward) {
+        float gc[V], gs[V];
+        IO::unpack(gc, gcr[u][j]);
+        IO::unpack(gs, gsr[u][j]);
+        rotate_back<V>(g[u][j], gc, gs, c, sn);
       }
     }
+  }
+  // Rescale (every column of the thread) only when some value passed its column's limit.
+  bool passed = false;
+#pragma unroll
+  for (int j = 0; j < Fold; ++j)
+#pragma unroll
+    for (int i = 0; i < V; ++i) passed |= step_max(x, j, i) > limit[j][i];
+  if (passed)
 #pragma unroll
     for (int j = 0; j < Fold; ++j)
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        float mn = st[j].m[i];
-#pragma unroll
-        for (int u = 0; u < Rows; ++u)
-          if (ok[u]) mn = fmaxf(mn, x[u][j][i]);
-        if (mn == -infinity_f32()) continue;  // no row yet (or -inf inputs): nothing to add
-        if (mn > st[j].m[i]) {  // rescale only when the max grew: rare after the first rows
-          const float f = exp_approx(st[j].m[i] - mn);
-          st[j].l[i] *= f;
-          st[j].a[i] *= f;
-          st[j].m[i] = mn;
-        }
-#pragma unroll
-        for (int u = 0; u < Rows; ++u)
-          if (ok[u]) {
-            const float e = exp_approx(x[u][j][i] - mn);
-            st[j].l[i] += e;
-            if constexpr (Backward) st[j].a[i] += e * g[u][j][i];
-          }
+        const float r = fmaxf(st[j].m[i], step_max(x, j, i) * kLog2e);
+        const float f = exp2_approx(st[j].m[i] - r);
+        st[j].l[i] *= f;
+        if constexpr (Backward) st[j].a[i] *= f;
+        st[j].m[i] = r;
+        limit[j][i] = (r + kLazyLog2) * (1.f / kLog2e);
       }
-  }
+#pragma unroll
+  for (int j = 0; j < Fold; ++j)
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+#pragma unroll
+      for (int u = 0; u < Rows; ++u) {
+        const float e = exp2_approx(__fmaf_rn(x[u][j][i], kLog2e, -st[j].m[i]));
+        st[j].l[i] += e;
+        if constexpr (Backward) st[j].a[i] += e * g[u][j][i];
+      }
+    }
+}
+
+// The row loop of lrpe_column_stats for one vectorization (a compile-time constant, so that
+// no access carries a branch): whole steps, then the block's partial last step.
+template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec>
+__device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v,
+                                                  OnlineColumns<V> (&st)[Fold]) {
+  const Placement& w = v.w;
+  const int step = w.rows_per_pass * Rows;
+  // A finite reference below every value until the first rescale (which any finite value
+  // triggers: the limit is −inf), so that the loop needs no −inf guard; −inf values add 0.
+  float limit[Fold][V];
+#pragma unroll
+  for (int j = 0; j < Fold; ++j)
+#pragma unroll
+    for (int i = 0; i < V; ++i) limit[j][i] = -infinity_f32(), st[j].m[i] = kNoReference;
+  SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows), gos(v.go, w, p.do_stride_n, Rows);
+  int base = w.row_begin;
+  for (; base + step <= w.row_end; base += step, xs.advance(), gos.advance())
+    column_stats_step<T, V, Rows, Fold, Md, Cache, Backward, Vec, true>(p, v, base, xs, gos, st, limit);
+  if (base < w.row_end) column_stats_step<T, V, Rows, Fold, Md, Cache, Backward, Vec, false>(p, v, base, xs, gos, st, limit);
+#pragma unroll
+  for (int j = 0; j < Fold; ++j)
+#pragma unroll
+    for (int i = 0; i < V; ++i)
+      if (st[j].l[i] == 0.f) st[j].m[i] = -infinity_f32();  // no finite value: empty
 }
 
 // First pass of softmax over the sequence: the block's partial column statistics of x
-// (forward: max, sum) or of x and g (backward: max, sum, Σ e·g), written to p.stats.
+// (forward: reference, sum) or of x and g (backward: reference, sum, Σ e·g), log2 domain (OnlineColumns),
+// written to p.stats.
 template <class T, int V, int Threads, int Rows, int Fold, bool Md, bool Cache, bool Backward>
 __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
   const auto v = block_view<T, V, Threads, Fold, Md>(p, block_coord<false>());
@@ -277,7 +329,7 @@ __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
 #pragma unroll
   for (int j = 0; j < Fold; ++j)
 #pragma unroll
-    for (int i = 0; i < V; ++i) st[j].m[i] = -infinity_f32(), st[j].l[i] = 0.f, st[j].a[i] = 0.f;
+    for (int i = 0; i < V; ++i) st[j].l[i] = 0.f, st[j].a[i] = 0.f;  // column_stats_rows sets the references
 
   if (v.vec) column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, true>(p, v, st);
   else column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, false>(p, v, st);
@@ -332,14 +384,35 @@ __device__ __forceinline__ void merged_column_stats(ColumnSoftmax<V> (&out)[Fold
 #pragma unroll
     for (int i = 0; i < V; ++i) {
       const bool present = i < valid && v.ok[j];
-      const float inv = present ? rcp_approx(merged[1][lane * V + i]) : 0.f;  // l >= 1
-      out[j].max[i] = present ? merged[0][lane * V + i] : 0.f;
-      out[j].scale[i] = inv;
-      out[j].dot[i] = present ? merged[2][lane * V + i] * inv : 0.f;
+      const float l = merged[1][lane * V + i];  // >= 1 unless the column is all −inf
+      out[j].bias[i] = present ? -(merged[0][lane * V + i] + log2_approx(l)) : -infinity_f32();
+      out[j].dot[i] = present ? merged[2][lane * V + i] * rcp_approx(l) : 0.f;
     }
     __syncthreads();  // before the next slice overwrites `merged`
   }
 }
+
+// The x rows of one loop step for activate / act_backward: unpacked from their registers, or
+// loaded again from memory (the same rows, the same validity as the step's loads).
+template <class IO, int V, int Fold>
+struct Unpacker {
+  const typename IO::Bits (&raw)[Fold];
+  __device__ __forceinline__ void operator()(float (&dst)[Fold][V]) const {
+#pragma unroll
+    for (int j = 0; j < Fold; ++j) IO::unpack(dst[j], raw[j]);
+  }
+};
+template <class IO, int V, int Fold, bool Vec, class Rows, class View>
+struct Reloader {
+  const Rows& xs;
+  const View& v;
+  int u;
+  bool row_ok;
+  __device__ __forceinline__ void operator()(float (&dst)[Fold][V]) const {
+#pragma unroll
+    for (int j = 0; j < Fold; ++j) IO::template load<Vec>(dst[j], xs.at(j, u), row_ok && v.ok[j] ? v.col.valid : 0);
+  }
+};
 
 // The row loop of lrpe_forward for one vectorization.
 template <class T, int V, int Rows, int Fold, int Act, bool Md, bool Cache, bool Vec>
@@ -366,17 +439,18 @@ __device__ __forceinline__ void forward_rows(const LrpeParams& p, const BlockVie
       row_angles<V, Md>(a, v.col, p, s);
 #pragma unroll
       for (int i = 0; i < V; ++i) c[i] = cos_approx(a[i]), sn[i] = sin_approx(a[i]);
+      float x[Fold][V];
+      using Reload = Reloader<IO, V, Fold, Vec, decltype(xs), BlockView<T, V, Fold, Md>>;
+      activate<Act, V, Fold, Vec>(x, Unpacker<IO, V, Fold>{xr[u]}, Reload{xs, v, u, row_ok}, v.col.valid, colsm,
+                                  p.row_group);  // shuffles: before the row check
 #pragma unroll
       for (int j = 0; j < Fold; ++j) {
-        float x[V];
-        IO::unpack(x, xr[u][j]);
-        activate<Act, V>(x, v.col.valid, colsm[j], p.row_group);  // shuffles: before the row check
         const int valid = row_ok && v.ok[j] ? v.col.valid : 0;
         if (Cache && v.b[j] == 0)
           RowIO<float, V>::template store<Vec>(p.angles + (1LL * v.h[j] * p.n + s) * p.d + v.col.k0, a, valid);
         float oc[V], on[V];
 #pragma unroll
-        for (int i = 0; i < V; ++i) oc[i] = x[i] * c[i], on[i] = x[i] * sn[i];
+        for (int i = 0; i < V; ++i) oc[i] = x[j][i] * c[i], on[i] = x[j][i] * sn[i];
         IO::template store<Vec>(os.at(j, u), oc, valid);
         IO::template store<Vec>(os.at(j, u) + p.d, on, valid);
       }
@@ -413,16 +487,19 @@ __device__ __forceinline__ void backward_rows(const LrpeParams& p, const BlockVi
       const bool row_ok = s < w.row_end;
       float c[V], sn[V];
       row_trig<V, Md, Cache, Vec>(c, sn, v.col, p, v.h[0], s, row_ok);
+      float g[Fold][V];
 #pragma unroll
       for (int j = 0; j < Fold; ++j) {
-        float gc[V], gs[V], x[V], g[V];
+        float gc[V], gs[V];
         IO::unpack(gc, gcr[u][j]);
         IO::unpack(gs, gsr[u][j]);
-        if constexpr (kReadsX) IO::unpack(x, xr[u][j]);
-        rotate_back<V>(g, gc, gs, c, sn);
-        act_backward<Act, V>(g, x, v.col.valid, colsm[j], p.row_group);  // shuffles: before the row check
-        IO::template store<Vec>(dxs.at(j, u), g, row_ok && v.ok[j] ? v.col.valid : 0);
+        rotate_back<V>(g[j], gc, gs, c, sn);
       }
+      using Reload = Reloader<IO, V, Fold, Vec, decltype(xs), BlockView<T, V, Fold, Md>>;
+      act_backward<Act, V, Fold, Vec>(g, Unpacker<IO, V, Fold>{xr[u]}, Reload{xs, v, u, row_ok}, v.col.valid, colsm,
+                                      p.row_group);  // shuffles: before the row check
+#pragma unroll
+      for (int j = 0; j < Fold; ++j) IO::template store<Vec>(dxs.at(j, u), g[j], row_ok && v.ok[j] ? v.col.valid : 0);
     }
   }
 }

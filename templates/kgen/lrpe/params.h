@@ -27,7 +27,8 @@ struct LrpeParams {
   float* angles;       // md cache variant: (heads, n, d) fp32 angles reduced mod 2π; the
                        // forward writes them (batch 0 only), the backward reads them
   float* stats;        // softmax over the sequence: partial column statistics, planes
-                       // [max | sum | Σ e·g] × (batch·heads·splits) × d
+                       // [reference | sum | Σ e·g] × (batch·heads·splits) × d, log2 domain
+                       // (lrpe.cuh, OnlineColumns)
   long long x_stride_b, x_stride_h, x_stride_n;
   long long do_stride_b, do_stride_h, do_stride_n;
   long long out_stride_b, out_stride_h, out_stride_n;

@@ -142,24 +142,19 @@ struct RowIO {
 
 // --- reductions over the row_group threads of one row (aligned lanes of a warp) -----------------
 
-// Branch-free: all five butterfly steps run and those at or above `group` are discarded, so the
-// unrolled reductions of a block's folded slices interleave (a loop bounded by the run-time group
-// ran them one after another, each waiting on its shuffles).
-__device__ __forceinline__ float row_max(float x, int group) {
+// N rows at once, one butterfly level per step for all of them: the N shuffles of a level are in
+// flight together, and only the log2(group) levels the row needs run.
+template <int N>
+__device__ __forceinline__ void row_maxes(float (&x)[N], int group) {
+  for (int w = 1; w < group; w <<= 1)
 #pragma unroll
-  for (int w = 1; w < 32; w <<= 1) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, w);
-    x = w < group ? fmaxf(x, y) : x;
-  }
-  return x;
+    for (int j = 0; j < N; ++j) x[j] = fmaxf(x[j], __shfl_xor_sync(0xffffffffu, x[j], w));
 }
-__device__ __forceinline__ float row_sum(float x, int group) {
+template <int N>
+__device__ __forceinline__ void row_sums(float (&x)[N], int group) {
+  for (int w = 1; w < group; w <<= 1)
 #pragma unroll
-  for (int w = 1; w < 32; w <<= 1) {
-    const float y = __shfl_xor_sync(0xffffffffu, x, w);
-    x = w < group ? x + y : x;
-  }
-  return x;
+    for (int j = 0; j < N; ++j) x[j] += __shfl_xor_sync(0xffffffffu, x[j], w);
 }
 
 // --- the columns one thread owns ------------------------------------------------------------------
@@ -222,78 +217,128 @@ __device__ __forceinline__ float sigmoid(float x) { return rcp_approx(1.f + exp_
 // Per-column statistics of softmax over the sequence, for the thread's V columns.
 template <int V>
 struct ColumnSoftmax {
-  float max[V];    // column max of x
-  float scale[V];  // 1 / Σ exp(x − max) (0 for missing columns)
-  float dot[V];    // backward: Σ_s p·g
+  float bias[V];  // p = 2^(x·log2e + bias): −log2 Σ_s exp(x_s) (−inf for missing columns)
+  float dot[V];   // backward: Σ_s p·g
 };
 
-// xb = act(x) in place. Softmax over features reduces over the row's threads: every lane of
-// the warp must call it the same number of times.
-template <int Act, int V>
-__device__ __forceinline__ void activate(float (&v)[V], int valid, const ColumnSoftmax<V>& col, int group) {
-  if constexpr (Act == kLrpeActRelu) {
+// Softmax over features first sums 2^(x·log2e) unshifted. Rows whose sums lie in
+// [2^-kNoShiftLog2, 2^kNoShiftLog2] keep it: no term overflowed, every x·log2e <= kNoShiftLog2
+// and the dominant terms' x·log2e >= −kNoShiftLog2 − 8, so their arguments' rounding stays within
+// 2^-24·40 ≈ 2.4e-6 relative, inside the fp32 bound of specs/lrpe.md. When some row of the warp
+// falls outside (one vote), the warp redoes its rows shifted by the row max: the max reduction
+// and a second pass of exponentials are paid only by such rows' warps.
+constexpr float kNoShiftLog2 = 32.f;
+
+// xb = act(x) for N rows (the slices of one loop step), x from load(v); softmax over features
+// takes x again from reload(v) (from memory: the rows' registers are free by then) when it must
+// redo them shifted. Softmax over features reduces over each row's threads: every lane of the
+// warp must call it the same number of times.
+// WholeLane: a lane owns all V features of its slice or none (valid == V or <= 0, the vectorized
+// path), so validity is tested once per lane.
+template <int Act, int V, int N, bool WholeLane, class Load, class Reload>
+__device__ __forceinline__ void activate(float (&v)[N][V], Load load, Reload reload, int valid,
+                                         const ColumnSoftmax<V> (&col)[N], int group) {
+  load(v);
+  if constexpr (Act == kLrpeActSoftmax) {
+    // v ← 2^(v·log2e − shift) over the row's valid features, sum[j] ← the rows' sums.
+    float sum[N];
+    auto exp_sum = [&](const float (&shift)[N]) {
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = fmaxf(v[i], 0.f);
-  } else if constexpr (Act == kLrpeActSigmoid) {
+      for (int j = 0; j < N; ++j) {
+        sum[j] = 0.f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = sigmoid(v[i]);
-  } else if constexpr (Act == kLrpeActSilu) {
+        for (int i = 0; i < V; ++i) {
+          v[j][i] = exp2_approx(__fmaf_rn(v[j][i], kLog2e, -shift[j]));
+          if (!WholeLane && i >= valid) v[j][i] = 0.f;
+          sum[j] += v[j][i];
+        }
+        if (WholeLane && valid <= 0) sum[j] = 0.f;
+      }
+      row_sums(sum, group);
+    };
+    const float unshifted[N] = {};
+    exp_sum(unshifted);
+    constexpr float kLow = 1.f / (1ull << 32), kHigh = float(1ull << 32);
+    static_assert(kNoShiftLog2 == 32.f, "kLow and kHigh are 2^∓kNoShiftLog2");
+    bool in_range = true;
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = v[i] * sigmoid(v[i]);
-  } else if constexpr (Act == kLrpeActSoftmax) {
-    float mx = -infinity_f32();
+    for (int j = 0; j < N; ++j) in_range &= sum[j] >= kLow && sum[j] <= kHigh;
+    if (!__all_sync(0xffffffffu, in_range)) {
+      reload(v);
+      float mx[N];
 #pragma unroll
-    for (int i = 0; i < V; ++i)
-      if (i < valid) mx = fmaxf(mx, v[i]);
-    mx = row_max(mx, group);
-    float sum = 0.f;
+      for (int j = 0; j < N; ++j) {
+        mx[j] = -infinity_f32();
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      v[i] = i < valid ? exp_approx(v[i] - mx) : 0.f;
-      sum += v[i];
+        for (int i = 0; i < V; ++i)
+          if (WholeLane || i < valid) mx[j] = fmaxf(mx[j], v[j][i]);
+        if (WholeLane && valid <= 0) mx[j] = -infinity_f32();
+      }
+      row_maxes(mx, group);
+#pragma unroll
+      for (int j = 0; j < N; ++j) mx[j] *= kLog2e;
+      exp_sum(mx);
     }
-    const float inv = rcp_approx(row_sum(sum, group));  // IEEE division would call a slow path (a stack frame)
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] *= inv;
-  } else if constexpr (Act == kLrpeActSoftmaxSeq) {
+    for (int j = 0; j < N; ++j) {
+      const float inv = rcp_approx(sum[j]);  // IEEE division would call a slow path (a stack frame)
 #pragma unroll
-    for (int i = 0; i < V; ++i) v[i] = exp_approx(v[i] - col.max[i]) * col.scale[i];
+      for (int i = 0; i < V; ++i) v[j][i] *= inv;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j)
+#pragma unroll
+      for (int i = 0; i < V; ++i) {
+        float& x = v[j][i];
+        if constexpr (Act == kLrpeActRelu) x = fmaxf(x, 0.f);
+        else if constexpr (Act == kLrpeActSigmoid) x = sigmoid(x);
+        else if constexpr (Act == kLrpeActSilu) x = x * sigmoid(x);
+        else if constexpr (Act == kLrpeActSoftmaxSeq) x = exp2_approx(__fmaf_rn(x, kLog2e, col[j].bias[i]));
+      }
   }
 }
 
-// dx = ∂xb/∂x applied to g = ∂L/∂xb, in place of g; x is the act's input.
-template <int Act, int V>
-__device__ __forceinline__ void act_backward(float (&g)[V], const float (&x)[V], int valid,
-                                             const ColumnSoftmax<V>& col, int group) {
-  if constexpr (Act == kLrpeActRelu) {
+// dx = ∂xb/∂x applied to g = ∂L/∂xb for N rows, in place of g; load(x) and reload(x) give the
+// act's input as for activate (neither is called for act none).
+template <int Act, int V, int N, bool WholeLane, class Load, class Reload>
+__device__ __forceinline__ void act_backward(float (&g)[N][V], Load load, Reload reload, int valid,
+                                             const ColumnSoftmax<V> (&col)[N], int group) {
+  if constexpr (Act == kLrpeActSoftmax) {
+    float p[N][V], dot[N];
+    activate<kLrpeActSoftmax, V, N, WholeLane>(p, load, reload, valid, col, group);
 #pragma unroll
-    for (int i = 0; i < V; ++i) g[i] = x[i] >= 0.f ? g[i] : 0.f;
-  } else if constexpr (Act == kLrpeActSigmoid) {
+    for (int j = 0; j < N; ++j) {
+      dot[j] = 0.f;
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const float s = sigmoid(x[i]);
-      g[i] *= s * (1.f - s);
+      for (int i = 0; i < V; ++i) dot[j] += p[j][i] * g[j][i];
     }
-  } else if constexpr (Act == kLrpeActSilu) {
+    row_sums(dot, group);
 #pragma unroll
-    for (int i = 0; i < V; ++i) {
-      const float s = sigmoid(x[i]);
-      g[i] *= s * (1.f + x[i] * (1.f - s));
-    }
-  } else if constexpr (Act == kLrpeActSoftmax) {
-    float p[V];
+    for (int j = 0; j < N; ++j)
 #pragma unroll
-    for (int i = 0; i < V; ++i) p[i] = x[i];
-    activate<kLrpeActSoftmax, V>(p, valid, col, group);
-    float dot = 0.f;
+      for (int i = 0; i < V; ++i) g[j][i] = p[j][i] * (g[j][i] - dot[j]);
+  } else if constexpr (Act != kLrpeActNone) {
+    float x[N][V];
+    load(x);
 #pragma unroll
-    for (int i = 0; i < V; ++i) dot += p[i] * g[i];
-    dot = row_sum(dot, group);
+    for (int j = 0; j < N; ++j)
 #pragma unroll
-    for (int i = 0; i < V; ++i) g[i] = p[i] * (g[i] - dot);
-  } else if constexpr (Act == kLrpeActSoftmaxSeq) {
-#pragma unroll
-    for (int i = 0; i < V; ++i) g[i] = exp_approx(x[i] - col.max[i]) * col.scale[i] * (g[i] - col.dot[i]);
+      for (int i = 0; i < V; ++i) {
+        float& d = g[j][i];
+        const float xi = x[j][i];
+        if constexpr (Act == kLrpeActRelu) {
+          d = xi >= 0.f ? d : 0.f;
+        } else if constexpr (Act == kLrpeActSigmoid) {
+          const float s = sigmoid(xi);
+          d *= s * (1.f - s);
+        } else if constexpr (Act == kLrpeActSilu) {
+          const float s = sigmoid(xi);
+          d *= s * (1.f + xi * (1.f - s));
+        } else if constexpr (Act == kLrpeActSoftmaxSeq) {
+          d = exp2_approx(__fmaf_rn(xi, kLog2e, col[j].bias[i])) * (d - col[j].dot[i]);
+        }
+      }
   }
 }
 
