@@ -88,12 +88,21 @@ def torch_lrpe(x, theta, act, offset=0, shape=None, l=0):
 
 # --- timing --------------------------------------------------------------------------------------
 
-def time_ms(fn, sets, reps, warmup, warm_s=0.2):
+# ~1 ms of GPU sleep queued before each timed call: the GPU reaches the start event only after the
+# call is queued behind it, so that the events time the GPU work, not the host's launch path (at
+# n = 4k a call's GPU time, ~0.1 ms, is close to Python's cost of issuing it).
+SLEEP_CYCLES = 2_000_000
+
+
+def time_ms(fn, sets, reps, warmup, warm_s=0.2, before=None):
     """Median of per-call CUDA-event times, rotating through `sets` (together beyond the L2), after
     `warmup` calls and at least `warm_s` seconds of them (the clocks of a GPU that sat idle while the
-    previous case was set up and checked ramp up first)."""
+    previous case was set up and checked ramp up first). `before(set)` runs untimed before each call;
+    each call is queued behind SLEEP_CYCLES of GPU sleep."""
     start, i = time.perf_counter(), 0
     while i < warmup or time.perf_counter() - start < warm_s:
+        if before:
+            before(sets[i % len(sets)])
         fn(sets[i % len(sets)])
         i += 1
         if i % 8 == 0:
@@ -102,12 +111,26 @@ def time_ms(fn, sets, reps, warmup, warm_s=0.2):
     times = []
     for i in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if before:
+            before(sets[i % len(sets)])
+        torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
         fn(sets[i % len(sets)])
         end.record()
         times.append((start, end))
     torch.cuda.synchronize()
     return statistics.median(s.elapsed_time(e) for s, e in times)
+
+
+def host_us(fn, arg, calls=50):
+    """Mean host time to issue one call (the GPU may still be running them)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(arg)
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
 
 
 def copy_rate(mib=1024, reps=20):
@@ -203,13 +226,18 @@ def run_row(case, direction, args, compiled, log):
             if direction == "fwd":
                 with torch.no_grad():
                     cells[name] = time_ms(fwd, xs, args.reps, args.warmup)
+                    if name == "kgen":
+                        log(f"    kgen host time per call: {host_us(fwd, xs[0]):.1f} us")
             else:
                 leaves = [x.detach().requires_grad_(True) for x in xs]
                 pairs = [(leaf, fwd(leaf), d_o) for leaf, d_o in zip(leaves, d_os)]
 
                 def backward(p):
                     p[1].backward(p[2], retain_graph=True)
-                cells[name + " o.backward(do)"] = time_ms(backward, pairs, args.reps, args.warmup)
+
+                def zero_grad(p):  # as a training step's zero_grad(set_to_none=True): no accumulation
+                    p[0].grad = None
+                cells[name + " o.backward(do)"] = time_ms(backward, pairs, args.reps, args.warmup, before=zero_grad)
                 if name == "kgen":
                     poison_allocator(2 * set_bytes)
                     dx = case.kgen_bwd_kernel(xs[0], d_os[0])
@@ -311,9 +339,12 @@ def main():
               f"date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
               f"command: {shlex.join([sys.executable, *sys.argv])}",
               f"device copy rate: {rate / 1e12:.3f} TB/s (1 GiB device-to-device copy, bytes read + written; this run)",
-              "cells: median ms (CUDA events, inputs rotated beyond L2); kgen cells: (share of the bandwidth floor, "
+              "cells: median ms (CUDA events around each call queued behind ~1 ms of GPU sleep: GPU time, not the host's "
+              "launch path; inputs rotated beyond L2); kgen cells: (share of the bandwidth floor, "
               "specs/lrpe.md §5, at the copy rate); every implementation checked against float64 first (FAIL: no "
-              "time). bwd: 'o.backward(do)' = autograd backward incl. x.grad accumulation; 'kgen kernel' = kgen's "
+              "time). bwd: 'o.backward(do)' = autograd backward into x.grad (set to None before each call, as "
+              "zero_grad does; torch.compile without buffer donation, so that the graph can be retained); "
+              "'kgen kernel' = kgen's "
               "backward kernel alone.",
               "memory tables: MiB, the reports' measure (torch.cuda.max_memory_allocated after one "
               "reset_peak_memory_stats, mean over --mem-reps calls, this process, only the case's tensors alive: x "
@@ -334,6 +365,10 @@ def main():
                     shape = None if m is None else (side,) * m
                     n = side if m is None else l + side ** m
                     case = Case(args, dtype, act, n, shape, l)
+                    # A fresh compile per case: the cases share one lambda's code object, whose
+                    # recompiles past dynamo's cache limit would silently run eager.
+                    torch._dynamo.reset()
+                    torch._functorch.config.donated_buffer = False  # the timing retains the graph
                     fn = None if args.no_compile else torch.compile(
                         lambda x, c=case: torch_lrpe(x, c.theta, c.ract, shape=c.shape, l=c.l))
                     print(f"{args.op} {direction} {act} n={n}" + (f" grid={shape} l={l}" if shape else ""), flush=True)

@@ -165,8 +165,8 @@ namespace {
 // these kernels back (silu bwd at 173 per thread kept one 256-thread block per SM).
 // - elementwise fwd: 128 threads, fold 2, 8 blocks (64 registers): none 93/97/97 %, silu
 //   92/96/96 % (fold 4 at one block's registers: 89/91/91 and 81/84/84).
-// - elementwise bwd: none keeps fold 4 on 256 threads (97/103/103 %); the other acts take 128
-//   threads, fold 4, 4 blocks (silu 98/102/103 % against 67/68/68).
+// - elementwise bwd: 128 threads, fold 4, 4 blocks (silu 98/102/103 % against 67/68/68; none
+//   98/103 % at 4k / 16k against 88/93 for its earlier fold 4 on 256 uncapped threads).
 // - softmax over features (after its unshifted fast path and batched row sums; n = 4k / 16k):
 //   fwd sp, 128 threads, two rows, fold 2, 6 blocks (92/96 %; fold 4 at 6 blocks 85/90); bwd sp,
 //   128 threads, fold 2, 8 blocks (99/103 %; bp 256 threads fold 2 at 3 blocks 90/93).
@@ -187,8 +187,6 @@ LrpeConfig swept_default(const LrpeSpec& spec) {
       return fwd ? LrpeConfig{S::bp, 128, 2, 8, false, 1, 8} : LrpeConfig{S::bp, 128, 2, 8, false, 1, 5};
     case LrpeAct::softmax:
       return fwd ? LrpeConfig{S::sp, 128, 2, 8, false, 2, 6} : LrpeConfig{S::sp, 128, 1, 8, false, 2, 8};
-    case LrpeAct::none:
-      return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 2, 8} : LrpeConfig{S::sp, 256, 1, 8, false, 4};
     default:
       return fwd ? LrpeConfig{S::sp, 128, 1, 8, false, 2, 8} : LrpeConfig{S::sp, 128, 1, 8, false, 4, 4};
   }

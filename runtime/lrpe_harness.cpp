@@ -42,7 +42,7 @@ std::vector<float> make_theta(const LrpeCase& c, int rows, int cols, std::mt1993
 // fill_random on all cores: the benchmark shapes hold up to ~10^9 elements, ~20 s on one
 // core. Each (b, h) slice draws from its own generator seeded from `rng`: deterministic for a
 // given seed whatever the number of threads.
-std::vector<double> fill_random_parallel(HostTensor& t, std::mt19937_64& rng) {
+std::vector<double> fill_random_parallel(HostTensor& t, std::mt19937_64& rng, float scale = 1.f) {
   const std::size_t slices = std::size_t(t.b) * t.h, slice = std::size_t(t.n) * t.d;
   std::vector<std::uint64_t> seeds(slices);
   for (auto& s : seeds) s = rng();
@@ -56,7 +56,7 @@ std::vector<double> fill_random_parallel(HostTensor& t, std::mt19937_64& rng) {
       for (int in = 0; in < t.n; ++in)
         for (int id = 0; id < t.d; ++id) {
           const std::size_t off = t.offset(ib, ih, in, id);
-          t.set(off, normal(local));
+          t.set(off, scale * normal(local));
           *out++ = t.get(off);
         }
     }
@@ -85,7 +85,7 @@ struct Set {
       : x(make_host(c.batch, c.heads, c.n, c.d, c.layout, c.dtype)),
         d_o(make_host(c.batch, c.heads, c.n, c.direction == LrpeDirection::backward ? 2 * c.d : 1, c.layout, c.dtype)),
         out(make_host(c.batch, c.heads, c.n, c.direction == LrpeDirection::forward ? 2 * c.d : c.d, c.layout, c.dtype)),
-        x64(fill_random_parallel(x, rng)),
+        x64(fill_random_parallel(x, rng, static_cast<float>(c.x_scale))),
         d_o64(c.direction == LrpeDirection::backward ? fill_random_parallel(d_o, rng) : std::vector<double>{}),
         dx_buf(x.bytes.size()), d_o_buf(d_o.bytes.size()), out_buf(out.bytes.size()),
         angles_buf(c.cache ? std::size_t(c.heads) * c.n * c.d * 4 : 16),
@@ -122,6 +122,7 @@ std::string to_string(const LrpeCase& c) {
     for (std::size_t j = 0; j < c.grid.size(); ++j) s << (j ? "x" : "") << c.grid[j];
     s << " l" << c.extra << " e" << theta_width(c) << (c.cache ? " cache" : "");
   }
+  if (c.x_scale != 1) s << " x~N(0," << c.x_scale << "²)";
   if (!c.config.empty()) s << " " << c.config;
   return s.str();
 }

@@ -28,6 +28,7 @@ struct LrpeCase {
   int extra = 0;                 // md: l
   int e = 0;                     // md: frequencies per dim; 0 = ceil(d / m)
   bool cache = false;            // md: pass an angle buffer (the forward writes it, the backward reads it)
+  double x_scale = 1;            // x ~ N(0, x_scale²): large values take softmax's shifted paths
   std::string config;            // "" = what the API would choose
   std::uint64_t seed = 1;
 };

@@ -85,13 +85,17 @@ Problems lrpe_problems(const TuneCliOptions& o, LrpeOp op) {
   const auto dims = parse_int_list(o.head_dims, "--head-dims");
   std::vector<LrpeCase> shapes;  // n (lrpe_cosine) or grid and extra tokens (md)
   if (op == LrpeOp::cosine) {
-    for (int n : parse_int_list(o.seqlens, "--seqlens")) shapes.push_back(LrpeCase{.n = n});
+    for (int n : parse_int_list(o.seqlens, "--seqlens")) {
+      LrpeCase c;
+      c.n = n;
+      shapes.push_back(c);
+    }
   } else {
     const auto extras = parse_int_list(o.extras, "--extras", 0);
     for (const auto& g : split_list(o.grids))
       for (int extra : extras) {
-        LrpeCase c{.op = LrpeOp::md_cosine, .grid = parse_grid(g), .extra = extra};
-        c.n = extra;
+        LrpeCase c;
+        c.op = LrpeOp::md_cosine, c.grid = parse_grid(g), c.extra = extra, c.n = extra;
         long long cells = 1;
         for (int v : c.grid) cells *= v;
         if (cells + extra >= (1LL << 31)) throw Error(Status::invalid_argument, "--grids: '" + g + "' is too large");

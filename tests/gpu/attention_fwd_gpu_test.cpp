@@ -101,7 +101,9 @@ TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
         for (Layout layout : {Layout::bhnd, Layout::bnhd}) run(DType::f16, d, causal, to_string(chosen), s, layout);
       run(DType::bf16, d, causal, "", {big.batch, big.heads_q, big.heads_kv, big.n_q, big.n_k}, Layout::bnhd);
     }
-  if (target.arch == "sm_90a") EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
+  if (target.arch == "sm_90a") {
+    EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
+  }
   if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
 }
 

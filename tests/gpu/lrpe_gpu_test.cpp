@@ -126,6 +126,32 @@ TEST(LrpeGpuFold, FoldedConfigsMatchTheReferenceWithPartialGroupsAndFoldedHeads)
         }
 }
 
+// Large inputs: softmax over features leaves its unshifted path (x·log2e beyond ±32 in some rows
+// of a warp at scale 8, in all at scale 40), softmax over the sequence moves its column
+// references many times; vector and scalar paths, both ops, every dtype, default and folded.
+TEST(LrpeGpuLargeValues, SoftmaxShiftedPathsMatchTheReference) {
+  KGEN_REQUIRE_GPU();
+  struct Big {
+    int b, h, n, d;
+    const char* config;
+  };
+  const Big shapes[] = {{2, 3, 257, 128, ""}, {1, 2, 100, 33, ""}, {5, 2, 300, 64, "bp:t128:r2:v8:b4"}};
+  std::uint64_t seed = 300;
+  for (LrpeOp op : {LrpeOp::cosine, LrpeOp::md_cosine})
+    for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward})
+      for (DType t : {DType::f16, DType::bf16, DType::f32})
+        for (LrpeAct act : {LrpeAct::softmax, LrpeAct::softmax_seq})
+          for (double scale : {8.0, 40.0})
+            for (const Big& s : shapes) {
+              LrpeCase c;
+              c.op = op, c.direction = dir, c.dtype = t, c.act = act, c.x_scale = scale, c.config = s.config;
+              c.batch = s.b, c.heads = s.h, c.n = s.n, c.d = s.d, c.seed = seed++;
+              if (op == LrpeOp::md_cosine) c.grid = {s.n - 3}, c.extra = 3;
+              auto r = check_lrpe(c);
+              EXPECT_TRUE(r.pass) << describe(c, r);
+            }
+}
+
 // Long sequences: angles up to (offset + n)·θ ≈ 32768 in fp32, many blocks, sampled (b, h).
 TEST(LrpeGpuLarge, LongSequencesAndLargeOffsetsStayWithinTheFp32Bounds) {
   KGEN_REQUIRE_GPU();
