@@ -48,9 +48,26 @@ def _device(device: torch.device) -> tuple[int, int]:
     return _lib.kDLExtDev, device.index or 0
 
 
+_DL_DTYPES: dict = {}  # torch.dtype → (DLDataTypeCode, bits), filled on first use
+
+
 def _dl(t: torch.Tensor) -> _lib.DLTensor:
     """A DLTensor viewing `t` in place: data_ptr() already includes the storage offset."""
-    return _lib.dltensor(t.data_ptr(), t.shape, t.stride(), _dtype(t.dtype), _device(t.device))
+    dtype = _DL_DTYPES.get(t.dtype) or _DL_DTYPES.setdefault(t.dtype, _dtype(t.dtype))
+    return _lib.dltensor(t.data_ptr(), t.shape, t.stride(), dtype, _device(t.device))
+
+
+# The current stream's handle without building a torch.cuda.Stream object (4 µs per call): the
+# raw-stream query PyTorch's own generated code uses, where this PyTorch has it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _stream(device: torch.device):
+    if device.type != "cuda":
+        return None
+    if _raw_stream is not None and device.index is not None:
+        return _raw_stream(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _check_types(**tensors: torch.Tensor | None) -> None:
@@ -74,8 +91,7 @@ def _logical(t: torch.Tensor, layout: str) -> torch.Tensor:
 def _launch(function: str, tensors: list[torch.Tensor | None], options, device: torch.device):
     """Call C `function(tensors..., &options, stream)` on the current stream of `device`."""
     dls = [None if t is None else _dl(t) for t in tensors]
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    _lib.call(function, *map(_lib.ref, dls), ctypes.byref(options), stream)
+    _lib.call(function, *map(_lib.ref, dls), ctypes.byref(options), _stream(device))
 
 
 def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
@@ -275,25 +291,39 @@ def _theta32(theta):
     return theta if theta.dtype == torch.float32 else theta.float()
 
 
+def _lrpe_forward(x, theta, md, offset, grid, extra, act, layout, cache, config):
+    """(o, float32 theta, angles or None) of either op by kgen's forward kernel (no autograd)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    theta32 = _theta32(theta)
+    o = torch.empty((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
+    angles = None
+    if cache:
+        h, n = (1, x.shape[1]) if x.dim() == 3 else ((x.shape[2], x.shape[1]) if layout == "bnhd" else x.shape[1:3])
+        angles = torch.empty((h, n, x.shape[-1]), dtype=torch.float32, device=x.device)
+    options = _lrpe_options(act, offset, grid, extra, config)
+    xv, ov = _lrpe_views([x, o], layout)
+    ws = _lrpe_workspace(xv, act, False, options)
+    if md:
+        _launch("kgen_md_lrpe_cosine_forward", [xv, theta32, ov, angles], options, x.device)
+    else:
+        _launch("kgen_lrpe_cosine_forward", [xv, theta32, ov], options, x.device)
+    del ws
+    return o, theta32, angles
+
+
+def _lrpe_apply(x, theta, *args):
+    """The autograd Function when autograd records the call, else the forward kernel alone (the
+    Function's bookkeeping costs host time on every call)."""
+    if torch.is_grad_enabled() and (x.requires_grad or getattr(theta, "requires_grad", False)):
+        return _Lrpe.apply(x, theta, *args)
+    return _lrpe_forward(x, theta, *args)[0]
+
+
 class _Lrpe(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, theta, md, offset, grid, extra, act, layout, cache, config):
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        theta32 = _theta32(theta)
-        o = torch.empty((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
-        angles = None
-        if cache:
-            h, n = (1, x.shape[1]) if x.dim() == 3 else ((x.shape[2], x.shape[1]) if layout == "bnhd" else x.shape[1:3])
-            angles = torch.empty((h, n, x.shape[-1]), dtype=torch.float32, device=x.device)
-        options = _lrpe_options(act, offset, grid, extra, config)
-        xv, ov = _lrpe_views([x, o], layout)
-        ws = _lrpe_workspace(xv, act, False, options)
-        if md:
-            _launch("kgen_md_lrpe_cosine_forward", [xv, theta32, ov, angles], options, x.device)
-        else:
-            _launch("kgen_lrpe_cosine_forward", [xv, theta32, ov], options, x.device)
-        del ws
+        o, theta32, angles = _lrpe_forward(x, theta, md, offset, grid, extra, act, layout, cache, config)
         ctx.save_for_backward(x, theta32, angles)
         ctx.args = (md, offset, grid, extra, act, layout, config)
         return o
@@ -366,7 +396,7 @@ def lrpe_cosine(x, theta, offset: int = 0, act: str = "none", dim=None, layout: 
     runs kgen's backward kernels (theta gets no gradient). config forces a kernel config.
     """
     _check_types(x=x)
-    return _Lrpe.apply(x, theta, False, int(offset), (), 0, _lrpe_act(act, dim, x, layout), layout, False, config)
+    return _lrpe_apply(x, theta, False, int(offset), (), 0, _lrpe_act(act, dim, x, layout), layout, False, config)
 
 
 def md_lrpe_cosine(x, theta, shape, l: int = 0, act: str = "none", dim=None, layout: str = "bhnd",
@@ -381,4 +411,4 @@ def md_lrpe_cosine(x, theta, shape, l: int = 0, act: str = "none", dim=None, lay
     shape = tuple(int(v) for v in shape)
     if not 1 <= len(shape) <= 3:
         raise ValueError(f"shape must have 1, 2 or 3 sizes, got {shape}")
-    return _Lrpe.apply(x, theta, True, 0, shape, int(l), _lrpe_act(act, dim, x, layout), layout, bool(cache), config)
+    return _lrpe_apply(x, theta, True, 0, shape, int(l), _lrpe_act(act, dim, x, layout), layout, bool(cache), config)
