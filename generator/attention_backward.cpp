@@ -425,15 +425,15 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   return c;
 }
 
-int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, const AttentionShape& s,
+int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, const AttentionShape& s, int sm_count,
                                            bool deterministic) {
   if (c.path != BackwardPath::fa2 || deterministic) return 1;
-  // Split the key range of the r/c pass while the blocks stay under 512 (about four per SM) and
-  // every split keeps at least two key tiles.
+  // Split the key range of the r/c pass while the blocks stay within about four per SM (measured
+  // on 132 SMs) and every split keeps at least two key tiles.
   const long long q_blocks = 1LL * s.batch * s.heads_q * blocks(s.n_q, c.block_m);
   const long long key_tiles = blocks(s.n_k, dbl_wide_tile(c.block_n));
   int splits = 1;
-  while (splits < 4 && q_blocks * splits * 2 <= 512 && key_tiles >= 4LL * splits) splits *= 2;
+  while (splits < 4 && q_blocks * splits * 2 <= 4LL * sm_count && key_tiles >= 4LL * splits) splits *= 2;
   return splits;
 }
 
@@ -444,13 +444,13 @@ std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const Attent
 }
 
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, DoubleBackwardKernel kernel,
-                                          const AttentionShape& s, bool deterministic) {
+                                          const AttentionShape& s, int sm_count, bool deterministic) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
     case DoubleBackwardKernel::preprocess: return {blocks(s.n_q, kRowWarps), hq, b};
     case DoubleBackwardKernel::q_stats:
-      return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, deterministic)),
+      return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
               hq, b};
     case DoubleBackwardKernel::fused: return {blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};

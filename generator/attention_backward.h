@@ -110,13 +110,13 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
                                                                  const AttentionShape& shape, const Target& target,
                                                                  int sm_count);
 std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& config);
-// Key-range splits of the q_stats pass for `shape` (1, 2 or 4; AttentionBackwardParams::stats_splits).
-// Deterministic calls never split: more than two partial sums added by atomics in a varying order
-// round differently from run to run.
+// Key-range splits of the q_stats pass for `shape` on a device of `sm_count` SMs (1, 2 or 4;
+// AttentionBackwardParams::stats_splits). Deterministic calls never split: more than two partial
+// sums added by atomics in a varying order round differently from run to run.
 int attention_double_backward_stats_splits(const AttentionBackwardConfig& config, const AttentionShape& shape,
-                                           bool deterministic = false);
+                                           int sm_count, bool deterministic = false);
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& config, DoubleBackwardKernel kernel,
-                                          const AttentionShape& shape, bool deterministic = false);
+                                          const AttentionShape& shape, int sm_count, bool deterministic = false);
 KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                               DoubleBackwardKernel kernel);
 std::vector<KernelSource> attention_double_backward_all_variants(const Target& target);

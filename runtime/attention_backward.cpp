@@ -277,7 +277,8 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   p.delta = ws.take(rows * 4);
   p.row_r = ws.take(rows * 4);
   p.row_c = ws.take(rows * 4);
-  p.stats_splits = attention_double_backward_stats_splits(config, call.shape, options.deterministic);
+  const int sm_count = device_info(call.device).sm_count;
+  p.stats_splits = attention_double_backward_stats_splits(config, call.shape, sm_count, options.deterministic);
   use_primary_context(call.device);
   for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
     const std::string key = double_backward_variant_key(call.spec) + "/" + to_string(config) + "/" +
@@ -285,7 +286,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
     const LoadedKernel& lk = loaded_kernel(call.device, key, [&] {
       return render_attention_double_backward(call.spec, config, kernel);
     });
-    const LaunchGrid g = attention_double_backward_grid(config, kernel, call.shape, options.deterministic);
+    const LaunchGrid g = attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic);
     launch_kernel(lk, g.x, g.y, g.z, &p, stream, "cuLaunchKernel(attention_double_bwd)");
   }
 }

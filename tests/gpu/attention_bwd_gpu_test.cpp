@@ -129,7 +129,9 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
           for (const Shape& s : kLargeShapes) check_one(s, i++ % 2 ? Layout::bnhd : Layout::bhnd, false);
           check_one(Shape{2, 16, 4, 2048, 2048}, Layout::bnhd, false);
         }
-  if (target.arch == "sm_90a") EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
+  if (target.arch == "sm_90a") {
+    EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
+  }
   if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
 }
 
