@@ -22,7 +22,9 @@ ConfigKernels kernels_of(const std::string& config, const Config& fallback, Pars
     if (!parsed) return {{}, ConfigKernels::Problem::unparsable_config, "cannot parse config '" + config + "'"};
     c = *parsed;
   }
-  if (auto why = check(c)) return {{}, ConfigKernels::Problem::invalid_config, "config '" + config + "': " + *why};
+  if (auto why = check(c))
+    return {{}, ConfigKernels::Problem::invalid_config,
+            (config.empty() ? std::string("the default config") : "config '" + config + "'") + ": " + *why};
   return {render(c), ConfigKernels::Problem::none, {}};
 }
 

@@ -293,7 +293,7 @@ __device__ __forceinline__ void column_stats_step(const LrpeParams& p, const Blo
 }
 
 // The row loop of lrpe_column_stats for one vectorization (a compile-time constant, so that
-// no access carries a branch): whole steps, then the block's partial last step.
+// no access carries a branch): `st` started empty, whole steps, then the block's partial last step.
 template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec>
 __device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v,
                                                   OnlineColumns<V> (&st)[Fold]) {
@@ -305,7 +305,8 @@ __device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const Blo
 #pragma unroll
   for (int j = 0; j < Fold; ++j)
 #pragma unroll
-    for (int i = 0; i < V; ++i) limit[j][i] = -infinity_f32(), st[j].m[i] = kNoReference;
+    for (int i = 0; i < V; ++i)
+      limit[j][i] = -infinity_f32(), st[j].m[i] = kNoReference, st[j].l[i] = 0.f, st[j].a[i] = 0.f;
   SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows), gos(v.go, w, p.do_stride_n, Rows);
   int base = w.row_begin;
   for (; base + step <= w.row_end; base += step, xs.advance(), gos.advance())
@@ -325,12 +326,7 @@ template <class T, int V, int Threads, int Rows, int Fold, bool Md, bool Cache, 
 __device__ __forceinline__ void lrpe_column_stats(const LrpeParams& p) {
   const auto v = block_view<T, V, Threads, Fold, Md>(p, block_coord<false>());
   const Placement& w = v.w;
-  OnlineColumns<V> st[Fold];
-#pragma unroll
-  for (int j = 0; j < Fold; ++j)
-#pragma unroll
-    for (int i = 0; i < V; ++i) st[j].l[i] = 0.f, st[j].a[i] = 0.f;  // column_stats_rows sets the references
-
+  OnlineColumns<V> st[Fold];  // column_stats_rows starts and fills them
   if (v.vec) column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, true>(p, v, st);
   else column_stats_rows<T, V, Rows, Fold, Md, Cache, Backward, false>(p, v, st);
 
