@@ -13,6 +13,7 @@ enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNoDevice = 3 };
 void add_cache_commands(CLI::App& app, int& exit_code);
 void add_gpu_commands(CLI::App& app, int& exit_code);
 void add_tune_commands(CLI::App& app, int& exit_code);
+void add_replay_command(CLI::App& app, int& exit_code);
 
 // `kgen check lrpe|md_lrpe` and `kgen bench lrpe|md_lrpe` (tools/commands_lrpe.cpp), as
 // subcommands of `check` and `bench`.

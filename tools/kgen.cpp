@@ -254,6 +254,7 @@ int main(int argc, char** argv) {
   add_cache_commands(app, exit_code);
   add_gpu_commands(app, exit_code);
   add_tune_commands(app, exit_code);
+  add_replay_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

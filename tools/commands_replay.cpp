@@ -1,0 +1,66 @@
+// `kgen replay`: writes or checks the replay table (jit/replay.h).
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cache/binary_cache.h"
+#include "runtime/replay.h"
+#include "tools/commands.h"
+
+namespace kgen::cli {
+
+void add_replay_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "replay",
+      "Build every variant `kgen warm` builds and write or check the replay table: a digest of each kernel's "
+      "machine code with its registers, spills and shared memory (tests/replay/table.tsv)");
+  struct Opts {
+    std::string archs = "sm_80,sm_90a", ops, write, check, dir;
+    int jobs = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--arch", o->archs, "Comma-separated targets")->capture_default_str();
+  cmd->add_option("--ops", o->ops, "Comma-separated operators (default: all)");
+  auto* write = cmd->add_option("--write", o->write, "Write the table to this file");
+  cmd->add_option("--check", o->check, "Compare with the table in this file; exit 1 on any difference")->excludes(write);
+  cmd->add_option("--jobs,-j", o->jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cache-dir", o->dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
+  cmd->callback([o, &exit_code] {
+    if (o->write.empty() && o->check.empty()) throw Error(Status::invalid_argument, "replay: give --write FILE or --check FILE");
+    std::vector<ReplayRow> expected;
+    if (!o->check.empty()) {
+      std::ifstream in(o->check);
+      if (!in) throw Error(Status::invalid_argument, "--check: cannot read '" + o->check + "'");
+      std::stringstream text;
+      text << in.rdbuf();
+      expected = parse_replay_table(text.str(), o->check);
+    }
+    auto items = warm_items(split_list(o->ops), split_list(o->archs));
+    KernelBuilder builder(o->dir.empty() ? cache::default_cache_root() : std::filesystem::path(o->dir));
+    std::fprintf(stderr, "building %zu kernels into %s\n", items.size(), builder.cache().root().c_str());
+    auto rows = replay_rows(builder, items, o->jobs, [](const WarmResult&, std::size_t done, std::size_t total) {
+      if (done % 200 == 0 || done == total) std::fprintf(stderr, "[%zu/%zu]\n", done, total);
+    });
+    if (!o->write.empty()) {
+      std::ofstream out(o->write, std::ios::trunc);
+      out << format_replay_table(rows);
+      if (!out.flush()) throw Error(Status::invalid_argument, "--write: cannot write '" + o->write + "'");
+      std::printf("wrote %zu rows to %s\n", rows.size(), o->write.c_str());
+      exit_code = kOk;
+      return;
+    }
+    auto diff = diff_replay_tables(expected, rows);
+    for (const auto& line : diff) std::printf("%s\n", line.c_str());
+    if (diff.empty()) {
+      std::printf("replay table matches: %zu rows\n", rows.size());
+      exit_code = kOk;
+    } else {
+      std::printf("replay table differs from %s in %zu lines; if the change is intended, regenerate it with "
+                  "`kgen replay --write %s` and commit it with the change\n",
+                  o->check.c_str(), diff.size(), o->check.c_str());
+      exit_code = kFailed;
+    }
+  });
+}
+
+}  // namespace kgen::cli
