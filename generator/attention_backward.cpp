@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "generator/config_text.h"
-#include "kgen/attention/backward_config.h"
+#include "kgen_device/attention/backward_config.h"
 
 namespace kgen {
 namespace {
@@ -257,7 +257,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     case BackwardKernel::preprocess:
     case BackwardKernel::dq_convert:
       // Independent of head_dim and causal: one variant per dtype.
-      include = "kgen/attention/backward_rows.cuh";
+      include = "kgen_device/attention/backward_rows.cuh";
       k.threads = attention_bwd::row_threads(kRowWarps);
       k.variant = "attention_bwd." + std::string(dtype_name(spec.dtype)) + "." + kernel_name(kernel);
       call << "kgen::attention_backward_" << kernel_name(kernel) << "<" << T << ", " << kRowWarps << ">(p);";
@@ -265,12 +265,12 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
       const bool atomic = kernel == BackwardKernel::kv_atomic;
-      include = "kgen/attention/backward_fa2.cuh";
+      include = "kgen_device/attention/backward_fa2.cuh";
       k.threads = c.warps * 32;
       k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(d, c.block_m, c.block_n, atomic);
       k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
       if (c.path == BackwardPath::wgmma) {
-        include = "kgen/attention/backward_wgmma.cuh";
+        include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = c.block_n / 64 * 128;
         k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(d, c.block_m, c.block_n / 64, atomic);
         call << "kgen::attention_backward_wgmma_kv<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n / 64
@@ -283,7 +283,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     }
     case BackwardKernel::dq: {
       const DqTile t = attention_backward_dq_tile(d);
-      include = "kgen/attention/backward_fa2.cuh";
+      include = "kgen_device/attention/backward_fa2.cuh";
       k.threads = t.warps * 32;
       k.smem_bytes = attention_bwd::fa2_q_smem_bytes(d, t.block_m, t.block_n);
       k.variant = to_string(spec) + ".dq:bm" + std::to_string(t.block_m) + ":bn" + std::to_string(t.block_n) +
@@ -294,7 +294,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     }
     case BackwardKernel::simt_dq:
     case BackwardKernel::simt_dkdv: {
-      include = "kgen/attention/backward_simt.cuh";
+      include = "kgen_device/attention/backward_simt.cuh";
       k.threads = attention_bwd::row_threads(c.block_m);
       AttentionBackwardSpec bucket = spec;
       bucket.head_dim = c.max_head_dim;  // one kernel serves every head_dim up to the bucket
@@ -469,7 +469,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   const char* causal = spec.causal ? "true" : "false";
   const int d = spec.head_dim;
   std::ostringstream call;
-  std::string include = "kgen/attention/double_backward_fa2.cuh";
+  std::string include = "kgen_device/attention/double_backward_fa2.cuh";
   AttentionBackwardSpec named = spec;
   switch (kernel) {
     case DoubleBackwardKernel::q_stats:
@@ -488,7 +488,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
            << c.block_n << ", " << dbl_wide_tile(c.block_n) << ", " << c.warps << ", " << causal << ">(p);";
       break;
     default:
-      include = "kgen/attention/double_backward_simt.cuh";
+      include = "kgen_device/attention/double_backward_simt.cuh";
       k.threads = attention_bwd::row_threads(c.block_m);
       named.head_dim = c.max_head_dim;
       call << "kgen::attention_double_backward_" << dbl_kernel_name(kernel) << "<" << T << ", " << c.max_head_dim

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "generator/config_text.h"
-#include "kgen/attention/forward_config.h"
+#include "kgen_device/attention/forward_config.h"
 
 namespace kgen {
 namespace {
@@ -233,7 +233,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     k.threads = attention_fwd::fa2_threads(c.warps);
     k.smem_bytes = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
     k.variant = to_string(spec) + "." + to_string(c);
-    src << "#include \"kgen/attention/forward_fa2.cuh\"\n";
+    src << "#include \"kgen_device/attention/forward_fa2.cuh\"\n";
     call << "kgen::attention_forward_fa2<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
          << ", " << c.block_m << ", " << c.block_n << ", " << c.warps << ", " << c.stages << ", " << causal
          << ">(p);";
@@ -241,7 +241,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
     k.smem_bytes = attention_fwd::wgmma_smem_bytes(spec.head_dim, c.block_m / 64, c.block_n, c.stages);
     k.variant = to_string(spec) + "." + to_string(c);
-    src << "#include \"kgen/attention/forward_wgmma.cuh\"\n";
+    src << "#include \"kgen_device/attention/forward_wgmma.cuh\"\n";
     call << "kgen::attention_forward_wgmma<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
          << ", " << c.block_n << ", " << c.block_m / 64 << ", " << c.stages << ", " << causal << ">(p);";
   } else {
@@ -251,7 +251,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     AttentionForwardSpec bucket = spec;
     bucket.head_dim = c.max_head_dim;
     k.variant = to_string(bucket) + "." + to_string(c);
-    src << "#include \"kgen/attention/forward_simt.cuh\"\n";
+    src << "#include \"kgen_device/attention/forward_simt.cuh\"\n";
     call << "kgen::attention_forward_simt<" << dtype_cxx(spec.dtype) << ", " << c.max_head_dim
          << ", " << c.block_n << ", " << c.block_m << ", " << causal << ">(p);";
   }

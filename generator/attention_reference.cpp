@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "kgen/reference/params.h"
+#include "kgen_device/reference/params.h"
 
 namespace kgen {
 namespace {
@@ -29,7 +29,7 @@ KernelSource render_kernel(const std::string& op, const std::string& variant, co
 KernelSource render(DType dtype, const char* pass, int threads) {
   return render_kernel("attention_fwd_reference",
                        std::string("attention_fwd_reference.") + std::string(dtype_name(dtype)) + "." + pass,
-                       std::string("kgen_reference_") + pass, "kgen/reference/attention_naive.cuh",
+                       std::string("kgen_reference_") + pass, "kgen_device/reference/attention_naive.cuh",
                        "ReferenceAttentionParams", std::string("reference_") + pass + "<" + element_type(dtype) + ">",
                        threads);
 }
@@ -38,7 +38,7 @@ KernelSource render_bwd(DType dtype, bool double_backward, const char* pass) {
   const std::string op = double_backward ? "attention_dbwd_reference" : "attention_bwd_reference";
   const std::string targs = std::string("<") + element_type(dtype) + (double_backward ? ", true>" : ", false>");
   return render_kernel(op, op + "." + std::string(dtype_name(dtype)) + "." + pass,
-                       "kgen_" + op + "_" + pass, "kgen/reference/attention_bwd_naive.cuh",
+                       "kgen_" + op + "_" + pass, "kgen_device/reference/attention_bwd_naive.cuh",
                        "ReferenceAttentionBwdParams", std::string("reference_bwd_") + pass + targs,
                        kReferenceBwdThreads);
 }

@@ -1,4 +1,4 @@
-// Rendering of the naive GPU reference kernels of attention (templates/kgen/reference/):
+// Rendering of the naive GPU reference kernels of attention (templates/kgen_device/reference/):
 // a materialising scores pass and a softmax·V pass, fp64 accumulation, any head_dim.
 #pragma once
 
@@ -15,7 +15,7 @@ KernelSource render_attention_reference_scores(DType dtype);
 // Row softmax of S and O = P·v, LSE, for the same chunk.
 KernelSource render_attention_reference_softmax_pv(DType dtype);
 
-// The naive backward references (templates/kgen/reference/attention_bwd_naive.cuh): a query-row
+// The naive backward references (templates/kgen_device/reference/attention_bwd_naive.cuh): a query-row
 // pass and a key-row pass per (batch, kv head) group, fp64 accumulation, nothing n×n stored,
 // head_dim ≤ kReferenceBwdMaxHeadDim, kReferenceBwdThreads threads per block. `double_backward`
 // selects the second-order gradients (q_bar, k_bar, v_bar, do_bar) instead of (dq, dk, dv).

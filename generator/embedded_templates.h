@@ -8,7 +8,7 @@
 namespace kgen::generator {
 
 struct EmbeddedTemplate {
-  const char* name;  // include name, e.g. "kgen/attention/forward_fa2.cuh"
+  const char* name;  // include name, e.g. "kgen_device/attention/forward_fa2.cuh"
   const char* text;
 };
 

@@ -4,7 +4,7 @@
 #include <charconv>
 #include <sstream>
 
-#include "kgen/lrpe/params.h"
+#include "kgen_device/lrpe/params.h"
 
 namespace kgen {
 namespace {
@@ -308,7 +308,7 @@ KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& c) {
   args << dtype_cxx(spec.dtype) << ", " << c.vec << ", " << c.threads << ", " << c.rows << ", " << c.fold << ", ";
   const std::string tail = std::string(md ? "true" : "false") + ", " + (c.cache ? "true" : "false");
   std::ostringstream src;
-  src << "#include \"kgen/lrpe/lrpe.cuh\"\n\n// kgen variant " << k.variant << "\n";
+  src << "#include \"kgen_device/lrpe/lrpe.cuh\"\n\n// kgen variant " << k.variant << "\n";
   auto entry = [&](const char* name, const std::string& call) {
     // minBlocks: the config's occupancy (default 1: without it ptxas spills a few registers at its
     // own occupancy target, seen on sm_90a at 64–128 registers).

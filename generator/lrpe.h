@@ -17,7 +17,7 @@ namespace kgen {
 
 enum class LrpeOp { cosine, md_cosine };              // "lrpe_cosine", "md_lrpe_cosine"
 enum class LrpeDirection { forward, backward };       // "fwd", "bwd"
-// LrpeAct (kgen/types.hpp): its values match kLrpeAct* in templates/kgen/lrpe/params.h.
+// LrpeAct (kgen/types.hpp): its values match kLrpeAct* in templates/kgen_device/lrpe/params.h.
 // sp: blocks own a few rows each; bp: blocks own (b, h) and walk a stretch of the sequence.
 enum class LrpeStrategy { sp, bp };
 

@@ -8,13 +8,13 @@
 #include <sstream>
 
 #include "kgen/kgen.hpp"
-#include "runtime/attention_backward_harness.h"
-#include "runtime/attention_forward.h"
-#include "runtime/attention_harness.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/device.h"
-#include "runtime/kernel_builder.h"
-#include "runtime/warm.h"
+#include "check/attention_backward_harness.h"
+#include "ops/attention_forward.h"
+#include "check/attention_harness.h"
+#include "driver/cuda_driver.h"
+#include "driver/device.h"
+#include "jit/kernel_builder.h"
+#include "jit/warm.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {

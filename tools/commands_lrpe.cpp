@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "generator/lrpe.h"
-#include "runtime/device.h"
-#include "runtime/lrpe_harness.h"
+#include "driver/device.h"
+#include "check/lrpe_harness.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "cache/binary_cache.h"
-#include "runtime/replay.h"
+#include "jit/replay.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {

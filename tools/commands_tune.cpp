@@ -1,17 +1,17 @@
 // `kgen tune`: autotune an operator's shapes, print every candidate, append the winners to the
 // tuning database (one shard per process). Resumable: shapes with an exact record are skipped.
-// The tuner is one core for every operator (runtime/autotune.h); this file only turns each
-// op's options into TuningProblems (runtime/tuning_problems.h).
+// The tuner is one core for every operator (tuning/autotune.h); this file only turns each
+// op's options into TuningProblems (ops/tuning_problems.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
-#include "runtime/autotune.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/device.h"
-#include "runtime/tuning_db.h"
-#include "runtime/tuning_problems.h"
+#include "tuning/autotune.h"
+#include "driver/cuda_driver.h"
+#include "driver/device.h"
+#include "tuning/tuning_db.h"
+#include "ops/tuning_problems.h"
 #include "tools/commands.h"
 #include "tools/commands_tune_db.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tuning_db.h"
+#include "tuning/tuning_db.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-# Writes templates/kgen/core/wgmma.cuh: the wgmma wrappers need one inline-asm operand list per
+# Writes templates/kgen_device/core/wgmma.cuh: the wgmma wrappers need one inline-asm operand list per
 # accumulator width N, spelled out; this script is their source. Usage (from the repository
-# root): python3 tools/gen_wgmma_header.py > templates/kgen/core/wgmma.cuh
+# root): python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
 Ns = [32, 64, 128, 192, 256]
 def acc_list(k):
     items = [f"%{i}" for i in range(k)]
@@ -41,7 +41,7 @@ o.append("""// wgmma (sm_90a only): warpgroup-wide asynchronous matrix multiply-
 // writing thread before the barrier that precedes the wgmma.
 #pragma once
 
-#include "kgen/core/types.cuh"
+#include "kgen_device/core/types.cuh"
 
 namespace kgen {
 namespace wgmma {

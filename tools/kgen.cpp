@@ -10,13 +10,13 @@
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
 #include "kgen/kgen.hpp"
-#include "runtime/cuda_driver.h"
-#include "runtime/device.h"
-#include "runtime/kernel_builder.h"
-#include "runtime/manifest.h"
-#include "runtime/nvrtc.h"
-#include "runtime/tuning_db.h"
-#include "runtime/warm.h"
+#include "driver/cuda_driver.h"
+#include "driver/device.h"
+#include "jit/kernel_builder.h"
+#include "jit/manifest.h"
+#include "compiler/nvrtc.h"
+#include "tuning/tuning_db.h"
+#include "jit/warm.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {
@@ -92,7 +92,7 @@ void add_warm(CLI::App& app, int& exit_code) {
   auto db = std::make_shared<std::vector<std::string>>();
   cmd->add_option("--arch", *archs, "Comma-separated targets (sm_80, sm_86, sm_89, sm_90, sm_90a)")->capture_default_str();
   auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
-  cmd->add_option("--manifest", *manifest, "JSON Lines file, one variant per line (see runtime/manifest.h)")->excludes(ops_opt);
+  cmd->add_option("--manifest", *manifest, "JSON Lines file, one variant per line (see jit/manifest.h)")->excludes(ops_opt);
   cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus each "
                                "recorded spec's default, instead of whole config spaces")
       ->excludes(ops_opt);

@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/attention_backward.h"
-#include "kgen/attention/backward_config.h"
+#include "kgen_device/attention/backward_config.h"
 
 namespace kgen {
 namespace {

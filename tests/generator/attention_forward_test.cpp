@@ -7,7 +7,7 @@
 #include "generator/attention_forward.h"
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
-#include "kgen/attention/forward_config.h"
+#include "kgen_device/attention/forward_config.h"
 
 namespace kgen {
 namespace {
@@ -199,11 +199,11 @@ TEST(EmbeddedTemplates, EveryIncludedHeaderIsEmbedded) {
       if (n == t.name) return true;
     return false;
   };
-  EXPECT_TRUE(has("kgen/attention/params.h"));
-  EXPECT_TRUE(has("kgen/attention/forward_fa2.cuh"));
-  EXPECT_TRUE(has("kgen/attention/forward_simt.cuh"));
-  EXPECT_TRUE(has("kgen/attention/forward_wgmma.cuh"));
-  EXPECT_TRUE(has("kgen/core/wgmma.cuh"));
+  EXPECT_TRUE(has("kgen_device/attention/params.h"));
+  EXPECT_TRUE(has("kgen_device/attention/forward_fa2.cuh"));
+  EXPECT_TRUE(has("kgen_device/attention/forward_simt.cuh"));
+  EXPECT_TRUE(has("kgen_device/attention/forward_wgmma.cuh"));
+  EXPECT_TRUE(has("kgen_device/core/wgmma.cuh"));
   EXPECT_EQ(generator::templates_digest().size(), 64u);
   for (const auto& t : names) {
     // Self-contained: no toolkit header may be needed at JIT time.

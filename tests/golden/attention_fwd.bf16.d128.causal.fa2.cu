@@ -1,4 +1,4 @@
-#include "kgen/attention/forward_fa2.cuh"
+#include "kgen_device/attention/forward_fa2.cuh"
 
 // kgen variant attention_fwd.bf16.d128.causal.fa2:bm128:bn64:w8:s2
 extern "C" __global__ void __launch_bounds__(256, 1) kgen_attention_fwd(const kgen::AttentionForwardParams p) {

@@ -1,4 +1,4 @@
-#include "kgen/attention/forward_wgmma.cuh"
+#include "kgen_device/attention/forward_wgmma.cuh"
 
 // kgen variant attention_fwd.bf16.d128.causal.wg:bm128:bn128:s2
 extern "C" __global__ void __launch_bounds__(256, 1) kgen_attention_fwd(const kgen::AttentionForwardParams p) {

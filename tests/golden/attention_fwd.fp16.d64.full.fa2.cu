@@ -1,4 +1,4 @@
-#include "kgen/attention/forward_fa2.cuh"
+#include "kgen_device/attention/forward_fa2.cuh"
 
 // kgen variant attention_fwd.fp16.d64.full.fa2:bm64:bn128:w4:s2
 extern "C" __global__ void __launch_bounds__(128, 1) kgen_attention_fwd(const kgen::AttentionForwardParams p) {

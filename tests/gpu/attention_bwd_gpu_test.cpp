@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "generator/attention_backward.h"
-#include "runtime/attention_backward_harness.h"
-#include "runtime/device.h"
-#include "runtime/cuda_driver.h"
+#include "check/attention_backward_harness.h"
+#include "driver/device.h"
+#include "driver/cuda_driver.h"
 
 namespace kgen {
 namespace {

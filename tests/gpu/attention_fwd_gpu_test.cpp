@@ -3,12 +3,12 @@
 #include <gtest/gtest.h>
 
 #include "generator/attention_forward.h"
-#include "runtime/attention_harness.h"
-#include "runtime/autotune.h"
-#include "runtime/tuning_problems.h"
-#include "runtime/cuda_driver.h"
+#include "check/attention_harness.h"
+#include "tuning/autotune.h"
+#include "ops/tuning_problems.h"
+#include "driver/cuda_driver.h"
 #include "tests/gpu/require_gpu.h"
-#include "runtime/device.h"
+#include "driver/device.h"
 
 namespace kgen {
 namespace {

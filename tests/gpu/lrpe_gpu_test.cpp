@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "generator/lrpe.h"
-#include "runtime/cuda_driver.h"
+#include "driver/cuda_driver.h"
 #include "tests/gpu/require_gpu.h"
-#include "runtime/lrpe_harness.h"
+#include "check/lrpe_harness.h"
 
 namespace kgen {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/cuda_driver.h"
+#include "driver/cuda_driver.h"
 
 #define KGEN_REQUIRE_GPU()                                \
   do {                                                    \

@@ -1,4 +1,4 @@
-// Warm manifests (runtime/manifest.h): valid files give the expected items; every malformed
+// Warm manifests (jit/manifest.h): valid files give the expected items; every malformed
 // input is one Error(invalid_argument) naming the line, never a crash.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 
 #include "generator/attention_forward.h"
 #include "kgen/types.hpp"
-#include "runtime/manifest.h"
+#include "jit/manifest.h"
 
 namespace kgen {
 namespace {

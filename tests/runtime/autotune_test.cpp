@@ -2,7 +2,7 @@
 // earliest candidate in canonical order wins, so two runs agree.
 #include <gtest/gtest.h>
 
-#include "runtime/autotune.h"
+#include "tuning/autotune.h"
 
 namespace kgen {
 namespace {

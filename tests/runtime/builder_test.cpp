@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "generator/attention_forward.h"
-#include "runtime/kernel_builder.h"
+#include "jit/kernel_builder.h"
 
 namespace kgen {
 namespace {

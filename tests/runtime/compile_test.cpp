@@ -5,8 +5,8 @@
 #include <filesystem>
 
 #include "generator/attention_forward.h"
-#include "runtime/nvrtc.h"
-#include "runtime/warm.h"
+#include "compiler/nvrtc.h"
+#include "jit/warm.h"
 
 namespace kgen {
 namespace {

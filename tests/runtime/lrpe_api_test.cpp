@@ -8,7 +8,7 @@
 
 #include "kgen/c_api.h"
 #include "kgen/kgen.hpp"
-#include "runtime/cuda_driver.h"
+#include "driver/cuda_driver.h"
 
 namespace kgen {
 namespace {

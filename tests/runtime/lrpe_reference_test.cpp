@@ -7,7 +7,7 @@
 #include <numeric>
 #include <random>
 
-#include "runtime/reference_lrpe.h"
+#include "check/reference_lrpe.h"
 
 namespace kgen {
 namespace {
@@ -146,7 +146,7 @@ TEST(LrpeReference, ForwardClosedForms) {
     }
 }
 
-// The kernels' angle reduction (templates/kgen/lrpe/rotate.cuh), emulated in fp32 on the host:
+// The kernels' angle reduction (templates/kgen_device/lrpe/rotate.cuh), emulated in fp32 on the host:
 // within 5e-7 of the exact angle mod 2π for positions up to (offset + 32768) and θ up to 1.
 TEST(LrpeReference, KernelAngleReductionIsAccurate) {
   const float two_pi_hi = 6.28318548202514648f, two_pi_lo = -1.74845560e-07f, inv_two_pi = 0.159154943091895336f;

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "generator/attention_reference.h"
-#include "kgen/reference/params.h"
-#include "runtime/kernel_builder.h"
-#include "runtime/reference_cpu.h"
+#include "kgen_device/reference/params.h"
+#include "jit/kernel_builder.h"
+#include "check/reference_cpu.h"
 
 namespace kgen {
 namespace {

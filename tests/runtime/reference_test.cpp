@@ -4,8 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include "runtime/metrics.h"
-#include "runtime/reference_cpu.h"
+#include "check/metrics.h"
+#include "check/reference_cpu.h"
 
 namespace kgen {
 namespace {

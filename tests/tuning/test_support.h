@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "runtime/tuning_db.h"
+#include "tuning/tuning_db.h"
 
 namespace kgen {
 

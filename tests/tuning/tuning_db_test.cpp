@@ -11,7 +11,8 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/tuning_db.h"
+#include "ops/buckets.h"
+#include "tuning/tuning_db.h"
 #include "tests/tuning/test_support.h"
 
 namespace kgen {
@@ -126,7 +127,7 @@ TEST(TuningLookup, ExactThenNearest) {
   ASSERT_TRUE(exact->record.device);
   EXPECT_EQ(*exact->record.device, kH100);
 
-  auto near = db.lookup("attention_fwd", kVariant, AttentionShape{2, 32, 32, 6000, 6000});  // nq8192.nk8192.g1.bh64
+  auto near = db.lookup("attention_fwd", kVariant, attention_bucket(AttentionShape{2, 32, 32, 6000, 6000}));  // nq8192.nk8192.g1.bh64
   ASSERT_TRUE(near);
   EXPECT_TRUE(near->exact);
   near = db.lookup("attention_fwd", kVariant, "nq4096.nk4096.g1.bh64");  // 2 doublings vs 1

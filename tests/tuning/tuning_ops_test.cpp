@@ -8,14 +8,15 @@
 #include <algorithm>
 #include <memory>
 
+#include "ops/buckets.h"
 #include "generator/attention_backward.h"
 #include "generator/lrpe.h"
 #include "generator/registry.h"
-#include "runtime/attention_backward.h"
-#include "runtime/attention_forward.h"
-#include "runtime/lrpe.h"
-#include "runtime/tuning_decision.h"
-#include "runtime/tuning_problems.h"
+#include "ops/attention_backward.h"
+#include "ops/attention_forward.h"
+#include "ops/lrpe.h"
+#include "tuning/tuning_decision.h"
+#include "ops/tuning_problems.h"
 #include "tests/tuning/test_support.h"
 
 namespace kgen {

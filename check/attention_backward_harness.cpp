@@ -1,0 +1,435 @@
+#include "check/attention_backward_harness.h"
+
+#include <array>
+#include <cstdio>
+#include <optional>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+
+#include "driver/device.h"
+#include "check/harness_support.h"
+#include "check/reference_cpu.h"
+#include "check/reference_gpu.h"
+
+namespace kgen {
+namespace {
+
+
+// b·h_q·n_q·n_k·d up to which the fp64 CPU reference checks every element (its dense double
+// backward does ~20 such products: about a second of CPU at the bound).
+constexpr double kCpuReferenceWork = 2e7;
+// Above it, the GPU reference covers every group while b·h_q·n_q·n_k·d stays under this (about
+// a second on an H100/H200), else evenly spread groups that fit it.
+constexpr double kGpuReferenceWork = 2e11;
+
+// Rows shaped like q, (b, h_q, n_q), or like k, (b, h_kv, n_k).
+enum class Side { q, k };
+
+struct OutputSpec {
+  const char* name;
+  Side side;
+};
+constexpr std::array<OutputSpec, 3> kBackwardOutputs = {{{"dq", Side::q}, {"dk", Side::k}, {"dv", Side::k}}};
+constexpr std::array<OutputSpec, 4> kDoubleBackwardOutputs = {
+    {{"q_bar", Side::q}, {"k_bar", Side::k}, {"v_bar", Side::k}, {"do_bar", Side::q}}};
+
+std::vector<OutputSpec> outputs_of(bool double_backward) {
+  if (double_backward) return {kDoubleBackwardOutputs.begin(), kDoubleBackwardOutputs.end()};
+  return {kBackwardOutputs.begin(), kBackwardOutputs.end()};
+}
+
+int heads_of(const AttentionCase& c, Side side) { return side == Side::q ? c.heads_q : c.heads_kv; }
+int rows_of(const AttentionCase& c, Side side) { return side == Side::q ? c.n_q : c.n_k; }
+
+// One tensor of the problem: host copy in the case's layout, fp64 logical values (inputs), and
+// its device buffer (null for an absent cotangent).
+struct Tensor {
+  HostTensor host;
+  std::vector<double> logical;
+  std::unique_ptr<DeviceBuffer> dev;
+  bool present() const { return dev != nullptr; }
+  TensorView view(int device) const { return host.view(dev ? dev->get() : nullptr, device); }
+};
+
+Tensor make_tensor(const AttentionCase& c, Side side, bool present, std::mt19937_64* fill) {
+  Tensor t{make_host(c.batch, heads_of(c, side), rows_of(c, side), c.head_dim, c.layout, c.dtype), {}, nullptr};
+  if (!present) return t;
+  t.dev = std::make_unique<DeviceBuffer>(t.host.bytes.size());
+  if (fill) {
+    t.logical = fill_random(t.host, *fill);
+    t.dev->upload(t.host.bytes.data());
+  }
+  return t;
+}
+
+// The inputs and outputs of one run, on the device.
+struct GradientSet {
+  Tensor q, k, v, d_o, gq, gk, gv;
+  DeviceBuffer o, lse;
+  std::vector<Tensor> out;  // in outputs_of() order, dtype and layout of the inputs
+  std::unique_ptr<DeviceBuffer> workspace;
+
+  GradientSet(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt, std::mt19937_64& rng, int device,
+              CUstream stream, bool run_forward = true)
+      : q(make_tensor(c, Side::q, true, &rng)), k(make_tensor(c, Side::k, true, &rng)),
+        v(make_tensor(c, Side::k, true, &rng)), d_o(make_tensor(c, Side::q, true, &rng)),
+        gq(make_tensor(c, Side::q, dbl && opt.gq, &rng)), gk(make_tensor(c, Side::k, dbl && opt.gk, &rng)),
+        gv(make_tensor(c, Side::k, dbl && opt.gv, &rng)), o(q.host.bytes.size()),
+        lse(std::size_t(c.batch) * c.heads_q * c.n_q * 4) {
+    for (const OutputSpec& s : outputs_of(dbl)) out.push_back(make_tensor(c, s.side, true, nullptr));
+    if (!run_forward) return;
+    // o and lse: kgen's forward with its default config (the backward's inputs, not under test).
+    AttentionOptions fwd{c.scale, c.causal, ""};
+    TensorView l = lse_view(c, device);
+    attention_forward(q.view(device), k.view(device), v.view(device), q.host.view(o.get(), device), &l, fwd, stream);
+    cuda_check(cuda_driver().cuStreamSynchronize(stream), "forward for the backward's inputs");
+  }
+
+  TensorView lse_view(const AttentionCase& c, int device) const {
+    return make_contiguous_view(lse.get(), DType::f32, 3, std::array<std::int64_t, 3>{c.batch, c.heads_q, c.n_q}.data(),
+                                device);
+  }
+
+  // The options of a run; with an external workspace, grows it to the size kgen asks for.
+  AttentionBackwardOptions options(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt,
+                                   const std::string& config, int device) {
+    AttentionBackwardOptions o;
+    o.scale = c.scale, o.causal = c.causal, o.deterministic = opt.deterministic, o.config = config;
+    if (!opt.external_workspace) return o;
+    const std::size_t bytes = dbl ? attention_double_backward_workspace_bytes(q.view(device), o)
+                                  : attention_backward_workspace_bytes(q.view(device), o);
+    if (!workspace || workspace->bytes() < bytes) workspace = std::make_unique<DeviceBuffer>(bytes);
+    o.workspace = workspace->get(), o.workspace_bytes = workspace->bytes();
+    return o;
+  }
+
+  void run(const AttentionCase& c, bool dbl, const AttentionBackwardOptions& o, int device, CUstream stream) {
+    const TensorView l = lse_view(c, device), ov = q.host.view(this->o.get(), device);
+    if (!dbl) {
+      attention_backward(q.view(device), k.view(device), v.view(device), ov, l, d_o.view(device), out[0].view(device),
+                         out[1].view(device), out[2].view(device), o, stream);
+      return;
+    }
+    const TensorView gqv = gq.view(device), gkv = gk.view(device), gvv = gv.view(device);
+    attention_double_backward(q.view(device), k.view(device), v.view(device), ov, l, d_o.view(device),
+                              gq.present() ? &gqv : nullptr, gk.present() ? &gkv : nullptr,
+                              gv.present() ? &gvv : nullptr, out[0].view(device), out[1].view(device),
+                              out[2].view(device), out[3].view(device), o, stream);
+  }
+
+  void poison(const AttentionCase& c) {
+    for (Tensor& t : out) t.dev->poison(c.dtype);
+    if (workspace) workspace->poison(DType::f32);
+  }
+};
+
+std::vector<std::pair<int, int>> all_groups(const AttentionCase& c) {
+  std::vector<std::pair<int, int>> g;
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads_kv; ++h) g.emplace_back(b, h);
+  return g;
+}
+
+// The values of the rows a check compares, in (group, head, row, column) order: the query heads
+// of each group for q-side outputs, its kv head for k-side ones; at(b, h, i, x) reads one.
+template <class At>
+std::vector<double> gather(const AttentionCase& c, Side side, const std::vector<std::pair<int, int>>& groups, At at) {
+  const int group = c.heads_q / c.heads_kv, n = rows_of(c, side);
+  std::vector<double> values;
+  for (auto [b, hk] : groups) {
+    const int h0 = side == Side::q ? hk * group : hk, h1 = side == Side::q ? h0 + group : h0 + 1;
+    for (int h = h0; h < h1; ++h)
+      for (int i = 0; i < n; ++i)
+        for (int x = 0; x < c.head_dim; ++x) values.push_back(at(b, h, i, x));
+  }
+  return values;
+}
+
+// Gathers from a contiguous (b, heads, n, d) array of the side's shape (fp64 or fp32).
+template <class V>
+std::vector<double> gather_contiguous(const AttentionCase& c, Side side, const std::vector<std::pair<int, int>>& groups,
+                                      const std::vector<V>& t) {
+  const int heads = heads_of(c, side), n = rows_of(c, side);
+  return gather(c, side, groups, [&](int b, int h, int i, int x) {
+    return double(t[((std::size_t(b) * heads + h) * n + i) * c.head_dim + x]);
+  });
+}
+
+struct Reference {
+  std::string description;
+  std::vector<std::pair<int, int>> groups;  // the (batch, kv head) groups compared
+  std::vector<std::vector<double>> values;  // per output, gathered
+};
+
+// The fp64 CPU reference of every element, gathered over `groups`.
+std::vector<std::vector<double>> cpu_reference(const AttentionCase& c, bool dbl, const GradientSet& in,
+                                               const std::vector<std::pair<int, int>>& groups) {
+  AttentionProblem p;
+  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.n_q = c.n_q, p.n_k = c.n_k;
+  p.head_dim = c.head_dim, p.causal = c.causal, p.scale = c.scale;
+  p.q = in.q.logical, p.k = in.k.logical, p.v = in.v.logical;
+  std::vector<const std::vector<double>*> full;
+  std::optional<AttentionBackwardReference> b;
+  std::optional<AttentionDoubleBackwardReference> d;
+  if (!dbl) {
+    b = attention_backward_cpu(p, in.d_o.logical);
+    full = {&b->dq, &b->dk, &b->dv};
+  } else {
+    d = attention_double_backward_cpu(p, in.d_o.logical, in.gq.logical, in.gk.logical, in.gv.logical);
+    full = {&d->q_bar, &d->k_bar, &d->v_bar, &d->do_bar};
+  }
+  std::vector<std::vector<double>> values;
+  const std::vector<OutputSpec> specs = outputs_of(dbl);
+  for (std::size_t a = 0; a < specs.size(); ++a) values.push_back(gather_contiguous(c, specs[a].side, groups, *full[a]));
+  return values;
+}
+
+// The naive GPU reference over `groups` (fp32 outputs of fp64 sums), gathered over them.
+std::vector<std::vector<double>> gpu_reference(const AttentionCase& c, bool dbl, const GradientSet& in,
+                                               const std::vector<std::pair<int, int>>& groups, int device,
+                                               CUstream stream) {
+  const std::vector<OutputSpec> specs = outputs_of(dbl);
+  std::vector<std::unique_ptr<DeviceBuffer>> bufs;
+  for (const OutputSpec& s : specs) {
+    bufs.push_back(std::make_unique<DeviceBuffer>(std::size_t(c.batch) * heads_of(c, s.side) * rows_of(c, s.side) *
+                                                  c.head_dim * sizeof(float)));
+    bufs.back()->poison(DType::f32);
+  }
+  auto f = [&](std::size_t a) { return static_cast<float*>(bufs[a]->get()); };
+  if (!dbl) {
+    attention_backward_reference_gpu(in.q.view(device), in.k.view(device), in.v.view(device), in.d_o.view(device), f(0),
+                                     f(1), f(2), c.causal, c.scale, stream, groups);
+  } else {
+    const TensorView gqv = in.gq.view(device), gkv = in.gk.view(device), gvv = in.gv.view(device);
+    attention_double_backward_reference_gpu(in.q.view(device), in.k.view(device), in.v.view(device),
+                                            in.d_o.view(device), in.gq.present() ? &gqv : nullptr,
+                                            in.gk.present() ? &gkv : nullptr, in.gv.present() ? &gvv : nullptr, f(0),
+                                            f(1), f(2), f(3), c.causal, c.scale, stream, groups);
+  }
+  std::vector<std::vector<double>> values;
+  for (std::size_t a = 0; a < specs.size(); ++a) {
+    std::vector<float> host(bufs[a]->bytes() / sizeof(float));
+    bufs[a]->download(host.data());
+    values.push_back(gather_contiguous(c, specs[a].side, groups, host));
+  }
+  return values;
+}
+
+Reference compute_reference(const AttentionCase& c, bool dbl, const GradientSet& in, int device, CUstream stream) {
+  const double work = double(c.batch) * c.heads_q * c.n_q * c.n_k * c.head_dim;
+  Reference ref;
+  ref.groups = all_groups(c);
+  if (work <= kCpuReferenceWork) {
+    ref.values = cpu_reference(c, dbl, in, ref.groups);
+    ref.description = "cpu-fp64 all elements";
+    return ref;
+  }
+  if (work > kGpuReferenceWork) {  // evenly spread groups, the first and the last among them
+    const std::size_t all = ref.groups.size();
+    const std::size_t keep = std::max<std::size_t>(2, std::size_t(double(all) * kGpuReferenceWork / work));
+    std::vector<std::pair<int, int>> spread;
+    for (std::size_t s = 0; s < keep && s < all; ++s) {
+      const auto g = ref.groups[keep > 1 ? (all - 1) * s / (keep - 1) : 0];
+      if (spread.empty() || spread.back() != g) spread.push_back(g);
+    }
+    ref.groups = spread;
+  }
+  ref.values = gpu_reference(c, dbl, in, ref.groups, device, stream);
+  ref.description = "gpu-fp64 all elements of " + std::to_string(ref.groups.size()) + "/" +
+                    std::to_string(all_groups(c).size()) + " (batch, kv head) groups";
+  return ref;
+}
+
+// Downloads every output of the last run (raw bytes, in the case's layout).
+std::vector<std::vector<std::uint8_t>> download_outputs(GradientSet& in) {
+  std::vector<std::vector<std::uint8_t>> raw;
+  for (Tensor& t : in.out) {
+    t.dev->download(t.host.bytes.data());
+    raw.push_back(t.host.bytes);
+  }
+  return raw;
+}
+
+// compare(), except for an exactly-zero reference: rel_l2 has no scale there and compare()
+// takes the absolute ‖out‖ instead, which fp32 rounding noise exceeds over many elements where
+// the exact gradient vanishes by cancellation (e.g. every output of a one-key softmax but dŌ).
+// Such an output passes when every element is finite and within atol of 0.
+Comparison compare_gradient(std::span<const double> out, std::span<const double> ref, const Tolerance& tol) {
+  Comparison c = compare(out, ref, tol);
+  if (!c.pass && c.ref_norm == 0 && c.non_finite == 0 && c.outside_tolerance == 0 && c.count == out.size() &&
+      c.why == "rel_l2 above the bound") {
+    c.pass = true;
+    c.why.clear();
+  }
+  return c;
+}
+
+GradientCheck compare_outputs(const AttentionCase& c, bool dbl, GradientSet& in, const Reference& ref,
+                              const Tolerance& tol) {
+  GradientCheck check;
+  check.reference = ref.description;
+  const std::vector<OutputSpec> specs = outputs_of(dbl);
+  check.pass = true;
+  for (std::size_t a = 0; a < specs.size(); ++a) {
+    const HostTensor& h = in.out[a].host;
+    const std::vector<double> got =
+        gather(c, specs[a].side, ref.groups, [&](int b, int hh, int i, int x) { return h.get(h.offset(b, hh, i, x)); });
+    check.names.push_back(specs[a].name);
+    check.outputs.push_back(compare_gradient(got, ref.values[a], tol));
+    check.pass = check.pass && check.outputs.back().pass;
+  }
+  return check;
+}
+
+// Runs `config` on NaN-poisoned outputs and workspace, compares, and in deterministic mode runs
+// again (re-poisoned) and requires the same bits.
+GradientCheck run_and_compare(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt,
+                              const std::string& config, GradientSet& in, const Reference& ref, int device,
+                              CUstream stream) {
+  const AttentionBackwardOptions o = in.options(c, dbl, opt, config, device);
+  in.poison(c);
+  in.run(c, dbl, o, device, stream);
+  cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
+  const auto first = download_outputs(in);
+  GradientCheck check =
+      compare_outputs(c, dbl, in, ref, dbl ? second_order_tolerance_for(c.dtype) : tolerance_for(c.dtype));
+  check.config = config;
+  if (opt.deterministic) {
+    in.poison(c);
+    in.run(c, dbl, o, device, stream);
+    cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
+    check.determinism_checked = true;
+    check.bitwise_equal = download_outputs(in) == first;
+    check.pass = check.pass && check.bitwise_equal;
+  }
+  return check;
+}
+
+}  // namespace
+
+std::string to_string(const BackwardBenchOptions& o, bool double_backward) {
+  std::string s = o.deterministic ? "deterministic" : "atomics-allowed";
+  s += o.external_workspace ? " external-workspace" : " kgen-workspace";
+  if (double_backward) {
+    s += std::string(" cotangents:") + (o.gq ? " gq" : "") + (o.gk ? " gk" : "") + (o.gv ? " gv" : "");
+    if (!o.gq && !o.gk && !o.gv) s += " none";
+  }
+  return s;
+}
+
+const Comparison& GradientCheck::get(const std::string& name) const {
+  for (std::size_t a = 0; a < names.size(); ++a)
+    if (names[a] == name) return outputs.at(a);
+  throw std::out_of_range("GradientCheck: no output " + name);
+}
+
+std::string to_string(const GradientCheck& c) {
+  std::string s = "reference: " + c.reference + (c.config.empty() ? "" : ", config " + c.config);
+  for (std::size_t a = 0; a < c.names.size() && a < c.outputs.size(); ++a)
+    s += "\n  " + c.names[a] + ": " + to_string(c.outputs[a]);
+  if (c.determinism_checked) s += std::string("\n  two runs: ") + (c.bitwise_equal ? "bitwise equal" : "DIFFERENT BITS");
+  return s;
+}
+
+double attention_backward_flops(const AttentionCase& c) { return 2.5 * attention_forward_flops(c); }
+
+double attention_double_backward_flops(const AttentionCase& c, int matmuls) {
+  // attention_forward_flops counts 2 matmuls of 2·n_q·n_k·d each (halved for causal).
+  return attention_forward_flops(c) * matmuls / 2.0;
+}
+
+std::string attention_double_backward_flops_convention(int matmuls) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "double backward FLOPs = %d n×n×d matmuls × 2·b·h_q·n_q·n_k·d (%.1f× forward), halved for causal",
+                matmuls, matmuls / 2.0);
+  return buf;
+}
+
+struct AttentionGradientBench::Impl {
+  AttentionCase problem;
+  BackwardBenchOptions options;
+  bool dbl;
+  int device;
+  Stream stream;
+  std::mt19937_64 rng;
+  std::vector<std::unique_ptr<GradientSet>> sets;
+  std::optional<Reference> reference;
+  Impl(const AttentionCase& c, const BackwardBenchOptions& o, bool double_backward, int dev)
+      : problem(c), options(o), dbl(double_backward), device(dev), rng(c.seed) {
+    sets.push_back(std::make_unique<GradientSet>(c, dbl, o, rng, device, stream.s));
+  }
+};
+
+AttentionGradientBench::AttentionGradientBench(const AttentionCase& c, const BackwardBenchOptions& o,
+                                               bool double_backward, int device) {
+  use_primary_context(device);
+  impl_ = std::make_unique<Impl>(c, o, double_backward, device);
+}
+
+AttentionGradientBench::~AttentionGradientBench() = default;
+
+const AttentionCase& AttentionGradientBench::problem() const { return impl_->problem; }
+const BackwardBenchOptions& AttentionGradientBench::options() const { return impl_->options; }
+bool AttentionGradientBench::double_backward() const { return impl_->dbl; }
+
+GradientCheck AttentionGradientBench::check(const std::string& config) {
+  Impl& m = *impl_;
+  use_primary_context(m.device);
+  if (!m.reference) m.reference = compute_reference(m.problem, m.dbl, *m.sets[0], m.device, m.stream.s);
+  return run_and_compare(m.problem, m.dbl, m.options, config, *m.sets[0], *m.reference, m.device, m.stream.s);
+}
+
+Timing AttentionGradientBench::time(const std::string& config, int warmup, int reps) {
+  Impl& m = *impl_;
+  use_primary_context(m.device);
+  std::size_t set_bytes = m.sets[0]->o.bytes() * 2;  // o and d_o read; q, k, v, outputs below
+  for (const Tensor* t : {&m.sets[0]->q, &m.sets[0]->k, &m.sets[0]->v}) set_bytes += t->host.bytes.size();
+  for (const Tensor& t : m.sets[0]->out) set_bytes += t.host.bytes.size();
+  while (m.sets.size() < 8 && m.sets.size() * set_bytes < 2 * std::size_t(device_info(m.device).l2_bytes))
+    m.sets.push_back(std::make_unique<GradientSet>(m.problem, m.dbl, m.options, m.rng, m.device, m.stream.s));
+  std::vector<AttentionBackwardOptions> opts;
+  for (auto& s : m.sets) opts.push_back(s->options(m.problem, m.dbl, m.options, config, m.device));
+  return time_runs(
+      [&](int i) {
+        const std::size_t s = i % m.sets.size();
+        m.sets[s]->run(m.problem, m.dbl, opts[s], m.device, m.stream.s);
+      },
+      warmup, reps, m.stream.s);
+}
+
+GradientCheck check_attention_backward(const AttentionCase& c, const BackwardBenchOptions& o, int device) {
+  AttentionBackwardBench bench(c, o, device);
+  return bench.check(c.config);
+}
+
+GradientCheck check_attention_double_backward(const AttentionCase& c, const BackwardBenchOptions& o, int device) {
+  AttentionDoubleBackwardBench bench(c, o, device);
+  return bench.check(c.config);
+}
+
+GradientCheck check_backward_reference_gpu_against_cpu(const AttentionCase& c, bool double_backward,
+                                                       const BackwardBenchOptions& o,
+                                                       const std::vector<std::pair<int, int>>& groups, int device) {
+  use_primary_context(device);
+  std::mt19937_64 rng(c.seed);
+  Stream stream;
+  GradientSet in(c, double_backward, o, rng, device, stream.s, /*run_forward=*/false);
+  Reference ref;
+  ref.groups = groups.empty() ? all_groups(c) : groups;
+  ref.values = cpu_reference(c, double_backward, in, ref.groups);
+  const auto gpu = gpu_reference(c, double_backward, in, ref.groups, device, stream.s);
+  GradientCheck check;
+  check.reference = "cpu-fp64 all elements of " + std::to_string(ref.groups.size()) + " groups";
+  check.pass = true;
+  const std::vector<OutputSpec> specs = outputs_of(double_backward);
+  // The GPU reference sums in fp64 and stores fp32: fp32 rounding is its only expected error.
+  for (std::size_t a = 0; a < specs.size(); ++a) {
+    check.names.push_back(specs[a].name);
+    check.outputs.push_back(compare_gradient(gpu[a], ref.values[a], tolerance_for(DType::f32)));
+    check.pass = check.pass && check.outputs.back().pass;
+  }
+  return check;
+}
+
+}  // namespace kgen

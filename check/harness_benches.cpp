@@ -1,0 +1,108 @@
+// The checking layer's side of tuning: for every operator, a bench that checks candidates with
+// the op's harness and times them, and the rate of a run (TFLOPS or GB/s), installed into
+// tuning/bench_registry.h when the program starts. The launch path never links this file; a
+// program that links the checking layer (libkgen.so, the CLI, the tests) can tune.
+#include <cstdio>
+
+#include "check/attention_backward_harness.h"
+#include "check/attention_harness.h"
+#include "check/lrpe_harness.h"
+#include "ops/tuning_problems.h"
+#include "tuning/bench_registry.h"
+
+namespace kgen {
+namespace {
+
+std::string scientific(const char* format, double v) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+CandidateCheck forward_verdict(const AttentionCheck& r) {
+  if (r.pass) return {true, scientific("rel_l2 %.1e", r.o.rel_l2)};
+  return {false, r.o.pass ? "lse: " + r.lse.why : "o: " + r.o.why};
+}
+
+CandidateCheck gradient_verdict(const GradientCheck& r) {
+  if (r.pass) {
+    double worst = 0;
+    for (const auto& out : r.outputs) worst = std::max(worst, out.rel_l2);
+    return {true, scientific("rel_l2 ≤ %.1e", worst)};
+  }
+  for (std::size_t i = 0; i < r.outputs.size() && i < r.names.size(); ++i)
+    if (!r.outputs[i].pass) return {false, r.names[i] + ": " + r.outputs[i].why};
+  return {false, "two runs wrote different bits"};
+}
+
+CandidateCheck lrpe_verdict(const LrpeCheck& r) {
+  if (r.pass) return {true, scientific("rel_l2 %.1e", r.out.rel_l2)};
+  return {false, r.out.pass ? "angles: " + r.angles.why : r.out.why};
+}
+
+// A harness bench (AttentionForwardBench, AttentionGradientBench, LrpeBench) as a CandidateBench.
+template <class Bench, auto Verdict>
+class HarnessBench final : public CandidateBench {
+ public:
+  explicit HarnessBench(std::unique_ptr<Bench> bench) : bench_(std::move(bench)) {}
+  CandidateCheck check(const std::string& config) override { return Verdict(bench_->check(config)); }
+  Timing time(const std::string& config, int warmup, int reps) override { return bench_->time(config, warmup, reps); }
+
+ private:
+  std::unique_ptr<Bench> bench_;
+};
+
+const AttentionCase& attention_case(const TuningProblem& p) {
+  const AttentionCase* c = attention_case_of(p);
+  if (!c) throw Error(Status::internal, "operator '" + std::string(p.op()) + "' was not described by ops/tuning_problems");
+  return *c;
+}
+
+const LrpeCase& lrpe_case(const TuningProblem& p) {
+  const LrpeCase* c = lrpe_case_of(p);
+  if (!c) throw Error(Status::internal, "operator '" + std::string(p.op()) + "' was not described by ops/tuning_problems");
+  return *c;
+}
+
+double tflops(double flops, double median_ms) { return flops / (median_ms * 1e-3) / 1e12; }
+
+std::unique_ptr<CandidateBench> gradient_bench(const TuningProblem& p, int device, bool double_backward) {
+  BackwardBenchOptions o;
+  o.deterministic = deterministic_of(p);
+  std::unique_ptr<AttentionGradientBench> b;
+  if (double_backward) b = std::make_unique<AttentionDoubleBackwardBench>(attention_case(p), o, device);
+  else b = std::make_unique<AttentionBackwardBench>(attention_case(p), o, device);
+  return std::make_unique<HarnessBench<AttentionGradientBench, gradient_verdict>>(std::move(b));
+}
+
+const bool installed = [] {
+  install_problem_bench(
+      "attention_fwd",
+      {[](const TuningProblem& p, int device) -> std::unique_ptr<CandidateBench> {
+         return std::make_unique<HarnessBench<AttentionForwardBench, forward_verdict>>(
+             std::make_unique<AttentionForwardBench>(attention_case(p), device));
+       },
+       [](const TuningProblem& p, double ms) { return tflops(attention_forward_flops(attention_case(p)), ms); }});
+  install_problem_bench(
+      "attention_bwd", {[](const TuningProblem& p, int device) { return gradient_bench(p, device, false); },
+                        [](const TuningProblem& p, double ms) { return tflops(attention_backward_flops(attention_case(p)), ms); }});
+  install_problem_bench(
+      "attention_double_bwd",
+      {[](const TuningProblem& p, int device) { return gradient_bench(p, device, true); },
+       [](const TuningProblem& p, double ms) { return tflops(attention_double_backward_flops(attention_case(p)), ms); }});
+  for (const char* op : {"lrpe_cosine", "md_lrpe_cosine"})
+    install_problem_bench(
+        op, {[](const TuningProblem& p, int device) -> std::unique_ptr<CandidateBench> {
+               return std::make_unique<HarnessBench<LrpeBench, lrpe_verdict>>(std::make_unique<LrpeBench>(lrpe_case(p), device));
+             },
+             [](const TuningProblem& p, double ms) { return lrpe_floor_bytes(lrpe_case(p)) / (ms * 1e-3) / 1e9; }});
+  return true;
+}();
+
+}  // namespace
+
+// Referenced by programs that link the checking layer as a static library, so that the linker
+// keeps this file and its installation runs.
+bool harness_benches_installed() { return installed; }
+
+}  // namespace kgen

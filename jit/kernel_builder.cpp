@@ -1,0 +1,261 @@
+#include "jit/kernel_builder.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+
+#include "cache/cache_key.h"
+#include "cache/sha256.h"
+#include "generator/embedded_templates.h"
+#include "kgen/types.hpp"
+#include "base/log.h"
+
+namespace kgen {
+namespace {
+
+bool no_jit() {
+  const char* v = std::getenv("KGEN_NO_JIT");
+  return v && *v && std::string_view(v) != "0";
+}
+
+nlohmann::json resources_json(const ResourceUsage& r) {
+  return {{"registers", r.registers},     {"spill_stores", r.spill_stores},
+          {"spill_loads", r.spill_loads}, {"stack_frame", r.stack_frame},
+          {"static_smem", r.static_smem}, {"serialized_wgmma", r.serialized_wgmma}};
+}
+
+ResourceUsage resources_from_json(const nlohmann::json& j) {
+  ResourceUsage r;
+  if (!j.is_object()) return r;
+  r.registers = j.value("registers", -1);
+  r.spill_stores = j.value("spill_stores", 0);
+  r.spill_loads = j.value("spill_loads", 0);
+  r.stack_frame = j.value("stack_frame", 0);
+  r.static_smem = j.value("static_smem", 0);
+  r.serialized_wgmma = j.value("serialized_wgmma", false);
+  r.parsed = r.registers >= 0;
+  return r;
+}
+
+// Routes the cache library's log lines into kgen's log, once per process: corrupt entries and
+// failed publishes are warnings (they cost a compile), the rest informational.
+void route_cache_log() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    cache::set_log_sink([](std::string_view line) {
+      const bool warn = line.find("corrupt") != std::string_view::npos ||
+                        line.find("failed") != std::string_view::npos ||
+                        line.find("cannot") != std::string_view::npos;
+      log(warn ? LogLevel::warn : LogLevel::info, "cache: " + std::string(line));
+    });
+  });
+}
+
+std::uint64_t max_bytes_from_env() {
+  const char* v = std::getenv("KGEN_CACHE_MAX_BYTES");
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (end == v || *end != '\0') {
+    log(LogLevel::warn, "KGEN_CACHE_MAX_BYTES='" + std::string(v) + "' is not a byte count; no size cap");
+    return 0;
+  }
+  return n;
+}
+
+std::vector<std::filesystem::path> layers_from_env() {
+  const char* v = std::getenv("KGEN_CACHE_PATH");
+  return v ? parse_cache_path(v) : std::vector<std::filesystem::path>{};
+}
+
+std::vector<std::filesystem::path> with_root(std::vector<std::filesystem::path> layers,
+                                             std::filesystem::path root) {
+  layers.push_back(std::move(root));
+  return layers;
+}
+
+// Why the CUBIN `image` cannot be for `target` (nullopt if it can, or if its header is of an
+// ELF ABI this check does not know). CUDA ELF: EI_OSABI 0x41, e_machine 190 (EM_CUDA); the SM
+// is e_flags & 0xff up to ABI version 7 and (e_flags >> 8) & 0xff from version 8.
+std::optional<std::string> cubin_target_mismatch(const std::vector<std::byte>& image, const Target& target) {
+  auto u8 = [&](std::size_t i) { return std::to_integer<unsigned>(image[i]); };
+  if (image.size() < 64 || u8(0) != 0x7f || u8(1) != 'E' || u8(2) != 'L' || u8(3) != 'F')
+    return "binary is not an ELF file";
+  if (u8(4) != 2 || u8(5) != 1) return "binary is not a 64-bit little-endian ELF file";
+  const unsigned machine = u8(18) | (u8(19) << 8);
+  if (machine != 190) return "binary is not a CUDA ELF (e_machine " + std::to_string(machine) + ")";
+  const unsigned abi = u8(8);
+  const std::uint32_t flags = u8(48) | (u8(49) << 8) | (u8(50) << 16) | (static_cast<std::uint32_t>(u8(51)) << 24);
+  int sm = -1;
+  if (abi == 8) sm = static_cast<int>((flags >> 8) & 0xff);
+  else if (abi >= 4 && abi <= 7) sm = static_cast<int>(flags & 0xff);
+  if (sm < 0) return std::nullopt;
+  if (sm != target.sm) return "CUBIN is for sm_" + std::to_string(sm) + ", not " + target.arch;
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::filesystem::path> parse_cache_path(std::string_view value) {
+  std::vector<std::filesystem::path> out;
+  std::size_t start = 0;
+  while (start <= value.size()) {
+    std::size_t end = value.find(':', start);
+    if (end == std::string_view::npos) end = value.size();
+    if (end > start) out.emplace_back(std::string(value.substr(start, end - start)));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::string host_platform() {
+#if defined(__linux__) && defined(__x86_64__)
+  return "linux-x86_64";
+#elif defined(__linux__) && defined(__aarch64__)
+  return "linux-aarch64";
+#else
+  return "unknown";
+#endif
+}
+
+KernelBuilder::KernelBuilder(std::filesystem::path cache_root)
+    : KernelBuilder(std::move(cache_root), layers_from_env()) {}
+
+KernelBuilder::KernelBuilder(std::filesystem::path cache_root, std::vector<std::filesystem::path> read_layers)
+    : layers_(with_root(std::move(read_layers), std::move(cache_root))) {
+  route_cache_log();
+  layers_.set_max_bytes(max_bytes_from_env());
+}
+
+std::optional<cache::CacheEntry> KernelBuilder::load_checked(const std::string& key, const KernelSource& source,
+                                                             const Target& target) {
+  for (std::size_t first = 0; first < layers_.size();) {
+    std::size_t index = 0;
+    auto entry = layers_.load(key, &index, first);
+    if (!entry) return std::nullopt;
+    std::optional<std::string> why;
+    const nlohmann::json& m = entry->metadata;
+    const std::string meta_target = m.is_object() ? m.value("target", "") : "";
+    const std::string meta_entry = m.is_object() ? m.value("entry", "") : "";
+    if (meta_target != target.arch) {
+      why = "metadata names target '" + meta_target + "' under a key computed for " + target.arch;
+    } else if (meta_entry != source.entry) {
+      why = "metadata names entry point '" + meta_entry + "', not " + source.entry;
+    } else {
+      why = cubin_target_mismatch(entry->binary, target);
+    }
+    if (!why) return entry;
+    // Never served; removed if the layer allows it. A later layer may still hold a good copy.
+    layers_.layer(index).reject(key, *why + " (not served)");
+    first = index + 1;
+  }
+  return std::nullopt;
+}
+
+KernelBuilder& KernelBuilder::global() {
+  static KernelBuilder builder(cache::default_cache_root());
+  return builder;
+}
+
+std::string KernelBuilder::key_record(const KernelSource& source, const Target& target) const {
+  cache::CacheKeyBuilder k;
+  k.add("kgen_version", KGEN_VERSION)
+      .add("templates", generator::templates_digest())
+      .add("source", cache::sha256_hex(source.source))
+      .add("entry", source.entry)
+      .add("compiler", nvrtc_version())
+      .add("target", target.arch)
+      .add_sorted("options", compile_options(target, false))
+      .add("platform", host_platform());
+  return k.record();
+}
+
+std::string KernelBuilder::cache_key(const KernelSource& source, const Target& target) const {
+  return cache::sha256_hex(key_record(source, target));
+}
+
+BuildOutcome KernelBuilder::build(const KernelSource& source, const Target& target) {
+  const std::string key = cache_key(source, target);
+  std::promise<BuildOutcome> promise;
+  std::shared_future<BuildOutcome> future;
+  bool owner = false;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = in_flight_.find(key);
+    if (it == in_flight_.end()) {
+      future = promise.get_future().share();
+      in_flight_.emplace(key, future);
+      owner = true;
+    } else {
+      future = it->second;
+    }
+  }
+  if (!owner) {  // another thread compiles this key: wait for it; this call compiled nothing
+    BuildOutcome shared = future.get();
+    shared.from_cache = true;
+    shared.compile_ms = 0;
+    return shared;
+  }
+  try {
+    promise.set_value(build_uncached(source, target, key));
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    in_flight_.erase(key);
+  }
+  return future.get();
+}
+
+BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Target& target,
+                                           const std::string& key) {
+  auto from_entry = [&](cache::CacheEntry&& e) {
+    BuildOutcome out;
+    out.key = key;
+    out.image = std::move(e.binary);
+    out.resources = resources_from_json(e.metadata.value("resources", nlohmann::json{}));
+    out.log = e.metadata.value("log", "");
+    out.from_cache = true;
+    return out;
+  };
+  if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
+  if (no_jit())
+    throw Error(Status::compile_error, "KGEN_NO_JIT is set and " + source.variant + " for " +
+                                           target.arch + " is not in the cache (key " +
+                                           key.substr(0, 12) + "): pre-warm with `kgen warm`");
+  // Another process may be compiling the same key: wait for its lock, then look again.
+  // The lock lives in the layer publishes go to (the root if none is writable).
+  const std::size_t lock_layer = layers_.writable_layer().value_or(layers_.size() - 1);
+  auto lock = cache::KeyLock::acquire_for(layers_.layer(lock_layer), key, std::chrono::minutes(5));
+  if (lock.held())
+    if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
+
+  CompiledBinary bin = compile(source, target);
+  if (!bin.resources.parsed)
+    log(LogLevel::warn, "no ptxas report for " + source.variant + " (registers and spills unknown): the compiler "
+                        "log holds no 'Used N registers' line");
+  BuildOutcome out;
+  out.key = key;
+  out.image = std::move(bin.image);
+  out.resources = bin.resources;
+  out.compile_ms = bin.compile_ms;
+  out.log = bin.log;
+  nlohmann::json meta = {
+      {"op", source.op},          {"variant", source.variant},     {"entry", source.entry},
+      {"target", target.arch},    {"compiler", nvrtc_version()},   {"kgen_version", KGEN_VERSION},
+      {"threads", source.threads}, {"smem_bytes", source.smem_bytes},
+      {"compile_ms", bin.compile_ms}, {"resources", resources_json(bin.resources)},
+      {"source", source.source},  {"log", bin.log}};
+  layers_.publish(key, cache::CacheEntry{out.image, meta});
+  std::ostringstream line;
+  line << "compiled " << source.variant << " for " << target.arch << " in "
+       << static_cast<long>(bin.compile_ms) << " ms (key " << key.substr(0, 12) << ", "
+       << bin.resources.registers << " registers, " << bin.resources.spill_stores
+       << " B spilled)";
+  log(LogLevel::info, line.str());
+  return out;
+}
+
+}  // namespace kgen

@@ -1,0 +1,141 @@
+#include "jit/replay.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "cache/sha256.h"
+#include "kgen/types.hpp"
+
+namespace kgen {
+namespace {
+
+constexpr std::uint64_t kShfExecInstr = 0x4;
+constexpr const char* kHeader = "target\top\tvariant\tentry\tcode_sha256\tregisters\tspill_bytes\tstatic_smem\tdynamic_smem\tthreads";
+
+std::uint64_t read_le(const std::vector<std::byte>& image, std::size_t at, int bytes) {
+  if (at + bytes > image.size()) throw Error(Status::internal, "binary is truncated inside its ELF headers");
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | std::to_integer<std::uint64_t>(image[at + i]);
+  return v;
+}
+
+auto row_key(const ReplayRow& r) { return std::tie(r.target, r.op, r.variant); }
+
+std::string format_row(const ReplayRow& r) {
+  std::ostringstream s;
+  s << r.target << '\t' << r.op << '\t' << r.variant << '\t' << r.entry << '\t' << r.code_sha256 << '\t' << r.registers
+    << '\t' << r.spill_bytes << '\t' << r.static_smem << '\t' << r.dynamic_smem << '\t' << r.threads;
+  return s.str();
+}
+
+}  // namespace
+
+std::string code_digest(const std::vector<std::byte>& image) {
+  auto u8 = [&](std::size_t i) { return std::to_integer<unsigned>(image[i]); };
+  if (image.size() < 64 || u8(0) != 0x7f || u8(1) != 'E' || u8(2) != 'L' || u8(3) != 'F' || u8(4) != 2 || u8(5) != 1)
+    throw Error(Status::internal, "binary is not a 64-bit little-endian ELF file");
+  const std::uint64_t shoff = read_le(image, 0x28, 8);
+  const std::uint64_t shentsize = read_le(image, 0x3a, 2);
+  const std::uint64_t shnum = read_le(image, 0x3c, 2);
+  cache::Sha256 h;
+  int sections = 0;
+  for (std::uint64_t i = 0; i < shnum; ++i) {
+    const std::size_t sh = shoff + i * shentsize;
+    const std::uint64_t flags = read_le(image, sh + 8, 8);
+    if (!(flags & kShfExecInstr)) continue;
+    const std::uint64_t offset = read_le(image, sh + 24, 8);
+    const std::uint64_t size = read_le(image, sh + 32, 8);
+    if (offset + size > image.size()) throw Error(Status::internal, "binary is truncated inside a code section");
+    const std::uint64_t size_le = size;  // hosts kgen builds on are little-endian
+    h.update(std::as_bytes(std::span(&size_le, 1)));
+    h.update(std::span(image).subspan(offset, size));
+    ++sections;
+  }
+  if (sections == 0) throw Error(Status::internal, "binary has no code section");
+  return h.finish_hex();
+}
+
+std::vector<ReplayRow> replay_rows(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
+                                   const WarmProgress& progress) {
+  WarmSummary summary = warm(builder, items, jobs, progress);
+  for (const auto& r : summary.results)
+    if (!r.ok) throw Error(Status::compile_error, r.item->source.variant + " for " + r.item->target.arch + ": " + r.error);
+  std::vector<ReplayRow> rows;
+  rows.reserve(items.size());
+  for (const auto& item : items) {
+    BuildOutcome b = builder.build(item.source, item.target);  // a cache hit: warm just published it
+    ReplayRow row{item.target.arch, item.source.op, item.source.variant, item.source.entry, code_digest(b.image)};
+    row.registers = b.resources.registers;
+    row.spill_bytes = b.resources.spill_stores + b.resources.spill_loads;
+    row.static_smem = b.resources.static_smem;
+    row.dynamic_smem = item.source.smem_bytes;
+    row.threads = item.source.threads;
+    rows.push_back(std::move(row));
+  }
+  std::sort(rows.begin(), rows.end(), [](const ReplayRow& a, const ReplayRow& b) { return row_key(a) < row_key(b); });
+  return rows;
+}
+
+std::string format_replay_table(const std::vector<ReplayRow>& rows) {
+  std::string out = std::string(kHeader) + "\n";
+  for (const auto& r : rows) out += format_row(r) + "\n";
+  return out;
+}
+
+std::vector<ReplayRow> parse_replay_table(const std::string& text, const std::string& where) {
+  std::vector<ReplayRow> rows;
+  std::istringstream in(text);
+  std::string line;
+  int number = 0;
+  auto bad = [&](const std::string& why) {
+    return Error(Status::invalid_argument, where + ":" + std::to_string(number) + ": " + why);
+  };
+  while (std::getline(in, line)) {
+    ++number;
+    if (number == 1) {
+      if (line != kHeader) throw bad("not a replay table header (expected '" + std::string(kHeader) + "')");
+      continue;
+    }
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
+    if (f.size() != 10) throw bad("expected 10 tab-separated fields, found " + std::to_string(f.size()));
+    ReplayRow r{f[0], f[1], f[2], f[3], f[4]};
+    try {
+      r.registers = std::stoi(f[5]);
+      r.spill_bytes = std::stoi(f[6]);
+      r.static_smem = std::stoi(f[7]);
+      r.dynamic_smem = std::stoi(f[8]);
+      r.threads = std::stoi(f[9]);
+    } catch (const std::exception&) {
+      throw bad("a resource field is not an integer");
+    }
+    rows.push_back(std::move(r));
+  }
+  if (number == 0) throw bad("empty file");
+  return rows;
+}
+
+std::vector<std::string> diff_replay_tables(const std::vector<ReplayRow>& expected, const std::vector<ReplayRow>& actual) {
+  std::map<std::tuple<std::string, std::string, std::string>, std::string> old_rows, new_rows;
+  for (const auto& r : expected) old_rows[row_key(r)] = format_row(r);
+  for (const auto& r : actual) new_rows[row_key(r)] = format_row(r);
+  std::vector<std::string> out;
+  for (const auto& [key, line] : old_rows) {
+    auto it = new_rows.find(key);
+    if (it == new_rows.end()) out.push_back("- " + line);
+    else if (it->second != line) {
+      out.push_back("- " + line);
+      out.push_back("+ " + it->second);
+    }
+  }
+  for (const auto& [key, line] : new_rows)
+    if (!old_rows.count(key)) out.push_back("+ " + line);
+  return out;
+}
+
+}  // namespace kgen

@@ -1,0 +1,52 @@
+// The replay table: one row per kernel that `kgen warm` builds (every operator, every variant,
+// each target), with a digest of its machine code and its resources. It is checked in
+// (tests/replay/table.tsv) and regenerated in CI, so any change to a generated kernel shows up as
+// a diff that must be committed with the change; a refactor that means to change nothing shows
+// none. `kgen replay` writes or checks it.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "jit/kernel_builder.h"
+#include "jit/warm.h"
+
+namespace kgen {
+
+struct ReplayRow {
+  std::string target;   // "sm_90a"
+  std::string op;       // "attention_fwd"
+  std::string variant;  // KernelSource::variant
+  std::string entry;    // kernel entry point
+  std::string code_sha256;  // of the executable sections of the binary (see code_digest)
+  int registers = -1;
+  int spill_bytes = 0;  // spill stores + spill loads
+  int static_smem = 0;
+  int dynamic_smem = 0;
+  int threads = 0;
+};
+
+// SHA-256 over the executable sections (the machine code) of an ELF image, in section order,
+// each as (size, bytes). Line tables and other debug sections are left out, so moving a comment
+// in a template changes nothing here while any change to an instruction does. Throws
+// Error(internal) when `image` is not a 64-bit little-endian ELF file.
+std::string code_digest(const std::vector<std::byte>& image);
+
+// Builds `items` through `builder` (cache hits count) and returns their rows, sorted by
+// (target, op, variant). A failed build throws Error naming the variant.
+std::vector<ReplayRow> replay_rows(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
+                                   const WarmProgress& progress = {});
+
+// The table as text: a header line, then one tab-separated line per row.
+std::string format_replay_table(const std::vector<ReplayRow>& rows);
+
+// The rows of a table written by format_replay_table. Throws Error(invalid_argument) naming
+// `where` and the line for a malformed line.
+std::vector<ReplayRow> parse_replay_table(const std::string& text, const std::string& where);
+
+// The differences from `expected` to `actual`, one line each ("- row" gone, "+ row" new, and
+// both lines for a changed row, keyed by (target, op, variant)); empty when they are equal.
+std::vector<std::string> diff_replay_tables(const std::vector<ReplayRow>& expected, const std::vector<ReplayRow>& actual);
+
+}  // namespace kgen

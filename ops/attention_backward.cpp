@@ -1,0 +1,294 @@
+#include "ops/attention_backward.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kgen_device/attention/backward_params.h"
+#include "ops/attention_forward.h"
+#include "driver/cuda_driver.h"
+#include "driver/device.h"
+#include "jit/kernel_table.h"
+#include "ops/tensor_checks.h"
+#include "tuning/tuning_decision.h"
+#include "ops/tuning_problems.h"
+
+namespace kgen {
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+
+std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
+
+AttentionTensorArg arg(const TensorView* t) {
+  if (!t) return {nullptr, 0, 0, 0};
+  return {t->data, t->strides[0], t->strides[1], t->strides[2]};
+}
+
+// Validates the inputs shared by the backward and the double backward: the forward's checks on
+// q, k, v, o and lse (required), plus d_o shaped like q.
+AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& o, const TensorView& lse, const TensorView& d_o,
+                                      const AttentionBackwardOptions& options) {
+  AttentionOptions fwd;
+  fwd.scale = options.scale;
+  fwd.causal = options.causal;
+  AttentionForwardCall f = validate_attention_forward(q, k, v, o, &lse, fwd);
+  check_tensor(d_o, "d_o", 4);
+  check_like(d_o, "d_o", q, "q");
+  AttentionBackwardCall call;
+  call.spec = {f.spec.dtype, f.spec.head_dim, f.spec.causal};
+  call.shape = f.shape;
+  call.aligned16 = f.aligned16 && aligned16(d_o);
+  call.device = f.device;
+  return call;
+}
+
+void check_output(const TensorView& t, const char* name, const TensorView& like, const char* like_name,
+                  AttentionBackwardCall& call) {
+  check_tensor(t, name, 4);
+  check_like(t, name, like, like_name);
+  call.aligned16 = call.aligned16 && aligned16(t);
+}
+
+AttentionBackwardParams base_params(const AttentionBackwardCall& call, const TensorView& q, const TensorView& k,
+                                    const TensorView& v, const TensorView& o, const TensorView& lse,
+                                    const TensorView& d_o, double scale_option) {
+  AttentionBackwardParams p;
+  std::memset(&p, 0, sizeof p);
+  p.q = arg(&q), p.k = arg(&k), p.v = arg(&v), p.o = arg(&o), p.d_o = arg(&d_o);
+  p.lse = static_cast<const float*>(lse.data);
+  p.lse_stride_b = lse.strides[0], p.lse_stride_h = lse.strides[1];
+  p.batch = call.shape.batch, p.heads_q = call.shape.heads_q, p.heads_kv = call.shape.heads_kv;
+  p.n_q = call.shape.n_q, p.n_k = call.shape.n_k;
+  p.head_dim = call.spec.head_dim;
+  p.head_group = call.shape.heads_q / call.shape.heads_kv;
+  const double scale = scale_option > 0 ? scale_option : 1.0 / std::sqrt(double(call.spec.head_dim));
+  p.scale = static_cast<float>(scale);
+  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  return p;
+}
+
+std::size_t stat_rows(const TensorView& q) {
+  return static_cast<std::size_t>(q.shape[0]) * q.shape[1] * q.shape[2];
+}
+
+// Scratch memory for one call: the caller's, or stream-ordered memory of the driver's pool.
+class Workspace {
+ public:
+  Workspace(const AttentionBackwardOptions& o, std::size_t bytes, int device, void* stream) : stream_(stream) {
+    if (o.workspace) {
+      if (o.workspace_bytes < bytes)
+        invalid_argument("workspace: " + std::to_string(o.workspace_bytes) + " bytes given, this call needs " +
+                std::to_string(bytes));
+      base_ = static_cast<char*>(o.workspace);
+      return;
+    }
+    use_primary_context(device);
+    CUdeviceptr ptr = 0;
+    cuda_check(cuda_driver().cuMemAllocAsync(&ptr, bytes, static_cast<CUstream>(stream)),
+               "cuMemAllocAsync(attention backward workspace)");
+    owned_ = ptr;
+    base_ = reinterpret_cast<char*>(ptr);
+  }
+  ~Workspace() {
+    if (owned_) cuda_driver().cuMemFreeAsync(owned_, static_cast<CUstream>(stream_));
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  // Next `bytes` of the workspace (256-byte aligned).
+  float* take(std::size_t bytes) {
+    float* p = reinterpret_cast<float*>(base_ + used_);
+    used_ += align256(bytes);
+    return p;
+  }
+
+ private:
+  void* stream_;
+  char* base_ = nullptr;
+  CUdeviceptr owned_ = 0;
+  std::size_t used_ = 0;
+};
+
+std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
+  const std::size_t rows = stat_rows(q);
+  return 2 * align256(rows * 4) + (atomic_dq ? align256(rows * q.shape[3] * 4) : 0);
+}
+
+void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
+                             const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p, void* stream) {
+  use_primary_context(call.device);
+  for (BackwardKernel kernel : kernels) {
+    const std::string key = to_string(call.spec) + "/" + to_string(config) + "/" + std::to_string(int(kernel));
+    const LoadedKernel& k = loaded_kernel(call.device, key, [&] { return render_attention_backward(call.spec, config, kernel); });
+    const LaunchGrid g = attention_backward_grid(config, kernel, call.shape);
+    launch_kernel(k, g.x, g.y, g.z, &p, stream, "cuLaunchKernel(attention_bwd)");
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The backward and the double backward: one config type, their own validity rules, defaults
+// and tuning problems.
+struct GradientOp {
+  bool double_backward;
+  const char* example;  // configs named in the parse error
+};
+constexpr GradientOp kBackward{false, "fa2:bm64:bn128:w8, wg:bm64:bn128 or simt:w4:dmax128"};
+constexpr GradientOp kDoubleBackward{true, "fa2:bm64:bn32:w4 or simt:w4:dmax128"};
+
+std::optional<std::string> check_config(const GradientOp& op, const AttentionBackwardSpec& spec,
+                                        const AttentionBackwardConfig& c, const Target& target) {
+  return op.double_backward ? check_attention_double_backward_config(spec, c, target)
+                            : check_attention_backward_config(spec, c, target);
+}
+
+AttentionBackwardConfig explicit_config(const GradientOp& op, const AttentionBackwardCall& call,
+                                        const AttentionBackwardOptions& options, const Target& target) {
+  auto c = parse_attention_backward_config(options.config);
+  if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. " + op.example + ")");
+  if (auto why = check_config(op, call.spec, *c, target))
+    invalid_argument("config: " + options.config + " is invalid here: " + *why);
+  if (c->path != BackwardPath::simt && !call.aligned16)
+    invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+  return *c;
+}
+
+AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall& call,
+                               const AttentionBackwardOptions& options, const DecisionContext& ctx) {
+  if (!options.config.empty()) return explicit_config(op, call, options, ctx.target);
+  if (!call.aligned16) return attention_backward_general_config(call.spec);
+  AttentionCase c;
+  c.dtype = call.spec.dtype, c.head_dim = call.spec.head_dim, c.causal = call.spec.causal;
+  c.batch = call.shape.batch, c.heads_q = call.shape.heads_q, c.heads_kv = call.shape.heads_kv;
+  c.n_q = call.shape.n_q, c.n_k = call.shape.n_k;
+  auto problem = op.double_backward ? attention_double_backward_tuning(c)
+                                    : attention_backward_tuning(c, options.deterministic);
+  DecisionRequest request;
+  request.problem = problem.get();
+  request.invalid = [&](const std::string& text) -> std::optional<std::string> {
+    auto config = parse_attention_backward_config(text);
+    if (!config) return "cannot parse '" + text + "'";
+    return check_config(op, call.spec, *config, ctx.target);
+  };
+  request.heuristic = [&] {
+    return to_string(op.double_backward ? attention_double_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count)
+                                        : attention_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count));
+  };
+  return parse_attention_backward_config(decide_config(request, ctx).config).value();
+}
+
+// decide() through the op's per-process table (explicit configs and unaligned views skip it).
+AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackwardCall& call,
+                                      const AttentionBackwardOptions& options) {
+  if (!options.config.empty()) return explicit_config(op, call, options, device_info(call.device).target);
+  if (!call.aligned16) return attention_backward_general_config(call.spec);
+  static DecisionTable<AttentionBackwardConfig> tables[2];
+  const AttentionShape& s = call.shape;
+  const bool deterministic = options.deterministic && !op.double_backward;
+  const int sm_count = device_info(call.device).sm_count;
+  const int shape_class = op.double_backward ? attention_double_backward_shape_class(s, sm_count)
+                                             : attention_backward_shape_class(s, sm_count);
+  const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 2 |
+                            std::uint64_t(call.spec.causal) << 1 | deterministic,
+                        {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
+                        call.device, shape_class};
+  return tables[op.double_backward].get(key, [&] { return decide(op, call, options, decision_context(call.device)); });
+}
+
+}  // namespace
+
+AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
+                                                         const AttentionBackwardOptions& options) {
+  return decide_cached(kBackward, call, options);
+}
+
+AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
+                                                         const AttentionBackwardOptions& options,
+                                                         const DecisionContext& context) {
+  return decide(kBackward, call, options, context);
+}
+
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options) {
+  return decide_cached(kDoubleBackward, call, options);
+}
+
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options,
+                                                                const DecisionContext& context) {
+  return decide(kDoubleBackward, call, options, context);
+}
+
+std::size_t attention_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options) {
+  if (q.ndim != 4) invalid_argument("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
+  return backward_workspace_bytes(q, !options.deterministic);
+}
+
+void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                        const TensorView& lse, const TensorView& d_o, const TensorView& dq, const TensorView& dk,
+                        const TensorView& dv, const AttentionBackwardOptions& options, void* stream) {
+  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options);
+  check_output(dq, "dq", q, "q", call);
+  check_output(dk, "dk", k, "k", call);
+  check_output(dv, "dv", k, "k", call);
+  const AttentionBackwardConfig config = choose_attention_backward_config(call, options);
+  const std::vector<BackwardKernel> kernels = attention_backward_kernels(config, options.deterministic);
+  const bool atomic = std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
+
+  AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);
+  p.dq = arg(&dq), p.dk = arg(&dk), p.dv = arg(&dv);
+  Workspace ws(options, backward_workspace_bytes(q, atomic), call.device, stream);
+  const std::size_t rows = stat_rows(q);
+  p.lse2 = ws.take(rows * 4);
+  p.delta = ws.take(rows * 4);
+  p.dq_accum = atomic ? ws.take(rows * q.shape[3] * 4) : nullptr;
+  launch_backward_kernels(call, config, kernels, p, stream);
+}
+
+std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions&) {
+  if (q.ndim != 4) invalid_argument("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
+  return 4 * align256(stat_rows(q) * 4);
+}
+
+void attention_double_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                               const TensorView& lse, const TensorView& d_o, const TensorView* gq,
+                               const TensorView* gk, const TensorView* gv, const TensorView& q_bar,
+                               const TensorView& k_bar, const TensorView& v_bar, const TensorView& do_bar,
+                               const AttentionBackwardOptions& options, void* stream) {
+  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options);
+  if (gq) check_output(*gq, "gq", q, "q", call);
+  if (gk) check_output(*gk, "gk", k, "k", call);
+  if (gv) check_output(*gv, "gv", k, "k", call);
+  check_output(q_bar, "q_bar", q, "q", call);
+  check_output(k_bar, "k_bar", k, "k", call);
+  check_output(v_bar, "v_bar", k, "k", call);
+  check_output(do_bar, "do_bar", q, "q", call);
+  const AttentionBackwardConfig config = choose_attention_double_backward_config(call, options);
+
+  AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);
+  p.gq = arg(gq), p.gk = arg(gk), p.gv = arg(gv);
+  p.q_bar = arg(&q_bar), p.k_bar = arg(&k_bar), p.v_bar = arg(&v_bar), p.do_bar = arg(&do_bar);
+  Workspace ws(options, attention_double_backward_workspace_bytes(q, options), call.device, stream);
+  const std::size_t rows = stat_rows(q);
+  p.lse2 = ws.take(rows * 4);
+  p.delta = ws.take(rows * 4);
+  p.row_r = ws.take(rows * 4);
+  p.row_c = ws.take(rows * 4);
+  const int sm_count = device_info(call.device).sm_count;
+  p.stats_splits = attention_double_backward_stats_splits(config, call.shape, sm_count, options.deterministic);
+  use_primary_context(call.device);
+  for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
+    const std::string key = double_backward_variant_key(call.spec) + "/" + to_string(config) + "/" +
+                            std::to_string(int(kernel));
+    const LoadedKernel& lk = loaded_kernel(call.device, key, [&] {
+      return render_attention_double_backward(call.spec, config, kernel);
+    });
+    const LaunchGrid g = attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic);
+    launch_kernel(lk, g.x, g.y, g.z, &p, stream, "cuLaunchKernel(attention_double_bwd)");
+  }
+}
+
+}  // namespace kgen

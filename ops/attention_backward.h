@@ -1,0 +1,40 @@
+// The attention backward and double backward behind kgen::attention_backward and
+// kgen::attention_double_backward: validation, config choice, workspace, launches.
+#pragma once
+
+#include "ops/buckets.h"
+#include "generator/attention_backward.h"
+#include "kgen/kgen.hpp"
+
+namespace kgen {
+
+struct DecisionContext;
+
+// A validated backward call.
+struct AttentionBackwardCall {
+  AttentionBackwardSpec spec;
+  AttentionShape shape;
+  bool aligned16 = true;  // every tensor allows 16-byte loads (tensor-core path)
+  int device = 0;
+};
+
+// The config a backward call runs with: options.config if given (checked; throws
+// Error(invalid_argument) naming `config`), else the general path for unaligned views, else the
+// launch-path decision (tuning/tuning_decision.h: database record for the variant
+// attention_backward_variant_key(spec, options.deterministic) and attention_bucket, KGEN_AUTOTUNE,
+// heuristic), made once per (spec, mode, bucket, device) and process.
+AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
+                                                         const AttentionBackwardOptions& options);
+// The same precedence against `context`, uncached (no GPU needed).
+AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
+                                                         const AttentionBackwardOptions& options,
+                                                         const DecisionContext& context);
+
+// The same for the double backward (variant double_backward_variant_key).
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options);
+AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
+                                                                const AttentionBackwardOptions& options,
+                                                                const DecisionContext& context);
+
+}  // namespace kgen

@@ -1,0 +1,215 @@
+#include "ops/buckets.h"
+#include "ops/attention_forward.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "kgen_device/attention/params.h"
+#include "driver/cuda_driver.h"
+#include "driver/device.h"
+#include "jit/kernel_builder.h"
+#include "base/log.h"
+#include "ops/tensor_checks.h"
+#include "tuning/tuning_db.h"
+#include "tuning/tuning_decision.h"
+#include "ops/tuning_problems.h"
+
+namespace kgen {
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+
+// Hot-path table: (spec, config, device) → loaded kernel, so a warm launch hashes no source.
+struct ForwardKey {
+  AttentionForwardSpec spec;
+  AttentionForwardConfig config;
+  int device;
+  bool operator==(const ForwardKey&) const = default;
+};
+struct ForwardKeyHash {
+  std::size_t operator()(const ForwardKey& k) const noexcept {
+    std::size_t h = static_cast<std::size_t>(k.spec.dtype);
+    for (int v : {k.spec.head_dim, int(k.spec.causal), int(k.config.path), k.config.block_m,
+                  k.config.block_n, k.config.stages, k.config.max_head_dim, k.device})
+      h = h * 1000003u ^ static_cast<std::size_t>(v);
+    return h;
+  }
+};
+
+const LoadedKernel& resolve_kernel(const ForwardKey& key) {
+  static std::shared_mutex mutex;
+  static std::unordered_map<ForwardKey, LoadedKernel, ForwardKeyHash> table;
+  {
+    std::shared_lock lock(mutex);
+    if (auto it = table.find(key); it != table.end()) return it->second;
+  }
+  const DeviceInfo& dev = device_info(key.device);
+  KernelSource src = render_attention_forward(key.spec, key.config);
+  BuildOutcome built = KernelBuilder::global().build(src, dev.target);
+  LoadedKernel k = load_kernel(key.device, built.image, src.entry, src.threads, src.smem_bytes);
+  std::unique_lock lock(mutex);
+  return table.emplace(key, k).first->second;
+}
+
+}  // namespace
+
+TensorView make_contiguous_view(void* data, DType dtype, int ndim, const std::int64_t* shape, int device) {
+  TensorView t;
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = ndim;
+  t.device = device;
+  std::int64_t stride = 1;
+  for (int i = ndim - 1; i >= 0; --i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = stride;
+    stride *= shape[i];
+  }
+  return t;
+}
+
+AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
+                                                const TensorView& v, const TensorView& o,
+                                                const TensorView* lse, const AttentionOptions& options) {
+  check_tensor(q, "q", 4);
+  check_tensor(k, "k", 4);
+  check_tensor(v, "v", 4);
+  check_tensor(o, "o", 4);
+  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
+    if (t->dtype != q.dtype)
+      invalid_argument(std::string(name) + ": dtype " + std::string(dtype_name(t->dtype)) +
+              " differs from q's " + std::string(dtype_name(q.dtype)));
+  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
+    if (t->device != q.device) invalid_argument(std::string(name) + ": on device " + std::to_string(t->device) + ", q is on device " + std::to_string(q.device));
+  const std::int64_t b = q.shape[0], hq = q.shape[1], nq = q.shape[2], d = q.shape[3];
+  const std::int64_t hkv = k.shape[1], nk = k.shape[2];
+  if (k.shape[0] != b || k.shape[3] != d)
+    invalid_argument("k: shape " + shape_string(k) + " does not match q " + shape_string(q) + " in batch or head_dim");
+  for (int i = 0; i < 4; ++i)
+    if (v.shape[i] != k.shape[i]) invalid_argument("v: shape " + shape_string(v) + " differs from k " + shape_string(k));
+  for (int i = 0; i < 4; ++i)
+    if (o.shape[i] != q.shape[i]) invalid_argument("o: shape " + shape_string(o) + " differs from q " + shape_string(q));
+  if (hq % hkv) invalid_argument("k: heads_kv=" + std::to_string(hkv) + " does not divide q's heads=" + std::to_string(hq));
+  if (d > kMaxHeadDim)
+    invalid_argument("q: head_dim=" + std::to_string(d) + " is unsupported (kgen serves head_dim <= " + std::to_string(kMaxHeadDim) + ")");
+  if (lse) {
+    check_tensor(*lse, "lse", 3);
+    if (lse->dtype != DType::f32) invalid_argument("lse: dtype must be fp32");
+    if (lse->shape[0] != b || lse->shape[1] != hq || lse->shape[2] != nq)
+      invalid_argument("lse: shape " + shape_string(*lse) + " must be (batch, heads_q, n_q) of q");
+    if (lse->device != q.device) invalid_argument("lse: not on q's device");
+  }
+  if (!std::isfinite(options.scale)) invalid_argument("scale: must be finite");
+  AttentionForwardCall call;
+  call.spec = {q.dtype, static_cast<int>(d), options.causal};
+  call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
+  call.aligned16 = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o);
+  call.device = q.device;
+  return call;
+}
+
+namespace {
+
+// options.config, checked for `target` and the call's alignment.
+AttentionForwardConfig explicit_config(const AttentionForwardCall& call, const AttentionOptions& options,
+                                       const Target& target) {
+  auto c = parse_attention_forward_config(options.config);
+  if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. fa2:bm128:bn64:w4:s2, wg:bm128:bn128:s2 or simt:bm4:bn32:dmax128)");
+  if (auto why = check_attention_forward_config(call.spec, *c, target))
+    invalid_argument("config: " + options.config + " is invalid here: " + *why);
+  if (c->path != ForwardPath::simt && !call.aligned16)
+    invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+  return *c;
+}
+
+AttentionCase tuning_case(const AttentionForwardCall& call) {
+  AttentionCase c;
+  c.dtype = call.spec.dtype, c.head_dim = call.spec.head_dim, c.causal = call.spec.causal;
+  c.batch = call.shape.batch, c.heads_q = call.shape.heads_q, c.heads_kv = call.shape.heads_kv;
+  c.n_q = call.shape.n_q, c.n_k = call.shape.n_k;
+  return c;
+}
+
+}  // namespace
+
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call, const AttentionOptions& options,
+                                                       const DecisionContext& ctx) {
+  if (!options.config.empty()) return explicit_config(call, options, ctx.target);
+  // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
+  if (!call.aligned16) return attention_forward_general_config(call.spec);
+  auto problem = attention_forward_tuning(tuning_case(call));
+  DecisionRequest request;
+  request.problem = problem.get();
+  request.invalid = [&](const std::string& text) -> std::optional<std::string> {
+    auto c = parse_attention_forward_config(text);
+    if (!c) return "cannot parse '" + text + "'";
+    return check_attention_forward_config(call.spec, *c, ctx.target);
+  };
+  request.heuristic = [&] {
+    return to_string(attention_forward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count));
+  };
+  return parse_attention_forward_config(decide_config(request, ctx).config).value();
+}
+
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
+                                                       const AttentionOptions& options) {
+  if (!options.config.empty()) return explicit_config(call, options, device_info(call.device).target);
+  if (!call.aligned16) return attention_forward_general_config(call.spec);
+  static DecisionTable<AttentionForwardConfig> decisions;
+  const AttentionShape& s = call.shape;
+  const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 1 | call.spec.causal,
+                        {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
+                        call.device,
+                        attention_forward_shape_class(s, device_info(call.device).sm_count)};
+  return decisions.get(key, [&] { return choose_attention_forward_config(call, options, decision_context(call.device)); });
+}
+
+AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                                 const TensorView& o, const TensorView* lse,
+                                                 const AttentionOptions& options) {
+  AttentionForwardCall call = validate_attention_forward(q, k, v, o, lse, options);
+  AttentionForwardConfig config = choose_attention_forward_config(call, options);
+  AttentionForwardLaunch launch;
+  launch.kernel = resolve_kernel({call.spec, config, call.device});
+  AttentionForwardParams& p = launch.params;
+  std::memset(&p, 0, sizeof p);
+  p.q = q.data; p.k = k.data; p.v = v.data; p.o = o.data;
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  p.q_stride_b = q.strides[0]; p.q_stride_h = q.strides[1]; p.q_stride_n = q.strides[2];
+  p.k_stride_b = k.strides[0]; p.k_stride_h = k.strides[1]; p.k_stride_n = k.strides[2];
+  p.v_stride_b = v.strides[0]; p.v_stride_h = v.strides[1]; p.v_stride_n = v.strides[2];
+  p.o_stride_b = o.strides[0]; p.o_stride_h = o.strides[1]; p.o_stride_n = o.strides[2];
+  if (lse) { p.lse_stride_b = lse->strides[0]; p.lse_stride_h = lse->strides[1]; }
+  p.batch = call.shape.batch; p.heads_q = call.shape.heads_q; p.heads_kv = call.shape.heads_kv;
+  p.n_q = call.shape.n_q; p.n_k = call.shape.n_k;
+  p.head_dim = call.spec.head_dim;
+  p.head_group = call.shape.heads_q / call.shape.heads_kv;
+  double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(call.spec.head_dim));
+  p.scale = static_cast<float>(scale);
+  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  launch.grid = attention_forward_grid(config, call.shape);
+  return launch;
+}
+
+void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& o, const TensorView* lse, const AttentionOptions& options,
+                       void* stream) {
+  AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
+  use_primary_context(q.device);
+  void* args[] = {&launch.params};
+  cuda_check(cuda_driver().cuLaunchKernel(launch.kernel.function, launch.grid.x, launch.grid.y, launch.grid.z,
+                                          launch.kernel.threads, 1, 1, launch.kernel.smem_bytes,
+                                          static_cast<CUstream>(stream), args, nullptr),
+             "cuLaunchKernel(attention_fwd)");
+}
+
+const char* version() { return KGEN_VERSION; }
+
+}  // namespace kgen

@@ -1,0 +1,48 @@
+// The attention forward behind kgen::attention_forward: validation, variant choice, launch.
+#pragma once
+
+#include "generator/attention_forward.h"
+#include "kgen_device/attention/params.h"
+#include "kgen/kgen.hpp"
+#include "driver/device.h"
+
+namespace kgen {
+
+struct DecisionContext;
+
+// A validated call: shape, spec and kernel parameters, ready to launch.
+struct AttentionForwardCall {
+  AttentionForwardSpec spec;
+  AttentionShape shape;
+  bool aligned16 = true;  // every base pointer and row/head/batch stride allows 16-byte loads
+  int device = 0;
+};
+
+// Checks the tensors and options; throws Error(invalid_argument) naming the argument.
+AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
+                                                const TensorView& v, const TensorView& o,
+                                                const TensorView* lse, const AttentionOptions& options);
+
+// A resolved launch: the loaded kernel, its grid and packed parameters.
+struct AttentionForwardLaunch {
+  LoadedKernel kernel;
+  LaunchGrid grid;
+  AttentionForwardParams params;
+};
+
+// Validates, chooses the config and resolves the kernel (compiling or loading it on first use)
+// without launching: attention_forward is this plus one cuLaunchKernel.
+AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                                 const TensorView& o, const TensorView* lse,
+                                                 const AttentionOptions& options);
+
+// The config a call runs with: options.config if given (checked; throws Error(invalid_argument)
+// naming `config`), else the general path for unaligned views, else the launch-path decision
+// (tuning/tuning_decision.h), made once per (spec, bucket, device) and process.
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
+                                                       const AttentionOptions& options);
+// The same precedence against `context`, uncached (no GPU needed).
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call, const AttentionOptions& options,
+                                                       const DecisionContext& context);
+
+}  // namespace kgen

@@ -1,0 +1,354 @@
+#include "ops/lrpe.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <utility>
+
+#include "driver/cuda_driver.h"
+#include "jit/kernel_builder.h"
+#include "ops/tensor_checks.h"
+#include "tuning/tuning_decision.h"
+#include "ops/tuning_problems.h"
+
+namespace kgen {
+namespace {
+
+constexpr std::int64_t kMaxGridYZ = 65535;
+constexpr std::int64_t kMaxExactPosition = 1LL << 24;  // positions stay exact in fp32
+
+std::string dtype_text(DType t) { return std::string(dtype_name(t)); }
+
+// The (batch, heads, n, width) view of a 4-d tensor, or of a 3-d (batch, n, width) one as a
+// single head.
+TensorView logical4(const TensorView& t, const char* name) {
+  if (t.ndim == 4) {
+    check_view(t, name, 4);
+    return t;
+  }
+  check_view(t, name, 3);
+  TensorView v = t;
+  v.ndim = 4;
+  v.shape[0] = t.shape[0], v.shape[1] = 1, v.shape[2] = t.shape[1], v.shape[3] = t.shape[2];
+  v.strides[0] = t.strides[0], v.strides[1] = 0, v.strides[2] = t.strides[1], v.strides[3] = t.strides[2];
+  return v;
+}
+
+void check_like(const TensorView& t, const char* name, const TensorView& x, std::int64_t width, const char* what) {
+  for (int i = 0; i < 3; ++i)
+    if (t.shape[i] != x.shape[i] || t.shape[3] != width)
+      invalid_argument(std::string(name) + ": shape " + shape_string(t) + " must be " + what + " (x is " +
+                       shape_string(x) + ")");
+  if (t.dtype != x.dtype)
+    invalid_argument(std::string(name) + ": dtype " + dtype_text(t.dtype) + " differs from x's " + dtype_text(x.dtype));
+  if (t.device != x.device)
+    invalid_argument(std::string(name) + ": on device " + std::to_string(t.device) + ", x is on device " +
+                     std::to_string(x.device));
+}
+
+// Strides of the kernel parameters for a logical (b, h, n, ·) view.
+void set_strides(long long& sb, long long& sh, long long& sn, const TensorView& t) {
+  sb = t.strides[0], sh = t.strides[1], sn = t.strides[2];
+}
+
+// Hot-path table: (spec, kernel, device) → loaded kernels; no source is rendered or hashed.
+using KernelKey = std::uint64_t;
+KernelKey kernel_key(const LrpeSpec& s, const LrpeConfig& c, int device) {
+  KernelKey k = static_cast<KernelKey>(s.op);
+  for (std::uint64_t v : {std::uint64_t(s.direction), std::uint64_t(s.dtype), std::uint64_t(s.act)}) k = k * 8 + v;
+  k = k * 2 + (c.strategy == LrpeStrategy::bp);
+  k = k * 1024 + std::uint64_t(c.threads);
+  k = k * 8 + std::uint64_t(c.rows);
+  k = k * 64 + std::uint64_t(c.vec);
+  k = k * 2 + c.cache;
+  k = k * 32 + std::uint64_t(c.fold);
+  k = k * 16 + std::uint64_t(c.occupancy);
+  return k * 65536 + std::uint64_t(device);
+}
+
+// The apply and (softmax over the sequence) statistics kernels of a config, and how many blocks
+// of them fit on one SM at once (they share the grid: the smaller of the two).
+struct ResolvedKernels {
+  LoadedKernel apply, stats;
+  int resident_blocks_per_sm = 1;
+};
+
+int resident_blocks(const LoadedKernel& k) {
+  int blocks = 0;
+  cuda_check(cuda_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.function, k.threads, k.smem_bytes),
+             "cuOccupancyMaxActiveBlocksPerMultiprocessor(lrpe)");
+  return blocks;
+}
+
+ResolvedKernels resolve_kernels(const LrpeSpec& spec, const LrpeConfig& config, int device) {
+  static std::shared_mutex mutex;
+  static std::unordered_map<KernelKey, ResolvedKernels> table;
+  const KernelKey key = kernel_key(spec, config, device);
+  {
+    std::shared_lock lock(mutex);
+    if (auto it = table.find(key); it != table.end()) return it->second;
+  }
+  const DeviceInfo& dev = device_info(device);
+  KernelSource src = render_lrpe(spec, config);
+  BuildOutcome built = KernelBuilder::global().build(src, dev.target);
+  ResolvedKernels k;
+  k.apply = load_kernel(device, built.image, src.entry, src.threads, src.smem_bytes);
+  k.resident_blocks_per_sm = resident_blocks(k.apply);
+  if (spec.act == LrpeAct::softmax_seq) {
+    k.stats = load_kernel(device, built.image, kLrpeStatsEntry, src.threads, 0);
+    k.resident_blocks_per_sm = std::min(k.resident_blocks_per_sm, resident_blocks(k.stats));
+  }
+  std::unique_lock lock(mutex);
+  return table.emplace(key, k).first->second;
+}
+
+void launch(const LoadedKernel& k, const LrpeLaunch& l, LrpeParams& params, CUstream stream, const char* what) {
+  void* args[] = {&params};
+  cuda_check(cuda_driver().cuLaunchKernel(k.function, l.plan.grid.x, l.plan.grid.y, l.plan.grid.z, k.threads, 1, 1,
+                                          k.smem_bytes, stream, args, nullptr),
+             what);
+}
+
+}  // namespace
+
+LrpeRequest lrpe_request(LrpeDirection direction, const LrpeOptions& o) {
+  LrpeRequest r;
+  r.op = LrpeOp::cosine, r.direction = direction, r.act = o.act, r.offset = o.offset;
+  r.config = o.config, r.workspace = o.workspace, r.workspace_bytes = o.workspace_bytes;
+  return r;
+}
+
+LrpeRequest md_lrpe_request(LrpeDirection direction, const MdLrpeOptions& o) {
+  LrpeRequest r;
+  r.op = LrpeOp::md_cosine, r.direction = direction, r.act = o.act, r.dims = o.dims, r.extra = o.extra;
+  for (int j = 0; j < 3; ++j) r.grid[j] = o.grid[j];
+  r.config = o.config, r.workspace = o.workspace, r.workspace_bytes = o.workspace_bytes;
+  return r;
+}
+
+LrpeLaunch validate_lrpe(const LrpeRequest& r, const TensorView& x_in, const TensorView& theta, const TensorView* d_o_in,
+                         const TensorView& out_in, const TensorView* angles) {
+  const bool fwd = r.direction == LrpeDirection::forward;
+  if (static_cast<int>(r.act) < 0 || static_cast<int>(r.act) > static_cast<int>(LrpeAct::softmax_seq))
+    invalid_argument("act: unknown activation " + std::to_string(static_cast<int>(r.act)));
+  if (x_in.ndim != 3 && x_in.ndim != 4)
+    invalid_argument("x: expected (batch, heads, n, d) or (batch, n, d), got " + std::to_string(x_in.ndim) + " dimensions");
+  const TensorView x = logical4(x_in, "x");
+  const std::int64_t b = x.shape[0], h = x.shape[1], n = x.shape[2], d = x.shape[3];
+  if (d > kLrpeMaxHeadDim)
+    invalid_argument("x: head dim d=" + std::to_string(d) + " is unsupported (kgen serves d <= " +
+                     std::to_string(kLrpeMaxHeadDim) + ")");
+  if (b > kMaxGridYZ || h > kMaxGridYZ || n >= (1LL << 31))
+    invalid_argument("x: shape " + shape_string(x_in) + " exceeds kgen's launch limits (batch, heads <= 65535, n < 2^31)");
+  TensorView d_o;
+  if (!fwd) {
+    if (!d_o_in) invalid_argument("d_o: is null");
+    if (d_o_in->ndim != x_in.ndim)
+      invalid_argument("d_o: has " + std::to_string(d_o_in->ndim) + " dimensions, x has " + std::to_string(x_in.ndim));
+    d_o = logical4(*d_o_in, "d_o");
+    check_like(d_o, "d_o", x, 2 * d, "x's with 2d features");
+  }
+  const char* out_name = fwd ? "o" : "dx";
+  if (out_in.ndim != x_in.ndim)
+    invalid_argument(std::string(out_name) + ": has " + std::to_string(out_in.ndim) + " dimensions, x has " +
+                     std::to_string(x_in.ndim));
+  const TensorView out = logical4(out_in, out_name);
+  check_like(out, out_name, x, fwd ? 2 * d : d, fwd ? "x's with 2d features" : "x's");
+
+  // theta: fp32 (heads | 1, width | 1); any strides.
+  const bool md = r.op == LrpeOp::md_cosine;
+  if (!theta.data) invalid_argument("theta: data pointer is null");
+  if (theta.ndim != 2) invalid_argument("theta: expected 2 dimensions (heads or 1, features), got " + std::to_string(theta.ndim));
+  if (theta.dtype != DType::f32) invalid_argument("theta: dtype must be fp32, got " + dtype_text(theta.dtype));
+  if (theta.device != x.device) invalid_argument("theta: not on x's device");
+  if (reinterpret_cast<std::uintptr_t>(theta.data) % 4) invalid_argument("theta: data pointer is not aligned to 4 bytes");
+  if (theta.strides[0] < 0 || theta.strides[1] < 0) invalid_argument("theta: negative strides are not supported");
+  if (theta.shape[0] != 1 && theta.shape[0] != h)
+    invalid_argument("theta: shape " + shape_string(theta) + " must have 1 or heads=" + std::to_string(h) + " rows");
+  if (!md && theta.shape[1] != 1 && theta.shape[1] != d)
+    invalid_argument("theta: shape " + shape_string(theta) + " must have 1 or d=" + std::to_string(d) + " columns");
+
+  LrpeLaunch l;
+  l.spec = {r.op, r.direction, x.dtype, r.act};
+  l.shape = {static_cast<int>(b), static_cast<int>(h), static_cast<int>(n), static_cast<int>(d), theta.shape[0] == 1};
+  l.device = x.device;
+  LrpeParams& p = l.params;
+  std::memset(&p, 0, sizeof p);
+  p.x = x.data, p.d_o = fwd ? nullptr : d_o.data, p.out = out.data;
+  p.theta = static_cast<const float*>(theta.data);
+  set_strides(p.x_stride_b, p.x_stride_h, p.x_stride_n, x);
+  if (!fwd) set_strides(p.do_stride_b, p.do_stride_h, p.do_stride_n, d_o);
+  set_strides(p.out_stride_b, p.out_stride_h, p.out_stride_n, out);
+  p.theta_stride_h = theta.shape[0] == 1 ? 0 : theta.strides[0];
+  p.theta_stride_k = theta.shape[1] == 1 ? 0 : theta.strides[1];
+  p.batch = l.shape.batch, p.heads = l.shape.heads, p.n = l.shape.n, p.d = l.shape.d;
+
+  if (!md) {
+    const std::int64_t magnitude = r.offset < 0 ? -r.offset : r.offset;
+    if (magnitude >= kMaxExactPosition - n)
+      invalid_argument("offset: |offset| + n must stay below 2^24 (positions are exact fp32 integers), got offset " +
+                       std::to_string(r.offset) + " with n=" + std::to_string(n));
+    if (angles) invalid_argument("angles: the angle cache exists for md_lrpe_cosine only");
+    p.offset = r.offset;
+  } else {
+    if (r.dims < 1 || r.dims > 3) invalid_argument("dims: the grid must have 1, 2 or 3 dimensions, got " + std::to_string(r.dims));
+    if (r.extra < 0) invalid_argument("extra: the number of extra tokens l must be >= 0, got " + std::to_string(r.extra));
+    std::int64_t cells = 1;
+    std::string sizes;
+    for (int j = 0; j < r.dims; ++j) {
+      if (r.grid[j] < 1 || r.grid[j] >= kMaxExactPosition)
+        invalid_argument("grid: size " + std::to_string(r.grid[j]) + " of dim " + std::to_string(j) + " must be in 1..2^24");
+      cells *= r.grid[j];
+      if (cells > n) break;
+      sizes += (j ? "×" : "") + std::to_string(r.grid[j]);
+    }
+    if (r.extra + cells != n)
+      invalid_argument("grid: l + Π grid = " + std::to_string(r.extra) + " + " + (cells > n ? "more than n" : sizes) +
+                       " must equal x's n=" + std::to_string(n));
+    const std::int64_t e = theta.shape[1];
+    if (e * r.dims < d)
+      invalid_argument("theta: e=" + std::to_string(e) + " frequencies per dim × m=" + std::to_string(r.dims) +
+                       " dims must cover d=" + std::to_string(d));
+    p.extra = r.extra, p.e = static_cast<int>(e), p.dims = r.dims;
+    for (int j = 0; j < r.dims; ++j) p.grid[j] = static_cast<int>(r.grid[j]);
+    if (angles) {
+      check_view(*angles, "angles", 3);
+      if (angles->dtype != DType::f32) invalid_argument("angles: dtype must be fp32, got " + dtype_text(angles->dtype));
+      if (angles->device != x.device) invalid_argument("angles: not on x's device");
+      if (angles->shape[0] != h || angles->shape[1] != n || angles->shape[2] != d || angles->strides[1] != d ||
+          angles->strides[0] != n * d)
+        invalid_argument("angles: must be a contiguous fp32 (heads, n, d) = (" + std::to_string(h) + ", " +
+                         std::to_string(n) + ", " + std::to_string(d) + ") tensor, got " + shape_string(*angles));
+      p.angles = static_cast<float*>(angles->data);
+    }
+  }
+  const bool reads_x = fwd || r.act != LrpeAct::none;
+  bool aligned = aligned16(out) && (fwd || aligned16(d_o)) && (!reads_x || aligned16(x));
+  if (angles) aligned = aligned && aligned16(*angles);
+  p.vectorized = aligned;  // and d % vec == 0, added once the config is known
+  return l;
+}
+
+namespace {
+
+LrpeConfig explicit_config(const LrpeRequest& r, const LrpeSpec& spec, const LrpeShape& shape, bool cache) {
+  auto c = parse_lrpe_config(r.config);
+  if (!c) invalid_argument("config: cannot parse '" + r.config + "' (e.g. sp:t256:r4:v8, bp:t256:r1:v8:b4, sp:t256:r4:v8:cache)");
+  if (auto why = check_lrpe_config_for_shape(spec, *c, shape)) invalid_argument("config: " + r.config + " is invalid here: " + *why);
+  if (c->cache != cache)
+    invalid_argument("config: " + r.config + (cache ? " lacks ':cache' but angles were given" : " uses the angle cache but no angles were given"));
+  return *c;
+}
+
+}  // namespace
+
+LrpeConfig choose_lrpe_config(const LrpeRequest& r, const LrpeSpec& spec, const LrpeShape& shape, bool cache,
+                              const DecisionContext& ctx) {
+  if (!r.config.empty()) return explicit_config(r, spec, shape, cache);
+  LrpeCase c;
+  c.op = spec.op, c.direction = spec.direction, c.dtype = spec.dtype, c.act = spec.act;
+  c.batch = shape.batch, c.heads = shape.heads, c.n = shape.n, c.d = shape.d;
+  c.offset = r.offset, c.extra = r.extra, c.cache = cache;
+  if (spec.op == LrpeOp::md_cosine) c.grid.assign(r.grid, r.grid + std::clamp(r.dims, 0, 3));
+  auto problem = lrpe_tuning(c);
+  DecisionRequest request;
+  request.problem = problem.get();
+  request.invalid = [&](const std::string& text) { return problem->check_config(text, ctx.target); };
+  request.heuristic = [&] { return to_string(lrpe_default_config(spec, shape, cache)); };
+  return parse_lrpe_config(decide_config(request, ctx).config).value();
+}
+
+LrpeConfig choose_lrpe_config(const LrpeRequest& r, const LrpeSpec& spec, const LrpeShape& shape, bool cache,
+                              int device) {
+  if (!r.config.empty()) return explicit_config(r, spec, shape, cache);
+  static DecisionTable<LrpeConfig> decisions;
+  std::uint64_t bits = static_cast<std::uint64_t>(spec.op);
+  for (std::uint64_t v : {std::uint64_t(spec.direction), std::uint64_t(spec.dtype), std::uint64_t(spec.act)}) bits = bits * 8 + v;
+  const DecisionKey key{bits * 2 + cache,
+                        {next_pow2(shape.n), next_pow2(1LL * shape.batch * shape.heads), shape.d,
+                         spec.op == LrpeOp::md_cosine ? r.dims : 0},
+                        device};
+  return decisions.get(key, [&] { return choose_lrpe_config(r, spec, shape, cache, decision_context(device)); });
+}
+
+LrpeLaunch prepare_lrpe(const LrpeRequest& r, const TensorView& x, const TensorView& theta, const TensorView* d_o,
+                        const TensorView& out, const TensorView* angles) {
+  LrpeLaunch l = validate_lrpe(r, x, theta, d_o, out, angles);
+  l.config = choose_lrpe_config(r, l.spec, l.shape, angles != nullptr, l.device);
+  l.params.vectorized = l.params.vectorized && l.shape.d % l.config.vec == 0;
+  const ResolvedKernels kernels = resolve_kernels(l.spec, l.config, l.device);
+  l.apply = kernels.apply, l.stats = kernels.stats;
+  l.plan = lrpe_launch_plan(l.config, l.shape, device_info(l.device).sm_count, kernels.resident_blocks_per_sm);
+  l.params.fold_heads = l.plan.fold_heads;
+  l.params.row_group = l.plan.row_group;
+  l.params.row_group_log2 = l.plan.row_group_log2;
+  l.params.rows_per_block = l.plan.rows_per_block;
+  l.stats_bytes = lrpe_stats_floats(l.spec, l.shape, l.plan) * sizeof(float);
+  return l;
+}
+
+void launch_lrpe(LrpeLaunch& l, void* workspace, std::size_t workspace_bytes, void* stream_ptr) {
+  use_primary_context(l.device);
+  const CudaDriver& cu = cuda_driver();
+  CUstream stream = static_cast<CUstream>(stream_ptr);
+  LrpeParams params = l.params;
+  if (l.stats_bytes == 0) {
+    launch(l.apply, l, params, stream, "cuLaunchKernel(lrpe)");
+    return;
+  }
+  CUdeviceptr scratch = 0;
+  if (workspace) {
+    if (workspace_bytes < l.stats_bytes)
+      invalid_argument("workspace: " + std::to_string(workspace_bytes) + " bytes given, softmax over the sequence needs " +
+                       std::to_string(l.stats_bytes));
+    params.stats = static_cast<float*>(workspace);
+  } else {
+    cuda_check(cu.cuMemAllocAsync(&scratch, l.stats_bytes, stream), "cuMemAllocAsync(lrpe statistics)");
+    params.stats = reinterpret_cast<float*>(scratch);
+  }
+  launch(l.stats, l, params, stream, "cuLaunchKernel(lrpe statistics)");
+  launch(l.apply, l, params, stream, "cuLaunchKernel(lrpe)");
+  if (scratch) cuda_check(cu.cuMemFreeAsync(scratch, stream), "cuMemFreeAsync(lrpe statistics)");
+}
+
+// --- public API ---------------------------------------------------------------------------------
+
+void lrpe_cosine_forward(const TensorView& x, const TensorView& theta, const TensorView& o, const LrpeOptions& options,
+                         void* stream) {
+  LrpeLaunch l = prepare_lrpe(lrpe_request(LrpeDirection::forward, options), x, theta, nullptr, o, nullptr);
+  launch_lrpe(l, options.workspace, options.workspace_bytes, stream);
+}
+
+void lrpe_cosine_backward(const TensorView& x, const TensorView& theta, const TensorView& d_o, const TensorView& dx,
+                          const LrpeOptions& options, void* stream) {
+  LrpeLaunch l = prepare_lrpe(lrpe_request(LrpeDirection::backward, options), x, theta, &d_o, dx, nullptr);
+  launch_lrpe(l, options.workspace, options.workspace_bytes, stream);
+}
+
+void md_lrpe_cosine_forward(const TensorView& x, const TensorView& theta, const TensorView& o, const TensorView* angles,
+                            const MdLrpeOptions& options, void* stream) {
+  LrpeLaunch l = prepare_lrpe(md_lrpe_request(LrpeDirection::forward, options), x, theta, nullptr, o, angles);
+  launch_lrpe(l, options.workspace, options.workspace_bytes, stream);
+}
+
+void md_lrpe_cosine_backward(const TensorView& x, const TensorView& theta, const TensorView& d_o, const TensorView& dx,
+                             const TensorView* angles, const MdLrpeOptions& options, void* stream) {
+  LrpeLaunch l = prepare_lrpe(md_lrpe_request(LrpeDirection::backward, options), x, theta, &d_o, dx, angles);
+  launch_lrpe(l, options.workspace, options.workspace_bytes, stream);
+}
+
+std::size_t lrpe_workspace_bytes(const TensorView& x, LrpeAct act, bool backward) {
+  if (act != LrpeAct::softmax_seq) return 0;
+  if (x.ndim != 3 && x.ndim != 4) invalid_argument("x: expected (batch, heads, n, d) or (batch, n, d)");
+  const TensorView v = logical4(x, "x");
+  LrpeShape shape{static_cast<int>(v.shape[0]), static_cast<int>(v.shape[1]), static_cast<int>(v.shape[2]),
+                  static_cast<int>(v.shape[3])};
+  LrpeLaunchPlan bound;
+  bound.splits = lrpe_max_splits(shape, device_info(x.device).sm_count);
+  LrpeSpec spec{LrpeOp::cosine, backward ? LrpeDirection::backward : LrpeDirection::forward, v.dtype, act};
+  return lrpe_stats_floats(spec, shape, bound) * sizeof(float);
+}
+
+}  // namespace kgen

@@ -1,0 +1,49 @@
+// Tile geometry of the attention backward and double-backward kernels, shared by the host
+// (config space, launch sizes) and the device templates (static_asserts). Plain constexpr C++.
+#pragma once
+
+#include "kgen_device/attention/forward_config.h"
+
+namespace kgen {
+namespace attention_bwd {
+
+// Key-major tensor-core kernel (dK, dV; dQ by fp32 atomics when not deterministic): a block owns
+// block_n keys, `warps` warps own block_n / warps (16 or 32) of them, and it walks query tiles
+// of block_m rows. Shared memory: K and V tiles, two stages of Q and dO tiles, the dSᵀ tile
+// (only with atomic dQ), two stages of per-row lse2 and delta.
+KGEN_HOST_DEVICE constexpr int fa2_kv_smem_bytes(int head_dim, int block_m, int block_n, bool atomic_dq) {
+  return (2 * block_n * head_dim + 4 * block_m * head_dim + (atomic_dq ? block_n * block_m : 0)) * 2 +
+         4 * block_m * 4;
+}
+
+// Hopper key-major kernel (sm_90a wgmma): `wgs` warpgroups own 64 keys each (block_n = 64·wgs)
+// and walk query tiles of block_m rows. Shared memory: 1024 bytes to align the base for the
+// 128-byte swizzle, K and V tiles, two stages of Q and dO tiles, the dSᵀ tile (only with atomic
+// dQ), two stages of per-row lse2 and delta.
+KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, int wgs, bool atomic_dq) {
+  return 1024 + (2 * 64 * wgs * head_dim + 4 * block_m * head_dim + (atomic_dq ? 64 * wgs * block_m : 0)) * 2 +
+         4 * block_m * 4;
+}
+
+// Query-major tensor-core kernel (dQ of the deterministic mode): a block owns block_m query rows
+// (block_m / warps per warp) and walks key tiles of block_n, double-buffered K and V.
+KGEN_HOST_DEVICE constexpr int fa2_q_smem_bytes(int head_dim, int block_m, int block_n) {
+  return (2 * block_m * head_dim + 4 * block_n * head_dim) * 2;
+}
+
+// Double backward, query-major pass (r, c, Q̄, dŌ): Q, dO, gQ tiles; double-buffered K, V, gK, gV.
+KGEN_HOST_DEVICE constexpr int fa2_dbl_q_smem_bytes(int head_dim, int block_m, int block_n) {
+  return (3 * block_m * head_dim + 8 * block_n * head_dim) * 2;
+}
+
+// Double backward, key-major pass (K̄, V̄): K, V, gK, gV tiles; double-buffered Q, dO, gQ tiles
+// and four per-row statistics (lse2, delta, r, c).
+KGEN_HOST_DEVICE constexpr int fa2_dbl_kv_smem_bytes(int head_dim, int block_m, int block_n) {
+  return (4 * block_n * head_dim + 6 * block_m * head_dim) * 2 + 2 * 4 * block_m * 4;
+}
+
+// Row-wise helper kernels (preprocess, dQ conversion) and the general path: one warp per row.
+KGEN_HOST_DEVICE constexpr int row_threads(int warps) { return warps * 32; }
+
+}  // namespace attention_bwd
+}  // namespace kgen

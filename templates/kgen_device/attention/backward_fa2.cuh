@@ -1,0 +1,506 @@
+// FA2-class attention backward for sm_80+ (mma.sync m16n8k16, ldmatrix, cp.async).
+//
+// Inputs besides q, k, v, d_o: the workspace rows lse2 and delta written by
+// attention_backward_preprocess (backward_rows.cuh). With P = exp2(s·scale_log2 − lse2)
+// (attention.md §3, the log2 domain of the forward):
+//   dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − delta),  dK = s·dSᵀ·Q,  dQ = s·dS·K.
+//
+// attention_backward_fa2_kv: grid (ceil(n_k / BN), heads_kv, batch), Warps warps. The block owns
+// keys [n0, n0 + BN); warp w owns kKT·16 of them. It walks every query tile of BM rows of every
+// query head of its kv group (GQA: dK, dV sum over the group in registers), skipping causal
+// tiles that see none of its keys. Per query tile, each warp forms Sᵀ = K_w·Qᵀ and
+// dPᵀ = V_w·dOᵀ (keys as rows, queries as columns), then dV_w += Pᵀ·dO and dK_w += dSᵀ·Q with
+// the probabilities kept in registers (C fragments repacked as A fragments). With AtomicDQ the
+// block writes dSᵀ (16-bit) to shared memory and adds dS·K to an fp32 accumulator with
+// red.global.add (scaled and converted by attention_backward_dq_convert); otherwise dQ comes from
+// attention_backward_fa2_dq, which is deterministic.
+//
+// attention_backward_fa2_dq: grid (ceil(n_q / BM), heads_q, batch); the forward's work split
+// (warp w owns kMT·16 query rows, K/V tiles of BN keys double-buffered) computing S, dP, dS per
+// tile and dQ += dS·K in registers.
+//
+// Shared tiles are the forward's: rows of D 16-bit elements, 16-byte chunks XOR-swizzled
+// (Swizzle16B<D/8>); dSᵀ rows of BM elements use Swizzle16B<BM/8>.
+// Fragment layouts (g = lane / 4, t = lane % 4), see forward_fa2.cuh and mma_sm80.cuh:
+//   A from a row-major tile (rows = m): ldmatrix.x4 of rows lane%16, chunk 2kk + lane/16.
+//   B from a tile stored [n][k] (Kᵀ-style operand): ldmatrix.x4 of rows lane%8 + 8(lane/16),
+//     chunk 2kk + (lane/8)%2.
+//   B from a tile stored [k][n] (V-style operand): ldmatrix.x4.trans of rows
+//     lane%8 + 8((lane/8)%2), chunk 2dd + lane/16.
+//   A from a tile stored [k][m] (dSᵀ read as dS): ldmatrix.x4.trans of rows
+//     lane%8 + 8(lane/16), chunk 2mt + (lane/8)%2.
+//
+// Masking: P_ij = 0 where key j ≥ n_k or (Causal) j > i + (n_k − n_q). Query rows ≥ n_q are
+// zero-filled and get lse2 = +inf, so their P is 0 as well.
+//
+// Requirements (checked by the host): as the forward: 16-byte aligned base pointers and row
+// strides of q, k, v, d_o, dq, dk, dv; p.head_dim == D.
+#pragma once
+
+#include "kgen_device/attention/backward_config.h"
+#include "kgen_device/attention/backward_rows.cuh"
+#include "kgen_device/attention/forward_fa2.cuh"
+
+namespace kgen {
+namespace bwd_detail {
+
+template <int D, int BM, int BN, bool AtomicDQ>
+constexpr int kKvSmemBytes = attention_bwd::fa2_kv_smem_bytes(D, BM, BN, AtomicDQ);
+template <int D, int BM, int BN>
+constexpr int kQSmemBytes = attention_bwd::fa2_q_smem_bytes(D, BM, BN);
+
+// acc[MT][NTiles] += A·Bᵀ over D: A rows from a row-major tile (a_lane = A-pattern address of
+// m-tile 0), B rows (n) from a tile stored [n][k] (b_lane = B-pattern address of n-tile pair 0).
+template <class T, int MT, int NTiles, int D>
+__device__ __forceinline__ void mma_abt(float (&acc)[MT][NTiles][4], unsigned a_lane, unsigned b_lane) {
+  using Swz = Swizzle16B<D / 8>;
+  constexpr int kRowBytes = D * 2;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], Swz::advance(a_lane, 2 * kk) + mt * 16 * kRowBytes);
+#pragma unroll
+    for (int nn = 0; nn < NTiles / 2; ++nn) {
+      unsigned b[4];
+      ldmatrix_x4(b, Swz::advance(b_lane, 2 * kk) + nn * 16 * kRowBytes);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16x8x16<T>(acc[mt][2 * nn], a[mt], b[0], b[1]);
+        mma_16x8x16<T>(acc[mt][2 * nn + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// acc[MT][D/8] += X·B where X (MT·16 × KTiles·8) is held as C fragments in registers and B
+// (KTiles·8 × D) is a tile stored [k][n] (b_lane = V-pattern address).
+template <class T, int MT, int KTiles, int D>
+__device__ __forceinline__ void mma_xb(float (&acc)[MT][D / 8][4], const float (&x)[MT][KTiles][4],
+                                       unsigned b_lane) {
+  using Swz = Swizzle16B<D / 8>;
+  constexpr int kRowBytes = D * 2;
+#pragma unroll
+  for (int kk = 0; kk < KTiles / 2; ++kk) {
+    unsigned a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      a[mt][0] = pack2<T>(x[mt][2 * kk][0], x[mt][2 * kk][1]);
+      a[mt][1] = pack2<T>(x[mt][2 * kk][2], x[mt][2 * kk][3]);
+      a[mt][2] = pack2<T>(x[mt][2 * kk + 1][0], x[mt][2 * kk + 1][1]);
+      a[mt][3] = pack2<T>(x[mt][2 * kk + 1][2], x[mt][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int dd = 0; dd < D / 16; ++dd) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, Swz::advance(b_lane, 2 * dd) + kk * 16 * kRowBytes);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma_16x8x16<T>(acc[mt][2 * dd], a[mt], b[0], b[1]);
+        mma_16x8x16<T>(acc[mt][2 * dd + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// The query tiles a key-major block (keys from n0) walks: tile `it` is query tile
+// tile_begin + it % tiles_per_head of query head kv_head·group + it / tiles_per_head (GQA), and
+// causal blocks skip the tiles whose rows see none of their keys (rows i >= n0 − diag).
+template <int BM, bool Causal>
+struct QueryTileWalk {
+  int group, tile_begin, tiles_per_head, total;
+  __device__ __forceinline__ QueryTileWalk(int n0, int n_q, int n_k, int head_group) : group(head_group) {
+    const int q_tiles = (n_q + BM - 1) / BM;
+    tile_begin = Causal ? imin(q_tiles, imax(0, n0 - (n_k - n_q)) / BM) : 0;
+    tiles_per_head = q_tiles - tile_begin;
+    total = group * tiles_per_head;
+  }
+  __device__ __forceinline__ int head(int kv_head, int it) const { return kv_head * group + it / tiles_per_head; }
+  __device__ __forceinline__ int m0(int it) const { return (tile_begin + it % tiles_per_head) * BM; }
+};
+
+// Shared-memory regions of the key-major kernels from `k` (the K tile): K and V tiles of
+// KVBytes, two stages of Q and dO tiles of QBytes, the dSᵀ tile, and at `stats_base` (a generic
+// pointer) two stages of BM lse2 and BM delta values.
+template <int KVBytes, int QBytes, int BM>
+struct KeyMajorSmem {
+  unsigned k;
+  float* stats_base;
+  __device__ __forceinline__ unsigned v() const { return k + KVBytes; }
+  __device__ __forceinline__ unsigned q(int stage) const { return k + 2 * KVBytes + stage * 2 * QBytes; }
+  __device__ __forceinline__ unsigned d_o(int stage) const { return q(stage) + QBytes; }
+  __device__ __forceinline__ unsigned ds() const { return k + 2 * KVBytes + 4 * QBytes; }
+  __device__ __forceinline__ float* stats(int stage) const { return stats_base + stage * 2 * BM; }
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int i = 0; i < MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+}
+
+// Stores an (MT·16 × D) C-fragment tile times `mul` to rows row0 + … of `dst` (rows ≥ row_end
+// skipped), two elements (4 bytes) per store.
+template <class T, int MT, int D>
+__device__ __forceinline__ void store_rows(T* dst, long long stride_n, int row0, int row_end,
+                                           const float (&acc)[MT][D / 8][4], float mul) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + mt * 16 + g + 8 * h;
+      if (row >= row_end) continue;
+      T* r = dst + row * stride_n;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<unsigned*>(r + dt * 8 + 2 * t) =
+            pack2<T>(acc[mt][dt][2 * h] * mul, acc[mt][dt][2 * h + 1] * mul);
+    }
+}
+
+// *addr += {x, y} (fp32, relaxed, device scope).
+__device__ __forceinline__ void red_add_f32x2(float* addr, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(addr), "f"(x), "f"(y) : "memory");
+#else
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(addr), "f"(x) : "memory");
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(addr + 1), "f"(y) : "memory");
+#endif
+}
+
+}  // namespace bwd_detail
+
+// Key-major backward: dK, dV (and dQ by atomics when AtomicDQ).
+//   T: half_t or bfloat16_t. D: 32, 64, 96, 128, 256. BM: query rows per tile (multiple of 32).
+//   BN: keys per block; Warps warps own BN / Warps = 16 or 32 keys each.
+template <class T, int D, int BM, int BN, int Warps, bool Causal, bool AtomicDQ>
+__device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwardParams& p) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the FA2 backward takes half_t or bfloat16_t");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be 32, 64, 96, 128 or 256");
+  static_assert(BM % 32 == 0 && BM >= 32 && BM <= 128, "BM must be 32, 64, 96 or 128");
+  constexpr int kThreads = Warps * 32;
+  constexpr int kKeysPerWarp = BN / Warps;
+  constexpr int kKT = kKeysPerWarp / 16;  // 16-key m-tiles per warp
+  static_assert(kKT * 16 * Warps == BN && (kKT == 1 || kKT == 2), "16 or 32 keys per warp");
+  constexpr int kQT = BM / 8;     // 8-query n-tiles of Sᵀ
+  constexpr int kDT = D / 8;      // 8-column n-tiles of dK, dV
+  using SwzD = Swizzle16B<D / 8>;
+  using SwzS = Swizzle16B<BM / 8>;
+  constexpr int kRowBytes = D * 2;
+  constexpr int kKVBytes = BN * kRowBytes;
+  constexpr int kQBytes = BM * kRowBytes;
+  constexpr int kDsBytes = AtomicDQ ? BN * BM * 2 : 0;
+  constexpr int kStatsOffset = 2 * kKVBytes + 4 * kQBytes + kDsBytes;
+  static_assert(kStatsOffset + 4 * BM * 4 == bwd_detail::kKvSmemBytes<D, BM, BN, AtomicDQ>,
+                "shared memory layout must match fa2_kv_smem_bytes");
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+
+  const int n0 = blockIdx.x * BN;
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int n_q = p.n_q;
+  const int n_k = p.n_k;
+  const int diag = n_k - n_q;
+  const float scale_log2 = p.scale_log2;
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
+  const int total = walk.total;
+
+  unsigned char* smem = dynamic_smem();
+  const bwd_detail::KeyMajorSmem<kKVBytes, kQBytes, BM> sm{smem_u32(smem), reinterpret_cast<float*>(smem + kStatsOffset)};
+
+  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
+  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
+
+  // Issues the loads of query tile `it` (head, rows) into `stage`: Q and dO by cp.async, the
+  // rows' lse2 and delta by plain loads and shared stores.
+  auto load_query_tile = [&](int it, int stage) {
+    const int head = walk.head(kv_head, it);
+    const int m0 = walk.m0(it);
+    fa2_detail::load_tile_async<T, BM, D, kThreads>(sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
+                                                    p.q.stride_n, m0, n_q, tid);
+    fa2_detail::load_tile_async<T, BM, D, kThreads>(sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
+                                                    p.d_o.stride_n, m0, n_q, tid);
+    float* st = sm.stats(stage);
+    for (int i = tid; i < BM; i += kThreads) {
+      const int row = m0 + i;
+      float l2 = infinity_f32(), dl = 0.f;
+      if (row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        l2 = p.lse2[idx];
+        dl = p.delta[idx];
+      }
+      st[i] = l2;
+      st[BM + i] = dl;
+    }
+  };
+
+  fa2_detail::load_tile_async<T, BN, D, kThreads>(sm.k, k_ptr, p.k.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads>(sm.v(), v_ptr, p.v.stride_n, n0, n_k, tid);
+  if (total > 0) load_query_tile(0, 0);
+  cp_async_commit();
+
+  const int key_local0 = warp * kKeysPerWarp;
+  const unsigned a_lane = SwzD::offset(key_local0 + lane % 16, lane / 16);  // A pattern
+  const unsigned b_lane = SwzD::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+  const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+
+  float dk[kKT][kDT][4];
+  float dv[kKT][kDT][4];
+  bwd_detail::zero(dk);
+  bwd_detail::zero(dv);
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    const int head = walk.head(kv_head, it);
+    const int m0 = walk.m0(it);
+    cp_async_wait<0>();
+    __syncthreads();  // tile `it` landed; every warp is done with tile it − 1 (and with dSᵀ)
+    if (it + 1 < total) load_query_tile(it + 1, stage ^ 1);
+    cp_async_commit();
+
+    const float* st = sm.stats(stage);
+    // ---- Sᵀ = K_w·Qᵀ, Pᵀ = exp2(Sᵀ·scale_log2 − lse2) ----
+    float s[kKT][kQT][4];
+    bwd_detail::zero(s);
+    bwd_detail::mma_abt<T, kKT, kQT, D>(s, sm.k + a_lane, sm.q(stage) + b_lane);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+#pragma unroll
+    for (int nt = 0; nt < kQT; ++nt) {
+      const float l0 = st[nt * 8 + 2 * t];
+      const float l1 = st[nt * 8 + 2 * t + 1];
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          s[kt][nt][2 * h] = exp2_approx(fmaf(s[kt][nt][2 * h], scale_log2, -l0));
+          s[kt][nt][2 * h + 1] = exp2_approx(fmaf(s[kt][nt][2 * h + 1], scale_log2, -l1));
+        }
+    }
+    if (needs_mask) {
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int key = n0 + key_local0 + kt * 16 + g + 8 * h;
+#pragma unroll
+          for (int nt = 0; nt < kQT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int query = m0 + nt * 8 + 2 * t + e;
+              if (key >= n_k || (Causal && key > query + diag)) s[kt][nt][2 * h + e] = 0.f;
+            }
+        }
+    }
+
+    // ---- dV += Pᵀ·dO ----
+    bwd_detail::mma_xb<T, kKT, kQT, D>(dv, s, sm.d_o(stage) + v_lane);
+
+    // ---- dPᵀ = V_w·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − delta) ----
+    float ds[kKT][kQT][4];
+    bwd_detail::zero(ds);
+    bwd_detail::mma_abt<T, kKT, kQT, D>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
+#pragma unroll
+    for (int nt = 0; nt < kQT; ++nt) {
+      const float d0 = st[BM + nt * 8 + 2 * t];
+      const float d1 = st[BM + nt * 8 + 2 * t + 1];
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          ds[kt][nt][2 * h] = s[kt][nt][2 * h] * (ds[kt][nt][2 * h] - d0);
+          ds[kt][nt][2 * h + 1] = s[kt][nt][2 * h + 1] * (ds[kt][nt][2 * h + 1] - d1);
+        }
+    }
+
+    // ---- dK += dSᵀ·Q ----
+    bwd_detail::mma_xb<T, kKT, kQT, D>(dk, ds, sm.q(stage) + v_lane);
+
+    if constexpr (AtomicDQ) {
+      // ---- dQ += dS·K through shared dSᵀ and fp32 atomics ----
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = key_local0 + kt * 16 + g + 8 * h;
+#pragma unroll
+          for (int nt = 0; nt < kQT; ++nt)
+            st_shared_4(sm.ds() + SwzS::offset(row, nt) + 4 * t,
+                        pack2<T>(ds[kt][nt][2 * h], ds[kt][nt][2 * h + 1]));
+        }
+      __syncthreads();  // dSᵀ complete
+      constexpr int kColChunks = D / 32;             // 32 head-dim columns per work item
+      constexpr int kItems = (BM / 16) * kColChunks;  // (16 query rows, 32 columns) items
+      const unsigned ds_lane = sm.ds() + SwzS::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * D;
+#pragma unroll 1
+      for (int item = warp; item < kItems; item += Warps) {
+        const int mt = item / kColChunks;
+        const int cc = item % kColChunks;
+        float acc[1][4][4];
+        bwd_detail::zero(acc);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk) {
+          unsigned a[4];
+          ldmatrix_x4_trans(a, SwzS::advance(ds_lane, 2 * mt) + kk * 16 * BM * 2);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            unsigned b[4];
+            ldmatrix_x4_trans(b, SwzD::advance(sm.k + v_lane, 4 * cc + 2 * half) + kk * 16 * kRowBytes);
+            mma_16x8x16<T>(acc[0][2 * half], a, b[0], b[1]);
+            mma_16x8x16<T>(acc[0][2 * half + 1], a, b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = m0 + mt * 16 + g + 8 * h;
+          if (row >= n_q) continue;
+          float* acc_row = acc_base + static_cast<long long>(row) * D + cc * 32 + 2 * t;
+#pragma unroll
+          for (int dt = 0; dt < 4; ++dt)
+            bwd_detail::red_add_f32x2(acc_row + dt * 8, acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
+        }
+      }
+    }
+  }
+
+  // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
+  cp_async_wait<0>();
+  const int key_row0 = n0 + key_local0;
+  bwd_detail::store_rows<T, kKT, D>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head), p.dk.stride_n, key_row0,
+                                    n_k, dk, p.scale);
+  bwd_detail::store_rows<T, kKT, D>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head), p.dv.stride_n, key_row0,
+                                    n_k, dv, 1.f);
+}
+
+// Query-major dQ (deterministic mode): dQ = s·Σ_tiles dS·K, no atomics.
+//   BM: query rows per block, Warps warps own BM / Warps = 16 or 32 rows each; BN: keys per tile.
+template <class T, int D, int BM, int BN, int Warps, bool Causal>
+__device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwardParams& p) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the FA2 backward takes half_t or bfloat16_t");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be 32, 64, 96, 128 or 256");
+  static_assert(BN % 16 == 0 && BN >= 16, "BN must be a multiple of 16");
+  constexpr int kThreads = Warps * 32;
+  constexpr int kRowsPerWarp = BM / Warps;
+  constexpr int kMT = kRowsPerWarp / 16;
+  static_assert(kMT * 16 * Warps == BM && (kMT == 1 || kMT == 2), "16 or 32 rows per warp");
+  constexpr int kNT = BN / 8;
+  constexpr int kDT = D / 8;
+  using SwzD = Swizzle16B<D / 8>;
+  constexpr int kRowBytes = D * 2;
+  constexpr int kQBytes = BM * kRowBytes;
+  constexpr int kKVBytes = BN * kRowBytes;
+  static_assert(2 * kQBytes + 4 * kKVBytes == bwd_detail::kQSmemBytes<D, BM, BN>,
+                "shared memory layout must match fa2_q_smem_bytes");
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int m0 = blockIdx.x * BM;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int kv_head = head / p.head_group;
+  const int n_q = p.n_q;
+  const int n_k = p.n_k;
+  const int diag = n_k - n_q;
+  const float scale_log2 = p.scale_log2;
+
+  int n_end = n_k;
+  if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
+  const int num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+
+  const unsigned smem_q = smem_u32(dynamic_smem());
+  const unsigned smem_do = smem_q + kQBytes;
+  auto smem_k = [&](int stage) { return smem_q + 2 * kQBytes + stage * 2 * kKVBytes; };
+  auto smem_v = [&](int stage) { return smem_k(stage) + kKVBytes; };
+  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
+  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
+  auto load_kv = [&](int tile, int stage) {
+    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_k(stage), k_ptr, p.k.stride_n, tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_v(stage), v_ptr, p.v.stride_n, tile * BN, n_k, tid);
+  };
+
+  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head),
+                                                  p.q.stride_n, m0, n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head),
+                                                  p.d_o.stride_n, m0, n_q, tid);
+  if (num_tiles > 0) load_kv(0, 0);
+  cp_async_commit();
+
+  const int row_local0 = warp * kRowsPerWarp;
+  float lse2[kMT][2], delta[kMT][2];
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + row_local0 + mt * 16 + g + 8 * h;
+      lse2[mt][h] = infinity_f32();
+      delta[mt][h] = 0.f;
+      if (row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        lse2[mt][h] = p.lse2[idx];
+        delta[mt][h] = p.delta[idx];
+      }
+    }
+
+  const unsigned a_lane = SwzD::offset(row_local0 + lane % 16, lane / 16);
+  const unsigned b_lane = SwzD::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+  const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+
+  float dq[kMT][kDT][4];
+  bwd_detail::zero(dq);
+
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int n0 = tile * BN;
+    const int stage = tile & 1;
+    cp_async_wait<0>();
+    __syncthreads();
+    if (tile + 1 < num_tiles) load_kv(tile + 1, stage ^ 1);
+    cp_async_commit();
+
+    float s[kMT][kNT][4];
+    bwd_detail::zero(s);
+    bwd_detail::mma_abt<T, kMT, kNT, D>(s, smem_q + a_lane, smem_k(stage) + b_lane);
+    float ds[kMT][kNT][4];
+    bwd_detail::zero(ds);
+    bwd_detail::mma_abt<T, kMT, kNT, D>(ds, smem_do + a_lane, smem_v(stage) + b_lane);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m0 + row_local0 + mt * 16 + g + 8 * h;
+        int limit = n_k;
+        if constexpr (Causal) limit = imin(n_k, row + diag + 1);
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float pe = exp2_approx(fmaf(s[mt][nt][2 * h + e], scale_log2, -lse2[mt][h]));
+            if (needs_mask && n0 + nt * 8 + 2 * t + e >= limit) pe = 0.f;
+            ds[mt][nt][2 * h + e] = pe * (ds[mt][nt][2 * h + e] - delta[mt][h]);
+          }
+      }
+    bwd_detail::mma_xb<T, kMT, kNT, D>(dq, ds, smem_k(stage) + v_lane);
+  }
+  cp_async_wait<0>();
+  bwd_detail::store_rows<T, kMT, D>(bwd_detail::head_ptr<T>(p.dq, batch, head), p.dq.stride_n,
+                                    m0 + row_local0, n_q, dq, p.scale);
+}
+
+}  // namespace kgen

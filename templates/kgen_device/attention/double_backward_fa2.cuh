@@ -1,0 +1,416 @@
+// FA2-class attention double backward for sm_80+ (attention.md §4), O(n·d) memory.
+//
+// With P = exp2(s·scale_log2 − lse2), dP = dO·Vᵀ, dS = P∘(dP − delta) (the backward's) and the
+// cotangents gQ, gK, gV of dQ, dK, dV (any may be absent = 0, their loads and mma skipped):
+//   G  = s·(gQ·Kᵀ + Q·gKᵀ)            r = rowsum(P∘G)
+//   Z  = dO·gVᵀ                        c = rowsum(P∘Z + dS∘G) − r∘delta
+//   H  = P∘(G − r)                     P̄ = Z + G∘(dP − delta) − r∘dP
+//   S̄  = P∘(P̄ − c)
+//   Q̄ = s·(dS·gK + S̄·K)   dŌ = P·gV + H·V   K̄ = s·(dSᵀ·gQ + S̄ᵀ·Q)   V̄ = Hᵀ·dO
+// (c uses Σ_j P_ij·dP_ij = delta_i.)
+//
+// attention_double_backward_fa2_q: grid (ceil(n_q / BM), heads_q, batch); warp w owns 16 query
+//   rows. Pass 1 over the K/V tiles forms r and c (written to the workspace rows); pass 2
+//   recomputes the tiles and accumulates Q̄ and dŌ in registers (deterministic). The r/c pass
+//   alone (Pass::stats) may split each query tile's key tiles over p.stats_splits consecutive
+//   blocks, which add their partial sums into the zeroed rows (fp32 atomics; the order of two
+//   or four additions may vary between runs).
+// attention_double_backward_fa2_kv: grid (ceil(n_k / BN), heads_kv, batch); warp w owns 16
+//   keys, walking the query tiles (BM rows) of every head of its group, with the transposed
+//   tiles (keys as rows) and per-query statistics from shared memory; K̄, V̄ in registers.
+//
+// Operand layouts are those of backward_fa2.cuh (mma_abt: A·Bᵀ from two row-major tiles;
+// mma_xb: register C fragments times a [k][n] tile).
+#pragma once
+
+#include "kgen_device/attention/backward_fa2.cuh"
+
+namespace kgen {
+namespace dbl_detail {
+
+template <int D, int BM, int BN>
+constexpr int kQSmemBytes = attention_bwd::fa2_dbl_q_smem_bytes(D, BM, BN);
+template <int D, int BM, int BN>
+constexpr int kKvSmemBytes = attention_bwd::fa2_dbl_kv_smem_bytes(D, BM, BN);
+
+}  // namespace dbl_detail
+
+// Passes of the query-major kernel.
+enum class DoubleBackwardRowPass { both, stats, apply };
+
+// Query-major double backward on query tile `block` (blockIdx.x unless fused): Pass::both runs
+// both passes; stats only writes r and c; apply reads r and c from the workspace and runs pass 1.
+template <class T, int D, int BM, int BN, int Warps, bool Causal,
+          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both>
+__device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionBackwardParams& p,
+                                                                int block = blockIdx.x) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the FA2 double backward takes half_t or bfloat16_t");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
+  constexpr int kThreads = Warps * 32;
+  static_assert(BM == 16 * Warps, "16 query rows per warp");
+  static_assert(BN % 16 == 0, "BN must be a multiple of 16");
+  constexpr int kNT = BN / 8;
+  constexpr int kDT = D / 8;
+  using SwzD = Swizzle16B<D / 8>;
+  constexpr int kQBytes = BM * D * 2;
+  constexpr int kKVBytes = BN * D * 2;
+  static_assert(3 * kQBytes + 8 * kKVBytes == dbl_detail::kQSmemBytes<D, BM, BN>,
+                "shared memory layout must match fa2_dbl_q_smem_bytes");
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  // The r/c pass may split the key tiles of a query tile over stats_splits blocks.
+  int split = 0, splits = 1;
+  if constexpr (Pass == DoubleBackwardRowPass::stats) {
+    splits = p.stats_splits > 1 ? p.stats_splits : 1;
+    split = block % splits;
+    block /= splits;
+  }
+  const int m0 = block * BM;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int kv_head = head / p.head_group;
+  const int n_q = p.n_q;
+  const int n_k = p.n_k;
+  const int diag = n_k - n_q;
+  const float scale = p.scale;
+  const float scale_log2 = p.scale_log2;
+  const bool has_gq = p.gq.data != nullptr;
+  const bool has_gk = p.gk.data != nullptr;
+  const bool has_gv = p.gv.data != nullptr;
+
+  int n_end = n_k;
+  if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
+  const int all_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  const int tile_lo = split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
+  const int num_tiles = (split + 1) * all_tiles / splits - tile_lo;
+
+  const unsigned smem_q = smem_u32(dynamic_smem());
+  const unsigned smem_do = smem_q + kQBytes;
+  const unsigned smem_gq = smem_q + 2 * kQBytes;
+  // Stage s: [K][V][gK][gV].
+  auto smem_kv = [&](int stage, int which) { return smem_q + 3 * kQBytes + (stage * 4 + which) * kKVBytes; };
+  auto load_one = [&](const AttentionTensorArg& a, unsigned dst, int tile) {
+    fa2_detail::load_tile_async<T, BN, D, kThreads>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
+                                                    tile * BN, n_k, tid);
+  };
+  auto load_kv = [&](int tile, int stage) {
+    load_one(p.k, smem_kv(stage, 0), tile);
+    load_one(p.v, smem_kv(stage, 1), tile);
+    if (has_gk) load_one(p.gk, smem_kv(stage, 2), tile);
+    if (has_gv) load_one(p.gv, smem_kv(stage, 3), tile);
+  };
+
+  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head),
+                                                  p.q.stride_n, m0, n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head),
+                                                  p.d_o.stride_n, m0, n_q, tid);
+  if (has_gq)
+    fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_gq, bwd_detail::head_ptr<const T>(p.gq, batch, head),
+                                                    p.gq.stride_n, m0, n_q, tid);
+  if (num_tiles > 0) load_kv(tile_lo, 0);
+  cp_async_commit();
+
+  const int row_local0 = warp * 16;
+  float lse2[2], delta[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = m0 + row_local0 + g + 8 * h;
+    lse2[h] = infinity_f32();
+    delta[h] = 0.f;
+    if (row < n_q) {
+      const long long idx = bwd_detail::stat_row(p, batch, head, row);
+      lse2[h] = p.lse2[idx];
+      delta[h] = p.delta[idx];
+    }
+  }
+  const unsigned a_lane = SwzD::offset(row_local0 + lane % 16, lane / 16);
+  const unsigned b_lane = SwzD::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+  const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+
+  // Forms P (masked), dP, unscaled G and Z of K/V tile `tile` (already in `stage`).
+  auto tiles = [&](int tile, int stage, float (&s)[1][kNT][4], float (&dp)[1][kNT][4], float (&gg)[1][kNT][4],
+                   float (&z)[1][kNT][4]) {
+    bwd_detail::zero(s);
+    bwd_detail::zero(dp);
+    bwd_detail::zero(gg);
+    bwd_detail::zero(z);
+    bwd_detail::mma_abt<T, 1, kNT, D>(s, smem_q + a_lane, smem_kv(stage, 0) + b_lane);
+    bwd_detail::mma_abt<T, 1, kNT, D>(dp, smem_do + a_lane, smem_kv(stage, 1) + b_lane);
+    if (has_gq) bwd_detail::mma_abt<T, 1, kNT, D>(gg, smem_gq + a_lane, smem_kv(stage, 0) + b_lane);
+    if (has_gk) bwd_detail::mma_abt<T, 1, kNT, D>(gg, smem_q + a_lane, smem_kv(stage, 2) + b_lane);
+    if (has_gv) bwd_detail::mma_abt<T, 1, kNT, D>(z, smem_do + a_lane, smem_kv(stage, 3) + b_lane);
+    const int n0 = tile * BN;
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + row_local0 + g + 8 * h;
+      int limit = n_k;
+      if constexpr (Causal) limit = imin(n_k, row + diag + 1);
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float pe = exp2_approx(fmaf(s[0][nt][2 * h + e], scale_log2, -lse2[h]));
+          if (needs_mask && n0 + nt * 8 + 2 * t + e >= limit) pe = 0.f;
+          s[0][nt][2 * h + e] = pe;
+        }
+    }
+  };
+  // Pass 0: r = rowsum(P∘G), c = rowsum(P∘Z + dS∘G) − r·delta (partials per thread, then the
+  // quad sums). Pass 1: Q̄ = s·(dS·gK + S̄·K), dŌ = P·gV + H·V. K/V tiles double-buffered.
+  float r[2] = {0.f, 0.f}, c[2] = {0.f, 0.f};
+  float qbar[1][kDT][4], dobar[1][kDT][4];
+  bwd_detail::zero(qbar);
+  bwd_detail::zero(dobar);
+  if constexpr (Pass == DoubleBackwardRowPass::apply) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + row_local0 + g + 8 * h;
+      if (row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        r[h] = p.row_r[idx];
+        c[h] = p.row_c[idx];
+      }
+    }
+  }
+  // Quad sums of the pass-0 partials; c = rowsum(P∘Z + dS∘G) − r·delta; written to the workspace.
+  auto finish_stats = [&]() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r[h] = quad_sum(r[h]);
+      c[h] = quad_sum(c[h]) - r[h] * delta[h];
+      const int row = m0 + row_local0 + g + 8 * h;
+      if (t == 0 && row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        if (splits > 1) {  // partial sums of this key range (c's r·delta term is linear too)
+          asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p.row_r + idx), "f"(r[h]) : "memory");
+          asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p.row_c + idx), "f"(c[h]) : "memory");
+        } else {
+          p.row_r[idx] = r[h];
+          p.row_c[idx] = c[h];
+        }
+      }
+    }
+  };
+  constexpr int kFirstPass = Pass == DoubleBackwardRowPass::apply ? 1 : 0;
+  constexpr int kEndPass = Pass == DoubleBackwardRowPass::stats ? 1 : 2;
+#pragma unroll 1
+  for (int pass = kFirstPass; pass < kEndPass; ++pass) {
+    if (Pass == DoubleBackwardRowPass::both && pass == 1) {
+      finish_stats();
+      __syncthreads();  // every warp is done with the last tile of pass 0 before stage 0 refills
+      if (num_tiles > 0) load_kv(tile_lo, 0);
+      cp_async_commit();
+    }
+    for (int it = 0; it < num_tiles; ++it) {
+      const int tile = tile_lo + it;
+      const int stage = it & 1;
+      cp_async_wait<0>();
+      __syncthreads();
+      if (it + 1 < num_tiles) load_kv(tile + 1, stage ^ 1);
+      cp_async_commit();
+      float s[1][kNT][4], dp[1][kNT][4], gg[1][kNT][4], z[1][kNT][4];
+      tiles(tile, stage, s, dp, gg, z);
+      if (pass == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int i = 2 * h + e;
+              const float gs = gg[0][nt][i] * scale;
+              const float pe = s[0][nt][i];
+              r[h] = fmaf(pe, gs, r[h]);
+              c[h] = fmaf(pe, z[0][nt][i] + (dp[0][nt][i] - delta[h]) * gs, c[h]);
+            }
+      } else {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int i = 2 * h + e;
+              bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, delta[h], r[h],
+                                       c[h]);
+            }
+        if (has_gk) bwd_detail::mma_xb<T, 1, kNT, D>(qbar, dp, smem_kv(stage, 2) + v_lane);
+        bwd_detail::mma_xb<T, 1, kNT, D>(qbar, z, smem_kv(stage, 0) + v_lane);
+        if (has_gv) bwd_detail::mma_xb<T, 1, kNT, D>(dobar, s, smem_kv(stage, 3) + v_lane);
+        bwd_detail::mma_xb<T, 1, kNT, D>(dobar, gg, smem_kv(stage, 1) + v_lane);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if constexpr (Pass == DoubleBackwardRowPass::stats) {
+    finish_stats();
+    return;
+  }
+  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.q_bar, batch, head), p.q_bar.stride_n,
+                                  m0 + row_local0, n_q, qbar, scale);
+  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.do_bar, batch, head), p.do_bar.stride_n,
+                                  m0 + row_local0, n_q, dobar, 1.f);
+}
+
+template <class T, int D, int BM, int BN, int Warps, bool Causal>
+__device__ __forceinline__ void attention_double_backward_fa2_kv(const AttentionBackwardParams& p,
+                                                                 int block = blockIdx.x) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the FA2 double backward takes half_t or bfloat16_t");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
+  constexpr int kThreads = Warps * 32;
+  static_assert(BN == 16 * Warps, "16 keys per warp");
+  static_assert(BM % 16 == 0, "BM must be a multiple of 16");
+  constexpr int kQT = BM / 8;
+  constexpr int kDT = D / 8;
+  using SwzD = Swizzle16B<D / 8>;
+  constexpr int kQBytes = BM * D * 2;
+  constexpr int kKVBytes = BN * D * 2;
+  constexpr int kStatsOffset = 4 * kKVBytes + 6 * kQBytes;
+  static_assert(kStatsOffset + 2 * 4 * BM * 4 == dbl_detail::kKvSmemBytes<D, BM, BN>,
+                "shared memory layout must match fa2_dbl_kv_smem_bytes");
+
+  const int tid = threadIdx.x;
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int n0 = block * BN;
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int n_q = p.n_q;
+  const int n_k = p.n_k;
+  const int diag = n_k - n_q;
+  const int group = p.head_group;
+  const float scale = p.scale;
+  const float scale_log2 = p.scale_log2;
+  const bool has_gq = p.gq.data != nullptr;
+  const bool has_gk = p.gk.data != nullptr;
+  const bool has_gv = p.gv.data != nullptr;
+
+  const int q_tiles = (n_q + BM - 1) / BM;
+  const int tile_begin = Causal ? imin(q_tiles, imax(0, n0 - diag) / BM) : 0;
+  const int tiles_per_head = q_tiles - tile_begin;
+  const int total = group * tiles_per_head;
+
+  unsigned char* smem = dynamic_smem();
+  const unsigned smem_base = smem_u32(smem);
+  // [K][V][gK][gV], then stage s: [Q][dO][gQ], then stage s: stats [lse2][delta][r][c].
+  auto smem_kv = [&](int which) { return smem_base + which * kKVBytes; };
+  auto smem_qt = [&](int stage, int which) { return smem_base + 4 * kKVBytes + (stage * 3 + which) * kQBytes; };
+  auto stats = [&](int stage) { return reinterpret_cast<float*>(smem + kStatsOffset) + stage * 4 * BM; };
+
+  auto load_key_tile = [&](const AttentionTensorArg& a, unsigned dst) {
+    fa2_detail::load_tile_async<T, BN, D, kThreads>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
+                                                    n0, n_k, tid);
+  };
+  load_key_tile(p.k, smem_kv(0));
+  load_key_tile(p.v, smem_kv(1));
+  if (has_gk) load_key_tile(p.gk, smem_kv(2));
+  if (has_gv) load_key_tile(p.gv, smem_kv(3));
+  auto load_query_tile = [&](int it, int stage) {
+    const int head = kv_head * group + it / tiles_per_head;
+    const int m0 = (tile_begin + it % tiles_per_head) * BM;
+    auto load_one = [&](const AttentionTensorArg& a, unsigned dst) {
+      fa2_detail::load_tile_async<T, BM, D, kThreads>(dst, bwd_detail::head_ptr<const T>(a, batch, head), a.stride_n,
+                                                      m0, n_q, tid);
+    };
+    load_one(p.q, smem_qt(stage, 0));
+    load_one(p.d_o, smem_qt(stage, 1));
+    if (has_gq) load_one(p.gq, smem_qt(stage, 2));
+    float* st = stats(stage);
+    for (int i = tid; i < BM; i += kThreads) {
+      const int row = m0 + i;
+      float v[4] = {infinity_f32(), 0.f, 0.f, 0.f};
+      if (row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        v[0] = p.lse2[idx], v[1] = p.delta[idx], v[2] = p.row_r[idx], v[3] = p.row_c[idx];
+      }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) st[w * BM + i] = v[w];
+    }
+  };
+  if (total > 0) load_query_tile(0, 0);
+  cp_async_commit();
+
+  const int key_local0 = warp * 16;
+  const unsigned a_lane = SwzD::offset(key_local0 + lane % 16, lane / 16);
+  const unsigned b_lane = SwzD::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
+  const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+
+  float kbar[1][kDT][4], vbar[1][kDT][4];
+  bwd_detail::zero(kbar);
+  bwd_detail::zero(vbar);
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    const int m0 = (tile_begin + it % tiles_per_head) * BM;
+    cp_async_wait<0>();
+    __syncthreads();
+    if (it + 1 < total) load_query_tile(it + 1, stage ^ 1);
+    cp_async_commit();
+
+    const float* st = stats(stage);
+    float s[1][kQT][4], dp[1][kQT][4], gg[1][kQT][4], z[1][kQT][4];
+    bwd_detail::zero(s);
+    bwd_detail::zero(dp);
+    bwd_detail::zero(gg);
+    bwd_detail::zero(z);
+    bwd_detail::mma_abt<T, 1, kQT, D>(s, smem_kv(0) + a_lane, smem_qt(stage, 0) + b_lane);
+    bwd_detail::mma_abt<T, 1, kQT, D>(dp, smem_kv(1) + a_lane, smem_qt(stage, 1) + b_lane);
+    if (has_gq) bwd_detail::mma_abt<T, 1, kQT, D>(gg, smem_kv(0) + a_lane, smem_qt(stage, 2) + b_lane);
+    if (has_gk) bwd_detail::mma_abt<T, 1, kQT, D>(gg, smem_kv(2) + a_lane, smem_qt(stage, 0) + b_lane);
+    if (has_gv) bwd_detail::mma_abt<T, 1, kQT, D>(z, smem_kv(3) + a_lane, smem_qt(stage, 1) + b_lane);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+#pragma unroll
+    for (int nt = 0; nt < kQT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = nt * 8 + 2 * t + e;
+        const float l2 = st[col], dl = st[BM + col], rr = st[2 * BM + col], cc = st[3 * BM + col];
+        const int query = m0 + col;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = 2 * h + e;
+          const int key = n0 + key_local0 + g + 8 * h;
+          float pe = exp2_approx(fmaf(s[0][nt][i], scale_log2, -l2));
+          if (needs_mask && (key >= n_k || (Causal && key > query + diag))) pe = 0.f;
+          s[0][nt][i] = pe;
+          bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, dl, rr, cc);
+        }
+      }
+    // K̄ += dSᵀ·gQ + S̄ᵀ·Q (× s at the end); V̄ += Hᵀ·dO.
+    if (has_gq) bwd_detail::mma_xb<T, 1, kQT, D>(kbar, dp, smem_qt(stage, 2) + v_lane);
+    bwd_detail::mma_xb<T, 1, kQT, D>(kbar, z, smem_qt(stage, 0) + v_lane);
+    bwd_detail::mma_xb<T, 1, kQT, D>(vbar, gg, smem_qt(stage, 1) + v_lane);
+  }
+  cp_async_wait<0>();
+  const int key_row0 = n0 + key_local0;
+  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head), p.k_bar.stride_n, key_row0,
+                                  n_k, kbar, scale);
+  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head), p.v_bar.stride_n, key_row0,
+                                  n_k, vbar, 1.f);
+}
+
+// The second stage of the split double backward: query tiles [0, ceil(n_q / BM)) run the apply
+// pass of the query-major kernel (r, c from the workspace; BN-key tiles), the following
+// ceil(n_k / BM) blocks run the key-major kernel on BM-key blocks against KvBM-row query tiles
+// (blockIdx.y < heads_kv), so that the two, which do not depend on each other, share the machine
+// (two blocks per SM) when b·h is small.
+template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal>
+__device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p) {
+  const int q_blocks = (p.n_q + BM - 1) / BM;
+  if (static_cast<int>(blockIdx.x) < q_blocks) {
+    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply>(p, blockIdx.x);
+  } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
+    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal>(p, blockIdx.x - q_blocks);
+  }
+}
+
+}  // namespace kgen

@@ -1,0 +1,308 @@
+// Hopper attention forward (sm_90a): warpgroup MMA (wgmma) from shared-memory Q and K, P from
+// registers against shared-memory V.
+//
+// Work split. Grid (ceil(n_q / BM), heads_q, batch) with BM = 64 · WGs; WGs warpgroups of 128
+// threads, warpgroup wg owns query rows [64·wg, 64·wg + 64) of the tile and warp w of it the 16
+// rows [64·wg + 16w, +16). Causal grids walk the query tiles from the last (most keys) to the
+// first, so the longest blocks start first and the short ones fill the tail.
+//
+// Shared memory (dynamic; the base is rounded up to 1024 bytes for the 128-byte swizzle):
+//   [Q: BM x D][K_0: BN x D][V_0: BN x D] ... [K_{Stages-1}][V_{Stages-1}], each a wgmma::Sw128
+//   tile (64-column blocks of 128-byte rows, 16-byte chunks XOR-swizzled by row % 8).
+// All threads copy tiles with cp.async; tile j+1 loads while tile j is computed (Stages = 2).
+// Stages = 3 pipelines each warpgroup: Q·Kᵀ of tile j+1 and P·V of tile j are issued together,
+// the softmax of tile j+1 runs while P·V is on the tensor cores, and O is rescaled after it;
+// tile j+2 loads meanwhile.
+//
+// Per K/V tile and warpgroup:
+//   S (64 x BN, fp32, BN/2 registers per thread) = Q·Kᵀ: D/16 wgmma m64nBNk16, A = Q and B = K
+//     both K-major by descriptor;
+//   mask, online softmax in the exp2 domain (as the FA2 kernel: running max of the raw scores,
+//     one FMA per exponent, a row that has seen only −inf uses 0 as reference);
+//   O (64 x D, fp32, D/2 registers) += P·V: BN/16 wgmma m64nDk16, A = P packed to 16 bits in
+//     registers (the accumulator layout of S is the A layout, see wgmma.cuh), B = V MN-major.
+// The warpgroups are not synchronised with each other inside a tile, so one warpgroup's softmax
+// overlaps another's tensor-core work.
+//
+// Epilogue: O /= l, staged through this warpgroup's own Q rows, 16-byte coalesced stores; LSE in
+// the natural log, −inf (and O = 0) for rows that saw no key.
+//
+// Requirements (checked by the host): as forward_fa2.cuh (16-byte aligned pointers and strides,
+// contiguous last dimension, p.head_dim == D), D a multiple of 64.
+#pragma once
+
+#include "kgen_device/attention/forward_config.h"
+#include "kgen_device/attention/forward_fa2.cuh"
+#include "kgen_device/attention/params.h"
+#include "kgen_device/core/cp_async.cuh"
+#include "kgen_device/core/math.cuh"
+#include "kgen_device/core/memory.cuh"
+#include "kgen_device/core/types.cuh"
+#include "kgen_device/core/wgmma.cuh"
+
+namespace kgen {
+namespace wgmma_fwd_detail {
+
+template <int D, int WGs, int BN, int Stages>
+constexpr int kSmemBytes = attention_fwd::wgmma_smem_bytes(D, WGs, BN, Stages);
+
+// Masks one 64 x BN score tile of a warpgroup (keys >= n_k, causal) and folds it into the online
+// softmax: s becomes P (exp2 domain), row_max/row_sum are updated, alpha[h] is the factor the
+// O rows of this thread must be scaled by.
+template <int BN, bool Causal>
+__device__ __forceinline__ void mask_softmax(float (&s)[BN / 2], float (&row_max)[2], float (&row_sum)[2],
+                                             float (&alpha)[2], int n0, int n_k, int row0, int diag, int t,
+                                             float scale_log2, bool needs_mask) {
+  if (needs_mask) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = row0 + 8 * h;
+      int limit = n_k;
+      if constexpr (Causal) limit = imin(n_k, row + diag + 1);
+      const int local_limit = limit - n0 - 2 * t;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (j * 8 + e >= local_limit) s[4 * j + 2 * h + e] = -infinity_f32();
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = row_max[h];
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+    mx = quad_max(mx);
+    const float ref = mx == -infinity_f32() ? 0.f : mx * scale_log2;
+    alpha[h] = exp2_approx(row_max[h] * scale_log2 - ref);
+    row_max[h] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -ref));
+        s[4 * j + 2 * h + e] = pe;
+        sum += pe;
+      }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
+  }
+}
+
+// Scales the accumulator rows of this thread (fragment rows g and g + 8) by alpha[0] and alpha[1].
+template <int N>
+__device__ __forceinline__ void scale_rows(float (&acc)[N], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    acc[4 * j] *= alpha[0];
+    acc[4 * j + 1] *= alpha[0];
+    acc[4 * j + 2] *= alpha[1];
+    acc[4 * j + 3] *= alpha[1];
+  }
+}
+
+}  // namespace wgmma_fwd_detail
+
+// T: half_t or bfloat16_t. D: 64 or 128 (= p.head_dim). BN: keys per tile (64, 128, 192).
+// WGs: warpgroups per block (BM = 64·WGs). Stages: K/V buffers (2). Causal: bottom-right mask.
+template <class T, int D, int BN, int WGs, int Stages, bool Causal>
+__device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardParams& p) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the wgmma kernel takes half_t or bfloat16_t");
+  static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
+  static_assert(BN % 64 == 0 && BN <= 256, "BN must be 64, 128, 192 or 256");
+  static_assert(Stages == 2 || Stages == 3, "the wgmma kernel keeps 2 or 3 K/V stages");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = 64 * WGs;
+  constexpr int kThreads = 128 * WGs;
+  using QTile = wgmma::Sw128<BM, D>;
+  using KVTile = wgmma::Sw128<BN, D>;
+  static_assert(1024 + QTile::kBytes + Stages * 2 * KVTile::kBytes ==
+                    wgmma_fwd_detail::kSmemBytes<D, WGs, BN, Stages>,
+                "shared memory layout must match wgmma_smem_bytes");
+  constexpr int kSRegs = BN / 2;
+  constexpr int kORegs = D / 2;
+
+  const int tid = threadIdx.x;
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
+  const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  const int m0 = m_block * BM;
+  const int head = blockIdx.y, batch = blockIdx.z;
+  const int n_q = p.n_q, n_k = p.n_k;
+  const int diag = n_k - n_q;  // causal: row i sees keys j <= i + diag
+  const float scale_log2 = p.scale_log2;
+
+  int n_end = n_k;  // keys [0, n_end) are visible to at least one row of this block
+  if constexpr (Causal) n_end = imax(0, imin(n_k, imin(m0 + BM, n_q) + diag));
+  const int num_tiles = (n_end + BN - 1) / BN;
+
+  const unsigned smem_raw = smem_u32(dynamic_smem());
+  const unsigned smem_q = (smem_raw + 1023u) & ~1023u;
+  auto smem_k = [&](int stage) { return smem_q + QTile::kBytes + stage * 2 * KVTile::kBytes; };
+  auto smem_v = [&](int stage) { return smem_k(stage) + KVTile::kBytes; };
+
+  const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + (head / p.head_group) * p.k_stride_h;
+  const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + (head / p.head_group) * p.v_stride_h;
+  auto load_kv = [&](int tile, int stage) {
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN, n_k, tid);
+  };
+
+  {
+    const T* q_ptr = static_cast<const T*>(p.q) + batch * p.q_stride_b + head * p.q_stride_h;
+    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(smem_q, q_ptr, p.q_stride_n, m0, n_q, tid);
+    if (num_tiles > 0) load_kv(0, 0);
+    cp_async_commit();
+  }
+
+  // Descriptors: Q rows of this warpgroup (K-major), K (K-major), V (MN-major). A k-step of 16
+  // elements moves 32 bytes inside a 64-column block, and 64 columns move one block.
+  const unsigned long long q_desc = wgmma::desc_sw128(smem_q + wg * 64 * 128, 16, 1024);
+  auto k_step = [](int kk, int block_bytes) { return (kk / 4) * block_bytes + (kk % 4) * 32; };
+
+  float o[kORegs];
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
+  float row_max[2] = {-infinity_f32(), -infinity_f32()};
+  float row_sum[2] = {0.f, 0.f};
+  const int wg_row0 = m0 + wg * 64;  // first query row of this warpgroup
+  const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
+
+  // Both schedules' pieces. S = Q·Kᵀ of the tile in `stage` into acc (issued, not committed).
+  auto issue_s = [&](float (&acc)[kSRegs], int stage) {
+    const unsigned long long k_desc = wgmma::desc_sw128(smem_k(stage), 16, 1024);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma::Mma<BN>::template ss<T, 0, 0>(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
+                                           k_desc + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
+  };
+  // O += P·V of the tile in `stage`, P packed in registers; one committed group.
+  auto issue_pv = [&](const unsigned (&pa)[BN / 16][4], int stage) {
+    const unsigned long long v_desc = wgmma::desc_sw128(smem_v(stage), KVTile::kBlockBytes, 1024);
+    wgmma::fence_operand(o);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk)
+      wgmma::Mma<D>::template rs<T, 1>(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+    wgmma::commit();
+  };
+  // Keys >= n_k, or above the causal diagonal, in the tile starting at key n0.
+  auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
+
+  if constexpr (Stages == 3) {
+    // Pipelined: Q·Kᵀ of tile j+1 and P·V of tile j run on the tensor cores while this
+    // warpgroup computes the softmax of tile j+1; O is rescaled once P·V of tile j is done.
+    // Three K/V stages: tile j+2 loads while tiles j and j+1 are in use.
+    unsigned pa[BN / 16][4];
+    if (num_tiles > 0) {
+      if (num_tiles > 1) load_kv(1, 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // Q and tile 0
+      wgmma::fence_proxy_async();
+      __syncthreads();
+      float s[kSRegs];
+      wgmma::fence();
+      issue_s(s, 0);
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+      float alpha[2];
+      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, 0, n_k, row0, diag, t, scale_log2,
+                                                 needs_mask(0));
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+    }
+    // Every iteration but the last issues Q·Kᵀ of the next tile (no branch around the wgmma
+    // groups, so the compiler can keep them in flight across the softmax).
+    for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+      cp_async_wait<0>();  // tile + 1 landed
+      wgmma::fence_proxy_async();
+      __syncthreads();  // every warpgroup is done with tile − 1: its stage takes tile + 2
+      if (tile + 2 < num_tiles) load_kv(tile + 2, (tile + 2) % Stages);
+      cp_async_commit();
+      float s[kSRegs];
+      wgmma::fence();
+      issue_s(s, (tile + 1) % Stages);
+      wgmma::commit();
+      issue_pv(pa, tile % Stages);
+      wgmma::wait<1>();  // Q·Kᵀ of tile + 1 done; P·V of tile may still run
+      wgmma::fence_operand(s);
+      float alpha[2];
+      const int n0 = (tile + 1) * BN;
+      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                                 needs_mask(n0));
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      wgmma_fwd_detail::scale_rows(o, alpha);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+    }
+    if (num_tiles > 0) {  // P·V of the last tile (landed at the previous wait)
+      issue_pv(pa, (num_tiles - 1) % Stages);
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+    }
+  } else
+  for (int tile = 0; tile < num_tiles; ++tile) {
+    const int n0 = tile * BN;
+    const int stage = tile % Stages;
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile `tile` landed for all; every warpgroup finished tile − 1
+    if (tile + 1 < num_tiles) load_kv(tile + 1, (tile + 1) % Stages);
+    cp_async_commit();
+
+    float s[kSRegs];
+    wgmma::fence();
+    issue_s(s, stage);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+
+    float alpha[2];
+    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                               needs_mask(n0));
+    wgmma_fwd_detail::scale_rows(o, alpha);
+
+    unsigned a[BN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(a[kk], s, kk);
+    issue_pv(a, stage);
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+  }
+
+  // ---- epilogue: stage O / l through this warpgroup's Q rows, 16-byte stores; LSE ----
+  cp_async_wait<0>();
+  __syncthreads();  // no copy may still target Q (num_tiles == 0), no warpgroup still reads it
+  T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h;
+  float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_sum[h]);
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    const int local_row = wg * 64 + warp * 16 + g + 8 * h;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      st_shared_4(smem_q + QTile::offset(local_row, j) + 4 * t,
+                  pack2<T>(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l));
+    const int row = m0 + local_row;
+    if (lse_ptr != nullptr && t == 0 && row < n_q)
+      lse_ptr[row] = l > 0.f ? (row_max[h] * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
+  }
+  __syncwarp();
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int it = 0; it < 16 * kChunks / 32; ++it) {
+    const int idx = it * 32 + lane;
+    const int local_row = wg * 64 + warp * 16 + idx / kChunks;
+    const int c = idx % kChunks;
+    const int row = m0 + local_row;
+    if (row < n_q)
+      st_global_16(o_ptr + static_cast<long long>(row) * p.o_stride_n + c * 8,
+                   ld_shared_16(smem_q + QTile::offset(local_row, c)));
+  }
+#endif
+}
+
+}  // namespace kgen

@@ -1,0 +1,119 @@
+// The autotuner, one core for every operator: for one (op, spec, shape) compile every candidate
+// of the op's config space in parallel, check each against the reference on NaN-poisoned
+// buffers (a failing candidate is reported and never wins), time the survivors with device
+// events, and pick the winner with a deterministic tie-break inside the measured noise.
+//
+// What differs per operator sits behind TuningProblem (ops/tuning_problems.h makes one for
+// each registered op): its candidates, variant key and shape bucket, the kernels a candidate
+// compiles to, and a bench that checks and times a candidate.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "generator/kernel_source.h"
+#include "generator/target.h"
+#include "tuning/timing.h"
+#include "compiler/nvrtc.h"
+#include "tuning/tuning_db.h"
+
+namespace kgen {
+
+// The verdict of one checked run of a candidate.
+struct CandidateCheck {
+  bool pass = false;
+  std::string detail;  // "rel_l2 1.2e-03" on pass, the first failed rule otherwise
+};
+
+// One problem's inputs and reference on one device, computed once; candidates are checked and
+// timed on the same buffers.
+class CandidateBench {
+ public:
+  virtual ~CandidateBench() = default;
+  // Runs `config` on NaN-poisoned outputs and compares every output with the reference.
+  virtual CandidateCheck check(const std::string& config) = 0;
+  // Median/p20/p80 of `reps` device-event-timed runs after `warmup` (callers check first).
+  virtual Timing time(const std::string& config, int warmup, int reps) = 0;
+};
+
+// One (op, spec, shape) to tune: the per-operator side of the tuner. Describing a problem needs
+// no device; only bench() does.
+class TuningProblem {
+ public:
+  virtual ~TuningProblem() = default;
+  virtual std::string_view op() const = 0;     // "attention_bwd", the registry's name
+  virtual std::string variant_key() const = 0;  // what changes the kernel source: "attention_bwd.bf16.d128.causal"
+  virtual std::string bucket() const = 0;       // what only changes the shape: "nq4096.nk4096.g1.bh64"
+  virtual std::string shape_text() const = 0;   // the exact shape: "b=4 h=16 h_kv=16 n=4096"
+  // Why the problem cannot be tuned at all (nullopt when it can).
+  virtual std::optional<std::string> check_problem() const = 0;
+  // The canonical text of `config`, nullopt when it does not parse as one of this op's configs.
+  virtual std::optional<std::string> parse_config(const std::string& config) const = 0;
+  // Every candidate for `target`, in canonical order (the tie-break order).
+  virtual std::vector<std::string> config_space(const Target& target) const = 0;
+  // Why `config` cannot run this problem on `target` (nullopt when it can).
+  virtual std::optional<std::string> check_config(const std::string& config, const Target& target) const = 0;
+  // The kernels a run of `config` launches (valid configs only).
+  virtual std::vector<KernelSource> kernels(const std::string& config) const = 0;
+  // The bench on GPU `device`. Throws Error(no_device) without one. By default the checking
+  // layer's, through tuning/bench_registry.h.
+  virtual std::unique_ptr<CandidateBench> bench(int device) const;
+  // Throughput of one run taking `median_ms`, in rate_unit(); by default the checking layer's.
+  virtual double rate(double median_ms) const;
+  virtual std::string_view rate_unit() const = 0;  // "TFLOPS" or "GB/s"
+};
+
+struct TuneOptions {
+  int warmup = 10;
+  int reps = 50;
+  int jobs = 0;                        // parallel compiles (0 = all cores)
+  std::vector<int> devices = {0};      // candidates are spread over these GPUs, one worker each
+  std::vector<std::string> candidates;  // empty = the whole config space
+};
+
+struct CandidateResult {
+  std::string config;
+  int device = 0;
+  bool compiled = false;
+  ResourceUsage resources;  // the most registers and spills over the candidate's kernels
+  CandidateCheck check;     // pass == false: never timed, never wins
+  Timing timing;
+  double rate = 0;          // TuningProblem::rate_unit()
+  std::string error;        // invalid, compile or launch error
+};
+
+struct TuneResult {
+  std::vector<CandidateResult> candidates;  // in canonical (config space) order
+  std::optional<std::size_t> winner;        // index into candidates
+  std::optional<std::size_t> runner_up;
+  double margin = 0;                        // runner-up median / winner median − 1
+  bool within_noise = false;                // the runner-up was inside the winner's noise band
+};
+
+// Progress: (stage "compile" | "check+time", done, total, candidate or nullptr).
+using TuneProgress = std::function<void(const char*, std::size_t, std::size_t, const CandidateResult*)>;
+
+// Tunes `problem`. Throws Error(no_device) without a GPU, Error(invalid_argument) for a problem
+// that cannot be tuned or devices of different kinds.
+TuneResult tune(const TuningProblem& problem, const TuneOptions& options, const TuneProgress& progress = {});
+
+// Picks the winner among timed, passing candidates: the fastest median, except that candidates
+// whose median is within the noise band of the fastest (two standard errors of the difference
+// of the medians, at least 1 %) tie, and ties go to the earliest in canonical order, so two
+// runs agree.
+void choose_winner(TuneResult& result);
+
+// The database record of `result`'s winner for `problem` (tuned_at and device left empty: the
+// writer stamps them). Requires result.winner.
+TuningRecord winner_record(const TuningProblem& problem, const TuneResult& result);
+
+// KGEN_AUTOTUNE on the launch path: tunes `problem` on `device` with short runs on the calling
+// thread and appends the winner to a shard in default_tuning_shard_dir() (a write failure is a
+// warning). The winner's config, nullopt when no candidate passed.
+std::optional<std::string> autotune_and_record(const TuningProblem& problem, int device);
+
+}  // namespace kgen
