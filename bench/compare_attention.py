@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """kgen vs PyTorch SDPA (flash, cuDNN, efficient): forward attention on the same tensors.
 
-Every implementation's output is checked against a reference (specs/attention.md §5) before
+Every implementation's output is checked against a reference (docs/attention.md §5) before
 anything is timed; one that fails gets FAIL and no time, one that raises gets "–" and a footnote.
-Standard sweep (§6): b·n = 16k tokens, h·d = 2048, n = 512…16k, d = 64/128, causal and not.
+Standard sweep (docs/attention.md §6): b·n = 16k tokens, h·d = 2048, n = 512…16k, d = 64/128, causal and not.
 
     python3 bench/compare_attention.py                          # the whole sweep, bf16
     python3 bench/compare_attention.py --seqlens 2k,8k --head-dims 128 --causal no --out r.md
@@ -52,7 +52,7 @@ class Config:
     h: int
 
     @property
-    def flops(self):  # §6: 4·b·h·n_q·n_k·d, causal halves it
+    def flops(self):  # docs/attention.md §6: 4·b·h·n_q·n_k·d, causal halves it
         return 4 * self.b * self.h * self.n * self.n * self.d / (2 if self.causal else 1)
 
     def key(self):

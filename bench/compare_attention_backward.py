@@ -2,11 +2,11 @@
 """kgen vs PyTorch: attention backward and double backward, same tensors, one process.
 
 Every implementation's gradients are checked against an fp32 math-path reference (on sampled
-heads for large shapes, attention.md §5) before it is timed; a failing one gets FAIL and no time.
+heads for large shapes, docs/attention.md §5) before it is timed; a failing one gets FAIL and no time.
 
   backward         kgen (kernels only, o/lse from kgen's forward) vs SDPA flash, cuDNN, efficient
                    and FlexAttention (torch.autograd.grad of their forward's output), bf16,
-                   b·n = 16k, h·d = 2048 (attention.md §6; backward FLOPs = 2.5 × forward).
+                   b·n = 16k, h·d = 2048 (docs/attention.md §6; backward FLOPs = 2.5 × forward).
   double backward  the second torch.autograd.grad of L2 = Σ⟨g, (dq, dk, dv)⟩ after
                    grad(o, (q, k, v), dO, create_graph=True): kgen.torch.attention against SDPA's
                    math backend in eager mode and under torch.compile; time and peak memory of
@@ -34,7 +34,7 @@ from kgen.testing import attention_math, compare  # noqa: E402
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-BOUND = 1e-2          # rel_l2 of 16-bit gradients against the fp32 reference (§5.2)
+BOUND = 1e-2          # rel_l2 of 16-bit gradients against the fp32 reference (docs/attention.md §5.2)
 SECOND_BOUND = 2e-2   # second order, 16-bit inputs
 REF_HEADS = 2         # heads of batch 0 that the fp32 reference recomputes
 DOUBLE_MATMULS = 22   # n×n×d matmuls of kgen's double backward (q pass 14, kv pass 8)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """kgen vs PyTorch (eager and torch.compile): lrpe_cosine / md_lrpe_cosine in one process.
 
-Prints the reference reports' tables (specs/lrpe.md §4): one table per (op, direction, act[,
+Prints the reference reports' tables (docs/lrpe.md §4): one table per (op, direction, act[,
 grid, l]), one row per n, one column per implementation, median ms. Before any timing, every
 implementation's output (forward: o; backward: x.grad) is checked against a float64 reference
 on freshly poisoned buffers; a failing one gets FAIL and no time. The device copy rate is
-measured in the same run; each kgen cell also gives its share of the bandwidth floor (§5).
+measured in the same run; each kgen cell also gives its share of the bandwidth floor (docs/lrpe.md §5).
 Backward columns: "o.backward(do)" is autograd's full backward including its x.grad
 accumulation (what the reference tables time); "kgen kernel" is kgen's backward kernel alone.
 Beside each speed table, a memory table measured as the reports measure it: in this process,
@@ -341,7 +341,7 @@ def main():
               f"device copy rate: {rate / 1e12:.3f} TB/s (1 GiB device-to-device copy, bytes read + written; this run)",
               "cells: median ms (CUDA events around each call queued behind ~1 ms of GPU sleep: GPU time, not the host's "
               "launch path; inputs rotated beyond L2); kgen cells: (share of the bandwidth floor, "
-              "specs/lrpe.md §5, at the copy rate); every implementation checked against float64 first (FAIL: no "
+              "docs/lrpe.md §5, at the copy rate); every implementation checked against float64 first (FAIL: no "
               "time). bwd: 'o.backward(do)' = autograd backward into x.grad (set to None before each call, as "
               "zero_grad does; torch.compile without buffer donation, so that the graph can be retained); "
               "'kgen kernel' = kgen's "

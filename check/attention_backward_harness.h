@@ -1,5 +1,5 @@
 // Checking and timing the attention backward and double backward on a GPU, the counterpart of
-// attention_harness.h's AttentionForwardBench (attention.md §5): fresh random normal inputs
+// attention_harness.h's AttentionForwardBench (docs/attention.md §5): fresh random normal inputs
 // (q, k, v, dO and the cotangents), o and lse from kgen's forward, every output compared with
 // an fp64 reference after a run on NaN-poisoned outputs and workspace, before any timing.
 #pragma once
@@ -44,7 +44,7 @@ struct GradientCheck {
 // One line per output ("  dq: rel_l2 ... "), plus the determinism verdict when checked.
 std::string to_string(const GradientCheck& c);
 
-// 2.5 × attention_forward_flops (attention.md §6).
+// 2.5 × attention_forward_flops (docs/attention.md §6).
 double attention_backward_flops(const AttentionCase& c);
 
 // The double backward's n×n×d matmuls per (query tile, key tile) in kgen's kernel plan (5 for r
@@ -74,7 +74,7 @@ class AttentionGradientBench {
   // every output with the reference; deterministic mode runs twice and compares the bits.
   GradientCheck check(const std::string& config);
   // Median/p20/p80 of `reps` device-event-timed runs after `warmup`, inputs rotated beyond L2.
-  // Does not check: callers check() the config first (attention.md §5 rule 1).
+  // Does not check: callers check() the config first (docs/attention.md §5 rule 1).
   Timing time(const std::string& config, int warmup, int reps);
 
  protected:

@@ -1,6 +1,6 @@
 // Checking and timing attention kernels on a GPU, shared by the GPU tests, `kgen check`,
 // `kgen bench` and the README's main job. Every timing is preceded by a check on the same
-// buffers with NaN-poisoned outputs (attention.md §5): no figure for a failing variant.
+// buffers with NaN-poisoned outputs (docs/attention.md §5): no figure for a failing variant.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@ namespace kgen {
 
 std::string to_string(const AttentionCase& c);
 
-// 4·b·h_q·n_q·n_k·d, halved for causal (attention.md §6).
+// 4·b·h_q·n_q·n_k·d, halved for causal (docs/attention.md §6).
 double attention_forward_flops(const AttentionCase& c);
 
 struct AttentionCheck {

@@ -17,7 +17,7 @@ namespace kgen {
 
 std::string to_string(const LrpeCase& c);
 
-// The bytes a call must move at the least (specs/lrpe.md §5).
+// The bytes a call must move at the least (docs/lrpe.md §5).
 double lrpe_floor_bytes(const LrpeCase& c);
 
 // Device memory one call of the case holds, as the reports' memory tables count it for their

@@ -1,4 +1,4 @@
-// The correctness metrics of kgen (attention.md §5): rel_l2, cosine, max_abs, count of
+// The correctness metrics of kgen (docs/attention.md §5): rel_l2, cosine, max_abs, count of
 // elements outside atol + rtol·|ref|, non-finite outputs, and a pass verdict.
 #pragma once
 

@@ -35,7 +35,7 @@ struct AttentionBackwardReference {
 struct AttentionDoubleBackwardReference {
   std::vector<double> q_bar, do_bar;  // like q
   std::vector<double> k_bar, v_bar;   // like k, v (summed over each kv group)
-  std::vector<double> r, c;           // attention.md §4 row terms, (b, h_q, n_q)
+  std::vector<double> r, c;           // docs/attention.md §4 row terms, (b, h_q, n_q)
 };
 
 // Deliberately wrong variants, only for tests that prove the checks can fail.
@@ -43,16 +43,16 @@ enum class ReferenceFault {
   none,
   drop_d_term,  // dS = P∘dP instead of P∘(dP − D·1ᵀ)
   drop_r_term,  // double backward: H = P∘G instead of P∘(G − r·1ᵀ)
-  p_constant,   // double backward: P treated as a constant (S̄ = 0), the §5 report's mistake
+  p_constant,   // double backward: P treated as a constant (S̄ = 0), a failure mode of docs/attention.md §5
 };
 
-// Gradients of attention_forward_cpu's o under the loss ⟨d_o, o⟩ (attention.md §3), fp64, from
+// Gradients of attention_forward_cpu's o under the loss ⟨d_o, o⟩ (docs/attention.md §3), fp64, from
 // q, k, v of `p` and d_o (shaped like q): P rebuilt exactly, dS = P∘(dO·vᵀ − D·1ᵀ),
 // dq = s·dS·k, dk = s·dSᵀ·q, dv = Pᵀ·dO. Fully masked rows contribute nothing.
 AttentionBackwardReference attention_backward_cpu(const AttentionProblem& p, const std::vector<double>& d_o,
                                                   ReferenceFault fault = ReferenceFault::none);
 
-// Second-order gradients (attention.md §4) of ℒ = ⟨gq, dq⟩ + ⟨gk, dk⟩ + ⟨gv, dv⟩ with (dq, dk, dv)
+// Second-order gradients (docs/attention.md §4) of ℒ = ⟨gq, dq⟩ + ⟨gk, dk⟩ + ⟨gv, dv⟩ with (dq, dk, dv)
 // = attention_backward_cpu(p, d_o), w.r.t. q, k, v and d_o. gq is shaped like q, gk and gv like
 // k; an empty vector means that cotangent is zero. Dense n×n fp64 per head: small shapes only.
 AttentionDoubleBackwardReference attention_double_backward_cpu(const AttentionProblem& p,

@@ -16,7 +16,7 @@ void attention_forward_reference_gpu(const TensorView& q, const TensorView& k, c
                                      float* lse, bool causal, double scale, void* stream,
                                      const std::vector<std::pair<int, int>>& heads = {});
 
-// The naive GPU references of the backward and the double backward (attention.md §3, §4;
+// The naive GPU references of the backward and the double backward (docs/attention.md §3, §4;
 // templates/kgen_device/reference/attention_bwd_naive.cuh): fp64 accumulation, every P_ij rebuilt from
 // q and k (no o or lse input: the forward is recomputed), nothing n×n stored, head_dim ≤ 256.
 // q, d_o (and gq) are (b, h_q, n_q, d), k, v (and gk, gv) (b, h_kv, n_k, d), all of one dtype

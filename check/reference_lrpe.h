@@ -1,4 +1,4 @@
-// fp64 CPU references of lrpe_cosine and md_lrpe_cosine (specs/lrpe.md §1–3): the ground truth
+// fp64 CPU references of lrpe_cosine and md_lrpe_cosine (docs/lrpe.md §1–3): the ground truth
 // the kernels are checked against.
 #pragma once
 

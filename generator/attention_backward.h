@@ -1,5 +1,5 @@
 // attention_bwd: spec, config space, validity rules, the per-shape default, and rendering of
-// the kernels one backward call launches (attention.md §3).
+// the kernels one backward call launches (docs/attention.md §3).
 //
 // A backward call runs, on one stream:
 //   preprocess            delta = rowsum(dO∘O), lse2 = lse·log2 e, zeroed dQ accumulator
@@ -86,7 +86,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
 // Every kernel of every valid config of every spec, for `kgen warm`.
 std::vector<KernelSource> attention_backward_all_variants(const Target& target);
 
-// ---- attention_double_bwd (attention.md §4) ----
+// ---- attention_double_bwd (docs/attention.md §4) ----
 // A call runs preprocess (the backward's), then q_stats (r, c; query-major), then fused: the
 // query-major apply pass (Q̄, dŌ) and the key-major kernel (K̄, V̄) in one grid, independent
 // blocks sharing the machine. The config "fa2:bm64:bn32:w4" gives the query-major kernel 64

@@ -189,12 +189,8 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
-    // 128 query rows on 4 warps (32 rows each) for d <= 128: on an H200 (bf16, b·n = 16k,
-    // n = 4k) d = 64 ran 341 TFLOPS with 64-key tiles against 286 for 8 warps × 16 rows with
-    // 128-key tiles, and d = 128 345 with 32-key tiles against 325 for 8 × 16 rows × 64 keys
-    // (BENCHMARKS.md); d = 128 with 64-key tiles (spill-free since the kernel keeps nothing
-    // recomputable live across the K/V loop) ran 334.7 / 338.7 against 331.8 / 338.3 at n = 4k /
-    // 16k, causal 293.4 / 308.7 against 288.6 / 301.2. d = 96 keeps 32-key tiles (unmeasured).
+    // 128 query rows on 4 warps, 64-key tiles: the fastest for d = 64 and 128 on an H200 (BENCHMARKS.md,
+    // "Tile choice" and "spill-free 64-key tile"). d = 96 keeps 32-key tiles (unmeasured).
     // d = 256 keeps 16 rows per warp: 32 would not fit in registers.
     const int bn = spec.head_dim <= 64 || spec.head_dim == 128 ? 64 : 32;
     AttentionForwardConfig c{ForwardPath::fa2, 128, bn, 2, 0, 4};

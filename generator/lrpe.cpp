@@ -153,25 +153,7 @@ std::optional<std::string> check_lrpe_config_for_shape(const LrpeSpec& spec, con
 
 namespace {
 
-// The fastest config per (act, direction) of the config sweeps on an H200 (B = H = 12, D = 128,
-// bf16; BENCHMARKS.md). Folding slices divides the angle work (8 full-rate instructions and 2 MUFU
-// per angle) by the fold and keeps fold 16-byte loads per thread in flight; softmax over the
-// sequence folds at most 4 (its running statistics take 3·vec registers per slice).
-// md_lrpe_cosine keeps the defaults of the first sweep (tools/gpu_lrpe_sweep.sh, n = 16384):
-// none and silu sp with fold 4; softmax over features bp with fold 6 (fwd) / 128 threads and fold
-// 4 (bwd); softmax over the sequence bp with two rows in flight (fwd) / 128 threads and fold 2.
-// lrpe_cosine takes those of the occupancy sweep (BENCHMARKS.md, "lrpe_cosine: occupancy knob and
-// measured defaults"; n = 4k / 16k / 32k, shares of the bandwidth floor): registers were what held
-// these kernels back (silu bwd at 173 per thread kept one 256-thread block per SM).
-// - elementwise fwd: 128 threads, fold 2, 8 blocks (64 registers): none 93/97/97 %, silu
-//   92/96/96 % (fold 4 at one block's registers: 89/91/91 and 81/84/84).
-// - elementwise bwd: 128 threads, fold 4, 4 blocks (silu 98/102/103 % against 67/68/68; none
-//   98/103 % at 4k / 16k against 88/93 for its earlier fold 4 on 256 uncapped threads).
-// - softmax over features (after its unshifted fast path and batched row sums; n = 4k / 16k):
-//   fwd sp, 128 threads, two rows, fold 2, 6 blocks (92/96 %; fold 4 at 6 blocks 85/90); bwd sp,
-//   128 threads, fold 2, 8 blocks (99/103 %; bp 256 threads fold 2 at 3 blocks 90/93).
-// - softmax over the sequence: fwd 128 threads, two rows, 8 blocks (72/81/82 %); bwd 128
-//   threads, two rows, 5 blocks (86/95/96 %).
+// The fastest config per (act, direction) of the H200 sweeps (BENCHMARKS.md, "LRPE defaults").
 LrpeConfig swept_default(const LrpeSpec& spec) {
   const bool fwd = spec.direction == LrpeDirection::forward;
   using S = LrpeStrategy;

@@ -1,4 +1,4 @@
-// lrpe_cosine and md_lrpe_cosine (specs/lrpe.md): spec (what is fixed per compiled kernel),
+// lrpe_cosine and md_lrpe_cosine (docs/lrpe.md): spec (what is fixed per compiled kernel),
 // config space (what the tuner may try), validity rules, the per-shape default, the launch
 // plan, and rendering of one variant.
 #pragma once

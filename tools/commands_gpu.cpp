@@ -49,7 +49,7 @@ std::vector<bool> parse_causal(const std::string& text) {
   throw Error(Status::invalid_argument, "--causal: expected yes, no or both, got '" + text + "'");
 }
 
-// The correctness sweep of attention.md §5.6: odd sizes, n_q != n_k both ways, causal, GQA,
+// The correctness sweep of docs/attention.md §5.6: odd sizes, n_q != n_k both ways, causal, GQA,
 // BNHD, more than one wave.
 std::vector<AttentionCase> check_cases(const std::vector<DType>& dtypes, const std::vector<int>& head_dims, bool quick) {
   struct Shape { int b, hq, hkv, nq, nk; };

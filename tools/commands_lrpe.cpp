@@ -1,5 +1,5 @@
 // `kgen check lrpe|md_lrpe` (correctness sweep against the fp64 references) and
-// `kgen bench lrpe|md_lrpe` (the reference reports' tables, specs/lrpe.md §4, with the device
+// `kgen bench lrpe|md_lrpe` (the reference reports' tables, docs/lrpe.md §4, with the device
 // copy rate measured in the same run and each cell's share of the bandwidth floor).
 #include <cstdio>
 #include <memory>
@@ -158,7 +158,7 @@ int run_lrpe_bench(LrpeOp op, const LrpeBenchOptions& o) {
               copy_rate / 1e12, o.copy_mib);
   std::printf("cells: kernel-only median ms of %d reps after %d warm-up (CUDA events, inputs rotated beyond L2), each "
               "checked first on NaN-poisoned outputs against the fp64 reference; (%%) = floor time / measured time, floor = "
-              "bytes of specs/lrpe.md §5 at the copy rate. bwd is the kgen backward alone (no autograd accumulation).\n",
+              "bytes of docs/lrpe.md §5 at the copy rate. bwd is the kgen backward alone (no autograd accumulation).\n",
               o.reps, o.warmup);
   std::printf("memory tables: MiB (2^20 bytes) of device memory one call holds, counted as the reference reports count "
               "their kernels' peak of live allocations: fwd x + theta (fp32) + o, bwd x + theta + dO + dx, plus the md "

@@ -63,7 +63,7 @@ kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const 
                                     const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk, DLTensor* dv,
                                     const kgen_attention_backward_options* options, void* stream);
 
-/* Second-order gradients (attention.md §4): given cotangents gq (like q), gk, gv (like k) of the
+/* Second-order gradients (docs/attention.md §4): given cotangents gq (like q), gk, gv (like k) of the
  * backward's dq, dk, dv (any may be NULL = zero), writes q_bar, k_bar, v_bar, do_bar, the
  * gradients of the outer loss with respect to q, k, v and d_o. Nothing n x n is stored. */
 kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
@@ -75,7 +75,7 @@ kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k,
 /* Scratch bytes of a backward (double_backward == 0) or double backward call for q's shape. */
 kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kgen_attention_backward_options* options,
                                                     int double_backward, size_t* bytes);
-/* --- LRPE-cosine (specs/lrpe.md) ----------------------------------------------------------------
+/* --- LRPE-cosine (docs/lrpe.md) -----------------------------------------------------------------
  * x is (b, h, n, d) (a (b, n, h, d) tensor as its permuted view) or (b, n, d) for one head,
  * any strides with a contiguous last dim; o and d_o are shaped like x with 2d features (cos
  * half first), dx like x; float16, bfloat16 or float32 (one dtype for all of them), d <= 256.

@@ -68,7 +68,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
 // Bytes of scratch attention_double_backward needs for these shapes.
 std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options);
 
-// Second-order gradients (attention.md §4). With dq, dk, dv the outputs of attention_backward
+// Second-order gradients (docs/attention.md §4). With dq, dk, dv the outputs of attention_backward
 // as functions of (q, k, v, d_o) and an outer loss ℒ(dq, dk, dv) whose cotangents are
 // gq = ∂ℒ/∂dq (shaped like q), gk, gv (like k), any of them null (= zero, its work skipped),
 // writes q_bar = ∂ℒ/∂q, k_bar, v_bar (like k, summed over each kv group) and do_bar = ∂ℒ/∂d_o
@@ -79,7 +79,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
                                const TensorView& q_bar, const TensorView& k_bar, const TensorView& v_bar,
                                const TensorView& do_bar, const AttentionBackwardOptions& options, void* stream);
 
-// --- LRPE-cosine (specs/lrpe.md) ---------------------------------------------------------------
+// --- LRPE-cosine (docs/lrpe.md) ----------------------------------------------------------------
 // x is (batch, heads, n, d) (any strides, last dim contiguous; a (b, n, h, d) tensor as its
 // permuted view) or (batch, n, d) for one head; o is shaped like x with 2d features (the cos
 // half first), dO like o, dx like x. fp16, bf16 or fp32, math in fp32; x, o, dO and dx share one

@@ -10,7 +10,7 @@ namespace kgen {
 enum class DType { f16, bf16, f32 };
 
 // The activation of lrpe_cosine / md_lrpe_cosine applied to x before the rotation
-// (specs/lrpe.md §1): softmax over the features of each row (dim −1), or over the sequence of
+// (docs/lrpe.md §1): softmax over the features of each row (dim −1), or over the sequence of
 // each (batch, head, feature) column (dim −2 of a (b, h, n, d) tensor).
 enum class LrpeAct { none, relu, sigmoid, silu, softmax, softmax_seq };
 

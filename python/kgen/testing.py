@@ -1,5 +1,5 @@
-"""References and output metrics for checking kgen (and its peers) the way the spec requires
-(specs/attention.md §5): rel_l2, cosine, max_abs and a count of out-of-tolerance elements on
+"""References and output metrics for checking kgen (and its peers) the way kgen's correctness rules
+require (docs/attention.md §5): rel_l2, cosine, max_abs and a count of out-of-tolerance elements on
 outputs that were poisoned before the run, against an upcast math reference. Needs PyTorch.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-# rel_l2 bound on o per input dtype (§5.2); lse is fp32 math in every path.
+# rel_l2 bound on o per input dtype (docs/attention.md §5.2); lse is fp32 math in every path.
 REL_L2_BOUND = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 LSE_REL_L2_BOUND = 1e-4
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
@@ -83,7 +83,7 @@ def attention_math(q, k, v, *, causal=False, scale=None):
 
 @dataclass
 class Check:
-    """Metrics of one output against its reference; `ok` is the §5.2 pass rule."""
+    """Metrics of one output against its reference; `ok` is the docs/attention.md §5.2 pass rule."""
     name: str
     ok: bool
     rel_l2: float
@@ -150,7 +150,7 @@ def check_attention(o, lse, o_ref, lse_ref, dtype) -> list[Check]:
     return checks
 
 
-# --- LRPE-cosine: the PyTorch formulation (specs/lrpe.md) ---------------------------------------
+# --- LRPE-cosine: the PyTorch formulation (docs/lrpe.md) ----------------------------------------
 
 def _lrpe_act(x, act):
     """act(x) on logical (b, h, n, d); act is none/relu/sigmoid/silu/softmax/softmax_seq."""

@@ -182,7 +182,7 @@ def attention_double_backward(q, k, v, o, lse, d_o, gq=None, gk=None, gv=None, *
                               config: str | None = None):
     """(q_bar, k_bar, v_bar, do_bar): gradients of an outer loss with respect to q, k, v and d_o,
     given its cotangents gq, gk, gv of the backward's dq, dk, dv (None = zero, work skipped).
-    O(n·d) memory (attention.md §4). deterministic=True gives the same bits on every run."""
+    O(n·d) memory (docs/attention.md §4). deterministic=True gives the same bits on every run."""
     _check_types(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, gq=gq, gk=gk, gv=gv)
     d_o, gq, gk, gv = (_dense(t) for t in (d_o, gq, gk, gv))
     outs = [torch.empty_like(t) for t in (q, k, v, q)]
@@ -253,7 +253,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     _check_types(q=q, k=k, v=v)
     return _Attention.apply(q, k, v, causal, scale, layout, deterministic)
 
-# --- LRPE-cosine (specs/lrpe.md) ------------------------------------------------------------------
+# --- LRPE-cosine (docs/lrpe.md) -------------------------------------------------------------------
 
 LRPE_ACTS = ("none", "relu", "sigmoid", "silu", "softmax")
 

@@ -1,5 +1,5 @@
 """GPU tests of kgen.torch.attention's first- and second-order gradients against PyTorch autograd
-on the float64 math path (attention.md §3–§5): O(1) losses with random weights, dO that
+on the float64 math path (docs/attention.md §3–§5): O(1) losses with random weights, dO that
 depends on the inputs, every cotangent present and absent, NaN-free outputs, odd sizes, GQA,
 BHND and BNHD. Skipped unless PyTorch with CUDA and libkgen.so are available."""
 import pytest
@@ -14,7 +14,7 @@ from kgen.testing import COS_BOUND, attention_math, compare  # noqa: E402
 pytestmark = pytest.mark.usefixtures("kgen_library")
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
-# rel_l2 bounds (attention.md §5.2; check/metrics.h second_order_tolerance_for): 16-bit second
+# rel_l2 bounds (docs/attention.md §5.2; check/metrics.h second_order_tolerance_for): 16-bit second
 # order rounds P, dS, S̄, H to 16 bits for the tensor cores, hence 2e-2; fp32 is plain math.
 FIRST = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-5}
 SECOND = {torch.float16: 2e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}

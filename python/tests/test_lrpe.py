@@ -1,4 +1,4 @@
-"""kgen.torch.lrpe_cosine / md_lrpe_cosine against the PyTorch formulation (specs/lrpe.md):
+"""kgen.torch.lrpe_cosine / md_lrpe_cosine against the PyTorch formulation (docs/lrpe.md):
 forward and backward through autograd, every act, layouts, theta shapes, odd sizes, md grids.
 Argument errors raised in Python run without a GPU; the rest skips without CUDA."""
 import math

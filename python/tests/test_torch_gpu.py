@@ -1,4 +1,4 @@
-"""GPU tests of kgen.torch against a float64 CPU reference (specs/attention.md §5). Skipped
+"""GPU tests of kgen.torch against a float64 CPU reference (docs/attention.md §5). Skipped
 unless PyTorch with CUDA and libkgen.so are available."""
 import math
 import re

@@ -1,5 +1,5 @@
 // attention_backward and attention_double_backward on the GPU against the fp64 references, on
-// NaN-poisoned outputs and workspace (attention.md §5), and the naive GPU references against the
+// NaN-poisoned outputs and workspace (docs/attention.md §5), and the naive GPU references against the
 // CPU ones. Labelled `gpu`; every test skips cleanly on a machine without one.
 #include <gtest/gtest.h>
 
@@ -136,7 +136,7 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
 }
 
 // Many waves of blocks: every element of every group checked against the GPU reference, then
-// timed (checked first, attention.md §5 rule 1) and the TFLOPS printed with their convention.
+// timed (checked first, docs/attention.md §5 rule 1) and the TFLOPS printed with their convention.
 TEST(AttentionBackwardGpuLarge, ManyWavesCheckedThenTimed) {
   KGEN_REQUIRE_GPU();
   for (bool causal : {false, true})

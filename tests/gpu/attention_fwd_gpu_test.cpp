@@ -1,4 +1,4 @@
-// attention_fwd on the GPU against the fp64 reference, NaN-poisoned outputs (attention.md §5).
+// attention_fwd on the GPU against the fp64 reference, NaN-poisoned outputs (docs/attention.md §5).
 // Labelled `gpu`; every test skips cleanly on a machine without one.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The fp64 CPU references of the attention backward and double backward (attention.md §3, §4),
+// The fp64 CPU references of the attention backward and double backward (docs/attention.md §3, §4),
 // checked against central finite differences of O(1) scalar losses, and shown able to fail; and
 // deviceless compiles of the naive GPU references (attention_bwd_naive.cuh).
 #include <gtest/gtest.h>
@@ -209,14 +209,14 @@ TEST(ReferenceDoubleBackwardCpu, MatchesFiniteDifferencesOfTheBackwardForEveryCo
       } else {
         EXPECT_EQ(norm(a.v_bar), 0.0);
       }
-      // P stored as a constant (attention.md §5's report): Q̄ and K̄ are caught.
+      // P stored as a constant (a failure mode of docs/attention.md §5): Q̄ and K̄ are caught.
       const auto constant_p = attention_double_backward_cpu(p, d_o, gq, gk, gv, ReferenceFault::p_constant);
       EXPECT_GT(gradient_error(constant_p.q_bar, fd.q), kWrongBound);
       EXPECT_GT(gradient_error(constant_p.k_bar, fd.k), kWrongBound);
     }
 }
 
-// r_i = s·(gQ_i·(P·K)_i + Q_i·(P·gK)_i) (attention.md §4's closed form, what a kernel's row pass
+// r_i = s·(gQ_i·(P·K)_i + Q_i·(P·gK)_i) (docs/attention.md §4's closed form, what a kernel's row pass
 // computes), with P·X obtained from the forward reference with X in place of v.
 TEST(ReferenceDoubleBackwardCpu, RowTermRMatchesItsClosedForm) {
   std::mt19937_64 rng(31);

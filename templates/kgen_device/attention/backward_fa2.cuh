@@ -2,7 +2,7 @@
 //
 // Inputs besides q, k, v, d_o: the workspace rows lse2 and delta written by
 // attention_backward_preprocess (backward_rows.cuh). With P = exp2(s·scale_log2 − lse2)
-// (attention.md §3, the log2 domain of the forward):
+// (docs/attention.md §3, the log2 domain of the forward):
 //   dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − delta),  dK = s·dSᵀ·Q,  dQ = s·dS·K.
 //
 // attention_backward_fa2_kv: grid (ceil(n_k / BN), heads_kv, batch), Warps warps. The block owns

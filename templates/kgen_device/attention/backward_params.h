@@ -18,7 +18,7 @@ struct AttentionTensorArg {
 //   lse2[row]  = lse·log2(e), or +inf for a fully masked row (lse = −inf), so that
 //                P = exp2(s·scale_log2 − lse2) is 0 there;
 //   delta[row] = D_i = Σ_c dO_ic·O_ic;
-//   r[row], c[row] (double backward): the row sums of attention.md §4 (zeroed by preprocess);
+//   r[row], c[row] (double backward): the row sums of docs/attention.md §4 (zeroed by preprocess);
 //   dq_accum[row·d + c] (backward with atomics): unscaled Σ_j dS_ij·K_jc, fp32.
 struct AttentionBackwardParams {
   AttentionTensorArg q, k, v, o, d_o;

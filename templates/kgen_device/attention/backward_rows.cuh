@@ -27,7 +27,7 @@ __device__ __forceinline__ long long stat_row(const AttentionBackwardParams& p, 
   return (static_cast<long long>(b) * p.heads_q + h) * p.n_q + i;
 }
 
-// Double backward (attention.md §4), one element of the four score-shaped tiles:
+// Double backward (docs/attention.md §4), one element of the four score-shaped tiles:
 // in: s = P (masked), dp = dP, g = unscaled gQ·Kᵀ + Q·gKᵀ, z = Z; out: s = P, dp = dS,
 // g = H, z = S̄.
 __device__ __forceinline__ void second_order(float& s, float& dp, float& g, float& z, float scale, float delta,

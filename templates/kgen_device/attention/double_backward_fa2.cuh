@@ -1,4 +1,4 @@
-// FA2-class attention double backward for sm_80+ (attention.md §4), O(n·d) memory.
+// FA2-class attention double backward for sm_80+ (docs/attention.md §4), O(n·d) memory.
 //
 // With P = exp2(s·scale_log2 − lse2), dP = dO·Vᵀ, dS = P∘(dP − delta) (the backward's) and the
 // cotangents gQ, gK, gV of dQ, dK, dV (any may be absent = 0, their loads and mma skipped):

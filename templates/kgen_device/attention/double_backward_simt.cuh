@@ -1,4 +1,4 @@
-// General attention double backward on CUDA cores (attention.md §4): any element type, any
+// General attention double backward on CUDA cores (docs/attention.md §4): any element type, any
 // runtime head_dim d <= DMax, plain fp32 math, deterministic. The algebra and the names are
 // those of double_backward_fa2.cuh; lanes own head-dim columns as in backward_simt.cuh.
 //

@@ -1,4 +1,4 @@
-// lrpe_cosine and md_lrpe_cosine kernels (specs/lrpe.md): o = [act(x)·cos Θ, act(x)·sin Θ]
+// lrpe_cosine and md_lrpe_cosine kernels (docs/lrpe.md): o = [act(x)·cos Θ, act(x)·sin Θ]
 // and its backward dx = act'(x) ⊙ (dO_cos·cos Θ + dO_sin·sin Θ), fp32 math.
 //
 // Work split. Grid (gridDim.x, heads | 1, slice groups); block (x, y, z) covers rows

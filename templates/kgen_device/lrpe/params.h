@@ -1,4 +1,4 @@
-// Kernel parameters of lrpe_cosine and md_lrpe_cosine (specs/lrpe.md), forward and backward.
+// Kernel parameters of lrpe_cosine and md_lrpe_cosine (docs/lrpe.md), forward and backward.
 // Included by device templates and host code alike, so it uses only built-in types.
 #pragma once
 

@@ -224,7 +224,7 @@ struct ColumnSoftmax {
 // Softmax over features first sums 2^(x·log2e) unshifted. Rows whose sums lie in
 // [2^-kNoShiftLog2, 2^kNoShiftLog2] keep it: no term overflowed, every x·log2e <= kNoShiftLog2
 // and the dominant terms' x·log2e >= −kNoShiftLog2 − 8, so their arguments' rounding stays within
-// 2^-24·40 ≈ 2.4e-6 relative, inside the fp32 bound of specs/lrpe.md. When some row of the warp
+// 2^-24·40 ≈ 2.4e-6 relative, inside the fp32 bound of docs/lrpe.md §6. When some row of the warp
 // falls outside (one vote), the warp redoes its rows shifted by the row max: the max reduction
 // and a second pass of exponentials are paid only by such rows' warps.
 constexpr float kNoShiftLog2 = 32.f;

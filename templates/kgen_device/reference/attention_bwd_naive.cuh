@@ -1,5 +1,5 @@
 // Naive attention backward and double backward, the GPU references for shapes too large for the
-// CPU (attention.md §3, §4). Deliberately unlike the flash kernels: one block per row, every
+// CPU (docs/attention.md §3, §4). Deliberately unlike the flash kernels: one block per row, every
 // P_ij rebuilt from the scores in fp64 in every pass (exact max, sum, then P = exp(S − LSE)),
 // the formulas taken by their definitions (D_i = dO_i·O_i with O recomputed here, r_i = Σ_j
 // P_ij·G_ij, c_i = Σ_j P_ij·P̄_ij: not the closed forms a fused kernel uses), no tensor cores, no
