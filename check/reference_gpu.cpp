@@ -11,7 +11,7 @@
 #include "kgen_device/reference/params.h"
 #include "driver/cuda_driver.h"
 #include "driver/device.h"
-#include "jit/kernel_builder.h"
+#include "jit/kernel_table.h"
 
 namespace kgen {
 namespace {
@@ -19,14 +19,14 @@ namespace {
 // Scratch of one launch pair: rows · n_k doubles, at most this many bytes.
 constexpr std::size_t kScratchBytes = std::size_t(1) << 29;
 
-LoadedKernel load(int device, const KernelSource& src) {
-  static std::mutex mutex;
-  static std::map<std::pair<int, std::string>, LoadedKernel> loaded;
-  std::lock_guard lock(mutex);
-  auto key = std::make_pair(device, src.variant);
-  if (auto it = loaded.find(key); it != loaded.end()) return it->second;
-  BuildOutcome b = KernelBuilder::global().build(src, device_info(device).target);
-  return loaded[key] = load_kernel(device, b.image, src.entry, src.threads, src.smem_bytes);
+// The reference kernels through jit/kernel_table, keyed by their role, dtype and order.
+enum class ReferenceKernel { scores, softmax_pv, bwd_rows, bwd_keys };
+
+template <class Render>
+const LoadedKernel& load(int device, ReferenceKernel role, DType dtype, bool double_backward, Render render) {
+  KeyPacker k;
+  k.add(int(role), 3).add(int(dtype), 4).add(double_backward, 1);
+  return loaded_kernel({"reference", k.value(), device}, render);
 }
 
 }  // namespace
@@ -37,8 +37,9 @@ void attention_forward_reference_gpu(const TensorView& q, const TensorView& k, c
   const int device = q.device;
   use_primary_context(device);
   const CudaDriver& cu = cuda_driver();
-  LoadedKernel scores = load(device, render_attention_reference_scores(q.dtype));
-  LoadedKernel softmax = load(device, render_attention_reference_softmax_pv(q.dtype));
+  const LoadedKernel& scores = load(device, ReferenceKernel::scores, q.dtype, false, [&] { return render_attention_reference_scores(q.dtype); });
+  const LoadedKernel& softmax =
+      load(device, ReferenceKernel::softmax_pv, q.dtype, false, [&] { return render_attention_reference_softmax_pv(q.dtype); });
 
   ReferenceAttentionParams p;
   std::memset(&p, 0, sizeof p);
@@ -65,12 +66,9 @@ void attention_forward_reference_gpu(const TensorView& q, const TensorView& k, c
     for (auto [b, h] : todo)
       for (int row0 = 0; row0 < p.n_q; row0 += chunk) {
         p.batch_index = b, p.head_index = h, p.row0 = row0, p.rows = std::min(chunk, p.n_q - row0);
-        void* args[] = {&p};
         unsigned gx = unsigned((p.n_k + scores.threads - 1) / scores.threads);
-        cuda_check(cu.cuLaunchKernel(scores.function, gx, unsigned(p.rows), 1, scores.threads, 1, 1, 0, s, args, nullptr),
-                   "cuLaunchKernel(reference scores)");
-        cuda_check(cu.cuLaunchKernel(softmax.function, unsigned(p.rows), 1, 1, softmax.threads, 1, 1, 0, s, args, nullptr),
-                   "cuLaunchKernel(reference softmax_pv)");
+        launch_kernel(scores, {gx, unsigned(p.rows), 1}, &p, s, "cuLaunchKernel(reference scores)");
+        launch_kernel(softmax, {unsigned(p.rows), 1, 1}, &p, s, "cuLaunchKernel(reference softmax_pv)");
       }
     cuda_check(cu.cuStreamSynchronize(s), "reference kernels");
   } catch (...) {
@@ -124,8 +122,10 @@ void run_backward_reference(const TensorView& q, const TensorView& k, const Tens
   const int device = q.device;
   use_primary_context(device);
   const CudaDriver& cu = cuda_driver();
-  LoadedKernel rows = load(device, render_attention_reference_bwd_rows(q.dtype, double_backward));
-  LoadedKernel keys = load(device, render_attention_reference_bwd_keys(q.dtype, double_backward));
+  const LoadedKernel& rows = load(device, ReferenceKernel::bwd_rows, q.dtype, double_backward,
+                                  [&] { return render_attention_reference_bwd_rows(q.dtype, double_backward); });
+  const LoadedKernel& keys = load(device, ReferenceKernel::bwd_keys, q.dtype, double_backward,
+                                  [&] { return render_attention_reference_bwd_keys(q.dtype, double_backward); });
 
   ReferenceAttentionBwdParams p;
   std::memset(&p, 0, sizeof p);
@@ -159,11 +159,8 @@ void run_backward_reference(const TensorView& q, const TensorView& k, const Tens
     for (auto [ib, h] : todo) {
       require(ib >= 0 && ib < p.batch && h >= 0 && h < p.heads_kv, "group out of range");
       p.batch_index = ib, p.kv_head_index = h;
-      void* args[] = {&p};
-      cuda_check(cu.cuLaunchKernel(rows.function, row_blocks, 1, 1, rows.threads, 1, 1, 0, s, args, nullptr),
-                 "cuLaunchKernel(backward reference rows)");
-      cuda_check(cu.cuLaunchKernel(keys.function, unsigned(p.n_k), 1, 1, keys.threads, 1, 1, 0, s, args, nullptr),
-                 "cuLaunchKernel(backward reference keys)");
+      launch_kernel(rows, {row_blocks, 1, 1}, &p, s, "cuLaunchKernel(backward reference rows)");
+      launch_kernel(keys, {unsigned(p.n_k), 1, 1}, &p, s, "cuLaunchKernel(backward reference keys)");
     }
     cuda_check(cu.cuStreamSynchronize(s), "backward reference kernels");
   } catch (...) {

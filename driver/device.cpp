@@ -103,6 +103,8 @@ LoadedKernel load_kernel(int ordinal, std::span<const std::byte> cubin, const st
                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
   k.threads = threads;
   k.smem_bytes = smem_bytes;
+  cuda_check(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.resident_blocks_per_sm, k.function, threads, smem_bytes),
+             "cuOccupancyMaxActiveBlocksPerMultiprocessor");
   return k;  // modules stay loaded for the life of the process
 }
 

@@ -38,6 +38,7 @@ struct LoadedKernel {
   CUfunction function = nullptr;
   int threads = 0;
   int smem_bytes = 0;
+  int resident_blocks_per_sm = 0;  // occupancy at `threads` and `smem_bytes`
 };
 
 // Loads a CUBIN into the primary context of `ordinal` and prepares `entry` for launch with

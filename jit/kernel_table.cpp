@@ -6,29 +6,50 @@
 
 #include "driver/cuda_driver.h"
 #include "jit/kernel_builder.h"
+#include "kgen/types.hpp"
 
 namespace kgen {
+namespace {
 
-const LoadedKernel& loaded_kernel(int device, const std::string& key, const std::function<KernelSource()>& render) {
-  static std::shared_mutex mutex;
-  static std::unordered_map<std::string, LoadedKernel> table;
-  const std::string full = std::to_string(device) + "/" + key;
-  {
-    std::shared_lock lock(mutex);
-    if (auto it = table.find(full); it != table.end()) return it->second;
+struct KernelKeyHash {
+  std::size_t operator()(const KernelKey& k) const noexcept {
+    std::size_t h = std::hash<std::string_view>{}(k.op);
+    h = h * 1000003u ^ std::hash<std::uint64_t>{}(k.packed);
+    return h * 1000003u ^ static_cast<std::size_t>(k.device);
   }
-  const DeviceInfo& dev = device_info(device);
-  KernelSource src = render();
-  BuildOutcome built = KernelBuilder::global().build(src, dev.target);
-  LoadedKernel k = load_kernel(device, built.image, src.entry, src.threads, src.smem_bytes);
-  std::unique_lock lock(mutex);
-  return table.emplace(full, k).first->second;
+};
+
+}  // namespace
+
+KeyPacker& KeyPacker::add(long long value, int bits) {
+  if (value < 0 || bits <= 0 || bits > 63 || value >= (1LL << bits) || used_ + bits > 64)
+    throw Error(Status::internal, "kernel key field " + std::to_string(value) + " does not fit " + std::to_string(bits) +
+                                      " bits (" + std::to_string(used_) + " of 64 used)");
+  value_ = (value_ << bits) | static_cast<std::uint64_t>(value);
+  used_ += bits;
+  return *this;
 }
 
-void launch_kernel(const LoadedKernel& k, unsigned gx, unsigned gy, unsigned gz, void* params, void* stream,
-                   const char* what) {
+const LoadedKernel& loaded_kernel(const KernelKey& key, const std::function<KernelSource()>& render,
+                                  const EntryPoint* other) {
+  static std::shared_mutex mutex;
+  static std::unordered_map<KernelKey, LoadedKernel, KernelKeyHash> table;
+  {
+    std::shared_lock lock(mutex);
+    if (auto it = table.find(key); it != table.end()) return it->second;
+  }
+  const DeviceInfo& dev = device_info(key.device);
+  KernelSource src = render();
+  BuildOutcome built = KernelBuilder::global().build(src, dev.target);
+  LoadedKernel k = other ? load_kernel(key.device, built.image, other->entry, src.threads, other->smem_bytes)
+                         : load_kernel(key.device, built.image, src.entry, src.threads, src.smem_bytes);
+  std::unique_lock lock(mutex);
+  return table.emplace(key, k).first->second;
+}
+
+void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what) {
   void* args[] = {params};
-  cuda_check(cuda_driver().cuLaunchKernel(k.function, gx, gy, gz, k.threads, 1, 1, k.smem_bytes,
+  cuda_check(cuda_driver().cuLaunchKernel(k.function, grid.x, grid.y, grid.z, k.threads, 1, 1, k.smem_bytes,
                                           static_cast<CUstream>(stream), args, nullptr),
              what);
 }

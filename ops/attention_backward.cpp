@@ -110,6 +110,14 @@ class Workspace {
   std::size_t used_ = 0;
 };
 
+// The backward's and double backward's packing of one kernel's identity for jit/kernel_table.
+std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
+  KeyPacker k;
+  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
+  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4);
+  return k.value();
+}
+
 std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
   const std::size_t rows = stat_rows(q);
   return 2 * align256(rows * 4) + (atomic_dq ? align256(rows * q.shape[3] * 4) : 0);
@@ -119,10 +127,9 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
                              const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p, void* stream) {
   use_primary_context(call.device);
   for (BackwardKernel kernel : kernels) {
-    const std::string key = to_string(call.spec) + "/" + to_string(config) + "/" + std::to_string(int(kernel));
-    const LoadedKernel& k = loaded_kernel(call.device, key, [&] { return render_attention_backward(call.spec, config, kernel); });
-    const LaunchGrid g = attention_backward_grid(config, kernel, call.shape);
-    launch_kernel(k, g.x, g.y, g.z, &p, stream, "cuLaunchKernel(attention_bwd)");
+    const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
+    const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
+    launch_kernel(k, attention_backward_grid(config, kernel, call.shape), &p, stream, "cuLaunchKernel(attention_bwd)");
   }
 }
 
@@ -281,13 +288,10 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   p.stats_splits = attention_double_backward_stats_splits(config, call.shape, sm_count, options.deterministic);
   use_primary_context(call.device);
   for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
-    const std::string key = double_backward_variant_key(call.spec) + "/" + to_string(config) + "/" +
-                            std::to_string(int(kernel));
-    const LoadedKernel& lk = loaded_kernel(call.device, key, [&] {
-      return render_attention_double_backward(call.spec, config, kernel);
-    });
-    const LaunchGrid g = attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic);
-    launch_kernel(lk, g.x, g.y, g.z, &p, stream, "cuLaunchKernel(attention_double_bwd)");
+    const KernelKey key{"attention_double_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
+    const LoadedKernel& lk = loaded_kernel(key, [&] { return render_attention_double_backward(call.spec, config, kernel); });
+    launch_kernel(lk, attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic), &p,
+                  stream, "cuLaunchKernel(attention_double_bwd)");
   }
 }
 

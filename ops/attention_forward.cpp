@@ -7,14 +7,12 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <shared_mutex>
 #include <sstream>
-#include <unordered_map>
 
 #include "kgen_device/attention/params.h"
 #include "driver/cuda_driver.h"
 #include "driver/device.h"
-#include "jit/kernel_builder.h"
+#include "jit/kernel_table.h"
 #include "base/log.h"
 #include "ops/tensor_checks.h"
 #include "tuning/tuning_db.h"
@@ -26,36 +24,12 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-// Hot-path table: (spec, config, device) → loaded kernel, so a warm launch hashes no source.
-struct ForwardKey {
-  AttentionForwardSpec spec;
-  AttentionForwardConfig config;
-  int device;
-  bool operator==(const ForwardKey&) const = default;
-};
-struct ForwardKeyHash {
-  std::size_t operator()(const ForwardKey& k) const noexcept {
-    std::size_t h = static_cast<std::size_t>(k.spec.dtype);
-    for (int v : {k.spec.head_dim, int(k.spec.causal), int(k.config.path), k.config.block_m,
-                  k.config.block_n, k.config.stages, k.config.max_head_dim, k.device})
-      h = h * 1000003u ^ static_cast<std::size_t>(v);
-    return h;
-  }
-};
-
-const LoadedKernel& resolve_kernel(const ForwardKey& key) {
-  static std::shared_mutex mutex;
-  static std::unordered_map<ForwardKey, LoadedKernel, ForwardKeyHash> table;
-  {
-    std::shared_lock lock(mutex);
-    if (auto it = table.find(key); it != table.end()) return it->second;
-  }
-  const DeviceInfo& dev = device_info(key.device);
-  KernelSource src = render_attention_forward(key.spec, key.config);
-  BuildOutcome built = KernelBuilder::global().build(src, dev.target);
-  LoadedKernel k = load_kernel(key.device, built.image, src.entry, src.threads, src.smem_bytes);
-  std::unique_lock lock(mutex);
-  return table.emplace(key, k).first->second;
+// The forward's packing of its kernel identity for jit/kernel_table.
+std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionForwardConfig& c) {
+  KeyPacker k;
+  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
+  k.add(c.stages, 4).add(c.max_head_dim, 10).add(c.warps, 6);
+  return k.value();
 }
 
 }  // namespace
@@ -177,7 +151,8 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const Tens
   AttentionForwardCall call = validate_attention_forward(q, k, v, o, lse, options);
   AttentionForwardConfig config = choose_attention_forward_config(call, options);
   AttentionForwardLaunch launch;
-  launch.kernel = resolve_kernel({call.spec, config, call.device});
+  launch.kernel = loaded_kernel({"attention_fwd", forward_kernel_key(call.spec, config), call.device},
+                                [&] { return render_attention_forward(call.spec, config); });
   AttentionForwardParams& p = launch.params;
   std::memset(&p, 0, sizeof p);
   p.q = q.data; p.k = k.data; p.v = v.data; p.o = o.data;
@@ -203,11 +178,7 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
   use_primary_context(q.device);
-  void* args[] = {&launch.params};
-  cuda_check(cuda_driver().cuLaunchKernel(launch.kernel.function, launch.grid.x, launch.grid.y, launch.grid.z,
-                                          launch.kernel.threads, 1, 1, launch.kernel.smem_bytes,
-                                          static_cast<CUstream>(stream), args, nullptr),
-             "cuLaunchKernel(attention_fwd)");
+  launch_kernel(launch.kernel, launch.grid, &launch.params, stream, "cuLaunchKernel(attention_fwd)");
 }
 
 const char* version() { return KGEN_VERSION; }

@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <shared_mutex>
-#include <unordered_map>
 #include <utility>
 
 #include "driver/cuda_driver.h"
-#include "jit/kernel_builder.h"
+#include "jit/kernel_table.h"
 #include "ops/tensor_checks.h"
 #include "tuning/tuning_decision.h"
 #include "ops/tuning_problems.h"
@@ -53,19 +51,12 @@ void set_strides(long long& sb, long long& sh, long long& sn, const TensorView& 
   sb = t.strides[0], sh = t.strides[1], sn = t.strides[2];
 }
 
-// Hot-path table: (spec, kernel, device) → loaded kernels; no source is rendered or hashed.
-using KernelKey = std::uint64_t;
-KernelKey kernel_key(const LrpeSpec& s, const LrpeConfig& c, int device) {
-  KernelKey k = static_cast<KernelKey>(s.op);
-  for (std::uint64_t v : {std::uint64_t(s.direction), std::uint64_t(s.dtype), std::uint64_t(s.act)}) k = k * 8 + v;
-  k = k * 2 + (c.strategy == LrpeStrategy::bp);
-  k = k * 1024 + std::uint64_t(c.threads);
-  k = k * 8 + std::uint64_t(c.rows);
-  k = k * 64 + std::uint64_t(c.vec);
-  k = k * 2 + c.cache;
-  k = k * 32 + std::uint64_t(c.fold);
-  k = k * 16 + std::uint64_t(c.occupancy);
-  return k * 65536 + std::uint64_t(device);
+// lrpe's packing of its kernel identity (spec and config) for jit/kernel_table.
+std::uint64_t lrpe_kernel_key(const LrpeSpec& s, const LrpeConfig& c) {
+  KeyPacker k;
+  k.add(int(s.direction), 3).add(int(s.dtype), 3).add(int(s.act), 3).add(c.strategy == LrpeStrategy::bp, 1);
+  k.add(c.threads, 11).add(c.rows, 4).add(c.vec, 6).add(c.cache, 1).add(c.fold, 6).add(c.occupancy, 5);
+  return k.value();
 }
 
 // The apply and (softmax over the sequence) statistics kernels of a config, and how many blocks
@@ -75,40 +66,22 @@ struct ResolvedKernels {
   int resident_blocks_per_sm = 1;
 };
 
-int resident_blocks(const LoadedKernel& k) {
-  int blocks = 0;
-  cuda_check(cuda_driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.function, k.threads, k.smem_bytes),
-             "cuOccupancyMaxActiveBlocksPerMultiprocessor(lrpe)");
-  return blocks;
-}
-
 ResolvedKernels resolve_kernels(const LrpeSpec& spec, const LrpeConfig& config, int device) {
-  static std::shared_mutex mutex;
-  static std::unordered_map<KernelKey, ResolvedKernels> table;
-  const KernelKey key = kernel_key(spec, config, device);
-  {
-    std::shared_lock lock(mutex);
-    if (auto it = table.find(key); it != table.end()) return it->second;
-  }
-  const DeviceInfo& dev = device_info(device);
-  KernelSource src = render_lrpe(spec, config);
-  BuildOutcome built = KernelBuilder::global().build(src, dev.target);
+  const KernelKey key{lrpe_op_name(spec.op), lrpe_kernel_key(spec, config), device};
+  auto render = [&] { return render_lrpe(spec, config); };
   ResolvedKernels k;
-  k.apply = load_kernel(device, built.image, src.entry, src.threads, src.smem_bytes);
-  k.resident_blocks_per_sm = resident_blocks(k.apply);
+  k.apply = loaded_kernel(key, render);
+  k.resident_blocks_per_sm = k.apply.resident_blocks_per_sm;
   if (spec.act == LrpeAct::softmax_seq) {
-    k.stats = load_kernel(device, built.image, kLrpeStatsEntry, src.threads, 0);
-    k.resident_blocks_per_sm = std::min(k.resident_blocks_per_sm, resident_blocks(k.stats));
+    const EntryPoint stats{kLrpeStatsEntry, 0};
+    k.stats = loaded_kernel({"lrpe statistics", key.packed * 2 + (spec.op == LrpeOp::md_cosine), device}, render, &stats);
+    k.resident_blocks_per_sm = std::min(k.resident_blocks_per_sm, k.stats.resident_blocks_per_sm);
   }
-  std::unique_lock lock(mutex);
-  return table.emplace(key, k).first->second;
+  return k;
 }
 
 void launch(const LoadedKernel& k, const LrpeLaunch& l, LrpeParams& params, CUstream stream, const char* what) {
-  void* args[] = {&params};
-  cuda_check(cuda_driver().cuLaunchKernel(k.function, l.plan.grid.x, l.plan.grid.y, l.plan.grid.z, k.threads, 1, 1,
-                                          k.smem_bytes, stream, args, nullptr),
-             what);
+  launch_kernel(k, l.plan.grid, &params, stream, what);
 }
 
 }  // namespace
