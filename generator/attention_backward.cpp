@@ -1,5 +1,7 @@
 #include "generator/attention_backward.h"
 
+#include "generator/entry_shim.h"
+
 #include <algorithm>
 #include <sstream>
 
@@ -248,10 +250,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   KernelSource k;
   k.op = "attention_bwd";
   k.entry = "kgen_attention_bwd_" + kernel_name(kernel);
-  const std::string_view T = dtype_cxx(spec.dtype);
-  const char* causal = spec.causal ? "true" : "false";
   const int d = spec.head_dim;
-  std::ostringstream call;
+  EntryShim shim{"", 0, 1, "AttentionBackwardParams", "", {}};
   std::string include;
   switch (kernel) {
     case BackwardKernel::preprocess:
@@ -260,7 +260,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       include = "kgen_device/attention/backward_rows.cuh";
       k.threads = attention_bwd::row_threads(kRowWarps);
       k.variant = "attention_bwd." + std::string(dtype_name(spec.dtype)) + "." + kernel_name(kernel);
-      call << "kgen::attention_backward_" << kernel_name(kernel) << "<" << T << ", " << kRowWarps << ">(p);";
+      shim.function = "attention_backward_" + kernel_name(kernel);
+      shim.args = {targ_type("T", spec.dtype), targ("Warps", kRowWarps)};
       break;
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
@@ -273,12 +274,14 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = c.block_n / 64 * 128;
         k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(d, c.block_m, c.block_n / 64, atomic);
-        call << "kgen::attention_backward_wgmma_kv<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n / 64
-             << ", " << causal << ", " << (atomic ? "true" : "false") << ">(p);";
+        shim.function = "attention_backward_wgmma_kv";
+        shim.args = {targ_type("T", spec.dtype), targ("D", d),          targ("BM", c.block_m),
+                     targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
         break;
       }
-      call << "kgen::attention_backward_fa2_kv<" << T << ", " << d << ", " << c.block_m << ", " << c.block_n << ", "
-           << c.warps << ", " << causal << ", " << (atomic ? "true" : "false") << ">(p);";
+      shim.function = "attention_backward_fa2_kv";
+      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
+                   targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
       break;
     }
     case BackwardKernel::dq: {
@@ -288,8 +291,9 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       k.smem_bytes = attention_bwd::fa2_q_smem_bytes(d, t.block_m, t.block_n);
       k.variant = to_string(spec) + ".dq:bm" + std::to_string(t.block_m) + ":bn" + std::to_string(t.block_n) +
                   ":w" + std::to_string(t.warps);
-      call << "kgen::attention_backward_fa2_dq<" << T << ", " << d << ", " << t.block_m << ", " << t.block_n << ", "
-           << t.warps << ", " << causal << ">(p);";
+      shim.function = "attention_backward_fa2_dq";
+      shim.args = {targ_type("T", spec.dtype), targ("D", d),      targ("BM", t.block_m),
+                   targ("BN", t.block_n),      targ("Warps", t.warps), targ("Causal", spec.causal)};
       break;
     }
     case BackwardKernel::simt_dq:
@@ -299,16 +303,15 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       AttentionBackwardSpec bucket = spec;
       bucket.head_dim = c.max_head_dim;  // one kernel serves every head_dim up to the bucket
       k.variant = to_string(bucket) + "." + to_string(c) + "." + kernel_name(kernel);
-      call << "kgen::attention_backward_" << kernel_name(kernel) << "<" << T << ", " << c.max_head_dim << ", "
-           << c.block_m << ", " << causal << ">(p);";
+      shim.function = "attention_backward_" + kernel_name(kernel);
+      shim.args = {targ_type("T", spec.dtype), targ("DMax", c.max_head_dim), targ("Warps", c.block_m),
+                   targ("Causal", spec.causal)};
       break;
     }
   }
-  std::ostringstream src;
-  src << "#include \"" << include << "\"\n\n// kgen variant " << k.variant << "\n"
-      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
-      << "(const kgen::AttentionBackwardParams p) {\n  " << call.str() << "\n}\n";
-  k.source = src.str();
+  shim.entry = k.entry;
+  shim.threads = k.threads;
+  k.source = render_entry_shims(include, k.variant, std::span(&shim, 1));
   return k;
 }
 
@@ -465,42 +468,40 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   KernelSource k;
   k.op = "attention_double_bwd";
   k.entry = "kgen_attention_double_bwd_" + dbl_kernel_name(kernel);
-  const std::string_view T = dtype_cxx(spec.dtype);
-  const char* causal = spec.causal ? "true" : "false";
   const int d = spec.head_dim;
-  std::ostringstream call;
+  EntryShim shim{"", 0, 1, "AttentionBackwardParams", "", {}};
   std::string include = "kgen_device/attention/double_backward_fa2.cuh";
   AttentionBackwardSpec named = spec;
   switch (kernel) {
     case DoubleBackwardKernel::q_stats:
       k.threads = c.warps * 32;
       k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, dbl_wide_tile(c.block_n));
-      call << "kgen::attention_double_backward_fa2_q<" << T << ", " << d << ", " << c.block_m << ", "
-           << dbl_wide_tile(c.block_n) << ", " << c.warps << ", " << causal
-           << ", kgen::DoubleBackwardRowPass::stats>(p);";
+      shim.function = "attention_double_backward_fa2_q";
+      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n)),
+                   targ("Warps", c.warps),     targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
       break;
     case DoubleBackwardKernel::fused:
       // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
       k.threads = c.warps * 32;
       k.smem_bytes = std::max(attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n),
                               attention_bwd::fa2_dbl_kv_smem_bytes(d, dbl_wide_tile(c.block_n), c.block_m));
-      call << "kgen::attention_double_backward_fa2_fused<" << T << ", " << d << ", " << c.block_m << ", "
-           << c.block_n << ", " << dbl_wide_tile(c.block_n) << ", " << c.warps << ", " << causal << ">(p);";
+      shim.function = "attention_double_backward_fa2_fused";
+      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
+                   targ("KvBM", dbl_wide_tile(c.block_n)), targ("Warps", c.warps), targ("Causal", spec.causal)};
       break;
     default:
       include = "kgen_device/attention/double_backward_simt.cuh";
       k.threads = attention_bwd::row_threads(c.block_m);
       named.head_dim = c.max_head_dim;
-      call << "kgen::attention_double_backward_" << dbl_kernel_name(kernel) << "<" << T << ", " << c.max_head_dim
-           << ", " << c.block_m << ", " << causal << ">(p);";
+      shim.function = "attention_double_backward_" + dbl_kernel_name(kernel);
+      shim.args = {targ_type("T", spec.dtype), targ("DMax", c.max_head_dim), targ("Warps", c.block_m),
+                   targ("Causal", spec.causal)};
       break;
   }
   k.variant = double_backward_variant_key(named) + "." + to_string(c) + "." + dbl_kernel_name(kernel);
-  std::ostringstream src;
-  src << "#include \"" << include << "\"\n\n// kgen variant " << k.variant << "\n"
-      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
-      << "(const kgen::AttentionBackwardParams p) {\n  " << call.str() << "\n}\n";
-  k.source = src.str();
+  shim.entry = k.entry;
+  shim.threads = k.threads;
+  k.source = render_entry_shims(include, k.variant, std::span(&shim, 1));
   return k;
 }
 

@@ -1,5 +1,7 @@
 #include "generator/attention_forward.h"
 
+#include "generator/entry_shim.h"
+
 #include <algorithm>
 #include <charconv>
 #include <sstream>
@@ -223,23 +225,23 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   KernelSource k;
   k.op = "attention_fwd";
   k.entry = "kgen_attention_fwd";
-  std::ostringstream src, call;
-  const char* causal = spec.causal ? "true" : "false";
+  k.variant = to_string(spec) + "." + to_string(c);
+  EntryShim shim{k.entry, 0, 1, "AttentionForwardParams", "", {targ_type("T", spec.dtype)}};
+  std::string header;
   if (c.path == ForwardPath::fa2) {
     k.threads = attention_fwd::fa2_threads(c.warps);
     k.smem_bytes = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
-    k.variant = to_string(spec) + "." + to_string(c);
-    src << "#include \"kgen_device/attention/forward_fa2.cuh\"\n";
-    call << "kgen::attention_forward_fa2<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
-         << ", " << c.block_m << ", " << c.block_n << ", " << c.warps << ", " << c.stages << ", " << causal
-         << ">(p);";
+    header = "kgen_device/attention/forward_fa2.cuh";
+    shim.function = "attention_forward_fa2";
+    shim.args.insert(shim.args.end(), {targ("D", spec.head_dim), targ("BM", c.block_m), targ("BN", c.block_n),
+                                       targ("Warps", c.warps), targ("Stages", c.stages), targ("Causal", spec.causal)});
   } else if (c.path == ForwardPath::wgmma) {
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
     k.smem_bytes = attention_fwd::wgmma_smem_bytes(spec.head_dim, c.block_m / 64, c.block_n, c.stages);
-    k.variant = to_string(spec) + "." + to_string(c);
-    src << "#include \"kgen_device/attention/forward_wgmma.cuh\"\n";
-    call << "kgen::attention_forward_wgmma<" << dtype_cxx(spec.dtype) << ", " << spec.head_dim
-         << ", " << c.block_n << ", " << c.block_m / 64 << ", " << c.stages << ", " << causal << ">(p);";
+    header = "kgen_device/attention/forward_wgmma.cuh";
+    shim.function = "attention_forward_wgmma";
+    shim.args.insert(shim.args.end(), {targ("D", spec.head_dim), targ("BN", c.block_n), targ("WGs", c.block_m / 64),
+                                       targ("Stages", c.stages), targ("Causal", spec.causal)});
   } else {
     k.threads = attention_fwd::simt_threads(c.block_m);
     k.smem_bytes = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);
@@ -247,14 +249,13 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     AttentionForwardSpec bucket = spec;
     bucket.head_dim = c.max_head_dim;
     k.variant = to_string(bucket) + "." + to_string(c);
-    src << "#include \"kgen_device/attention/forward_simt.cuh\"\n";
-    call << "kgen::attention_forward_simt<" << dtype_cxx(spec.dtype) << ", " << c.max_head_dim
-         << ", " << c.block_n << ", " << c.block_m << ", " << causal << ">(p);";
+    header = "kgen_device/attention/forward_simt.cuh";
+    shim.function = "attention_forward_simt";
+    shim.args.insert(shim.args.end(), {targ("DMax", c.max_head_dim), targ("BN", c.block_n), targ("Warps", c.block_m),
+                                       targ("Causal", spec.causal)});
   }
-  src << "\n// kgen variant " << k.variant << "\n"
-      << "extern \"C\" __global__ void __launch_bounds__(" << k.threads << ", 1) " << k.entry
-      << "(const kgen::AttentionForwardParams p) {\n  " << call.str() << "\n}\n";
-  k.source = src.str();
+  shim.threads = k.threads;
+  k.source = render_entry_shims(header, k.variant, std::span(&shim, 1));
   return k;
 }
 

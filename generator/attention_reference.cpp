@@ -1,5 +1,7 @@
 #include "generator/attention_reference.h"
 
+#include "generator/entry_shim.h"
+
 #include <string>
 
 #include "kgen_device/reference/params.h"
@@ -7,22 +9,17 @@
 namespace kgen {
 namespace {
 
-const char* element_type(DType dtype) {
-  return dtype == DType::f16 ? "kgen::half_t" : dtype == DType::bf16 ? "kgen::bfloat16_t" : "float";
-}
-
-// One extern "C" kernel that calls kgen::<call>(p), a template of `header`, with its params struct.
-KernelSource render_kernel(const std::string& op, const std::string& variant, const std::string& entry,
-                           const char* header, const char* params, const std::string& call, int threads) {
+// One extern "C" kernel that instantiates `function`, a template of `header`, with `args`.
+KernelSource render_kernel(const std::string& op, const std::string& variant, const std::string& entry, const char* header,
+                           const char* params, const std::string& function, std::vector<TemplateArg> args, int threads) {
   KernelSource k;
   k.op = op;
   k.variant = variant;
   k.entry = entry;
   k.threads = threads;
   k.smem_bytes = 0;
-  k.source = std::string("#include \"") + header + "\"\n\n// kgen variant " + k.variant +
-             "\nextern \"C\" __global__ void __launch_bounds__(" + std::to_string(threads) + ") " + k.entry +
-             "(const kgen::" + params + " p) {\n  kgen::" + call + "(p);\n}\n";
+  const EntryShim shim{entry, threads, 0, params, function, std::move(args)};
+  k.source = render_entry_shims(header, k.variant, std::span(&shim, 1));
   return k;
 }
 
@@ -30,17 +27,15 @@ KernelSource render(DType dtype, const char* pass, int threads) {
   return render_kernel("attention_fwd_reference",
                        std::string("attention_fwd_reference.") + std::string(dtype_name(dtype)) + "." + pass,
                        std::string("kgen_reference_") + pass, "kgen_device/reference/attention_naive.cuh",
-                       "ReferenceAttentionParams", std::string("reference_") + pass + "<" + element_type(dtype) + ">",
-                       threads);
+                       "ReferenceAttentionParams", std::string("reference_") + pass, {targ_type("T", dtype)}, threads);
 }
 
 KernelSource render_bwd(DType dtype, bool double_backward, const char* pass) {
   const std::string op = double_backward ? "attention_dbwd_reference" : "attention_bwd_reference";
-  const std::string targs = std::string("<") + element_type(dtype) + (double_backward ? ", true>" : ", false>");
   return render_kernel(op, op + "." + std::string(dtype_name(dtype)) + "." + pass,
                        "kgen_" + op + "_" + pass, "kgen_device/reference/attention_bwd_naive.cuh",
-                       "ReferenceAttentionBwdParams", std::string("reference_bwd_") + pass + targs,
-                       kReferenceBwdThreads);
+                       "ReferenceAttentionBwdParams", std::string("reference_bwd_") + pass,
+                       {targ_type("T", dtype), targ("kDouble", double_backward)}, kReferenceBwdThreads);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "generator/lrpe.h"
 
+#include "generator/entry_shim.h"
+
 #include <algorithm>
 #include <charconv>
 #include <sstream>
@@ -286,22 +288,21 @@ KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& c) {
   k.variant = to_string(spec) + "." + (spec.act == LrpeAct::softmax_seq ? to_string(c) : kernel_name(c));
   const bool fwd = spec.direction == LrpeDirection::forward;
   const bool md = spec.op == LrpeOp::md_cosine;
-  std::ostringstream args;
-  args << dtype_cxx(spec.dtype) << ", " << c.vec << ", " << c.threads << ", " << c.rows << ", " << c.fold << ", ";
-  const std::string tail = std::string(md ? "true" : "false") + ", " + (c.cache ? "true" : "false");
-  std::ostringstream src;
-  src << "#include \"kgen_device/lrpe/lrpe.cuh\"\n\n// kgen variant " << k.variant << "\n";
-  auto entry = [&](const char* name, const std::string& call) {
-    // minBlocks: the config's occupancy (default 1: without it ptxas spills a few registers at its
-    // own occupancy target, seen on sm_90a at 64–128 registers).
-    src << "extern \"C\" __global__ void __launch_bounds__(" << c.threads << ", " << c.occupancy << ") " << name
-        << "(const kgen::LrpeParams p) {\n  " << call << "\n}\n";
-  };
-  if (spec.act == LrpeAct::softmax_seq)
-    entry(kLrpeStatsEntry, "kgen::lrpe::lrpe_column_stats<" + args.str() + tail + ", " + (fwd ? "false" : "true") + ">(p);");
-  entry(kLrpeApplyEntry, std::string("kgen::lrpe::") + (fwd ? "lrpe_forward<" : "lrpe_backward<") + args.str() +
-                             std::to_string(static_cast<int>(spec.act)) + ", " + tail + ">(p);");
-  k.source = src.str();
+  const std::vector<TemplateArg> shape_args = {targ_type("T", spec.dtype), targ("V", c.vec),   targ("Threads", c.threads),
+                                               targ("Rows", c.rows),       targ("Fold", c.fold)};
+  // minBlocks: the config's occupancy (default 1: without it ptxas spills a few registers at its
+  // own occupancy target, seen on sm_90a at 64–128 registers).
+  std::vector<EntryShim> shims;
+  if (spec.act == LrpeAct::softmax_seq) {
+    EntryShim stats{kLrpeStatsEntry, c.threads, c.occupancy, "LrpeParams", "lrpe::lrpe_column_stats", shape_args};
+    stats.args.insert(stats.args.end(), {targ("Md", md), targ("Cache", c.cache), targ("Backward", !fwd)});
+    shims.push_back(std::move(stats));
+  }
+  EntryShim apply{kLrpeApplyEntry, c.threads, c.occupancy, "LrpeParams",
+                  fwd ? "lrpe::lrpe_forward" : "lrpe::lrpe_backward", shape_args};
+  apply.args.insert(apply.args.end(), {targ("Act", static_cast<int>(spec.act)), targ("Md", md), targ("Cache", c.cache)});
+  shims.push_back(std::move(apply));
+  k.source = render_entry_shims("kgen_device/lrpe/lrpe.cuh", k.variant, shims);
   return k;
 }
 

@@ -68,8 +68,8 @@ TEST(AttentionBackwardRender, WgmmaKernelsUseTheWarpgroupTemplate) {
     const auto kernels = attention_backward_kernels(wg, deterministic);
     ASSERT_EQ(kernels.size(), 3u);
     const KernelSource kv = render_attention_backward({DType::bf16, 128, true}, wg, kernels[1]);
-    EXPECT_NE(kv.source.find("attention_backward_wgmma_kv<kgen::bfloat16_t, 128, 64, 2, true, " +
-                             std::string(deterministic ? "false" : "true") + ">"),
+    EXPECT_NE(kv.source.find("attention_backward_wgmma_kv</*T=*/kgen::bfloat16_t, /*D=*/128, /*BM=*/64, /*WGs=*/2, "
+                             "/*Causal=*/true, /*AtomicDQ=*/" + std::string(deterministic ? "false" : "true") + ">"),
               std::string::npos)
         << kv.source;
     EXPECT_EQ(kv.threads, 256);

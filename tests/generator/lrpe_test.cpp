@@ -187,14 +187,17 @@ TEST(LrpeRender, EntriesAndTemplateArguments) {
   EXPECT_EQ(k.variant, "md_lrpe_cosine.bwd.fp16.softmax_seq.bp:t256:r2:v8:cache");
   EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) kgen_lrpe("), std::string::npos) << k.source;
   EXPECT_NE(k.source.find("extern \"C\" __global__ void __launch_bounds__(256, 1) kgen_lrpe_stats("), std::string::npos);
-  EXPECT_NE(k.source.find("lrpe_column_stats<kgen::half_t, 8, 256, 2, 1, true, true, true>(p)"), std::string::npos) << k.source;
-  EXPECT_NE(k.source.find("lrpe_backward<kgen::half_t, 8, 256, 2, 1, 5, true, true>(p)"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("lrpe_column_stats</*T=*/kgen::half_t, /*V=*/8, /*Threads=*/256, /*Rows=*/2, /*Fold=*/1, "
+                          "/*Md=*/true, /*Cache=*/true, /*Backward=*/true>(p)"), std::string::npos) << k.source;
+  EXPECT_NE(k.source.find("lrpe_backward</*T=*/kgen::half_t, /*V=*/8, /*Threads=*/256, /*Rows=*/2, /*Fold=*/1, /*Act=*/5, "
+                          "/*Md=*/true, /*Cache=*/true>(p)"), std::string::npos) << k.source;
   KernelSource occupied = render_lrpe(spec, {LrpeStrategy::bp, 256, 1, 8, true, 2, 3});
   EXPECT_NE(occupied.source.find("__launch_bounds__(256, 3) kgen_lrpe("), std::string::npos) << occupied.source;
   EXPECT_NE(occupied.variant.find(":b2:o3:cache"), std::string::npos) << occupied.variant;
   KernelSource folded = render_lrpe(spec, {LrpeStrategy::bp, 256, 1, 8, true, 4});
   EXPECT_EQ(folded.variant, "md_lrpe_cosine.bwd.fp16.softmax_seq.bp:t256:r1:v8:b4:cache");
-  EXPECT_NE(folded.source.find("lrpe_backward<kgen::half_t, 8, 256, 1, 4, 5, true, true>(p)"), std::string::npos);
+  EXPECT_NE(folded.source.find("lrpe_backward</*T=*/kgen::half_t, /*V=*/8, /*Threads=*/256, /*Rows=*/1, /*Fold=*/4, /*Act=*/5, "
+                                 "/*Md=*/true, /*Cache=*/true>(p)"), std::string::npos);
   // Without statistics, sp and bp of the same sizes are one kernel.
   LrpeSpec plain{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::silu};
   KernelSource sp = render_lrpe(plain, {LrpeStrategy::sp, 256, 4, 8, false});
@@ -202,7 +205,8 @@ TEST(LrpeRender, EntriesAndTemplateArguments) {
   EXPECT_EQ(sp.variant, bp.variant);
   EXPECT_EQ(sp.source, bp.source);
   EXPECT_EQ(sp.source.find("kgen_lrpe_stats"), std::string::npos);
-  EXPECT_NE(sp.source.find("lrpe_forward<kgen::bfloat16_t, 8, 256, 4, 1, 3, false, false>(p)"), std::string::npos) << sp.source;
+  EXPECT_NE(sp.source.find("lrpe_forward</*T=*/kgen::bfloat16_t, /*V=*/8, /*Threads=*/256, /*Rows=*/4, /*Fold=*/1, /*Act=*/3, "
+                             "/*Md=*/false, /*Cache=*/false>(p)"), std::string::npos) << sp.source;
 }
 
 TEST(Registry, KnowsBothLrpeOperatorsWithDistinctVariants) {

@@ -1,0 +1,28 @@
+#include "generator/entry_shim.h"
+
+#include "generator/target.h"
+
+namespace kgen {
+
+TemplateArg targ(std::string name, int value) { return {std::move(name), std::to_string(value)}; }
+TemplateArg targ(std::string name, bool value) { return {std::move(name), value ? "true" : "false"}; }
+TemplateArg targ(std::string name, std::string value) { return {std::move(name), std::move(value)}; }
+
+TemplateArg targ_type(std::string name, DType dtype) {
+  return {std::move(name), std::string(dtype_cxx(dtype))};
+}
+
+std::string render_entry_shims(std::string_view header, std::string_view variant, std::span<const EntryShim> shims) {
+  std::string src = "#include \"" + std::string(header) + "\"\n\n// kgen variant " + std::string(variant) + "\n";
+  for (const EntryShim& s : shims) {
+    src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(s.threads);
+    if (s.min_blocks > 0) src += ", " + std::to_string(s.min_blocks);
+    src += ") " + s.entry + "(const kgen::" + s.params + " p) {\n  kgen::" + s.function + "<";
+    for (std::size_t i = 0; i < s.args.size(); ++i)
+      src += (i ? ", /*" : "/*") + s.args[i].name + "=*/" + s.args[i].value;
+    src += ">(p);\n}\n";
+  }
+  return src;
+}
+
+}  // namespace kgen
