@@ -42,8 +42,8 @@ std::vector<OutputSpec> outputs_of(bool double_backward) {
 int heads_of(const AttentionCase& c, Side side) { return side == Side::q ? c.heads_q : c.heads_kv; }
 int rows_of(const AttentionCase& c, Side side) { return side == Side::q ? c.n_q : c.n_k; }
 
-// One tensor of the problem: host copy in the case's layout, fp64 logical values (inputs), and
-// its device buffer (null for an absent cotangent).
+// One input of the problem: host copy in the case's layout, fp64 logical values, and its device
+// buffer (null for an absent cotangent).
 struct Tensor {
   HostTensor host;
   std::vector<double> logical;
@@ -52,14 +52,12 @@ struct Tensor {
   TensorView view(int device) const { return host.view(dev ? dev->get() : nullptr, device); }
 };
 
-Tensor make_tensor(const AttentionCase& c, Side side, bool present, std::mt19937_64* fill) {
+Tensor make_tensor(const AttentionCase& c, Side side, bool present, std::mt19937_64& rng) {
   Tensor t{make_host(c.batch, heads_of(c, side), rows_of(c, side), c.head_dim, c.layout, c.dtype), {}, nullptr};
   if (!present) return t;
   t.dev = std::make_unique<DeviceBuffer>(t.host.bytes.size());
-  if (fill) {
-    t.logical = fill_random(t.host, *fill);
-    t.dev->upload(t.host.bytes.data());
-  }
+  t.logical = fill_random(t.host, rng);
+  t.dev->upload(t.host.bytes.data());
   return t;
 }
 
@@ -67,17 +65,22 @@ Tensor make_tensor(const AttentionCase& c, Side side, bool present, std::mt19937
 struct GradientSet {
   Tensor q, k, v, d_o, gq, gk, gv;
   DeviceBuffer o, lse;
-  std::vector<Tensor> out;  // in outputs_of() order, dtype and layout of the inputs
+  // The outputs in outputs_of() order, dtype and layout of the inputs: host copies and device buffers.
+  std::vector<HostTensor> out_host;
+  std::vector<std::unique_ptr<DeviceBuffer>> out_dev;
   std::unique_ptr<DeviceBuffer> workspace;
 
   GradientSet(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt, std::mt19937_64& rng, int device,
               CUstream stream, bool run_forward = true)
-      : q(make_tensor(c, Side::q, true, &rng)), k(make_tensor(c, Side::k, true, &rng)),
-        v(make_tensor(c, Side::k, true, &rng)), d_o(make_tensor(c, Side::q, true, &rng)),
-        gq(make_tensor(c, Side::q, dbl && opt.gq, &rng)), gk(make_tensor(c, Side::k, dbl && opt.gk, &rng)),
-        gv(make_tensor(c, Side::k, dbl && opt.gv, &rng)), o(q.host.bytes.size()),
+      : q(make_tensor(c, Side::q, true, rng)), k(make_tensor(c, Side::k, true, rng)),
+        v(make_tensor(c, Side::k, true, rng)), d_o(make_tensor(c, Side::q, true, rng)),
+        gq(make_tensor(c, Side::q, dbl && opt.gq, rng)), gk(make_tensor(c, Side::k, dbl && opt.gk, rng)),
+        gv(make_tensor(c, Side::k, dbl && opt.gv, rng)), o(q.host.bytes.size()),
         lse(std::size_t(c.batch) * c.heads_q * c.n_q * 4) {
-    for (const OutputSpec& s : outputs_of(dbl)) out.push_back(make_tensor(c, s.side, true, nullptr));
+    for (const OutputSpec& s : outputs_of(dbl)) {
+      out_host.push_back(make_host(c.batch, heads_of(c, s.side), rows_of(c, s.side), c.head_dim, c.layout, c.dtype));
+      out_dev.push_back(std::make_unique<DeviceBuffer>(out_host.back().bytes.size()));
+    }
     if (!run_forward) return;
     // o and lse: kgen's forward with its default config (the backward's inputs, not under test).
     AttentionOptions fwd{c.scale, c.causal, ""};
@@ -85,6 +88,12 @@ struct GradientSet {
     attention_forward(q.view(device), k.view(device), v.view(device), q.host.view(o.get(), device), &l, fwd, stream);
     cuda_check(cuda_driver().cuStreamSynchronize(stream), "forward for the backward's inputs");
   }
+
+  GradientInputs inputs() const {
+    return {q.logical, k.logical, v.logical, d_o.logical, gq.logical, gk.logical, gv.logical};
+  }
+
+  TensorView out_view(std::size_t a, int device) const { return out_host[a].view(out_dev[a]->get(), device); }
 
   TensorView lse_view(const AttentionCase& c, int device) const {
     return make_contiguous_view(lse.get(), DType::f32, 3, std::array<std::int64_t, 3>{c.batch, c.heads_q, c.n_q}.data(),
@@ -107,19 +116,19 @@ struct GradientSet {
   void run(const AttentionCase& c, bool dbl, const AttentionBackwardOptions& o, int device, CUstream stream) {
     const TensorView l = lse_view(c, device), ov = q.host.view(this->o.get(), device);
     if (!dbl) {
-      attention_backward(q.view(device), k.view(device), v.view(device), ov, l, d_o.view(device), out[0].view(device),
-                         out[1].view(device), out[2].view(device), o, stream);
+      attention_backward(q.view(device), k.view(device), v.view(device), ov, l, d_o.view(device), out_view(0, device),
+                         out_view(1, device), out_view(2, device), o, stream);
       return;
     }
     const TensorView gqv = gq.view(device), gkv = gk.view(device), gvv = gv.view(device);
     attention_double_backward(q.view(device), k.view(device), v.view(device), ov, l, d_o.view(device),
                               gq.present() ? &gqv : nullptr, gk.present() ? &gkv : nullptr,
-                              gv.present() ? &gvv : nullptr, out[0].view(device), out[1].view(device),
-                              out[2].view(device), out[3].view(device), o, stream);
+                              gv.present() ? &gvv : nullptr, out_view(0, device), out_view(1, device),
+                              out_view(2, device), out_view(3, device), o, stream);
   }
 
   void poison(const AttentionCase& c) {
-    for (Tensor& t : out) t.dev->poison(c.dtype);
+    for (auto& buf : out_dev) buf->poison(c.dtype);
     if (workspace) workspace->poison(DType::f32);
   }
 };
@@ -156,35 +165,6 @@ std::vector<double> gather_contiguous(const AttentionCase& c, Side side, const s
   });
 }
 
-struct Reference {
-  std::string description;
-  std::vector<std::pair<int, int>> groups;  // the (batch, kv head) groups compared
-  std::vector<std::vector<double>> values;  // per output, gathered
-};
-
-// The fp64 CPU reference of every element, gathered over `groups`.
-std::vector<std::vector<double>> cpu_reference(const AttentionCase& c, bool dbl, const GradientSet& in,
-                                               const std::vector<std::pair<int, int>>& groups) {
-  AttentionProblem p;
-  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.n_q = c.n_q, p.n_k = c.n_k;
-  p.head_dim = c.head_dim, p.causal = c.causal, p.scale = c.scale;
-  p.q = in.q.logical, p.k = in.k.logical, p.v = in.v.logical;
-  std::vector<const std::vector<double>*> full;
-  std::optional<AttentionBackwardReference> b;
-  std::optional<AttentionDoubleBackwardReference> d;
-  if (!dbl) {
-    b = attention_backward_cpu(p, in.d_o.logical);
-    full = {&b->dq, &b->dk, &b->dv};
-  } else {
-    d = attention_double_backward_cpu(p, in.d_o.logical, in.gq.logical, in.gk.logical, in.gv.logical);
-    full = {&d->q_bar, &d->k_bar, &d->v_bar, &d->do_bar};
-  }
-  std::vector<std::vector<double>> values;
-  const std::vector<OutputSpec> specs = outputs_of(dbl);
-  for (std::size_t a = 0; a < specs.size(); ++a) values.push_back(gather_contiguous(c, specs[a].side, groups, *full[a]));
-  return values;
-}
-
 // The naive GPU reference over `groups` (fp32 outputs of fp64 sums), gathered over them.
 std::vector<std::vector<double>> gpu_reference(const AttentionCase& c, bool dbl, const GradientSet& in,
                                                const std::vector<std::pair<int, int>>& groups, int device,
@@ -216,15 +196,11 @@ std::vector<std::vector<double>> gpu_reference(const AttentionCase& c, bool dbl,
   return values;
 }
 
-Reference compute_reference(const AttentionCase& c, bool dbl, const GradientSet& in, int device, CUstream stream) {
+GradientReference compute_reference(const AttentionCase& c, bool dbl, const GradientSet& in, int device, CUstream stream) {
   const double work = double(c.batch) * c.heads_q * c.n_q * c.n_k * c.head_dim;
-  Reference ref;
+  if (work <= kCpuReferenceWork) return attention_gradient_reference_cpu(c, dbl, in.inputs());
+  GradientReference ref;
   ref.groups = all_groups(c);
-  if (work <= kCpuReferenceWork) {
-    ref.values = cpu_reference(c, dbl, in, ref.groups);
-    ref.description = "cpu-fp64 all elements";
-    return ref;
-  }
   if (work > kGpuReferenceWork) {  // evenly spread groups, the first and the last among them
     const std::size_t all = ref.groups.size();
     const std::size_t keep = std::max<std::size_t>(2, std::size_t(double(all) * kGpuReferenceWork / work));
@@ -244,9 +220,9 @@ Reference compute_reference(const AttentionCase& c, bool dbl, const GradientSet&
 // Downloads every output of the last run (raw bytes, in the case's layout).
 std::vector<std::vector<std::uint8_t>> download_outputs(GradientSet& in) {
   std::vector<std::vector<std::uint8_t>> raw;
-  for (Tensor& t : in.out) {
-    t.dev->download(t.host.bytes.data());
-    raw.push_back(t.host.bytes);
+  for (std::size_t a = 0; a < in.out_host.size(); ++a) {
+    in.out_dev[a]->download(in.out_host[a].bytes.data());
+    raw.push_back(in.out_host[a].bytes);
   }
   return raw;
 }
@@ -255,45 +231,52 @@ std::vector<std::vector<std::uint8_t>> download_outputs(GradientSet& in) {
 // takes the absolute ‖out‖ instead, which fp32 rounding noise exceeds over many elements where
 // the exact gradient vanishes by cancellation (e.g. every output of a one-key softmax but dŌ).
 // Such an output passes when every element is finite and within atol of 0.
-Comparison compare_gradient(std::span<const double> out, std::span<const double> ref, const Tolerance& tol) {
-  Comparison c = compare(out, ref, tol);
-  if (!c.pass && c.ref_norm == 0 && c.non_finite == 0 && c.outside_tolerance == 0 && c.count == out.size() &&
-      c.why == "rel_l2 above the bound") {
+Comparison compare_gradient(std::span<const double> out, std::span<const double> ref, const Tolerance& tol,
+                            std::size_t row_length) {
+  Comparison c = compare(out, ref, tol, row_length);
+  if (c.failed == Comparison::Failure::rel_l2 && c.ref_norm == 0 && c.outside_tolerance == 0) {
     c.pass = true;
+    c.failed = Comparison::Failure::none;
     c.why.clear();
   }
   return c;
 }
 
-GradientCheck compare_outputs(const AttentionCase& c, bool dbl, GradientSet& in, const Reference& ref,
-                              const Tolerance& tol) {
-  GradientCheck check;
+// The (b, h, i) of row `r` of the values gather() collects for `side` over `groups`.
+std::string gathered_row_name(const AttentionCase& c, Side side, const std::vector<std::pair<int, int>>& groups,
+                              std::size_t r) {
+  const int heads_per_group = side == Side::q ? c.heads_q / c.heads_kv : 1, n = rows_of(c, side);
+  const std::size_t per_group = std::size_t(heads_per_group) * n;
+  const auto [b, hk] = groups[r / per_group];
+  const int h0 = side == Side::q ? hk * heads_per_group : hk;
+  return bhi_name(b, h0 + int(r % per_group / n), int(r % n));
+}
+
+// Every output's comparison against the reference, named; got(a) gives output a's gathered values.
+template <class Got>
+HarnessCheck compare_gradients(const AttentionCase& c, bool dbl, const Got& got, const GradientReference& ref,
+                               const Tolerance& tol) {
+  HarnessCheck check;
   check.reference = ref.description;
   const std::vector<OutputSpec> specs = outputs_of(dbl);
-  check.pass = true;
-  for (std::size_t a = 0; a < specs.size(); ++a) {
-    const HostTensor& h = in.out[a].host;
-    const std::vector<double> got =
-        gather(c, specs[a].side, ref.groups, [&](int b, int hh, int i, int x) { return h.get(h.offset(b, hh, i, x)); });
-    check.names.push_back(specs[a].name);
-    check.outputs.push_back(compare_gradient(got, ref.values[a], tol));
-    check.pass = check.pass && check.outputs.back().pass;
-  }
+  for (std::size_t a = 0; a < specs.size(); ++a)
+    check.add(specs[a].name, compare_gradient(got(a), ref.values[a], tol, c.head_dim),
+              [&](std::size_t r) { return gathered_row_name(c, specs[a].side, ref.groups, r); });
+  check.finish();
   return check;
 }
 
 // Runs `config` on NaN-poisoned outputs and workspace, compares, and in deterministic mode runs
 // again (re-poisoned) and requires the same bits.
-GradientCheck run_and_compare(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt,
-                              const std::string& config, GradientSet& in, const Reference& ref, int device,
+HarnessCheck run_and_compare(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt,
+                              const std::string& config, GradientSet& in, const GradientReference& ref, int device,
                               CUstream stream) {
   const AttentionBackwardOptions o = in.options(c, dbl, opt, config, device);
   in.poison(c);
   in.run(c, dbl, o, device, stream);
   cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
   const auto first = download_outputs(in);
-  GradientCheck check =
-      compare_outputs(c, dbl, in, ref, dbl ? second_order_tolerance_for(c.dtype) : tolerance_for(c.dtype));
+  HarnessCheck check = compare_attention_gradient_outputs(c, dbl, in.out_host, ref);
   check.config = config;
   if (opt.deterministic) {
     in.poison(c);
@@ -301,7 +284,7 @@ GradientCheck run_and_compare(const AttentionCase& c, bool dbl, const BackwardBe
     cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
     check.determinism_checked = true;
     check.bitwise_equal = download_outputs(in) == first;
-    check.pass = check.pass && check.bitwise_equal;
+    check.finish();
   }
   return check;
 }
@@ -318,18 +301,49 @@ std::string to_string(const BackwardBenchOptions& o, bool double_backward) {
   return s;
 }
 
-const Comparison& GradientCheck::get(const std::string& name) const {
-  for (std::size_t a = 0; a < names.size(); ++a)
-    if (names[a] == name) return outputs.at(a);
-  throw std::out_of_range("GradientCheck: no output " + name);
+std::vector<std::string> attention_gradient_output_names(bool double_backward) {
+  std::vector<std::string> names;
+  for (const OutputSpec& s : outputs_of(double_backward)) names.push_back(s.name);
+  return names;
 }
 
-std::string to_string(const GradientCheck& c) {
-  std::string s = "reference: " + c.reference + (c.config.empty() ? "" : ", config " + c.config);
-  for (std::size_t a = 0; a < c.names.size() && a < c.outputs.size(); ++a)
-    s += "\n  " + c.names[a] + ": " + to_string(c.outputs[a]);
-  if (c.determinism_checked) s += std::string("\n  two runs: ") + (c.bitwise_equal ? "bitwise equal" : "DIFFERENT BITS");
-  return s;
+GradientReference attention_gradient_reference_cpu(const AttentionCase& c, bool dbl, const GradientInputs& in,
+                                                   const std::vector<std::pair<int, int>>& groups) {
+  AttentionProblem p;
+  p.batch = c.batch, p.heads_q = c.heads_q, p.heads_kv = c.heads_kv, p.n_q = c.n_q, p.n_k = c.n_k;
+  p.head_dim = c.head_dim, p.causal = c.causal, p.scale = c.scale;
+  p.q = in.q, p.k = in.k, p.v = in.v;
+  std::vector<const std::vector<double>*> full;
+  std::optional<AttentionBackwardReference> b;
+  std::optional<AttentionDoubleBackwardReference> d;
+  if (!dbl) {
+    b = attention_backward_cpu(p, in.d_o);
+    full = {&b->dq, &b->dk, &b->dv};
+  } else {
+    d = attention_double_backward_cpu(p, in.d_o, in.gq, in.gk, in.gv);
+    full = {&d->q_bar, &d->k_bar, &d->v_bar, &d->do_bar};
+  }
+  GradientReference ref;
+  ref.groups = groups.empty() ? all_groups(c) : groups;
+  ref.description = groups.empty() ? "cpu-fp64 all elements"
+                                   : "cpu-fp64 all elements of " + std::to_string(ref.groups.size()) + " groups";
+  const std::vector<OutputSpec> specs = outputs_of(dbl);
+  for (std::size_t a = 0; a < specs.size(); ++a)
+    ref.values.push_back(gather_contiguous(c, specs[a].side, ref.groups, *full[a]));
+  return ref;
+}
+
+HarnessCheck compare_attention_gradient_outputs(const AttentionCase& c, bool dbl, const std::vector<HostTensor>& outputs,
+                                                const GradientReference& ref) {
+  const std::vector<OutputSpec> specs = outputs_of(dbl);
+  if (outputs.size() != specs.size())
+    throw Error(Status::internal, "compare_attention_gradient_outputs: " + std::to_string(outputs.size()) +
+                                      " outputs, expected " + std::to_string(specs.size()));
+  auto got = [&](std::size_t a) {
+    const HostTensor& h = outputs[a];
+    return gather(c, specs[a].side, ref.groups, [&](int b, int hh, int i, int x) { return h.get(h.offset(b, hh, i, x)); });
+  };
+  return compare_gradients(c, dbl, got, ref, dbl ? second_order_tolerance_for(c.dtype) : tolerance_for(c.dtype));
 }
 
 double attention_backward_flops(const AttentionCase& c) { return 2.5 * attention_forward_flops(c); }
@@ -354,7 +368,7 @@ struct AttentionGradientBench::Impl {
   Stream stream;
   std::mt19937_64 rng;
   std::vector<std::unique_ptr<GradientSet>> sets;
-  std::optional<Reference> reference;
+  std::optional<GradientReference> reference;
   Impl(const AttentionCase& c, const BackwardBenchOptions& o, bool double_backward, int dev)
       : problem(c), options(o), dbl(double_backward), device(dev), rng(c.seed) {
     sets.push_back(std::make_unique<GradientSet>(c, dbl, o, rng, device, stream.s));
@@ -373,7 +387,7 @@ const AttentionCase& AttentionGradientBench::problem() const { return impl_->pro
 const BackwardBenchOptions& AttentionGradientBench::options() const { return impl_->options; }
 bool AttentionGradientBench::double_backward() const { return impl_->dbl; }
 
-GradientCheck AttentionGradientBench::check(const std::string& config) {
+HarnessCheck AttentionGradientBench::check(const std::string& config) {
   Impl& m = *impl_;
   use_primary_context(m.device);
   if (!m.reference) m.reference = compute_reference(m.problem, m.dbl, *m.sets[0], m.device, m.stream.s);
@@ -385,7 +399,7 @@ Timing AttentionGradientBench::time(const std::string& config, int warmup, int r
   use_primary_context(m.device);
   std::size_t set_bytes = m.sets[0]->o.bytes() * 2;  // o and d_o read; q, k, v, outputs below
   for (const Tensor* t : {&m.sets[0]->q, &m.sets[0]->k, &m.sets[0]->v}) set_bytes += t->host.bytes.size();
-  for (const Tensor& t : m.sets[0]->out) set_bytes += t.host.bytes.size();
+  for (const HostTensor& t : m.sets[0]->out_host) set_bytes += t.bytes.size();
   while (m.sets.size() < 8 && m.sets.size() * set_bytes < 2 * std::size_t(device_info(m.device).l2_bytes))
     m.sets.push_back(std::make_unique<GradientSet>(m.problem, m.dbl, m.options, m.rng, m.device, m.stream.s));
   std::vector<AttentionBackwardOptions> opts;
@@ -398,38 +412,27 @@ Timing AttentionGradientBench::time(const std::string& config, int warmup, int r
       warmup, reps, m.stream.s);
 }
 
-GradientCheck check_attention_backward(const AttentionCase& c, const BackwardBenchOptions& o, int device) {
+HarnessCheck check_attention_backward(const AttentionCase& c, const BackwardBenchOptions& o, int device) {
   AttentionBackwardBench bench(c, o, device);
   return bench.check(c.config);
 }
 
-GradientCheck check_attention_double_backward(const AttentionCase& c, const BackwardBenchOptions& o, int device) {
+HarnessCheck check_attention_double_backward(const AttentionCase& c, const BackwardBenchOptions& o, int device) {
   AttentionDoubleBackwardBench bench(c, o, device);
   return bench.check(c.config);
 }
 
-GradientCheck check_backward_reference_gpu_against_cpu(const AttentionCase& c, bool double_backward,
+HarnessCheck check_backward_reference_gpu_against_cpu(const AttentionCase& c, bool double_backward,
                                                        const BackwardBenchOptions& o,
                                                        const std::vector<std::pair<int, int>>& groups, int device) {
   use_primary_context(device);
   std::mt19937_64 rng(c.seed);
   Stream stream;
   GradientSet in(c, double_backward, o, rng, device, stream.s, /*run_forward=*/false);
-  Reference ref;
-  ref.groups = groups.empty() ? all_groups(c) : groups;
-  ref.values = cpu_reference(c, double_backward, in, ref.groups);
+  const GradientReference ref = attention_gradient_reference_cpu(c, double_backward, in.inputs(), groups);
   const auto gpu = gpu_reference(c, double_backward, in, ref.groups, device, stream.s);
-  GradientCheck check;
-  check.reference = "cpu-fp64 all elements of " + std::to_string(ref.groups.size()) + " groups";
-  check.pass = true;
-  const std::vector<OutputSpec> specs = outputs_of(double_backward);
   // The GPU reference sums in fp64 and stores fp32: fp32 rounding is its only expected error.
-  for (std::size_t a = 0; a < specs.size(); ++a) {
-    check.names.push_back(specs[a].name);
-    check.outputs.push_back(compare_gradient(gpu[a], ref.values[a], tolerance_for(DType::f32)));
-    check.pass = check.pass && check.outputs.back().pass;
-  }
-  return check;
+  return compare_gradients(c, double_backward, [&](std::size_t a) { return gpu[a]; }, ref, tolerance_for(DType::f32));
 }
 
 }  // namespace kgen

@@ -27,22 +27,36 @@ struct BackwardBenchOptions {
 // "deterministic workspace gq gk" style summary (cotangents only for the double backward).
 std::string to_string(const BackwardBenchOptions& o, bool double_backward);
 
-// The verdict of one checked run: one comparison per output, in the order of `names`
-// (dq, dk, dv; or q_bar, k_bar, v_bar, do_bar).
-struct GradientCheck {
-  std::string config;     // the config that ran ("" = kgen's default choice)
-  std::string reference;  // which reference, over which rows
-  std::vector<std::string> names;
-  std::vector<Comparison> outputs;
-  bool determinism_checked = false;  // ran twice (deterministic mode)
-  bool bitwise_equal = true;         // and both runs wrote the same bits
-  bool pass = false;                 // every output passes (and bitwise_equal)
-  // The comparison of output `name`; throws std::out_of_range for an unknown name.
-  const Comparison& get(const std::string& name) const;
+// The fp64 inputs of a backward check, contiguous (b, h, n, d): q, k, v, dO, and the double
+// backward's cotangents (empty = absent, i.e. zero).
+struct GradientInputs {
+  std::vector<double> q, k, v, d_o, gq, gk, gv;
 };
 
-// One line per output ("  dq: rel_l2 ... "), plus the determinism verdict when checked.
-std::string to_string(const GradientCheck& c);
+// The reference of a backward check over the (batch, kv head) groups it compares: per output
+// (dq, dk, dv; or q_bar, k_bar, v_bar, do_bar), the values of the group's rows in (group, head,
+// row, column) order: the query heads of each group for q-shaped outputs, its kv head for
+// k-shaped ones.
+struct GradientReference {
+  std::string description;
+  std::vector<std::pair<int, int>> groups;
+  std::vector<std::vector<double>> values;
+};
+
+// The output names of the backward (dq, dk, dv) or double backward (q_bar, k_bar, v_bar, do_bar).
+std::vector<std::string> attention_gradient_output_names(bool double_backward);
+
+// The fp64 CPU reference of every output over `groups` (all groups when empty).
+GradientReference attention_gradient_reference_cpu(const AttentionCase& c, bool double_backward,
+                                                   const GradientInputs& in,
+                                                   const std::vector<std::pair<int, int>>& groups = {});
+
+// The comparison step of a backward check, without a device: each output (host copies in the
+// case's layout and dtype, in attention_gradient_output_names order) against the reference, rows
+// of head_dim, with the first-order bounds of the dtype or, for the double backward, the
+// second-order ones.
+HarnessCheck compare_attention_gradient_outputs(const AttentionCase& c, bool double_backward,
+                                                const std::vector<HostTensor>& outputs, const GradientReference& ref);
 
 // 2.5 × attention_forward_flops (docs/attention.md §6).
 double attention_backward_flops(const AttentionCase& c);
@@ -61,21 +75,18 @@ std::string attention_double_backward_flops_convention(int matmuls = kDoubleBack
 // fp64 CPU reference on every element for small problems; for large ones the naive fp64 GPU
 // reference (itself checked against the CPU in the GPU tests) on every element of all
 // (batch, kv head) groups, or of evenly spread groups when even that would be too slow.
-class AttentionGradientBench {
+class AttentionGradientBench : public HarnessBench {
  public:
-  ~AttentionGradientBench();
+  ~AttentionGradientBench() override;
   AttentionGradientBench(const AttentionGradientBench&) = delete;
   AttentionGradientBench& operator=(const AttentionGradientBench&) = delete;
 
   const AttentionCase& problem() const;
   const BackwardBenchOptions& options() const;
   bool double_backward() const;
-  // Runs `config` ("" = the default choice) on NaN-poisoned outputs (and workspace) and compares
-  // every output with the reference; deterministic mode runs twice and compares the bits.
-  GradientCheck check(const std::string& config);
-  // Median/p20/p80 of `reps` device-event-timed runs after `warmup`, inputs rotated beyond L2.
-  // Does not check: callers check() the config first (docs/attention.md §5 rule 1).
-  Timing time(const std::string& config, int warmup, int reps);
+  // Every output compared with the reference; deterministic mode runs twice and compares the bits.
+  HarnessCheck check(const std::string& config) override;
+  Timing time(const std::string& config, int warmup, int reps) override;
 
  protected:
   AttentionGradientBench(const AttentionCase& c, const BackwardBenchOptions& o, bool double_backward, int device);
@@ -100,13 +111,13 @@ class AttentionDoubleBackwardBench : public AttentionGradientBench {
 };
 
 // One checked run of c.config on fresh inputs. Throws Error(no_device) without a GPU.
-GradientCheck check_attention_backward(const AttentionCase& c, const BackwardBenchOptions& o = {}, int device = 0);
-GradientCheck check_attention_double_backward(const AttentionCase& c, const BackwardBenchOptions& o = {},
+HarnessCheck check_attention_backward(const AttentionCase& c, const BackwardBenchOptions& o = {}, int device = 0);
+HarnessCheck check_attention_double_backward(const AttentionCase& c, const BackwardBenchOptions& o = {},
                                               int device = 0);
 
 // Checks the naive GPU reference of the (double) backward itself against the fp64 CPU
 // reference, on every element of `groups` ((batch, kv head) pairs; all when empty).
-GradientCheck check_backward_reference_gpu_against_cpu(const AttentionCase& c, bool double_backward,
+HarnessCheck check_backward_reference_gpu_against_cpu(const AttentionCase& c, bool double_backward,
                                                        const BackwardBenchOptions& o = {},
                                                        const std::vector<std::pair<int, int>>& groups = {},
                                                        int device = 0);

@@ -60,15 +60,8 @@ std::vector<int> rows_to_check(const AttentionCase& c) {
   return rows;
 }
 
-// The reference for one input set, on the rows a check compares: (b, h, i) triples.
-struct ReferenceRows {
-  std::vector<std::array<int, 3>> rows;
-  std::vector<double> o, lse;
-  std::string description;
-};
-
-ReferenceRows compute_reference(const AttentionCase& c, InputSet& in, int device, CUstream stream) {
-  ReferenceRows ref;
+AttentionReferenceRows compute_reference(const AttentionCase& c, InputSet& in, int device, CUstream stream) {
+  AttentionReferenceRows ref;
   std::vector<int> rows = rows_to_check(c);
   const bool sampled = rows.size() != std::size_t(c.n_q);
   if (sampled) {
@@ -97,60 +90,22 @@ ReferenceRows compute_reference(const AttentionCase& c, InputSet& in, int device
     ref.description = "cpu-fp64 all rows";
   }
   // ...and the chosen rows of every head against the fp64 CPU reference.
-  const int group = c.heads_q / c.heads_kv;
-  for (int b = 0; b < c.batch; ++b)
-    for (int h = 0; h < c.heads_q; ++h) {
-      const std::size_t d = c.head_dim;
-      const std::size_t kv_base = (std::size_t(b) * c.heads_kv + h / group) * c.n_k * d;
-      const std::size_t q_base = (std::size_t(b) * c.heads_q + h) * c.n_q * d;
-      for (int i : rows) {
-        // Row i of the full problem is a one-row problem over the keys it may see.
-        const int visible = c.causal ? std::min(c.n_k, i + (c.n_k - c.n_q) + 1) : c.n_k;
-        if (visible <= 0) {
-          ref.o.insert(ref.o.end(), d, 0.0);
-          ref.lse.push_back(-INFINITY);
-        } else {
-          AttentionProblem row;
-          row.n_q = 1, row.n_k = visible, row.head_dim = c.head_dim, row.scale = c.scale;
-          row.q.assign(in.q64.begin() + q_base + i * d, in.q64.begin() + q_base + (i + 1) * d);
-          row.k.assign(in.k64.begin() + kv_base, in.k64.begin() + kv_base + visible * d);
-          row.v.assign(in.v64.begin() + kv_base, in.v64.begin() + kv_base + visible * d);
-          auto r = attention_forward_cpu(row);
-          ref.o.insert(ref.o.end(), r.o.begin(), r.o.end());
-          ref.lse.push_back(r.lse[0]);
-        }
-        ref.rows.push_back({b, h, i});
-      }
-    }
+  append_attention_forward_cpu_rows(c, in.q64, in.k64, in.v64, rows, ref);
   return ref;
 }
 
 // Runs `c` (its config) once on NaN-poisoned outputs and compares the reference rows.
-AttentionCheck run_and_compare(const AttentionCase& c, InputSet& in, const ReferenceRows& ref, int device,
-                               CUstream stream) {
+HarnessCheck run_and_compare(const AttentionCase& c, InputSet& in, const AttentionReferenceRows& ref, int device,
+                             CUstream stream) {
   in.dout.poison(c.dtype);
   in.dlse.poison(DType::f32);
   in.run(c, device, stream);
   cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
-  HostTensor o = make_host(c.batch, c.heads_q, c.n_q, c.head_dim, c.layout, c.dtype);
-  in.dout.download(o.bytes.data());
-  std::vector<float> lse(std::size_t(c.batch) * c.heads_q * c.n_q);
-  in.dlse.download(lse.data());
-  std::vector<double> out_o, out_l;
-  out_o.reserve(ref.o.size());
-  for (auto [b, h, i] : ref.rows) {
-    for (int x = 0; x < c.head_dim; ++x) out_o.push_back(o.get(o.offset(b, h, i, x)));
-    out_l.push_back(lse[(std::size_t(b) * c.heads_q + h) * c.n_q + i]);
-  }
-  AttentionCheck check;
-  check.config = c.config;
-  check.reference = ref.description;
-  Tolerance tol = tolerance_for(c.dtype);
-  check.o = compare(out_o, ref.o, tol);
-  // LSE is fp32 whatever the input dtype; its error follows the scores' precision.
-  check.lse = compare(out_l, ref.lse, tol);
-  check.pass = check.o.pass && check.lse.pass;
-  return check;
+  AttentionForwardOutputs out{make_host(c.batch, c.heads_q, c.n_q, c.head_dim, c.layout, c.dtype),
+                              std::vector<float>(std::size_t(c.batch) * c.heads_q * c.n_q)};
+  in.dout.download(out.o.bytes.data());
+  in.dlse.download(out.lse.data());
+  return compare_attention_forward_outputs(c, out, ref);
 }
 
 }  // namespace
@@ -168,13 +123,64 @@ double attention_forward_flops(const AttentionCase& c) {
   return c.causal ? f / 2 : f;
 }
 
+void append_attention_forward_cpu_rows(const AttentionCase& c, const std::vector<double>& q64,
+                                       const std::vector<double>& k64, const std::vector<double>& v64,
+                                       const std::vector<int>& rows, AttentionReferenceRows& ref) {
+  const int group = c.heads_q / c.heads_kv;
+  for (int b = 0; b < c.batch; ++b)
+    for (int h = 0; h < c.heads_q; ++h) {
+      const std::size_t d = c.head_dim;
+      const std::size_t kv_base = (std::size_t(b) * c.heads_kv + h / group) * c.n_k * d;
+      const std::size_t q_base = (std::size_t(b) * c.heads_q + h) * c.n_q * d;
+      for (int i : rows) {
+        // Row i of the full problem is a one-row problem over the keys it may see.
+        const int visible = c.causal ? std::min(c.n_k, i + (c.n_k - c.n_q) + 1) : c.n_k;
+        if (visible <= 0) {
+          ref.o.insert(ref.o.end(), d, 0.0);
+          ref.lse.push_back(-INFINITY);
+        } else {
+          AttentionProblem row;
+          row.n_q = 1, row.n_k = visible, row.head_dim = c.head_dim, row.scale = c.scale;
+          row.q.assign(q64.begin() + q_base + i * d, q64.begin() + q_base + (i + 1) * d);
+          row.k.assign(k64.begin() + kv_base, k64.begin() + kv_base + visible * d);
+          row.v.assign(v64.begin() + kv_base, v64.begin() + kv_base + visible * d);
+          auto r = attention_forward_cpu(row);
+          ref.o.insert(ref.o.end(), r.o.begin(), r.o.end());
+          ref.lse.push_back(r.lse[0]);
+        }
+        ref.rows.push_back({b, h, i});
+      }
+    }
+}
+
+HarnessCheck compare_attention_forward_outputs(const AttentionCase& c, const AttentionForwardOutputs& out,
+                                               const AttentionReferenceRows& ref) {
+  std::vector<double> out_o, out_l;
+  out_o.reserve(ref.o.size());
+  for (auto [b, h, i] : ref.rows) {
+    for (int x = 0; x < c.head_dim; ++x) out_o.push_back(out.o.get(out.o.offset(b, h, i, x)));
+    out_l.push_back(out.lse[(std::size_t(b) * c.heads_q + h) * c.n_q + i]);
+  }
+  HarnessCheck check;
+  check.config = c.config;
+  check.reference = ref.description;
+  const Tolerance tol = tolerance_for(c.dtype);
+  auto row_name = [&](std::size_t r) { return bhi_name(ref.rows[r][0], ref.rows[r][1], ref.rows[r][2]); };
+  check.add("o", compare(out_o, ref.o, tol, c.head_dim), row_name);
+  // LSE is fp32 whatever the input dtype; its error follows the scores' precision. Each value is
+  // one attention row's statistic: a row of its own.
+  check.add("lse", compare(out_l, ref.lse, tol, 1), row_name);
+  check.finish();
+  return check;
+}
+
 struct AttentionForwardBench::Impl {
   AttentionCase problem;
   int device;
   Stream stream;
   std::mt19937_64 rng;
   std::vector<std::unique_ptr<InputSet>> sets;
-  std::optional<ReferenceRows> reference;
+  std::optional<AttentionReferenceRows> reference;
   Impl(const AttentionCase& c, int dev) : problem(c), device(dev), rng(c.seed) {
     sets.push_back(std::make_unique<InputSet>(c, rng));
   }
@@ -194,7 +200,7 @@ AttentionForwardBench::~AttentionForwardBench() = default;
 
 const AttentionCase& AttentionForwardBench::problem() const { return impl_->problem; }
 
-AttentionCheck AttentionForwardBench::check(const std::string& config) {
+HarnessCheck AttentionForwardBench::check(const std::string& config) {
   Impl& m = *impl_;
   use_primary_context(m.device);
   if (!m.reference) m.reference = compute_reference(m.problem, *m.sets[0], m.device, m.stream.s);
@@ -211,12 +217,12 @@ Timing AttentionForwardBench::time(const std::string& config, int warmup, int re
   return time_runs([&](int r) { m.sets[r % m.sets.size()]->run(c, m.device, m.stream.s); }, warmup, reps, m.stream.s);
 }
 
-AttentionCheck check_attention_forward(const AttentionCase& c, int device) {
+HarnessCheck check_attention_forward(const AttentionCase& c, int device) {
   AttentionForwardBench bench(c, device);
   return bench.check(c.config);
 }
 
-AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device) {
+HarnessCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device) {
   use_primary_context(device);
   std::mt19937_64 rng(c.seed);
   InputSet in(c, rng);
@@ -236,15 +242,18 @@ AttentionCheck check_reference_gpu_against_cpu(const AttentionCase& c, int devic
   p.head_dim = c.head_dim, p.causal = c.causal, p.scale = c.scale;
   p.q = in.q64, p.k = in.k64, p.v = in.v64;
   AttentionForwardReference ref = attention_forward_cpu(p);
-  AttentionCheck check;
+  HarnessCheck check;
   check.reference = "cpu-fp64 all rows";
   // The GPU reference accumulates in fp64 and stores fp32: fp32 rounding is the only error.
   Tolerance tol = tolerance_for(DType::f32);
-  check.o = compare(std::vector<double>(gpu_o.begin(), gpu_o.end()), ref.o, tol);
-  check.lse = compare(std::vector<double>(gpu_l.begin(), gpu_l.end()), ref.lse, tol);
-  check.pass = check.o.pass && check.lse.pass;
+  // Rows in (b, h, i) order, every one of them.
+  auto row_name = [&](std::size_t r) {
+    return bhi_name(int(r / (std::size_t(c.heads_q) * c.n_q)), int(r / c.n_q % c.heads_q), int(r % c.n_q));
+  };
+  check.add("o", compare(std::vector<double>(gpu_o.begin(), gpu_o.end()), ref.o, tol, c.head_dim), row_name);
+  check.add("lse", compare(std::vector<double>(gpu_l.begin(), gpu_l.end()), ref.lse, tol, 1), row_name);
+  check.finish();
   return check;
 }
-
 
 }  // namespace kgen

@@ -19,37 +19,21 @@ std::string scientific(const char* format, double v) {
   return buf;
 }
 
-CandidateCheck forward_verdict(const AttentionCheck& r) {
-  if (r.pass) return {true, scientific("rel_l2 %.1e", r.o.rel_l2)};
-  return {false, r.o.pass ? "lse: " + r.lse.why : "o: " + r.o.why};
+// A harness verdict as the tuner's: the worst rel_l2 on pass, else the first failure.
+CandidateCheck verdict(const HarnessCheck& r) {
+  if (r.pass) return {true, scientific("rel_l2 ≤ %.1e", r.worst_rel_l2())};
+  return {false, r.failure()};
 }
 
-CandidateCheck gradient_verdict(const GradientCheck& r) {
-  if (r.pass) {
-    double worst = 0;
-    for (const auto& out : r.outputs) worst = std::max(worst, out.rel_l2);
-    return {true, scientific("rel_l2 ≤ %.1e", worst)};
-  }
-  for (std::size_t i = 0; i < r.outputs.size() && i < r.names.size(); ++i)
-    if (!r.outputs[i].pass) return {false, r.names[i] + ": " + r.outputs[i].why};
-  return {false, "two runs wrote different bits"};
-}
-
-CandidateCheck lrpe_verdict(const LrpeCheck& r) {
-  if (r.pass) return {true, scientific("rel_l2 %.1e", r.out.rel_l2)};
-  return {false, r.out.pass ? "angles: " + r.angles.why : r.out.why};
-}
-
-// A harness bench (AttentionForwardBench, AttentionGradientBench, LrpeBench) as a CandidateBench.
-template <class Bench, auto Verdict>
-class HarnessBench final : public CandidateBench {
+// An operator's harness bench as the tuner's CandidateBench.
+class TunerBench final : public CandidateBench {
  public:
-  explicit HarnessBench(std::unique_ptr<Bench> bench) : bench_(std::move(bench)) {}
-  CandidateCheck check(const std::string& config) override { return Verdict(bench_->check(config)); }
+  explicit TunerBench(std::unique_ptr<HarnessBench> bench) : bench_(std::move(bench)) {}
+  CandidateCheck check(const std::string& config) override { return verdict(bench_->check(config)); }
   Timing time(const std::string& config, int warmup, int reps) override { return bench_->time(config, warmup, reps); }
 
  private:
-  std::unique_ptr<Bench> bench_;
+  std::unique_ptr<HarnessBench> bench_;
 };
 
 const AttentionCase& attention_case(const TuningProblem& p) {
@@ -72,14 +56,14 @@ std::unique_ptr<CandidateBench> gradient_bench(const TuningProblem& p, int devic
   std::unique_ptr<AttentionGradientBench> b;
   if (double_backward) b = std::make_unique<AttentionDoubleBackwardBench>(attention_case(p), o, device);
   else b = std::make_unique<AttentionBackwardBench>(attention_case(p), o, device);
-  return std::make_unique<HarnessBench<AttentionGradientBench, gradient_verdict>>(std::move(b));
+  return std::make_unique<TunerBench>(std::move(b));
 }
 
 const bool installed = [] {
   install_problem_bench(
       "attention_fwd",
       {[](const TuningProblem& p, int device) -> std::unique_ptr<CandidateBench> {
-         return std::make_unique<HarnessBench<AttentionForwardBench, forward_verdict>>(
+         return std::make_unique<TunerBench>(
              std::make_unique<AttentionForwardBench>(attention_case(p), device));
        },
        [](const TuningProblem& p, double ms) { return tflops(attention_forward_flops(attention_case(p)), ms); }});
@@ -93,7 +77,7 @@ const bool installed = [] {
   for (const char* op : {"lrpe_cosine", "md_lrpe_cosine"})
     install_problem_bench(
         op, {[](const TuningProblem& p, int device) -> std::unique_ptr<CandidateBench> {
-               return std::make_unique<HarnessBench<LrpeBench, lrpe_verdict>>(std::make_unique<LrpeBench>(lrpe_case(p), device));
+               return std::make_unique<TunerBench>(std::make_unique<LrpeBench>(lrpe_case(p), device));
              },
              [](const TuningProblem& p, double ms) { return lrpe_floor_bytes(lrpe_case(p)) / (ms * 1e-3) / 1e9; }});
   return true;

@@ -27,18 +27,6 @@ int theta_width(const LrpeCase& c) {
   return (c.d + m - 1) / m;
 }
 
-// θ[h, i] = base^(−i / width) spread over heads: the usual LRPE frequencies, scaled per head
-// and perturbed so that no two heads or features share a value.
-std::vector<float> make_theta(const LrpeCase& c, int rows, int cols, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> jitter(0.5f, 1.0f);
-  std::vector<float> theta(std::size_t(rows) * cols);
-  for (int h = 0; h < rows; ++h)
-    for (int i = 0; i < cols; ++i)
-      theta[std::size_t(h) * cols + i] =
-          jitter(rng) * static_cast<float>(std::pow(10000.0, -double(i) / std::max(1, theta_width(c))));
-  return theta;
-}
-
 // fill_random on all cores: the benchmark shapes hold up to ~10^9 elements, ~20 s on one
 // core. Each (b, h) slice draws from its own generator seeded from `rng`: deterministic for a
 // given seed whatever the number of threads.
@@ -147,37 +135,116 @@ std::size_t lrpe_footprint_bytes(const LrpeCase& c, int device) {
   return bytes;
 }
 
+LrpeTheta make_lrpe_theta(const LrpeCase& c, std::mt19937_64& rng) {
+  LrpeTheta t;
+  t.rows = c.theta_kind == 2 ? 1 : c.heads;
+  t.cols = c.theta_kind == 1 ? 1 : theta_width(c);
+  std::uniform_real_distribution<float> jitter(0.5f, 1.0f);
+  t.values.resize(std::size_t(t.rows) * t.cols);
+  for (int h = 0; h < t.rows; ++h)
+    for (int i = 0; i < t.cols; ++i)
+      t.values[std::size_t(h) * t.cols + i] =
+          jitter(rng) * static_cast<float>(std::pow(10000.0, -double(i) / std::max(1, theta_width(c))));
+  return t;
+}
+
+LrpeReference lrpe_reference_cpu(const LrpeCase& c, const LrpeTheta& theta, const std::vector<double>& x,
+                                 const std::vector<double>& d_o) {
+  LrpeReference ref;
+  const int pairs = c.batch * c.heads;
+  if (double(pairs) * c.n * c.d <= kFullCheckElements) {
+    for (int i = 0; i < pairs; ++i) ref.slices.emplace_back(i / c.heads, i % c.heads);
+    ref.description = "cpu-fp64 every (b, h)";
+  } else {
+    for (int i : {0, pairs / 3, (2 * pairs) / 3, pairs - 1})
+      if (ref.slices.empty() || ref.slices.back() != std::make_pair(i / c.heads, i % c.heads))
+        ref.slices.emplace_back(i / c.heads, i % c.heads);
+    ref.description = "cpu-fp64 " + std::to_string(ref.slices.size()) + " sampled (b, h) of " + std::to_string(pairs);
+  }
+  const std::size_t row = std::size_t(c.n) * c.d;
+  for (auto [b, h] : ref.slices) {
+    LrpeProblem p;
+    p.batch = 1, p.heads = 1, p.n = c.n, p.d = c.d, p.act = c.act;
+    p.theta_heads = 1, p.theta_width = theta.cols;
+    const int th = theta.rows == 1 ? 0 : h;
+    p.theta.assign(theta.values.begin() + std::size_t(th) * theta.cols,
+                   theta.values.begin() + std::size_t(th + 1) * theta.cols);
+    p.offset = c.offset;
+    p.md = c.op == LrpeOp::md_cosine, p.grid = c.grid, p.extra = c.extra, p.e = theta_width(c);
+    const std::size_t slice = std::size_t(b) * c.heads + h;
+    p.x.assign(x.begin() + slice * row, x.begin() + (slice + 1) * row);
+    std::vector<double> r;
+    if (c.direction == LrpeDirection::forward) {
+      r = lrpe_forward_cpu(p);
+    } else {
+      std::vector<double> g(d_o.begin() + slice * 2 * row, d_o.begin() + (slice + 1) * 2 * row);
+      r = lrpe_backward_cpu(p, g);
+    }
+    ref.out.insert(ref.out.end(), r.begin(), r.end());
+    if (c.cache && c.direction == LrpeDirection::forward)
+      for (double a : lrpe_angles_cpu(p)) ref.angles.push_back(std::cos(a)), ref.angles.push_back(std::sin(a));
+  }
+  return ref;
+}
+
+HarnessCheck compare_lrpe_outputs(const LrpeCase& c, const HostTensor& out, const std::vector<float>& angles,
+                                  const LrpeReference& ref) {
+  std::vector<double> got;
+  got.reserve(ref.out.size());
+  for (auto [b, h] : ref.slices)
+    for (int i = 0; i < c.n; ++i)
+      for (int k = 0; k < out.d; ++k) got.push_back(out.get(out.offset(b, h, i, k)));
+  // Rows in (slice, position) order.
+  auto row_name = [&](std::size_t r) {
+    const auto [b, h] = ref.slices[r / c.n];
+    return bhi_name(b, h, int(r % c.n));
+  };
+  HarnessCheck check;
+  check.reference = ref.description;
+  check.add(c.direction == LrpeDirection::forward ? "o" : "dx", compare(got, ref.out, tolerance_for(c.dtype), out.d),
+            row_name);
+  if (!ref.angles.empty()) {
+    // A written angle buffer of the wrong size compares as a size mismatch.
+    std::vector<double> trig;
+    const std::size_t plane = std::size_t(c.n) * c.d;
+    if (angles.size() == plane * c.heads)
+      for (auto [b, h] : ref.slices)
+        for (std::size_t i = 0; i < plane; ++i) {
+          const double a = angles[std::size_t(h) * plane + i];
+          trig.push_back(std::cos(a)), trig.push_back(std::sin(a));
+        }
+    // The angles are fp32 whatever the dtype: fp32 bounds. A cos, sin pair per feature.
+    check.add("angles", compare(trig, ref.angles, tolerance_for(DType::f32), 2 * std::size_t(c.d)), row_name);
+  }
+  check.finish();
+  return check;
+}
+
 struct LrpeBench::Impl {
   LrpeCase problem;
   int device;
   Stream stream;
   std::mt19937_64 rng;
-  int theta_rows, theta_cols;
-  std::vector<float> theta;
+  LrpeTheta theta;
   DeviceBuffer theta_buf;
   std::size_t work_bytes;
   DeviceBuffer work;
   std::vector<std::unique_ptr<Set>> sets;
-  // Reference of set 0 on the checked slices: (b, h) pairs, outputs in (s, k) order.
-  std::vector<std::pair<int, int>> slices;
-  std::vector<double> ref_out, ref_angles;
-  std::string ref_description;
+  std::optional<LrpeReference> reference;  // of set 0
 
   Impl(const LrpeCase& c, int dev)
-      : problem(c), device(dev), rng(c.seed), theta_rows(c.theta_kind == 2 ? 1 : c.heads),
-        theta_cols(c.theta_kind == 1 ? 1 : theta_width(c)), theta(make_theta(c, theta_rows, theta_cols, rng)),
-        theta_buf(theta.size() * 4),
+      : problem(c), device(dev), rng(c.seed), theta(make_lrpe_theta(c, rng)), theta_buf(theta.values.size() * 4),
         work_bytes(lrpe_workspace_bytes(x_shape_view(c, theta_buf.get(), dev), c.act,
                                         c.direction == LrpeDirection::backward)),
         work(std::max<std::size_t>(work_bytes, 16)) {
-    theta_buf.upload(theta.data());
+    theta_buf.upload(theta.values.data());
     sets.push_back(std::make_unique<Set>(c, rng));
   }
 
   TensorView theta_view() const {
     TensorView t;
     t.data = theta_buf.get(), t.dtype = DType::f32, t.ndim = 2, t.device = device;
-    t.shape[0] = theta_rows, t.shape[1] = theta_cols, t.strides[0] = theta_cols, t.strides[1] = 1;
+    t.shape[0] = theta.rows, t.shape[1] = theta.cols, t.strides[0] = theta.cols, t.strides[1] = 1;
     return t;
   }
   TensorView angles_view(const Set& s) const {
@@ -222,43 +289,6 @@ struct LrpeBench::Impl {
     else md_lrpe_cosine_backward(x, theta_view(), view_of(c, s.d_o, s.d_o_buf, device), out, angles,
                                  md_options(config, c.act), stream.s);
   }
-
-  void compute_reference() {
-    const LrpeCase& c = problem;
-    const Set& s = *sets[0];
-    const int pairs = c.batch * c.heads;
-    if (double(pairs) * c.n * c.d <= kFullCheckElements) {
-      for (int i = 0; i < pairs; ++i) slices.emplace_back(i / c.heads, i % c.heads);
-      ref_description = "cpu-fp64 every (b, h)";
-    } else {
-      for (int i : {0, pairs / 3, (2 * pairs) / 3, pairs - 1})
-        if (slices.empty() || slices.back() != std::make_pair(i / c.heads, i % c.heads))
-          slices.emplace_back(i / c.heads, i % c.heads);
-      ref_description = "cpu-fp64 " + std::to_string(slices.size()) + " sampled (b, h) of " + std::to_string(pairs);
-    }
-    const std::size_t row = std::size_t(c.n) * c.d;
-    for (auto [b, h] : slices) {
-      LrpeProblem p;
-      p.batch = 1, p.heads = 1, p.n = c.n, p.d = c.d, p.act = c.act;
-      p.theta_heads = 1, p.theta_width = theta_cols;
-      const int th = theta_rows == 1 ? 0 : h;
-      p.theta.assign(theta.begin() + std::size_t(th) * theta_cols, theta.begin() + std::size_t(th + 1) * theta_cols);
-      p.offset = c.offset;
-      p.md = c.op == LrpeOp::md_cosine, p.grid = c.grid, p.extra = c.extra, p.e = theta_width(c);
-      const std::size_t slice = std::size_t(b) * c.heads + h;
-      p.x.assign(s.x64.begin() + slice * row, s.x64.begin() + (slice + 1) * row);
-      std::vector<double> r;
-      if (c.direction == LrpeDirection::forward) {
-        r = lrpe_forward_cpu(p);
-      } else {
-        std::vector<double> g(s.d_o64.begin() + slice * 2 * row, s.d_o64.begin() + (slice + 1) * 2 * row);
-        r = lrpe_backward_cpu(p, g);
-      }
-      ref_out.insert(ref_out.end(), r.begin(), r.end());
-      if (c.cache && c.direction == LrpeDirection::forward)
-        for (double a : lrpe_angles_cpu(p)) ref_angles.push_back(std::cos(a)), ref_angles.push_back(std::sin(a));
-    }
-  }
 };
 
 LrpeBench::LrpeBench(const LrpeCase& c, int device) {
@@ -270,40 +300,22 @@ LrpeBench::~LrpeBench() = default;
 
 const LrpeCase& LrpeBench::problem() const { return impl_->problem; }
 
-LrpeCheck LrpeBench::check(const std::string& config) {
+HarnessCheck LrpeBench::check(const std::string& config) {
   Impl& m = *impl_;
   const LrpeCase& c = m.problem;
   use_primary_context(m.device);
-  if (m.slices.empty()) m.compute_reference();
   Set& s = *m.sets[0];
+  if (!m.reference) m.reference = lrpe_reference_cpu(c, m.theta, s.x64, s.d_o64);
   s.out_buf.poison(c.dtype);
-  if (c.cache && c.direction == LrpeDirection::forward) s.angles_buf.poison(DType::f32);
+  const bool angles = c.cache && c.direction == LrpeDirection::forward;
+  if (angles) s.angles_buf.poison(DType::f32);
   m.run(s, config);
   cuda_check(cuda_driver().cuStreamSynchronize(m.stream.s), "kernel execution (cuStreamSynchronize)");
   s.out_buf.download(s.out.bytes.data());
-  std::vector<double> got;
-  got.reserve(m.ref_out.size());
-  for (auto [b, h] : m.slices)
-    for (int i = 0; i < c.n; ++i)
-      for (int k = 0; k < s.out.d; ++k) got.push_back(s.out.get(s.out.offset(b, h, i, k)));
-  LrpeCheck r;
+  std::vector<float> written(angles ? std::size_t(c.heads) * c.n * c.d : 0);
+  if (angles) s.angles_buf.download(written.data());
+  HarnessCheck r = compare_lrpe_outputs(c, s.out, written, *m.reference);
   r.config = config;
-  r.reference = m.ref_description;
-  r.out = compare(got, m.ref_out, tolerance_for(c.dtype));
-  r.pass = r.out.pass;
-  if (!m.ref_angles.empty()) {
-    std::vector<float> angles(std::size_t(c.heads) * c.n * c.d);
-    s.angles_buf.download(angles.data());
-    std::vector<double> trig;
-    for (auto [b, h] : m.slices)
-      for (std::size_t i = 0; i < std::size_t(c.n) * c.d; ++i) {
-        const double a = angles[std::size_t(h) * c.n * c.d + i];
-        trig.push_back(std::cos(a)), trig.push_back(std::sin(a));
-      }
-    // The angles are fp32 whatever the dtype: fp32 bounds.
-    r.angles = compare(trig, m.ref_angles, tolerance_for(DType::f32));
-    r.pass = r.pass && r.angles.pass;
-  }
   return r;
 }
 
@@ -316,7 +328,7 @@ Timing LrpeBench::time(const std::string& config, int warmup, int reps) {
   return time_runs([&](int r) { m.run(*m.sets[r % m.sets.size()], config); }, warmup, reps, m.stream.s);
 }
 
-LrpeCheck check_lrpe(const LrpeCase& c, int device) {
+HarnessCheck check_lrpe(const LrpeCase& c, int device) {
   LrpeBench bench(c, device);
   return bench.check(c.config);
 }

@@ -92,7 +92,7 @@ int run_gradient_check(AttentionOp op, const std::vector<DType>& dtypes, const s
       if (op == AttentionOp::double_backward && deterministic) continue;
       BackwardBenchOptions o;
       o.deterministic = deterministic;
-      GradientCheck r;
+      HarnessCheck r;
       try {
         r = op == AttentionOp::backward ? check_attention_backward(c, o, 0) : check_attention_double_backward(c, o, 0);
       } catch (const Error& e) {
@@ -116,7 +116,7 @@ int run_check(AttentionOp op, const std::vector<DType>& dtypes, const std::vecto
   if (op != AttentionOp::forward) return run_gradient_check(op, dtypes, head_dims, quick);
   int failed = 0, passed = 0;
   for (const auto& c : check_cases(dtypes, head_dims, quick)) {
-    AttentionCheck r;
+    HarnessCheck r;
     try {
       r = check_attention_forward(c, 0);
     } catch (const Error& e) {
@@ -124,8 +124,7 @@ int run_check(AttentionOp op, const std::vector<DType>& dtypes, const std::vecto
       ++failed;
       continue;
     }
-    std::printf("%s %-60s [%s] o: %s | lse: %s\n", r.pass ? "PASS " : "FAIL ", to_string(c).c_str(),
-                r.reference.c_str(), to_string(r.o).c_str(), to_string(r.lse).c_str());
+    std::printf("%s %-60s\n%s\n", r.pass ? "PASS " : "FAIL ", to_string(c).c_str(), to_string(r).c_str());
     std::fflush(stdout);
     (r.pass ? passed : failed)++;
   }
@@ -174,14 +173,13 @@ bool bench_gradients(AttentionOp op, const AttentionCase& c, const BenchOptions&
   bool ok = true;
   for (const std::string& config : bench_configs(o.configs)) {
     const std::string name = config.empty() ? "default" : config;
-    GradientCheck check = bench->check(config);
+    HarnessCheck check = bench->check(config);
     if (!check.pass) {
       std::printf("%s%s | FAIL | – | – | – |\n%s\n", row.c_str(), name.c_str(), to_string(check).c_str());
       ok = false;
       continue;
     }
-    double worst = 0;
-    for (const auto& out : check.outputs) worst = std::max(worst, out.rel_l2);
+    const double worst = check.worst_rel_l2();
     Timing t = bench->time(config, o.warmup, o.reps);
     const double flops = dbl ? attention_double_backward_flops(c) : attention_backward_flops(c);
     std::printf("%s%s | pass (rel_l2 ≤ %.1e) | %.3f | %.3f–%.3f | %.1f |\n", row.c_str(), name.c_str(), worst,
@@ -209,10 +207,10 @@ int bench_forward_case(const AttentionCase& c, const BenchOptions& o, const std:
         call.shape = {c.batch, c.heads_q, c.heads_kv, n, n};
         config = to_string(choose_attention_forward_config(call, {}));
       }
-      AttentionCheck check = bench->check(forced);
+      HarnessCheck check = bench->check(forced);
       if (!check.pass) {
         std::printf("%s%s | FAIL (%s) | – | – | – | – | – | – |\n", row.c_str(), config.c_str(),
-                    (check.o.pass ? check.lse.why : check.o.why).c_str());
+                    check.failure().c_str());
         ++failed;
         continue;
       }
@@ -222,7 +220,7 @@ int bench_forward_case(const AttentionCase& c, const BenchOptions& o, const std:
       double mib = (2.0 * c.batch * c.heads_q * n * d * dtype_bytes(t) + 2.0 * c.batch * c.heads_kv * n * d * dtype_bytes(t) +
                     4.0 * c.batch * c.heads_q * n) / (1 << 20);
       std::printf("%s%s | pass (rel_l2 %.1e) | %.3f | %.3f | %.3f | %.3f–%.3f | %.1f | %.0f |\n", row.c_str(), config.c_str(),
-                  check.o.rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms, tflops, mib);
+                  check.get("o").rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms, tflops, mib);
     } catch (const Error& e) {
       std::printf("%s%s | ERROR %s | – | – | – | – | – | – |\n", row.c_str(), config.empty() ? "–" : config.c_str(), e.what());
       ++failed;

@@ -37,15 +37,14 @@ std::string act_title(LrpeAct act) {
 const char* direction_name(LrpeDirection d) { return d == LrpeDirection::forward ? "fwd" : "bwd"; }
 
 int check_one(const LrpeCase& c, int& passed) {
-  LrpeCheck r;
+  HarnessCheck r;
   try {
     r = check_lrpe(c, 0);
   } catch (const Error& e) {
     std::printf("ERROR %s: %s\n", to_string(c).c_str(), e.what());
     return 1;
   }
-  std::printf("%s %s [%s] %s%s%s\n", r.pass ? "PASS " : "FAIL ", to_string(c).c_str(), r.reference.c_str(),
-              to_string(r.out).c_str(), r.angles.count ? " | angles: " : "", r.angles.count ? to_string(r.angles).c_str() : "");
+  std::printf("%s %s\n%s\n", r.pass ? "PASS " : "FAIL ", to_string(c).c_str(), to_string(r).c_str());
   std::fflush(stdout);
   passed += r.pass;
   return r.pass ? 0 : 1;
@@ -106,10 +105,10 @@ std::string bench_cell(const LrpeCase& c, const std::string& config, double copy
                        std::unique_ptr<LrpeBench>& bench, int& failed, std::string& note) {
   try {
     if (!bench) bench = std::make_unique<LrpeBench>(c, 0);
-    LrpeCheck check = bench->check(config);
+    HarnessCheck check = bench->check(config);
     if (!check.pass) {
       ++failed;
-      note = "FAIL " + to_string(c) + " " + config + ": " + to_string(check.out);
+      note = "FAIL " + to_string(c) + " " + config + ": " + check.failure();
       return "FAIL";
     }
     Timing t = bench->time(config, o.warmup, o.reps);

@@ -19,7 +19,7 @@ namespace {
     if (!cuda_available(&why)) GTEST_SKIP() << why; \
   } while (0)
 
-std::string describe(const AttentionCase& c, const BackwardBenchOptions& o, bool dbl, const GradientCheck& r) {
+std::string describe(const AttentionCase& c, const BackwardBenchOptions& o, bool dbl, const HarnessCheck& r) {
   return std::string(dbl ? "double backward " : "backward ") + to_string(c) + " " + to_string(o, dbl) + "\n" +
          to_string(r);
 }
@@ -45,7 +45,7 @@ AttentionCase make_case(DType dtype, int d, bool causal, const Shape& s, Layout 
 // Runs the backward (or double backward) of `c` (c.config: "" = the launch's choice) on
 // NaN-poisoned outputs and expects it to match the reference.
 void expect_pass(const AttentionCase& c, const BackwardBenchOptions& o, bool dbl) {
-  const GradientCheck r = dbl ? check_attention_double_backward(c, o) : check_attention_backward(c, o);
+  const HarnessCheck r = dbl ? check_attention_double_backward(c, o) : check_attention_backward(c, o);
   EXPECT_TRUE(r.pass) << (c.config.empty() ? "" : c.config + " ") << describe(c, o, dbl, r);
 }
 
@@ -149,7 +149,7 @@ TEST(AttentionBackwardGpuLarge, ManyWavesCheckedThenTimed) {
       std::unique_ptr<AttentionGradientBench> bench;
       if (dbl) bench = std::make_unique<AttentionDoubleBackwardBench>(c, o);
       else bench = std::make_unique<AttentionBackwardBench>(c, o);
-      const GradientCheck r = bench->check("");
+      const HarnessCheck r = bench->check("");
       EXPECT_TRUE(r.pass) << describe(c, o, dbl, r);
       if (!r.pass) continue;
       const Timing t = bench->time("", 3, 10);
@@ -177,7 +177,7 @@ TEST(AttentionBackwardReferenceGpu, MatchesTheCpuReference) {
           BackwardBenchOptions o;
           const int subset = int(seed % 8);  // cotangent subsets rotate, including none
           o.gq = subset & 1, o.gk = subset & 2, o.gv = subset & 4;
-          const GradientCheck r = check_backward_reference_gpu_against_cpu(c, dbl, o);
+          const HarnessCheck r = check_backward_reference_gpu_against_cpu(c, dbl, o);
           EXPECT_TRUE(r.pass) << describe(c, o, dbl, r);
         }
   // The largest head dim, BHND, and a subset of groups (the others are not written).
@@ -185,9 +185,9 @@ TEST(AttentionBackwardReferenceGpu, MatchesTheCpuReference) {
     AttentionCase c;
     c.dtype = DType::bf16, c.head_dim = 256, c.causal = true, c.layout = Layout::bhnd;
     c.batch = 2, c.heads_q = 4, c.heads_kv = 2, c.n_q = 65, c.n_k = 33, c.seed = 99;
-    const GradientCheck all = check_backward_reference_gpu_against_cpu(c, dbl);
+    const HarnessCheck all = check_backward_reference_gpu_against_cpu(c, dbl);
     EXPECT_TRUE(all.pass) << describe(c, {}, dbl, all);
-    const GradientCheck some = check_backward_reference_gpu_against_cpu(c, dbl, {}, {{1, 0}, {0, 1}});
+    const HarnessCheck some = check_backward_reference_gpu_against_cpu(c, dbl, {}, {{1, 0}, {0, 1}});
     EXPECT_TRUE(some.pass) << describe(c, {}, dbl, some);
   }
 }

@@ -11,11 +11,7 @@
 namespace kgen {
 namespace {
 
-std::string describe(const LrpeCase& c, const LrpeCheck& r) {
-  std::string s = to_string(c) + " [" + r.reference + "]\n  out: " + to_string(r.out);
-  if (r.angles.count) s += "\n  angles: " + to_string(r.angles);
-  return s;
-}
+std::string describe(const LrpeCase& c, const HarnessCheck& r) { return to_string(c) + "\n" + to_string(r); }
 
 struct Shape {
   int b, h, n, d;

@@ -76,16 +76,16 @@ TEST(ReferenceCpu, GroupedQueryHeadsShareTheirKvHead) {
 TEST(Metrics, PassesCloseOutputsAndFailsEveryBadKind) {
   std::vector<double> ref = {1.0, -2.0, 3.0, 0.5, -INFINITY};
   Tolerance tol = tolerance_for(DType::bf16);
-  EXPECT_TRUE(compare(std::vector<double>{1.001, -2.001, 3.0, 0.5, -INFINITY}, ref, tol).pass);
+  EXPECT_TRUE(compare(std::vector<double>{1.001, -2.001, 3.0, 0.5, -INFINITY}, ref, tol, 1).pass);
   // Right up to a factor α: cos ≈ 1, rel_l2 ≈ |1 − α|.
-  auto scaled = compare(std::vector<double>{1.1, -2.2, 3.3, 0.55, -INFINITY}, ref, tol);
+  auto scaled = compare(std::vector<double>{1.1, -2.2, 3.3, 0.55, -INFINITY}, ref, tol, 1);
   EXPECT_FALSE(scaled.pass);
   EXPECT_NEAR(scaled.rel_l2, 0.1, 1e-9);
   EXPECT_NEAR(scaled.cosine, 1.0, 1e-12);
-  EXPECT_FALSE(compare(std::vector<double>{0, 0, 0, 0, -INFINITY}, ref, tol).pass);           // unwritten zeros
-  EXPECT_FALSE(compare(std::vector<double>{NAN, -2.0, 3.0, 0.5, -INFINITY}, ref, tol).pass);  // poisoned element
-  EXPECT_FALSE(compare(std::vector<double>{1.0, -2.0, 3.0, 0.5, 0.0}, ref, tol).pass);        // -inf LSE lost
-  EXPECT_FALSE(compare(std::vector<double>{1.0, -2.0, 3.0}, ref, tol).pass);
+  EXPECT_FALSE(compare(std::vector<double>{0, 0, 0, 0, -INFINITY}, ref, tol, 1).pass);           // unwritten zeros
+  EXPECT_FALSE(compare(std::vector<double>{NAN, -2.0, 3.0, 0.5, -INFINITY}, ref, tol, 1).pass);  // poisoned element
+  EXPECT_FALSE(compare(std::vector<double>{1.0, -2.0, 3.0, 0.5, 0.0}, ref, tol, 1).pass);        // -inf LSE lost
+  EXPECT_FALSE(compare(std::vector<double>{1.0, -2.0, 3.0}, ref, tol, 1).pass);
   EXPECT_LT(tolerance_for(DType::f32).rel_l2, tolerance_for(DType::f16).rel_l2);
 }
 
