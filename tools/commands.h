@@ -15,10 +15,17 @@ void add_gpu_commands(CLI::App& app, int& exit_code);
 void add_tune_commands(CLI::App& app, int& exit_code);
 void add_replay_command(CLI::App& app, int& exit_code);
 
-// `kgen check lrpe|md_lrpe` and `kgen bench lrpe|md_lrpe` (tools/commands_lrpe.cpp), as
-// subcommands of `check` and `bench`.
-void add_lrpe_check_command(CLI::App& check, int& exit_code);
-void add_lrpe_bench_command(CLI::App& bench, int& exit_code);
+class SweepOptions;
+
+// `kgen check` / `kgen bench` of any operator (tools/commands_gpu.cpp), from the sweep options
+// of tools/sweep.h; the lrpe tables of `kgen bench` (tools/commands_lrpe.cpp).
+int run_sweep_check(const SweepOptions& o);
+int run_sweep_bench(const SweepOptions& o);
+int run_lrpe_bench(const SweepOptions& o);
+
+// The aliases `kgen check lrpe|md_lrpe` and `kgen bench lrpe|md_lrpe` of `--op lrpe_cosine` and
+// `--op md_lrpe_cosine` (tools/commands_lrpe.cpp), as sub-commands of `check` and `bench`.
+void add_lrpe_aliases(CLI::App& check, CLI::App& bench, int& exit_code);
 
 // Throws Error(no_device) with the driver's reason when no GPU is usable.
 void require_device();

@@ -1,14 +1,17 @@
-// `kgen check`, `kgen bench` and `kgen demo` (the README's main job).
+// `kgen check` and `kgen bench` for every operator (the sweep options of tools/sweep.h, shared
+// with `kgen tune`), and `kgen demo` (the README's main job).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <unistd.h>
 #include <memory>
 #include <sstream>
 
 #include "kgen/kgen.hpp"
 #include "check/attention_backward_harness.h"
+#include "check/lrpe_harness.h"
 #include "ops/attention_forward.h"
 #include "check/attention_harness.h"
 #include "driver/cuda_driver.h"
@@ -16,6 +19,7 @@
 #include "jit/kernel_builder.h"
 #include "jit/warm.h"
 #include "tools/commands.h"
+#include "tools/sweep.h"
 
 namespace kgen::cli {
 
@@ -42,119 +46,85 @@ void print_device_header() {
 
 namespace {
 
-std::vector<bool> parse_causal(const std::string& text) {
-  if (text == "both") return {false, true};
-  if (text == "yes") return {true};
-  if (text == "no") return {false};
-  throw Error(Status::invalid_argument, "--causal: expected yes, no or both, got '" + text + "'");
-}
-
-// The correctness sweep of docs/attention.md §5.6: odd sizes, n_q != n_k both ways, causal, GQA,
-// BNHD, more than one wave.
-std::vector<AttentionCase> check_cases(const std::vector<DType>& dtypes, const std::vector<int>& head_dims, bool quick) {
-  struct Shape { int b, hq, hkv, nq, nk; };
-  std::vector<Shape> shapes = {{1, 1, 1, 1, 1}, {1, 2, 1, 7, 7}, {2, 4, 1, 63, 63}, {1, 8, 1, 1000, 1000},
-                               {1, 2, 2, 1337, 1000}, {1, 4, 4, 1000, 1337}, {1, 2, 2, 65, 17}};
-  if (!quick) shapes.push_back({4, 32, 4, 2048, 2048});
-  std::uint64_t seed = 1;
-  std::vector<AttentionCase> cases;
-  for (DType t : dtypes)
-    for (int d : head_dims)
-      for (bool causal : {false, true})
-        for (const Shape& s : shapes) {
-          AttentionCase c;
-          c.dtype = t, c.head_dim = d, c.causal = causal;
-          c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
-          c.layout = (seed % 2) ? Layout::bnhd : Layout::bhnd;
-          c.seed = seed++;
-          cases.push_back(c);
-        }
-  return cases;
-}
-
-// The attention operators `kgen check` and `kgen bench` serve (--op).
-enum class AttentionOp { forward, backward, double_backward };
-
-AttentionOp parse_attention_op(const std::string& text) {
-  if (text == "attention_fwd") return AttentionOp::forward;
-  if (text == "attention_bwd") return AttentionOp::backward;
-  if (text == "attention_double_bwd") return AttentionOp::double_backward;
-  throw Error(Status::invalid_argument,
-              "--op: '" + text + "' is not attention_fwd, attention_bwd or attention_double_bwd");
-}
-
-// Checks of the backward or double backward: every output against the reference, both kgen
-// modes for the backward (atomic dQ, deterministic) and every cotangent present.
-int run_gradient_check(AttentionOp op, const std::vector<DType>& dtypes, const std::vector<int>& head_dims, bool quick) {
-  int failed = 0, passed = 0;
-  for (const auto& c : check_cases(dtypes, head_dims, quick)) {
-    for (bool deterministic : {false, true}) {
-      if (op == AttentionOp::double_backward && deterministic) continue;
-      BackwardBenchOptions o;
-      o.deterministic = deterministic;
-      HarnessCheck r;
-      try {
-        r = op == AttentionOp::backward ? check_attention_backward(c, o, 0) : check_attention_double_backward(c, o, 0);
-      } catch (const Error& e) {
-        std::printf("ERROR %-60s %s\n", to_string(c).c_str(), e.what());
-        ++failed;
-        continue;
-      }
-      std::printf("%s %-60s [%s]\n%s\n", r.pass ? "PASS " : "FAIL ", to_string(c).c_str(),
-                  to_string(o, op == AttentionOp::double_backward).c_str(), to_string(r).c_str());
-      std::fflush(stdout);
-      (r.pass ? passed : failed)++;
-    }
-  }
-  std::printf("passed %d, failed %d\n", passed, failed);
-  return failed ? kFailed : kOk;
-}
-
-int run_check(AttentionOp op, const std::vector<DType>& dtypes, const std::vector<int>& head_dims, bool quick) {
-  require_device();
-  print_device_header();
-  if (op != AttentionOp::forward) return run_gradient_check(op, dtypes, head_dims, quick);
-  int failed = 0, passed = 0;
-  for (const auto& c : check_cases(dtypes, head_dims, quick)) {
-    HarnessCheck r;
-    try {
-      r = check_attention_forward(c, 0);
-    } catch (const Error& e) {
-      std::printf("ERROR %-60s %s\n", to_string(c).c_str(), e.what());
-      ++failed;
-      continue;
-    }
-    std::printf("%s %-60s\n%s\n", r.pass ? "PASS " : "FAIL ", to_string(c).c_str(), to_string(r).c_str());
-    std::fflush(stdout);
-    (r.pass ? passed : failed)++;
-  }
-  std::printf("passed %d, failed %d\n", passed, failed);
-  return failed ? kFailed : kOk;
-}
-
-struct BenchOptions {
-  std::string op = "attention_fwd";
-  std::string dtypes = "bf16", head_dims = "64,128", seqlens = "512,1024,2048,4096,8192,16384", causal = "both";
-  std::string configs;  // "|"-separated explicit configs to time beside the default ("" = default only)
-  int tokens = 16384, hidden = 2048, warmup = 5, reps = 30;
+// One case of `kgen check` for any operator: its title, how to make its harness bench (inputs
+// and reference), and the configs to check on it ("" = the default choice, first).
+struct CheckItem {
+  std::string title;
+  std::function<std::unique_ptr<HarnessBench>()> make;
+  std::vector<std::string> configs;
 };
 
-// The default ("") first, then each explicit config of a "|"-separated list.
-std::vector<std::string> bench_configs(const std::string& text) {
-  std::vector<std::string> out = {""};
-  std::stringstream in(text);
-  for (std::string c; std::getline(in, c, '|');)
-    if (!c.empty()) out.push_back(c);
-  return out;
+std::vector<CheckItem> check_items(const SweepOptions& o) {
+  std::vector<std::string> configs = {""};
+  for (const std::string& c : sweep_configs(o)) configs.push_back(c);
+  std::vector<CheckItem> items;
+  if (o.family() == OpFamily::lrpe) {
+    for (const LrpeCase& c : lrpe_cases(o)) {
+      // md configs with ':cache' run with the angle cache, the others without.
+      std::vector<std::string> own;
+      for (const std::string& config : configs)
+        if (config.empty() || c.op != LrpeOp::md_cosine || config.ends_with(":cache") == c.cache) own.push_back(config);
+      items.push_back({to_string(c), [c]() -> std::unique_ptr<HarnessBench> { return std::make_unique<LrpeBench>(c, 0); },
+                       own});
+    }
+    return items;
+  }
+  const std::string op = o.op();
+  const bool dbl = op == "attention_double_bwd";
+  for (const AttentionCase& c : attention_cases(o)) {
+    if (op == "attention_fwd") {
+      items.push_back({to_string(c),
+                       [c]() -> std::unique_ptr<HarnessBench> { return std::make_unique<AttentionForwardBench>(c, 0); },
+                       configs});
+      continue;
+    }
+    // The backward in both modes (atomic and deterministic dQ) unless --deterministic picks one.
+    for (bool deterministic : {false, true}) {
+      if (deterministic ? dbl : o.flag("deterministic")) continue;
+      BackwardBenchOptions b;
+      b.deterministic = deterministic;
+      items.push_back({to_string(c) + " [" + to_string(b, dbl) + "]",
+                       [c, b, dbl]() -> std::unique_ptr<HarnessBench> {
+                         if (dbl) return std::make_unique<AttentionDoubleBackwardBench>(c, b);
+                         return std::make_unique<AttentionBackwardBench>(c, b);
+                       },
+                       configs});
+    }
+  }
+  return items;
 }
 
-// The standard sweep's problem for (dtype, d, causal, n): b·n = o.tokens, h·d = o.hidden.
-AttentionCase sweep_case(const BenchOptions& o, DType t, int d, bool causal, int n) {
-  AttentionCase c;
-  c.dtype = t, c.head_dim = d, c.causal = causal, c.n_q = c.n_k = n;
-  c.batch = std::max(1, o.tokens / n);
-  c.heads_q = c.heads_kv = std::max(1, o.hidden / d);
-  return c;
+// `kgen check --op X`: every case and config checked once on NaN-poisoned outputs.
+int run_check(const SweepOptions& o) {
+  // Arguments first, so a typo is named even on a machine without a GPU.
+  o.validate();
+  const std::vector<CheckItem> items = check_items(o);
+  if (o.flag("list")) {
+    for (const CheckItem& item : items)
+      for (const std::string& config : item.configs) std::printf("%s%s\n", item.title.c_str(), config.empty() ? "" : (" " + config).c_str());
+    return kOk;
+  }
+  require_device();
+  print_device_header();
+  int failed = 0, passed = 0;
+  for (const CheckItem& item : items) {
+    std::unique_ptr<HarnessBench> bench;
+    for (const std::string& config : item.configs) {
+      const std::string title = item.title + (config.empty() ? "" : " " + config);
+      try {
+        if (!bench) bench = item.make();
+        const HarnessCheck r = bench->check(config);
+        std::printf("%s %s\n%s\n", r.pass ? "PASS " : "FAIL ", title.c_str(), to_string(r).c_str());
+        (r.pass ? passed : failed)++;
+      } catch (const Error& e) {
+        std::printf("ERROR %s: %s\n", title.c_str(), e.what());
+        ++failed;
+      }
+      std::fflush(stdout);
+    }
+  }
+  std::printf("passed %d, failed %d\n", passed, failed);
+  return failed ? kFailed : kOk;
 }
 
 // "| bf16 | 128 | no | 4096 | 4 | 16 | ": the problem columns of a bench row.
@@ -164,63 +134,65 @@ std::string row_prefix(const AttentionCase& c) {
          std::to_string(c.heads_q) + " | ";
 }
 
-// One row of `kgen bench --op attention_bwd|attention_double_bwd`: check, then time.
-bool bench_gradients(AttentionOp op, const AttentionCase& c, const BenchOptions& o, const std::string& row) {
-  const bool dbl = op == AttentionOp::double_backward;
+// One row of `kgen bench --op attention_bwd|attention_double_bwd` per config: check, then time.
+int bench_gradients(const std::string& op, const AttentionCase& c, const SweepOptions& o,
+                    const std::vector<std::string>& configs) {
+  const bool dbl = op == "attention_double_bwd";
+  BackwardBenchOptions b;
+  b.deterministic = o.flag("deterministic");
   std::unique_ptr<AttentionGradientBench> bench;
-  if (dbl) bench = std::make_unique<AttentionDoubleBackwardBench>(c);
-  else bench = std::make_unique<AttentionBackwardBench>(c);
-  bool ok = true;
-  for (const std::string& config : bench_configs(o.configs)) {
+  if (dbl) bench = std::make_unique<AttentionDoubleBackwardBench>(c, b);
+  else bench = std::make_unique<AttentionBackwardBench>(c, b);
+  const std::string row = row_prefix(c);
+  int failed = 0;
+  for (const std::string& config : configs) {
     const std::string name = config.empty() ? "default" : config;
     HarnessCheck check = bench->check(config);
     if (!check.pass) {
       std::printf("%s%s | FAIL | – | – | – |\n%s\n", row.c_str(), name.c_str(), to_string(check).c_str());
-      ok = false;
+      ++failed;
       continue;
     }
-    const double worst = check.worst_rel_l2();
-    Timing t = bench->time(config, o.warmup, o.reps);
+    Timing t = bench->time(config, o.integer("warmup", 0), o.integer("reps", 1));
     const double flops = dbl ? attention_double_backward_flops(c) : attention_backward_flops(c);
-    std::printf("%s%s | pass (rel_l2 ≤ %.1e) | %.3f | %.3f–%.3f | %.1f |\n", row.c_str(), name.c_str(), worst,
-                t.median_ms, t.p20_ms, t.p80_ms, flops / (t.median_ms * 1e-3) / 1e12);
+    std::printf("%s%s | pass (rel_l2 ≤ %.1e) | %.3f | %.3f–%.3f | %.1f |\n", row.c_str(), name.c_str(),
+                check.worst_rel_l2(), t.median_ms, t.p20_ms, t.p80_ms, flops / (t.median_ms * 1e-3) / 1e12);
     std::fflush(stdout);
   }
-  return ok;
+  return failed;
 }
 
-// Times every config of `o.configs` ("" = the launch's own choice) on the forward case `c`, each
-// checked first; one table row each. Returns the number of failed rows.
-int bench_forward_case(const AttentionCase& c, const BenchOptions& o, const std::string& row) {
-  const DType t = c.dtype;
-  const int d = c.head_dim, n = c.n_q;
-  const bool causal = c.causal;
+// Times every config ("" = the launch's own choice) on the forward case `c`, each checked first;
+// one table row each. Returns the number of failed rows.
+int bench_forward_case(const AttentionCase& c, const SweepOptions& o, const std::vector<std::string>& configs) {
+  const std::string row = row_prefix(c);
   int failed = 0;
   std::unique_ptr<AttentionForwardBench> bench;
-  for (const std::string& forced : bench_configs(o.configs)) {
+  for (const std::string& forced : configs) {
     std::string config = forced;
     try {
       if (!bench) bench = std::make_unique<AttentionForwardBench>(c, 0);
       if (config.empty()) {
         AttentionForwardCall call;
-        call.spec = {t, d, causal};
-        call.shape = {c.batch, c.heads_q, c.heads_kv, n, n};
+        call.spec = {c.dtype, c.head_dim, c.causal};
+        call.shape = {c.batch, c.heads_q, c.heads_kv, c.n_q, c.n_k};
         config = to_string(choose_attention_forward_config(call, {}));
       }
       HarnessCheck check = bench->check(forced);
       if (!check.pass) {
-        std::printf("%s%s | FAIL (%s) | – | – | – | – | – | – |\n", row.c_str(), config.c_str(),
-                    check.failure().c_str());
+        std::printf("%s%s | FAIL (%s) | – | – | – | – | – | – |\n", row.c_str(), config.c_str(), check.failure().c_str());
         ++failed;
         continue;
       }
-      Timing timing = bench->time(forced, o.warmup, o.reps);
+      Timing timing = bench->time(forced, o.integer("warmup", 0), o.integer("reps", 1));
       double tflops = attention_forward_flops(c) / (timing.median_ms * 1e-3) / 1e12;
       // Live memory of the call: q, k, v, o and lse (the forward allocates no workspace).
-      double mib = (2.0 * c.batch * c.heads_q * n * d * dtype_bytes(t) + 2.0 * c.batch * c.heads_kv * n * d * dtype_bytes(t) +
-                    4.0 * c.batch * c.heads_q * n) / (1 << 20);
+      const double e = dtype_bytes(c.dtype);
+      double mib = (2.0 * c.batch * c.heads_q * c.n_q * c.head_dim * e + 2.0 * c.batch * c.heads_kv * c.n_k * c.head_dim * e +
+                    4.0 * c.batch * c.heads_q * c.n_q) / (1 << 20);
       std::printf("%s%s | pass (rel_l2 %.1e) | %.3f | %.3f | %.3f | %.3f–%.3f | %.1f | %.0f |\n", row.c_str(), config.c_str(),
-                  check.get("o").rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms, tflops, mib);
+                  check.get("o").rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms,
+                  tflops, mib);
     } catch (const Error& e) {
       std::printf("%s%s | ERROR %s | – | – | – | – | – | – |\n", row.c_str(), config.empty() ? "–" : config.c_str(), e.what());
       ++failed;
@@ -230,46 +202,49 @@ int bench_forward_case(const AttentionCase& c, const BenchOptions& o, const std:
   return failed;
 }
 
-int run_bench(const BenchOptions& o) {
+// "b·n = 16384 tokens, h·d = 2048" or the explicit batch and heads.
+std::string attention_sweep_shape(const SweepOptions& o) {
+  std::string s = o.given("batch") ? "b = " + o.value("batch") : "b·n = " + o.value("tokens") + " tokens";
+  s += o.given("heads") ? ", h = " + o.value("heads") : ", h·d = " + o.value("hidden");
+  if (o.given("heads-kv")) s += ", h_kv = " + o.value("heads-kv");
+  return s;
+}
+
+int run_attention_bench(const SweepOptions& o) {
   // Arguments first, so a typo is named even on a machine without a GPU.
-  const AttentionOp op = parse_attention_op(o.op);
-  const auto dtypes = parse_dtypes(o.dtypes);
-  const auto head_dims = parse_int_list(o.head_dims, "--head-dims");
-  const auto causal_flags = parse_causal(o.causal);
-  const auto seqlens = parse_int_list(o.seqlens, "--seqlens");
+  const std::vector<AttentionCase> cases = attention_cases(o);
+  std::vector<std::string> configs = {""};
+  for (const std::string& c : sweep_configs(o)) configs.push_back(c);
+  const int warmup = o.integer("warmup", 0), reps = o.integer("reps", 1);
   require_device();
   print_device_header();
-  if (op != AttentionOp::forward) {
-    const bool dbl = op == AttentionOp::double_backward;
-    std::printf("%s, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first (%s)\n\n",
-                o.op.c_str(), o.tokens, o.hidden, o.reps, o.warmup,
+  const std::string op = o.op();
+  if (op != "attention_fwd") {
+    const bool dbl = op == "attention_double_bwd";
+    std::printf("%s%s, %s; median of %d reps after %d warm-up; every row checked first (%s)\n\n", op.c_str(),
+                o.flag("deterministic") ? " (deterministic)" : "", attention_sweep_shape(o).c_str(), reps, warmup,
                 dbl ? attention_double_backward_flops_convention().c_str() : "backward FLOPs = 2.5 × forward");
     std::printf("| dtype | d | causal | n | b | h | config | check | median ms | p20–p80 ms | TFLOPS |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   } else {
-    std::printf("attention_fwd, b·n = %d tokens, h·d = %d; median of %d reps after %d warm-up; every row checked first\n\n",
-                o.tokens, o.hidden, o.reps, o.warmup);
+    std::printf("attention_fwd, %s; median of %d reps after %d warm-up; every row checked first\n\n",
+                attention_sweep_shape(o).c_str(), reps, warmup);
     std::printf("| dtype | d | causal | n | b | h | config | check | fwd mean ms | fwd std ms | median ms | p20–p80 ms | TFLOPS | live MiB |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
   int failed = 0;
-  for (DType t : dtypes)
-    for (int d : head_dims)
-      for (bool causal : causal_flags)
-        for (int n : seqlens) {
-          const AttentionCase c = sweep_case(o, t, d, causal, n);
-          const std::string row = row_prefix(c);
-          if (op == AttentionOp::forward) {
-            failed += bench_forward_case(c, o, row);
-            continue;
-          }
-          try {
-            if (!bench_gradients(op, c, o, row)) ++failed;
-          } catch (const Error& e) {
-            std::printf("%s– | ERROR %s | – | – | – |\n", row.c_str(), e.what());
-            ++failed;
-          }
-        }
+  for (const AttentionCase& c : cases) {
+    if (op == "attention_fwd") {
+      failed += bench_forward_case(c, o, configs);
+      continue;
+    }
+    try {
+      failed += bench_gradients(op, c, o, configs);
+    } catch (const Error& e) {
+      std::printf("%s– | ERROR %s | – | – | – |\n", row_prefix(c).c_str(), e.what());
+      ++failed;
+    }
+  }
   return failed ? kFailed : kOk;
 }
 
@@ -369,57 +344,51 @@ int run_launch_bench(int calls) {
 
 }  // namespace
 
-void add_gpu_commands(CLI::App& app, int& exit_code) {
-  auto* check = app.add_subcommand("check", "Correctness sweep of an attention operator on the GPU against the fp64 reference");
-  auto check_op = std::make_shared<std::string>("attention_fwd");
-  check->add_option("--op", *check_op, "attention_fwd, attention_bwd or attention_double_bwd")->capture_default_str();
-  auto dtypes = std::make_shared<std::string>("fp16,bf16,fp32");
-  auto dims = std::make_shared<std::string>("32,64,96,128,256,80");
-  auto quick = std::make_shared<bool>(false);
-  check->add_option("--dtypes", *dtypes, "Comma-separated dtypes")->capture_default_str();
-  check->add_option("--head-dims", *dims, "Comma-separated head dims")->capture_default_str();
-  check->add_flag("--quick", *quick, "Skip the large shapes");
-  add_lrpe_check_command(*check, exit_code);
-  check->callback([=, &exit_code] {
-    if (check->get_subcommands().size()) return;  // `kgen check lrpe|md_lrpe` ran instead
-    const AttentionOp op = parse_attention_op(*check_op);
-    exit_code = run_check(op, parse_dtypes(*dtypes), parse_int_list(*dims, "--head-dims"), *quick); });
+int run_sweep_check(const SweepOptions& o) { return run_check(o); }
 
-  auto* bench = app.add_subcommand("bench", "Time an attention operator on the standard sweep (each row checked first)");
-  auto o = std::make_shared<BenchOptions>();
-  bench->add_option("--op", o->op, "attention_fwd, attention_bwd or attention_double_bwd")->capture_default_str();
-  bench->add_option("--dtypes", o->dtypes, "Comma-separated dtypes")->capture_default_str();
-  bench->add_option("--head-dims", o->head_dims, "Comma-separated head dims")->capture_default_str();
-  bench->add_option("--seqlens", o->seqlens, "Comma-separated sequence lengths")->capture_default_str();
-  bench->add_option("--causal", o->causal, "yes, no or both")->capture_default_str();
-  bench->add_option("--tokens", o->tokens, "b·n per row")->capture_default_str()->check(CLI::PositiveNumber);
-  bench->add_option("--hidden", o->hidden, "h·d per row")->capture_default_str()->check(CLI::PositiveNumber);
-  bench->add_option("--warmup", o->warmup, "Untimed runs")->capture_default_str()->check(CLI::NonNegativeNumber);
-  bench->add_option("--reps", o->reps, "Timed runs")->capture_default_str()->check(CLI::PositiveNumber);
-  bench->add_option("--configs", o->configs, "Also time these configs, '|'-separated (invalid ones are reported per row)");
-  auto launch = std::make_shared<bool>(false);
-  bench->add_flag("--launch", *launch, "Measure first-call cost (cold compile, disk hit, in-memory hit) and hot launch overhead instead");
-  add_lrpe_bench_command(*bench, exit_code);
-  bench->callback([o, launch, bench, &exit_code] {
-    if (bench->get_subcommands().size()) return;  // `kgen bench lrpe|md_lrpe` ran instead
-    if (*launch) {
-      exit_code = run_launch_bench(10000);
-      return;
-    }
-    exit_code = run_bench(*o);
-    // --warmup 0 asks for the cost of first calls too: cold compile, disk hit, in-memory hit.
-    if (o->warmup == 0 && exit_code == kOk) exit_code = run_launch_bench(10000);
+int run_sweep_bench(const SweepOptions& o) {
+  o.validate();
+  if (o.flag("list")) {
+    std::vector<std::string> titles;
+    if (o.family() == OpFamily::lrpe)
+      for (const LrpeCase& c : lrpe_cases(o)) titles.push_back(to_string(c));
+    else
+      for (const AttentionCase& c : attention_cases(o)) titles.push_back(to_string(c));
+    for (const std::string& t : titles) std::printf("%s\n", t.c_str());
+    for (const std::string& c : sweep_configs(o)) std::printf("config %s\n", c.c_str());
+    return kOk;
+  }
+  if (o.flag("launch")) return run_launch_bench(10000);
+  if (o.family() == OpFamily::lrpe) return run_lrpe_bench(o);
+  const int rc = run_attention_bench(o);
+  // attention_fwd --warmup 0 asks for the cost of first calls too: cold compile, disk hit, in-memory hit.
+  if (o.op() == "attention_fwd" && o.integer("warmup", 0) == 0 && rc == kOk) return run_launch_bench(10000);
+  return rc;
+}
+
+void add_gpu_commands(CLI::App& app, int& exit_code) {
+  auto* check = app.add_subcommand("check", "Correctness sweep of an operator on the GPU against the fp64 reference");
+  auto check_options = add_sweep_options(*check, SweepCommand::check);
+  check->footer(sweep_footer(SweepCommand::check));
+  auto* bench = app.add_subcommand("bench", "Time an operator on its standard sweep (each row checked first)");
+  auto bench_options = add_sweep_options(*bench, SweepCommand::bench);
+  bench->footer(sweep_footer(SweepCommand::bench));
+  add_lrpe_aliases(*check, *bench, exit_code);
+  check->callback([check, check_options, &exit_code] {
+    if (!check->get_subcommands().empty()) return;  // an alias sub-command ran instead
+    exit_code = run_sweep_check(*check_options);
+  });
+  bench->callback([bench, bench_options, &exit_code] {
+    if (!bench->get_subcommands().empty()) return;  // an alias sub-command ran instead
+    exit_code = run_sweep_bench(*bench_options);
   });
 
   auto* demo = app.add_subcommand("demo", "Main job: verify and time default shapes on a GPU, or pre-warm sm_80/sm_90a without one");
   demo->callback([&exit_code] {
     std::string why;
     if (cuda_available(&why)) {
-      int rc = run_check(AttentionOp::forward, {DType::bf16, DType::f16}, {64, 128}, /*quick=*/true);
-      BenchOptions o;
-      o.dtypes = "bf16";
-      o.seqlens = "2048,8192";
-      int rc2 = run_bench(o);
+      int rc = run_check(*sweep_options_from(SweepCommand::check, "--dtypes bf16,fp16 --head-dims 64,128 --quick"));
+      int rc2 = run_attention_bench(*sweep_options_from(SweepCommand::bench, "--dtypes bf16 --seqlens 2048,8192"));
       exit_code = rc || rc2 ? kFailed : kOk;
       return;
     }

@@ -5,20 +5,8 @@ set -u
 kgen=$1
 cache=$2
 fails=0
-expect() {  # expect EXIT_CODE PATTERN -- ARGS...
-  local want=$1 pattern=$2
-  shift 3
-  local out rc
-  out=$("$kgen" "$@" 2>&1)
-  rc=$?
-  if [ "$rc" != "$want" ] || ! grep -Eq -- "$pattern" <<<"$out"; then
-    echo "FAIL: kgen $* -> exit $rc (want $want), output lacks /$pattern/:"
-    echo "$out" | tail -5
-    fails=$((fails + 1))
-  else
-    echo "ok: kgen $*"
-  fi
-}
+# shellcheck source=expect.sh
+. "$(dirname "$0")/expect.sh"
 for cmd in warm show-config inspect check bench demo "cache ls" "cache verify" "cache gc" "cache clear" "cache export" "cache import"; do
   # shellcheck disable=SC2086
   expect 0 "Usage" -- $cmd --help
@@ -35,8 +23,8 @@ expect 2 "variant: unknown variant key 'lrpe_cosine.fwd.bf16.gelu'" -- inspect -
 expect 2 "config: config 'sp:t128:r2:v8': softmax over the sequence needs the bp strategy" -- inspect --op lrpe_cosine --variant lrpe_cosine.fwd.bf16.softmax_seq --config sp:t128:r2:v8
 expect 2 "" -- no-such-command
 expect 2 "seqlens: 'x' is not an integer" -- bench --seqlens 12,x
-expect 2 "op: 'x' is not attention_fwd, attention_bwd or attention_double_bwd" -- bench --op x
-expect 2 "op: 'y' is not attention_fwd" -- check --op y
+expect 2 "op: unknown operator 'x'" -- bench --op x
+expect 2 "op: unknown operator 'y'" -- check --op y
 expect 2 "devices: '-1' is not an integer" -- tune --devices -1
 expect 2 "dtypes: unknown dtype 'fp8'" -- tune --dtypes fp8
 expect 2 "configs: cannot parse" -- tune --configs fa2:bm64
