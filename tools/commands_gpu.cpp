@@ -78,9 +78,11 @@ std::vector<CheckItem> check_items(const SweepOptions& o) {
                        configs});
       continue;
     }
-    // The backward in both modes (atomic and deterministic dQ) unless --deterministic picks one.
-    for (bool deterministic : {false, true}) {
-      if (deterministic ? dbl : o.flag("deterministic")) continue;
+    // The backward in both modes (atomic and deterministic dQ) unless --deterministic picks one;
+    // the double backward has one.
+    const std::vector<bool> modes = dbl ? std::vector<bool>{false}
+                                        : o.flag("deterministic") ? std::vector<bool>{true} : std::vector<bool>{false, true};
+    for (bool deterministic : modes) {
       BackwardBenchOptions b;
       b.deterministic = deterministic;
       items.push_back({to_string(c) + " [" + to_string(b, dbl) + "]",
