@@ -164,9 +164,9 @@ std::string KernelBuilder::key_record(const KernelSource& source, const Target& 
       .add("templates", generator::templates_digest())
       .add("source", cache::sha256_hex(source.source))
       .add("entry", source.entry)
-      .add("compiler", nvrtc_version())
+      .add("compiler", compiler_for(target).version())
       .add("target", target.arch)
-      .add_sorted("options", compile_options(target, false))
+      .add_sorted("options", compiler_for(target).options(target, false))
       .add("platform", host_platform());
   return k.record();
 }
@@ -232,7 +232,7 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
   if (lock.held())
     if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
 
-  CompiledBinary bin = compile(source, target);
+  CompiledBinary bin = compiler_for(target).compile(source, target);
   if (!bin.resources.parsed)
     log(LogLevel::warn, "no ptxas report for " + source.variant + " (registers and spills unknown): the compiler "
                         "log holds no 'Used N registers' line");
@@ -244,7 +244,7 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
   out.log = bin.log;
   nlohmann::json meta = {
       {"op", source.op},          {"variant", source.variant},     {"entry", source.entry},
-      {"target", target.arch},    {"compiler", nvrtc_version()},   {"kgen_version", KGEN_VERSION},
+      {"target", target.arch},    {"compiler", compiler_for(target).version()},   {"kgen_version", KGEN_VERSION},
       {"threads", source.threads}, {"smem_bytes", source.smem_bytes},
       {"compile_ms", bin.compile_ms}, {"resources", resources_json(bin.resources)},
       {"source", source.source},  {"log", bin.log}};

@@ -25,7 +25,7 @@
 #include "cache/layered_cache.h"
 #include "generator/kernel_source.h"
 #include "generator/target.h"
-#include "compiler/nvrtc.h"
+#include "compiler/compiler.h"
 
 namespace kgen {
 

@@ -341,7 +341,7 @@ int run_launch_bench(int calls) {
   AttentionForwardLaunch prepared = prepare_attention_forward(q, k, v, o, &lse, opt);
   void* args[] = {&prepared.params};
   auto bare = [&] {
-    cuda_check(cu.cuLaunchKernel(prepared.kernel.function, prepared.grid.x, prepared.grid.y, prepared.grid.z,
+    cuda_check(cu.cuLaunchKernel(static_cast<CUfunction>(prepared.kernel.function), prepared.grid.x, prepared.grid.y, prepared.grid.z,
                                  prepared.kernel.threads, 1, 1, prepared.kernel.smem_bytes, stream, args, nullptr),
                "cuLaunchKernel");
   };

@@ -10,7 +10,7 @@
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
 #include "kgen/kgen.hpp"
-#include "driver/cuda_driver.h"
+#include "driver/gpu_driver.h"
 #include "driver/device.h"
 #include "jit/kernel_builder.h"
 #include "jit/manifest.h"
@@ -141,7 +141,7 @@ void add_show_config(CLI::App& app, int& exit_code) {
     std::string why;
     int n = device_count();
     if (n == 0) {
-      cuda_available(&why);
+      gpu_driver().available(&why);
       std::printf("devices       none (%s)\n", why.c_str());
     }
     for (int i = 0; i < n; ++i) {
@@ -151,9 +151,7 @@ void add_show_config(CLI::App& app, int& exit_code) {
                   d.max_smem_optin / 1024, d.total_memory / 1e9);
     }
     if (n > 0) {
-      int driver = 0;
-      cuda_driver().cuDriverGetVersion(&driver);
-      std::printf("driver        CUDA %d.%d\n", driver / 1000, (driver % 1000) / 10);
+      std::printf("driver        %s\n", gpu_driver().version().c_str());
     }
     // Read-only layers first (KGEN_CACHE_PATH), the writable root last; first hit wins.
     for (const auto& layer : KernelBuilder::global().layers())
@@ -219,7 +217,7 @@ void add_inspect(CLI::App& app, int& exit_code) {
       if (o->what == "source") {
         std::cout << src.source;
       } else if (o->what == "ptx") {
-        CompiledBinary b = compile(src, *target, /*ptx=*/true);
+        CompiledBinary b = compiler_for(*target).compile(src, *target, /*ptx=*/true);
         std::cout.write(reinterpret_cast<const char*>(b.image.data()), b.image.size());
       } else if (o->what == "key") {
         KernelBuilder& builder = KernelBuilder::global();
