@@ -12,7 +12,7 @@
 // dPᵀ = V_w·dOᵀ (keys as rows, queries as columns), then dV_w += Pᵀ·dO and dK_w += dSᵀ·Q with
 // the probabilities kept in registers (C fragments repacked as A fragments). With AtomicDQ the
 // block writes dSᵀ (16-bit) to shared memory and adds dS·K to an fp32 accumulator with
-// red.global.add (scaled and converted by attention_backward_dq_convert); otherwise dQ comes from
+// red_add2 (scaled and converted by attention_backward_dq_convert); otherwise dQ comes from
 // attention_backward_fa2_dq, which is deterministic.
 //
 // attention_backward_fa2_dq: grid (ceil(n_q / BM), heads_q, batch); the forward's work split

@@ -13,7 +13,7 @@
 //   with AtomicDQ: dSᵀ to shared memory (each warpgroup its 64 rows, then a block barrier), then
 //     dQ = dS·K over all BN keys by wgmma with A = dS read M-major and B = K MN-major, warpgroup
 //     wg taking the columns [wg·D/WGs, +D/WGs), added to the fp32 accumulator with
-//     red.global.add (attention_backward_dq_convert scales and converts).
+//     red_add2 (attention_backward_dq_convert scales and converts).
 // Epilogue: dK = scale·Σ dSᵀ·Q and dV to global memory.
 //
 // Shared memory (dynamic; the base rounded up to 1024 bytes): K, V (wgmma::Sw128<BN, D>), two
