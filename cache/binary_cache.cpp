@@ -281,9 +281,8 @@ bool BinaryCache::publish_quiet(std::string_view key, const CacheEntry& entry, s
 
     const fs::path tmp_dir = version_dir() / "tmp";
     if (fs::create_directories(tmp_dir, ec); ec) return fail(tmp_dir.string() + ": " + ec.message());
-    if (fs::create_directories(final_path.parent_path(), ec); ec) {
-      return fail(final_path.parent_path().string() + ": " + ec.message());
-    }
+    const bool new_shard = fs::create_directories(final_path.parent_path(), ec);
+    if (ec) return fail(final_path.parent_path().string() + ": " + ec.message());
     const std::vector<std::byte> bytes = detail::encode_entry(key, entry.metadata.dump(), entry.binary);
 
     const fs::path tmp_path = tmp_dir / unique_temp_name(key);
@@ -306,7 +305,10 @@ bool BinaryCache::publish_quiet(std::string_view key, const CacheEntry& entry, s
       return fail("rename to " + final_path.string() + ": " + errno_text(rename_err));
     }
     ::close(fd);  // The data is already durable (fsync above); a close error changes nothing.
+    // The rename is durable once the directory holding the new name is; a shard directory made
+    // by this publish needs its own name made durable in v1/ too.
     fsync_dir(final_path.parent_path());
+    if (new_shard) fsync_dir(version_dir());
     published_.fetch_add(1, std::memory_order_relaxed);
     return true;
   } catch (const std::exception& e) {
@@ -320,6 +322,12 @@ bool BinaryCache::remove(std::string_view key) {
   if (!is_valid_key(key)) return false;
   std::error_code ec;
   return fs::remove(entry_path(key), ec);
+}
+
+bool BinaryCache::contains(std::string_view key) const {
+  if (!is_valid_key(key)) return false;
+  std::error_code ec;
+  return fs::is_regular_file(entry_path(key), ec);
 }
 
 std::uint64_t BinaryCache::clear() {

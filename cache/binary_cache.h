@@ -17,7 +17,8 @@
 // The three lengths must add up to exactly the file size.
 //
 // Writers: write a unique temp file in v1/tmp while holding flock(LOCK_EX) on it, fsync, rename
-// onto the final name, fsync the directory. The lock dies with the writer, so verify()/gc() can
+// onto the final name, fsync the entry's directory (and v1/ when that directory was just made),
+// so a published entry survives a power loss. The lock dies with the writer, so verify()/gc() can
 // tell a crashed writer's staging file (unlocked, older than kUnlockedTempGrace) from a live one. Readers never lock: they read the whole file and check magic, version, key,
 // lengths and checksum. A bad entry is deleted, counted, logged once and reported as a miss.
 // Every cache error (unreadable or read-only root, full disk, corrupt file) is a miss or a
@@ -131,6 +132,9 @@ class BinaryCache {
 
   // Deletes the entry for `key`; true if a file was removed.
   bool remove(std::string_view key);
+
+  // True if an entry file for `key` exists (nothing is read or verified). Never throws.
+  bool contains(std::string_view key) const;
 
   // Deletes every entry, staging file and unheld lock file; returns the number of entries removed.
   std::uint64_t clear();

@@ -65,32 +65,54 @@ std::optional<std::size_t> LayeredCache::writable_layer() const {
   return std::nullopt;
 }
 
-bool LayeredCache::publish(std::string_view key, const CacheEntry& entry) {
+bool LayeredCache::publish(std::string_view key, const CacheEntry& entry, std::string* why_out) {
+  std::string why;
   try {
+    std::string skipped;  // layers passed over for an earlier failure, and what it was
     for (auto& layer : layers_) {
-      if (!usable_for_writes(*layer)) continue;
-      std::string why;
-      if (layer->cache.publish_quiet(key, entry, &why)) {
+      if (!layer->probed_writable) continue;
+      if (!usable_for_writes(*layer)) {
+        std::lock_guard lock(layer->failure_mutex);
+        skipped += (skipped.empty() ? "" : "; ") + layer->cache.root().string() + " (" + layer->first_failure + ")";
+        continue;
+      }
+      std::string layer_why;
+      if (layer->cache.publish_quiet(key, entry, &layer_why)) {
         enforce_cap(*layer, key);
         return true;
       }
+      why = layer_why;
       layer->skip_until_ns.store(
           steady_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(kLayerRetryInterval).count());
       if (!layer->failure_logged.exchange(true)) {
-        log_line("publish " + std::string(key) + " failed: " + why + " (cache layer " +
+        {
+          std::lock_guard lock(layer->failure_mutex);
+          layer->first_failure = layer_why;
+        }
+        log_line("publish " + std::string(key) + " failed: " + layer_why + " (cache layer " +
                  layer->cache.root().string() + " is skipped for writes for a while; further "
                  "failures there are not logged)");
         none_writable_logged_.store(true);  // One line per failure cause is enough.
       }
     }
-    if (!none_writable_logged_.exchange(true)) {
+    if (why.empty() && !skipped.empty()) why = "skipped for writes after a failed publish: " + skipped;
+    if (why.empty()) {
       std::string roots;
       for (const auto& layer : layers_) roots += (roots.empty() ? "" : ":") + layer->cache.root().string();
-      log_line("publish failed: no writable cache layer (" + (roots.empty() ? std::string("none") : roots) +
-               "); compiled binaries are not persisted");
+      why = "no writable cache layer (" + (roots.empty() ? std::string("none") : roots) + ")";
+      if (!none_writable_logged_.exchange(true))
+        log_line("publish failed: " + why + "; compiled binaries are not persisted");
     }
   } catch (...) {
+    if (why.empty()) why = "unexpected error";
   }
+  if (why_out) *why_out = why;
+  return false;
+}
+
+bool LayeredCache::contains(std::string_view key) const {
+  for (const auto& layer : layers_)
+    if (layer->cache.contains(key)) return true;
   return false;
 }
 

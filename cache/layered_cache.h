@@ -54,8 +54,13 @@ class LayeredCache {
                                  std::size_t first_layer = 0);
 
   // Publishes to the first writable layer; false if none accepts the entry. A read-only layer
-  // is never fatal. Enforces the size cap afterwards. Never throws.
-  bool publish(std::string_view key, const CacheEntry& entry);
+  // is never fatal. Enforces the size cap afterwards. On failure `*why` (if not null) says why the
+  // entry was not stored, even when the log stays silent (only a layer's first failure is
+  // logged). Never throws.
+  bool publish(std::string_view key, const CacheEntry& entry, std::string* why = nullptr);
+
+  // True if some layer holds an entry file for `key` (names only: nothing is read). Never throws.
+  bool contains(std::string_view key) const;
 
   // Returns the number of layers.
   std::size_t size() const { return layers_.size(); }
@@ -82,6 +87,8 @@ class LayeredCache {
     bool probed_writable = false;
     std::atomic<std::int64_t> skip_until_ns{0};  // steady clock; publishes skip it until then
     std::atomic<bool> failure_logged{false};
+    std::mutex failure_mutex;
+    std::string first_failure;  // why its first publish failed (guarded by failure_mutex)
   };
   bool usable_for_writes(const Layer& layer) const;
   void enforce_cap(Layer& layer, std::string_view key);

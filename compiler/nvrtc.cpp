@@ -96,7 +96,7 @@ std::string nvrtc_version() {
   return "nvrtc " + std::to_string(major) + "." + std::to_string(minor);
 }
 
-std::vector<std::string> compile_options(const Target& target, bool ptx) {
+std::vector<std::string> nvrtc_options(const Target& target, bool ptx) {
   std::string arch = target.arch;
   if (ptx) arch.replace(0, 2, "compute");  // sm_90a -> compute_90a
   std::vector<std::string> o = {
@@ -136,7 +136,7 @@ ResourceUsage parse_ptxas_report(const std::string& log) {
   return r;
 }
 
-CompiledBinary compile(const KernelSource& source, const Target& target, bool ptx) {
+CompiledBinary nvrtc_compile(const KernelSource& source, const Target& target, bool ptx) {
   const NvrtcApi& a = api();
   auto start = std::chrono::steady_clock::now();
   std::vector<const char*> header_text, header_names;
@@ -155,7 +155,7 @@ CompiledBinary compile(const KernelSource& source, const Target& target, bool pt
     ~Guard() { a.destroy(&p); }
   } guard{a, prog};
 
-  std::vector<std::string> options = compile_options(target, ptx);
+  std::vector<std::string> options = nvrtc_options(target, ptx);
   std::vector<const char*> argv;
   for (const auto& o : options) argv.push_back(o.c_str());
   nvrtcResult status = a.compile(prog, static_cast<int>(argv.size()), argv.data());
@@ -185,6 +185,25 @@ CompiledBinary compile(const KernelSource& source, const Target& target, bool pt
   out.compile_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+namespace {
+
+class NvrtcCompiler final : public Compiler {
+ public:
+  std::string version() const override { return nvrtc_version(); }
+  std::vector<std::string> options(const Target& target, bool ptx) const override { return nvrtc_options(target, ptx); }
+  CompiledBinary compile(const KernelSource& source, const Target& target, bool ptx) const override {
+    return nvrtc_compile(source, target, ptx);
+  }
+};
+
+}  // namespace
+
+const Compiler& compiler_for(const Target& target) {
+  static const NvrtcCompiler nvrtc;
+  if (target.arch.starts_with("sm_")) return nvrtc;
+  throw Error(Status::invalid_argument, "target " + target.arch + ": no compiler for it in this build (NVRTC serves sm_*)");
 }
 
 }  // namespace kgen

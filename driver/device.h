@@ -1,12 +1,11 @@
 // Devices, their primary contexts and loaded modules.
 #pragma once
 
-#include <cuda.h>
-
 #include <cstddef>
 #include <span>
 #include <string>
 
+#include "driver/gpu_driver.h"
 #include "generator/target.h"
 
 namespace kgen {
@@ -30,12 +29,12 @@ int device_count();
 const DeviceInfo& device_info(int ordinal);
 
 // Makes the primary context of `ordinal` current on this thread unless it already is
-// (it is what the CUDA runtime, and so PyTorch, uses). Returns it.
-CUcontext use_primary_context(int ordinal);
+// (it is what the vendor runtime, and so PyTorch, uses).
+void use_primary_context(int ordinal);
 
 // A kernel function loaded into the primary context of one device. Lives for the process.
 struct LoadedKernel {
-  CUfunction function = nullptr;
+  GpuFunction function = nullptr;
   int threads = 0;
   int smem_bytes = 0;
   int resident_blocks_per_sm = 0;  // occupancy at `threads` and `smem_bytes`

@@ -68,6 +68,41 @@ ConfigKernels double_backward_kernels(const std::string& variant, const std::str
       });
 }
 
+// The texts of `configs` (to_string of each).
+template <class Config>
+ConfigSpace space_of(const std::vector<Config>& configs) {
+  ConfigSpace out;
+  for (const Config& c : configs) out.configs.push_back(to_string(c));
+  return out;
+}
+
+ConfigSpace unknown_variant_space(const std::string& variant) { return {{}, unknown_variant(variant).error}; }
+
+ConfigSpace forward_space(const std::string& variant, const Target& target) {
+  auto spec = parse_attention_forward_spec(variant);
+  if (!spec) return unknown_variant_space(variant);
+  if (auto why = check_attention_forward_spec(*spec)) return {{}, "variant key '" + variant + "': " + *why};
+  return space_of(attention_forward_config_space(*spec, target));
+}
+
+ConfigSpace backward_space(const std::string& variant, const Target& target) {
+  auto key = parse_attention_backward_variant_key(variant);
+  if (!key) return unknown_variant_space(variant);
+  return space_of(attention_backward_config_space(key->first, target));
+}
+
+ConfigSpace double_backward_space(const std::string& variant, const Target& target) {
+  auto spec = parse_double_backward_variant_key(variant);
+  if (!spec) return unknown_variant_space(variant);
+  return space_of(attention_double_backward_config_space(*spec, target));
+}
+
+ConfigSpace lrpe_space(LrpeOp op, const std::string& variant) {
+  auto key = parse_lrpe_variant_key(variant);
+  if (!key || key->first.op != op) return unknown_variant_space(variant);
+  return space_of(lrpe_config_space(key->first, key->second));
+}
+
 // lrpe kernels do not depend on the target.
 ConfigKernels lrpe_kernels(LrpeOp op, const std::string& variant, const std::string& config) {
   auto key = parse_lrpe_variant_key(variant);
@@ -87,18 +122,20 @@ ConfigKernels lrpe_kernels(LrpeOp op, const std::string& variant, const std::str
 std::span<const OperatorInfo> operators() {
   static const OperatorInfo kOperators[] = {
       {"attention_fwd", "flash attention forward (O, LSE); fp16/bf16 tensor cores, fp32 general path",
-       attention_forward_all_variants, forward_kernels},
+       attention_forward_all_variants, forward_kernels, forward_space},
       {"attention_bwd", "flash attention backward (dQ, dK, dV); fp16/bf16 tensor cores, fp32 general path",
-       attention_backward_all_variants, backward_kernels},
+       attention_backward_all_variants, backward_kernels, backward_space},
       {"attention_double_bwd",
        "flash attention double backward (Q̄, K̄, V̄, dŌ), O(n·d) memory; fp16/bf16 tensor cores, fp32 general path",
-       attention_double_backward_all_variants, double_backward_kernels},
+       attention_double_backward_all_variants, double_backward_kernels, double_backward_space},
       {"lrpe_cosine", "LRPE-cosine o = [act(x)·cos Θ, act(x)·sin Θ], forward and backward, every act",
        [](const Target&) { return lrpe_all_variants(LrpeOp::cosine); },
-       [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::cosine, v, c); }},
+       [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::cosine, v, c); },
+       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::cosine, v); }},
       {"md_lrpe_cosine", "multi-dimensional LRPE-cosine (1d/2d/3d grids, extra tokens, angle cache), forward and backward",
        [](const Target&) { return lrpe_all_variants(LrpeOp::md_cosine); },
-       [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::md_cosine, v, c); }},
+       [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::md_cosine, v, c); },
+       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::md_cosine, v); }},
   };
   return kOperators;
 }
@@ -111,6 +148,12 @@ std::optional<std::vector<KernelSource>> recorded_kernels(const OperatorInfo& op
   if (recorded.problem == unknown_variant || recorded.problem == unparsable_config) return std::nullopt;
   std::vector<KernelSource> out = std::move(recorded.kernels);
   for (auto& k : op.config_kernels(variant, "", target).kernels) out.push_back(std::move(k));
+  return out;
+}
+
+std::string operator_names() {
+  std::string out;
+  for (const auto& op : operators()) out += (out.empty() ? "" : ", ") + std::string(op.name);
   return out;
 }
 

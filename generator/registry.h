@@ -23,6 +23,13 @@ struct ConfigKernels {
   std::string error;  // what `problem` means here; empty when `kernels` is the answer
 };
 
+// The configs of one variant that are valid on a target, or why the variant key is not one of the
+// operator's.
+struct ConfigSpace {
+  std::vector<std::string> configs;  // canonical order (the tuner's); may be empty on a target
+  std::string error;                 // "unknown variant key '…'"; empty when `configs` is the answer
+};
+
 struct OperatorInfo {
   std::string_view name;     // "attention_fwd", the same in the APIs, CLI and tuning database
   std::string_view summary;  // one line for --help and show-config
@@ -31,7 +38,13 @@ struct OperatorInfo {
   // The kernels of `config` (empty: the variant's built-in default for a b=1, h=16, n=4096 shape
   // on 132 SMs) of the variant with key `variant` on `target` (`kgen inspect`).
   std::function<ConfigKernels(const std::string& variant, const std::string& config, const Target&)> config_kernels;
+  // Every config of the variant with key `variant` valid on `target` (`kgen warm --manifest` lines
+  // without a config).
+  std::function<ConfigSpace(const std::string& variant, const Target&)> config_space;
 };
+
+// The registered operator names, ", "-separated ("attention_fwd, attention_bwd, …"), for messages.
+std::string operator_names();
 
 // The kernels behind one tuning-database record on `target` (`kgen warm --db`): those of the
 // recorded config and of the variant's built-in default, each left out when invalid for

@@ -164,9 +164,9 @@ std::string KernelBuilder::key_record(const KernelSource& source, const Target& 
       .add("templates", generator::templates_digest())
       .add("source", cache::sha256_hex(source.source))
       .add("entry", source.entry)
-      .add("compiler", nvrtc_version())
+      .add("compiler", compiler_for(target).version())
       .add("target", target.arch)
-      .add_sorted("options", compile_options(target, false))
+      .add_sorted("options", compiler_for(target).options(target, false))
       .add("platform", host_platform());
   return k.record();
 }
@@ -175,7 +175,7 @@ std::string KernelBuilder::cache_key(const KernelSource& source, const Target& t
   return cache::sha256_hex(key_record(source, target));
 }
 
-BuildOutcome KernelBuilder::build(const KernelSource& source, const Target& target) {
+BuildOutcome KernelBuilder::build(const KernelSource& source, const Target& target, const BuildOptions& options) {
   const std::string key = cache_key(source, target);
   std::promise<BuildOutcome> promise;
   std::shared_future<BuildOutcome> future;
@@ -198,7 +198,7 @@ BuildOutcome KernelBuilder::build(const KernelSource& source, const Target& targ
     return shared;
   }
   try {
-    promise.set_value(build_uncached(source, target, key));
+    promise.set_value(build_uncached(source, target, key, options));
   } catch (...) {
     promise.set_exception(std::current_exception());
   }
@@ -210,7 +210,7 @@ BuildOutcome KernelBuilder::build(const KernelSource& source, const Target& targ
 }
 
 BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Target& target,
-                                           const std::string& key) {
+                                           const std::string& key, const BuildOptions& options) {
   auto from_entry = [&](cache::CacheEntry&& e) {
     BuildOutcome out;
     out.key = key;
@@ -218,6 +218,7 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
     out.resources = resources_from_json(e.metadata.value("resources", nlohmann::json{}));
     out.log = e.metadata.value("log", "");
     out.from_cache = true;
+    out.stored = true;
     return out;
   };
   if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
@@ -232,7 +233,7 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
   if (lock.held())
     if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
 
-  CompiledBinary bin = compile(source, target);
+  CompiledBinary bin = compiler_for(target).compile(source, target);
   if (!bin.resources.parsed)
     log(LogLevel::warn, "no ptxas report for " + source.variant + " (registers and spills unknown): the compiler "
                         "log holds no 'Used N registers' line");
@@ -244,16 +245,17 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
   out.log = bin.log;
   nlohmann::json meta = {
       {"op", source.op},          {"variant", source.variant},     {"entry", source.entry},
-      {"target", target.arch},    {"compiler", nvrtc_version()},   {"kgen_version", KGEN_VERSION},
+      {"target", target.arch},    {"compiler", compiler_for(target).version()},   {"kgen_version", KGEN_VERSION},
       {"threads", source.threads}, {"smem_bytes", source.smem_bytes},
       {"compile_ms", bin.compile_ms}, {"resources", resources_json(bin.resources)},
       {"source", source.source},  {"log", bin.log}};
-  layers_.publish(key, cache::CacheEntry{out.image, meta});
+  out.stored = layers_.publish(key, cache::CacheEntry{out.image, meta}, &out.store_error);
+  if (!options.log_compile) return out;
   std::ostringstream line;
   line << "compiled " << source.variant << " for " << target.arch << " in "
        << static_cast<long>(bin.compile_ms) << " ms (key " << key.substr(0, 12) << ", "
        << bin.resources.registers << " registers, " << bin.resources.spill_stores
-       << " B spilled)";
+       << " B spilled" << (out.stored ? "" : ", not stored in the cache") << ")";
   log(LogLevel::info, line.str());
   return out;
 }

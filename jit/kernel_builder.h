@@ -5,7 +5,8 @@
 // Cache layers: the directories of KGEN_CACHE_PATH (colon-separated, pre-warmed and usually
 // read-only) are searched first, in order, then the root (KGEN_CACHE_DIR or the default root);
 // the first hit wins and publishes go to the first writable layer. A read-only layer or root is
-// never fatal: a miss compiles, and a failed publish is logged once. KGEN_CACHE_MAX_BYTES caps
+// never fatal: a miss compiles, and a failed publish is logged once (and reported in each
+// BuildOutcome). KGEN_CACHE_MAX_BYTES caps
 // the writable layer (LRU gc down to 90 % when a publish passes the cap).
 //
 // A hit is served only if its metadata names the requested target and entry point and its
@@ -25,7 +26,7 @@
 #include "cache/layered_cache.h"
 #include "generator/kernel_source.h"
 #include "generator/target.h"
-#include "compiler/nvrtc.h"
+#include "compiler/compiler.h"
 
 namespace kgen {
 
@@ -36,6 +37,17 @@ struct BuildOutcome {
   bool from_cache = false;       // this call compiled nothing (disk hit or another thread's compile)
   double compile_ms = 0;         // 0 for a cache hit
   std::string log;               // compiler log (also kept in the entry's metadata)
+  // The binary is in a cache layer: served from one, or published to one by this build (or by
+  // the build this call waited for). False when the publish failed (full disk, read-only cache,
+  // no writable layer): the binary is returned all the same, and `store_error` says why.
+  bool stored = false;
+  std::string store_error;
+};
+
+struct BuildOptions {
+  // Log one info line per compile (variant, time, key, registers, spills). `kgen warm` turns it
+  // off and reports each kernel itself.
+  bool log_compile = true;
 };
 
 // One cache layer as KernelBuilder::layers() reports it (path, exists, writable, entries, bytes).
@@ -61,9 +73,10 @@ class KernelBuilder {
   std::string key_record(const KernelSource& source, const Target& target) const;
   std::string cache_key(const KernelSource& source, const Target& target) const;
 
-  // The binary for (source, target): from the cache, or compiled and published. With
-  // KGEN_NO_JIT=1 a miss throws Error(compile_error) instead of compiling.
-  BuildOutcome build(const KernelSource& source, const Target& target);
+  // The binary for (source, target): from the cache, or compiled and published (a failed publish
+  // is not an error: see BuildOutcome::stored). With KGEN_NO_JIT=1 a miss throws
+  // Error(compile_error) instead of compiling.
+  BuildOutcome build(const KernelSource& source, const Target& target, const BuildOptions& options = {});
 
   // The root layer (KGEN_CACHE_DIR or the default root), the last one searched.
   cache::BinaryCache& cache() { return layers_.layer(layers_.size() - 1); }
@@ -75,7 +88,8 @@ class KernelBuilder {
   cache::CacheStats stats() const { return layers_.stats(); }
 
  private:
-  BuildOutcome build_uncached(const KernelSource& source, const Target& target, const std::string& key);
+  BuildOutcome build_uncached(const KernelSource& source, const Target& target, const std::string& key,
+                              const BuildOptions& options);
   // Loads `key` through the layers, rejecting entries that do not match (source, target).
   std::optional<cache::CacheEntry> load_checked(const std::string& key, const KernelSource& source,
                                                 const Target& target);

@@ -4,7 +4,6 @@
 #include <shared_mutex>
 #include <unordered_map>
 
-#include "driver/cuda_driver.h"
 #include "jit/kernel_builder.h"
 #include "kgen/types.hpp"
 
@@ -49,9 +48,7 @@ const LoadedKernel& loaded_kernel(const KernelKey& key, const std::function<Kern
 
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what) {
   void* args[] = {params};
-  cuda_check(cuda_driver().cuLaunchKernel(k.function, grid.x, grid.y, grid.z, k.threads, 1, 1, k.smem_bytes,
-                                          static_cast<CUstream>(stream), args, nullptr),
-             what);
+  gpu_driver().launch(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
 }
 
 }  // namespace kgen

@@ -10,7 +10,7 @@
 namespace kgen {
 
 WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
-                 const WarmProgress& progress) {
+                 const WarmProgress& progress, const BuildOptions& build_options) {
   WarmSummary summary;
   summary.results.resize(items.size());
   if (jobs <= 0) jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -23,11 +23,14 @@ WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int
       WarmResult r;
       r.item = &items[i];
       try {
-        BuildOutcome b = builder.build(items[i].source, items[i].target);
+        BuildOutcome b = builder.build(items[i].source, items[i].target, build_options);
         r.ok = true;
         r.from_cache = b.from_cache;
+        r.stored = b.stored;
         r.compile_ms = b.compile_ms;
         r.resources = b.resources;
+        r.key = std::move(b.key);
+        r.store_error = std::move(b.store_error);
       } catch (const std::exception& e) {
         r.error = e.what();
       }
@@ -41,7 +44,29 @@ WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int
   std::vector<std::thread> pool;
   for (int t = 0; t < jobs; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  // A size cap below what was warmed evicts entries published earlier in this run.
+  for (WarmResult& r : summary.results) {
+    if (r.ok && r.stored && !builder.layered().contains(r.key)) {
+      r.stored = false;
+      r.store_error = "evicted from the cache before warm ended";
+      if (const std::uint64_t cap = builder.layered().max_bytes())
+        r.store_error += " (size cap " + std::to_string(cap) + " bytes, KGEN_CACHE_MAX_BYTES)";
+      ++summary.evicted;
+    }
+    if (r.ok && !r.stored) ++summary.not_stored;
+  }
   return summary;
+}
+
+std::vector<Target> warm_targets(const std::vector<std::string>& archs) {
+  std::vector<Target> targets;
+  for (const auto& arch : archs) {
+    auto target = parse_target(arch);
+    if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + arch + "' (known: sm_80, sm_86, sm_89, sm_90, sm_90a)");
+    targets.push_back(*target);
+  }
+  if (targets.empty()) throw Error(Status::invalid_argument, "--arch: no target given");
+  return targets;
 }
 
 std::vector<WarmItem> warm_items(const std::vector<std::string>& ops, const std::vector<std::string>& archs) {
@@ -50,20 +75,13 @@ std::vector<WarmItem> warm_items(const std::vector<std::string>& ops, const std:
     for (const auto& op : operators()) chosen.push_back(&op);
   for (const auto& name : ops) {
     const OperatorInfo* op = find_operator(name);
-    if (!op) {
-      std::string known;
-      for (const auto& o : operators()) known += (known.empty() ? "" : ", ") + std::string(o.name);
-      throw Error(Status::invalid_argument, "--ops: unknown operator '" + name + "' (known: " + known + ")");
-    }
+    if (!op) throw Error(Status::invalid_argument, "--ops: unknown operator '" + name + "' (known: " + operator_names() + ")");
     chosen.push_back(op);
   }
   std::vector<WarmItem> items;
-  for (const auto& arch : archs) {
-    auto target = parse_target(arch);
-    if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + arch + "' (known: sm_80, sm_86, sm_89, sm_90, sm_90a)");
+  for (const Target& target : warm_targets(archs))
     for (const OperatorInfo* op : chosen)
-      for (auto& src : op->all_variants(*target)) items.push_back({std::move(src), *target});
-  }
+      for (auto& src : op->all_variants(target)) items.push_back({std::move(src), target});
   return items;
 }
 

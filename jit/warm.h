@@ -20,22 +20,36 @@ struct WarmResult {
   const WarmItem* item = nullptr;
   bool ok = false;
   bool from_cache = false;
+  // The binary is in the cache (see BuildOutcome::stored); after warm() returns, also false for
+  // an entry that was evicted before the end (a size cap smaller than what was warmed).
+  bool stored = false;
   double compile_ms = 0;
   ResourceUsage resources;
-  std::string error;  // one sentence plus the compiler log when !ok
+  std::string key;          // cache key (empty when !ok)
+  std::string error;        // one sentence plus the compiler log when !ok
+  std::string store_error;  // why the binary is not in the cache, when ok && !stored
 };
 
 struct WarmSummary {
   int compiled = 0, cached = 0, failed = 0;
+  // Built (compiled or cached) but not in the cache when warm() returned: the publish failed,
+  // or the entry was evicted again. `evicted` counts the latter.
+  int not_stored = 0, evicted = 0;
   std::vector<WarmResult> results;  // in the order of the items
 };
 
 // Called after each item with (result, items done so far, total); from worker threads, serialised.
+// `result.stored` is the publish's outcome; evictions are known only when warm() returns.
 using WarmProgress = std::function<void(const WarmResult&, std::size_t, std::size_t)>;
 
-// Builds every item through `builder` on `jobs` threads (0 = hardware concurrency).
+// Builds every item through `builder` on `jobs` threads (0 = hardware concurrency), then checks
+// that each built item's entry is still in the cache.
 WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
-                 const WarmProgress& progress = {});
+                 const WarmProgress& progress = {}, const BuildOptions& build_options = {});
+
+// The targets named by `archs` ("sm_80", "sm_90a", …). Throws Error(invalid_argument) naming an
+// unknown one, or saying that none was given.
+std::vector<Target> warm_targets(const std::vector<std::string>& archs);
 
 // Every variant of the named operators (all registered ones if `ops` is empty) for each target.
 // Throws Error(invalid_argument) naming an unknown operator or target.

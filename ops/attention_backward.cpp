@@ -6,10 +6,11 @@
 
 #include "kgen_device/attention/backward_params.h"
 #include "ops/attention_forward.h"
-#include "driver/cuda_driver.h"
 #include "driver/device.h"
 #include "jit/kernel_table.h"
+#include "ops/buckets.h"
 #include "ops/tensor_checks.h"
+#include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
 #include "ops/tuning_problems.h"
 
@@ -18,7 +19,6 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
 
 AttentionTensorArg arg(const TensorView* t) {
   if (!t) return {nullptr, 0, 0, 0};
@@ -73,43 +73,6 @@ std::size_t stat_rows(const TensorView& q) {
   return static_cast<std::size_t>(q.shape[0]) * q.shape[1] * q.shape[2];
 }
 
-// Scratch memory for one call: the caller's, or stream-ordered memory of the driver's pool.
-class Workspace {
- public:
-  Workspace(const AttentionBackwardOptions& o, std::size_t bytes, int device, void* stream) : stream_(stream) {
-    if (o.workspace) {
-      if (o.workspace_bytes < bytes)
-        invalid_argument("workspace: " + std::to_string(o.workspace_bytes) + " bytes given, this call needs " +
-                std::to_string(bytes));
-      base_ = static_cast<char*>(o.workspace);
-      return;
-    }
-    use_primary_context(device);
-    CUdeviceptr ptr = 0;
-    cuda_check(cuda_driver().cuMemAllocAsync(&ptr, bytes, static_cast<CUstream>(stream)),
-               "cuMemAllocAsync(attention backward workspace)");
-    owned_ = ptr;
-    base_ = reinterpret_cast<char*>(ptr);
-  }
-  ~Workspace() {
-    if (owned_) cuda_driver().cuMemFreeAsync(owned_, static_cast<CUstream>(stream_));
-  }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  // Next `bytes` of the workspace (256-byte aligned).
-  float* take(std::size_t bytes) {
-    float* p = reinterpret_cast<float*>(base_ + used_);
-    used_ += align256(bytes);
-    return p;
-  }
-
- private:
-  void* stream_;
-  char* base_ = nullptr;
-  CUdeviceptr owned_ = 0;
-  std::size_t used_ = 0;
-};
-
 // The backward's and double backward's packing of one kernel's identity for jit/kernel_table.
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
@@ -120,7 +83,7 @@ std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const Attentio
 
 std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
   const std::size_t rows = stat_rows(q);
-  return 2 * align256(rows * 4) + (atomic_dq ? align256(rows * q.shape[3] * 4) : 0);
+  return 2 * Workspace::aligned(rows * 4) + (atomic_dq ? Workspace::aligned(rows * q.shape[3] * 4) : 0);
 }
 
 void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
@@ -198,9 +161,9 @@ AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackw
   const int sm_count = device_info(call.device).sm_count;
   const int shape_class = op.double_backward ? attention_double_backward_shape_class(s, sm_count)
                                              : attention_backward_shape_class(s, sm_count);
-  const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 2 |
-                            std::uint64_t(call.spec.causal) << 1 | deterministic,
-                        {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
+  const DecisionKey key{KeyPacker().add(int(call.spec.dtype), 4).add(call.spec.head_dim, 10).add(call.spec.causal, 1)
+                            .add(deterministic, 1).value(),
+                        attention_bucket(s).values,
                         call.device, shape_class};
   return tables[op.double_backward].get(key, [&] { return decide(op, call, options, decision_context(call.device)); });
 }
@@ -247,7 +210,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
 
   AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);
   p.dq = arg(&dq), p.dk = arg(&dk), p.dv = arg(&dv);
-  Workspace ws(options, backward_workspace_bytes(q, atomic), call.device, stream);
+  Workspace ws(options.workspace, options.workspace_bytes, backward_workspace_bytes(q, atomic), call.device, stream, "this call");
   const std::size_t rows = stat_rows(q);
   p.lse2 = ws.take(rows * 4);
   p.delta = ws.take(rows * 4);
@@ -257,7 +220,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
 
 std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions&) {
   if (q.ndim != 4) invalid_argument("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
-  return 4 * align256(stat_rows(q) * 4);
+  return 4 * Workspace::aligned(stat_rows(q) * 4);
 }
 
 void attention_double_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
@@ -278,7 +241,8 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);
   p.gq = arg(gq), p.gk = arg(gk), p.gv = arg(gv);
   p.q_bar = arg(&q_bar), p.k_bar = arg(&k_bar), p.v_bar = arg(&v_bar), p.do_bar = arg(&do_bar);
-  Workspace ws(options, attention_double_backward_workspace_bytes(q, options), call.device, stream);
+  Workspace ws(options.workspace, options.workspace_bytes, attention_double_backward_workspace_bytes(q, options), call.device,
+               stream, "this call");
   const std::size_t rows = stat_rows(q);
   p.lse2 = ws.take(rows * 4);
   p.delta = ws.take(rows * 4);

@@ -1,4 +1,3 @@
-#include "ops/buckets.h"
 #include "ops/attention_forward.h"
 
 #include <cmath>
@@ -10,9 +9,9 @@
 #include <sstream>
 
 #include "kgen_device/attention/params.h"
-#include "driver/cuda_driver.h"
 #include "driver/device.h"
 #include "jit/kernel_table.h"
+#include "ops/buckets.h"
 #include "base/log.h"
 #include "ops/tensor_checks.h"
 #include "tuning/tuning_db.h"
@@ -138,8 +137,8 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   if (!call.aligned16) return attention_forward_general_config(call.spec);
   static DecisionTable<AttentionForwardConfig> decisions;
   const AttentionShape& s = call.shape;
-  const DecisionKey key{static_cast<std::uint64_t>(call.spec.dtype) << 32 | std::uint64_t(call.spec.head_dim) << 1 | call.spec.causal,
-                        {next_pow2(s.n_q), next_pow2(s.n_k), next_pow2(1LL * s.batch * s.heads_q), s.heads_q / s.heads_kv},
+  const DecisionKey key{KeyPacker().add(int(call.spec.dtype), 4).add(call.spec.head_dim, 10).add(call.spec.causal, 1).value(),
+                        attention_bucket(s).values,
                         call.device,
                         attention_forward_shape_class(s, device_info(call.device).sm_count)};
   return decisions.get(key, [&] { return choose_attention_forward_config(call, options, decision_context(call.device)); });

@@ -5,9 +5,10 @@
 #include <mutex>
 #include <utility>
 
-#include "driver/cuda_driver.h"
 #include "jit/kernel_table.h"
+#include "ops/buckets.h"
 #include "ops/tensor_checks.h"
+#include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
 #include "ops/tuning_problems.h"
 
@@ -80,7 +81,7 @@ ResolvedKernels resolve_kernels(const LrpeSpec& spec, const LrpeConfig& config, 
   return k;
 }
 
-void launch(const LoadedKernel& k, const LrpeLaunch& l, LrpeParams& params, CUstream stream, const char* what) {
+void launch(const LoadedKernel& k, const LrpeLaunch& l, LrpeParams& params, GpuStream stream, const char* what) {
   launch_kernel(k, l.plan.grid, &params, stream, what);
 }
 
@@ -237,11 +238,9 @@ LrpeConfig choose_lrpe_config(const LrpeRequest& r, const LrpeSpec& spec, const 
                               int device) {
   if (!r.config.empty()) return explicit_config(r, spec, shape, cache);
   static DecisionTable<LrpeConfig> decisions;
-  std::uint64_t bits = static_cast<std::uint64_t>(spec.op);
-  for (std::uint64_t v : {std::uint64_t(spec.direction), std::uint64_t(spec.dtype), std::uint64_t(spec.act)}) bits = bits * 8 + v;
-  const DecisionKey key{bits * 2 + cache,
-                        {next_pow2(shape.n), next_pow2(1LL * shape.batch * shape.heads), shape.d,
-                         spec.op == LrpeOp::md_cosine ? r.dims : 0},
+  const DecisionKey key{KeyPacker().add(int(spec.op), 3).add(int(spec.direction), 3).add(int(spec.dtype), 3)
+                            .add(int(spec.act), 3).add(cache, 1).value(),
+                        lrpe_bucket(shape, spec.op == LrpeOp::md_cosine ? r.dims : 0).values,
                         device};
   return decisions.get(key, [&] { return choose_lrpe_config(r, spec, shape, cache, decision_context(device)); });
 }
@@ -262,28 +261,17 @@ LrpeLaunch prepare_lrpe(const LrpeRequest& r, const TensorView& x, const TensorV
   return l;
 }
 
-void launch_lrpe(LrpeLaunch& l, void* workspace, std::size_t workspace_bytes, void* stream_ptr) {
+void launch_lrpe(LrpeLaunch& l, void* workspace, std::size_t workspace_bytes, void* stream) {
   use_primary_context(l.device);
-  const CudaDriver& cu = cuda_driver();
-  CUstream stream = static_cast<CUstream>(stream_ptr);
   LrpeParams params = l.params;
   if (l.stats_bytes == 0) {
     launch(l.apply, l, params, stream, "cuLaunchKernel(lrpe)");
     return;
   }
-  CUdeviceptr scratch = 0;
-  if (workspace) {
-    if (workspace_bytes < l.stats_bytes)
-      invalid_argument("workspace: " + std::to_string(workspace_bytes) + " bytes given, softmax over the sequence needs " +
-                       std::to_string(l.stats_bytes));
-    params.stats = static_cast<float*>(workspace);
-  } else {
-    cuda_check(cu.cuMemAllocAsync(&scratch, l.stats_bytes, stream), "cuMemAllocAsync(lrpe statistics)");
-    params.stats = reinterpret_cast<float*>(scratch);
-  }
+  Workspace scratch(workspace, workspace_bytes, l.stats_bytes, l.device, stream, "softmax over the sequence");
+  params.stats = scratch.take(l.stats_bytes);
   launch(l.stats, l, params, stream, "cuLaunchKernel(lrpe statistics)");
   launch(l.apply, l, params, stream, "cuLaunchKernel(lrpe)");
-  if (scratch) cuda_check(cu.cuMemFreeAsync(scratch, stream), "cuMemFreeAsync(lrpe statistics)");
 }
 
 // --- public API ---------------------------------------------------------------------------------

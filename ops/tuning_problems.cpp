@@ -31,7 +31,7 @@ std::vector<std::string> texts(const std::vector<Config>& configs) {
 class AttentionFamilyTuning : public TuningProblem {
  public:
   explicit AttentionFamilyTuning(const AttentionCase& c) : c_(c) {}
-  std::string bucket() const override { return attention_bucket({c_.batch, c_.heads_q, c_.heads_kv, c_.n_q, c_.n_k}); }
+  std::string bucket() const override { return attention_bucket({c_.batch, c_.heads_q, c_.heads_kv, c_.n_q, c_.n_k}).text(); }
   std::string shape_text() const override {
     return "b=" + std::to_string(c_.batch) + " h=" + std::to_string(c_.heads_q) + " h_kv=" + std::to_string(c_.heads_kv) +
            " n_q=" + std::to_string(c_.n_q) + " n_k=" + std::to_string(c_.n_k);
@@ -116,7 +116,7 @@ class LrpeTuning final : public TuningProblem {
   std::string_view op() const override { return lrpe_op_name(c_.op); }
   std::string variant_key() const override { return lrpe_variant_key(spec_, c_.cache); }
   std::string bucket() const override {
-    return lrpe_bucket(shape(), c_.op == LrpeOp::md_cosine ? static_cast<int>(c_.grid.size()) : 0);
+    return lrpe_bucket(shape(), c_.op == LrpeOp::md_cosine ? static_cast<int>(c_.grid.size()) : 0).text();
   }
   std::string shape_text() const override {
     std::string s = "b=" + std::to_string(c_.batch) + " h=" + std::to_string(c_.heads) + " n=" + std::to_string(c_.n) +

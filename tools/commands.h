@@ -5,11 +5,17 @@
 
 #include "kgen/types.hpp"
 
+namespace kgen {
+class KernelBuilder;
+struct WarmItem;
+}  // namespace kgen
+
 namespace kgen::cli {
 
 // Exit codes scripts can rely on.
 enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNoDevice = 3 };
 
+void add_warm_command(CLI::App& app, int& exit_code);
 void add_cache_commands(CLI::App& app, int& exit_code);
 void add_gpu_commands(CLI::App& app, int& exit_code);
 void add_tune_commands(CLI::App& app, int& exit_code);
@@ -26,6 +32,11 @@ int run_lrpe_bench(const SweepOptions& o);
 // The aliases `kgen check lrpe|md_lrpe` and `kgen bench lrpe|md_lrpe` of `--op lrpe_cosine` and
 // `--op md_lrpe_cosine` (tools/commands_lrpe.cpp), as sub-commands of `check` and `bench`.
 void add_lrpe_aliases(CLI::App& check, CLI::App& bench, int& exit_code);
+
+// Builds `items` through `builder` on `jobs` threads as `kgen warm` does (per-kernel lines at debug
+// level, a progress line on a terminal, errors for kernels not built or not stored, the summary
+// line on stdout); returns kOk, or kFailed if any kernel failed or is not in the cache.
+int run_warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs);
 
 // Throws Error(no_device) with the driver's reason when no GPU is usable.
 void require_device();

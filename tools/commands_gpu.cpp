@@ -316,7 +316,7 @@ int run_launch_bench(int calls) {
   AttentionForwardLaunch prepared = prepare_attention_forward(q, k, v, o, &lse, opt);
   void* args[] = {&prepared.params};
   auto bare = [&] {
-    cuda_check(cu.cuLaunchKernel(prepared.kernel.function, prepared.grid.x, prepared.grid.y, prepared.grid.z,
+    cuda_check(cu.cuLaunchKernel(static_cast<CUfunction>(prepared.kernel.function), prepared.grid.x, prepared.grid.y, prepared.grid.z,
                                  prepared.kernel.threads, 1, 1, prepared.kernel.smem_bytes, stream, args, nullptr),
                "cuLaunchKernel");
   };
@@ -395,15 +395,7 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
       return;
     }
     std::printf("no GPU found (%s)\npre-warming the cache for sm_80 and sm_90a instead\n", why.c_str());
-    auto items = warm_items({}, {"sm_80", "sm_90a"});
-    KernelBuilder& builder = KernelBuilder::global();
-    auto s = warm(builder, items, 0, [](const WarmResult& r, std::size_t done, std::size_t total) {
-      if (!r.ok) std::printf("FAILED %s for %s\n%s\n", r.item->source.variant.c_str(), r.item->target.arch.c_str(), r.error.c_str());
-      if (done % 20 == 0 || done == total) std::printf("[%zu/%zu]\n", done, total);
-      std::fflush(stdout);
-    });
-    std::printf("compiled %d, cached %d, failed %d (cache: %s)\n", s.compiled, s.cached, s.failed, builder.cache().root().c_str());
-    exit_code = s.failed ? kFailed : kOk;
+    exit_code = run_warm(KernelBuilder::global(), warm_items({}, {"sm_80", "sm_90a"}), 0);
   });
 }
 

@@ -15,7 +15,7 @@ step() { echo; echo "=== $* ($(date -u +%FT%TZ))"; }
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,noheader
   $kgen show-config
   step "cold compile per attention_fwd variant (sm_90a, fresh cache, one at a time)"
-  KGEN_LOG_LEVEL=info $kgen warm --arch sm_90a --ops attention_fwd --jobs 1 --cache-dir /tmp/kgen-cold --quiet 2>&1 |
+  $kgen warm --arch sm_90a --ops attention_fwd --jobs 1 --cache-dir /tmp/kgen-cold --verbose 2>&1 |
     sed -n 's/.*compiled \(attention_fwd[^ ]*\) for sm_90a in \([0-9]*\) ms.*/\2 \1/p' | sort -n > "$out/compile_ms.txt"
   awk '{a[NR]=$1; s+=$1} END {printf "variants %d, compile ms: min %d, median %d, mean %.0f, max %d\n", NR, a[1], a[int((NR+1)/2)], s/NR, a[NR]}' "$out/compile_ms.txt"
   grep "fa2" "$out/compile_ms.txt" | awk '{a[NR]=$1} END {printf "fa2 variants %d: median %d ms, max %d ms\n", NR, a[int((NR+1)/2)], a[NR]}'

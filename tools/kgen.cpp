@@ -2,7 +2,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <set>
 #include <sstream>
 
 #include "cache/binary_cache.h"
@@ -10,13 +9,11 @@
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
 #include "kgen/kgen.hpp"
-#include "driver/cuda_driver.h"
+#include "driver/gpu_driver.h"
 #include "driver/device.h"
 #include "jit/kernel_builder.h"
-#include "jit/manifest.h"
 #include "compiler/nvrtc.h"
 #include "tuning/tuning_db.h"
-#include "jit/warm.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {
@@ -47,87 +44,6 @@ std::vector<int> parse_int_list(const std::string& text, const char* option, int
 
 namespace {
 
-// The winners recorded in tuning-database shards (any device class and operator) plus the
-// built-in default of every recorded variant, for each target where they are valid; duplicates
-// compile once. Records of operators this kgen does not know are skipped.
-std::vector<WarmItem> tuning_db_warm_items(const std::vector<std::string>& paths, const std::vector<std::string>& archs) {
-  std::vector<std::filesystem::path> files;
-  for (const auto& p : paths) files.emplace_back(p);
-  std::vector<Target> targets;
-  for (const auto& arch : archs) {
-    auto target = parse_target(arch);
-    if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + arch + "'");
-    targets.push_back(*target);
-  }
-  std::vector<WarmItem> items;
-  std::set<std::string> seen;
-  for (const auto& file : expand_tuning_db_paths(files)) {
-    TuningShard shard = read_tuning_shard(file);
-    if (!shard.header) throw Error(Status::invalid_argument, "--db: " + file.string() + ": " + shard.header_error);
-    for (const auto& line : shard.records) {
-      const OperatorInfo* op = find_operator(line.record.op);
-      if (!op) continue;
-      for (const Target& target : targets) {
-        auto kernels = recorded_kernels(*op, line.record.variant_key, line.record.config, target);
-        if (!kernels)
-          throw Error(Status::invalid_argument, "--db: " + file.string() + ":" + std::to_string(line.line) +
-                                                    ": unknown variant or config '" + line.record.variant_key + "' / '" +
-                                                    line.record.config + "'");
-        for (auto& src : *kernels)
-          if (seen.insert(src.variant + "@" + target.arch).second) items.push_back({std::move(src), target});
-      }
-    }
-  }
-  return items;
-}
-
-void add_warm(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("warm", "Compile kernel variants into the cache without a GPU");
-  auto archs = std::make_shared<std::string>("sm_80,sm_90a");
-  auto ops = std::make_shared<std::string>();
-  auto jobs = std::make_shared<int>(0);
-  auto dir = std::make_shared<std::string>();
-  auto quiet = std::make_shared<bool>(false);
-  auto manifest = std::make_shared<std::string>();
-  auto db = std::make_shared<std::vector<std::string>>();
-  cmd->add_option("--arch", *archs, "Comma-separated targets (sm_80, sm_86, sm_89, sm_90, sm_90a)")->capture_default_str();
-  auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
-  cmd->add_option("--manifest", *manifest, "JSON Lines file, one variant per line (see jit/manifest.h)")->excludes(ops_opt);
-  cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus each "
-                               "recorded spec's default, instead of whole config spaces")
-      ->excludes(ops_opt);
-  cmd->add_option("--jobs,-j", *jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
-  cmd->add_flag("--quiet,-q", *quiet, "Print only the summary line");
-  cmd->callback([=, &exit_code] {
-    std::vector<WarmItem> items;
-    if (!manifest->empty()) items = read_manifest(*manifest, split_list(*archs));
-    if (!db->empty()) {
-      auto from_db = tuning_db_warm_items(*db, split_list(*archs));
-      items.insert(items.end(), std::make_move_iterator(from_db.begin()), std::make_move_iterator(from_db.end()));
-    }
-    if (manifest->empty() && db->empty()) items = warm_items(split_list(*ops), split_list(*archs));
-    KernelBuilder builder(dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir));
-    std::printf("warming %zu variants into %s\n", items.size(), builder.cache().root().c_str());
-    std::fflush(stdout);
-    auto summary = warm(builder, items, *jobs, [&](const WarmResult& r, std::size_t done, std::size_t total) {
-      if (!r.ok) {
-        std::printf("[%zu/%zu] FAILED %s for %s\n%s\n", done, total, r.item->source.variant.c_str(),
-                    r.item->target.arch.c_str(), r.error.c_str());
-      } else if (!*quiet) {
-        std::printf("[%zu/%zu] %s %s for %s%s\n", done, total, r.from_cache ? "cached  " : "compiled",
-                    r.item->source.variant.c_str(), r.item->target.arch.c_str(),
-                    r.from_cache ? "" : (" (" + std::to_string(long(r.compile_ms)) + " ms, " +
-                                         std::to_string(r.resources.registers) + " regs, " +
-                                         std::to_string(r.resources.spill_stores) + " B spilled)").c_str());
-      }
-      std::fflush(stdout);
-    });
-    std::printf("compiled %d, cached %d, failed %d\n", summary.compiled, summary.cached, summary.failed);
-    exit_code = summary.failed ? kFailed : kOk;
-  });
-}
-
 void add_show_config(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("show-config", "Print versions, devices, cache and environment");
   cmd->callback([&exit_code] {
@@ -141,7 +57,7 @@ void add_show_config(CLI::App& app, int& exit_code) {
     std::string why;
     int n = device_count();
     if (n == 0) {
-      cuda_available(&why);
+      gpu_driver().available(&why);
       std::printf("devices       none (%s)\n", why.c_str());
     }
     for (int i = 0; i < n; ++i) {
@@ -151,9 +67,7 @@ void add_show_config(CLI::App& app, int& exit_code) {
                   d.max_smem_optin / 1024, d.total_memory / 1e9);
     }
     if (n > 0) {
-      int driver = 0;
-      cuda_driver().cuDriverGetVersion(&driver);
-      std::printf("driver        CUDA %d.%d\n", driver / 1000, (driver % 1000) / 10);
+      std::printf("driver        %s\n", gpu_driver().version().c_str());
     }
     // Read-only layers first (KGEN_CACHE_PATH), the writable root last; first hit wins.
     for (const auto& layer : KernelBuilder::global().layers())
@@ -219,7 +133,7 @@ void add_inspect(CLI::App& app, int& exit_code) {
       if (o->what == "source") {
         std::cout << src.source;
       } else if (o->what == "ptx") {
-        CompiledBinary b = compile(src, *target, /*ptx=*/true);
+        CompiledBinary b = compiler_for(*target).compile(src, *target, /*ptx=*/true);
         std::cout.write(reinterpret_cast<const char*>(b.image.data()), b.image.size());
       } else if (o->what == "key") {
         KernelBuilder& builder = KernelBuilder::global();
@@ -248,7 +162,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("kgen ") + kgen::version());
   int exit_code = kOk;
-  add_warm(app, exit_code);
+  add_warm_command(app, exit_code);
   add_show_config(app, exit_code);
   add_inspect(app, exit_code);
   add_cache_commands(app, exit_code);

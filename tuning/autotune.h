@@ -18,7 +18,7 @@
 #include "generator/kernel_source.h"
 #include "generator/target.h"
 #include "tuning/timing.h"
-#include "compiler/nvrtc.h"
+#include "compiler/compiler.h"
 #include "tuning/tuning_db.h"
 
 namespace kgen {

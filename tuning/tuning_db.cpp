@@ -25,7 +25,7 @@
 #include "kgen/types.hpp"
 #include "driver/device.h"
 #include "base/log.h"
-#include "compiler/nvrtc.h"
+#include "compiler/compiler.h"
 
 namespace kgen {
 
@@ -300,7 +300,8 @@ std::string to_string(const DeviceClass& d) {
 }
 
 TuningContext TuningContext::current(int ordinal) {
-  return {KGEN_VERSION, nvrtc_version(), DeviceClass::from(device_info(ordinal))};
+  const DeviceInfo& d = device_info(ordinal);
+  return {KGEN_VERSION, compiler_for(d.target).version(), DeviceClass::from(d)};
 }
 
 // ---- buckets --------------------------------------------------------------------------------

@@ -49,8 +49,9 @@ struct TuningContext {
   std::string kgen_version;  // "0.1.0"; shards must share the major version ("0")
   std::string compiler;      // "nvrtc 13.0"; must match exactly
   DeviceClass device;        // must match exactly
-  // kgen's version, nvrtc_version() and the class of device `ordinal`. Throws kgen::Error
-  // (no_device / compile_error) when the driver or NVRTC is unavailable.
+  // kgen's version, the version of the compiler of its target and the class of device
+  // `ordinal`. Throws kgen::Error (no_device / compile_error) when the driver or the compiler is
+  // unavailable.
   static TuningContext current(int ordinal = 0);
 };
 

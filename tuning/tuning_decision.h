@@ -55,8 +55,8 @@ struct ConfigDecision {
 // DecisionTable.
 ConfigDecision decide_config(const DecisionRequest& request, const DecisionContext& context);
 
-// The key of one cached decision: the op's spec fields packed by the op, the numbers its bucket
-// is made of, the device, and the op's shape class (what its heuristic reads of the exact shape
+// The key of one cached decision: the op's spec fields packed by the op (jit/kernel_table's
+// KeyPacker), the numbers of its shape bucket (ops/buckets: the same rule as the database's text), the device, and the op's shape class (what its heuristic reads of the exact shape
 // beyond the bucket, e.g. attention_forward_shape_class: calls of one bucket may differ there).
 struct DecisionKey {
   std::uint64_t spec = 0;

@@ -52,25 +52,25 @@ expect 0 "// ===== attention_bwd.bf16.d64.causal" -- inspect --op attention_bwd 
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --arch sm_80,sm_90a --cache-dir "$cache" --quiet
 expect 0 "entries [0-9]+, corrupt 0" -- cache --cache-dir "$cache" verify
 here=$(dirname "$0")
-expect 0 "warming 2 variants" -- warm --db "$here/tuning_shard.jsonl" --arch sm_90a --cache-dir "$cache" --quiet
+expect 0 "warming 2 variants" -- warm --db "$here/tuning_shard.jsonl" --arch sm_90a --cache-dir "$cache"
 expect 2 "db: .*nonexistent" -- warm --db /nonexistent.jsonl --cache-dir "$cache"
 # Records of every op (and one of an unknown op, skipped): winners plus each variant's default.
-expect 0 "warming 12 variants" -- warm --db "$here/tuning_shard_all_ops.jsonl" --arch sm_90a --cache-dir "$cache" --quiet
+expect 0 "warming 12 variants" -- warm --db "$here/tuning_shard_all_ops.jsonl" --arch sm_90a --cache-dir "$cache"
 expect 0 "kgen +[0-9]+\.[0-9]+\.[0-9]+" -- show-config
 
 # Manifests and archives, in a small scratch cache (one cheap variant).
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-good='{"op":"attention_fwd","dtype":"fp32","head_dim":32,"config":"simt:bm4:bn32:dmax32"}'
+good='{"op":"attention_fwd","variant":"attention_fwd.fp32.d32.full","config":"simt:bm4:bn32:dmax32"}'
 echo "$good" >"$scratch/good.jsonl"
-printf '%s\n{"op":"conv2d","dtype":"bf16","head_dim":64}\n' "$good" >"$scratch/bad-op.jsonl"
-printf '%s\n{"op":"attention_fwd","dtype":"bf16","head_dim":300}\n' "$good" >"$scratch/bad-d.jsonl"
+printf '%s\n{"op":"conv2d","variant":"conv2d.bf16"}\n' "$good" >"$scratch/bad-op.jsonl"
+printf '%s\n{"op":"attention_bwd","variant":"attention_bwd.bf16.d64.full","config":"fast"}\n' "$good" >"$scratch/bad-config.jsonl"
 printf '{"op":"attention_fwd",\n' >"$scratch/bad-json.jsonl"
 : >"$scratch/empty.jsonl"
 small="$scratch/cache"
 expect 2 "manifest: cannot read .*no-such.jsonl" -- warm --manifest "$scratch/no-such.jsonl" --cache-dir "$small"
-expect 2 "manifest:2: unknown op 'conv2d'" -- warm --manifest "$scratch/bad-op.jsonl" --cache-dir "$small"
-expect 2 "manifest:2: head_dim 300" -- warm --manifest "$scratch/bad-d.jsonl" --cache-dir "$small"
+expect 2 "manifest:2: \"op\": unknown operator 'conv2d'" -- warm --manifest "$scratch/bad-op.jsonl" --cache-dir "$small"
+expect 2 "manifest:2: \"config\": cannot parse config 'fast'" -- warm --manifest "$scratch/bad-config.jsonl" --cache-dir "$small"
 expect 2 "manifest:1: not valid JSON" -- warm --manifest "$scratch/bad-json.jsonl" --cache-dir "$small"
 expect 2 "manifest:1: .*no variants" -- warm --manifest "$scratch/empty.jsonl" --cache-dir "$small"
 expect 2 "excludes" -- warm --manifest "$scratch/good.jsonl" --ops attention_fwd --cache-dir "$small"

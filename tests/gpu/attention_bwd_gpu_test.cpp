@@ -8,7 +8,7 @@
 #include "generator/attention_backward.h"
 #include "check/attention_backward_harness.h"
 #include "driver/device.h"
-#include "driver/cuda_driver.h"
+#include "driver/gpu_driver.h"
 
 namespace kgen {
 namespace {
@@ -16,7 +16,7 @@ namespace {
 #define KGEN_REQUIRE_GPU()                          \
   do {                                              \
     std::string why;                                \
-    if (!cuda_available(&why)) GTEST_SKIP() << why; \
+    if (!gpu_driver().available(&why)) GTEST_SKIP() << why; \
   } while (0)
 
 std::string describe(const AttentionCase& c, const BackwardBenchOptions& o, bool dbl, const HarnessCheck& r) {

@@ -6,7 +6,6 @@
 #include "check/attention_harness.h"
 #include "tuning/autotune.h"
 #include "ops/tuning_problems.h"
-#include "driver/cuda_driver.h"
 #include "tests/gpu/require_gpu.h"
 #include "driver/device.h"
 

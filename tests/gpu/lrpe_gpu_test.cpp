@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include "generator/lrpe.h"
-#include "driver/cuda_driver.h"
 #include "tests/gpu/require_gpu.h"
 #include "check/lrpe_harness.h"
 

@@ -5,10 +5,10 @@
 
 #include <string>
 
-#include "driver/cuda_driver.h"
+#include "driver/gpu_driver.h"
 
 #define KGEN_REQUIRE_GPU()                                \
   do {                                                    \
     std::string why;                                      \
-    if (!::kgen::cuda_available(&why)) GTEST_SKIP() << why; \
+    if (!::kgen::gpu_driver().available(&why)) GTEST_SKIP() << why; \
   } while (0)

@@ -2,7 +2,7 @@
 # N concurrent `kgen warm --manifest` processes into one fresh cache, some SIGKILLed mid-compile
 # or mid-publish at random moments. Afterwards: `cache verify` finds nothing corrupt, no staging
 # file survives verify (a dead writer's is recognised by its released lock), no variant was
-# compiled twice, and a re-run compiles only what was never published.
+# compiled twice (their --verbose lines), and a re-run compiles only what was never published.
 # Usage: kill_warm_test.sh KGEN MANIFEST WORKDIR [ROUNDS]
 set -u
 kgen=$1
@@ -30,7 +30,7 @@ for round in $(seq 1 "$rounds"); do
   for i in $(seq 1 "$procs"); do
     m=$manifest
     [ $((i % 2)) = 0 ] && m=$rev  # half walk the manifest backwards: locks cross
-    KGEN_LOG_LEVEL=warn "$kgen" warm --manifest "$m" --arch sm_80 --cache-dir "$dir/cache" --jobs 1 \
+    "$kgen" warm --manifest "$m" --arch sm_80 --cache-dir "$dir/cache" --jobs 1 --verbose \
       >"$dir/out/$i.out" 2>"$dir/out/$i.err" &
     pids+=($!)
   done
@@ -55,7 +55,7 @@ for round in $(seq 1 "$rounds"); do
   wait  # the killers
 
   # Each variant compiled by at most one process (the per-key lock), killed ones included.
-  dup=$(cat "$dir"/out/*.out | sed -n 's/^\[[0-9]*\/[0-9]*\] compiled \(.*\) for sm_80.*/\1/p' | sort | uniq -d)
+  dup=$(cat "$dir"/out/*.err | sed -n 's/^kgen \[debug\] \[[0-9]*\/[0-9]*\] compiled \(.*\) for sm_80 in .*/\1/p' | sort | uniq -d)
   [ -z "$dup" ] || fail "round $round: compiled more than once: $dup"
 
   sleep 3  # past kUnlockedTempGrace, so the killed writers' staging files count as dead

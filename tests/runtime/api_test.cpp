@@ -8,7 +8,7 @@
 
 #include "kgen/c_api.h"
 #include "kgen/kgen.hpp"
-#include "driver/cuda_driver.h"
+#include "driver/gpu_driver.h"
 
 namespace kgen {
 namespace {
@@ -62,7 +62,7 @@ TEST(AttentionForwardApi, RejectsBadArgumentsNamingThem) {
 
 TEST(AttentionForwardApi, ValidArgumentsWithoutAGpuFailWithOneSentence) {
   std::string why;
-  if (cuda_available(&why)) GTEST_SKIP() << "a GPU is present";
+  if (gpu_driver().available(&why)) GTEST_SKIP() << "a GPU is present";
   Tensors t;
   try {
     t.run();
@@ -96,7 +96,7 @@ TEST(CApi, ReportsStatusAndMessage) {
   EXPECT_EQ(std::string(kgen_last_error()).rfind("k:", 0), 0u) << kgen_last_error();
   EXPECT_EQ(kgen_attention_forward(&q, &k, nullptr, &o, nullptr, &opt, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(std::string(kgen_last_error()).rfind("v:", 0), 0u) << kgen_last_error();
-  if (!cuda_available()) {
+  if (!gpu_driver().available()) {
     EXPECT_EQ(kgen_attention_forward(&q, &k, &v, &o, nullptr, &opt, nullptr), KGEN_ERROR_NO_DEVICE);
     EXPECT_GT(std::string(kgen_last_error()).size(), 10u);
   }

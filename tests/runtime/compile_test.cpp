@@ -49,7 +49,7 @@ TEST(Compile, EveryVariantCompilesForSm80AndSm90aWithoutSpillsOnDefaults) {
 TEST(Compile, ReportsCompilerErrorsWithTheLog) {
   KernelSource bad{"attention_fwd", "broken", "extern \"C\" __global__ void k() { this_is_not_cuda; }", "k", 32, 0};
   try {
-    compile(bad, *parse_target("sm_80"));
+    compiler_for(*parse_target("sm_80")).compile(bad, *parse_target("sm_80"));
     FAIL() << "expected a compile error";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::compile_error);

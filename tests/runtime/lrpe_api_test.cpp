@@ -8,7 +8,7 @@
 
 #include "kgen/c_api.h"
 #include "kgen/kgen.hpp"
-#include "driver/cuda_driver.h"
+#include "driver/gpu_driver.h"
 
 namespace kgen {
 namespace {
@@ -85,7 +85,7 @@ TEST(LrpeApi, RejectsBadArgumentsNamingThem) {
 }
 
 TEST(LrpeApi, ValidCallsWithoutAGpuFailWithNoDevice) {
-  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  if (gpu_driver().available()) GTEST_SKIP() << "a GPU is present";
   for (bool md : {false, true})
     for (bool backward : {false, true}) {
       Call c;

@@ -68,18 +68,18 @@ class ScopedEnv {
 // ---- buckets ----
 
 TEST(TuningBucket, PowersOfTwoRoundUpAndExactPowersMapToThemselves) {
-  EXPECT_EQ(attention_bucket({4, 16, 16, 4096, 4096}), "nq4096.nk4096.g1.bh64");
-  EXPECT_EQ(attention_bucket({4, 16, 16, 4097, 4095}), "nq8192.nk4096.g1.bh64");
-  EXPECT_EQ(attention_bucket({1, 1, 1, 1, 1}), "nq1.nk1.g1.bh1");
-  EXPECT_EQ(attention_bucket({1, 1, 1, 0, 3}), "nq1.nk4.g1.bh1");
-  EXPECT_EQ(attention_bucket({3, 5, 5, 1000, 129}), "nq1024.nk256.g1.bh16");  // 15 -> 16
-  EXPECT_EQ(attention_bucket({2, 32, 32, 512, 512}), "nq512.nk512.g1.bh64");  // 64 is a tie: stays
+  EXPECT_EQ(attention_bucket({4, 16, 16, 4096, 4096}).text(), "nq4096.nk4096.g1.bh64");
+  EXPECT_EQ(attention_bucket({4, 16, 16, 4097, 4095}).text(), "nq8192.nk4096.g1.bh64");
+  EXPECT_EQ(attention_bucket({1, 1, 1, 1, 1}).text(), "nq1.nk1.g1.bh1");
+  EXPECT_EQ(attention_bucket({1, 1, 1, 0, 3}).text(), "nq1.nk4.g1.bh1");
+  EXPECT_EQ(attention_bucket({3, 5, 5, 1000, 129}).text(), "nq1024.nk256.g1.bh16");  // 15 -> 16
+  EXPECT_EQ(attention_bucket({2, 32, 32, 512, 512}).text(), "nq512.nk512.g1.bh64");  // 64 is a tie: stays
 }
 
 TEST(TuningBucket, GroupRatioIsExact) {
-  EXPECT_EQ(attention_bucket({1, 32, 8, 128, 128}), "nq128.nk128.g4.bh32");
-  EXPECT_EQ(attention_bucket({1, 24, 8, 128, 128}), "nq128.nk128.g3.bh32");  // 3 is not rounded
-  EXPECT_EQ(attention_bucket({1, 40, 40, 128, 128}), "nq128.nk128.g1.bh64");
+  EXPECT_EQ(attention_bucket({1, 32, 8, 128, 128}).text(), "nq128.nk128.g4.bh32");
+  EXPECT_EQ(attention_bucket({1, 24, 8, 128, 128}).text(), "nq128.nk128.g3.bh32");  // 3 is not rounded
+  EXPECT_EQ(attention_bucket({1, 40, 40, 128, 128}).text(), "nq128.nk128.g1.bh64");
 }
 
 TEST(TuningBucket, NextPow2) {
@@ -127,7 +127,7 @@ TEST(TuningLookup, ExactThenNearest) {
   ASSERT_TRUE(exact->record.device);
   EXPECT_EQ(*exact->record.device, kH100);
 
-  auto near = db.lookup("attention_fwd", kVariant, attention_bucket(AttentionShape{2, 32, 32, 6000, 6000}));  // nq8192.nk8192.g1.bh64
+  auto near = db.lookup("attention_fwd", kVariant, attention_bucket(AttentionShape{2, 32, 32, 6000, 6000}).text());  // nq8192.nk8192.g1.bh64
   ASSERT_TRUE(near);
   EXPECT_TRUE(near->exact);
   near = db.lookup("attention_fwd", kVariant, "nq4096.nk4096.g1.bh64");  // 2 doublings vs 1

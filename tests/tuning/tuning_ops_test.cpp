@@ -39,11 +39,11 @@ LrpeCase lrpe_case(LrpeOp op, LrpeDirection dir, LrpeAct act, int b, int h, int 
 // ---- buckets and variant keys ----
 
 TEST(TuningOpsBucket, LrpeRoundsNAndBatchHeadsUpAndKeepsTheHeadDimExactly) {
-  EXPECT_EQ(lrpe_bucket({12, 12, 4096, 128}), "n4096.bh256.d128");
-  EXPECT_EQ(lrpe_bucket({12, 12, 4097, 128}), "n8192.bh256.d128");
-  EXPECT_EQ(lrpe_bucket({1, 1, 1, 48}), "n1.bh1.d48");
-  EXPECT_EQ(lrpe_bucket({2, 3, 266, 64}, 2), "n512.bh8.d64.m2");
-  EXPECT_EQ(lrpe_bucket({0, 0, 0, 0}), "n1.bh1.d1");
+  EXPECT_EQ(lrpe_bucket({12, 12, 4096, 128}).text(), "n4096.bh256.d128");
+  EXPECT_EQ(lrpe_bucket({12, 12, 4097, 128}).text(), "n8192.bh256.d128");
+  EXPECT_EQ(lrpe_bucket({1, 1, 1, 48}).text(), "n1.bh1.d48");
+  EXPECT_EQ(lrpe_bucket({2, 3, 266, 64}, 2).text(), "n512.bh8.d64.m2");
+  EXPECT_EQ(lrpe_bucket({0, 0, 0, 0}).text(), "n1.bh1.d1");
   // n weighs like the attention sequence lengths.
   EXPECT_DOUBLE_EQ(bucket_distance("n4096.bh256.d128", "n8192.bh256.d128"), 4.0);
   EXPECT_DOUBLE_EQ(bucket_distance("n4096.bh256.d128", "n4096.bh512.d128"), 1.0);
@@ -377,18 +377,18 @@ TEST(TuningOpsDecision, ShapeClassesSplitBucketsWhereTheHeuristicsDo) {
   const int sms = 132;
   // Double backward, b = h = 1: n = 2049 and n = 4096 share the bucket nq4096; 33 and 64 tiles.
   const AttentionShape a{1, 1, 1, 2049, 2049}, b{1, 1, 1, 4096, 4096};
-  ASSERT_EQ(attention_bucket(a), attention_bucket(b));
+  ASSERT_EQ(attention_bucket(a).text(), attention_bucket(b).text());
   EXPECT_EQ(attention_double_backward_shape_class(a, sms), 1);
   EXPECT_EQ(attention_double_backward_shape_class(b, sms), 1);
   const AttentionShape c{1, 1, 1, 8192, 8192}, d{1, 1, 1, 4097, 4097};
-  ASSERT_EQ(attention_bucket(c), attention_bucket(d));
+  ASSERT_EQ(attention_bucket(c).text(), attention_bucket(d).text());
   EXPECT_NE(attention_double_backward_shape_class(c, sms), attention_double_backward_shape_class(d, sms));
   const AttentionBackwardSpec spec{DType::bf16, 128, false};
   EXPECT_NE(attention_double_backward_default_config(spec, c, sm90a, sms),
             attention_double_backward_default_config(spec, d, sm90a, sms));
   // Backward: 12 kv heads of 1025 keys (108 tiles of 128) against 2048 keys (192 tiles), one bucket.
   const AttentionShape e{1, 12, 12, 1025, 1025}, f{1, 12, 12, 2048, 2048};
-  ASSERT_EQ(attention_bucket(e), attention_bucket(f));
+  ASSERT_EQ(attention_bucket(e).text(), attention_bucket(f).text());
   EXPECT_NE(attention_backward_shape_class(e, sms), attention_backward_shape_class(f, sms));
   EXPECT_NE(attention_backward_default_config(spec, e, sm90a, sms), attention_backward_default_config(spec, f, sm90a, sms));
   // Forward: 128-row tiles, 108 blocks against 192.

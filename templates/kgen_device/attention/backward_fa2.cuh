@@ -12,7 +12,7 @@
 // dPᵀ = V_w·dOᵀ (keys as rows, queries as columns), then dV_w += Pᵀ·dO and dK_w += dSᵀ·Q with
 // the probabilities kept in registers (C fragments repacked as A fragments). With AtomicDQ the
 // block writes dSᵀ (16-bit) to shared memory and adds dS·K to an fp32 accumulator with
-// red.global.add (scaled and converted by attention_backward_dq_convert); otherwise dQ comes from
+// red_add2 (scaled and converted by attention_backward_dq_convert); otherwise dQ comes from
 // attention_backward_fa2_dq, which is deterministic.
 //
 // attention_backward_fa2_dq: grid (ceil(n_q / BM), heads_q, batch); the forward's work split
@@ -40,6 +40,7 @@
 #include "kgen_device/attention/backward_config.h"
 #include "kgen_device/attention/backward_rows.cuh"
 #include "kgen_device/attention/forward_fa2.cuh"
+#include "kgen_device/core/atomic.cuh"
 
 namespace kgen {
 namespace bwd_detail {
@@ -163,16 +164,6 @@ __device__ __forceinline__ void store_rows(T* dst, long long stride_n, int row0,
         *reinterpret_cast<unsigned*>(r + dt * 8 + 2 * t) =
             pack2<T>(acc[mt][dt][2 * h] * mul, acc[mt][dt][2 * h + 1] * mul);
     }
-}
-
-// *addr += {x, y} (fp32, relaxed, device scope).
-__device__ __forceinline__ void red_add_f32x2(float* addr, float x, float y) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(addr), "f"(x), "f"(y) : "memory");
-#else
-  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(addr), "f"(x) : "memory");
-  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(addr + 1), "f"(y) : "memory");
-#endif
 }
 
 }  // namespace bwd_detail
@@ -370,7 +361,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
           float* acc_row = acc_base + static_cast<long long>(row) * D + cc * 32 + 2 * t;
 #pragma unroll
           for (int dt = 0; dt < 4; ++dt)
-            bwd_detail::red_add_f32x2(acc_row + dt * 8, acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
+            red_add2(acc_row + dt * 8, acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
         }
       }
     }

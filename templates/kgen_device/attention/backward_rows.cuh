@@ -10,6 +10,7 @@
 #include "kgen_device/attention/backward_params.h"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 
 namespace kgen {
 namespace bwd_detail {
@@ -55,7 +56,7 @@ __device__ __forceinline__ void attention_backward_preprocess(const AttentionBac
   const T* d_o = bwd_detail::head_ptr<const T>(p.d_o, batch, head) + row * p.d_o.stride_n;
   float sum = 0.f;
   for (int c = lane; c < d; c += 32) sum = fmaf(to_float(o[c]), to_float(d_o[c]), sum);
-  sum = warp_sum(sum);
+  sum = warp32_sum(sum);
   const long long idx = bwd_detail::stat_row(p, batch, head, row);
   if (lane == 0) {
     p.delta[idx] = sum;

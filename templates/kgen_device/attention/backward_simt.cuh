@@ -42,7 +42,7 @@ __device__ __forceinline__ float dot(const float (&a)[Cols], const float (&b)[Co
   float s = 0.f;
 #pragma unroll
   for (int ci = 0; ci < Cols; ++ci) s = fmaf(a[ci], b[ci], s);
-  return warp_sum(s);
+  return warp32_sum(s);
 }
 
 template <int Cols>

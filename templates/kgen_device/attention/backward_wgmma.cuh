@@ -13,7 +13,7 @@
 //   with AtomicDQ: dSᵀ to shared memory (each warpgroup its 64 rows, then a block barrier), then
 //     dQ = dS·K over all BN keys by wgmma with A = dS read M-major and B = K MN-major, warpgroup
 //     wg taking the columns [wg·D/WGs, +D/WGs), added to the fp32 accumulator with
-//     red.global.add (attention_backward_dq_convert scales and converts).
+//     red_add2 (attention_backward_dq_convert scales and converts).
 // Epilogue: dK = scale·Σ dSᵀ·Q and dV to global memory.
 //
 // Shared memory (dynamic; the base rounded up to 1024 bytes): K, V (wgmma::Sw128<BN, D>), two
@@ -26,6 +26,8 @@
 
 #include "kgen_device/attention/backward_config.h"
 #include "kgen_device/attention/backward_fa2.cuh"
+#include "kgen_device/core/atomic.cuh"
+#include "kgen_device/core/block.cuh"
 #include "kgen_device/core/wgmma.cuh"
 
 namespace kgen {
@@ -204,8 +206,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
           st_shared_4(sm.ds() + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
       }
       wgmma::fence_proxy_async();
-      if constexpr (WGs > 1) asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");  // all dSᵀ rows written
-      else asm volatile("bar.sync 1, 128;" ::: "memory");
+      named_barrier<1, kThreads>();  // all dSᵀ rows written
       float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * D;
 #pragma unroll
       for (int pass = 0; pass < kDqPasses; ++pass) {
@@ -228,7 +229,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
           if (row >= n_q) continue;
           float* acc_row = acc_base + static_cast<long long>(row) * D + col0 + 2 * t;
 #pragma unroll
-          for (int j = 0; j < kDqCols / 8; ++j) bwd_detail::red_add_f32x2(acc_row + 8 * j, dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
+          for (int j = 0; j < kDqCols / 8; ++j) red_add2(acc_row + 8 * j, dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
         }
       }
     }

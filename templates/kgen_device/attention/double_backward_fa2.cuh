@@ -24,6 +24,7 @@
 #pragma once
 
 #include "kgen_device/attention/backward_fa2.cuh"
+#include "kgen_device/core/atomic.cuh"
 
 namespace kgen {
 namespace dbl_detail {
@@ -188,8 +189,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
       if (t == 0 && row < n_q) {
         const long long idx = bwd_detail::stat_row(p, batch, head, row);
         if (splits > 1) {  // partial sums of this key range (c's r·delta term is linear too)
-          asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p.row_r + idx), "f"(r[h]) : "memory");
-          asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p.row_c + idx), "f"(c[h]) : "memory");
+          red_add(p.row_r + idx, r[h]);
+          red_add(p.row_c + idx, c[h]);
         } else {
           p.row_r[idx] = r[h];
           p.row_c[idx] = c[h];

@@ -40,13 +40,14 @@
 // Registers. The O and S accumulators take kMTiles·(D + BN)/2 registers per thread (192 of the
 // 255 at D = 128 with 32 rows x 64 keys per warp), so nothing else is kept live across the K/V
 // loop that can be recomputed per tile: thread and block indices are re-read at the top of each
-// tile (fa2_detail::reread_*), and the lane addresses, cp.async sources and 64-bit K/V pointers
-// are rebuilt from them (a few dozen integer instructions per tile against the tile's
+// tile (reread in core/block.cuh), and the lane addresses, cp.async sources and 64-bit K/V
+// pointers are rebuilt from them (a few dozen integer instructions per tile against the tile's
 // kMTiles·D·BN/64 mma per warp).
 #pragma once
 
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/core/block.cuh"
 #include "kgen_device/core/cp_async.cuh"
 #include "kgen_device/core/ldmatrix.cuh"
 #include "kgen_device/core/math.cuh"
@@ -54,6 +55,7 @@
 #include "kgen_device/core/mma_sm80.cuh"
 #include "kgen_device/core/swizzle.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 
 namespace kgen {
 namespace fa2_detail {
@@ -98,30 +100,6 @@ __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, lon
   }
 }
 
-// Special registers read through volatile asm: the compiler can neither hoist such a read out of
-// a loop nor merge it with another, so the values derived from it in a loop body are recomputed
-// there instead of staying live in registers across the whole loop.
-__device__ __forceinline__ int reread_tid() {
-  int v;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(v));
-  return v;
-}
-__device__ __forceinline__ int reread_ctaid_x() {
-  int v;
-  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(v));
-  return v;
-}
-__device__ __forceinline__ int reread_ctaid_y() {
-  int v;
-  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(v));
-  return v;
-}
-__device__ __forceinline__ int reread_ctaid_z() {
-  int v;
-  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(v));
-  return v;
-}
-
 // Thread and block coordinates of the forward kernel, from fresh special-register reads.
 template <int BM>
 struct Fa2Coords {
@@ -129,14 +107,14 @@ struct Fa2Coords {
   int m0, head, batch;        // first query row of the block, query head, batch
   __device__ __forceinline__ static Fa2Coords read() {
     Fa2Coords c;
-    c.tid = reread_tid();
+    c.tid = reread<GridIndex::thread_x>();
     c.warp = c.tid / 32;
     c.lane = c.tid % 32;
     c.g = c.lane / 4;
     c.t = c.lane % 4;
-    c.m0 = reread_ctaid_x() * BM;
-    c.head = reread_ctaid_y();
-    c.batch = reread_ctaid_z();
+    c.m0 = reread<GridIndex::block_x>() * BM;
+    c.head = reread<GridIndex::block_y>();
+    c.batch = reread<GridIndex::block_z>();
     return c;
   }
 };

@@ -19,9 +19,10 @@
 
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/core/block.cuh"
 #include "kgen_device/core/math.cuh"
-#include "kgen_device/core/memory.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 
 namespace kgen {
 namespace simt_detail {
@@ -149,7 +150,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
           if (j < w) {
             const float send = upper ? part[j] : part[j + w];
             const float keep = upper ? part[j + w] : part[j];
-            part[j] = keep + __shfl_xor_sync(0xffffffffu, send, w);
+            part[j] = keep + shfl_xor32(send, w);
           }
         }
       }
@@ -161,7 +162,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
     float mx = row_max;
 #pragma unroll
     for (int grp = 0; grp < kGroups; ++grp) mx = fmaxf(mx, score[grp]);
-    mx = warp_max(mx);
+    mx = warp32_max(mx);
     const float ref = mx == -infinity_f32() ? 0.f : mx * scale_log2;
     const float alpha = exp2_approx(row_max * scale_log2 - ref);
     row_max = mx;
@@ -180,7 +181,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
       if (n0 + grp * 32 >= n_end) continue;
 #pragma unroll 8
       for (int j = 0; j < 32; ++j) {
-        const float pj = __shfl_sync(0xffffffffu, score[grp], j);
+        const float pj = shfl32(score[grp], j);
         const float* v_row = v_s + (grp * 32 + j) * DMax + lane;
 #pragma unroll
         for (int ci = 0; ci < kCols; ++ci) {
@@ -191,7 +192,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
   }
 
   if (!row_valid) return;
-  const float l = warp_sum(row_sum);
+  const float l = warp32_sum(row_sum);
   const float inv_l = l > 0.f ? 1.f / l : 0.f;
   T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h +
              static_cast<long long>(row) * p.o_stride_n;

@@ -34,10 +34,12 @@
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/forward_fa2.cuh"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/core/block.cuh"
 #include "kgen_device/core/cp_async.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/memory.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 #include "kgen_device/core/wgmma.cuh"
 
 namespace kgen {

@@ -1,5 +1,6 @@
 // cp.async (sm_80+): asynchronous 16-byte global -> shared copies, grouped and awaited.
-// Global source and shared destination must both be 16-byte aligned.
+// Global source and shared destination must both be 16-byte aligned. NVIDIA only (see
+// mma_sm80.cuh): a second vendor provides nothing here.
 #pragma once
 
 namespace kgen {

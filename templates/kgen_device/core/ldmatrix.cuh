@@ -1,4 +1,5 @@
 // ldmatrix: warp-collective loads of 8x8 16-bit matrices from shared memory into mma fragments.
+// NVIDIA only (see mma_sm80.cuh): a second vendor provides nothing here.
 // Lane l supplies the shared address of row (l % 8) of matrix (l / 8) (x2: lanes 0..15 only
 // matter). Register j receives matrix j, lane l holding row l / 4, elements 2(l % 4), 2(l % 4)+1;
 // with .trans it holds column l / 4, rows 2(l % 4), 2(l % 4)+1 instead.

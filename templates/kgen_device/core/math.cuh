@@ -1,4 +1,7 @@
-// Scalar math and warp reductions shared by the templates (attention softmax, LRPE).
+// Scalar math shared by the templates (attention softmax, LRPE): infinities, the hardware
+// approximations of exp2, log2, sin, cos and 1/x, integer min/max. A second vendor provides the
+// same names within the errors stated below (HIP on CDNA: the v_exp_f32, v_log_f32, v_sin_f32,
+// v_cos_f32 and v_rcp_f32 instructions through their compiler builtins).
 #pragma once
 
 namespace kgen {
@@ -41,27 +44,5 @@ __device__ __forceinline__ float rcp_approx(float x) {
 }
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
-
-// Reductions over the 4 lanes of a quad (lanes 4g .. 4g+3), as held by mma accumulators.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-// Reductions over a full warp; every lane gets the result.
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-  for (int level = 0; level < 5; ++level) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16 >> level));
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int level = 0; level < 5; ++level) x += __shfl_xor_sync(0xffffffffu, x, 16 >> level);
-  return x;
-}
 
 }  // namespace kgen

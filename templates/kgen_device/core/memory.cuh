@@ -1,14 +1,10 @@
-// Shared-memory plumbing: the dynamic smem base, 32-bit shared addresses, 16-byte moves.
+// Explicit memory instructions: 32-bit shared addresses, 16-byte shared and global moves, and
+// global stores predicated without a branch. A second vendor provides st_global_if (HIP: a
+// plain store under `if`, which its compiler predicates with the exec mask); the shared-window
+// forms serve the ldmatrix / cp.async kernels and are needed only with a port of those.
 #pragma once
 
 namespace kgen {
-
-// Base of the kernel's dynamic shared memory (128-byte aligned). Every template declares it the
-// same way so several can live in one translation unit.
-__device__ __forceinline__ unsigned char* dynamic_smem() {
-  extern __shared__ __align__(128) unsigned char kgen_dynamic_smem[];
-  return kgen_dynamic_smem;
-}
 
 // 32-bit shared-window address of a generic pointer into shared memory (ldmatrix, cp.async).
 __device__ __forceinline__ unsigned smem_u32(const void* ptr) {
@@ -36,6 +32,27 @@ __device__ __forceinline__ void st_global_16(void* ptr, const u32x4& v) {
   asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),
                "r"(v.w)
                : "memory");
+}
+
+// *ptr = w (Words = 1, 2 or 4 32-bit words, ptr aligned to their size) where pred holds, as one
+// predicated global store: a C++ `if` around the store compiles to a branch with a convergence
+// barrier (~4 instructions per store at sm_90a).
+template <int Words>
+__device__ __forceinline__ void st_global_if(void* ptr, const unsigned (&w)[Words], bool pred) {
+  static_assert(Words == 1 || Words == 2 || Words == 4, "1, 2 or 4 words");
+  if constexpr (Words == 4) {
+    asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %5, 0;\n"
+                 " @p st.global.v4.b32 [g], {%1, %2, %3, %4};\n}"
+                 :: "l"(ptr), "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3]), "r"(int(pred)) : "memory");
+  } else if constexpr (Words == 2) {
+    asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %3, 0;\n"
+                 " @p st.global.v2.b32 [g], {%1, %2};\n}"
+                 :: "l"(ptr), "r"(w[0]), "r"(w[1]), "r"(int(pred)) : "memory");
+  } else {
+    asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %2, 0;\n"
+                 " @p st.global.b32 [g], %1;\n}"
+                 :: "l"(ptr), "r"(w[0]), "r"(int(pred)) : "memory");
+  }
 }
 
 }  // namespace kgen

@@ -1,4 +1,6 @@
 // Warp-level tensor-core MMA for sm_80+: mma.sync.aligned.m16n8k16.row.col, fp32 accumulate.
+// NVIDIA only, as are ldmatrix, cp.async and wgmma: the kernels built on them (fa2, wgmma) are
+// NVIDIA kernels, and a second vendor brings its own matrix-core kernels instead.
 //
 // Fragment layouts (g = lane / 4, t = lane % 4); each 32-bit register holds two 16-bit elements,
 // the lower column/k index in bits 0..15:

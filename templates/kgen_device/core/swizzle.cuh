@@ -1,6 +1,7 @@
 // XOR swizzle of 16-byte chunks for row-major shared tiles of 16-bit elements, so that the 8 row
 // addresses of one ldmatrix phase (8 consecutive rows, same logical chunk) hit 8 distinct
-// 16-byte bank groups, and row-contiguous cp.async writes stay conflict-free.
+// 16-byte bank groups, and row-contiguous cp.async writes stay conflict-free. Plain integer
+// arithmetic: nothing for a second vendor to provide (its own bank layout may want another one).
 #pragma once
 
 namespace kgen {

@@ -1,6 +1,8 @@
 // 16-bit element types and float conversions for device templates. No toolkit headers: NVRTC 13
 // has no cuda_fp16.h / cuda_bf16.h built in, so the types are plain 16-bit storage structs and
-// every conversion is one PTX instruction (sm_80+).
+// every conversion is one PTX instruction (sm_80+). A second vendor keeps the structs and
+// traits and provides to_float, from_float, pack2 and unpack2 with the same bit layouts and
+// rounding (round to nearest even).
 #pragma once
 
 namespace kgen {

@@ -1,5 +1,6 @@
 // wgmma (sm_90a only): warpgroup-wide asynchronous matrix multiply-accumulate.
 // Written by tools/gen_wgmma_header.py (the per-N operand lists): edit the script, not this file.
+// NVIDIA only (see mma_sm80.cuh): a second vendor provides nothing here.
 //
 // A warpgroup is 4 consecutive warps starting at a warp index divisible by 4 (128 threads). One
 // wgmma.mma_async.m64nNk16 computes D(64 x N, fp32) += A(64 x 16) · B(16 x N) for 16-bit A and B.

@@ -25,6 +25,7 @@
 
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 #include "kgen_device/lrpe/params.h"
 #include "kgen_device/lrpe/rotate.cuh"
 
@@ -152,9 +153,9 @@ __device__ __forceinline__ void merge_row_slots(OnlineColumns<V>& t, int row_gro
   for (int lane_bit = row_group; lane_bit < 32; lane_bit <<= 1)
 #pragma unroll
     for (int i = 0; i < V; ++i) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, t.m[i], lane_bit);
-      const float l2 = __shfl_xor_sync(0xffffffffu, t.l[i], lane_bit);
-      const float a2 = __shfl_xor_sync(0xffffffffu, t.a[i], lane_bit);
+      const float m2 = shfl_xor32(t.m[i], lane_bit);
+      const float l2 = shfl_xor32(t.l[i], lane_bit);
+      const float a2 = shfl_xor32(t.a[i], lane_bit);
       merge_stats(t.m[i], t.l[i], t.a[i], m2, l2, a2);
     }
   if ((threadIdx.x & 31) < row_group)

@@ -18,7 +18,9 @@
 #pragma once
 
 #include "kgen_device/core/math.cuh"
+#include "kgen_device/core/memory.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 #include "kgen_device/lrpe/params.h"
 
 namespace kgen {
@@ -50,24 +52,6 @@ template <int Bytes>
 struct alignas(Bytes) Piece {
   unsigned w[Bytes / 4];
 };
-
-// *ptr = v where `pred` holds, as one predicated global store: a C++ `if` around the store
-// compiles to a branch with a convergence barrier (~4 instructions per store at sm_90a).
-__device__ __forceinline__ void store_if(Piece<16>* ptr, const Piece<16>& v, bool pred) {
-  asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %5, 0;\n"
-               " @p st.global.v4.b32 [g], {%1, %2, %3, %4};\n}"
-               :: "l"(ptr), "r"(v.w[0]), "r"(v.w[1]), "r"(v.w[2]), "r"(v.w[3]), "r"(int(pred)) : "memory");
-}
-__device__ __forceinline__ void store_if(Piece<8>* ptr, const Piece<8>& v, bool pred) {
-  asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %3, 0;\n"
-               " @p st.global.v2.b32 [g], {%1, %2};\n}"
-               :: "l"(ptr), "r"(v.w[0]), "r"(v.w[1]), "r"(int(pred)) : "memory");
-}
-__device__ __forceinline__ void store_if(Piece<4>* ptr, const Piece<4>& v, bool pred) {
-  asm volatile("{\n .reg .pred p;\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n setp.ne.b32 p, %2, 0;\n"
-               " @p st.global.b32 [g], %1;\n}"
-               :: "l"(ptr), "r"(v.w[0]), "r"(int(pred)) : "memory");
-}
 
 // Loads/stores V elements of one row at `ptr`, converting to/from fp32. `valid` elements exist
 // (<= 0: none; missing ones read as 0). `Vec`: the caller guarantees valid == V or <= 0 and a
@@ -131,7 +115,8 @@ struct RowIO {
         for (int i = 0; i < V; ++i) bits.e[i] = from_float<T>(v[i]);
       }
 #pragma unroll
-      for (int i = 0; i < kPieces; ++i) store_if(reinterpret_cast<Piece<kPiece>*>(ptr) + i, bits.piece[i], valid > 0);
+      for (int i = 0; i < kPieces; ++i)
+        st_global_if(reinterpret_cast<Piece<kPiece>*>(ptr) + i, bits.piece[i].w, valid > 0);
     } else {
 #pragma unroll
       for (int i = 0; i < V; ++i)
@@ -148,13 +133,13 @@ template <int N>
 __device__ __forceinline__ void row_maxes(float (&x)[N], int group) {
   for (int w = 1; w < group; w <<= 1)
 #pragma unroll
-    for (int j = 0; j < N; ++j) x[j] = fmaxf(x[j], __shfl_xor_sync(0xffffffffu, x[j], w));
+    for (int j = 0; j < N; ++j) x[j] = fmaxf(x[j], shfl_xor32(x[j], w));
 }
 template <int N>
 __device__ __forceinline__ void row_sums(float (&x)[N], int group) {
   for (int w = 1; w < group; w <<= 1)
 #pragma unroll
-    for (int j = 0; j < N; ++j) x[j] += __shfl_xor_sync(0xffffffffu, x[j], w);
+    for (int j = 0; j < N; ++j) x[j] += shfl_xor32(x[j], w);
 }
 
 // --- the columns one thread owns ------------------------------------------------------------------
@@ -263,7 +248,7 @@ __device__ __forceinline__ void activate(float (&v)[N][V], Load load, Reload rel
     bool in_range = true;
 #pragma unroll
     for (int j = 0; j < N; ++j) in_range &= sum[j] >= kLow && sum[j] <= kHigh;
-    if (!__all_sync(0xffffffffu, in_range)) {
+    if (!all32(in_range)) {
       reload(v);
       float mx[N];
 #pragma unroll

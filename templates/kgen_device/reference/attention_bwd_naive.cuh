@@ -19,6 +19,7 @@
 
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 #include "kgen_device/reference/attention_naive.cuh"  // reference_detail::block_reduce
 #include "kgen_device/reference/params.h"
 
@@ -67,7 +68,7 @@ __device__ double warp_dot(const Rows<T>& r, int x, const double* vec, int d) {
   const T* p = r.row(x);
   double acc = 0.0;
   for (int c = threadIdx.x % 32; c < d; c += 32) acc += load(p, c) * vec[c];
-  for (int w = 16; w >= 1; w /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, w);
+  for (int w = 16; w >= 1; w /= 2) acc += shfl_xor32(acc, w);
   return acc;
 }
 

@@ -14,6 +14,7 @@
 
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
 #include "kgen_device/reference/params.h"
 
 namespace kgen {
@@ -53,7 +54,7 @@ __device__ __forceinline__ double block_reduce(double x, bool is_max) {
   const int warp = threadIdx.x / 32;
   const int warps = blockDim.x / 32;
   for (int w = 16; w >= 1; w /= 2) {
-    const double y = __shfl_xor_sync(0xffffffffu, x, w);
+    const double y = shfl_xor32(x, w);
     x = is_max ? (y > x ? y : x) : x + y;
   }
   if (lane == 0) partial[warp] = x;

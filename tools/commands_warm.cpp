@@ -1,0 +1,202 @@
+// `kgen warm`: compile kernel variants into the cache without a GPU, and say truthfully what
+// ended up in the cache.
+#include <chrono>
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "base/log.h"
+#include "cache/binary_cache.h"
+#include "generator/registry.h"
+#include "jit/kernel_builder.h"
+#include "jit/manifest.h"
+#include "jit/warm.h"
+#include "tools/commands.h"
+#include "tuning/tuning_db.h"
+
+namespace kgen::cli {
+namespace {
+
+// The winners recorded in tuning-database shards (any device class and operator) plus the
+// built-in default of every recorded variant, for each target where they are valid; duplicates
+// compile once. Records of operators this kgen does not know are skipped.
+std::vector<WarmItem> tuning_db_warm_items(const std::vector<std::string>& paths, const std::vector<std::string>& archs) {
+  std::vector<std::filesystem::path> files;
+  for (const auto& p : paths) files.emplace_back(p);
+  const std::vector<Target> targets = warm_targets(archs);
+  std::vector<WarmItem> items;
+  std::set<std::string> seen;
+  for (const auto& file : expand_tuning_db_paths(files)) {
+    TuningShard shard = read_tuning_shard(file);
+    if (!shard.header) throw Error(Status::invalid_argument, "--db: " + file.string() + ": " + shard.header_error);
+    for (const auto& line : shard.records) {
+      const OperatorInfo* op = find_operator(line.record.op);
+      if (!op) continue;
+      for (const Target& target : targets) {
+        auto kernels = recorded_kernels(*op, line.record.variant_key, line.record.config, target);
+        if (!kernels)
+          throw Error(Status::invalid_argument, "--db: " + file.string() + ":" + std::to_string(line.line) +
+                                                    ": unknown variant or config '" + line.record.variant_key + "' / '" +
+                                                    line.record.config + "'");
+        for (auto& src : *kernels)
+          if (seen.insert(src.variant + "@" + target.arch).second) items.push_back({std::move(src), target});
+      }
+    }
+  }
+  return items;
+}
+
+// "1h02m", "3m07s", "12s".
+std::string duration_text(double seconds) {
+  const long s = static_cast<long>(seconds + 0.5);
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, s / 60 % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%lds", s);
+  return buf;
+}
+
+// Reports each built kernel of a warm: one debug line per kernel, an error per failure, and on a
+// terminal one progress line rewritten in place (done/total, counts, rate, ETA).
+class WarmReporter {
+ public:
+  explicit WarmReporter(bool progress_line) : progress_line_(progress_line) {}
+  ~WarmReporter() {
+    if (progress_line_) set_status_line("");
+  }
+
+  // Called by warm() after each item, serialised.
+  void report(const WarmResult& r, std::size_t done, std::size_t total) {
+    const std::string where = r.item->source.variant + " for " + r.item->target.arch;
+    const std::string step = "[" + std::to_string(done) + "/" + std::to_string(total) + "] ";
+    if (!r.ok) {
+      ++failed_;
+      log(LogLevel::error, step + "failed to build " + where + ": " + r.error);
+    } else {
+      ++(r.from_cache ? cached_ : compiled_);
+      if (!r.stored) ++not_stored_;
+      if (log_level() >= LogLevel::debug) {
+        std::string line = step + (r.from_cache ? "cached " + where
+                                                : "compiled " + where + " in " + std::to_string(long(r.compile_ms)) + " ms");
+        line += " (key " + r.key.substr(0, 12);
+        if (!r.from_cache)
+          line += ", " + std::to_string(r.resources.registers) + " registers, " +
+                  std::to_string(r.resources.spill_stores) + " B spilled";
+        if (!r.stored) line += ", not stored: " + r.store_error;
+        log(LogLevel::debug, line + ")");
+      }
+    }
+    if (progress_line_) draw(done, total);
+  }
+
+ private:
+  void draw(std::size_t done, std::size_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (done < total && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    std::string line = "warm [" + std::to_string(done) + "/" + std::to_string(total) + "] compiled " +
+                       std::to_string(compiled_) + ", cached " + std::to_string(cached_) + ", failed " +
+                       std::to_string(failed_) + ", not stored " + std::to_string(not_stored_);
+    if (done > 0 && elapsed > 0) {
+      char rate[32];
+      std::snprintf(rate, sizeof rate, " | %.1f/s", done / elapsed);
+      line += rate;
+      line += " | ETA " + duration_text(elapsed / done * (total - done));
+    }
+    set_status_line(line);
+  }
+
+  bool progress_line_;
+  int compiled_ = 0, cached_ = 0, failed_ = 0, not_stored_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_draw_{};
+};
+
+// One error line per cause of kernels missing from the cache, with the first reason given.
+void explain_not_stored(const WarmSummary& summary) {
+  const WarmResult* first_failed = nullptr;
+  const WarmResult* first_evicted = nullptr;
+  int evicted = 0;
+  for (const WarmResult& r : summary.results) {
+    if (!r.ok || r.stored) continue;
+    const bool was_evicted = r.store_error.starts_with("evicted");
+    evicted += was_evicted;
+    const WarmResult*& first = was_evicted ? first_evicted : first_failed;
+    if (!first) first = &r;
+  }
+  if (first_failed)
+    log(LogLevel::error, std::to_string(summary.not_stored - evicted) + " built kernels were not stored in the cache (first: " +
+                             first_failed->item->source.variant + " for " + first_failed->item->target.arch + ": " +
+                             first_failed->store_error + ")");
+  if (first_evicted)
+    log(LogLevel::error, std::to_string(evicted) + " built kernels were " + first_evicted->store_error +
+                             ": raise the cap or warm fewer variants");
+}
+
+}  // namespace
+
+int run_warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs) {
+  if (log_level() >= LogLevel::info) {
+    std::printf("warming %zu variants into %s\n", items.size(), builder.cache().root().c_str());
+    std::fflush(stdout);
+  }
+  WarmSummary summary;
+  {
+    WarmReporter reporter(log_level() >= LogLevel::info && stderr_is_terminal());
+    summary = warm(
+        builder, items, jobs,
+        [&](const WarmResult& r, std::size_t done, std::size_t total) { reporter.report(r, done, total); },
+        BuildOptions{.log_compile = false});
+  }
+  explain_not_stored(summary);
+  std::printf("compiled %d, cached %d, failed %d, not stored %d\n", summary.compiled, summary.cached, summary.failed,
+              summary.not_stored);
+  std::fflush(stdout);
+  return summary.failed || summary.not_stored ? kFailed : kOk;
+}
+
+void add_warm_command(CLI::App& app, int& exit_code) {
+  auto* cmd = app.add_subcommand(
+      "warm",
+      "Compile kernel variants into the cache without a GPU; exit 1 if any failed to build or was not stored");
+  auto archs = std::make_shared<std::string>("sm_80,sm_90a");
+  auto ops = std::make_shared<std::string>();
+  auto jobs = std::make_shared<int>(0);
+  auto dir = std::make_shared<std::string>();
+  auto quiet = std::make_shared<bool>(false);
+  auto verbose = std::make_shared<bool>(false);
+  auto manifest = std::make_shared<std::string>();
+  auto db = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("--arch", *archs, "Comma-separated targets (sm_80, sm_86, sm_89, sm_90, sm_90a)")->capture_default_str();
+  auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
+  cmd->add_option("--manifest", *manifest,
+                  "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see jit/manifest.h)")
+      ->excludes(ops_opt);
+  cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus each "
+                               "recorded spec's default, instead of whole config spaces")
+      ->excludes(ops_opt);
+  cmd->add_option("--jobs,-j", *jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
+  auto* quiet_opt = cmd->add_flag("--quiet,-q", *quiet, "Print only errors and the summary line");
+  cmd->add_flag("--verbose,-v", *verbose,
+                "Log every kernel built: variant, compile time, key, registers, spills (as KGEN_LOG_LEVEL=debug)")
+      ->excludes(quiet_opt);
+  cmd->footer(
+      "Ends with 'compiled N, cached M, failed F, not stored S'. On a terminal a progress line (done/total, counts, "
+      "ETA) is rewritten in place.");
+  cmd->callback([=, &exit_code] {
+    if (*quiet) set_log_level(LogLevel::error);
+    if (*verbose) set_log_level(LogLevel::debug);
+    std::vector<WarmItem> items;
+    if (!manifest->empty()) items = read_manifest(*manifest, split_list(*archs));
+    if (!db->empty()) {
+      auto from_db = tuning_db_warm_items(*db, split_list(*archs));
+      items.insert(items.end(), std::make_move_iterator(from_db.begin()), std::make_move_iterator(from_db.end()));
+    }
+    if (manifest->empty() && db->empty()) items = warm_items(split_list(*ops), split_list(*archs));
+    KernelBuilder builder(dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir));
+    exit_code = run_warm(builder, items, *jobs);
+  });
+}
+
+}  // namespace kgen::cli
