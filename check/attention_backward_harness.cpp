@@ -71,7 +71,7 @@ struct GradientSet {
   std::unique_ptr<DeviceBuffer> workspace;
 
   GradientSet(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt, std::mt19937_64& rng, int device,
-              CUstream stream, bool run_forward = true)
+              GpuStream stream, bool run_forward = true)
       : q(make_tensor(c, Side::q, true, rng)), k(make_tensor(c, Side::k, true, rng)),
         v(make_tensor(c, Side::k, true, rng)), d_o(make_tensor(c, Side::q, true, rng)),
         gq(make_tensor(c, Side::q, dbl && opt.gq, rng)), gk(make_tensor(c, Side::k, dbl && opt.gk, rng)),
@@ -86,7 +86,7 @@ struct GradientSet {
     AttentionOptions fwd{c.scale, c.causal, ""};
     TensorView l = lse_view(c, device);
     attention_forward(q.view(device), k.view(device), v.view(device), q.host.view(o.get(), device), &l, fwd, stream);
-    cuda_check(cuda_driver().cuStreamSynchronize(stream), "forward for the backward's inputs");
+    gpu_driver().synchronize(stream, "forward for the backward's inputs");
   }
 
   GradientInputs inputs() const {
@@ -113,7 +113,7 @@ struct GradientSet {
     return o;
   }
 
-  void run(const AttentionCase& c, bool dbl, const AttentionBackwardOptions& o, int device, CUstream stream) {
+  void run(const AttentionCase& c, bool dbl, const AttentionBackwardOptions& o, int device, GpuStream stream) {
     const TensorView l = lse_view(c, device), ov = q.host.view(this->o.get(), device);
     if (!dbl) {
       attention_backward(q.view(device), k.view(device), v.view(device), ov, l, d_o.view(device), out_view(0, device),
@@ -168,7 +168,7 @@ std::vector<double> gather_contiguous(const AttentionCase& c, Side side, const s
 // The naive GPU reference over `groups` (fp32 outputs of fp64 sums), gathered over them.
 std::vector<std::vector<double>> gpu_reference(const AttentionCase& c, bool dbl, const GradientSet& in,
                                                const std::vector<std::pair<int, int>>& groups, int device,
-                                               CUstream stream) {
+                                               GpuStream stream) {
   const std::vector<OutputSpec> specs = outputs_of(dbl);
   std::vector<std::unique_ptr<DeviceBuffer>> bufs;
   for (const OutputSpec& s : specs) {
@@ -196,7 +196,7 @@ std::vector<std::vector<double>> gpu_reference(const AttentionCase& c, bool dbl,
   return values;
 }
 
-GradientReference compute_reference(const AttentionCase& c, bool dbl, const GradientSet& in, int device, CUstream stream) {
+GradientReference compute_reference(const AttentionCase& c, bool dbl, const GradientSet& in, int device, GpuStream stream) {
   const double work = double(c.batch) * c.heads_q * c.n_q * c.n_k * c.head_dim;
   if (work <= kCpuReferenceWork) return attention_gradient_reference_cpu(c, dbl, in.inputs());
   GradientReference ref;
@@ -270,18 +270,18 @@ HarnessCheck compare_gradients(const AttentionCase& c, bool dbl, const Got& got,
 // again (re-poisoned) and requires the same bits.
 HarnessCheck run_and_compare(const AttentionCase& c, bool dbl, const BackwardBenchOptions& opt,
                               const std::string& config, GradientSet& in, const GradientReference& ref, int device,
-                              CUstream stream) {
+                              GpuStream stream) {
   const AttentionBackwardOptions o = in.options(c, dbl, opt, config, device);
   in.poison(c);
   in.run(c, dbl, o, device, stream);
-  cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
+  gpu_driver().synchronize(stream, "kernel execution");
   const auto first = download_outputs(in);
   HarnessCheck check = compare_attention_gradient_outputs(c, dbl, in.out_host, ref);
   check.config = config;
   if (opt.deterministic) {
     in.poison(c);
     in.run(c, dbl, o, device, stream);
-    cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
+    gpu_driver().synchronize(stream, "kernel execution");
     check.determinism_checked = true;
     check.bitwise_equal = download_outputs(in) == first;
     check.finish();

@@ -10,7 +10,6 @@
 #include <sstream>
 
 #include "kgen/kgen.hpp"
-#include "driver/cuda_driver.h"
 #include "driver/device.h"
 #include "check/harness_support.h"
 #include "check/host_convert.h"
@@ -39,7 +38,7 @@ struct InputSet {
     dk.upload(k.bytes.data());
     dv.upload(v.bytes.data());
   }
-  void run(const AttentionCase& c, int device, CUstream stream) {
+  void run(const AttentionCase& c, int device, GpuStream stream) {
     TensorView lse = make_contiguous_view(dlse.get(), DType::f32, 3,
                                           std::array<std::int64_t, 3>{c.batch, c.heads_q, c.n_q}.data(), device);
     AttentionOptions opt{c.scale, c.causal, c.config};
@@ -60,7 +59,7 @@ std::vector<int> rows_to_check(const AttentionCase& c) {
   return rows;
 }
 
-AttentionReferenceRows compute_reference(const AttentionCase& c, InputSet& in, int device, CUstream stream) {
+AttentionReferenceRows compute_reference(const AttentionCase& c, InputSet& in, int device, GpuStream stream) {
   AttentionReferenceRows ref;
   std::vector<int> rows = rows_to_check(c);
   const bool sampled = rows.size() != std::size_t(c.n_q);
@@ -96,11 +95,11 @@ AttentionReferenceRows compute_reference(const AttentionCase& c, InputSet& in, i
 
 // Runs `c` (its config) once on NaN-poisoned outputs and compares the reference rows.
 HarnessCheck run_and_compare(const AttentionCase& c, InputSet& in, const AttentionReferenceRows& ref, int device,
-                             CUstream stream) {
+                             GpuStream stream) {
   in.dout.poison(c.dtype);
   in.dlse.poison(DType::f32);
   in.run(c, device, stream);
-  cuda_check(cuda_driver().cuStreamSynchronize(stream), "kernel execution (cuStreamSynchronize)");
+  gpu_driver().synchronize(stream, "kernel execution");
   AttentionForwardOutputs out{make_host(c.batch, c.heads_q, c.n_q, c.head_dim, c.layout, c.dtype),
                               std::vector<float>(std::size_t(c.batch) * c.heads_q * c.n_q)};
   in.dout.download(out.o.bytes.data());

@@ -4,25 +4,25 @@
 
 namespace kgen {
 
-Timing time_runs(const std::function<void(int)>& run, int warmup, int reps, CUstream stream) {
-  const CudaDriver& cu = cuda_driver();
+Timing time_runs(const std::function<void(int)>& run, int warmup, int reps, GpuStream stream) {
+  const GpuDriver& gpu = gpu_driver();
   for (int i = 0; i < warmup; ++i) run(i);
-  std::vector<CUevent> events(2 * reps);
-  for (auto& e : events) cuda_check(cu.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+  // Destroyed on every path, a failed run's included.
+  struct Events {
+    std::vector<GpuEvent> e;
+    ~Events() {
+      for (GpuEvent x : e) gpu_driver().destroy_event(x);
+    }
+  } events;
+  for (int i = 0; i < 2 * reps; ++i) events.e.push_back(gpu.create_event());
   for (int r = 0; r < reps; ++r) {
-    cu.cuEventRecord(events[2 * r], stream);
+    gpu.record(events.e[2 * r], stream);
     run(r);
-    cu.cuEventRecord(events[2 * r + 1], stream);
+    gpu.record(events.e[2 * r + 1], stream);
   }
-  CUresult sync = cu.cuStreamSynchronize(stream);
+  gpu.synchronize(stream, "timed runs");
   std::vector<double> ms(reps);
-  for (int r = 0; r < reps && sync == CUDA_SUCCESS; ++r) {
-    float t = 0;
-    cu.cuEventElapsedTime(&t, events[2 * r], events[2 * r + 1]);
-    ms[r] = t;
-  }
-  for (auto& e : events) cu.cuEventDestroy(e);
-  cuda_check(sync, "timed runs");
+  for (int r = 0; r < reps; ++r) ms[r] = gpu.elapsed_ms(events.e[2 * r], events.e[2 * r + 1]);
   std::sort(ms.begin(), ms.end());
   double mean = 0, var = 0;
   for (double x : ms) mean += x / reps;

@@ -310,7 +310,7 @@ HarnessCheck LrpeBench::check(const std::string& config) {
   const bool angles = c.cache && c.direction == LrpeDirection::forward;
   if (angles) s.angles_buf.poison(DType::f32);
   m.run(s, config);
-  cuda_check(cuda_driver().cuStreamSynchronize(m.stream.s), "kernel execution (cuStreamSynchronize)");
+  gpu_driver().synchronize(m.stream.s, "kernel execution");
   s.out_buf.download(s.out.bytes.data());
   std::vector<float> written(angles ? std::size_t(c.heads) * c.n * c.d : 0);
   if (angles) s.angles_buf.download(written.data());
@@ -337,12 +337,10 @@ double measure_copy_bandwidth(std::size_t bytes, int device, int reps) {
   use_primary_context(device);
   DeviceBuffer src(bytes), dst(bytes);
   Stream stream;
-  const CudaDriver& cu = cuda_driver();
+  const GpuDriver& gpu = gpu_driver();
   Timing t = time_runs(
       [&](int) {
-        cuda_check(cu.cuMemcpyDtoDAsync(reinterpret_cast<CUdeviceptr>(dst.get()), reinterpret_cast<CUdeviceptr>(src.get()),
-                                        bytes, stream.s),
-                   "cuMemcpyDtoDAsync");
+        gpu.copy_async(reinterpret_cast<DevicePtr>(dst.get()), reinterpret_cast<DevicePtr>(src.get()), bytes, stream.s);
       },
       3, reps, stream.s);
   return 2.0 * double(bytes) / (t.median_ms * 1e-3);

@@ -9,7 +9,7 @@
 
 #include "generator/attention_reference.h"
 #include "kgen_device/reference/params.h"
-#include "driver/cuda_driver.h"
+#include "driver/gpu_driver.h"
 #include "driver/device.h"
 #include "jit/kernel_table.h"
 
@@ -36,7 +36,7 @@ void attention_forward_reference_gpu(const TensorView& q, const TensorView& k, c
                                      const std::vector<std::pair<int, int>>& heads) {
   const int device = q.device;
   use_primary_context(device);
-  const CudaDriver& cu = cuda_driver();
+  const GpuDriver& gpu = gpu_driver();
   const LoadedKernel& scores = load(device, ReferenceKernel::scores, q.dtype, false, [&] { return render_attention_reference_scores(q.dtype); });
   const LoadedKernel& softmax =
       load(device, ReferenceKernel::softmax_pv, q.dtype, false, [&] { return render_attention_reference_softmax_pv(q.dtype); });
@@ -54,28 +54,27 @@ void attention_forward_reference_gpu(const TensorView& q, const TensorView& k, c
   p.scale = scale > 0 ? scale : 1.0 / std::sqrt(double(p.head_dim));
 
   const int chunk = int(std::clamp<std::size_t>(kScratchBytes / (sizeof(double) * p.n_k), 1, 65535));
-  CUdeviceptr scratch = 0;
-  cuda_check(cu.cuMemAlloc(&scratch, sizeof(double) * std::size_t(std::min(chunk, p.n_q)) * p.n_k), "cuMemAlloc(reference scratch)");
+  const DevicePtr scratch = gpu.alloc(sizeof(double) * std::size_t(std::min(chunk, p.n_q)) * p.n_k, "reference scratch allocation");
   p.scores = reinterpret_cast<double*>(scratch);
   std::vector<std::pair<int, int>> todo = heads;
   if (todo.empty())
     for (int b = 0; b < p.batch; ++b)
       for (int h = 0; h < p.heads_q; ++h) todo.emplace_back(b, h);
-  auto s = static_cast<CUstream>(stream);
+  const GpuStream s = stream;
   try {
     for (auto [b, h] : todo)
       for (int row0 = 0; row0 < p.n_q; row0 += chunk) {
         p.batch_index = b, p.head_index = h, p.row0 = row0, p.rows = std::min(chunk, p.n_q - row0);
         unsigned gx = unsigned((p.n_k + scores.threads - 1) / scores.threads);
-        launch_kernel(scores, {gx, unsigned(p.rows), 1}, &p, s, "cuLaunchKernel(reference scores)");
-        launch_kernel(softmax, {unsigned(p.rows), 1, 1}, &p, s, "cuLaunchKernel(reference softmax_pv)");
+        launch_kernel(scores, {gx, unsigned(p.rows), 1}, &p, s, "launch(reference scores)");
+        launch_kernel(softmax, {unsigned(p.rows), 1, 1}, &p, s, "launch(reference softmax_pv)");
       }
-    cuda_check(cu.cuStreamSynchronize(s), "reference kernels");
+    gpu.synchronize(s, "reference kernels");
   } catch (...) {
-    cu.cuMemFree(scratch);
+    gpu.free(scratch);
     throw;
   }
-  cu.cuMemFree(scratch);
+  gpu.free(scratch);
 }
 
 namespace {
@@ -121,7 +120,7 @@ void run_backward_reference(const TensorView& q, const TensorView& k, const Tens
   }
   const int device = q.device;
   use_primary_context(device);
-  const CudaDriver& cu = cuda_driver();
+  const GpuDriver& gpu = gpu_driver();
   const LoadedKernel& rows = load(device, ReferenceKernel::bwd_rows, q.dtype, double_backward,
                                   [&] { return render_attention_reference_bwd_rows(q.dtype, double_backward); });
   const LoadedKernel& keys = load(device, ReferenceKernel::bwd_keys, q.dtype, double_backward,
@@ -151,24 +150,26 @@ void run_backward_reference(const TensorView& q, const TensorView& k, const Tens
       for (int h = 0; h < p.heads_kv; ++h) todo.emplace_back(ib, h);
   const unsigned row_blocks = unsigned(p.head_group) * unsigned(p.n_q);
   if (row_blocks == 0 || p.n_k == 0 || todo.empty()) return;
-  CUdeviceptr stats = 0;
-  cuda_check(cu.cuMemAlloc(&stats, sizeof(double) * 4 * row_blocks), "cuMemAlloc(backward reference stats)");
+  const DevicePtr stats = gpu.alloc(sizeof(double) * 4 * row_blocks, "backward reference stats allocation");
   p.stats = reinterpret_cast<double*>(stats);
-  auto s = static_cast<CUstream>(stream);
+  const GpuStream s = stream;
   try {
     for (auto [ib, h] : todo) {
       require(ib >= 0 && ib < p.batch && h >= 0 && h < p.heads_kv, "group out of range");
       p.batch_index = ib, p.kv_head_index = h;
-      launch_kernel(rows, {row_blocks, 1, 1}, &p, s, "cuLaunchKernel(backward reference rows)");
-      launch_kernel(keys, {unsigned(p.n_k), 1, 1}, &p, s, "cuLaunchKernel(backward reference keys)");
+      launch_kernel(rows, {row_blocks, 1, 1}, &p, s, "launch(backward reference rows)");
+      launch_kernel(keys, {unsigned(p.n_k), 1, 1}, &p, s, "launch(backward reference keys)");
     }
-    cuda_check(cu.cuStreamSynchronize(s), "backward reference kernels");
+    gpu.synchronize(s, "backward reference kernels");
   } catch (...) {
-    cu.cuStreamSynchronize(s);
-    cu.cuMemFree(stats);
+    try {
+      gpu.synchronize(s, "backward reference kernels");
+    } catch (...) {
+    }
+    gpu.free(stats);
     throw;
   }
-  cu.cuMemFree(stats);
+  gpu.free(stats);
 }
 
 }  // namespace

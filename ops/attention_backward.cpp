@@ -92,7 +92,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   for (BackwardKernel kernel : kernels) {
     const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
-    launch_kernel(k, attention_backward_grid(config, kernel, call.shape), &p, stream, "cuLaunchKernel(attention_bwd)");
+    launch_kernel(k, attention_backward_grid(config, kernel, call.shape), &p, stream, "launch(attention_bwd)");
   }
 }
 
@@ -255,7 +255,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
     const KernelKey key{"attention_double_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& lk = loaded_kernel(key, [&] { return render_attention_double_backward(call.spec, config, kernel); });
     launch_kernel(lk, attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic), &p,
-                  stream, "cuLaunchKernel(attention_double_bwd)");
+                  stream, "launch(attention_double_bwd)");
   }
 }
 

@@ -177,7 +177,7 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
   use_primary_context(q.device);
-  launch_kernel(launch.kernel, launch.grid, &launch.params, stream, "cuLaunchKernel(attention_fwd)");
+  launch_kernel(launch.kernel, launch.grid, &launch.params, stream, "launch(attention_fwd)");
 }
 
 const char* version() { return KGEN_VERSION; }

@@ -265,13 +265,13 @@ void launch_lrpe(LrpeLaunch& l, void* workspace, std::size_t workspace_bytes, vo
   use_primary_context(l.device);
   LrpeParams params = l.params;
   if (l.stats_bytes == 0) {
-    launch(l.apply, l, params, stream, "cuLaunchKernel(lrpe)");
+    launch(l.apply, l, params, stream, "launch(lrpe)");
     return;
   }
   Workspace scratch(workspace, workspace_bytes, l.stats_bytes, l.device, stream, "softmax over the sequence");
   params.stats = scratch.take(l.stats_bytes);
-  launch(l.stats, l, params, stream, "cuLaunchKernel(lrpe statistics)");
-  launch(l.apply, l, params, stream, "cuLaunchKernel(lrpe)");
+  launch(l.stats, l, params, stream, "launch(lrpe statistics)");
+  launch(l.apply, l, params, stream, "launch(lrpe)");
 }
 
 // --- public API ---------------------------------------------------------------------------------

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One batch on the lent GPU machine over an installed tree in dist/: every GPU test suite, the
+# Python tests and `kgen check --op X --quick` for every operator; then, with `bench`, the
+# standard forward and backward sweep of `kgen bench`, side by side with a second installed tree
+# (BEFORE=dist-old by default; skipped when absent), alternating the two so clock drift hits
+# both. Logs go to $OUT (or ./gpu-out).
+# Usage: tools/gpu_verify.sh [tests|bench|all]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+out=${OUT:-gpu-out}
+before=${BEFORE:-dist-old}
+mkdir -p "$out" /tmp/kgen-tdb
+export KGEN_CACHE_DIR=/tmp/kgen-cache KGEN_TUNE_DB=/tmp/kgen-tdb/ KGEN_LIBRARY=$PWD/dist/lib/libkgen.so
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python:${PYTHONPATH:-}
+step() { echo; echo "=== $* ($(date -u +%FT%TZ))"; }
+clocks() { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv,noheader; }
+{
+  step env
+  clocks
+  dist/bin/kgen show-config
+  if [[ $what != bench ]]; then
+    step "warm sm_90a (every operator)"
+    dist/bin/kgen warm --arch sm_90a --jobs 16 --quiet 2>&1 | tail -3
+    step "C++ GPU tests: forward, lrpe, references"
+    KGEN_LOG_LEVEL=warn timeout 300 dist/bin/kgen_gpu_tests --gtest_brief=1 2>&1 | tail -20
+    step "C++ GPU tests: backward, double backward"
+    KGEN_LOG_LEVEL=warn timeout 300 dist/bin/kgen_bwd_gpu_tests --gtest_brief=1 2>&1 | tail -20
+    step "Python tests"
+    timeout 200 python3 -m pytest -q python/tests 2>&1 | tail -5
+    for op in attention_fwd attention_bwd attention_double_bwd lrpe_cosine md_lrpe_cosine; do
+      step "kgen check --op $op --quick"
+      KGEN_LOG_LEVEL=warn timeout 200 dist/bin/kgen check --op "$op" --quick 2>&1 | tail -6
+    done
+  fi
+  if [[ $what != tests ]]; then
+    for op in attention_fwd attention_bwd; do
+      for tree in "$before" dist; do
+        [[ -x $tree/bin/kgen ]] || { echo "no $tree/bin/kgen: skipped"; continue; }
+        step "$tree: kgen bench --op $op (standard sweep)"
+        KGEN_LIBRARY=$PWD/$tree/lib/libkgen.so KGEN_LOG_LEVEL=warn timeout 280 "$tree/bin/kgen" bench --op "$op" 2>&1 |
+          tee "$out/bench_${op}_$(basename "$tree").md" | tail -40
+        clocks
+      done
+    done
+  fi
+} 2>&1 | tee -a "$out/session.log"
