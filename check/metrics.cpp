@@ -77,7 +77,15 @@ Comparison compare(std::span<const double> out, std::span<const double> ref, con
   c.cosine = (c.ref_norm > 0 && c.out_norm > 0) ? dot / (c.ref_norm * c.out_norm) : (c.ref_norm == c.out_norm ? 1.0 : 0.0);
   // The row rule needs a scale: an exactly-zero reference has none (rel_l2 is absolute there).
   c.row_bound = kRowErrorMultiple * tol.rel_l2;
-  if (c.ref_norm > 0) {
+  if (row_length == 1) {
+    // Rows of one value (lse) have no norm of their own to err against: each value must lie
+    // within atol + rtol·|ref|, and a row's error is its share of that allowance.
+    c.row_bound = 1;
+    for (std::size_t r = 0; r < c.rows; ++r) {
+      const double e = std::sqrt(row_diff2[r]) / (tol.atol + tol.rtol * std::sqrt(row_ref2[r]));
+      if (e > c.worst_row_error) c.worst_row_error = e, c.worst_row = r;
+    }
+  } else if (c.ref_norm > 0) {
     const double floor = kRowNormFloor * c.ref_norm / std::sqrt(double(c.rows));
     for (std::size_t r = 0; r < c.rows; ++r) {
       const double e = std::sqrt(row_diff2[r]) / std::max(std::sqrt(row_ref2[r]), floor);
@@ -91,8 +99,9 @@ Comparison compare(std::span<const double> out, std::span<const double> ref, con
   else if (!(c.rel_l2 <= tol.rel_l2)) fail(F::rel_l2, "rel_l2 above the bound");
   else if (!(c.worst_row_error <= c.row_bound))
     fail(F::row, "row " + std::to_string(c.worst_row) + " of " + std::to_string(c.rows) + ": its error " +
-                     scientific(c.worst_row_error) + " is above " + scientific(c.row_bound) + " (" +
-                     std::to_string(int(kRowErrorMultiple)) + " × the rel_l2 bound)");
+                     scientific(c.worst_row_error) + " is above " + scientific(c.row_bound) +
+                     (row_length == 1 ? std::string(" (of atol + rtol·|ref|)")
+                                      : " (" + std::to_string(int(kRowErrorMultiple)) + " × the rel_l2 bound)"));
   else if (c.ref_norm > 0 && !(c.cosine > 0.999)) fail(F::cosine, "cosine below 0.999");
   c.pass = c.failed == F::none;
   return c;

@@ -28,7 +28,8 @@ Tolerance second_order_tolerance_for(DType dtype);
 // the rel_l2 bound. A row's error is ‖out_r − ref_r‖ / max(‖ref_r‖, kRowNormFloor · rms), where
 // rms = ‖ref‖ / √rows is the root-mean-square row norm of the whole output, so that rows whose
 // exact value is tiny (cancellation, a one-key softmax) are judged against the output's scale.
-inline constexpr double kRowErrorMultiple = 8;
+// Rows of one value (lse) are held to the element rule instead: |out − ref| ≤ atol + rtol·|ref|.
+inline constexpr double kRowErrorMultiple = 20;
 inline constexpr double kRowNormFloor = 0.5;
 
 struct Comparison {

@@ -71,10 +71,10 @@ TEST(MetricsRowRule, OneZeroedRowFailsThoughRelL2AndCosinePass) {
 }
 
 TEST(MetricsRowRule, ARowWrongByAFewPercentFailsFirstOrderButNotSecondOrder) {
-  // One row off by 12 %: above 8 × 1e-2, within 8 × 2e-2 (the second-order bound).
+  // One row off by 30 %: above 20 × 1e-2, within 20 × 2e-2 (the second-order bound).
   const std::vector<double> ref = random_rows(kRows, kRowLength, 3);
   std::vector<double> out = ref;
-  for (std::size_t x = 0; x < kRowLength; ++x) out[77 * kRowLength + x] *= 1.12;
+  for (std::size_t x = 0; x < kRowLength; ++x) out[77 * kRowLength + x] *= 1.30;
   const Comparison first = compare(out, ref, tolerance_for(DType::bf16), kRowLength);
   EXPECT_FALSE(first.pass);
   EXPECT_EQ(first.failed, Comparison::Failure::row);
@@ -102,7 +102,7 @@ TEST(MetricsRowRule, LongRowsWithHalfARowWrongFail) {
 TEST(MetricsRowRule, RowsOfTinyNormAreJudgedAgainstTheOutputsScale) {
   // Rows whose exact value is tiny (cancellation) carry the absolute error of the whole
   // computation: 1e-3 of the typical row norm. Relative to their own norm that is 100 %, yet
-  // it is 1/40 of the floor's allowance (8 × 1e-2 × 0.5 × rms), so they pass.
+  // it is 1/100 of the floor's allowance (20 × 1e-2 × 0.5 × rms), so they pass.
   std::vector<double> ref = random_rows(kRows, kRowLength, 5);
   std::vector<double> out = ref;
   const double typical = std::sqrt(double(kRowLength));
@@ -167,11 +167,11 @@ TEST(MetricsRowRule, SizeMustBeAMultipleOfTheRowLength) {
   EXPECT_EQ(compare(v, v, tolerance_for(DType::f32), 0).failed, Comparison::Failure::size);
 }
 
-TEST(MetricsRowRule, Fp32RowsAreHeldToEightTimesTheFp32Bound) {
-  // One row off by 2.5e-4 (above 8 × 1e-5) among 4096: rel_l2 3.9e-6 misses it.
+TEST(MetricsRowRule, Fp32RowsAreHeldToTwentyTimesTheFp32Bound) {
+  // One row off by 5e-4 (above 20 × 1e-5) among 4096: rel_l2 7.8e-6 misses it.
   const std::vector<double> ref = random_rows(4096, 64, 8);
   std::vector<double> out = rounded(ref, DType::f32);
-  for (std::size_t x = 0; x < 64; ++x) out[100 * 64 + x] = ref[100 * 64 + x] * (1 + 2.5e-4);
+  for (std::size_t x = 0; x < 64; ++x) out[100 * 64 + x] = ref[100 * 64 + x] * (1 + 5e-4);
   const Comparison c = compare(out, ref, tolerance_for(DType::f32), 64);
   EXPECT_LE(c.rel_l2, tolerance_for(DType::f32).rel_l2);
   EXPECT_EQ(c.failed, Comparison::Failure::row) << to_string(c);
