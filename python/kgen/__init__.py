@@ -4,7 +4,7 @@
     o, lse = kgen.torch.attention_forward(q, k, v, causal=True, return_lse=True)
 
 Importing kgen loads nothing: the shared library is located on first use ($KGEN_LIBRARY, else
-the source tree's build/), and `kgen.torch` (which needs PyTorch) is imported on first access.
+the libkgen.so that `pip install .` put beside this file, else the source tree's build/), and `kgen.torch` (which needs PyTorch) is imported on first access.
 A failed call raises KgenError with the C library's message and status.
 """
 from __future__ import annotations
