@@ -9,6 +9,7 @@
 #include "driver/device.h"
 #include "jit/kernel_table.h"
 #include "ops/buckets.h"
+#include "ops/general_path.h"
 #include "ops/tensor_checks.h"
 #include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
@@ -168,11 +169,23 @@ AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackw
   return tables[op.double_backward].get(key, [&] { return decide(op, call, options, decision_context(call.device)); });
 }
 
+// decide_cached(), and a note the first time a variant lands on the general path.
+AttentionBackwardConfig decide_and_note(const GradientOp& op, const AttentionBackwardCall& call,
+                                        const AttentionBackwardOptions& options) {
+  const AttentionBackwardConfig config = decide_cached(op, call, options);
+  if (config.path == BackwardPath::simt && options.config.empty())
+    note_general_path(op.double_backward ? "attention_double_bwd" : "attention_bwd",
+                      op.double_backward ? double_backward_variant_key(call.spec)
+                                         : attention_backward_variant_key(call.spec, options.deterministic),
+                      general_path_reason(call.spec.dtype, call.spec.head_dim, call.aligned16));
+  return config;
+}
+
 }  // namespace
 
 AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
                                                          const AttentionBackwardOptions& options) {
-  return decide_cached(kBackward, call, options);
+  return decide_and_note(kBackward, call, options);
 }
 
 AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
@@ -183,7 +196,7 @@ AttentionBackwardConfig choose_attention_backward_config(const AttentionBackward
 
 AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
                                                                 const AttentionBackwardOptions& options) {
-  return decide_cached(kDoubleBackward, call, options);
+  return decide_and_note(kDoubleBackward, call, options);
 }
 
 AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,

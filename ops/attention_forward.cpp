@@ -12,6 +12,7 @@
 #include "driver/device.h"
 #include "jit/kernel_table.h"
 #include "ops/buckets.h"
+#include "ops/general_path.h"
 #include "base/log.h"
 #include "ops/tensor_checks.h"
 #include "tuning/tuning_db.h"
@@ -131,9 +132,11 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   return parse_attention_forward_config(decide_config(request, ctx).config).value();
 }
 
-AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
-                                                       const AttentionOptions& options) {
-  if (!options.config.empty()) return explicit_config(call, options, device_info(call.device).target);
+namespace {
+
+// The launch path's decision through the per-process table (explicit configs and unaligned views
+// skip it).
+AttentionForwardConfig cached_forward_config(const AttentionForwardCall& call, const AttentionOptions& options) {
   if (!call.aligned16) return attention_forward_general_config(call.spec);
   static DecisionTable<AttentionForwardConfig> decisions;
   const AttentionShape& s = call.shape;
@@ -142,6 +145,18 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
                         call.device,
                         attention_forward_shape_class(s, device_info(call.device).sm_count)};
   return decisions.get(key, [&] { return choose_attention_forward_config(call, options, decision_context(call.device)); });
+}
+
+}  // namespace
+
+AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
+                                                       const AttentionOptions& options) {
+  if (!options.config.empty()) return explicit_config(call, options, device_info(call.device).target);
+  AttentionForwardConfig config = cached_forward_config(call, options);
+  if (config.path == ForwardPath::simt)
+    note_general_path("attention_fwd", to_string(call.spec),
+                      general_path_reason(call.spec.dtype, call.spec.head_dim, call.aligned16));
+  return config;
 }
 
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -14,6 +14,7 @@
 #include "generator/registry.h"
 #include "ops/attention_backward.h"
 #include "ops/attention_forward.h"
+#include "ops/general_path.h"
 #include "ops/lrpe.h"
 #include "tuning/tuning_decision.h"
 #include "ops/tuning_problems.h"
@@ -215,6 +216,14 @@ AttentionBackwardCall backward_call(int d, int n) {
   call.spec = {DType::bf16, d, true};
   call.shape = {2, 16, 16, n, n};
   return call;
+}
+
+TEST(TuningOpsGeneralPath, TheReasonNamesWhatSendsACallThere) {
+  // The log line a user sees when a call runs without tensor cores says why, most basic cause first.
+  EXPECT_EQ(general_path_reason(DType::f32, 128, true), "fp32 inputs (the tensor-core kernels take fp16 and bf16)");
+  EXPECT_EQ(general_path_reason(DType::f32, 128, false), "fp32 inputs (the tensor-core kernels take fp16 and bf16)");
+  EXPECT_NE(general_path_reason(DType::bf16, 128, false).find("not 16-byte aligned"), std::string::npos);
+  EXPECT_EQ(general_path_reason(DType::bf16, 80, true), "head dim 80 has no tensor-core kernel");
 }
 
 TEST(TuningOpsDecision, BackwardPrecedence) {

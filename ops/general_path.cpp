@@ -1,0 +1,27 @@
+#include "ops/general_path.h"
+
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "base/log.h"
+
+namespace kgen {
+
+std::string general_path_reason(DType dtype, int head_dim, bool aligned16) {
+  if (dtype == DType::f32) return "fp32 inputs (the tensor-core kernels take fp16 and bf16)";
+  if (!aligned16) return "a view is not 16-byte aligned (tensor-core loads need 16-byte aligned pointers and strides)";
+  return "head dim " + std::to_string(head_dim) + " has no tensor-core kernel";
+}
+
+void note_general_path(std::string_view op, const std::string& variant, const std::string& why) {
+  static std::mutex mutex;
+  static std::set<std::pair<std::string, std::string>> noted;
+  {
+    std::lock_guard lock(mutex);
+    if (!noted.emplace(std::string(op), variant).second) return;
+  }
+  log(LogLevel::info, variant + " runs on the general path (fp32 SIMT, no tensor cores): " + why);
+}
+
+}  // namespace kgen
