@@ -3,7 +3,7 @@
 #include <string>
 
 #include "driver/device.h"
-#include "kgen/types.hpp"
+#include "ops/tensor_checks.h"
 
 namespace kgen {
 
@@ -12,8 +12,8 @@ Workspace::Workspace(void* given, std::size_t given_bytes, std::size_t needed, i
     : stream_(stream) {
   if (given) {
     if (given_bytes < needed)
-      throw Error(Status::invalid_argument, "workspace: " + std::to_string(given_bytes) + " bytes given, " + what +
-                                                " needs " + std::to_string(needed));
+      invalid_argument("workspace: " + std::to_string(given_bytes) + " bytes given, " + what + " needs " +
+                       std::to_string(needed));
     base_ = static_cast<char*>(given);
     return;
   }
