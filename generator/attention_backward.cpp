@@ -13,12 +13,16 @@ namespace {
 
 constexpr int kMaxRegistersPerThread = 255;
 constexpr int kRowWarps = 4;  // warps per block of the row-wise helper kernels
-constexpr int kBwdFa2HeadDims[] = {32, 64, 96, 128};
+using attention_fwd::fa2_tile_head_dim;
+using attention_fwd::mma_head_dim;
+using attention_fwd::wgmma_tile_head_dim;
 
-bool is_bwd_fa2_head_dim(int d) {
-  return std::ranges::find(kBwdFa2HeadDims, d) != std::end(kBwdFa2HeadDims);
-}
-bool is_bwd_wgmma_head_dim(int d) { return d == 64 || d == 128; }
+bool is_bwd_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
+bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) != 0; }
+// The fa2 key-major kernel splits the dK/dV columns over two blocks above 128 columns
+// (Splits in backward_fa2.cuh); each block keeps at most 128 of them in registers.
+int kv_splits(int d) { return mma_head_dim(d) > 128 ? 2 : 1; }
+int kv_split_cols(int d) { return std::min(mma_head_dim(d), 128); }
 bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 
 // Registers per thread of the wgmma key-major kernel: dK and dV accumulators (D/2 each), Sᵀ and
@@ -64,7 +68,7 @@ unsigned blocks(int n, int per_block) { return static_cast<unsigned>((n + per_bl
 
 }  // namespace
 
-DqTile attention_backward_dq_tile(int head_dim) { return {64, head_dim <= 128 ? 64 : 32, 4}; }
+DqTile attention_backward_dq_tile(int head_dim) { return {64, mma_head_dim(head_dim) <= 128 ? 64 : 32, 4}; }
 
 std::string to_string(const AttentionBackwardConfig& c) {
   std::ostringstream s;
@@ -142,12 +146,13 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (c.block_n != 64 && c.block_n != 128) return std::string("fa2 block_n must be 64 or 128");
     if ((c.warps != 4 && c.warps != 8) || (c.block_n / c.warps != 16 && c.block_n / c.warps != 32))
       return std::string("fa2 warps must be 4 or 8, with 16 or 32 keys per warp");
-    if (kv_register_estimate(spec.head_dim, c.block_m, c.block_n / c.warps) > kMaxRegistersPerThread)
+    if (kv_register_estimate(kv_split_cols(spec.head_dim), c.block_m, c.block_n / c.warps) > kMaxRegistersPerThread)
       return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
              " and " + std::to_string(c.block_n / c.warps) + " keys per warp exceeds the register budget";
-    smem = attention_bwd::fa2_kv_smem_bytes(spec.head_dim, c.block_m, c.block_n, true);
+    const int tile = fa2_tile_head_dim(spec.head_dim);
+    smem = attention_bwd::fa2_kv_smem_bytes(tile, c.block_m, c.block_n, true);
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
-    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(spec.head_dim, dq.block_m, dq.block_n));
+    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(tile, dq.block_m, dq.block_n));
   } else if (c.path == BackwardPath::wgmma) {
     if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
@@ -156,12 +161,12 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (c.block_m != 64) return std::string("wgmma block_m must be 64 (one wgmma M of query rows)");
     if (c.block_n != 64 && c.block_n != 128) return std::string("wgmma block_n must be 64 or 128 (one or two warpgroups)");
     if (c.warps != c.block_n / 16) return std::string("wgmma warps must be block_n / 16");
-    if (wgmma_kv_register_estimate(spec.head_dim, c.block_m) > kMaxRegistersPerThread)
+    if (wgmma_kv_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_m) > kMaxRegistersPerThread)
       return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
              " exceeds the register budget";
-    smem = attention_bwd::wgmma_kv_smem_bytes(spec.head_dim, c.block_m, c.block_n / 64, true);
+    smem = attention_bwd::wgmma_kv_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m, c.block_n / 64, true);
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
-    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(spec.head_dim, dq.block_m, dq.block_n));
+    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(fa2_tile_head_dim(spec.head_dim), dq.block_m, dq.block_n));
   } else {
     if (c.max_head_dim != attention_simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(attention_simt_bucket(spec.head_dim)) +
@@ -189,7 +194,8 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
-  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && spec.head_dim > 32 && has_wgmma(target)) {
+    // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
     // Hopper: two warpgroups of 64 keys against 64-row query tiles. On an H200 (bf16, b·n = 16k,
     // h·d = 2048, BENCHMARKS.md) d = 128 ran 283 / 304 TFLOPS at n = 4k / 16k (causal 251 / 295)
     // against 223 / 227 for the fa2 default, d = 64 249 / 265 (causal 216 / 249) against 222 / 234.
@@ -200,11 +206,16 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
     // 128 keys on 8 warps (16 each) against 64-row query tiles; halve the key tile when the
     // blocks would not fill the machine once.
-    AttentionBackwardConfig c{BackwardPath::fa2, 64, 128, 8, 0};
-    if (attention_backward_shape_class(shape, sm_count) == 1) c.block_n = 64, c.warps = 4;
-    if (!check_attention_backward_config(spec, c, target)) return c;
-    c.block_m = 32;
-    if (!check_attention_backward_config(spec, c, target)) return c;
+    // Above 128 columns (two column splits) the registers take 32-row query tiles, and on
+    // sm_80 the shared memory 64-key blocks.
+    const bool small = attention_backward_shape_class(shape, sm_count) == 1;
+    for (int bn : {128, 64}) {
+      if (small && bn == 128) continue;
+      for (int bm : {64, 32}) {
+        const AttentionBackwardConfig c{BackwardPath::fa2, bm, bn, bn / 16, 0};
+        if (!check_attention_backward_config(spec, c, target)) return c;
+      }
+    }
   }
   return attention_backward_general_config(spec);
 }
@@ -230,14 +241,18 @@ std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardCo
   return {K::preprocess, K::kv_atomic, K::dq_convert};
 }
 
-LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKernel kernel, const AttentionShape& s) {
+LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKernel kernel, const AttentionShape& s,
+                                   int head_dim) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
     case BackwardKernel::preprocess:
     case BackwardKernel::dq_convert: return {blocks(s.n_q, kRowWarps), hq, b};
     case BackwardKernel::kv_atomic:
-    case BackwardKernel::kv: return {blocks(s.n_k, c.block_n), hkv, b};
+    case BackwardKernel::kv: {
+      const unsigned splits = c.path == BackwardPath::fa2 ? static_cast<unsigned>(kv_splits(head_dim)) : 1u;
+      return {blocks(s.n_k, c.block_n) * splits, hkv, b};
+    }
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
     case BackwardKernel::simt_dq: return {blocks(s.n_q, c.block_m), hq, b};
     case BackwardKernel::simt_dkdv: return {blocks(s.n_k, c.block_m), hkv, b};
@@ -268,32 +283,39 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       const bool atomic = kernel == BackwardKernel::kv_atomic;
       include = "kgen_device/attention/backward_fa2.cuh";
       k.threads = c.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(d, c.block_m, c.block_n, atomic);
+      k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(fa2_tile_head_dim(d), c.block_m, c.block_n, atomic);
       k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
       if (c.path == BackwardPath::wgmma) {
+        const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = c.block_n / 64 * 128;
-        k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(d, c.block_m, c.block_n / 64, atomic);
+        k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, atomic);
         shim.function = "attention_backward_wgmma_kv";
-        shim.args = {targ_type("T", spec.dtype), targ("D", d),          targ("BM", c.block_m),
+        shim.args = {targ_type("T", spec.dtype), targ("D", tile),          targ("BM", c.block_m),
                      targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+        if (tile != d) shim.args.push_back(targ("HeadDim", d));
         break;
       }
+      const int tile = fa2_tile_head_dim(d);
       shim.function = "attention_backward_fa2_kv";
-      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
+      shim.args = {targ_type("T", spec.dtype), targ("D", tile),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+      if (tile != d || kv_splits(d) > 1) shim.args.push_back(targ("HeadDim", d));
+      if (kv_splits(d) > 1) shim.args.push_back(targ("Splits", kv_splits(d)));
       break;
     }
     case BackwardKernel::dq: {
       const DqTile t = attention_backward_dq_tile(d);
       include = "kgen_device/attention/backward_fa2.cuh";
       k.threads = t.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_q_smem_bytes(d, t.block_m, t.block_n);
+      const int tile = fa2_tile_head_dim(d);
+      k.smem_bytes = attention_bwd::fa2_q_smem_bytes(tile, t.block_m, t.block_n);
       k.variant = to_string(spec) + ".dq:bm" + std::to_string(t.block_m) + ":bn" + std::to_string(t.block_n) +
                   ":w" + std::to_string(t.warps);
       shim.function = "attention_backward_fa2_dq";
-      shim.args = {targ_type("T", spec.dtype), targ("D", d),      targ("BM", t.block_m),
+      shim.args = {targ_type("T", spec.dtype), targ("D", tile),      targ("BM", t.block_m),
                    targ("BN", t.block_n),      targ("Warps", t.warps), targ("Causal", spec.causal)};
+      if (tile != d) shim.args.push_back(targ("HeadDim", d));
       break;
     }
     case BackwardKernel::simt_dq:
@@ -326,6 +348,19 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
             for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
               add_unique(out, render_attention_backward(spec, c, kernel));
       }
+  // Every other tensor-core head dim: the defaults of both shape classes, both modes.
+  for (DType t : {DType::f16, DType::bf16})
+    for (int d = 8; d <= kMaxHeadDim; d += 8) {
+      if (std::ranges::find(kAttentionWarmHeadDims, d) != std::end(kAttentionWarmHeadDims)) continue;
+      for (bool causal : {false, true})
+        for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}}) {
+          const AttentionBackwardSpec spec{t, d, causal};
+          const auto c = attention_backward_default_config(spec, shape, target, 132);
+          for (bool deterministic : {false, true})
+            for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
+              add_unique(out, render_attention_backward(spec, c, kernel));
+        }
+    }
   return out;
 }
 
@@ -333,7 +368,8 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
 
 namespace {
 
-constexpr int kDblFa2HeadDims[] = {32, 64, 96, 128};
+// The fa2 double backward keeps whole Q̄/dŌ (K̄/V̄) rows in registers: head dims up to 128.
+bool is_dbl_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d) && d <= 128; }
 
 // 16 rows per warp: Q̄/dŌ (or K̄/V̄) accumulators (2·16·D/32 = D), four score-shaped tiles
 // (4·16·bn/32 = 2·bn) and their repacked A fragments, plus addressing and statistics; the
@@ -377,17 +413,19 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
-  if (std::ranges::find(kDblFa2HeadDims, spec.head_dim) == std::end(kDblFa2HeadDims))
-    return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+  if (!is_dbl_fa2_head_dim(spec.head_dim))
+    return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) +
+           " kernel (multiples of 8 up to 128; above 128 its row accumulators do not fit in registers)";
   if (c.block_m != 32 && c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 32, 64 or 128");
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64) return std::string("fa2 block_n must be 16, 32 or 64");
   if (c.warps * 16 != c.block_m) return std::string("fa2 warps must be block_m / 16");
-  if (dbl_register_estimate(spec.head_dim, c.block_n) > kMaxRegistersPerThread)
+  if (dbl_register_estimate(mma_head_dim(spec.head_dim), c.block_n) > kMaxRegistersPerThread)
     return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
            " exceeds the register budget";
-  const int smem = std::max({attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, c.block_n),
-                             attention_bwd::fa2_dbl_q_smem_bytes(spec.head_dim, c.block_m, dbl_wide_tile(c.block_n)),
-                             attention_bwd::fa2_dbl_kv_smem_bytes(spec.head_dim, dbl_wide_tile(c.block_n), c.block_m)});
+  const int tile = fa2_tile_head_dim(spec.head_dim);
+  const int smem = std::max({attention_bwd::fa2_dbl_q_smem_bytes(tile, c.block_m, c.block_n),
+                             attention_bwd::fa2_dbl_q_smem_bytes(tile, c.block_m, dbl_wide_tile(c.block_n)),
+                             attention_bwd::fa2_dbl_kv_smem_bytes(tile, dbl_wide_tile(c.block_n), c.block_m)});
   return smem_limit_error(smem, target);
 }
 
@@ -468,7 +506,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   KernelSource k;
   k.op = "attention_double_bwd";
   k.entry = "kgen_attention_double_bwd_" + dbl_kernel_name(kernel);
-  const int d = spec.head_dim;
+  const int d = fa2_tile_head_dim(spec.head_dim);  // the tile's head dim
   EntryShim shim{"", 0, 1, "AttentionBackwardParams", "", {}};
   std::string include = "kgen_device/attention/double_backward_fa2.cuh";
   AttentionBackwardSpec named = spec;
@@ -479,6 +517,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_q";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n)),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
+      if (d != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
       break;
     case DoubleBackwardKernel::fused:
       // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
@@ -488,6 +527,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_fused";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("KvBM", dbl_wide_tile(c.block_n)), targ("Warps", c.warps), targ("Causal", spec.causal)};
+      if (d != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
       break;
     default:
       include = "kgen_device/attention/double_backward_simt.cuh";
@@ -517,6 +557,20 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
             add_unique(out, render_attention_double_backward(spec, c, kernel));
           }
       }
+  // Every other tensor-core head dim: the defaults of both shape classes.
+  for (DType t : {DType::f16, DType::bf16})
+    for (int d = 8; d <= kMaxHeadDim; d += 8) {
+      if (std::ranges::find(kAttentionWarmHeadDims, d) != std::end(kAttentionWarmHeadDims)) continue;
+      for (bool causal : {false, true})
+        for (const AttentionShape& shape : {AttentionShape{1, 1, 1, 8192, 8192}, AttentionShape{1, 1, 1, 128, 128}}) {
+          const AttentionBackwardSpec spec{t, d, causal};
+          const auto c = attention_double_backward_default_config(spec, shape, target, 132);
+          for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c)) {
+            if (kernel == DoubleBackwardKernel::preprocess) continue;
+            add_unique(out, render_attention_double_backward(spec, c, kernel));
+          }
+        }
+    }
   return out;
 }
 

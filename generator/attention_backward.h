@@ -76,9 +76,10 @@ int attention_double_backward_shape_class(const AttentionShape& shape, int sm_co
 // The kernels a call with `config` launches, in launch order.
 std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardConfig& config, bool deterministic);
 
-// Grid of `kernel` for `shape`.
+// Grid of `kernel` for `shape` and `head_dim` (fa2 key-major blocks split the dK/dV columns in
+// two above 128).
 LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, BackwardKernel kernel,
-                                   const AttentionShape& shape);
+                                   const AttentionShape& shape, int head_dim);
 
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                        BackwardKernel kernel);

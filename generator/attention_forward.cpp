@@ -15,8 +15,11 @@ namespace {
 constexpr int kSimtHeadDims[] = {32, 64, 128, 256};
 constexpr int kMaxRegistersPerThread = 255;
 
-bool is_fa2_head_dim(int d) { return std::ranges::find(kFa2HeadDims, d) != std::end(kFa2HeadDims); }
-bool is_wgmma_head_dim(int d) { return std::ranges::find(kWgmmaHeadDims, d) != std::end(kWgmmaHeadDims); }
+using attention_fwd::fa2_tile_head_dim;
+using attention_fwd::mma_head_dim;
+using attention_fwd::wgmma_tile_head_dim;
+bool is_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
+bool is_wgmma_head_dim(int d) { return is_fa2_head_dim(d) && wgmma_tile_head_dim(d) != 0; }
 // wgmma and setmaxnreg exist only on the arch-specific Hopper target.
 bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 
@@ -26,7 +29,7 @@ int wgmma_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40
 int simt_bucket(int d) { return attention_simt_bucket(d); }
 
 // Registers per thread of the fa2 kernel, estimated from its fragments for r = 16 or 32 rows
-// per warp: O accumulator (r·D/32), S accumulator (r·BN/32), Q fragments when kept in
+// per warp, with d the head-dim columns its mma cover (mma_head_dim): O accumulator (r·D/32), S accumulator (r·BN/32), Q fragments when kept in
 // registers (r·D/64, only while r·D <= 2048), fragments in flight (r·BN/64), plus addressing
 // and softmax state. With 32 rows per warp, Q re-read and D + BN >= 192 the kernel keeps its
 // Q·Kᵀ k-loop rolled (kRollQK in forward_fa2.cuh), so only one k-step of K fragments (BN/4) is
@@ -37,6 +40,9 @@ int fa2_register_estimate(int d, int bn, int rows_per_warp) {
   const int q_frags = r * d <= 2048 ? r * d / 64 : 0;
   const bool rolled_qk = r == 32 && q_frags == 0 && d + bn >= 192;
   const int in_flight = rolled_qk ? bn / 4 : r * bn / 64;
+  // Unrolled with 32 rows and d above 128 (d = 144 with 32-key tiles), ptxas spills on sm_90a
+  // although the count says 232: no such config.
+  if (r == 32 && !rolled_qk && d > 128) return kMaxRegistersPerThread + 1;
   return r * d / 32 + r * bn / 32 + q_frags + in_flight + 40;
 }
 
@@ -122,10 +128,10 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (c.stages != 1 && c.stages != 2) return std::string("fa2 stages must be 1 or 2");
     if ((c.warps != 4 && c.warps != 8) || (c.block_m / c.warps != 16 && c.block_m / c.warps != 32))
       return std::string("fa2 warps must be 4 or 8, with 16 or 32 rows per warp");
-    if (fa2_register_estimate(spec.head_dim, c.block_n, c.block_m / c.warps) > kMaxRegistersPerThread)
+    if (fa2_register_estimate(mma_head_dim(spec.head_dim), c.block_n, c.block_m / c.warps) > kMaxRegistersPerThread)
       return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " and " + std::to_string(c.block_m / c.warps) + " rows per warp exceeds the register budget";
-    smem = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
+    smem = attention_fwd::fa2_smem_bytes(fa2_tile_head_dim(spec.head_dim), c.block_m, c.block_n, c.stages);
   } else if (c.path == ForwardPath::wgmma) {
     if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
@@ -140,10 +146,10 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (c.warps != c.block_m / 16) return std::string("wgmma warps must be block_m / 16");
     // One block per SM: the register file (64K) split over its threads, at most 255 each.
     const int budget = std::min(kMaxRegistersPerThread, 65536 / attention_fwd::wgmma_threads(c.block_m / 64) / 8 * 8);
-    if (wgmma_register_estimate(spec.head_dim, c.block_n) > budget)
+    if (wgmma_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > budget)
       return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " and " + std::to_string(c.block_m / 64) + " warpgroups exceeds the register budget";
-    smem = attention_fwd::wgmma_smem_bytes(spec.head_dim, c.block_m / 64, c.block_n, c.stages);
+    smem = attention_fwd::wgmma_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m / 64, c.block_n, c.stages);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -182,21 +188,25 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
-  if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+  if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && spec.head_dim > 32 && has_wgmma(target)) {
     // Hopper: two warpgroups of 64 query rows. On an H200 (bf16, b·n = 16k, h·d = 2048,
     // BENCHMARKS.md) d = 128 ran 491 / 496 TFLOPS at n = 4k / 16k with 128-key tiles (causal
     // 437 / 518) against 334 / 341 for the best fa2 tile; d = 64 ran 408 / 417 with 64-key
     // tiles (causal 365 / 399) against 325 / 333.
-    AttentionForwardConfig c{ForwardPath::wgmma, 128, spec.head_dim == 64 ? 64 : 128, 2, 0, 8};
+    // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
+    AttentionForwardConfig c{ForwardPath::wgmma, 128, wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 128, 2, 0, 8};
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
     // 128 query rows on 4 warps, 64-key tiles: the fastest for d = 64 and 128 on an H200 (BENCHMARKS.md,
     // "Tile choice" and "spill-free 64-key tile"). d = 96 keeps 32-key tiles (unmeasured).
     // d = 256 keeps 16 rows per warp: 32 would not fit in registers.
-    const int bn = spec.head_dim <= 64 || spec.head_dim == 128 ? 64 : 32;
+    // Other head dims take the rule of the mma width they round up to.
+    const int dc = mma_head_dim(spec.head_dim);
+    const int bn = dc <= 64 || dc == 128 ? 64 : 32;
     AttentionForwardConfig c{ForwardPath::fa2, 128, bn, 2, 0, 4};
-    if (spec.head_dim >= 256) c.block_m = 64, c.block_n = 32, c.warps = 4;
+    if (dc > 128) c.block_n = 32, c.warps = 8;  // 16 rows per warp
+    if (dc > 192) c.block_m = 64, c.warps = 4;
     // Too few blocks to fill the machine once: halve the query tile.
     if (c.block_m == 128 && attention_forward_shape_class(shape, sm_count) == 1) c.block_m = 64, c.warps = 4;
     while (check_attention_forward_config(spec, c, target) && c.block_n > 32) c.block_n /= 2;
@@ -230,18 +240,22 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   std::string header;
   if (c.path == ForwardPath::fa2) {
     k.threads = attention_fwd::fa2_threads(c.warps);
-    k.smem_bytes = attention_fwd::fa2_smem_bytes(spec.head_dim, c.block_m, c.block_n, c.stages);
+    const int tile = fa2_tile_head_dim(spec.head_dim);
+    k.smem_bytes = attention_fwd::fa2_smem_bytes(tile, c.block_m, c.block_n, c.stages);
     header = "kgen_device/attention/forward_fa2.cuh";
     shim.function = "attention_forward_fa2";
-    shim.args.insert(shim.args.end(), {targ("D", spec.head_dim), targ("BM", c.block_m), targ("BN", c.block_n),
+    shim.args.insert(shim.args.end(), {targ("D", tile), targ("BM", c.block_m), targ("BN", c.block_n),
                                        targ("Warps", c.warps), targ("Stages", c.stages), targ("Causal", spec.causal)});
+    if (tile != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
   } else if (c.path == ForwardPath::wgmma) {
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
-    k.smem_bytes = attention_fwd::wgmma_smem_bytes(spec.head_dim, c.block_m / 64, c.block_n, c.stages);
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    k.smem_bytes = attention_fwd::wgmma_smem_bytes(tile, c.block_m / 64, c.block_n, c.stages);
     header = "kgen_device/attention/forward_wgmma.cuh";
     shim.function = "attention_forward_wgmma";
-    shim.args.insert(shim.args.end(), {targ("D", spec.head_dim), targ("BN", c.block_n), targ("WGs", c.block_m / 64),
+    shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("WGs", c.block_m / 64),
                                        targ("Stages", c.stages), targ("Causal", spec.causal)});
+    if (tile != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
   } else {
     k.threads = attention_fwd::simt_threads(c.block_m);
     k.smem_bytes = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);
@@ -262,17 +276,27 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
 std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
   std::vector<std::string> seen;
+  auto add = [&](const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
+    KernelSource k = render_attention_forward(spec, c);
+    if (std::ranges::find(seen, k.variant) != seen.end()) return;
+    seen.push_back(k.variant);
+    out.push_back(std::move(k));
+  };
   for (DType t : {DType::f16, DType::bf16, DType::f32})
-    for (int d : {32, 64, 96, 128, 256})
+    for (int d : kAttentionWarmHeadDims)
       for (bool causal : {false, true}) {
         AttentionForwardSpec spec{t, d, causal};
-        for (const auto& c : attention_forward_config_space(spec, target)) {
-          KernelSource k = render_attention_forward(spec, c);
-          if (std::ranges::find(seen, k.variant) != seen.end()) continue;
-          seen.push_back(k.variant);
-          out.push_back(std::move(k));
-        }
+        for (const auto& c : attention_forward_config_space(spec, target)) add(spec, c);
       }
+  // Every other tensor-core head dim: the defaults of both shape classes (a machine-filling grid
+  // and one too small to fill it once).
+  for (DType t : {DType::f16, DType::bf16})
+    for (int d = 8; d <= kMaxHeadDim; d += 8) {
+      if (std::ranges::find(kAttentionWarmHeadDims, d) != std::end(kAttentionWarmHeadDims)) continue;
+      for (bool causal : {false, true})
+        for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}})
+          add({t, d, causal}, attention_forward_default_config({t, d, causal}, shape, target, 132));
+    }
   return out;
 }
 

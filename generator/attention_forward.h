@@ -24,8 +24,10 @@ struct AttentionShape {
   int batch = 1, heads_q = 1, heads_kv = 1, n_q = 1, n_k = 1;
 };
 
-// fa2: tensor cores (mma.sync m16n8k16), fp16/bf16, head dims 32/64/96/128/256.
-// wgmma: Hopper warpgroup MMA (sm_90a targets only), fp16/bf16, head dims 64/128.
+// fa2: tensor cores (mma.sync m16n8k16), fp16/bf16, every head dim that is a multiple of 8 up
+// to 256 (tiles padded to a multiple of 32).
+// wgmma: Hopper warpgroup MMA (sm_90a targets only), fp16/bf16, multiples of 8 up to 128
+// (tiles of 64 or 128).
 // simt: general path, any dtype and any head_dim <= 256, plain fp32 math.
 enum class ForwardPath { fa2, simt, wgmma };
 
@@ -40,9 +42,9 @@ struct AttentionForwardConfig {
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 
-// Head dims the tensor-core paths specialise on.
-inline constexpr int kFa2HeadDims[] = {32, 64, 96, 128, 256};
-inline constexpr int kWgmmaHeadDims[] = {64, 128};
+// Head dims whose every config is built by `kgen warm` and the replay table; every other
+// multiple of 8 up to 256 (attention_fwd::tensor_core_head_dim) is built with its defaults.
+inline constexpr int kAttentionWarmHeadDims[] = {32, 64, 96, 128, 256};
 // Largest head dim any path serves.
 inline constexpr int kMaxHeadDim = 256;
 

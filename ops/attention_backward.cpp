@@ -93,7 +93,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   for (BackwardKernel kernel : kernels) {
     const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
-    launch_kernel(k, attention_backward_grid(config, kernel, call.shape), &p, stream, "launch(attention_bwd)");
+    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim), &p, stream, "launch(attention_bwd)");
   }
 }
 

@@ -11,7 +11,7 @@ namespace kgen {
 std::string general_path_reason(DType dtype, int head_dim, bool aligned16) {
   if (dtype == DType::f32) return "fp32 inputs (the tensor-core kernels take fp16 and bf16)";
   if (!aligned16) return "a view is not 16-byte aligned (tensor-core loads need 16-byte aligned pointers and strides)";
-  return "head dim " + std::to_string(head_dim) + " has no tensor-core kernel";
+  return "head dim " + std::to_string(head_dim) + " is not a multiple of 8 up to 256 (the tensor-core kernels' head dims)";
 }
 
 void note_general_path(std::string_view op, const std::string& variant, const std::string& why) {

@@ -32,9 +32,10 @@ TEST(AttentionBackwardConfig, WgmmaOnlyOnSm90aForSixteenBitD64AndD128) {
   why = check_attention_backward_config({DType::f32, 128, false}, wg, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("fp16 or bf16"), std::string::npos) << *why;
-  why = check_attention_backward_config({DType::bf16, 96, false}, wg, sm90a());
+  EXPECT_FALSE(check_attention_backward_config({DType::bf16, 96, false}, wg, sm90a()));  // the padded tile
+  why = check_attention_backward_config({DType::bf16, 136, false}, wg, sm90a());
   ASSERT_TRUE(why);
-  EXPECT_NE(why->find("head_dim=96"), std::string::npos) << *why;
+  EXPECT_NE(why->find("head_dim=136"), std::string::npos) << *why;
   EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 32, 128, 8, 0}, sm90a()));
   EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 64, 192, 12, 0}, sm90a()));
   // The double backward has no wgmma kernel: such a config is refused, not silently run.
@@ -58,8 +59,24 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       // Too few key blocks to fill the machine: one warpgroup per block.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
     }
-  EXPECT_EQ(attention_backward_default_config({DType::bf16, 96, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132).path,
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
+            "wg:bm64:bn128");
+  EXPECT_EQ(attention_backward_default_config({DType::bf16, 136, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132).path,
             BackwardPath::fa2);
+}
+
+TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {
+  // d = 256: two blocks per key block, each with 128 dK/dV columns; d = 200 on a 224 tile.
+  const AttentionBackwardConfig c{BackwardPath::fa2, 32, 64, 4, 0};
+  const auto k256 = render_attention_backward({DType::bf16, 256, true}, c, BackwardKernel::kv_atomic);
+  EXPECT_NE(k256.source.find("/*Splits=*/2"), std::string::npos) << k256.source;
+  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 256).x, 2u * 16u);
+  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 128).x, 16u);
+  const auto k200 = render_attention_backward({DType::bf16, 200, false}, c, BackwardKernel::kv);
+  EXPECT_NE(k200.source.find("/*D=*/224"), std::string::npos) << k200.source;
+  EXPECT_NE(k200.source.find("/*HeadDim=*/200"), std::string::npos) << k200.source;
+  const auto k128 = render_attention_backward({DType::bf16, 128, false}, c, BackwardKernel::kv);
+  EXPECT_EQ(k128.source.find("Splits"), std::string::npos) << k128.source;
 }
 
 TEST(AttentionBackwardRender, WgmmaKernelsUseTheWarpgroupTemplate) {
@@ -74,7 +91,7 @@ TEST(AttentionBackwardRender, WgmmaKernelsUseTheWarpgroupTemplate) {
         << kv.source;
     EXPECT_EQ(kv.threads, 256);
     EXPECT_EQ(kv.smem_bytes, attention_bwd::wgmma_kv_smem_bytes(128, 64, 2, !deterministic));
-    EXPECT_EQ(attention_backward_grid(wg, kernels[1], {2, 8, 4, 1000, 1337}).x, 11u);
+    EXPECT_EQ(attention_backward_grid(wg, kernels[1], {2, 8, 4, 1000, 1337}, 128).x, 11u);
   }
 }
 

@@ -63,7 +63,25 @@ TEST(AttentionForwardConfig, TensorCorePathOnlyForSixteenBitTypesAndItsHeadDims)
   EXPECT_TRUE(has_fa2({DType::bf16, 128, false}));
   EXPECT_TRUE(has_fa2({DType::f16, 64, true}));
   EXPECT_FALSE(has_fa2({DType::f32, 128, false}));
-  EXPECT_FALSE(has_fa2({DType::bf16, 80, false}));
+  // Every multiple of 8 up to 256 has a tensor-core tile (padded past the head dim); others none.
+  for (int d = 8; d <= 256; d += 8) EXPECT_TRUE(has_fa2({DType::bf16, d, false})) << d;
+  EXPECT_FALSE(has_fa2({DType::bf16, 33, false}));
+  EXPECT_FALSE(has_fa2({DType::bf16, 4, false}));
+}
+
+TEST(AttentionForwardRender, PaddedTilesNameTheTensorsHeadDim) {
+  // d = 80: the fa2 tile is 96 columns wide and the wgmma tile 128; the exact head dim is passed
+  // as HeadDim so the kernel zero-fills and never stores past it. Tile-sized head dims do not
+  // pass it (their sources are those of before).
+  const auto fa2 = render_attention_forward({DType::bf16, 80, false}, {ForwardPath::fa2, 128, 32, 2, 0, 4});
+  EXPECT_NE(fa2.source.find("/*D=*/96"), std::string::npos) << fa2.source;
+  EXPECT_NE(fa2.source.find("/*HeadDim=*/80"), std::string::npos) << fa2.source;
+  EXPECT_EQ(fa2.smem_bytes, attention_fwd::fa2_smem_bytes(96, 128, 32, 2));
+  const auto wg = render_attention_forward({DType::bf16, 80, true}, {ForwardPath::wgmma, 128, 128, 2, 0, 8});
+  EXPECT_NE(wg.source.find("/*D=*/128"), std::string::npos) << wg.source;
+  EXPECT_NE(wg.source.find("/*HeadDim=*/80"), std::string::npos) << wg.source;
+  const auto exact = render_attention_forward({DType::bf16, 128, false}, {ForwardPath::fa2, 128, 64, 2, 0, 4});
+  EXPECT_EQ(exact.source.find("HeadDim"), std::string::npos) << exact.source;
 }
 
 TEST(AttentionForwardConfig, ValidityRulesNameTheReason) {
@@ -118,9 +136,14 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWgmmaKernelForItsHeadDims) {
       EXPECT_EQ(c.path, ForwardPath::wgmma) << d;
       EXPECT_EQ(to_string(c), d == 64 ? "wg:bm128:bn64:s2" : "wg:bm128:bn128:s2");
     }
-  // Head dims without a wgmma specialisation keep the fa2 kernel; sm_90 without the "a" has no wgmma.
-  EXPECT_EQ(attention_forward_default_config({DType::bf16, 96, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132).path,
-            ForwardPath::fa2);
+  // Other head dims up to 128 take the padded wgmma tile (40: 64 columns, 80 and 96: 128); 32
+  // and above 128 keep the fa2 kernel; sm_90 without the "a" has no wgmma.
+  const AttentionShape big{4, 16, 16, 4096, 4096};
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)), "wg:bm128:bn64:s2");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)), "wg:bm128:bn128:s2");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)), "wg:bm128:bn128:s2");
+  EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132).path, ForwardPath::fa2);
+  EXPECT_EQ(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132).path, ForwardPath::fa2);
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, *parse_target("sm_90"), 132).path,
             ForwardPath::fa2);
 }
@@ -134,9 +157,10 @@ TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {
   auto fp32 = check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
   ASSERT_TRUE(fp32);
   EXPECT_NE(fp32->find("fp16 or bf16"), std::string::npos) << *fp32;
-  auto d96 = check_attention_forward_config({DType::bf16, 96, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
-  ASSERT_TRUE(d96);
-  EXPECT_NE(d96->find("head_dim=96"), std::string::npos) << *d96;
+  EXPECT_FALSE(check_attention_forward_config({DType::bf16, 96, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a()));
+  auto d136 = check_attention_forward_config({DType::bf16, 136, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
+  ASSERT_TRUE(d136);
+  EXPECT_NE(d136->find("head_dim=136"), std::string::npos) << *d136;
   // Three warpgroups leave 168 registers per thread: not enough for 128 keys at d = 128.
   auto regs = check_attention_forward_config(spec, {ForwardPath::wgmma, 192, 128, 2, 0, 12}, sm90a());
   ASSERT_TRUE(regs);

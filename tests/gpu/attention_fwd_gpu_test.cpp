@@ -51,13 +51,24 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<2>(info.param) ? "_causal" : "_full");
     });
 
+// Every other multiple of 8 up to 256 runs on a tensor-core tile padded past the head dim
+// (zero-filled, never stored): 16-bit inputs only, the general path's cases stay above.
+INSTANTIATE_TEST_SUITE_P(
+    TensorCoreHeadDims, AttentionForwardGpu,
+    ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
+                       ::testing::Values(8, 40, 72, 80, 104, 112, 136, 160, 192, 200, 248), ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(dtype_name(std::get<0>(info.param))) + "_d" + std::to_string(std::get<1>(info.param)) +
+             (std::get<2>(info.param) ? "_causal" : "_full");
+    });
+
 // Every config the tuner may pick must be correct, not only the heuristic's.
 TEST(AttentionForwardGpuConfigs, EveryConfigInTheSpaceIsCorrect) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
   std::uint64_t seed = 7;
   for (DType t : {DType::bf16, DType::f16})
-    for (int d : {64, 128, 256})
+    for (int d : {64, 128, 256, 80, 200})
       for (bool causal : {false, true})
         for (const auto& config : attention_forward_config_space({t, d, causal}, target)) {
           AttentionCase c;
@@ -83,7 +94,7 @@ TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
     auto r = check_attention_forward(c);
     EXPECT_TRUE(r.pass) << describe(c, r);
   };
-  for (int d : {64, 128})
+  for (int d : {64, 128, 80, 40, 104})  // 80, 40, 104: tiles padded past the head dim
     for (bool causal : {false, true}) {
       for (const auto& config : attention_forward_config_space({DType::bf16, d, causal}, target)) {
         if (config.path != ForwardPath::wgmma) continue;

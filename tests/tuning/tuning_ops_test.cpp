@@ -218,12 +218,69 @@ AttentionBackwardCall backward_call(int d, int n) {
   return call;
 }
 
+TEST(TuningOpsGeneralPath, SixteenBitAlignedMultipleOf8CallsNeverRunOnSimt) {
+  // The whole heuristic decision table: every 16-bit dtype, head dim (multiples of 8 up to 256),
+  // causal mode, target, machine size and shape bucket, both backward modes. A call of aligned
+  // 16-bit inputs must land on a tensor-core kernel; the double backward above 128 columns is the
+  // one documented exception (its row accumulators do not fit, docs/attention.md §1).
+  const std::vector<AttentionShape> shapes = {
+      {1, 1, 1, 1, 1},         {1, 1, 1, 7, 7},          {2, 3, 3, 63, 1000},    {1, 4, 1, 1337, 1000},
+      {2, 16, 16, 1000, 1337}, {4, 32, 8, 4096, 4096},   {8, 64, 8, 16384, 16384}, {1, 8, 1, 65536, 65536},
+      {1, 1, 1, 8192, 8192},   {16, 16, 16, 512, 512}};
+  int checked = 0;
+  for (const char* arch : {"sm_80", "sm_90a"})
+    for (int sm_count : {108, 132}) {
+      FakeDevice dev;
+      DecisionContext ctx = dev.context();
+      ctx.target = parse_target(arch).value();
+      ctx.sm_count = sm_count;
+      for (DType t : {DType::f16, DType::bf16})
+        for (int d = 8; d <= kMaxHeadDim; d += 8)
+          for (bool causal : {false, true})
+            for (const AttentionShape& shape : shapes) {
+              const std::string where = std::string(arch) + " sms=" + std::to_string(sm_count) + " " +
+                                        to_string(AttentionForwardSpec{t, d, causal}) + " n_q=" +
+                                        std::to_string(shape.n_q) + " n_k=" + std::to_string(shape.n_k);
+              AttentionForwardCall fwd;
+              fwd.spec = {t, d, causal};
+              fwd.shape = shape;
+              EXPECT_NE(choose_attention_forward_config(fwd, AttentionOptions{}, ctx).path, ForwardPath::simt) << where;
+              AttentionBackwardCall bwd;
+              bwd.spec = {t, d, causal};
+              bwd.shape = shape;
+              for (bool deterministic : {false, true}) {
+                AttentionBackwardOptions options;
+                options.deterministic = deterministic;
+                EXPECT_NE(choose_attention_backward_config(bwd, options, ctx).path, BackwardPath::simt)
+                    << where << (deterministic ? " deterministic" : "");
+                if (d <= 128)
+                  EXPECT_NE(choose_attention_double_backward_config(bwd, options, ctx).path, BackwardPath::simt)
+                      << where << " double backward";
+              }
+              ++checked;
+            }
+    }
+  EXPECT_EQ(checked, 2 * 2 * 2 * 32 * 2 * 10);
+  // The general path stays for what the tensor cores cannot take.
+  AttentionForwardCall odd;
+  odd.spec = {DType::bf16, 33, false};
+  odd.shape = {1, 1, 1, 128, 128};
+  FakeDevice dev;
+  EXPECT_EQ(choose_attention_forward_config(odd, AttentionOptions{}, dev.context()).path, ForwardPath::simt);
+  odd.spec = {DType::f32, 64, false};
+  EXPECT_EQ(choose_attention_forward_config(odd, AttentionOptions{}, dev.context()).path, ForwardPath::simt);
+  odd.spec = {DType::bf16, 64, false};
+  odd.aligned16 = false;
+  EXPECT_EQ(choose_attention_forward_config(odd, AttentionOptions{}, dev.context()).path, ForwardPath::simt);
+}
+
 TEST(TuningOpsGeneralPath, TheReasonNamesWhatSendsACallThere) {
   // The log line a user sees when a call runs without tensor cores says why, most basic cause first.
   EXPECT_EQ(general_path_reason(DType::f32, 128, true), "fp32 inputs (the tensor-core kernels take fp16 and bf16)");
   EXPECT_EQ(general_path_reason(DType::f32, 128, false), "fp32 inputs (the tensor-core kernels take fp16 and bf16)");
   EXPECT_NE(general_path_reason(DType::bf16, 128, false).find("not 16-byte aligned"), std::string::npos);
-  EXPECT_EQ(general_path_reason(DType::bf16, 80, true), "head dim 80 has no tensor-core kernel");
+  EXPECT_EQ(general_path_reason(DType::bf16, 33, true),
+            "head dim 33 is not a multiple of 8 up to 256 (the tensor-core kernels' head dims)");
 }
 
 TEST(TuningOpsDecision, BackwardPrecedence) {

@@ -33,8 +33,13 @@
 // Masking: P_ij = 0 where key j ≥ n_k or (Causal) j > i + (n_k − n_q). Query rows ≥ n_q are
 // zero-filled and get lse2 = +inf, so their P is 0 as well.
 //
+// Head dims: as the forward, D is the tile's (shared-memory rows, a multiple of 32) and HeadDim
+// the tensors' (p.head_dim, a multiple of 8 in (D − 32, D]). The mma cover HeadDim rounded up
+// to 16 (DC), the loads zero-fill [HeadDim, DC), and nothing past HeadDim is stored or added to
+// the dQ accumulator (rows of HeadDim floats).
+//
 // Requirements (checked by the host): as the forward: 16-byte aligned base pointers and row
-// strides of q, k, v, d_o, dq, dk, dv; p.head_dim == D.
+// strides of q, k, v, d_o, dq, dk, dv; p.head_dim == HeadDim.
 #pragma once
 
 #include "kgen_device/attention/backward_config.h"
@@ -50,14 +55,15 @@ constexpr int kKvSmemBytes = attention_bwd::fa2_kv_smem_bytes(D, BM, BN, AtomicD
 template <int D, int BM, int BN>
 constexpr int kQSmemBytes = attention_bwd::fa2_q_smem_bytes(D, BM, BN);
 
-// acc[MT][NTiles] += A·Bᵀ over D: A rows from a row-major tile (a_lane = A-pattern address of
-// m-tile 0), B rows (n) from a tile stored [n][k] (b_lane = B-pattern address of n-tile pair 0).
-template <class T, int MT, int NTiles, int D>
+// acc[MT][NTiles] += A·Bᵀ over the first DC columns of rows of D: A rows from a row-major tile
+// (a_lane = A-pattern address of m-tile 0), B rows (n) from a tile stored [n][k] (b_lane =
+// B-pattern address of n-tile pair 0).
+template <class T, int MT, int NTiles, int D, int DC = D>
 __device__ __forceinline__ void mma_abt(float (&acc)[MT][NTiles][4], unsigned a_lane, unsigned b_lane) {
   using Swz = Swizzle16B<D / 8>;
   constexpr int kRowBytes = D * 2;
 #pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
+  for (int kk = 0; kk < DC / 16; ++kk) {
     unsigned a[MT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a[mt], Swz::advance(a_lane, 2 * kk) + mt * 16 * kRowBytes);
@@ -74,11 +80,13 @@ __device__ __forceinline__ void mma_abt(float (&acc)[MT][NTiles][4], unsigned a_
   }
 }
 
-// acc[MT][D/8] += X·B where X (MT·16 × KTiles·8) is held as C fragments in registers and B
-// (KTiles·8 × D) is a tile stored [k][n] (b_lane = V-pattern address).
-template <class T, int MT, int KTiles, int D>
-__device__ __forceinline__ void mma_xb(float (&acc)[MT][D / 8][4], const float (&x)[MT][KTiles][4],
-                                       unsigned b_lane) {
+// acc[MT][DC/8] += X·B where X (MT·16 × KTiles·8) is held as C fragments in registers and B
+// (KTiles·8 × DC) is the first DC columns of a tile stored [k][n] with rows of D (b_lane =
+// V-pattern address).
+// Only the column pairs dd < dd_end are computed (a warp-uniform bound; the rest keep their values).
+template <class T, int MT, int KTiles, int D, int DC = D>
+__device__ __forceinline__ void mma_xb(float (&acc)[MT][DC / 8][4], const float (&x)[MT][KTiles][4],
+                                       unsigned b_lane, int dd_end = DC / 16) {
   using Swz = Swizzle16B<D / 8>;
   constexpr int kRowBytes = D * 2;
 #pragma unroll
@@ -92,7 +100,8 @@ __device__ __forceinline__ void mma_xb(float (&acc)[MT][D / 8][4], const float (
       a[mt][3] = pack2<T>(x[mt][2 * kk + 1][2], x[mt][2 * kk + 1][3]);
     }
 #pragma unroll
-    for (int dd = 0; dd < D / 16; ++dd) {
+    for (int dd = 0; dd < DC / 16; ++dd) {
+      if (dd >= dd_end) break;
       unsigned b[4];
       ldmatrix_x4_trans(b, Swz::advance(b_lane, 2 * dd) + kk * 16 * kRowBytes);
 #pragma unroll
@@ -144,11 +153,13 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
       for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
 }
 
-// Stores an (MT·16 × D) C-fragment tile times `mul` to rows row0 + … of `dst` (rows ≥ row_end
-// skipped), two elements (4 bytes) per store.
-template <class T, int MT, int D>
+// Stores the first Cols columns of an (MT·16 × D) C-fragment tile times `mul` to rows row0 + …
+// of `dst` (rows ≥ row_end skipped), two elements (4 bytes) per store.
+// `cols` (≤ Cols, a multiple of 8) narrows the columns at run time.
+template <class T, int MT, int D, int Cols = D>
 __device__ __forceinline__ void store_rows(T* dst, long long stride_n, int row0, int row_end,
-                                           const float (&acc)[MT][D / 8][4], float mul) {
+                                           const float (&acc)[MT][D / 8][4], float mul, int cols = Cols) {
+  static_assert(Cols % 8 == 0 && Cols <= D, "Cols must be a multiple of 8 up to D");
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;
   const int t = lane % 4;
@@ -160,8 +171,9 @@ __device__ __forceinline__ void store_rows(T* dst, long long stride_n, int row0,
       if (row >= row_end) continue;
       T* r = dst + row * stride_n;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt)
-        *reinterpret_cast<unsigned*>(r + dt * 8 + 2 * t) =
+      for (int dt = 0; dt < Cols / 8; ++dt)
+        if (dt * 8 < cols)
+          *reinterpret_cast<unsigned*>(r + dt * 8 + 2 * t) =
             pack2<T>(acc[mt][dt][2 * h] * mul, acc[mt][dt][2 * h + 1] * mul);
     }
 }
@@ -169,20 +181,30 @@ __device__ __forceinline__ void store_rows(T* dst, long long stride_n, int row0,
 }  // namespace bwd_detail
 
 // Key-major backward: dK, dV (and dQ by atomics when AtomicDQ).
-//   T: half_t or bfloat16_t. D: 32, 64, 96, 128, 256. BM: query rows per tile (multiple of 32).
-//   BN: keys per block; Warps warps own BN / Warps = 16 or 32 keys each.
-template <class T, int D, int BM, int BN, int Warps, bool Causal, bool AtomicDQ>
+//   T: half_t or bfloat16_t. D: the tile's head dim (a multiple of 32), HeadDim the tensors'.
+//   BM: query rows per tile (multiple of 32). BN: keys per block; Warps warps own BN / Warps =
+//   16 or 32 keys each.
+//   Splits: 1, or 2 for head dims above 128, whose dK and dV accumulators would not fit in
+//   registers: then two blocks own the same keys (blockIdx.x = key block · 2 + split), both
+//   compute Sᵀ and dPᵀ over the whole head dim, and split s computes the columns
+//   [128·s, 128·s + 128) of dK, dV (and of dQ). Work: 7 head-dim-long products per tile
+//   instead of 5.
+template <class T, int D, int BM, int BN, int Warps, bool Causal, bool AtomicDQ, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwardParams& p) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 backward takes half_t or bfloat16_t");
-  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be 32, 64, 96, 128 or 256");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
   static_assert(BM % 32 == 0 && BM >= 32 && BM <= 128, "BM must be 32, 64, 96 or 128");
   constexpr int kThreads = Warps * 32;
   constexpr int kKeysPerWarp = BN / Warps;
   constexpr int kKT = kKeysPerWarp / 16;  // 16-key m-tiles per warp
   static_assert(kKT * 16 * Warps == BN && (kKT == 1 || kKT == 2), "16 or 32 keys per warp");
-  constexpr int kQT = BM / 8;     // 8-query n-tiles of Sᵀ
-  constexpr int kDT = D / 8;      // 8-column n-tiles of dK, dV
+  static_assert(Splits == 1 ? kDC <= 256 : Splits == 2 && kDC > 128, "two splits above 128 columns");
+  constexpr int kSplitCols = Splits == 1 ? kDC : 128;  // dK, dV columns of one block
+  constexpr int kQT = BM / 8;           // 8-query n-tiles of Sᵀ
+  constexpr int kDT = kSplitCols / 8;   // 8-column n-tiles of dK, dV
   using SwzD = Swizzle16B<D / 8>;
   using SwzS = Swizzle16B<BM / 8>;
   constexpr int kRowBytes = D * 2;
@@ -199,7 +221,9 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const int g = lane / 4;
   const int t = lane % 4;
 
-  const int n0 = blockIdx.x * BN;
+  const int n0 = (Splits == 1 ? blockIdx.x : blockIdx.x / Splits) * BN;
+  const int col0 = Splits == 1 ? 0 : (blockIdx.x % Splits) * kSplitCols;  // first dK, dV column
+  const int split_end = imin(kDC, col0 + kSplitCols);  // past the last column the mma cover
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int n_q = p.n_q;
@@ -220,10 +244,10 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   auto load_query_tile = [&](int it, int stage) {
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    fa2_detail::load_tile_async<T, BM, D, kThreads>(sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
-                                                    p.q.stride_n, m0, n_q, tid);
-    fa2_detail::load_tile_async<T, BM, D, kThreads>(sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
-                                                    p.d_o.stride_n, m0, n_q, tid);
+    fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+        sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head), p.q.stride_n, m0, n_q, tid);
+    fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+        sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head), p.d_o.stride_n, m0, n_q, tid);
     float* st = sm.stats(stage);
     for (int i = tid; i < BM; i += kThreads) {
       const int row = m0 + i;
@@ -238,8 +262,8 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     }
   };
 
-  fa2_detail::load_tile_async<T, BN, D, kThreads>(sm.k, k_ptr, p.k.stride_n, n0, n_k, tid);
-  fa2_detail::load_tile_async<T, BN, D, kThreads>(sm.v(), v_ptr, p.v.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(sm.k, k_ptr, p.k.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(sm.v(), v_ptr, p.v.stride_n, n0, n_k, tid);
   if (total > 0) load_query_tile(0, 0);
   cp_async_commit();
 
@@ -247,6 +271,10 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const unsigned a_lane = SwzD::offset(key_local0 + lane % 16, lane / 16);  // A pattern
   const unsigned b_lane = SwzD::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
   const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+  // The V-pattern address at this block's first column: col0 is 0 or 128 (16 chunks, whole
+  // swizzle groups), so the move is a plain add and later advances stay valid.
+  const unsigned v_lane_split = Splits == 1 ? v_lane : SwzD::advance(v_lane, 16 * (col0 / 128));
+  const int dd_end = (split_end - col0) / 16;  // 16-column pairs of dK, dV this block computes
 
   float dk[kKT][kDT][4];
   float dv[kKT][kDT][4];
@@ -266,7 +294,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     // ---- Sᵀ = K_w·Qᵀ, Pᵀ = exp2(Sᵀ·scale_log2 − lse2) ----
     float s[kKT][kQT][4];
     bwd_detail::zero(s);
-    bwd_detail::mma_abt<T, kKT, kQT, D>(s, sm.k + a_lane, sm.q(stage) + b_lane);
+    bwd_detail::mma_abt<T, kKT, kQT, D, kDC>(s, sm.k + a_lane, sm.q(stage) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt) {
@@ -297,12 +325,12 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     }
 
     // ---- dV += Pᵀ·dO ----
-    bwd_detail::mma_xb<T, kKT, kQT, D>(dv, s, sm.d_o(stage) + v_lane);
+    bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dv, s, sm.d_o(stage) + v_lane_split, dd_end);
 
     // ---- dPᵀ = V_w·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − delta) ----
     float ds[kKT][kQT][4];
     bwd_detail::zero(ds);
-    bwd_detail::mma_abt<T, kKT, kQT, D>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
+    bwd_detail::mma_abt<T, kKT, kQT, D, kDC>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt) {
       const float d0 = st[BM + nt * 8 + 2 * t];
@@ -317,7 +345,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     }
 
     // ---- dK += dSᵀ·Q ----
-    bwd_detail::mma_xb<T, kKT, kQT, D>(dk, ds, sm.q(stage) + v_lane);
+    bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dk, ds, sm.q(stage) + v_lane_split, dd_end);
 
     if constexpr (AtomicDQ) {
       // ---- dQ += dS·K through shared dSᵀ and fp32 atomics ----
@@ -332,10 +360,10 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
                         pack2<T>(ds[kt][nt][2 * h], ds[kt][nt][2 * h + 1]));
         }
       __syncthreads();  // dSᵀ complete
-      constexpr int kColChunks = D / 32;             // 32 head-dim columns per work item
+      constexpr int kColChunks = (kSplitCols + 31) / 32;  // 32 head-dim columns per work item
       constexpr int kItems = (BM / 16) * kColChunks;  // (16 query rows, 32 columns) items
       const unsigned ds_lane = sm.ds() + SwzS::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
-      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * D;
+      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
 #pragma unroll 1
       for (int item = warp; item < kItems; item += Warps) {
         const int mt = item / kColChunks;
@@ -348,8 +376,9 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
           ldmatrix_x4_trans(a, SwzS::advance(ds_lane, 2 * mt) + kk * 16 * BM * 2);
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
+            if ((Splits > 1 || kDC % 32 != 0) && col0 + cc * 32 + half * 16 >= split_end) continue;
             unsigned b[4];
-            ldmatrix_x4_trans(b, SwzD::advance(sm.k + v_lane, 4 * cc + 2 * half) + kk * 16 * kRowBytes);
+            ldmatrix_x4_trans(b, SwzD::advance(sm.k + v_lane_split, 4 * cc + 2 * half) + kk * 16 * kRowBytes);
             mma_16x8x16<T>(acc[0][2 * half], a, b[0], b[1]);
             mma_16x8x16<T>(acc[0][2 * half + 1], a, b[2], b[3]);
           }
@@ -358,10 +387,11 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
         for (int h = 0; h < 2; ++h) {
           const int row = m0 + mt * 16 + g + 8 * h;
           if (row >= n_q) continue;
-          float* acc_row = acc_base + static_cast<long long>(row) * D + cc * 32 + 2 * t;
+          float* acc_row = acc_base + static_cast<long long>(row) * HeadDim + col0 + cc * 32 + 2 * t;
 #pragma unroll
           for (int dt = 0; dt < 4; ++dt)
-            red_add2(acc_row + dt * 8, acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
+            if ((Splits == 1 && HeadDim % 32 == 0) || col0 + cc * 32 + dt * 8 < imin(HeadDim, split_end))
+              red_add2(acc_row + dt * 8, acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
         }
       }
     }
@@ -370,26 +400,30 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
   cp_async_wait<0>();
   const int key_row0 = n0 + key_local0;
-  bwd_detail::store_rows<T, kKT, D>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head), p.dk.stride_n, key_row0,
-                                    n_k, dk, p.scale);
-  bwd_detail::store_rows<T, kKT, D>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head), p.dv.stride_n, key_row0,
-                                    n_k, dv, 1.f);
+  constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
+  const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
+  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + col0,
+                                                         p.dk.stride_n, key_row0, n_k, dk, p.scale, cols);
+  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + col0,
+                                                         p.dv.stride_n, key_row0, n_k, dv, 1.f, cols);
 }
 
 // Query-major dQ (deterministic mode): dQ = s·Σ_tiles dS·K, no atomics.
 //   BM: query rows per block, Warps warps own BM / Warps = 16 or 32 rows each; BN: keys per tile.
-template <class T, int D, int BM, int BN, int Warps, bool Causal>
+template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwardParams& p) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 backward takes half_t or bfloat16_t");
-  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be 32, 64, 96, 128 or 256");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
   static_assert(BN % 16 == 0 && BN >= 16, "BN must be a multiple of 16");
   constexpr int kThreads = Warps * 32;
   constexpr int kRowsPerWarp = BM / Warps;
   constexpr int kMT = kRowsPerWarp / 16;
   static_assert(kMT * 16 * Warps == BM && (kMT == 1 || kMT == 2), "16 or 32 rows per warp");
   constexpr int kNT = BN / 8;
-  constexpr int kDT = D / 8;
+  constexpr int kDT = kDC / 8;
   using SwzD = Swizzle16B<D / 8>;
   constexpr int kRowBytes = D * 2;
   constexpr int kQBytes = BM * kRowBytes;
@@ -422,14 +456,16 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
   const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
   auto load_kv = [&](int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_k(stage), k_ptr, p.k.stride_n, tile * BN, n_k, tid);
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_v(stage), v_ptr, p.v.stride_n, tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(smem_k(stage), k_ptr, p.k.stride_n, tile * BN,
+                                                                   n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(smem_v(stage), v_ptr, p.v.stride_n, tile * BN,
+                                                                   n_k, tid);
   };
 
-  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head),
-                                                  p.q.stride_n, m0, n_q, tid);
-  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head),
-                                                  p.d_o.stride_n, m0, n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+      smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head), p.q.stride_n, m0, n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+      smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head), p.d_o.stride_n, m0, n_q, tid);
   if (num_tiles > 0) load_kv(0, 0);
   cp_async_commit();
 
@@ -466,10 +502,10 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
 
     float s[kMT][kNT][4];
     bwd_detail::zero(s);
-    bwd_detail::mma_abt<T, kMT, kNT, D>(s, smem_q + a_lane, smem_k(stage) + b_lane);
+    bwd_detail::mma_abt<T, kMT, kNT, D, kDC>(s, smem_q + a_lane, smem_k(stage) + b_lane);
     float ds[kMT][kNT][4];
     bwd_detail::zero(ds);
-    bwd_detail::mma_abt<T, kMT, kNT, D>(ds, smem_do + a_lane, smem_v(stage) + b_lane);
+    bwd_detail::mma_abt<T, kMT, kNT, D, kDC>(ds, smem_do + a_lane, smem_v(stage) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
@@ -487,10 +523,10 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
             ds[mt][nt][2 * h + e] = pe * (ds[mt][nt][2 * h + e] - delta[mt][h]);
           }
       }
-    bwd_detail::mma_xb<T, kMT, kNT, D>(dq, ds, smem_k(stage) + v_lane);
+    bwd_detail::mma_xb<T, kMT, kNT, D, kDC>(dq, ds, smem_k(stage) + v_lane);
   }
   cp_async_wait<0>();
-  bwd_detail::store_rows<T, kMT, D>(bwd_detail::head_ptr<T>(p.dq, batch, head), p.dq.stride_n,
+  bwd_detail::store_rows<T, kMT, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.dq, batch, head), p.dq.stride_n,
                                     m0 + row_local0, n_q, dq, p.scale);
 }
 

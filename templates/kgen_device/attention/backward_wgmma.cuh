@@ -21,7 +21,12 @@
 // lse2 and delta. Q/dO tile it+1 loads by cp.async while tile it is computed.
 //
 // Masking and requirements: as backward_fa2.cuh (rows >= n_q zero-filled, their lse2 and delta
-// too, so P = 1 multiplies zero rows and dS = 0; keys >= n_k zero-filled and masked, 16-byte aligned pointers and row strides, p.head_dim == D).
+// too, so P = 1 multiplies zero rows and dS = 0; keys >= n_k zero-filled and masked, 16-byte
+// aligned pointers and row strides, p.head_dim == HeadDim).
+// Head dims: D is the tile's (64 or 128), HeadDim the tensors' (a multiple of 8 in (D − 64, D]).
+// Sᵀ and dPᵀ reduce over HeadDim rounded up to 16 (zero-filled past HeadDim); dV, dK and dQ run
+// all D columns (wgmma's N), and the columns past that rounding, never loaded, are never stored
+// or added.
 #pragma once
 
 #include "kgen_device/attention/backward_config.h"
@@ -46,11 +51,12 @@ __device__ __forceinline__ unsigned k_major_step(int kk, int block_bytes) {
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64). WGs: warpgroups (64 keys
 // each). Causal: bottom-right mask. AtomicDQ: also add dQ (else attention_backward_fa2_dq does).
-template <class T, int D, int BM, int WGs, bool Causal, bool AtomicDQ>
+template <class T, int D, int BM, int WGs, bool Causal, bool AtomicDQ, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackwardParams& p) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma backward takes half_t or bfloat16_t");
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
   static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 64 * WGs;
@@ -89,9 +95,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
   auto load_query_tile = [&](int it, int stage) {
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
+    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile, HeadDim>(sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
                                                            p.q.stride_n, m0, n_q, tid);
-    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
+    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile, HeadDim>(sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
                                                            p.d_o.stride_n, m0, n_q, tid);
     // lse2 and delta of the tile's rows by 4-byte cp.async (a plain load would stall the
     // warpgroup's next wgmma on its latency). Rows >= n_q are zero-filled: those rows have zero
@@ -105,9 +111,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
     }
   };
 
-  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
                                                           p.k.stride_n, n0, n_k, tid);
-  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
                                                           p.v.stride_n, n0, n_k, tid);
   if (total > 0) load_query_tile(0, 0);
   cp_async_commit();
@@ -142,11 +148,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
       const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage), 16, 1024);
       wgmma::fence();
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
+      for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
         wgmma::Mma<BM>::template ss<T, 0, 0>(s, k_a + (bwd_detail::k_major_step(kk, KVTile::kBlockBytes) >> 4),
                                               q_b + (bwd_detail::k_major_step(kk, QTile::kBlockBytes) >> 4), kk > 0);
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk)
+      for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
         wgmma::Mma<BM>::template ss<T, 0, 0>(dp, v_a + (bwd_detail::k_major_step(kk, KVTile::kBlockBytes) >> 4),
                                               do_b + (bwd_detail::k_major_step(kk, QTile::kBlockBytes) >> 4), kk > 0);
       wgmma::commit();
@@ -207,7 +213,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
       }
       wgmma::fence_proxy_async();
       named_barrier<1, kThreads>();  // all dSᵀ rows written
-      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * D;
+      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
 #pragma unroll
       for (int pass = 0; pass < kDqPasses; ++pass) {
         const int col0 = wg * (D / WGs) + pass * kDqCols;
@@ -227,9 +233,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
         for (int h = 0; h < 2; ++h) {
           const int row = m0 + warp * 16 + g + 8 * h;
           if (row >= n_q) continue;
-          float* acc_row = acc_base + static_cast<long long>(row) * D + col0 + 2 * t;
+          float* acc_row = acc_base + static_cast<long long>(row) * HeadDim + col0 + 2 * t;
 #pragma unroll
-          for (int j = 0; j < kDqCols / 8; ++j) red_add2(acc_row + 8 * j, dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
+          for (int j = 0; j < kDqCols / 8; ++j)
+            if (HeadDim == D || col0 + 8 * j < HeadDim)
+              red_add2(acc_row + 8 * j, dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
         }
       }
     }
@@ -241,10 +249,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
   cp_async_wait<0>();
   using Acc = const float(&)[1][D / 8][4];
-  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head), p.dk.stride_n, key0, n_k,
-                                  reinterpret_cast<Acc>(dk), p.scale);
-  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head), p.dv.stride_n, key0, n_k,
-                                  reinterpret_cast<Acc>(dv), 1.f);
+  bwd_detail::store_rows<T, 1, D, HeadDim>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head), p.dk.stride_n, key0,
+                                           n_k, reinterpret_cast<Acc>(dk), p.scale);
+  bwd_detail::store_rows<T, 1, D, HeadDim>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head), p.dv.stride_n, key0,
+                                           n_k, reinterpret_cast<Acc>(dv), 1.f);
 #endif
 }
 

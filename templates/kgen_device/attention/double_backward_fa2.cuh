@@ -41,18 +41,22 @@ enum class DoubleBackwardRowPass { both, stats, apply };
 
 // Query-major double backward on query tile `block` (blockIdx.x unless fused): Pass::both runs
 // both passes; stats only writes r and c; apply reads r and c from the workspace and runs pass 1.
+// D is the tile's head dim, HeadDim the tensors' (as in backward_fa2.cuh: the mma cover HeadDim
+// rounded up to 16, zero-filled past HeadDim, and nothing past HeadDim is stored).
 template <class T, int D, int BM, int BN, int Warps, bool Causal,
-          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both>
+          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both, int HeadDim = D>
 __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionBackwardParams& p,
                                                                 int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
   constexpr int kThreads = Warps * 32;
   static_assert(BM == 16 * Warps, "16 query rows per warp");
   static_assert(BN % 16 == 0, "BN must be a multiple of 16");
   constexpr int kNT = BN / 8;
-  constexpr int kDT = D / 8;
+  constexpr int kDT = kDC / 8;
   using SwzD = Swizzle16B<D / 8>;
   constexpr int kQBytes = BM * D * 2;
   constexpr int kKVBytes = BN * D * 2;
@@ -96,7 +100,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   // Stage s: [K][V][gK][gV].
   auto smem_kv = [&](int stage, int which) { return smem_q + 3 * kQBytes + (stage * 4 + which) * kKVBytes; };
   auto load_one = [&](const AttentionTensorArg& a, unsigned dst, int tile) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
+    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
                                                     tile * BN, n_k, tid);
   };
   auto load_kv = [&](int tile, int stage) {
@@ -106,12 +110,12 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     if (has_gv) load_one(p.gv, smem_kv(stage, 3), tile);
   };
 
-  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head),
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head),
                                                   p.q.stride_n, m0, n_q, tid);
-  fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head),
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head),
                                                   p.d_o.stride_n, m0, n_q, tid);
   if (has_gq)
-    fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_gq, bwd_detail::head_ptr<const T>(p.gq, batch, head),
+    fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(smem_gq, bwd_detail::head_ptr<const T>(p.gq, batch, head),
                                                     p.gq.stride_n, m0, n_q, tid);
   if (num_tiles > 0) load_kv(tile_lo, 0);
   cp_async_commit();
@@ -140,11 +144,11 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     bwd_detail::zero(dp);
     bwd_detail::zero(gg);
     bwd_detail::zero(z);
-    bwd_detail::mma_abt<T, 1, kNT, D>(s, smem_q + a_lane, smem_kv(stage, 0) + b_lane);
-    bwd_detail::mma_abt<T, 1, kNT, D>(dp, smem_do + a_lane, smem_kv(stage, 1) + b_lane);
-    if (has_gq) bwd_detail::mma_abt<T, 1, kNT, D>(gg, smem_gq + a_lane, smem_kv(stage, 0) + b_lane);
-    if (has_gk) bwd_detail::mma_abt<T, 1, kNT, D>(gg, smem_q + a_lane, smem_kv(stage, 2) + b_lane);
-    if (has_gv) bwd_detail::mma_abt<T, 1, kNT, D>(z, smem_do + a_lane, smem_kv(stage, 3) + b_lane);
+    bwd_detail::mma_abt<T, 1, kNT, D, kDC>(s, smem_q + a_lane, smem_kv(stage, 0) + b_lane);
+    bwd_detail::mma_abt<T, 1, kNT, D, kDC>(dp, smem_do + a_lane, smem_kv(stage, 1) + b_lane);
+    if (has_gq) bwd_detail::mma_abt<T, 1, kNT, D, kDC>(gg, smem_gq + a_lane, smem_kv(stage, 0) + b_lane);
+    if (has_gk) bwd_detail::mma_abt<T, 1, kNT, D, kDC>(gg, smem_q + a_lane, smem_kv(stage, 2) + b_lane);
+    if (has_gv) bwd_detail::mma_abt<T, 1, kNT, D, kDC>(z, smem_do + a_lane, smem_kv(stage, 3) + b_lane);
     const int n0 = tile * BN;
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
 #pragma unroll
@@ -241,10 +245,10 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
               bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, delta[h], r[h],
                                        c[h]);
             }
-        if (has_gk) bwd_detail::mma_xb<T, 1, kNT, D>(qbar, dp, smem_kv(stage, 2) + v_lane);
-        bwd_detail::mma_xb<T, 1, kNT, D>(qbar, z, smem_kv(stage, 0) + v_lane);
-        if (has_gv) bwd_detail::mma_xb<T, 1, kNT, D>(dobar, s, smem_kv(stage, 3) + v_lane);
-        bwd_detail::mma_xb<T, 1, kNT, D>(dobar, gg, smem_kv(stage, 1) + v_lane);
+        if (has_gk) bwd_detail::mma_xb<T, 1, kNT, D, kDC>(qbar, dp, smem_kv(stage, 2) + v_lane);
+        bwd_detail::mma_xb<T, 1, kNT, D, kDC>(qbar, z, smem_kv(stage, 0) + v_lane);
+        if (has_gv) bwd_detail::mma_xb<T, 1, kNT, D, kDC>(dobar, s, smem_kv(stage, 3) + v_lane);
+        bwd_detail::mma_xb<T, 1, kNT, D, kDC>(dobar, gg, smem_kv(stage, 1) + v_lane);
       }
     }
   }
@@ -253,23 +257,25 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     finish_stats();
     return;
   }
-  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.q_bar, batch, head), p.q_bar.stride_n,
+  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.q_bar, batch, head), p.q_bar.stride_n,
                                   m0 + row_local0, n_q, qbar, scale);
-  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.do_bar, batch, head), p.do_bar.stride_n,
+  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.do_bar, batch, head), p.do_bar.stride_n,
                                   m0 + row_local0, n_q, dobar, 1.f);
 }
 
-template <class T, int D, int BM, int BN, int Warps, bool Causal>
+template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D>
 __device__ __forceinline__ void attention_double_backward_fa2_kv(const AttentionBackwardParams& p,
                                                                  int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
   constexpr int kThreads = Warps * 32;
   static_assert(BN == 16 * Warps, "16 keys per warp");
   static_assert(BM % 16 == 0, "BM must be a multiple of 16");
   constexpr int kQT = BM / 8;
-  constexpr int kDT = D / 8;
+  constexpr int kDT = kDC / 8;
   using SwzD = Swizzle16B<D / 8>;
   constexpr int kQBytes = BM * D * 2;
   constexpr int kKVBytes = BN * D * 2;
@@ -308,7 +314,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   auto stats = [&](int stage) { return reinterpret_cast<float*>(smem + kStatsOffset) + stage * 4 * BM; };
 
   auto load_key_tile = [&](const AttentionTensorArg& a, unsigned dst) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
+    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
                                                     n0, n_k, tid);
   };
   load_key_tile(p.k, smem_kv(0));
@@ -319,7 +325,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
     const int head = kv_head * group + it / tiles_per_head;
     const int m0 = (tile_begin + it % tiles_per_head) * BM;
     auto load_one = [&](const AttentionTensorArg& a, unsigned dst) {
-      fa2_detail::load_tile_async<T, BM, D, kThreads>(dst, bwd_detail::head_ptr<const T>(a, batch, head), a.stride_n,
+      fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, head), a.stride_n,
                                                       m0, n_q, tid);
     };
     load_one(p.q, smem_qt(stage, 0));
@@ -363,11 +369,11 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
     bwd_detail::zero(dp);
     bwd_detail::zero(gg);
     bwd_detail::zero(z);
-    bwd_detail::mma_abt<T, 1, kQT, D>(s, smem_kv(0) + a_lane, smem_qt(stage, 0) + b_lane);
-    bwd_detail::mma_abt<T, 1, kQT, D>(dp, smem_kv(1) + a_lane, smem_qt(stage, 1) + b_lane);
-    if (has_gq) bwd_detail::mma_abt<T, 1, kQT, D>(gg, smem_kv(0) + a_lane, smem_qt(stage, 2) + b_lane);
-    if (has_gk) bwd_detail::mma_abt<T, 1, kQT, D>(gg, smem_kv(2) + a_lane, smem_qt(stage, 0) + b_lane);
-    if (has_gv) bwd_detail::mma_abt<T, 1, kQT, D>(z, smem_kv(3) + a_lane, smem_qt(stage, 1) + b_lane);
+    bwd_detail::mma_abt<T, 1, kQT, D, kDC>(s, smem_kv(0) + a_lane, smem_qt(stage, 0) + b_lane);
+    bwd_detail::mma_abt<T, 1, kQT, D, kDC>(dp, smem_kv(1) + a_lane, smem_qt(stage, 1) + b_lane);
+    if (has_gq) bwd_detail::mma_abt<T, 1, kQT, D, kDC>(gg, smem_kv(0) + a_lane, smem_qt(stage, 2) + b_lane);
+    if (has_gk) bwd_detail::mma_abt<T, 1, kQT, D, kDC>(gg, smem_kv(2) + a_lane, smem_qt(stage, 0) + b_lane);
+    if (has_gv) bwd_detail::mma_abt<T, 1, kQT, D, kDC>(z, smem_kv(3) + a_lane, smem_qt(stage, 1) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt)
@@ -387,15 +393,15 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
         }
       }
     // K̄ += dSᵀ·gQ + S̄ᵀ·Q (× s at the end); V̄ += Hᵀ·dO.
-    if (has_gq) bwd_detail::mma_xb<T, 1, kQT, D>(kbar, dp, smem_qt(stage, 2) + v_lane);
-    bwd_detail::mma_xb<T, 1, kQT, D>(kbar, z, smem_qt(stage, 0) + v_lane);
-    bwd_detail::mma_xb<T, 1, kQT, D>(vbar, gg, smem_qt(stage, 1) + v_lane);
+    if (has_gq) bwd_detail::mma_xb<T, 1, kQT, D, kDC>(kbar, dp, smem_qt(stage, 2) + v_lane);
+    bwd_detail::mma_xb<T, 1, kQT, D, kDC>(kbar, z, smem_qt(stage, 0) + v_lane);
+    bwd_detail::mma_xb<T, 1, kQT, D, kDC>(vbar, gg, smem_qt(stage, 1) + v_lane);
   }
   cp_async_wait<0>();
   const int key_row0 = n0 + key_local0;
-  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head), p.k_bar.stride_n, key_row0,
+  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head), p.k_bar.stride_n, key_row0,
                                   n_k, kbar, scale);
-  bwd_detail::store_rows<T, 1, D>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head), p.v_bar.stride_n, key_row0,
+  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head), p.v_bar.stride_n, key_row0,
                                   n_k, vbar, 1.f);
 }
 
@@ -404,13 +410,13 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
 // ceil(n_k / BM) blocks run the key-major kernel on BM-key blocks against KvBM-row query tiles
 // (blockIdx.y < heads_kv), so that the two, which do not depend on each other, share the machine
 // (two blocks per SM) when b·h is small.
-template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal>
+template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal, int HeadDim = D>
 __device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p) {
   const int q_blocks = (p.n_q + BM - 1) / BM;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
-    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply>(p, blockIdx.x);
+    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply, HeadDim>(p, blockIdx.x);
   } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
-    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal>(p, blockIdx.x - q_blocks);
+    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal, HeadDim>(p, blockIdx.x - q_blocks);
   }
 }
 

@@ -12,6 +12,17 @@
 namespace kgen {
 namespace attention_fwd {
 
+// The tensor-core kernels (forward, backward, double backward) serve every 16-bit head dim that
+// is a multiple of 8 up to 256. A kernel is rendered for the exact head dim on a tile padded to
+// the width its shared-memory layout wants; the padding is zero-filled and never stored.
+KGEN_HOST_DEVICE constexpr bool tensor_core_head_dim(int d) { return d >= 8 && d <= 256 && d % 8 == 0; }
+// fa2 tiles: rows of a multiple of 32 elements (the ldmatrix swizzle's 64-byte unit).
+KGEN_HOST_DEVICE constexpr int fa2_tile_head_dim(int d) { return (d + 31) / 32 * 32; }
+// wgmma tiles: 64-column blocks of the 128-byte swizzle; 64 or 128 (0: no wgmma tile).
+KGEN_HOST_DEVICE constexpr int wgmma_tile_head_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 0; }
+// Head-dim columns the mma work covers: d rounded up to 16, the k of one 16-bit mma step.
+KGEN_HOST_DEVICE constexpr int mma_head_dim(int d) { return (d + 15) / 16 * 16; }
+
 // Tensor-core (mma.sync m16n8k16) FA2-class kernel: `warps` warps share the block_m query rows,
 // block_m / warps (16 or 32) each. 32 rows per warp halve the shared-memory reads of K and V per
 // mma; 16 rows per warp halve the registers.

@@ -35,7 +35,7 @@
 //
 // Requirements (checked by the host): q, k, v, o base pointers and their row strides
 // (stride_n, stride_h, stride_b) 16-byte aligned, i.e. strides multiples of 8 elements; the
-// last dimension contiguous; p.head_dim == D; scale > 0. Index math is 64-bit.
+// last dimension contiguous; p.head_dim == HeadDim; scale > 0. Index math is 64-bit.
 //
 // Registers. The O and S accumulators take kMTiles·(D + BN)/2 registers per thread (192 of the
 // 255 at D = 128 with 32 rows x 64 keys per warp), so nothing else is kept live across the K/V
@@ -72,11 +72,15 @@ constexpr int kSmemBytes = attention_fwd::fa2_smem_bytes(D, BM, BN, Stages);
 // threads of the block take part. Pointers advance incrementally so that few 64-bit address
 // registers stay live across the main loop. Layout::offset(row, chunk) places 16-byte chunks in
 // shared memory (the ldmatrix swizzle by default; wgmma kernels pass their 128-byte swizzle).
-template <class T, int Rows, int D, int Threads, class Layout = Swizzle16B<D / 8>>
+// Cols ≤ D is the tensor's head dim (a multiple of 8) when the tile is padded to the kernel's
+// width D: only the columns up to Cols rounded up to 16 (the mma's k) are written, [Cols, that)
+// zero-filled like rows ≥ row_end, so they add nothing to any product; the rest is never read.
+template <class T, int Rows, int D, int Threads, class Layout = Swizzle16B<D / 8>, int Cols = D>
 __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, long long row_stride,
                                                 int row0, int row_end, int tid) {
+  static_assert(Cols % 8 == 0 && Cols > 0 && Cols <= D, "Cols must be a multiple of 8 in (0, D]");
   using Swz = Layout;
-  constexpr int kChunks = D / 8;
+  constexpr int kChunks = (Cols + 15) / 16 * 2 < D / 8 ? (Cols + 15) / 16 * 2 : D / 8;
   // Threads are grouped by whole rows: kActive threads copy kRowsPerPass rows per pass (for
   // D = 96, 12 chunks per row, a few threads of the block stay idle).
   constexpr int kRowsPerPass = Threads / kChunks;
@@ -92,7 +96,7 @@ __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, lon
     for (int pass = 0; pass < kPasses; ++pass) {
       const int r = r0 + pass * kRowsPerPass;
       if (Rows % kRowsPerPass == 0 || r < Rows) {
-        const bool valid = row0 + r < row_end;
+        const bool valid = row0 + r < row_end && (Cols == D || c < Cols / 8);
         cp_async_16(smem + Swz::offset(r, c), valid ? g : src, valid);
       }
       g += step;
@@ -122,17 +126,22 @@ struct Fa2Coords {
 }  // namespace fa2_detail
 
 // Flash-attention-2 forward on tensor cores.
-//   T: half_t or bfloat16_t.  D: head dim (32, 64, 96, 128, 256), equal to p.head_dim.
+//   T: half_t or bfloat16_t.  D: the tile's head dim, a multiple of 32 up to 256.
+//   HeadDim: the tensors' head dim p.head_dim, a multiple of 8 in (D − 32, D] (D when left out).
+//   D sets the shared-memory rows (the swizzle wants multiples of 64 bytes); the mma work covers
+//   HeadDim rounded up to 16 (the k of m16n8k16). The columns [HeadDim, D) are zero-filled in Q,
+//   K and V and never stored, so they change neither S nor the first HeadDim columns of O.
 //   BM: query rows per block (64, 128); BN: keys per K/V tile (32, 64, 128).
 //   Warps: warps per block; each owns BM / Warps (16 or 32) query rows.
 //   Stages: 1 = one K and one V buffer (V load overlaps Q·Kᵀ, next K load overlaps softmax and
 //   P·V); 2 = double-buffered K/V (tile j+1 loads while tile j is computed).
 //   Causal: bottom-right aligned causal mask.
-template <class T, int D, int BM, int BN, int Warps, int Stages, bool Causal>
+template <class T, int D, int BM, int BN, int Warps, int Stages, bool Causal, int HeadDim = D>
 __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardParams& p) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 kernel takes half_t or bfloat16_t");
-  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be 32, 64, 96, 128 or 256");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
   static_assert(BN % 16 == 0 && BN >= 16, "BN must be a multiple of 16");
   static_assert(Stages == 1 || Stages == 2, "Stages must be 1 or 2");
 
@@ -143,12 +152,13 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   static_assert(kWarps * 32 == kThreads && kMTiles * 16 * kWarps == BM,
                 "fa2_threads must give each warp a multiple of 16 query rows");
   constexpr int kNTiles = BN / 8;   // 8-key n-tiles of S
-  constexpr int kDTiles = D / 8;    // 8-column n-tiles of O
-  constexpr int kKSteps = D / 16;   // k-steps of Q·Kᵀ
+  constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
+  constexpr int kDTiles = kDC / 8;  // 8-column n-tiles of O
+  constexpr int kKSteps = kDC / 16; // k-steps of Q·Kᵀ
   constexpr int kPSteps = BN / 16;  // k-steps of P·V
   // Q fragments stay in registers when they fit next to the O accumulator (D ≤ 128 per m-tile);
   // otherwise they are re-read from shared memory at each k-step.
-  constexpr bool kQInRegs = kMTiles * D <= 128;
+  constexpr bool kQInRegs = kMTiles * kDC <= 128;
   // With 32 rows per warp, Q re-read and S and O accumulators of 192 registers or more (D = 128
   // with 64-key tiles), the Q·Kᵀ k-loop is not unrolled: unrolled, ptxas issues the ldmatrix of
   // later k-steps ahead of their mma and runs out of registers (spills); rolled, one k-step of
@@ -193,11 +203,11 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   auto smem_v = [&](int stage) { return smem_q + kQBytes + stage * 2 * kKVBytes + kKVBytes; };
 
   auto load_k = [&](const Coords& c, int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_k(stage), k_ptr(c), p.k_stride_n,
+    fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDim>(smem_k(stage), k_ptr(c), p.k_stride_n,
                                                     tile * BN, n_k, c.tid);
   };
   auto load_v = [&](const Coords& c, int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads>(smem_v(stage), v_ptr(c), p.v_stride_n,
+    fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDim>(smem_v(stage), v_ptr(c), p.v_stride_n,
                                                     tile * BN, n_k, c.tid);
   };
 
@@ -218,7 +228,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   {
     const Coords c = Coords::read();
     const T* q_ptr = static_cast<const T*>(p.q) + c.batch * p.q_stride_b + c.head * p.q_stride_h;
-    fa2_detail::load_tile_async<T, BM, D, kThreads>(smem_q, q_ptr, p.q_stride_n, c.m0, n_q, c.tid);
+    fa2_detail::load_tile_async<T, BM, D, kThreads, Swz, HeadDim>(smem_q, q_ptr, p.q_stride_n, c.m0, n_q, c.tid);
     cp_async_commit();
     if constexpr (Stages == 2) {
       if (num_tiles > 0) {
@@ -445,7 +455,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     const int c = idx % kChunks;
     const int local_row = warp * kRowsPerWarp + r;
     const int row = m0 + local_row;
-    if (row < n_q) {
+    if (row < n_q && (HeadDim == D || c < HeadDim / 8)) {
       const u32x4 v = ld_shared_16(smem_q + Swz::offset(local_row, c));
       st_global_16(o_ptr + static_cast<long long>(row) * p.o_stride_n + c * 8, v);
     }

@@ -28,7 +28,7 @@
 // the natural log, −inf (and O = 0) for rows that saw no key.
 //
 // Requirements (checked by the host): as forward_fa2.cuh (16-byte aligned pointers and strides,
-// contiguous last dimension, p.head_dim == D), D a multiple of 64.
+// contiguous last dimension, p.head_dim == HeadDim), D a multiple of 64.
 #pragma once
 
 #include "kgen_device/attention/forward_config.h"
@@ -105,13 +105,18 @@ __device__ __forceinline__ void scale_rows(float (&acc)[N], const float (&alpha)
 
 }  // namespace wgmma_fwd_detail
 
-// T: half_t or bfloat16_t. D: 64 or 128 (= p.head_dim). BN: keys per tile (64, 128, 192).
+// T: half_t or bfloat16_t. D: the tile's head dim, 64 or 128. BN: keys per tile (64, 128, 192).
 // WGs: warpgroups per block (BM = 64·WGs). Stages: K/V buffers (2). Causal: bottom-right mask.
-template <class T, int D, int BN, int WGs, int Stages, bool Causal>
+// HeadDim: the tensors' head dim p.head_dim, a multiple of 8 in (D − 64, D] (D when left out).
+// Q·Kᵀ runs HeadDim rounded up to 16 (the wgmma k) of the D columns, zero-filled past HeadDim;
+// P·V runs all D columns of V (wgmma's N), and the columns past that rounding, never loaded,
+// give O columns that are never stored.
+template <class T, int D, int BN, int WGs, int Stages, bool Causal, int HeadDim = D>
 __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardParams& p) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma kernel takes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
   static_assert(BN % 64 == 0 && BN <= 256, "BN must be 64, 128, 192 or 256");
   static_assert(Stages == 2 || Stages == 3, "the wgmma kernel keeps 2 or 3 K/V stages");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -146,13 +151,13 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + (head / p.head_group) * p.k_stride_h;
   const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + (head / p.head_group) * p.v_stride_h;
   auto load_kv = [&](int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN, n_k, tid);
-    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN, n_k, tid);
   };
 
   {
     const T* q_ptr = static_cast<const T*>(p.q) + batch * p.q_stride_b + head * p.q_stride_h;
-    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile>(smem_q, q_ptr, p.q_stride_n, m0, n_q, tid);
+    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile, HeadDim>(smem_q, q_ptr, p.q_stride_n, m0, n_q, tid);
     if (num_tiles > 0) load_kv(0, 0);
     cp_async_commit();
   }
@@ -174,7 +179,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   auto issue_s = [&](float (&acc)[kSRegs], int stage) {
     const unsigned long long k_desc = wgmma::desc_sw128(smem_k(stage), 16, 1024);
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
+    for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
       wgmma::Mma<BN>::template ss<T, 0, 0>(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
                                            k_desc + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
   };
@@ -300,7 +305,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     const int local_row = wg * 64 + warp * 16 + idx / kChunks;
     const int c = idx % kChunks;
     const int row = m0 + local_row;
-    if (row < n_q)
+    if (row < n_q && (HeadDim == D || c < HeadDim / 8))
       st_global_16(o_ptr + static_cast<long long>(row) * p.o_stride_n + c * 8,
                    ld_shared_16(smem_q + QTile::offset(local_row, c)));
   }
