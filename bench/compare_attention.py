@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""kgen vs PyTorch SDPA (flash, cuDNN, efficient): forward attention on the same tensors.
+"""kgen vs PyTorch SDPA (flash, cuDNN, efficient) and FlexAttention: forward attention, same tensors.
 
 Every implementation's output is checked against a reference (docs/attention.md §5) before
 anything is timed; one that fails gets FAIL and no time, one that raises gets "–" and a footnote.
 Standard sweep (docs/attention.md §6): b·n = 16k tokens, h·d = 2048, n = 512…16k, d = 64/128, causal and not.
+FlexAttention ("flex") is flex_attention under torch.compile(dynamic=False); causal is a block mask
+(kv_idx <= q_idx + n_k - n_q) built once per configuration; its first call (compile) is not timed.
 
     python3 bench/compare_attention.py                          # the whole sweep, bf16
     python3 bench/compare_attention.py --seqlens 2k,8k --head-dims 128 --causal no --out r.md
@@ -34,13 +36,14 @@ from kgen.testing import TOLERANCE, REL_L2_BOUND, attention_reference, check_att
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
-IMPLS = ("kgen", *PEERS)
+IMPLS = ("kgen", *PEERS, "flex")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 L2_BYTES = 50 << 20  # H100/H200 L2
 FULL_REFERENCE_FLOPS = 1.5e11  # above: sampled heads vs the math reference + flash on all heads
 SAMPLED_HEADS = 4
 MAX_SETS = 256  # input sets rotated through; at least 3, together over twice the L2
 SPIN_CYCLES_PER_S = 2.5e9  # over-estimate of the SM clock, so the spin always covers enqueueing
+FLEX_RECOMPILE_LIMIT = 256  # torch.compile(dynamic=False) compiles flex once per configuration
 
 
 @dataclass
@@ -63,7 +66,7 @@ class Config:
 class Result:
     impl: str
     checks: list  # kgen.testing.Check
-    first_ms: float = math.nan  # first call, wall clock (kgen: includes its JIT compile)
+    first_ms: float = math.nan  # first call, wall clock (kgen, flex: includes their compile)
     ms: float | None = None
     host_us: float | None = None  # host time to enqueue one call
     error: str = ""  # why the implementation could not run
@@ -74,6 +77,26 @@ class Result:
 
 
 # --- implementations: callables (q, k, v) -> (o, lse or None) on logical (b, h, n, d) views ---
+
+_flex = None  # (compiled flex_attention, create_block_mask), imported on first use
+
+
+def load_flex():
+    """FlexAttention, imported lazily: a torch without it (or without its compiler) gets "–"."""
+    global _flex
+    if _flex is None:
+        try:
+            import torch._dynamo
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            config = torch._dynamo.config
+            limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+            setattr(config, limit, max(getattr(config, limit), FLEX_RECOMPILE_LIMIT))
+            _flex = torch.compile(flex_attention, dynamic=False), create_block_mask
+        except Exception as e:
+            why = (str(e).splitlines() or [""])[0]
+            raise RuntimeError(f"FlexAttention unavailable: {type(e).__name__}: {why}"[:300]) from e
+    return _flex
+
 
 def make_runner(impl, cfg, q):
     if impl == "kgen":
@@ -88,6 +111,17 @@ def make_runner(impl, cfg, q):
             out.fill_(math.nan)
             lse.fill_(math.nan)
         return run, poison
+    if impl == "flex":
+        flex, create_block_mask = load_flex()
+        mask = None
+        if cfg.causal:  # bottom-right aligned, as the others; n_q == n_k here: the lower triangle
+            n_q = n_k = cfg.n
+            mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + (n_k - n_q),
+                                     None, None, n_q, n_k, device=q.device)
+
+        def run(q, k, v):
+            return flex(q, k, v, block_mask=mask), None
+        return run, lambda: None  # flex allocates its output: nothing to poison
     backend = PEERS[impl]
 
     def run(q, k, v):
@@ -289,13 +323,13 @@ class Notes:
 def markdown(meta, rows, impls):
     notes = Notes()
     lines = [f"### Forward attention, {meta['dtype']}, layout {meta['layout']}: kgen vs "
-             f"PyTorch SDPA (same tensors, one process)", ""]
+             f"PyTorch SDPA and FlexAttention (same tensors, one process)", ""]
     lines += [f"- {k}: `{v}`" if k == "command" else f"- {k}: {v}" for k, v in meta.items()]
     lines += ["- cells: median GPU time of one call (CUDA events, inputs rotated) · TFLOPS "
               "(4·b·h·n²·d / t, causal halved); FAIL = output check failed, so no time",
-              "- kgen's first call per configuration (JIT compile) is excluded from timing; "
-              "its wall time is in the checks table", ""]
-    peers = [p for p in ("flash", "cudnn") if p in impls and "kgen" in impls]
+              "- the first call per configuration (kgen: JIT compile; flex: torch.compile) is "
+              "excluded from timing; its wall time is in the checks table", ""]
+    peers = [p for p in ("flash", "cudnn", "flex") if p in impls and "kgen" in impls]
     head = ["n", "d", "causal", "b×h", *impls, *(f"kgen speed-up vs {p}" for p in peers)]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cfg, res in rows:
@@ -358,7 +392,7 @@ def main():
     meta = metadata(args)
     for k, v in meta.items():
         print(f"{k}: {v}")
-    print("kgen's first call per configuration compiles its kernel: excluded from timing")
+    print("kgen's (and flex's) first call per configuration compiles its kernel: excluded from timing")
     rows = []
     for d in args.head_dims:
         for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
