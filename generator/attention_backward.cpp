@@ -18,7 +18,7 @@ using attention_fwd::mma_head_dim;
 using attention_fwd::wgmma_tile_head_dim;
 
 bool is_bwd_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
-bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) != 0; }
+bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) <= 128; }
 // The fa2 key-major kernel splits the dK/dV columns over two blocks above 128 columns
 // (Splits in backward_fa2.cuh); each block keeps at most 128 of them in registers.
 int kv_splits(int d) { return mma_head_dim(d) > 128 ? 2 : 1; }
@@ -368,8 +368,9 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
 
 namespace {
 
-// The fa2 double backward keeps whole Q̄/dŌ (K̄/V̄) rows in registers: head dims up to 128.
-bool is_dbl_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d) && d <= 128; }
+// The fa2 double backward serves every tensor-core head dim; above 128 columns it splits its
+// Q̄/dŌ and K̄/V̄ columns over two blocks, as the backward's key-major kernel (kv_splits).
+bool is_dbl_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
 
 // 16 rows per warp: Q̄/dŌ (or K̄/V̄) accumulators (2·16·D/32 = D), four score-shaped tiles
 // (4·16·bn/32 = 2·bn) and their repacked A fragments, plus addressing and statistics; the
@@ -380,7 +381,8 @@ int dbl_register_estimate(int d, int bn) { return d + 4 * bn + 60; }
 // The r/c pass keeps no Q̄/dŌ accumulators and the key-major kernel only K̄/V̄: both take
 // 32-key (query) tiles where the apply pass needs 16 (d = 96, 128), halving their per-tile
 // barriers and loads.
-int dbl_wide_tile(int bn) { return std::max(bn, 32); }
+// On 256-column tiles (d > 224) the wide tiles would not fit sm_80's shared memory: they keep bn.
+int dbl_wide_tile(int bn, int d = 0) { return fa2_tile_head_dim(d) > 224 ? bn : std::max(bn, 32); }
 
 std::string dbl_kernel_name(DoubleBackwardKernel k) {
   switch (k) {
@@ -414,18 +416,17 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
   if (!is_dbl_fa2_head_dim(spec.head_dim))
-    return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) +
-           " kernel (multiples of 8 up to 128; above 128 its row accumulators do not fit in registers)";
+    return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
   if (c.block_m != 32 && c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 32, 64 or 128");
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64) return std::string("fa2 block_n must be 16, 32 or 64");
   if (c.warps * 16 != c.block_m) return std::string("fa2 warps must be block_m / 16");
-  if (dbl_register_estimate(mma_head_dim(spec.head_dim), c.block_n) > kMaxRegistersPerThread)
+  if (dbl_register_estimate(kv_split_cols(spec.head_dim), c.block_n) > kMaxRegistersPerThread)
     return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
            " exceeds the register budget";
   const int tile = fa2_tile_head_dim(spec.head_dim);
   const int smem = std::max({attention_bwd::fa2_dbl_q_smem_bytes(tile, c.block_m, c.block_n),
-                             attention_bwd::fa2_dbl_q_smem_bytes(tile, c.block_m, dbl_wide_tile(c.block_n)),
-                             attention_bwd::fa2_dbl_kv_smem_bytes(tile, dbl_wide_tile(c.block_n), c.block_m)});
+                             attention_bwd::fa2_dbl_q_smem_bytes(tile, c.block_m, dbl_wide_tile(c.block_n, spec.head_dim)),
+                             attention_bwd::fa2_dbl_kv_smem_bytes(tile, dbl_wide_tile(c.block_n, spec.head_dim), c.block_m)});
   return smem_limit_error(smem, target);
 }
 
@@ -444,10 +445,12 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
 
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target) {
-  for (int bn : {64, 32, 16}) {
-    AttentionBackwardConfig c{BackwardPath::fa2, 64, bn, 4, 0};
-    if (!check_attention_double_backward_config(spec, c, target)) return c;
-  }
+  // 32-row tiles only where 64 do not fit (large head dims on sm_80's shared memory).
+  for (int bm : {64, 32})
+    for (int bn : {64, 32, 16}) {
+      AttentionBackwardConfig c{BackwardPath::fa2, bm, bn, bm / 16, 0};
+      if (!check_attention_double_backward_config(spec, c, target)) return c;
+    }
   return attention_backward_general_config(spec);
 }
 
@@ -485,7 +488,7 @@ std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const Attent
 }
 
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, DoubleBackwardKernel kernel,
-                                          const AttentionShape& s, int sm_count, bool deterministic) {
+                                          const AttentionShape& s, int sm_count, bool deterministic, int head_dim) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
@@ -493,7 +496,10 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
     case DoubleBackwardKernel::q_stats:
       return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
               hq, b};
-    case DoubleBackwardKernel::fused: return {blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m), hq, b};
+    case DoubleBackwardKernel::fused: {
+      const unsigned splits = static_cast<unsigned>(kv_splits(head_dim));
+      return {(blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m)) * splits, hq, b};
+    }
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.block_m), hkv, b};
   }
@@ -513,9 +519,9 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   switch (kernel) {
     case DoubleBackwardKernel::q_stats:
       k.threads = c.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, dbl_wide_tile(c.block_n));
+      k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, dbl_wide_tile(c.block_n, spec.head_dim));
       shim.function = "attention_double_backward_fa2_q";
-      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n)),
+      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n, spec.head_dim)),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
       if (d != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
       break;
@@ -523,11 +529,12 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
       k.threads = c.warps * 32;
       k.smem_bytes = std::max(attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n),
-                              attention_bwd::fa2_dbl_kv_smem_bytes(d, dbl_wide_tile(c.block_n), c.block_m));
+                              attention_bwd::fa2_dbl_kv_smem_bytes(d, dbl_wide_tile(c.block_n, spec.head_dim), c.block_m));
       shim.function = "attention_double_backward_fa2_fused";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
-                   targ("KvBM", dbl_wide_tile(c.block_n)), targ("Warps", c.warps), targ("Causal", spec.causal)};
-      if (d != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
+                   targ("KvBM", dbl_wide_tile(c.block_n, spec.head_dim)), targ("Warps", c.warps), targ("Causal", spec.causal)};
+      if (d != spec.head_dim || kv_splits(spec.head_dim) > 1) shim.args.push_back(targ("HeadDim", spec.head_dim));
+      if (kv_splits(spec.head_dim) > 1) shim.args.push_back(targ("Splits", kv_splits(spec.head_dim)));
       break;
     default:
       include = "kgen_device/attention/double_backward_simt.cuh";

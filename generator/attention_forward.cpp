@@ -19,7 +19,7 @@ using attention_fwd::fa2_tile_head_dim;
 using attention_fwd::mma_head_dim;
 using attention_fwd::wgmma_tile_head_dim;
 bool is_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
-bool is_wgmma_head_dim(int d) { return is_fa2_head_dim(d) && wgmma_tile_head_dim(d) != 0; }
+bool is_wgmma_head_dim(int d) { return is_fa2_head_dim(d); }
 // wgmma and setmaxnreg exist only on the arch-specific Hopper target.
 bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 
@@ -194,7 +194,8 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // 437 / 518) against 334 / 341 for the best fa2 tile; d = 64 ran 408 / 417 with 64-key
     // tiles (causal 365 / 399) against 325 / 333.
     // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
-    AttentionForwardConfig c{ForwardPath::wgmma, 128, wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 128, 2, 0, 8};
+    // Above 128 columns 64-key tiles keep O (up to 128 registers) and S in the register file.
+    AttentionForwardConfig c{ForwardPath::wgmma, 128, wgmma_tile_head_dim(spec.head_dim) == 128 ? 128 : 64, 2, 0, 8};
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {

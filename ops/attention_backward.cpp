@@ -267,7 +267,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
     const KernelKey key{"attention_double_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& lk = loaded_kernel(key, [&] { return render_attention_double_backward(call.spec, config, kernel); });
-    launch_kernel(lk, attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic), &p,
+    launch_kernel(lk, attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic, call.spec.head_dim), &p,
                   stream, "launch(attention_double_bwd)");
   }
 }

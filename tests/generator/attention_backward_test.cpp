@@ -131,14 +131,14 @@ TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
   const AttentionBackwardConfig bm32{BackwardPath::fa2, 32, 16, 2, 0};
   // b = h = 1, n = 8192: 256 blocks of 32 rows -> two key ranges each (512 blocks).
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 8192, 8192}, 132), 2);
-  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132).x, 512u);
+  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132, false, 128).x, 512u);
   // The same grid already fills about four blocks per SM of a 64-SM device: no split.
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 8192, 8192}, 64), 1);
   // Few rows, long keys: up to four ranges; short keys: no split below two tiles per range.
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 8192}, 132), 4);
   // Deterministic calls: one range (no order-dependent atomic sums).
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 8192}, 132, true), 1);
-  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132, true).x, 256u);
+  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132, true, 128).x, 256u);
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 64}, 132), 1);
   // Large grids and the general path: none.
   EXPECT_EQ(attention_double_backward_stats_splits({BackwardPath::fa2, 64, 16, 4, 0}, {1, 16, 16, 8192, 8192}, 132), 1);

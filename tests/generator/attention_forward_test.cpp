@@ -136,14 +136,15 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWgmmaKernelForItsHeadDims) {
       EXPECT_EQ(c.path, ForwardPath::wgmma) << d;
       EXPECT_EQ(to_string(c), d == 64 ? "wg:bm128:bn64:s2" : "wg:bm128:bn128:s2");
     }
-  // Other head dims up to 128 take the padded wgmma tile (40: 64 columns, 80 and 96: 128); 32
-  // and above 128 keep the fa2 kernel; sm_90 without the "a" has no wgmma.
+  // Other head dims take the padded wgmma tile (40: 64 columns, 80 and 96: 128, 136: 192 with
+  // 64-key tiles); 32 keeps the fa2 kernel; sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)), "wg:bm128:bn64:s2");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)), "wg:bm128:bn128:s2");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)), "wg:bm128:bn128:s2");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132).path, ForwardPath::fa2);
-  EXPECT_EQ(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132).path, ForwardPath::fa2);
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "wg:bm128:bn64:s2");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)), "wg:bm128:bn64:s2");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, *parse_target("sm_90"), 132).path,
             ForwardPath::fa2);
 }
@@ -158,9 +159,9 @@ TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {
   ASSERT_TRUE(fp32);
   EXPECT_NE(fp32->find("fp16 or bf16"), std::string::npos) << *fp32;
   EXPECT_FALSE(check_attention_forward_config({DType::bf16, 96, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a()));
-  auto d136 = check_attention_forward_config({DType::bf16, 136, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
-  ASSERT_TRUE(d136);
-  EXPECT_NE(d136->find("head_dim=136"), std::string::npos) << *d136;
+  auto d33 = check_attention_forward_config({DType::bf16, 33, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
+  ASSERT_TRUE(d33);
+  EXPECT_NE(d33->find("head_dim=33"), std::string::npos) << *d33;
   // Three warpgroups leave 168 registers per thread: not enough for 128 keys at d = 128.
   auto regs = check_attention_forward_config(spec, {ForwardPath::wgmma, 192, 128, 2, 0, 12}, sm90a());
   ASSERT_TRUE(regs);

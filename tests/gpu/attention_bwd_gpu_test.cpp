@@ -96,7 +96,7 @@ INSTANTIATE_TEST_SUITE_P(SixteenBit, AttentionBackwardGpu,
                                             ::testing::Values(32, 64, 96, 128, 256), ::testing::Bool()),
                          param_name);
 // Every other multiple of 8: tiles padded past the head dim; above 128 the key-major kernel
-// splits the dK/dV columns over two blocks (the double backward runs the general path there).
+// splits the dK/dV columns over two blocks, and the double backward its Q̄/dŌ and K̄/V̄ columns.
 INSTANTIATE_TEST_SUITE_P(TensorCoreHeadDims, AttentionBackwardGpu,
                          ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
                                             ::testing::Values(8, 40, 80, 104, 112, 136, 160, 200, 248), ::testing::Bool()),

@@ -94,7 +94,7 @@ TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
     auto r = check_attention_forward(c);
     EXPECT_TRUE(r.pass) << describe(c, r);
   };
-  for (int d : {64, 128, 80, 40, 104})  // 80, 40, 104: tiles padded past the head dim
+  for (int d : {64, 128, 80, 40, 104, 200, 256})  // 80, 40, 104, 200: tiles padded past the head dim
     for (bool causal : {false, true}) {
       for (const auto& config : attention_forward_config_space({DType::bf16, d, causal}, target)) {
         if (config.path != ForwardPath::wgmma) continue;

@@ -220,9 +220,8 @@ AttentionBackwardCall backward_call(int d, int n) {
 
 TEST(TuningOpsGeneralPath, SixteenBitAlignedMultipleOf8CallsNeverRunOnSimt) {
   // The whole heuristic decision table: every 16-bit dtype, head dim (multiples of 8 up to 256),
-  // causal mode, target, machine size and shape bucket, both backward modes. A call of aligned
-  // 16-bit inputs must land on a tensor-core kernel; the double backward above 128 columns is the
-  // one documented exception (its row accumulators do not fit, docs/attention.md §1).
+  // causal mode, target, machine size and shape bucket, both backward modes, the double backward
+  // too. A call of aligned 16-bit inputs must land on a tensor-core kernel.
   const std::vector<AttentionShape> shapes = {
       {1, 1, 1, 1, 1},         {1, 1, 1, 7, 7},          {2, 3, 3, 63, 1000},    {1, 4, 1, 1337, 1000},
       {2, 16, 16, 1000, 1337}, {4, 32, 8, 4096, 4096},   {8, 64, 8, 16384, 16384}, {1, 8, 1, 65536, 65536},
@@ -253,9 +252,8 @@ TEST(TuningOpsGeneralPath, SixteenBitAlignedMultipleOf8CallsNeverRunOnSimt) {
                 options.deterministic = deterministic;
                 EXPECT_NE(choose_attention_backward_config(bwd, options, ctx).path, BackwardPath::simt)
                     << where << (deterministic ? " deterministic" : "");
-                if (d <= 128)
-                  EXPECT_NE(choose_attention_double_backward_config(bwd, options, ctx).path, BackwardPath::simt)
-                      << where << " double backward";
+                EXPECT_NE(choose_attention_double_backward_config(bwd, options, ctx).path, BackwardPath::simt)
+                    << where << " double backward";
               }
               ++checked;
             }

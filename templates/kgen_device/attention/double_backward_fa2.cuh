@@ -43,20 +43,28 @@ enum class DoubleBackwardRowPass { both, stats, apply };
 // both passes; stats only writes r and c; apply reads r and c from the workspace and runs pass 1.
 // D is the tile's head dim, HeadDim the tensors' (as in backward_fa2.cuh: the mma cover HeadDim
 // rounded up to 16, zero-filled past HeadDim, and nothing past HeadDim is stored).
+// Splits: 1, or 2 above 128 columns (as backward_fa2.cuh's key-major kernel): the apply pass's
+// block index is tile · 2 + split, both splits form the score-shaped tiles over the whole head
+// dim and split s accumulates the columns [128·s, 128·s + 128) of Q̄ and dŌ. The stats pass
+// keeps no row accumulators and is never split.
 template <class T, int D, int BM, int BN, int Warps, bool Causal,
-          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both, int HeadDim = D>
+          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionBackwardParams& p,
                                                                 int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
-  static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
   constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
+  // The stats pass keeps no Q̄/dŌ rows: never split.
+  static_assert(Splits == 1 ? kDC <= 128 || Pass == DoubleBackwardRowPass::stats : Splits == 2 && kDC > 128,
+                "two column splits above 128");
+  constexpr int kSplitCols = Splits == 1 ? kDC : 128;  // Q̄/dŌ columns of one block
   constexpr int kThreads = Warps * 32;
   static_assert(BM == 16 * Warps, "16 query rows per warp");
   static_assert(BN % 16 == 0, "BN must be a multiple of 16");
   constexpr int kNT = BN / 8;
-  constexpr int kDT = kDC / 8;
+  constexpr int kDT = kSplitCols / 8;
   using SwzD = Swizzle16B<D / 8>;
   constexpr int kQBytes = BM * D * 2;
   constexpr int kKVBytes = BN * D * 2;
@@ -74,6 +82,11 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     splits = p.stats_splits > 1 ? p.stats_splits : 1;
     split = block % splits;
     block /= splits;
+  }
+  int col0 = 0;  // first Q̄, dŌ column of this block
+  if constexpr (Splits > 1 && Pass != DoubleBackwardRowPass::stats) {
+    col0 = (block % Splits) * kSplitCols;
+    block /= Splits;
   }
   const int m0 = block * BM;
   const int head = blockIdx.y;
@@ -136,6 +149,9 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   const unsigned a_lane = SwzD::offset(row_local0 + lane % 16, lane / 16);
   const unsigned b_lane = SwzD::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
   const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+  // col0 is 0 or 128 (whole swizzle groups): a plain move of the V-pattern address.
+  const unsigned v_lane_split = Splits == 1 ? v_lane : SwzD::advance(v_lane, 16 * (col0 / 128));
+  const int dd_end = (imin(kDC, col0 + kSplitCols) - col0) / 16;
 
   // Forms P (masked), dP, unscaled G and Z of K/V tile `tile` (already in `stage`).
   auto tiles = [&](int tile, int stage, float (&s)[1][kNT][4], float (&dp)[1][kNT][4], float (&gg)[1][kNT][4],
@@ -245,10 +261,10 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
               bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, delta[h], r[h],
                                        c[h]);
             }
-        if (has_gk) bwd_detail::mma_xb<T, 1, kNT, D, kDC>(qbar, dp, smem_kv(stage, 2) + v_lane);
-        bwd_detail::mma_xb<T, 1, kNT, D, kDC>(qbar, z, smem_kv(stage, 0) + v_lane);
-        if (has_gv) bwd_detail::mma_xb<T, 1, kNT, D, kDC>(dobar, s, smem_kv(stage, 3) + v_lane);
-        bwd_detail::mma_xb<T, 1, kNT, D, kDC>(dobar, gg, smem_kv(stage, 1) + v_lane);
+        if (has_gk) bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(qbar, dp, smem_kv(stage, 2) + v_lane_split, dd_end);
+        bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(qbar, z, smem_kv(stage, 0) + v_lane_split, dd_end);
+        if (has_gv) bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(dobar, s, smem_kv(stage, 3) + v_lane_split, dd_end);
+        bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(dobar, gg, smem_kv(stage, 1) + v_lane_split, dd_end);
       }
     }
   }
@@ -257,25 +273,29 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     finish_stats();
     return;
   }
-  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.q_bar, batch, head), p.q_bar.stride_n,
-                                  m0 + row_local0, n_q, qbar, scale);
-  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.do_bar, batch, head), p.do_bar.stride_n,
-                                  m0 + row_local0, n_q, dobar, 1.f);
+  constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
+  const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.q_bar, batch, head) + col0,
+                                  p.q_bar.stride_n, m0 + row_local0, n_q, qbar, scale, cols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.do_bar, batch, head) + col0, p.do_bar.stride_n,
+                                  m0 + row_local0, n_q, dobar, 1.f, cols);
 }
 
-template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D>
+template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_double_backward_fa2_kv(const AttentionBackwardParams& p,
                                                                  int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
-  static_assert(D % 32 == 0 && D >= 32 && D <= 128, "D must be 32, 64, 96 or 128");
+  static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
   constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
+  static_assert(Splits == 1 ? kDC <= 128 : Splits == 2 && kDC > 128, "two column splits above 128");
+  constexpr int kSplitCols = Splits == 1 ? kDC : 128;  // Q̄/dŌ (K̄/V̄) columns of one block
   constexpr int kThreads = Warps * 32;
   static_assert(BN == 16 * Warps, "16 keys per warp");
   static_assert(BM % 16 == 0, "BM must be a multiple of 16");
   constexpr int kQT = BM / 8;
-  constexpr int kDT = kDC / 8;
+  constexpr int kDT = kSplitCols / 8;
   using SwzD = Swizzle16B<D / 8>;
   constexpr int kQBytes = BM * D * 2;
   constexpr int kKVBytes = BN * D * 2;
@@ -288,7 +308,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   const int lane = tid % 32;
   const int g = lane / 4;
   const int t = lane % 4;
-  const int n0 = block * BN;
+  const int col0 = Splits == 1 ? 0 : (block % Splits) * kSplitCols;  // first K̄, V̄ column
+  const int n0 = (Splits == 1 ? block : block / Splits) * BN;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int n_q = p.n_q;
@@ -350,6 +371,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   const unsigned a_lane = SwzD::offset(key_local0 + lane % 16, lane / 16);
   const unsigned b_lane = SwzD::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
   const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
+  const unsigned v_lane_split = Splits == 1 ? v_lane : SwzD::advance(v_lane, 16 * (col0 / 128));
+  const int dd_end = (imin(kDC, col0 + kSplitCols) - col0) / 16;
 
   float kbar[1][kDT][4], vbar[1][kDT][4];
   bwd_detail::zero(kbar);
@@ -393,16 +416,18 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
         }
       }
     // K̄ += dSᵀ·gQ + S̄ᵀ·Q (× s at the end); V̄ += Hᵀ·dO.
-    if (has_gq) bwd_detail::mma_xb<T, 1, kQT, D, kDC>(kbar, dp, smem_qt(stage, 2) + v_lane);
-    bwd_detail::mma_xb<T, 1, kQT, D, kDC>(kbar, z, smem_qt(stage, 0) + v_lane);
-    bwd_detail::mma_xb<T, 1, kQT, D, kDC>(vbar, gg, smem_qt(stage, 1) + v_lane);
+    if (has_gq) bwd_detail::mma_xb<T, 1, kQT, D, kSplitCols>(kbar, dp, smem_qt(stage, 2) + v_lane_split, dd_end);
+    bwd_detail::mma_xb<T, 1, kQT, D, kSplitCols>(kbar, z, smem_qt(stage, 0) + v_lane_split, dd_end);
+    bwd_detail::mma_xb<T, 1, kQT, D, kSplitCols>(vbar, gg, smem_qt(stage, 1) + v_lane_split, dd_end);
   }
   cp_async_wait<0>();
   const int key_row0 = n0 + key_local0;
-  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head), p.k_bar.stride_n, key_row0,
-                                  n_k, kbar, scale);
-  bwd_detail::store_rows<T, 1, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head), p.v_bar.stride_n, key_row0,
-                                  n_k, vbar, 1.f);
+  constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
+  const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head) + col0,
+                                                       p.k_bar.stride_n, key_row0, n_k, kbar, scale, cols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head) + col0,
+                                                       p.v_bar.stride_n, key_row0, n_k, vbar, 1.f, cols);
 }
 
 // The second stage of the split double backward: query tiles [0, ceil(n_q / BM)) run the apply
@@ -410,13 +435,15 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
 // ceil(n_k / BM) blocks run the key-major kernel on BM-key blocks against KvBM-row query tiles
 // (blockIdx.y < heads_kv), so that the two, which do not depend on each other, share the machine
 // (two blocks per SM) when b·h is small.
-template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal, int HeadDim = D>
+// With Splits = 2 each part has twice the blocks (two column splits of every tile).
+template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p) {
-  const int q_blocks = (p.n_q + BM - 1) / BM;
+  const int q_blocks = (p.n_q + BM - 1) / BM * Splits;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
-    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply, HeadDim>(p, blockIdx.x);
+    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits>(
+        p, blockIdx.x);
   } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
-    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal, HeadDim>(p, blockIdx.x - q_blocks);
+    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal, HeadDim, Splits>(p, blockIdx.x - q_blocks);
   }
 }
 

@@ -18,8 +18,9 @@ namespace attention_fwd {
 KGEN_HOST_DEVICE constexpr bool tensor_core_head_dim(int d) { return d >= 8 && d <= 256 && d % 8 == 0; }
 // fa2 tiles: rows of a multiple of 32 elements (the ldmatrix swizzle's 64-byte unit).
 KGEN_HOST_DEVICE constexpr int fa2_tile_head_dim(int d) { return (d + 31) / 32 * 32; }
-// wgmma tiles: 64-column blocks of the 128-byte swizzle; 64 or 128 (0: no wgmma tile).
-KGEN_HOST_DEVICE constexpr int wgmma_tile_head_dim(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 0; }
+// wgmma tiles: whole 64-column blocks of the 128-byte swizzle (64, 128, 192 or 256). The
+// backward's wgmma kernel takes the first two only.
+KGEN_HOST_DEVICE constexpr int wgmma_tile_head_dim(int d) { return (d + 63) / 64 * 64; }
 // Head-dim columns the mma work covers: d rounded up to 16, the k of one 16-bit mma step.
 KGEN_HOST_DEVICE constexpr int mma_head_dim(int d) { return (d + 15) / 16 * 16; }
 
