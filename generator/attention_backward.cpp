@@ -19,10 +19,11 @@ using attention_fwd::wgmma_tile_head_dim;
 
 bool is_bwd_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
 bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) <= 128; }
-// The fa2 key-major kernel splits the dK/dV columns over two blocks above 128 columns
-// (Splits in backward_fa2.cuh); each block keeps at most 128 of them in registers.
-int kv_splits(int d) { return mma_head_dim(d) > 128 ? 2 : 1; }
-int kv_split_cols(int d) { return std::min(mma_head_dim(d), 128); }
+// The fa2 key-major kernels (backward and double backward) split their row accumulators' columns
+// over two blocks above 128 columns (Splits in backward_fa2.cuh, double_backward_fa2.cuh); each
+// block keeps at most 128 of them in registers.
+int column_splits(int d) { return mma_head_dim(d) > 128 ? 2 : 1; }
+int split_columns(int d) { return std::min(mma_head_dim(d), 128); }
 bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 
 // Registers per thread of the wgmma key-major kernel: dK and dV accumulators (D/2 each), Sᵀ and
@@ -146,7 +147,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (c.block_n != 64 && c.block_n != 128) return std::string("fa2 block_n must be 64 or 128");
     if ((c.warps != 4 && c.warps != 8) || (c.block_n / c.warps != 16 && c.block_n / c.warps != 32))
       return std::string("fa2 warps must be 4 or 8, with 16 or 32 keys per warp");
-    if (kv_register_estimate(kv_split_cols(spec.head_dim), c.block_m, c.block_n / c.warps) > kMaxRegistersPerThread)
+    if (kv_register_estimate(split_columns(spec.head_dim), c.block_m, c.block_n / c.warps) > kMaxRegistersPerThread)
       return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
              " and " + std::to_string(c.block_n / c.warps) + " keys per warp exceeds the register budget";
     const int tile = fa2_tile_head_dim(spec.head_dim);
@@ -250,7 +251,7 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
     case BackwardKernel::dq_convert: return {blocks(s.n_q, kRowWarps), hq, b};
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
-      const unsigned splits = c.path == BackwardPath::fa2 ? static_cast<unsigned>(kv_splits(head_dim)) : 1u;
+      const unsigned splits = c.path == BackwardPath::fa2 ? static_cast<unsigned>(column_splits(head_dim)) : 1u;
       return {blocks(s.n_k, c.block_n) * splits, hkv, b};
     }
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
@@ -293,15 +294,14 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         shim.function = "attention_backward_wgmma_kv";
         shim.args = {targ_type("T", spec.dtype), targ("D", tile),          targ("BM", c.block_m),
                      targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
-        if (tile != d) shim.args.push_back(targ("HeadDim", d));
+        add_head_dim_args(shim, tile, d);
         break;
       }
       const int tile = fa2_tile_head_dim(d);
       shim.function = "attention_backward_fa2_kv";
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
-      if (tile != d || kv_splits(d) > 1) shim.args.push_back(targ("HeadDim", d));
-      if (kv_splits(d) > 1) shim.args.push_back(targ("Splits", kv_splits(d)));
+      add_head_dim_args(shim, tile, d, column_splits(d));
       break;
     }
     case BackwardKernel::dq: {
@@ -315,7 +315,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.function = "attention_backward_fa2_dq";
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),      targ("BM", t.block_m),
                    targ("BN", t.block_n),      targ("Warps", t.warps), targ("Causal", spec.causal)};
-      if (tile != d) shim.args.push_back(targ("HeadDim", d));
+      add_head_dim_args(shim, tile, d);
       break;
     }
     case BackwardKernel::simt_dq:
@@ -350,8 +350,7 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
       }
   // Every other tensor-core head dim: the defaults of both shape classes, both modes.
   for (DType t : {DType::f16, DType::bf16})
-    for (int d = 8; d <= kMaxHeadDim; d += 8) {
-      if (std::ranges::find(kAttentionWarmHeadDims, d) != std::end(kAttentionWarmHeadDims)) continue;
+    for (int d : attention_default_only_head_dims()) {
       for (bool causal : {false, true})
         for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}}) {
           const AttentionBackwardSpec spec{t, d, causal};
@@ -369,7 +368,7 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
 namespace {
 
 // The fa2 double backward serves every tensor-core head dim; above 128 columns it splits its
-// Q̄/dŌ and K̄/V̄ columns over two blocks, as the backward's key-major kernel (kv_splits).
+// Q̄/dŌ and K̄/V̄ columns over two blocks, as the backward's key-major kernel (column_splits).
 bool is_dbl_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
 
 // 16 rows per warp: Q̄/dŌ (or K̄/V̄) accumulators (2·16·D/32 = D), four score-shaped tiles
@@ -420,7 +419,7 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
   if (c.block_m != 32 && c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 32, 64 or 128");
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64) return std::string("fa2 block_n must be 16, 32 or 64");
   if (c.warps * 16 != c.block_m) return std::string("fa2 warps must be block_m / 16");
-  if (dbl_register_estimate(kv_split_cols(spec.head_dim), c.block_n) > kMaxRegistersPerThread)
+  if (dbl_register_estimate(split_columns(spec.head_dim), c.block_n) > kMaxRegistersPerThread)
     return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
            " exceeds the register budget";
   const int tile = fa2_tile_head_dim(spec.head_dim);
@@ -497,7 +496,7 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
       return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
               hq, b};
     case DoubleBackwardKernel::fused: {
-      const unsigned splits = static_cast<unsigned>(kv_splits(head_dim));
+      const unsigned splits = static_cast<unsigned>(column_splits(head_dim));
       return {(blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m)) * splits, hq, b};
     }
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
@@ -523,7 +522,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_q";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n, spec.head_dim)),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
-      if (d != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
+      add_head_dim_args(shim, d, spec.head_dim);
       break;
     case DoubleBackwardKernel::fused:
       // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
@@ -533,8 +532,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_fused";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("KvBM", dbl_wide_tile(c.block_n, spec.head_dim)), targ("Warps", c.warps), targ("Causal", spec.causal)};
-      if (d != spec.head_dim || kv_splits(spec.head_dim) > 1) shim.args.push_back(targ("HeadDim", spec.head_dim));
-      if (kv_splits(spec.head_dim) > 1) shim.args.push_back(targ("Splits", kv_splits(spec.head_dim)));
+      add_head_dim_args(shim, d, spec.head_dim, column_splits(spec.head_dim));
       break;
     default:
       include = "kgen_device/attention/double_backward_simt.cuh";
@@ -566,8 +564,7 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
       }
   // Every other tensor-core head dim: the defaults of both shape classes.
   for (DType t : {DType::f16, DType::bf16})
-    for (int d = 8; d <= kMaxHeadDim; d += 8) {
-      if (std::ranges::find(kAttentionWarmHeadDims, d) != std::end(kAttentionWarmHeadDims)) continue;
+    for (int d : attention_default_only_head_dims()) {
       for (bool causal : {false, true})
         for (const AttentionShape& shape : {AttentionShape{1, 1, 1, 8192, 8192}, AttentionShape{1, 1, 1, 128, 128}}) {
           const AttentionBackwardSpec spec{t, d, causal};

@@ -116,7 +116,7 @@ std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const Attent
 // sums added by atomics in a varying order round differently from run to run.
 int attention_double_backward_stats_splits(const AttentionBackwardConfig& config, const AttentionShape& shape,
                                            int sm_count, bool deterministic = false);
-// head_dim: above 128 the fused kernel's blocks split the columns in two (kv_splits).
+// head_dim: above 128 the fused kernel's blocks split the columns in two (column_splits in attention_backward.cpp).
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& config, DoubleBackwardKernel kernel,
                                           const AttentionShape& shape, int sm_count, bool deterministic, int head_dim);
 KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,

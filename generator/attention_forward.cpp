@@ -29,9 +29,9 @@ int wgmma_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40
 int simt_bucket(int d) { return attention_simt_bucket(d); }
 
 // Registers per thread of the fa2 kernel, estimated from its fragments for r = 16 or 32 rows
-// per warp, with d the head-dim columns its mma cover (mma_head_dim): O accumulator (r·D/32), S accumulator (r·BN/32), Q fragments when kept in
-// registers (r·D/64, only while r·D <= 2048), fragments in flight (r·BN/64), plus addressing
-// and softmax state. With 32 rows per warp, Q re-read and D + BN >= 192 the kernel keeps its
+// per warp, with d the head-dim columns its mma cover (mma_head_dim): O accumulator (r·D/32),
+// S accumulator (r·BN/32), Q fragments when kept in registers (r·D/64, only while r·D <= 2048),
+// fragments in flight (r·BN/64), plus addressing and softmax state. With 32 rows per warp, Q re-read and D + BN >= 192 the kernel keeps its
 // Q·Kᵀ k-loop rolled (kRollQK in forward_fa2.cuh), so only one k-step of K fragments (BN/4) is
 // in flight. Checked against ptxas -v on sm_80 and sm_90a: every config it admits compiles
 // without spills (tests/runtime/compile_test.cpp).
@@ -47,6 +47,18 @@ int fa2_register_estimate(int d, int bn, int rows_per_warp) {
 }
 
 }  // namespace
+
+std::vector<int> attention_default_only_head_dims() {
+  std::vector<int> out;
+  for (int d = 8; d <= kMaxHeadDim; d += 8)
+    if (std::ranges::find(kAttentionWarmHeadDims, d) == std::end(kAttentionWarmHeadDims)) out.push_back(d);
+  return out;
+}
+
+void add_head_dim_args(EntryShim& shim, int tile, int head_dim, int splits) {
+  if (tile != head_dim || splits > 1) shim.args.push_back(targ("HeadDim", head_dim));
+  if (splits > 1) shim.args.push_back(targ("Splits", splits));
+}
 
 int attention_simt_bucket(int head_dim) {
   for (int b : kSimtHeadDims)
@@ -247,7 +259,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.function = "attention_forward_fa2";
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BM", c.block_m), targ("BN", c.block_n),
                                        targ("Warps", c.warps), targ("Stages", c.stages), targ("Causal", spec.causal)});
-    if (tile != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
+    add_head_dim_args(shim, tile, spec.head_dim);
   } else if (c.path == ForwardPath::wgmma) {
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
@@ -256,7 +268,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.function = "attention_forward_wgmma";
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("WGs", c.block_m / 64),
                                        targ("Stages", c.stages), targ("Causal", spec.causal)});
-    if (tile != spec.head_dim) shim.args.push_back(targ("HeadDim", spec.head_dim));
+    add_head_dim_args(shim, tile, spec.head_dim);
   } else {
     k.threads = attention_fwd::simt_threads(c.block_m);
     k.smem_bytes = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);
@@ -292,8 +304,7 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
   // Every other tensor-core head dim: the defaults of both shape classes (a machine-filling grid
   // and one too small to fill it once).
   for (DType t : {DType::f16, DType::bf16})
-    for (int d = 8; d <= kMaxHeadDim; d += 8) {
-      if (std::ranges::find(kAttentionWarmHeadDims, d) != std::end(kAttentionWarmHeadDims)) continue;
+    for (int d : attention_default_only_head_dims()) {
       for (bool causal : {false, true})
         for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}})
           add({t, d, causal}, attention_forward_default_config({t, d, causal}, shape, target, 132));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "generator/entry_shim.h"
 #include "generator/kernel_source.h"
 #include "generator/target.h"
 
@@ -45,6 +46,12 @@ struct AttentionForwardConfig {
 // Head dims whose every config is built by `kgen warm` and the replay table; every other
 // multiple of 8 up to 256 (attention_fwd::tensor_core_head_dim) is built with its defaults.
 inline constexpr int kAttentionWarmHeadDims[] = {32, 64, 96, 128, 256};
+// The other tensor-core head dims (multiples of 8 up to 256), built with their defaults only.
+std::vector<int> attention_default_only_head_dims();
+// Appends the template arguments a padded tile needs: HeadDim (the tensors' head dim) when it
+// differs from the tile's or when the kernel splits its columns, then Splits when above 1. Tiles
+// of the exact head dim get neither, so their sources stay as they were.
+void add_head_dim_args(EntryShim& shim, int tile, int head_dim, int splits = 1);
 // Largest head dim any path serves.
 inline constexpr int kMaxHeadDim = 256;
 
