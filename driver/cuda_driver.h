@@ -48,7 +48,8 @@ namespace kgen {
   X(cuEventDestroy, "cuEventDestroy_v2")                                \
   X(cuEventRecord, "cuEventRecord")                                     \
   X(cuEventSynchronize, "cuEventSynchronize")                           \
-  X(cuEventElapsedTime, "cuEventElapsedTime_v2")
+  X(cuEventElapsedTime, "cuEventElapsedTime_v2")                       \
+  X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled")
 
 // Function table of the loaded driver.
 struct CudaDriver {

@@ -91,6 +91,24 @@ class CudaGpuDriver final : public GpuDriver {
                what);
   }
 
+  void encode_tensor_map(void* out, const TiledTensorMap& m, const char* what) const override {
+    cuuint64_t dims[5], strides[4];
+    cuuint32_t box[5], element_strides[5];
+    for (int i = 0; i < m.rank; ++i) {
+      dims[i] = m.dims[i];
+      box[i] = m.box[i];
+      element_strides[i] = 1;
+      if (i + 1 < m.rank) strides[i] = m.strides_bytes[i];
+    }
+    cuda_check(cuda_driver().cuTensorMapEncodeTiled(
+                   static_cast<CUtensorMap*>(out),
+                   m.bfloat16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                   static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, element_strides,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+               what);
+  }
+
   DevicePtr alloc(std::size_t bytes, const char* what) const override {
     CUdeviceptr p = 0;
     cuda_check(cuda_driver().cuMemAlloc(&p, bytes), what);

@@ -30,6 +30,18 @@ struct DeviceProperties {
   std::size_t total_memory = 0;
 };
 
+// A tiled tensor map (the TMA descriptor of NVIDIA Hopper): a tensor of 16-bit elements with up
+// to 5 dimensions, innermost first, copied in boxes of `box` elements under the 128-byte shared-
+// memory swizzle; elements outside `dims` read as zero and are not written.
+struct TiledTensorMap {
+  const void* base = nullptr;  // 16-byte aligned
+  int rank = 0;
+  std::uint64_t dims[5] = {};
+  std::uint64_t strides_bytes[4] = {};  // of dims 1 .. rank - 1, multiples of 16
+  std::uint32_t box[5] = {};
+  bool bfloat16 = false;  // else float16
+};
+
 // Every call that can fail throws kgen::Error (cuda_error, naming `what` or the call and the
 // driver's message; no_device when no GPU is usable). Calls that act on "the current device"
 // use the device made current on this thread by make_current(). Thread-safe.
@@ -61,6 +73,10 @@ class GpuDriver {
   // takes them (one pointer per kernel parameter).
   virtual void launch(GpuFunction f, unsigned x, unsigned y, unsigned z, int threads, int smem_bytes,
                       GpuStream stream, void** args, const char* what) const = 0;
+
+  // Writes the 128-byte descriptor of `map` to `out` (64-byte aligned). Backends without tensor
+  // maps throw Error(invalid_argument).
+  virtual void encode_tensor_map(void* out, const TiledTensorMap& map, const char* what) const;
 
   // Device memory of the current device. free and free_async never throw (destructors use them).
   virtual DevicePtr alloc(std::size_t bytes, const char* what) const = 0;

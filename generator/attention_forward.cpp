@@ -26,6 +26,11 @@ bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 // Registers per thread of the wgmma kernel: O (D/2) and S (BN/2) accumulators, P packed to 16
 // bits (BN/4), plus addressing and softmax state.
 int wgmma_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40; }
+// Registers per consumer thread of the warp-specialised kernel: O (D/2), S of the next tile
+// (BN/2) and P of the current one packed (BN/4), plus addressing and softmax state; setmaxnreg
+// gives each consumer 240.
+int ws_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40; }
+constexpr int kWsConsumerRegisters = 240;
 int simt_bucket(int d) { return attention_simt_bucket(d); }
 
 // Registers per thread of the fa2 kernel, estimated from its fragments for r = 16 or 32 rows
@@ -72,6 +77,8 @@ std::string to_string(const AttentionForwardConfig& c) {
     s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps << ":s" << c.stages;
   else if (c.path == ForwardPath::wgmma)
     s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
+  else if (c.path == ForwardPath::ws)
+    s << "ws:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << ":pp" << c.ping_pong;
   else
     s << "simt:bm" << c.block_m << ":bn" << c.block_n << ":dmax" << c.max_head_dim;
   return s.str();
@@ -82,6 +89,7 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   AttentionForwardConfig c;
   if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
   else if (parts.size() == 4 && parts[0] == "wg") c.path = ForwardPath::wgmma;
+  else if (parts.size() == 5 && parts[0] == "ws") c.path = ForwardPath::ws;
   else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
   else return std::nullopt;
   const auto number = parse_prefixed_int;
@@ -91,6 +99,10 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
     c.max_head_dim = 0;
   } else if (c.path == ForwardPath::wgmma) {
     ok = ok && number(parts[3], "s", c.stages);
+    c.max_head_dim = 0;
+    c.warps = c.block_m / 16;
+  } else if (c.path == ForwardPath::ws) {
+    ok = ok && number(parts[3], "s", c.stages) && number(parts[4], "pp", c.ping_pong);
     c.max_head_dim = 0;
     c.warps = c.block_m / 16;
   } else {
@@ -162,6 +174,21 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
       return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " and " + std::to_string(c.block_m / 64) + " warpgroups exceeds the register budget";
     smem = attention_fwd::wgmma_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m / 64, c.block_n, c.stages);
+  } else if (c.path == ForwardPath::ws) {
+    if (!has_wgmma(target)) return "ws path needs the sm_90a target, not " + target.arch;
+    if (spec.dtype == DType::f32) return std::string("ws path needs fp16 or bf16 inputs");
+    if (!is_wgmma_head_dim(spec.head_dim))
+      return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+    if (c.block_m != 128) return std::string("ws block_m must be 128 (two consumer warpgroups)");
+    if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
+      return std::string("ws block_n must be 64, 128 or 192");
+    if (c.stages < 2 || c.stages > 4) return std::string("ws stages must be 2, 3 or 4");
+    if (c.ping_pong != 0 && c.ping_pong != 1) return std::string("ws pp must be 0 or 1");
+    if (c.warps != c.block_m / 16) return std::string("ws warps must be block_m / 16");
+    if (ws_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > kWsConsumerRegisters)
+      return "ws head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+             " exceeds the consumers' register budget";
+    smem = attention_fwd::ws_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_n, c.stages);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -183,6 +210,11 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     if (!check_attention_forward_config(spec, c, target)) out.push_back(c);
   };
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+    // Ping-pong off is kept for the tuner only at 128-key tiles, where it came within noise.
+    for (int bn : {128, 64, 192})
+      for (int stages : {2, 3})
+        for (int pp : {1, 0})
+          if (pp == 1 || (bn == 128 && stages == 2)) keep({ForwardPath::ws, 128, bn, stages, 0, 8, pp});
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
         for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
@@ -201,13 +233,17 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && spec.head_dim > 32 && has_wgmma(target)) {
-    // Hopper: two warpgroups of 64 query rows. On an H200 (bf16, b·n = 16k, h·d = 2048,
-    // BENCHMARKS.md) d = 128 ran 491 / 496 TFLOPS at n = 4k / 16k with 128-key tiles (causal
-    // 437 / 518) against 334 / 341 for the best fa2 tile; d = 64 ran 408 / 417 with 64-key
-    // tiles (causal 365 / 399) against 325 / 333.
-    // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
-    // Above 128 columns 64-key tiles keep O (up to 128 registers) and S in the register file.
-    AttentionForwardConfig c{ForwardPath::wgmma, 128, wgmma_tile_head_dim(spec.head_dim) == 128 ? 128 : 64, 2, 0, 8};
+    // Hopper: the warp-specialised TMA kernel, two consumer warpgroups of 64 query rows. On an
+    // H200 (bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Warp-specialised forward") d = 128 ran
+    // 655 / 642 TFLOPS at n = 4k / 16k with 128-key tiles (causal 595 / 687) against 488 / 494
+    // (426 / 493) for the non-specialised wgmma kernel; d = 64 ran 459 / 476 with 192-key tiles
+    // at 4k / 16k and 372 with 128-key tiles at 1k.
+    // Other head dims run on the padded tile: 128-key tiles up to 192 columns (their registers
+    // allow it), 64-key tiles for 256 columns (S, P and O within 240 registers).
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
+    AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
+    while (check_attention_forward_config(spec, c, target) && c.block_n > 64) c.block_n -= 64;
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
@@ -269,6 +305,18 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("WGs", c.block_m / 64),
                                        targ("Stages", c.stages), targ("Causal", spec.causal)});
     add_head_dim_args(shim, tile, spec.head_dim);
+  } else if (c.path == ForwardPath::ws) {
+    k.threads = attention_fwd::ws_threads();
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    k.smem_bytes = attention_fwd::ws_smem_bytes(tile, c.block_n, c.stages);
+    header = "kgen_device/attention/forward_ws.cuh";
+    shim.function = "attention_forward_ws";
+    shim.params = "AttentionForwardTmaParams";
+    shim.grid_constant = true;
+    shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("Stages", c.stages),
+                                       targ("Causal", spec.causal)});
+    shim.args.push_back(targ("HeadDim", spec.head_dim));
+    shim.args.push_back(targ("PingPong", c.ping_pong == 1));
   } else {
     k.threads = attention_fwd::simt_threads(c.block_m);
     k.smem_bytes = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);

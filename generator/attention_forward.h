@@ -30,7 +30,7 @@ struct AttentionShape {
 // wgmma: Hopper warpgroup MMA (sm_90a targets only), fp16/bf16, multiples of 8 up to 128
 // (tiles of 64 or 128).
 // simt: general path, any dtype and any head_dim <= 256, plain fp32 math.
-enum class ForwardPath { fa2, simt, wgmma };
+enum class ForwardPath { fa2, simt, wgmma, ws };
 
 struct AttentionForwardConfig {
   ForwardPath path = ForwardPath::fa2;
@@ -40,6 +40,7 @@ struct AttentionForwardConfig {
   int stages = 2;         // fa2, wgmma: K/V shared-memory buffers
   int max_head_dim = 0;   // simt: head_dim rounded up to 32/64/128/256
   int warps = 0;          // fa2: warps per block, block_m / warps = 16 or 32 rows each
+  int ping_pong = 0;      // ws: 1 = the two consumer warpgroups take turns to issue wgmma
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 

@@ -17,7 +17,8 @@ std::string render_entry_shims(std::string_view header, std::string_view variant
   for (const EntryShim& s : shims) {
     src += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(s.threads);
     if (s.min_blocks > 0) src += ", " + std::to_string(s.min_blocks);
-    src += ") " + s.entry + "(const kgen::" + s.params + " p) {\n  kgen::" + s.function + "<";
+    src += ") " + s.entry + "(const " + (s.grid_constant ? "__grid_constant__ " : "") + "kgen::" + s.params +
+           " p) {\n  kgen::" + s.function + "<";
     for (std::size_t i = 0; i < s.args.size(); ++i)
       src += (i ? ", /*" : "/*") + s.args[i].name + "=*/" + s.args[i].value;
     src += ">(p);\n}\n";

@@ -35,6 +35,7 @@ struct EntryShim {
   std::string params;    // parameter struct in namespace kgen: "AttentionForwardParams"
   std::string function;  // device template in namespace kgen: "attention_forward_fa2", "lrpe::lrpe_forward"
   std::vector<TemplateArg> args;
+  bool grid_constant = false;  // pass it as a __grid_constant__ (the kernel takes its address: TMA maps)
 };
 
 // The translation unit: `#include "header"`, a comment naming `variant`, then each shim.

@@ -28,8 +28,39 @@ constexpr double kLog2e = 1.4426950408889634;
 std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionForwardConfig& c) {
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
-  k.add(c.stages, 4).add(c.max_head_dim, 10).add(c.warps, 6);
+  k.add(c.stages, 4).add(c.max_head_dim, 10).add(c.warps, 6).add(c.ping_pong, 1);
   return k.value();
+}
+
+// The 4-d TMA view (d, n, heads, batch) of a (batch, heads, n, d) tensor in boxes of 64 columns
+// by `rows` rows; false when a dimension of more than one element has stride 0 (an expanded
+// view), which TMA cannot walk.
+bool tiled_map(const TensorView& t, int rows, TiledTensorMap& m) {
+  const int bytes = dtype_bytes(t.dtype);
+  m.base = t.data;
+  m.rank = 4;
+  m.bfloat16 = t.dtype == DType::bf16;
+  for (int i = 0; i < 4; ++i) m.dims[i] = static_cast<std::uint64_t>(t.shape[3 - i]);
+  for (int i = 1; i < 4; ++i) {
+    const std::int64_t stride = t.strides[3 - i];
+    if (t.shape[3 - i] > 1 && stride <= 0) return false;
+    // A dimension of one element is never stepped: any valid stride serves.
+    m.strides_bytes[i - 1] = t.shape[3 - i] > 1 ? static_cast<std::uint64_t>(stride * bytes) : 16;
+  }
+  m.box[0] = 64, m.box[1] = static_cast<std::uint32_t>(rows), m.box[2] = 1, m.box[3] = 1;
+  return true;
+}
+
+// The tensor maps of the warp-specialised forward, or false when a view cannot have one.
+bool fill_tensor_maps(AttentionForwardTmaParams& tp, const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& o, int block_n) {
+  TiledTensorMap maps[4];
+  if (!tiled_map(q, 64, maps[0]) || !tiled_map(k, block_n, maps[1]) || !tiled_map(v, block_n, maps[2]) ||
+      !tiled_map(o, 64, maps[3]))
+    return false;
+  TensorMapBytes* out[4] = {&tp.q_map, &tp.k_map, &tp.v_map, &tp.o_map};
+  for (int i = 0; i < 4; ++i) gpu_driver().encode_tensor_map(out[i], maps[i], "cuTensorMapEncodeTiled(attention_fwd)");
+  return true;
 }
 
 }  // namespace
@@ -165,6 +196,16 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const Tens
   AttentionForwardCall call = validate_attention_forward(q, k, v, o, lse, options);
   AttentionForwardConfig config = choose_attention_forward_config(call, options);
   AttentionForwardLaunch launch;
+  if (config.path == ForwardPath::ws) {
+    launch.tma = true;
+    // An expanded (stride-0) view has no tensor map: the same tiles without TMA serve it.
+    if (!fill_tensor_maps(launch.tma_params, q, k, v, o, config.block_n)) {
+      if (!options.config.empty())
+        invalid_argument("config: " + options.config + " needs views without zero strides (TMA); use a wg: config");
+      config = {ForwardPath::wgmma, 128, config.block_n, 2, 0, 8};
+      launch.tma = false;
+    }
+  }
   launch.kernel = loaded_kernel({"attention_fwd", forward_kernel_key(call.spec, config), call.device},
                                 [&] { return render_attention_forward(call.spec, config); });
   AttentionForwardParams& p = launch.params;
@@ -184,6 +225,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const Tens
   p.scale = static_cast<float>(scale);
   p.scale_log2 = static_cast<float>(scale * kLog2e);
   launch.grid = attention_forward_grid(config, call.shape);
+  if (launch.tma) launch.tma_params.a = p;
   return launch;
 }
 
@@ -192,7 +234,7 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
   use_primary_context(q.device);
-  launch_kernel(launch.kernel, launch.grid, &launch.params, stream, "launch(attention_fwd)");
+  launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
 }
 
 const char* version() { return KGEN_VERSION; }

@@ -28,6 +28,10 @@ struct AttentionForwardLaunch {
   LoadedKernel kernel;
   LaunchGrid grid;
   AttentionForwardParams params;
+  bool tma = false;                      // the warp-specialised kernel: it takes tma_params
+  AttentionForwardTmaParams tma_params;  // params plus the TMA maps of q, k, v and o
+  // The kernel's one parameter, as launch_kernel takes it.
+  void* kernel_params() { return tma ? static_cast<void*>(&tma_params) : static_cast<void*>(&params); }
 };
 
 // Validates, chooses the config and resolves the kernel (compiling or loading it on first use)

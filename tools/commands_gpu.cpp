@@ -314,7 +314,7 @@ int run_launch_bench(int calls) {
   attention_forward(q, k, v, o, &lse, opt, stream);  // decision + kernel resolution on first use
   double first_api_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   AttentionForwardLaunch prepared = prepare_attention_forward(q, k, v, o, &lse, opt);
-  void* args[] = {&prepared.params};
+  void* args[] = {prepared.kernel_params()};
   auto bare = [&] {
     cuda_check(cu.cuLaunchKernel(static_cast<CUfunction>(prepared.kernel.function), prepared.grid.x, prepared.grid.y, prepared.grid.z,
                                  prepared.kernel.threads, 1, 1, prepared.kernel.smem_bytes, stream, args, nullptr),

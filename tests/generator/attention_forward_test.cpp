@@ -129,24 +129,54 @@ TEST(AttentionForwardConfig, DefaultUsesTensorCoresWhereTheyApply) {
   EXPECT_EQ(small.block_m, 64);
 }
 
-TEST(AttentionForwardConfig, HopperDefaultIsTheWgmmaKernelForItsHeadDims) {
+TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDims) {
   for (int d : {64, 128})
     for (bool causal : {false, true}) {
       auto c = attention_forward_default_config({DType::bf16, d, causal}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
-      EXPECT_EQ(c.path, ForwardPath::wgmma) << d;
-      EXPECT_EQ(to_string(c), d == 64 ? "wg:bm128:bn64:s2" : "wg:bm128:bn128:s2");
+      EXPECT_EQ(c.path, ForwardPath::ws) << d;
+      EXPECT_EQ(to_string(c), d == 64 ? "ws:bm128:bn192:s2:pp1" : "ws:bm128:bn128:s2:pp1");
     }
-  // Other head dims take the padded wgmma tile (40: 64 columns, 80 and 96: 128, 136: 192 with
-  // 64-key tiles); 32 keeps the fa2 kernel; sm_90 without the "a" has no wgmma.
+  // d = 64 takes 128-key tiles below 4k keys. Other head dims take the padded tile (40: 64
+  // columns, 80 and 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and
+  // registers); 32 keeps the fa2 kernel; sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)), "wg:bm128:bn64:s2");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)), "wg:bm128:bn128:s2");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)), "wg:bm128:bn128:s2");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132).path, ForwardPath::fa2);
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "wg:bm128:bn64:s2");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)), "wg:bm128:bn64:s2");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, *parse_target("sm_90"), 132).path,
             ForwardPath::fa2);
+}
+
+TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
+  const AttentionForwardSpec spec{DType::bf16, 128, false};
+  const AttentionForwardConfig ws{ForwardPath::ws, 128, 128, 2, 0, 8, 1};
+  EXPECT_FALSE(check_attention_forward_config(spec, ws, sm90a()));
+  EXPECT_EQ(parse_attention_forward_config(to_string(ws)), ws);
+  EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp0")->ping_pong, 0);
+  auto why = [&](AttentionForwardConfig c, const AttentionForwardSpec& sp, const Target& t) {
+    auto r = check_attention_forward_config(sp, c, t);
+    return r ? *r : std::string("valid");
+  };
+  EXPECT_NE(why(ws, spec, sm80()).find("sm_90a"), std::string::npos);
+  EXPECT_NE(why(ws, {DType::f32, 128, false}, sm90a()).find("fp16 or bf16"), std::string::npos);
+  auto bm64 = ws;
+  bm64.block_m = 64;
+  EXPECT_NE(why(bm64, spec, sm90a()).find("block_m"), std::string::npos);
+  auto bn192 = ws;
+  bn192.block_n = 192;  // O, S and P of 128 columns and 192 keys exceed 240 registers
+  EXPECT_NE(why(bn192, spec, sm90a()).find("register"), std::string::npos);
+  auto s4 = ws;
+  s4.stages = 4;  // 1 KiB + 32 KiB of Q + 4 x 64 KiB of K and V
+  EXPECT_NE(why(s4, spec, sm90a()).find("shared memory"), std::string::npos);
+  auto pp2 = ws;
+  pp2.ping_pong = 2;
+  EXPECT_NE(why(pp2, spec, sm90a()).find("pp"), std::string::npos);
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2"));
 }
 
 TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {

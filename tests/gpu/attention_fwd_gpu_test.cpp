@@ -79,11 +79,10 @@ TEST(AttentionForwardGpuConfigs, EveryConfigInTheSpaceIsCorrect) {
         }
 }
 
-// The Hopper wgmma kernels (sm_90a devices only): every config of the space on the odd shapes
-// (layouts alternating) in bf16, the default config in fp16 on both layouts, and a large
-// many-wave GQA shape per head dim and mask with the default config.
-TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
-  KGEN_REQUIRE_GPU();
+// One Hopper family (sm_90a devices only): every config of the space on the odd shapes (layouts
+// alternating) in bf16, the default config in fp16 on both layouts, and a large many-wave GQA
+// shape per head dim and mask with the default config. Returns the configs tested.
+int check_hopper_family(ForwardPath path) {
   const Target& target = device_info(0).target;
   std::uint64_t seed = 4242;
   int tested = 0;
@@ -97,22 +96,33 @@ TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
   for (int d : {64, 128, 80, 40, 104, 200, 256})  // 80, 40, 104, 200: tiles padded past the head dim
     for (bool causal : {false, true}) {
       for (const auto& config : attention_forward_config_space({DType::bf16, d, causal}, target)) {
-        if (config.path != ForwardPath::wgmma) continue;
+        if (config.path != path) continue;
         ++tested;
         int i = 0;
         for (const Shape& s : kShapes) run(DType::bf16, d, causal, to_string(config), s, i++ % 2 ? Layout::bnhd : Layout::bhnd);
       }
       const AttentionShape big{2, 16, 4, 4096, 4096};
       auto chosen = attention_forward_default_config({DType::f16, d, causal}, big, target, device_info(0).sm_count);
-      if (chosen.path != ForwardPath::wgmma) continue;
+      if (chosen.path != path) continue;
       for (const Shape& s : kShapes)
         for (Layout layout : {Layout::bhnd, Layout::bnhd}) run(DType::f16, d, causal, to_string(chosen), s, layout);
       run(DType::bf16, d, causal, "", {big.batch, big.heads_q, big.heads_kv, big.n_q, big.n_k}, Layout::bnhd);
     }
   if (target.arch == "sm_90a") {
-    EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
+    EXPECT_GT(tested, 0) << "no config of the family in the space on an sm_90a device";
   }
-  if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+  return tested;
+}
+
+TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
+  KGEN_REQUIRE_GPU();
+  if (check_hopper_family(ForwardPath::wgmma) == 0) GTEST_SKIP() << "the device has no wgmma";
+}
+
+// The warp-specialised TMA kernels, the same way.
+TEST(AttentionForwardGpuWs, EveryWsConfigOnOddShapesAndTheDefaultsLarge) {
+  KGEN_REQUIRE_GPU();
+  if (check_hopper_family(ForwardPath::ws) == 0) GTEST_SKIP() << "the device has no wgmma";
 }
 
 // Large shapes: several waves of blocks on the device, sampled rows of every head checked.

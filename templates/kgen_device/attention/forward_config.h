@@ -42,6 +42,16 @@ KGEN_HOST_DEVICE constexpr int wgmma_smem_bytes(int head_dim, int wgs, int block
   return 1024 + (64 * wgs * head_dim + stages * 2 * block_n * head_dim) * 2;
 }
 
+// Warp-specialised Hopper kernel (forward_ws.cuh): a producer warpgroup and two consumer
+// warpgroups of 64 query rows (block_m = 128).
+KGEN_HOST_DEVICE constexpr int ws_threads() { return 3 * 128; }
+constexpr int kWsBarrierBytes = 256;  // the ring's mbarriers (8 bytes each, up to 4 stages)
+// Dynamic shared memory: the 1024-byte alignment slack, Q (128 rows), `stages` K and V tiles,
+// then the barriers.
+KGEN_HOST_DEVICE constexpr int ws_smem_bytes(int head_dim, int block_n, int stages) {
+  return 1024 + (128 * head_dim + stages * 2 * block_n * head_dim) * 2 + kWsBarrierBytes;
+}
+
 // General (SIMT) path: any dtype, any head_dim <= max_head_dim; one warp per query row,
 // K/V tiles of block_n rows staged in fp32 shared memory.
 KGEN_HOST_DEVICE constexpr int simt_threads(int warps) { return warps * 32; }

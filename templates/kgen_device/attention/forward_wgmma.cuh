@@ -103,6 +103,73 @@ __device__ __forceinline__ void scale_rows(float (&acc)[N], const float (&alpha)
   }
 }
 
+// The query tile of this block and the key tiles it visits. Causal grids walk the query tiles
+// from the last (most keys) to the first, so the longest blocks start first.
+struct QueryBlock {
+  int m0, head, batch, n_q, n_k;
+  int diag;       // causal: row i sees keys j <= i + diag
+  int num_tiles;  // key tiles of BN keys holding a key visible to some row of the block
+  template <int BM, int BN, bool Causal>
+  __device__ __forceinline__ static QueryBlock of(const AttentionForwardParams& p) {
+    QueryBlock b;
+    b.m0 = (Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;
+    b.head = blockIdx.y, b.batch = blockIdx.z;
+    b.n_q = p.n_q, b.n_k = p.n_k;
+    b.diag = b.n_k - b.n_q;
+    int n_end = b.n_k;
+    if constexpr (Causal) n_end = imax(0, imin(b.n_k, imin(b.m0 + BM, b.n_q) + b.diag));
+    b.num_tiles = (n_end + BN - 1) / BN;
+    return b;
+  }
+};
+
+// S = Q·Kᵀ into acc (64 x BN) for the HeadDim columns rounded up to 16, issued and not
+// committed: A = this warpgroup's Q rows by descriptor `q_desc`, B = the K tile at `smem_k`, both
+// K-major. A k-step of 16 elements moves 32 bytes inside a 64-column block, 64 columns one block.
+template <class T, class QTile, class KVTile, int HeadDim, int N>
+__device__ __forceinline__ void issue_qk(float (&acc)[N], unsigned long long q_desc, unsigned smem_k) {
+  const unsigned long long k_desc = wgmma::desc_sw128(smem_k, 16, 1024);
+  auto k_step = [](int kk, int block_bytes) { return (kk / 4) * block_bytes + (kk % 4) * 32; };
+#pragma unroll
+  for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
+    wgmma::Mma<2 * N>::template ss<T, 0, 0>(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
+                                            k_desc + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
+}
+
+// O += P·V as one committed group: A = P packed in registers (BN / 16 k-steps), B = the V tile
+// at `smem_v`, MN-major.
+template <class T, class KVTile, int N, int KSteps>
+__device__ __forceinline__ void issue_pv(float (&o)[N], const unsigned (&pa)[KSteps][4], unsigned smem_v) {
+  const unsigned long long v_desc = wgmma::desc_sw128(smem_v, KVTile::kBlockBytes, 1024);
+  wgmma::fence_operand(o);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < KSteps; ++kk) wgmma::Mma<2 * N>::template rs<T, 1>(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
+  wgmma::commit();
+}
+
+// The epilogue's first half: this thread's O rows (tile rows `local_row0` and + 8) divided by
+// their softmax sums, packed to 16 bits into the Q tile at `smem_q`, and their LSE (natural log,
+// −inf for a row that saw no key) stored when `lse_ptr` is set and the row is below n_q.
+template <class T, class QTile, int N>
+__device__ __forceinline__ void stage_output(unsigned smem_q, const float (&o)[N], const float (&row_sum)[2],
+                                             const float (&row_max)[2], int local_row0, int t, int m0, int n_q,
+                                             float scale_log2, float* lse_ptr) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_sum[h]);
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    const int local_row = local_row0 + 8 * h;
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+      st_shared_4(smem_q + QTile::offset(local_row, j) + 4 * t,
+                  pack2<T>(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l));
+    const int row = m0 + local_row;
+    if (lse_ptr != nullptr && t == 0 && row < n_q)
+      lse_ptr[row] = l > 0.f ? (row_max[h] * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
+  }
+}
+
 }  // namespace wgmma_fwd_detail
 
 // T: half_t or bfloat16_t. D: the tile's head dim, 64 or 128. BN: keys per tile (64, 128, 192).
@@ -132,16 +199,10 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
-  const int m_block = Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  const int m0 = m_block * BM;
-  const int head = blockIdx.y, batch = blockIdx.z;
-  const int n_q = p.n_q, n_k = p.n_k;
-  const int diag = n_k - n_q;  // causal: row i sees keys j <= i + diag
+  const auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p);
+  const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
+  const int num_tiles = qb.num_tiles;
   const float scale_log2 = p.scale_log2;
-
-  int n_end = n_k;  // keys [0, n_end) are visible to at least one row of this block
-  if constexpr (Causal) n_end = imax(0, imin(n_k, imin(m0 + BM, n_q) + diag));
-  const int num_tiles = (n_end + BN - 1) / BN;
 
   const unsigned smem_raw = smem_u32(dynamic_smem());
   const unsigned smem_q = (smem_raw + 1023u) & ~1023u;
@@ -162,10 +223,8 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     cp_async_commit();
   }
 
-  // Descriptors: Q rows of this warpgroup (K-major), K (K-major), V (MN-major). A k-step of 16
-  // elements moves 32 bytes inside a 64-column block, and 64 columns move one block.
+  // Descriptor of this warpgroup's Q rows (K-major).
   const unsigned long long q_desc = wgmma::desc_sw128(smem_q + wg * 64 * 128, 16, 1024);
-  auto k_step = [](int kk, int block_bytes) { return (kk / 4) * block_bytes + (kk % 4) * 32; };
 
   float o[kORegs];
 #pragma unroll
@@ -175,23 +234,13 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   const int wg_row0 = m0 + wg * 64;  // first query row of this warpgroup
   const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
 
-  // Both schedules' pieces. S = Q·Kᵀ of the tile in `stage` into acc (issued, not committed).
+  // Both schedules' pieces: S = Q·Kᵀ (issued, not committed) and O += P·V (one committed group)
+  // of the tile in `stage`.
   auto issue_s = [&](float (&acc)[kSRegs], int stage) {
-    const unsigned long long k_desc = wgmma::desc_sw128(smem_k(stage), 16, 1024);
-#pragma unroll
-    for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
-      wgmma::Mma<BN>::template ss<T, 0, 0>(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
-                                           k_desc + (k_step(kk, KVTile::kBlockBytes) >> 4), kk > 0);
+    wgmma_fwd_detail::issue_qk<T, QTile, KVTile, HeadDim>(acc, q_desc, smem_k(stage));
   };
-  // O += P·V of the tile in `stage`, P packed in registers; one committed group.
   auto issue_pv = [&](const unsigned (&pa)[BN / 16][4], int stage) {
-    const unsigned long long v_desc = wgmma::desc_sw128(smem_v(stage), KVTile::kBlockBytes, 1024);
-    wgmma::fence_operand(o);
-    wgmma::fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk)
-      wgmma::Mma<D>::template rs<T, 1>(o, pa[kk], v_desc + ((kk * 16 * 128) >> 4), 1);
-    wgmma::commit();
+    wgmma_fwd_detail::issue_pv<T, KVTile>(o, pa, smem_v(stage));
   };
   // Keys >= n_k, or above the causal diagonal, in the tile starting at key n0.
   auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
@@ -284,19 +333,8 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   __syncthreads();  // no copy may still target Q (num_tiles == 0), no warpgroup still reads it
   T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h;
   float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float l = quad_sum(row_sum[h]);
-    const float inv_l = l > 0.f ? 1.f / l : 0.f;
-    const int local_row = wg * 64 + warp * 16 + g + 8 * h;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j)
-      st_shared_4(smem_q + QTile::offset(local_row, j) + 4 * t,
-                  pack2<T>(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l));
-    const int row = m0 + local_row;
-    if (lse_ptr != nullptr && t == 0 && row < n_q)
-      lse_ptr[row] = l > 0.f ? (row_max[h] * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
-  }
+  wgmma_fwd_detail::stage_output<T, QTile>(smem_q, o, row_sum, row_max, wg * 64 + warp * 16 + g, t, m0, n_q, scale_log2,
+                                          lse_ptr);
   __syncwarp();
   constexpr int kChunks = D / 8;
 #pragma unroll

@@ -26,3 +26,21 @@ struct AttentionForwardParams {
 };
 
 }  // namespace kgen
+
+namespace kgen {
+
+// An opaque TMA descriptor (CUtensorMap), filled by the driver on the host.
+struct alignas(64) TensorMapBytes {
+  unsigned long long opaque[16];
+};
+
+// Parameters of the warp-specialised Hopper forward (forward_ws.cuh), passed as a
+// __grid_constant__ so the device can take the maps' addresses. Each map views its tensor as
+// 4-d (d, n, heads, batch), innermost first, with 64-element by `rows` boxes under the 128-byte
+// swizzle: q and o 64-row boxes (one per consumer warpgroup), k and v BN-row boxes.
+struct AttentionForwardTmaParams {
+  AttentionForwardParams a;
+  TensorMapBytes q_map, k_map, v_map, o_map;
+};
+
+}  // namespace kgen

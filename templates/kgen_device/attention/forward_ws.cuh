@@ -1,0 +1,244 @@
+// Warp-specialised Hopper attention forward (sm_90a): a producer warpgroup loads Q, K and V with
+// TMA into an mbarrier ring, two consumer warpgroups run the wgmma main loop of forward_wgmma.cuh.
+//
+// Work split. Grid (ceil(n_q / 128), heads_q, batch), 384 threads: warpgroup 0 is the producer
+// (one thread issues every copy; the warpgroup gives its registers to the consumers with
+// setmaxnreg), warpgroups 1 and 2 are consumers owning query rows [0, 64) and [64, 128) of the
+// tile. Causal grids walk the query tiles from the last (most keys) to the first.
+//
+// Shared memory (dynamic, base rounded up to 1024 bytes for the 128-byte swizzle):
+//   [Q: 128 x D][K_0: BN x D][V_0: BN x D] ... [K_{Stages-1}][V_{Stages-1}][barriers]
+// each tile a wgmma::Sw128 layout, which is what a TMA copy with the 128-byte swizzle writes for
+// a box of 64 columns (one column block). Barriers (8 bytes each): q_full, then per stage
+// k_full, v_full (one arrival: the producer's expect_tx; the copies complete them) and k_empty,
+// v_empty (one arrival per consumer warp once its warpgroup's wgmma have read the stage).
+// Out-of-bounds rows and the columns from the head dim to D arrive as zeros from TMA.
+//
+// Consumer main loop (per warpgroup, intra-warpgroup overlap): Q·Kᵀ of tile j+1 and P·V of tile
+// j are issued together; the softmax of tile j+1 runs while P·V is on the tensor cores; O is
+// rescaled after it. With PingPong the two consumers take turns to issue their wgmma (named
+// barriers 1 and 2), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor
+// cores.
+//
+// Epilogue: O / l in 16 bits into the warpgroup's own Q rows, then one TMA store per 64-column
+// block (rows past n_q and columns past the head dim are not written); LSE in the natural log,
+// −inf (and O = 0) for rows that saw no key.
+//
+// Requirements (checked by the host): 16-byte aligned pointers and strides, contiguous last
+// dimension, p.head_dim == HeadDim, D a multiple of 64.
+#pragma once
+
+#include "kgen_device/attention/forward_config.h"
+#include "kgen_device/attention/forward_wgmma.cuh"
+#include "kgen_device/attention/params.h"
+#include "kgen_device/core/block.cuh"
+#include "kgen_device/core/math.cuh"
+#include "kgen_device/core/memory.cuh"
+#include "kgen_device/core/tma.cuh"
+#include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
+#include "kgen_device/core/wgmma.cuh"
+
+namespace kgen {
+
+// T: half_t or bfloat16_t. D: the tile's head dim (64 .. 256). BN: keys per tile. Stages: K/V
+// buffers in the ring. Causal: bottom-right mask. HeadDim: the tensors' head dim, a multiple of
+// 8 in (D − 64, D]. PingPong: the two consumers alternate their wgmma issue.
+template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true>
+__device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaParams& tp) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the warp-specialised kernel takes half_t or bfloat16_t");
+  static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(BN % 64 == 0 && BN <= 192, "BN must be 64, 128 or 192");
+  static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kConsumers = 2;
+  constexpr int BM = 64 * kConsumers;
+  constexpr int kConsumerWarps = 4 * kConsumers;
+  using QTile = wgmma::Sw128<BM, D>;
+  using KVTile = wgmma::Sw128<BN, D>;
+  static_assert(1024 + QTile::kBytes + Stages * 2 * KVTile::kBytes + attention_fwd::kWsBarrierBytes ==
+                    attention_fwd::ws_smem_bytes(D, BN, Stages),
+                "shared memory layout must match ws_smem_bytes");
+  constexpr int kSRegs = BN / 2;
+  constexpr int kORegs = D / 2;
+  constexpr int kBoxBytes64 = 64 * 128;  // one 64-row box of a column block
+
+  const AttentionForwardParams& p = tp.a;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p);
+  const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
+  const int num_tiles = qb.num_tiles;
+
+  const unsigned smem_raw = smem_u32(dynamic_smem());
+  const unsigned smem_q = (smem_raw + 1023u) & ~1023u;
+  auto smem_k = [&](int stage) { return smem_q + QTile::kBytes + stage * 2 * KVTile::kBytes; };
+  auto smem_v = [&](int stage) { return smem_k(stage) + KVTile::kBytes; };
+  const unsigned bars = smem_k(Stages);
+  const unsigned q_full = bars;
+  auto k_full = [&](int stage) { return bars + 8 * (1 + stage); };
+  auto v_full = [&](int stage) { return bars + 8 * (1 + Stages + stage); };
+  auto k_empty = [&](int stage) { return bars + 8 * (1 + 2 * Stages + stage); };
+  auto v_empty = [&](int stage) { return bars + 8 * (1 + 3 * Stages + stage); };
+
+  if (tid == 0) {
+    tma::barrier_init(q_full, 1);
+    for (int s = 0; s < Stages; ++s) {
+      tma::barrier_init(k_full(s), 1);
+      tma::barrier_init(v_full(s), 1);
+      tma::barrier_init(k_empty(s), kConsumerWarps);
+      tma::barrier_init(v_empty(s), kConsumerWarps);
+    }
+    tma::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---- producer: one thread issues every copy; stage s of tile j waits for the consumers to
+    // release tile j − Stages ----
+    tma::release_registers<24>();
+    if (tid == 0) {
+      const int kv_head = head / p.head_group;
+      tma::arrive_expect_tx(q_full, QTile::kBytes);
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b)
+#pragma unroll
+        for (int c = 0; c < kConsumers; ++c)
+          tma::load_4d(smem_q + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b, m0 + 64 * c, head, batch,
+                       q_full);
+      for (int tile = 0; tile < num_tiles; ++tile) {
+        const int stage = tile % Stages, use = tile / Stages;
+        if (use > 0) tma::wait(k_empty(stage), (use - 1) & 1);
+        tma::arrive_expect_tx(k_full(stage), KVTile::kBytes);
+#pragma unroll
+        for (int b = 0; b < D / 64; ++b)
+          tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, tile * BN, kv_head, batch,
+                       k_full(stage));
+        if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
+        tma::arrive_expect_tx(v_full(stage), KVTile::kBytes);
+#pragma unroll
+        for (int b = 0; b < D / 64; ++b)
+          tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, tile * BN, kv_head, batch,
+                       v_full(stage));
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  tma::claim_registers<240>();
+  const int cw = wg - 1;  // consumer index: query rows [64·cw, 64·cw + 64) of the tile
+  const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
+  const float scale_log2 = p.scale_log2;
+  const int wg_row0 = m0 + cw * 64;
+  const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
+
+  // Ping-pong: consumer c waits at barrier 1 + c before issuing wgmma and lets the other one go
+  // after. Consumer 1 opens the first turn for consumer 0 and skips its last hand-over, so every
+  // arrival is matched by a wait.
+  const int issues = num_tiles > 0 ? num_tiles + 1 : 0;
+  int issue = 0;
+  auto begin_issue = [&] {
+    if constexpr (PingPong) tma::barrier_sync(1 + cw, 2 * 128);
+  };
+  auto end_issue = [&] {
+    ++issue;
+    if constexpr (PingPong)
+      if (cw == 0 || issue < issues) tma::barrier_arrive(2 - cw, 2 * 128);
+  };
+  if constexpr (PingPong)
+    if (cw == 1 && issues > 0) tma::barrier_arrive(1, 2 * 128);
+  // A stage is released once every warp of both consumers has passed its wgmma wait.
+  auto release = [&](unsigned bar) {
+    __syncwarp();
+    if (lane == 0) tma::arrive(bar);
+  };
+
+  const unsigned long long q_desc = wgmma::desc_sw128(smem_q + cw * kBoxBytes64, 16, 1024);
+  float o[kORegs];
+#pragma unroll
+  for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
+  auto issue_s = [&](float (&acc)[kSRegs], int stage) {
+    wgmma_fwd_detail::issue_qk<T, QTile, KVTile, HeadDim>(acc, q_desc, smem_k(stage));
+  };
+  auto issue_pv = [&](const unsigned (&pa)[BN / 16][4], int stage) {
+    wgmma_fwd_detail::issue_pv<T, KVTile>(o, pa, smem_v(stage));
+  };
+  auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
+  auto parity = [](int tile) { return static_cast<unsigned>((tile / Stages) & 1); };
+
+  float row_max[2] = {-infinity_f32(), -infinity_f32()};
+  float row_sum[2] = {0.f, 0.f};
+  unsigned pa[BN / 16][4];
+  tma::wait(q_full, 0);
+  if (num_tiles > 0) {
+    tma::wait(k_full(0), 0);
+    float s[kSRegs];
+    begin_issue();
+    wgmma::fence();
+    issue_s(s, 0);
+    wgmma::commit();
+    end_issue();
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+    release(k_empty(0));
+    float alpha[2];
+    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, 0, n_k, row0, diag, t, scale_log2,
+                                               needs_mask(0));
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+  }
+  for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+    const int next = (tile + 1) % Stages, stage = tile % Stages;
+    tma::wait(k_full(next), parity(tile + 1));
+    float s[kSRegs];
+    begin_issue();
+    wgmma::fence();
+    issue_s(s, next);
+    wgmma::commit();
+    tma::wait(v_full(stage), parity(tile));
+    issue_pv(pa, stage);
+    end_issue();
+    wgmma::wait<1>();  // Q·Kᵀ of tile + 1 done; P·V of tile may still run
+    wgmma::fence_operand(s);
+    release(k_empty(next));
+    float alpha[2];
+    const int n0 = (tile + 1) * BN;
+    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                               needs_mask(n0));
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+    release(v_empty(stage));
+    wgmma_fwd_detail::scale_rows(o, alpha);
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+  }
+  if (num_tiles > 0) {  // P·V of the last tile
+    const int stage = (num_tiles - 1) % Stages;
+    tma::wait(v_full(stage), parity(num_tiles - 1));
+    begin_issue();
+    issue_pv(pa, stage);
+    end_issue();
+    wgmma::wait<0>();
+    wgmma::fence_operand(o);
+  }
+
+  // ---- epilogue: O / l into this consumer's Q rows, one TMA store per column block; LSE ----
+  float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
+  wgmma_fwd_detail::stage_output<T, QTile>(smem_q, o, row_sum, row_max, cw * 64 + warp * 16 + g, t, m0, n_q, scale_log2,
+                                          lse_ptr);
+  tma::fence_proxy_async();
+  tma::barrier_sync(3 + cw, 128);
+  if (tid % 128 == 0) {
+#pragma unroll
+    for (int b = 0; b < D / 64; ++b)
+      tma::store_4d(&tp.o_map, smem_q + b * QTile::kBlockBytes + cw * kBoxBytes64, 64 * b, wg_row0, head, batch);
+    tma::store_commit();
+    tma::store_wait_read();
+  }
+#endif
+}
+
+}  // namespace kgen
