@@ -12,6 +12,7 @@ every sentence with the library's own.
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -205,9 +206,10 @@ def _logical4(t: View) -> View:
         check_view(t, 4)
         return t
     check_view(t, 3)
+    v = copy.copy(t)
     s, st = t.shape, t.strides
-    t.shape, t.strides, t.ndim = (s[0], 1, s[1], s[2]), (st[0], 0, st[1], st[2]), 4
-    return t
+    v.shape, v.strides, v.ndim = (s[0], 1, s[1], s[2]), (st[0], 0, st[1], st[2]), 4
+    return v
 
 
 def _lrpe_like(t: View, x: View, width: int, what: str) -> None:
