@@ -7,6 +7,7 @@ torch = pytest.importorskip("torch")
 
 import kgen  # noqa: E402
 import kgen.torch  # noqa: E402
+from kgen.testing import AttentionBlock  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 OPS = ["attention_forward", "attention_forward_out", "attention_backward", "attention_backward_out",
@@ -137,26 +138,6 @@ def test_cpu_fake_tensors_are_refused_as_the_library_does():
 
 # --- torch.compile on meta tensors --------------------------------------------------------------------
 
-class Block(torch.nn.Module):
-    """qkv projection, LRPE on q and k, attention (causal, GQA-free, bnhd) and an output projection."""
-
-    def __init__(self, d_model=64, heads=2):
-        super().__init__()
-        self.heads, self.head_dim = heads, d_model // heads
-        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
-        self.out = torch.nn.Linear(2 * d_model, d_model)
-        self.register_buffer("theta", 10000.0 ** (-torch.arange(self.head_dim) / self.head_dim))
-
-    def forward(self, x):
-        b, n, _ = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).unbind(2)
-        q = kgen.torch.lrpe_cosine(q, self.theta, layout="bnhd", act="silu")
-        k = kgen.torch.lrpe_cosine(k, self.theta, layout="bnhd", act="silu")
-        v = torch.cat([v, v], dim=-1)
-        o = kgen.torch.attention(q, k, v, causal=True, layout="bnhd")
-        return self.out(o.reshape(b, n, -1))
-
-
 class GraphRecorder:
     """A torch.compile backend (through aot_autograd) that keeps the forward and backward graphs."""
 
@@ -180,7 +161,7 @@ class GraphRecorder:
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
 def test_compile_traces_forward_and_backward(backend):
     torch._dynamo.reset()
-    model = Block().to("meta")
+    model = AttentionBlock(64, 2).to("meta")
     x = torch.empty(2, 16, 64, device="meta", requires_grad=True)
     compiled = torch.compile(model, fullgraph=True, backend=backend)
     y = compiled(x)
@@ -192,7 +173,7 @@ def test_compile_traces_forward_and_backward(backend):
 def test_compiled_graphs_hold_the_kgen_operators():
     torch._dynamo.reset()
     recorder = GraphRecorder()
-    model = Block().to("meta")
+    model = AttentionBlock(64, 2).to("meta")
     x = torch.empty(2, 16, 64, device="meta", requires_grad=True)
     torch.compile(model, fullgraph=True, backend=recorder.backend)(x).sum().backward()
     assert len(recorder.graphs["forward"]) == 1 and len(recorder.graphs["backward"]) == 1
@@ -220,3 +201,141 @@ def test_eager_fast_path_is_off_when_traced_or_fake():
     assert not kgen.torch._eager(torch.empty(1, device="meta"))
     with FakeTensorMode():
         assert not kgen.torch._eager(cuda((1, 2, 3, 4)))
+
+
+# --- opcheck on the CPU, with a stand-in for the library --------------------------------------------
+
+OUTPUTS = {  # C function: positions of the tensors it writes
+    "kgen_attention_forward": (3, 4), "kgen_attention_backward": (6, 7, 8),
+    "kgen_attention_double_backward": (9, 10, 11, 12), "kgen_lrpe_cosine_forward": (2,),
+    "kgen_lrpe_cosine_backward": (3,), "kgen_md_lrpe_cosine_forward": (2, 3), "kgen_md_lrpe_cosine_backward": (3,),
+}
+
+
+def stand_in(name):
+    """A C function of the library's signature that zero-fills the memory of each output descriptor
+    (or answers 64 bytes of scratch): it reads back what the kernels packed."""
+    import ctypes
+
+    def function(*args):
+        if name.endswith("workspace_bytes"):
+            ctypes.cast(args[-1], ctypes.POINTER(ctypes.c_size_t))[0] = 64
+            return 0
+        for i in OUTPUTS[name]:
+            if args[i] is None:
+                continue
+            t = kgen._lib.DLTensor.from_address(args[i])
+            extent = 1 + sum((t.shape[j] - 1) * t.strides[j] for j in range(t.ndim))
+            ctypes.memset(t.data, 0, extent * t.dtype.bits // 8)
+        return 0
+    return function
+
+
+@pytest.fixture
+def library_stand_in(monkeypatch):
+    """CPU tensors run the kernels against `stand_in`, and the fake kernels take CPU tensors for
+    device memory."""
+    from kgen import _checks, _kernels, _lib
+    monkeypatch.setattr(_lib, "function", stand_in)
+    monkeypatch.setattr(_kernels, "_scratch_bytes", {})  # keep the stand-in's sizes out of later tests
+    device = _checks.dl_device
+    monkeypatch.setattr(_checks, "dl_device", lambda d: (_lib.kDLCUDA, 0) if d.type == "cpu" else device(d))
+
+
+def cpu_opcheck_cases():
+    ops = torch.ops.kgen
+    cases = []
+    for layout in ("bhnd", "bnhd"):
+        def t(b, h, n, d, dtype=torch.bfloat16):
+            return torch.randn(layout_shape(b, h, n, d, layout)).to(dtype)
+        q, k, v, d_o = t(2, 4, 7, 16), t(2, 2, 9, 16), t(2, 2, 9, 16), t(2, 4, 7, 16)
+        lse = torch.randn(2, 4, 7)
+        grad = (None, True, layout, True, None)
+        x, th, do_x = t(2, 3, 12, 8), torch.rand(3, 8), t(2, 3, 12, 16)
+        angles = torch.rand(3, 12, 8)
+        cases += [
+            (ops.attention_forward, (q, k, v, 0.5, True, layout)),
+            (ops.attention_forward_out, (q, k, v, torch.empty_like(q), torch.empty(2, 4, 7), None, False, layout)),
+            (ops.attention_forward_out, (q, k, v, torch.empty_like(q), None, None, False, layout)),
+            (ops.attention_backward, (q, k, v, q, lse, d_o, *grad)),
+            (ops.attention_backward_out, (q, k, v, q, lse, d_o, torch.empty_like(q), torch.empty_like(k),
+                                          torch.empty_like(v), *grad)),
+            (ops.attention_double_backward, (q, k, v, q, lse, d_o, None, k, v, *grad)),
+            (ops.lrpe_cosine_forward, (x, th, 3, "softmax_seq", layout, None)),
+            (ops.lrpe_cosine_backward, (x, th, do_x, 3, "silu", layout, None)),
+            (ops.md_lrpe_cosine_forward, (x, th[:, :4], [3, 4], 0, "relu", layout, None)),
+            (ops.md_lrpe_cosine_forward_cached, (x, th[:, :4], [2, 5], 2, "none", layout, None)),
+            (ops.md_lrpe_cosine_backward, (x, th[:, :4], do_x, angles, [3, 4], 0, "silu", layout, None)),
+            (ops.md_lrpe_cosine_backward, (x, th[:, :4], do_x, None, [3, 4], 0, "silu", layout, None)),
+        ]
+    return cases
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_opcheck_with_a_stand_in_library(library_stand_in, case):
+    """Schema (mutations, aliasing), fake kernels against the kernels' outputs (shapes, strides,
+    dtypes), and aot_autograd dispatch with static and dynamic shapes; the numbers come from the GPU
+    test of the same name in test_ops_gpu.py."""
+    op, args = cpu_opcheck_cases()[case]
+    torch.library.opcheck(op, args)
+
+
+def test_kernels_pass_the_library_logical_views(monkeypatch):
+    """What the C function receives: each tensor's (b, h, n, ·) view in place (bnhd swapped, 3-d
+    and 2-d tensors as given), NULL for an absent one, and the options."""
+    from kgen import _kernels, _lib
+    calls = []
+
+    def recorder(name):
+        def function(*args):
+            descriptors = []
+            for a in args[:-2]:
+                if a is None:
+                    descriptors.append(None)
+                    continue
+                t = _lib.DLTensor.from_address(a)
+                descriptors.append((t.data, tuple(t.shape[:t.ndim]), tuple(t.strides[:t.ndim]),
+                                    (t.dtype.code, t.dtype.bits), t.device.device_type))
+            calls.append((name, descriptors, args[-2]))
+            return 0
+        return function
+
+    monkeypatch.setattr(_lib, "function", recorder)
+    monkeypatch.setattr(_kernels, "_scratch_bytes", {})
+
+    def expected(t, swap=False):
+        v = t.transpose(1, 2) if swap and t.dim() == 4 else t
+        return (v.data_ptr(), tuple(v.shape), v.stride(), _kernels._checks.dl_dtype(v.dtype), _lib.kDLCPU)
+
+    q, k, v = torch.randn(2, 300, 3, 4, 16).bfloat16().unbind(2)  # packed BNHD views
+    o, lse = _kernels.attention_forward(q, k, v, 0.25, True, "bnhd")
+    name, descriptors, options = calls[-1]
+    assert name == "kgen_attention_forward"
+    assert descriptors == [expected(t, True) for t in (q, k, v, o, lse)]
+    assert lse.shape == (2, 4, 300) and o.shape == q.shape and o.is_contiguous()
+    assert _lib.AttentionOptions.from_address(options).scale == 0.25
+    assert _lib.AttentionOptions.from_address(options).causal == 1
+
+    d_o = torch.randn(1, 1, 1, 1).bfloat16().expand(q.shape)  # an expanded gradient: passed as a copy
+    outs = _kernels.attention_double_backward(q, k, v, o, lse, d_o, None, k, None, None, False, "bnhd", True, "x:y")
+    name, descriptors, options = calls[-1]
+    assert name == "kgen_attention_double_backward"
+    assert descriptors[6] is None and descriptors[8] is None and descriptors[7] == expected(k, True)
+    assert descriptors[5][2] == d_o.contiguous().transpose(1, 2).stride()
+    assert descriptors[9:] == [expected(t, True) for t in outs]
+    opts = _lib.AttentionBackwardOptions.from_address(options)
+    assert (opts.scale, opts.causal, opts.deterministic, opts.config) == (0.0, 0, 1, b"x:y")
+    assert opts.workspace_bytes == 0 and opts.workspace  # the recorder answers 0 bytes; one byte is passed
+
+    x, theta = torch.randn(2, 77, 48).half(), torch.rand(1, 48)
+    o = _kernels.lrpe_cosine_forward(x, theta, 5, "silu", "bnhd", None)
+    name, descriptors, options = calls[-1]
+    assert descriptors == [expected(t) for t in (x, theta, o)]
+    lrpe = _lib.LrpeOptions.from_address(options)
+    assert (lrpe.act, lrpe.offset, lrpe.dims) == (_lib.LRPE_ACTS["silu"], 5, 0)
+    x = torch.randn(2, 35, 3, 48).half()
+    _kernels.md_lrpe_cosine_forward_cached(x, theta[:, :24], [5, 6], 5, "none", "bnhd", None)
+    name, descriptors, options = calls[-1]
+    assert descriptors[0] == expected(x, True) and descriptors[3][1:3] == ((3, 35, 48), (35 * 48, 48, 1))
+    lrpe = _lib.LrpeOptions.from_address(options)
+    assert (lrpe.dims, list(lrpe.grid), lrpe.extra) == (2, [5, 6, 0], 5)
