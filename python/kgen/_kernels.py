@@ -38,24 +38,17 @@ def _stream(device: int):
 def _pack(options_format: str, options: tuple, tensors, swap: bool):
     """(frame, tensor addresses) of a call on `tensors` (None = NULL): each one's DLTensor views it in
     place, as its (b, h, n, ·) view if it is 4-d and `swap` (layout bnhd)."""
-    views = []
-    for t in tensors:
+    frame = _lib.frame(options_format, tuple([None if t is None else t.dim() for t in tensors]))
+    values = list(options)
+    addresses = []
+    for t, slot in zip(tensors, frame.tensors):
         if t is None:
-            views.append(None)
+            addresses.append(None)
             continue
         shape, strides = t.shape, t.stride()
         if swap and len(shape) == 4:
             shape = (shape[0], shape[2], shape[1], shape[3])
             strides = (strides[0], strides[2], strides[1], strides[3])
-        views.append((t, shape, strides))
-    frame = _lib.frame(options_format, tuple(None if v is None else len(v[1]) for v in views))
-    values = list(options)
-    addresses = []
-    for view, slot in zip(views, frame.tensors):
-        if view is None:
-            addresses.append(None)
-            continue
-        t, shape, strides = view
         dtype = _DL_DTYPES.get(t.dtype) or _DL_DTYPES.setdefault(t.dtype, _checks.dl_dtype(t.dtype))
         device = t.get_device()
         device_type = _checks.DL_CUDA if device >= 0 else (_lib.kDLCPU if t.is_cpu else _lib.kDLExtDev)

@@ -58,14 +58,25 @@ def _run(op, *args):
     return op[0](*args) if _eager(args[0]) else op[1](*args)
 
 
-def _check_types(**tensors: torch.Tensor | None) -> None:
-    for name, t in tensors.items():
-        if t is None:
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise TypeError(f"{name} must be a strided (dense) tensor, got {t.layout}")
+def _forward(q, k, v, scale, causal, layout, with_lse: bool):
+    """(o, lse) of the forward operator; in eager mode, lse is None unless with_lse."""
+    if _eager(q):
+        return _kernels.attention_forward(q, k, v, scale, causal, layout, with_lse)
+    return _FORWARD[1](q, k, v, scale, causal, layout)
+
+
+def _check_types(names: str, *tensors) -> None:
+    """TypeError unless each of `tensors` (named by the words of `names`) is None or a strided tensor."""
+    for t in tensors:
+        if t is not None and (type(t) is not torch.Tensor or t.layout is not torch.strided):
+            for name, t in zip(names.split(), tensors):
+                if t is None:
+                    continue
+                if not isinstance(t, torch.Tensor):
+                    raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+                if t.layout != torch.strided:
+                    raise TypeError(f"{name} must be a strided (dense) tensor, got {t.layout}")
+            return
 
 
 def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
@@ -85,13 +96,10 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     return_lse is True (the operator torch.ops.kgen.attention_forward, which torch.compile
     traces, always computes it). Returns out, or (out, lse) if return_lse.
     """
-    _check_types(q=q, k=k, v=v, out=out, lse=lse)
+    _check_types("q k v out lse", q, k, v, out, lse)
     q, k, v = _autocast(q, k, v)
     if out is None and lse is None:
-        if _eager(q):
-            o, lse = _kernels.attention_forward(q, k, v, scale, causal, layout, return_lse)
-        else:
-            o, lse = _FORWARD[1](q, k, v, scale, causal, layout)
+        o, lse = _forward(q, k, v, scale, causal, layout, return_lse)
         return (o, lse) if return_lse else o
     if out is None:
         out = _kernels._forward_outputs(q, _kernels._swap(layout), False)[0]
@@ -109,7 +117,7 @@ def attention_backward(q, k, v, o, lse, d_o, *, causal: bool = False, scale: flo
     dv sum over the query heads of each kv group. deterministic=True gives the same bits on every
     run (no atomics). Outputs are allocated like q and k unless given. config forces a kernel
     config ("fa2:bm64:bn128:w8"); None = kgen's choice."""
-    _check_types(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=dq, dk=dk, dv=dv)
+    _check_types("q k v o lse d_o dq dk dv", q, k, v, o, lse, d_o, dq, dk, dv)
     if dq is None and dk is None and dv is None:
         return _run(_BACKWARD, q, k, v, o, lse, d_o, scale, causal, layout, deterministic, config)
     dq = torch.empty_like(q) if dq is None else dq
@@ -125,7 +133,7 @@ def attention_double_backward(q, k, v, o, lse, d_o, gq=None, gk=None, gv=None, *
     """(q_bar, k_bar, v_bar, do_bar): gradients of an outer loss with respect to q, k, v and d_o,
     given its cotangents gq, gk, gv of the backward's dq, dk, dv (None = zero, work skipped).
     O(n·d) memory (docs/attention.md §4). deterministic=True gives the same bits on every run."""
-    _check_types(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, gq=gq, gk=gk, gv=gv)
+    _check_types("q k v o lse d_o gq gk gv", q, k, v, o, lse, d_o, gq, gk, gv)
     return _run(_DOUBLE_BACKWARD, q, k, v, o, lse, d_o, gq, gk, gv, scale, causal, layout, deterministic, config)
 
 
@@ -159,7 +167,7 @@ class _Attention(torch.autograd.Function):
         # second grad reaches this node through o, whose gradient the double backward leaves
         # None) and run a whole first-order backward on zeros.
         ctx.set_materialize_grads(False)
-        o, lse = _run(_FORWARD, q, k, v, scale, causal, layout)
+        o, lse = _forward(q, k, v, scale, causal, layout, True)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.options = (causal, scale, layout, deterministic)
         return o
@@ -183,9 +191,11 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     backward, so torch.autograd.grad(..., create_graph=True) followed by a second grad runs on
     kgen kernels with O(n·d) memory. torch.compile(fullgraph=True) traces the forward and the
     backward; the double backward runs in eager mode only (aot_autograd refuses double backward)."""
-    _check_types(q=q, k=k, v=v)
+    _check_types("q k v", q, k, v)
     q, k, v = _autocast(q, k, v)
-    return _Attention.apply(q, k, v, causal, scale, layout, deterministic)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v, causal, scale, layout, deterministic)
+    return _forward(q, k, v, scale, causal, layout, False)[0]  # no autograd bookkeeping when none is recorded
 
 # --- LRPE-cosine (docs/lrpe.md) -------------------------------------------------------------------
 
@@ -214,7 +224,7 @@ def _lrpe_act(act: str, dim, x: torch.Tensor, layout: str) -> str:
 def _theta32(theta):
     """theta as float32 2-d (rows, cols): a 1-d theta of features is shared by all heads. Runs
     where autograd does not record (theta gets no gradient)."""
-    _check_types(theta=theta)
+    _check_types("theta", theta)
     if theta.dim() == 1:
         theta = theta[None, :]
     return theta if theta.dtype == torch.float32 else theta.float()
@@ -264,14 +274,14 @@ class _Lrpe(torch.autograd.Function):
 def lrpe_cosine_backward(x, theta, d_o, offset: int = 0, act: str = "none", dim=None, layout: str = "bhnd"):
     """dx of lrpe_cosine for dO = d_o, by kgen's backward kernel alone (no autograd): what
     bench/compare_lrpe.py times as kgen's kernel-only backward."""
-    _check_types(x=x, d_o=d_o)
+    _check_types("x d_o", x, d_o)
     return _lrpe_backward(x, _theta32(theta), d_o, False, int(offset), (), 0, _lrpe_act(act, dim, x, layout), layout,
                           None, None)
 
 
 def md_lrpe_cosine_backward(x, theta, d_o, shape, l: int = 0, act: str = "none", dim=None, layout: str = "bhnd"):
     """dx of md_lrpe_cosine (no angle cache) by kgen's backward kernel alone."""
-    _check_types(x=x, d_o=d_o)
+    _check_types("x d_o", x, d_o)
     return _lrpe_backward(x, _theta32(theta), d_o, True, 0, _grid(shape), int(l), _lrpe_act(act, dim, x, layout),
                           layout, None, None)
 
@@ -295,7 +305,7 @@ def lrpe_cosine(x, theta, offset: int = 0, act: str = "none", dim=None, layout: 
     features, the cos half first. Runs on the current CUDA stream; the backward runs kgen's
     backward kernels (theta gets no gradient). config forces a kernel config.
     """
-    _check_types(x=x)
+    _check_types("x", x)
     x, = _autocast(x)
     return _lrpe_apply(x, theta, False, int(offset), (), 0, _lrpe_act(act, dim, x, layout), layout, False, config)
 
@@ -308,7 +318,7 @@ def md_lrpe_cosine(x, theta, shape, l: int = 0, act: str = "none", dim=None, lay
     the l extra tokens get angle 0. cache=True keeps the angles (float32 (h, n, d)) from the
     forward for the backward. Otherwise as lrpe_cosine.
     """
-    _check_types(x=x)
+    _check_types("x", x)
     shape = _grid(shape)
     x, = _autocast(x)
     return _lrpe_apply(x, theta, True, 0, shape, int(l), _lrpe_act(act, dim, x, layout), layout, bool(cache), config)
