@@ -232,7 +232,7 @@ class Frame:
     """The arguments of one C call in one buffer: the options struct, then per tensor argument a
     DLTensor followed by its shape and stride arrays. `pack` fills it with one struct.pack_into;
     the buffer is reused by every call of the same form on the thread (the library reads the
-    descriptors only during the call). At a decode shape this costs a fifth of building ctypes
+    descriptors only during the call). At a decode shape this costs a third of building ctypes
     structures tensor by tensor."""
 
     def __init__(self, options_format: str, ndims: tuple):
