@@ -26,16 +26,35 @@ MAX_EXACT_POSITION = 1 << 24  # positions stay exact in fp32
 _NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
+_DL_DTYPES: dict = {}  # torch.dtype → (DLDataTypeCode, bits), filled on first use
+
+
 def dl_dtype(dtype: torch.dtype) -> tuple[int, int]:
-    """(DLDataTypeCode, bits) of any torch dtype; the library decides which ones it supports."""
+    """(DLDataTypeCode, bits) of a torch dtype as PyTorch's own DLPack export gives it (bool is
+    kDLBool, each float8 its own code), so that every path describes a tensor alike; the library
+    decides which ones it supports."""
+    codes = _DL_DTYPES.get(dtype)
+    if codes is None:
+        codes = _DL_DTYPES[dtype] = _exported_dtype(dtype) or _dtype_rule(dtype)
+    return codes
+
+
+def _exported_dtype(dtype: torch.dtype) -> tuple[int, int] | None:
+    try:
+        capsule = torch._C._to_dlpack(torch.empty(1, dtype=dtype))
+        t = _lib.DLTensor.from_address(_lib.capsule_address(capsule))
+        return t.dtype.code, t.dtype.bits
+    except Exception:  # noqa: BLE001 - a dtype DLPack cannot describe, or a PyTorch without the export
+        return None
+
+
+def _dtype_rule(dtype: torch.dtype) -> tuple[int, int]:
     if dtype == torch.bfloat16:
         code = _lib.kDLBfloat
     elif dtype.is_complex:
         code = _lib.kDLComplex
     elif dtype.is_floating_point:
         code = _lib.kDLFloat
-    elif dtype == torch.bool:
-        code = _lib.kDLUInt  # DLPack 0.6 has no bool code
     else:
         code = _lib.kDLInt if dtype.is_signed else _lib.kDLUInt
     return code, dtype.itemsize * 8

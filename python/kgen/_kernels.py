@@ -4,9 +4,10 @@ on the current CUDA stream, its tensors passed zero-copy as DLPack descriptors.
 _ops.py registers them with PyTorch's dispatcher, and kgen.torch calls them directly in eager
 mode, which saves the dispatcher's few µs per call. Shapes, dtypes, devices and strides are
 checked by the library alone (its message names the argument); Python checks only the layout and
-act names and the scale. A call's descriptors and options are packed into one reused buffer
-(_lib.Frame), and scratch sizes are cached per call form, so that a call costs little host time
-at decode shapes. Signatures and conventions: see _ops.py.
+act names and the scale. A call's descriptors are PyTorch's own DLPack export, or packed with its
+options into one reused buffer (_lib.Frame) where the bnhd layout needs (b, h, n, d) views, and
+scratch sizes are cached per call form, so that a call costs little host time at decode shapes.
+Signatures and conventions: see _ops.py.
 """
 from __future__ import annotations
 
@@ -21,10 +22,25 @@ LRPE_ACTS = tuple(_lib.LRPE_ACTS)
 
 # --- calling the library ------------------------------------------------------------------------------
 
-_DL_DTYPES: dict = {}  # torch.dtype → (DLDataTypeCode, bits), filled on first use
 # The current stream's handle without building a torch.cuda.Stream object (4 µs per call): the
 # raw-stream query PyTorch's own generated code uses, where this PyTorch has it.
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_to_dlpack = getattr(torch._C, "_to_dlpack", None)
+
+
+def _exports_dltensors() -> bool:
+    """Whether this PyTorch's to_dlpack gives unversioned capsules whose DLTensor views the tensor
+    in place (the descriptors the library takes as they are)."""
+    try:
+        t = torch.empty((2, 3), dtype=torch.float16)[:, 1:]
+        capsule = _to_dlpack(t)  # owns the DLTensor read below
+        d = _lib.DLTensor.from_address(_lib.capsule_address(capsule))
+        return (d.data, d.byte_offset, list(d.shape[:2]), list(d.strides[:2])) == (t.data_ptr(), 0, [2, 2], [3, 1])
+    except Exception:  # noqa: BLE001 - no such export here: the descriptors are packed instead
+        return False
+
+
+_EXPORTS_DLTENSORS = _to_dlpack is not None and _exports_dltensors()
 
 
 def _stream(device: int):
@@ -36,8 +52,15 @@ def _stream(device: int):
 
 
 def _pack(options_format: str, options: tuple, tensors, swap: bool):
-    """(frame, tensor addresses) of a call on `tensors` (None = NULL): each one's DLTensor views it in
-    place, as its (b, h, n, ·) view if it is 4-d and `swap` (layout bnhd)."""
+    """(frame, tensor addresses, what must live until the call returns) of a call on `tensors`
+    (None = NULL): each one's DLTensor views it in place, as its (b, h, n, ·) view if it is 4-d and
+    `swap` (layout bnhd). Without a swap the descriptors are PyTorch's own DLPack export (half the
+    host time of packing them here at a decode shape)."""
+    if not swap and _EXPORTS_DLTENSORS:
+        capsules = [None if t is None else _to_dlpack(t) for t in tensors]
+        frame = _lib.frame(options_format, ())
+        frame.pack(options)
+        return frame, [None if c is None else _lib.capsule_address(c) for c in capsules], capsules
     frame = _lib.frame(options_format, tuple([None if t is None else t.dim() for t in tensors]))
     values = list(options)
     addresses = []
@@ -49,7 +72,7 @@ def _pack(options_format: str, options: tuple, tensors, swap: bool):
         if swap and len(shape) == 4:
             shape = (shape[0], shape[2], shape[1], shape[3])
             strides = (strides[0], strides[2], strides[1], strides[3])
-        dtype = _DL_DTYPES.get(t.dtype) or _DL_DTYPES.setdefault(t.dtype, _checks.dl_dtype(t.dtype))
+        dtype = _checks.dl_dtype(t.dtype)
         device = t.get_device()
         device_type = _checks.DL_CUDA if device >= 0 else (_lib.kDLCPU if t.is_cpu else _lib.kDLExtDev)
         values += (t.data_ptr(), device_type, max(device, 0), len(shape), dtype[0], dtype[1], 1, slot[1], slot[2], 0)
@@ -57,13 +80,14 @@ def _pack(options_format: str, options: tuple, tensors, swap: bool):
         values += strides
         addresses.append(slot[0])
     frame.pack(values)
-    return frame, addresses
+    return frame, addresses, None
 
 
 def _launch(function: str, options_format: str, options: tuple, tensors, swap: bool) -> None:
     """C `function(tensors..., &options, stream)` on the current stream of the first tensor's device."""
-    frame, addresses = _pack(options_format, options, tensors, swap)
+    frame, addresses, keep = _pack(options_format, options, tensors, swap)
     status = _lib.function(function)(*addresses, frame.options, _stream(tensors[0].get_device()))
+    del keep  # the exported descriptors, read by the call
     if status:
         _lib.raise_error(function, status)
 
@@ -143,7 +167,8 @@ def attention_forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse
 
 def _gradient_scratch(q, swap: bool, deterministic: bool, double: bool):
     def query(size):
-        frame, (q_address,) = _pack(_lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,), swap)
+        frame, (q_address,), keep = _pack(_lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,),
+                                          swap)
         _lib.call("kgen_attention_backward_workspace_bytes", q_address, frame.options, int(double), size)
     return _scratch((q.shape, swap, bool(deterministic), double), query, q)
 
@@ -212,7 +237,7 @@ def _lrpe(function: str, tensors, act: str, offset: int, grid, extra: int, layou
     scratch, address, nbytes = None, 0, 0
     if act == "softmax_seq":
         def query(size):
-            frame, (x_address,) = _pack(_lib.LRPE_OPTIONS, (0,) * 10, (x,), swap)
+            frame, (x_address,), keep = _pack(_lib.LRPE_OPTIONS, (0,) * 10, (x,), swap)
             _lib.call("kgen_lrpe_workspace_bytes", x_address, code, int(backward), size)
         scratch, address, nbytes = _scratch((x.shape, swap, x.dtype, x.get_device(), backward), query, x)
     g = (*grid, 0, 0, 0)

@@ -270,6 +270,16 @@ def frame(options_format: str, ndims: tuple) -> Frame:
     return f
 
 
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def capsule_address(capsule) -> int:
+    """Address of the DLTensor of an unversioned DLPack capsule (named "dltensor": DLManagedTensor
+    starts with its DLTensor); the capsule owns it."""
+    return _capsule_pointer(capsule, b"dltensor")
+
+
 _strings: dict = {}
 
 

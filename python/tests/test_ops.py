@@ -327,6 +327,16 @@ def test_kernels_pass_the_library_logical_views(monkeypatch):
     assert (opts.scale, opts.causal, opts.deterministic, opts.config) == (0.0, 0, 1, b"x:y")
     assert opts.workspace_bytes == 0 and opts.workspace  # the recorder answers 0 bytes; one byte is passed
 
+    # bhnd: the descriptors are PyTorch's own DLPack export, the same views
+    assert _kernels._EXPORTS_DLTENSORS, "this PyTorch's to_dlpack is not read: every call packs its descriptors"
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    o, lse = _kernels.attention_forward(q, k, v, None, False, "bhnd")
+    name, descriptors, options = calls[-1]
+    assert descriptors == [expected(t) for t in (q, k, v, o, lse)]
+    outs = _kernels.attention_backward(q, k, v, o, lse, o, None, True, "bhnd", False, None)
+    assert calls[-1][1] == [expected(t) for t in (q, k, v, o, lse, o, *outs)]
+    assert _lib.AttentionBackwardOptions.from_address(calls[-1][2]).causal == 1
+
     x, theta = torch.randn(2, 77, 48).half(), torch.rand(1, 48)
     o = _kernels.lrpe_cosine_forward(x, theta, 5, "silu", "bnhd", None)
     name, descriptors, options = calls[-1]
