@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 
 import torch
 
@@ -26,22 +27,19 @@ MAX_EXACT_POSITION = 1 << 24  # positions stay exact in fp32
 _NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
 
-_DL_DTYPES: dict = {}  # torch.dtype → (DLDataTypeCode, bits), filled on first use
-
-
 def dl_dtype(dtype: torch.dtype) -> tuple[int, int]:
     """(DLDataTypeCode, bits) of a torch dtype as PyTorch's own DLPack export gives it (bool is
     kDLBool, each float8 its own code), so that every path describes a tensor alike; the library
     decides which ones it supports."""
     codes = _DL_DTYPES.get(dtype)
-    if codes is None:
-        codes = _DL_DTYPES[dtype] = _exported_dtype(dtype) or _dtype_rule(dtype)
-    return codes
+    return codes if codes is not None else _dtype_rule(dtype)
 
 
 def _exported_dtype(dtype: torch.dtype) -> tuple[int, int] | None:
     try:
-        capsule = torch._C._to_dlpack(torch.empty(1, dtype=dtype))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "ComplexHalf support is experimental"
+            capsule = torch._C._to_dlpack(torch.empty(1, dtype=dtype, device="cpu"))  # owns the DLTensor read below
         t = _lib.DLTensor.from_address(_lib.capsule_address(capsule))
         return t.dtype.code, t.dtype.bits
     except Exception:  # noqa: BLE001 - a dtype DLPack cannot describe, or a PyTorch without the export
@@ -59,6 +57,10 @@ def _dtype_rule(dtype: torch.dtype) -> tuple[int, int]:
         code = _lib.kDLInt if dtype.is_signed else _lib.kDLUInt
     return code, dtype.itemsize * 8
 
+
+# Read once, at import (outside any fake or dispatch mode a later call may run under).
+_DL_DTYPES = {d: codes for d in {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+              if (codes := _exported_dtype(d)) is not None}
 
 DL_CUDA = _lib.kDLROCM if torch.version.hip else _lib.kDLCUDA
 

@@ -136,6 +136,40 @@ def test_cpu_fake_tensors_are_refused_as_the_library_does():
                      lambda: torch.ops.kgen.attention_forward(q, q, q))
 
 
+@pytest.fixture
+def cuda_autocast_bf16():
+    """Autocast on "cuda" in bfloat16, set directly: torch.autocast("cuda") turns itself off
+    without a GPU."""
+    enabled, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", torch.bfloat16)
+    yield
+    torch.set_autocast_enabled("cuda", enabled)
+    torch.set_autocast_dtype("cuda", dtype)
+
+
+def test_autocast_casts_floating_inputs(cuda_autocast_bf16):
+    with FakeTensorMode():
+        q, x, theta = cuda((1, 2, 8, 64), torch.float32), cuda((1, 2, 8, 64), torch.float32), cuda((2, 64), torch.float32)
+        o, lse = torch.ops.kgen.attention_forward(q, q, q)  # the operator's autocast kernel
+        assert (o.dtype, lse.dtype) == (torch.bfloat16, torch.float32)
+        assert kgen.torch.attention_forward(q, q, q).dtype == torch.bfloat16
+        assert kgen.torch.attention(q, q.half(), q).dtype == torch.bfloat16
+        assert torch.ops.kgen.lrpe_cosine_forward(x, theta).dtype == torch.bfloat16  # theta stays float32
+        assert kgen.torch.lrpe_cosine(x, theta).dtype == torch.bfloat16
+        assert kgen.torch.md_lrpe_cosine(x, theta[:, :32], (2, 4)).dtype == torch.bfloat16
+        # the backward operators have no autocast kernel: they run in the dtypes their forward left
+        assert torch.ops.kgen.attention_backward(q, q, q, q, lse, q)[0].dtype == torch.float32
+        expect_error(r"^q: dtype \(code 2, 64 bits\)", lambda: kgen.torch.attention_forward(*(q.double(),) * 3))
+
+
+def test_no_autocast_keeps_dtypes():
+    with FakeTensorMode():
+        q = cuda((1, 2, 8, 64), torch.float32)
+        assert kgen.torch.attention_forward(q, q, q).dtype == torch.float32
+        assert torch.ops.kgen.attention_forward(q, q, q)[0].dtype == torch.float32
+
+
 # --- torch.compile on meta tensors --------------------------------------------------------------------
 
 class GraphRecorder:
