@@ -107,23 +107,19 @@ class KgenError(RuntimeError):
         self.status = status
 
 
-_P = ctypes.POINTER(DLTensor)
+# Every pointer parameter is declared void*: the hot path passes the addresses of descriptors it
+# packed itself (Frame) as plain ints, and byref() arguments are accepted as well.
+_P, _SIZE = ctypes.c_void_p, ctypes.c_void_p
 _SIGNATURES = {  # name: (restype, argtypes)
-    "kgen_attention_forward": (
-        ctypes.c_int, [_P, _P, _P, _P, _P, ctypes.POINTER(AttentionOptions), ctypes.c_void_p]),
-    "kgen_attention_backward": (
-        ctypes.c_int, [_P] * 9 + [ctypes.POINTER(AttentionBackwardOptions), ctypes.c_void_p]),
-    "kgen_attention_double_backward": (
-        ctypes.c_int, [_P] * 13 + [ctypes.POINTER(AttentionBackwardOptions), ctypes.c_void_p]),
-    "kgen_attention_backward_workspace_bytes": (
-        ctypes.c_int, [_P, ctypes.POINTER(AttentionBackwardOptions), ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]),
-    "kgen_lrpe_workspace_bytes": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)]),
-    "kgen_lrpe_cosine_forward": (ctypes.c_int, [_P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
-    "kgen_lrpe_cosine_backward": (ctypes.c_int, [_P, _P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
-    "kgen_md_lrpe_cosine_forward": (
-        ctypes.c_int, [_P, _P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
-    "kgen_md_lrpe_cosine_backward": (
-        ctypes.c_int, [_P, _P, _P, _P, _P, ctypes.POINTER(LrpeOptions), ctypes.c_void_p]),
+    "kgen_attention_forward": (ctypes.c_int, [_P] * 7),
+    "kgen_attention_backward": (ctypes.c_int, [_P] * 11),
+    "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),
+    "kgen_attention_backward_workspace_bytes": (ctypes.c_int, [_P, _P, ctypes.c_int, _SIZE]),
+    "kgen_lrpe_workspace_bytes": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, _SIZE]),
+    "kgen_lrpe_cosine_forward": (ctypes.c_int, [_P] * 5),
+    "kgen_lrpe_cosine_backward": (ctypes.c_int, [_P] * 6),
+    "kgen_md_lrpe_cosine_forward": (ctypes.c_int, [_P] * 6),
+    "kgen_md_lrpe_cosine_backward": (ctypes.c_int, [_P] * 7),
     "kgen_last_error": (ctypes.c_char_p, []),
     "kgen_version": (ctypes.c_char_p, []),
 }
@@ -142,6 +138,7 @@ CANDIDATES = (
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _path: str | None = None
+_functions: dict = {}  # name: the declared ctypes function, filled when the library loads
 
 
 def find_library() -> str | None:
@@ -173,6 +170,7 @@ def library() -> ctypes.CDLL:
             for name, (restype, argtypes) in _SIGNATURES.items():
                 fn = getattr(lib, name)
                 fn.restype, fn.argtypes = restype, argtypes
+                _functions[name] = fn
             _lib, _path = lib, path
     return _lib
 
@@ -194,13 +192,103 @@ def version() -> str:
     return library().kgen_version().decode()
 
 
+def function(name: str):
+    """The ctypes function `name` of _SIGNATURES (loading the library on first use)."""
+    fn = _functions.get(name)
+    if fn is None:
+        library()
+        fn = _functions[name]
+    return fn
+
+
+def raise_error(name: str, status: int):
+    """Raise the KgenError of a non-OK `status` that `name` just returned, with kgen_last_error()'s
+    message (read on the same thread right away, as the C API requires)."""
+    try:
+        status = Status(status)
+    except ValueError:
+        pass
+    raise KgenError(last_error() or f"{name} failed with status {int(status)}", status)
+
+
 def call(name: str, *args) -> None:
-    """Call C function `name`; a non-OK status raises KgenError with kgen_last_error()'s message
-    (read on the same thread right away, as the C API requires)."""
-    status = getattr(library(), name)(*args)
+    """Call C function `name`; a non-OK status raises KgenError with the library's message."""
+    status = function(name)(*args)
     if status != Status.OK:
-        try:
-            status = Status(status)
-        except ValueError:
-            pass
-        raise KgenError(last_error() or f"{name} failed with status {int(status)}", status)
+        raise_error(name, status)
+
+
+# --- one call's arguments in one buffer ---------------------------------------------------------------
+
+# struct formats of the options structs (c_api.h), with the C padding spelled out; tests check
+# them against the ctypes Structures above.
+ATTENTION_OPTIONS = "di4x"  # kgen_attention_options
+ATTENTION_BACKWARD_OPTIONS = "diiQQQ"  # kgen_attention_backward_options
+LRPE_OPTIONS = "i4xqi4x3qi4xQQQ"  # kgen_lrpe_options
+_HEADER = "QiiiBBHQQQ"  # DLTensor without its shape and stride arrays (48 bytes)
+
+
+class Frame:
+    """The arguments of one C call in one buffer: the options struct, then per tensor argument a
+    DLTensor followed by its shape and stride arrays. `pack` fills it with one struct.pack_into;
+    the buffer is reused by every call of the same form on the thread (the library reads the
+    descriptors only during the call). At a decode shape this costs a third of building ctypes
+    structures tensor by tensor."""
+
+    def __init__(self, options_format: str, ndims: tuple):
+        fmt = "<" + options_format + "".join(f"{_HEADER}{n}q{n}q" for n in ndims if n is not None)
+        self.struct = struct.Struct(fmt)
+        self.buffer = ctypes.create_string_buffer(self.struct.size)
+        self.options = ctypes.addressof(self.buffer)
+        offset = self.options + struct.calcsize("<" + options_format)
+        # per tensor argument: (address of its DLTensor, of its shape array, of its stride array)
+        self.tensors = []
+        for n in ndims:
+            if n is None:
+                self.tensors.append(None)
+                continue
+            shape = offset + ctypes.sizeof(DLTensor)
+            self.tensors.append((offset, shape, shape + 8 * n))
+            offset = shape + 16 * n
+
+    def pack(self, values) -> None:
+        self.struct.pack_into(self.buffer, 0, *values)
+
+
+_frames = threading.local()
+
+
+def frame(options_format: str, ndims: tuple) -> Frame:
+    """This thread's Frame for calls with these options and tensor ranks (None: a NULL tensor)."""
+    cache = getattr(_frames, "cache", None)
+    if cache is None:
+        cache = _frames.cache = {}
+    key = (options_format, ndims)
+    f = cache.get(key)
+    if f is None:
+        f = cache[key] = Frame(options_format, ndims)
+    return f
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
+def capsule_address(capsule) -> int:
+    """Address of the DLTensor of an unversioned DLPack capsule (named "dltensor": DLManagedTensor
+    starts with its DLTensor); the capsule owns it."""
+    return _capsule_pointer(capsule, b"dltensor")
+
+
+_strings: dict = {}
+
+
+def c_string(text: str | None) -> int:
+    """Address of a NUL-terminated copy of `text` that lives as long as the process (configs are
+    few), or 0 for None or ""."""
+    if not text:
+        return 0
+    buf = _strings.get(text)
+    if buf is None:
+        buf = _strings[text] = ctypes.create_string_buffer(text.encode())
+    return ctypes.addressof(buf)

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from . import torch as kgen_torch
+
 # rel_l2 bound on o per input dtype (docs/attention.md §5.2); lse is fp32 math in every path.
 REL_L2_BOUND = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 LSE_REL_L2_BOUND = 1e-4
@@ -203,3 +205,25 @@ def lrpe_reference(x, theta, *, act="none", offset=0, shape=None, l=0, dtype=tor
 def check_lrpe(out, ref, dtype, name="o") -> Check:
     atol, rtol = TOLERANCE[dtype]
     return compare(name, out, ref, bound=REL_L2_BOUND[dtype], atol=atol, rtol=rtol)
+
+
+# --- a model on kgen's operators, for torch.compile checks --------------------------------------------
+
+class AttentionBlock(torch.nn.Module):
+    """x (b, n, d_model) -> (b, n, d_model): a qkv projection, LRPE-cosine (silu) on q and k,
+    causal attention in the bnhd layout on kgen's kernels and an output projection."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, d_model // heads
+        self.qkv = torch.nn.Linear(d_model, 3 * d_model)
+        self.out = torch.nn.Linear(2 * d_model, d_model)
+        self.register_buffer("theta", 10000.0 ** (-torch.arange(self.head_dim) / self.head_dim))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).unbind(2)
+        q = kgen_torch.lrpe_cosine(q, self.theta, layout="bnhd", act="silu")
+        k = kgen_torch.lrpe_cosine(k, self.theta, layout="bnhd", act="silu")
+        o = kgen_torch.attention(q, k, torch.cat([v, v], dim=-1), causal=True, layout="bnhd")
+        return self.out(o.reshape(b, n, -1))

@@ -127,3 +127,48 @@ def test_search_order_without_env(monkeypatch, tmp_path):
     found.touch()
     monkeypatch.setattr(_lib, "CANDIDATES", (tmp_path / "build" / "lib" / "libkgen.so", found))
     assert _lib.find_library() == str(found)
+
+
+@pytest.mark.skipif(ctypes.sizeof(ctypes.c_void_p) != 8, reason="offsets are for 64-bit ABIs")
+@pytest.mark.parametrize("fmt,structure,values", [
+    (_lib.ATTENTION_OPTIONS, _lib.AttentionOptions, {"scale": 0.5, "causal": 1}),
+    (_lib.ATTENTION_BACKWARD_OPTIONS, _lib.AttentionBackwardOptions,
+     {"scale": 0.5, "causal": 1, "deterministic": 1, "workspace": 77, "workspace_bytes": 88, "config": 99}),
+    (_lib.LRPE_OPTIONS, _lib.LrpeOptions, {"act": 4, "offset": -5, "dims": 2, "grid": [7, 8, 9], "extra": 3,
+                                           "config": 11, "workspace": 12, "workspace_bytes": 13}),
+])
+def test_packed_options_match_the_structures(fmt, structure, values):
+    """The struct formats the hot path packs give the bytes of the ctypes structures (c_api.h)."""
+    frame = _lib.Frame(fmt, ())
+    flat = [x for v in values.values() for x in (v if isinstance(v, list) else [v])]
+    frame.pack(flat)
+    assert frame.struct.size == ctypes.sizeof(structure)
+    s = structure.from_address(frame.options)
+    for name, expected in values.items():
+        if name == "config":  # a char*: read the address, not the string
+            got = ctypes.c_void_p.from_address(frame.options + structure.config.offset).value
+        else:
+            got = getattr(s, name)
+        assert (list(got) if name == "grid" else got) == expected, name
+
+
+def test_frame_packs_descriptors_like_dltensor():
+    frame = _lib.Frame(_lib.ATTENTION_OPTIONS, (4, None, 3))
+    assert frame.tensors[1] is None
+    values = [0.0, 0]
+    shapes = {0: ((2, 3, 5, 64), (960, 64, 192, 1)), 2: ((2, 3, 5), (15, 5, 1))}
+    for i, (shape, strides) in shapes.items():
+        _, shape_at, strides_at = frame.tensors[i]
+        values += [4096 * (i + 1), _lib.kDLCUDA, 1, len(shape), _lib.kDLBfloat, 16, 1, shape_at, strides_at, 0,
+                   *shape, *strides]
+    frame.pack(values)
+    for i, (shape, strides) in shapes.items():
+        t = _lib.DLTensor.from_address(frame.tensors[i][0])
+        reference = _lib.dltensor(4096 * (i + 1), shape, strides, (_lib.kDLBfloat, 16), (_lib.kDLCUDA, 1))
+        for name, _ in _lib.DLTensor._fields_:
+            if name in ("shape", "strides", "device", "dtype"):
+                continue
+            assert getattr(t, name) == getattr(reference, name), name
+        assert (t.device.device_type, t.device.device_id) == (_lib.kDLCUDA, 1)
+        assert (t.dtype.code, t.dtype.bits, t.dtype.lanes) == (_lib.kDLBfloat, 16, 1)
+        assert list(t.shape[:t.ndim]) == list(shape) and list(t.strides[:t.ndim]) == list(strides)

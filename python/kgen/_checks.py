@@ -1,0 +1,325 @@
+"""How kgen's C library sees a torch tensor, and its argument checks in Python for the fake kernels.
+
+The fake (meta) implementations of torch.ops.kgen.* run where no kernel runs: at trace time
+under torch.compile and in FakeTensorMode. They raise the KgenError the library would raise for
+the same call, with the same sentence, so that a wrong shape fails while tracing with the message
+an eager call gives. The functions below follow the library's checks in order: `to_view` in
+ops/c_api.cpp (every argument, in parameter order), then ops/tensor_checks.cpp with
+validate_attention_forward, the backward's validate_inputs and check_output
+(ops/attention_backward.cpp) and validate_lrpe (ops/lrpe.cpp). What needs a device (alignment of
+pointers, configs, workspace) is left to the library at run time. tests/test_checks.py compares
+every sentence with the library's own.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+
+import torch
+
+from . import _lib
+from ._lib import KgenError, Status
+
+MAX_GRID_YZ = 65535
+MAX_HEAD_DIM = 256  # generator/attention_forward.h kMaxHeadDim, generator/lrpe.h kLrpeMaxHeadDim
+MAX_EXACT_POSITION = 1 << 24  # positions stay exact in fp32
+_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+
+
+def dl_dtype(dtype: torch.dtype) -> tuple[int, int]:
+    """(DLDataTypeCode, bits) of a torch dtype as PyTorch's own DLPack export gives it (bool is
+    kDLBool, each float8 its own code), so that every path describes a tensor alike; the library
+    decides which ones it supports."""
+    codes = _DL_DTYPES.get(dtype)
+    return codes if codes is not None else _dtype_rule(dtype)
+
+
+def _exported_dtype(dtype: torch.dtype) -> tuple[int, int] | None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "ComplexHalf support is experimental"
+            capsule = torch._C._to_dlpack(torch.empty(1, dtype=dtype, device="cpu"))  # owns the DLTensor read below
+        t = _lib.DLTensor.from_address(_lib.capsule_address(capsule))
+        return t.dtype.code, t.dtype.bits
+    except Exception:  # noqa: BLE001 - a dtype DLPack cannot describe, or a PyTorch without the export
+        return None
+
+
+def _dtype_rule(dtype: torch.dtype) -> tuple[int, int]:
+    if dtype == torch.bfloat16:
+        code = _lib.kDLBfloat
+    elif dtype.is_complex:
+        code = _lib.kDLComplex
+    elif dtype.is_floating_point:
+        code = _lib.kDLFloat
+    else:
+        code = _lib.kDLInt if dtype.is_signed else _lib.kDLUInt
+    return code, dtype.itemsize * 8
+
+
+# Read once, at import (outside any fake or dispatch mode a later call may run under).
+_DL_DTYPES = {d: codes for d in {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+              if (codes := _exported_dtype(d)) is not None}
+
+DL_CUDA = _lib.kDLROCM if torch.version.hip else _lib.kDLCUDA
+
+
+def dl_device(device: torch.device) -> tuple[int, int]:
+    """(DLDeviceType, index). A meta tensor stands for device memory: it is what a traced call
+    on CUDA tensors sees."""
+    if device.type in ("cuda", "meta"):
+        return DL_CUDA, device.index or 0
+    if device.type == "cpu":
+        return _lib.kDLCPU, 0
+    return _lib.kDLExtDev, device.index or 0
+
+
+def invalid(message: str):
+    raise KgenError(message, Status.INVALID_ARGUMENT)
+
+
+def shape_text(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ")"
+
+
+class View:
+    """The library's TensorView of a tensor argument: its (b, h, n, ·) view when `swap` (4-d
+    tensors given in the bnhd layout), else the tensor as given."""
+
+    def __init__(self, t: torch.Tensor, name: str, swap: bool = False):
+        self.name, self.dtype = name, t.dtype
+        self.shape, self.strides = tuple(t.shape), tuple(t.stride())
+        if swap and len(self.shape) == 4:
+            self.shape = (self.shape[0], self.shape[2], self.shape[1], self.shape[3])
+            self.strides = (self.strides[0], self.strides[2], self.strides[1], self.strides[3])
+        self.device_type, self.device = dl_device(t.device)
+        self.ndim = len(self.shape)
+
+
+def views(named: dict, swap: bool) -> dict:
+    """Views of the given arguments (None stays None) after c_api.cpp's to_view checks, in order."""
+    out = {}
+    for name, t in named.items():
+        if t is None:
+            out[name] = None
+            continue
+        v = out[name] = View(t, name, swap)
+        if v.dtype not in _NAMES:
+            code, bits = dl_dtype(v.dtype)
+            invalid(f"{name}: dtype (code {code}, {bits} bits) is not float16, bfloat16 or float32")
+        if v.device_type != _lib.kDLCUDA:
+            invalid(f"{name}: tensor is not in CUDA device memory (DLPack device type {v.device_type})")
+        if not 1 <= v.ndim <= 4:
+            invalid(f"{name}: {v.ndim} dimensions are not supported")
+    return out
+
+
+# --- ops/tensor_checks.cpp ------------------------------------------------------------------------
+
+def check_view(t: View, ndim: int) -> None:
+    n = t.name
+    if t.ndim != ndim:
+        invalid(f"{n}: expected {ndim} dimensions, got {t.ndim} {shape_text(t.shape)}")
+    for i in range(ndim):
+        if t.shape[i] <= 0:
+            invalid(f"{n}: dimension {i} is {t.shape[i]} (empty tensors are not supported)")
+        if t.strides[i] < 0:
+            invalid(f"{n}: negative strides are not supported")
+    if t.shape[-1] > 1 and t.strides[-1] != 1:
+        invalid(f"{n}: the last dimension must be contiguous (stride 1), got stride {t.strides[-1]}")
+
+
+def check_tensor(t: View, ndim: int) -> None:
+    check_view(t, ndim)
+    if t.shape[0] > MAX_GRID_YZ or t.shape[1] > MAX_GRID_YZ or t.shape[2] > (1 << 31) - 1:
+        invalid(f"{t.name}: shape {shape_text(t.shape)} exceeds kgen's launch limits (batch, heads <= 65535)")
+
+
+def check_like(t: View, ref: View) -> None:
+    if t.dtype != ref.dtype:
+        invalid(f"{t.name}: dtype {_NAMES[t.dtype]} differs from {ref.name}'s {_NAMES[ref.dtype]}")
+    if t.device != ref.device:
+        invalid(f"{t.name}: on device {t.device}, {ref.name} is on device {ref.device}")
+    if t.shape != ref.shape:
+        invalid(f"{t.name}: shape {shape_text(t.shape)} differs from {ref.name} {shape_text(ref.shape)}")
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+def _attention_forward(q: View, k: View, v: View, o: View, lse: View | None, scale: float) -> None:
+    """validate_attention_forward (ops/attention_forward.cpp)."""
+    for t in (q, k, v, o):
+        check_tensor(t, 4)
+    for t in (k, v, o):
+        if t.dtype != q.dtype:
+            invalid(f"{t.name}: dtype {_NAMES[t.dtype]} differs from q's {_NAMES[q.dtype]}")
+    for t in (k, v, o):
+        if t.device != q.device:
+            invalid(f"{t.name}: on device {t.device}, q is on device {q.device}")
+    b, hq, nq, d = q.shape
+    hkv = k.shape[1]
+    if k.shape[0] != b or k.shape[3] != d:
+        invalid(f"k: shape {shape_text(k.shape)} does not match q {shape_text(q.shape)} in batch or head_dim")
+    if v.shape != k.shape:
+        invalid(f"v: shape {shape_text(v.shape)} differs from k {shape_text(k.shape)}")
+    if o.shape != q.shape:
+        invalid(f"o: shape {shape_text(o.shape)} differs from q {shape_text(q.shape)}")
+    if hq % hkv:
+        invalid(f"k: heads_kv={hkv} does not divide q's heads={hq}")
+    if d > MAX_HEAD_DIM:
+        invalid(f"q: head_dim={d} is unsupported (kgen serves head_dim <= {MAX_HEAD_DIM})")
+    if lse is not None:
+        check_tensor(lse, 3)
+        if lse.dtype != torch.float32:
+            invalid("lse: dtype must be fp32")
+        if lse.shape != (b, hq, nq):
+            invalid(f"lse: shape {shape_text(lse.shape)} must be (batch, heads_q, n_q) of q")
+        if lse.device != q.device:
+            invalid("lse: not on q's device")
+    if not math.isfinite(scale):
+        invalid("scale: must be finite")
+
+
+def attention_forward(q, k, v, o, lse, scale: float, swap: bool) -> None:
+    """kgen_attention_forward's checks (lse may be None)."""
+    a = views(dict(q=q, k=k, v=v, o=o, lse=lse), swap)
+    _attention_forward(a["q"], a["k"], a["v"], a["o"], a["lse"], scale)
+
+
+def _gradient_inputs(a: dict, scale: float) -> None:
+    """validate_inputs (ops/attention_backward.cpp): the forward's checks, then d_o like q."""
+    _attention_forward(a["q"], a["k"], a["v"], a["o"], a["lse"], scale)
+    check_tensor(a["d_o"], 4)
+    check_like(a["d_o"], a["q"])
+
+
+def _gradient_output(a: dict, name: str, like: str) -> None:
+    check_tensor(a[name], 4)
+    check_like(a[name], a[like])
+
+
+def attention_backward(q, k, v, o, lse, d_o, dq, dk, dv, scale: float, swap: bool) -> None:
+    """kgen_attention_backward's checks."""
+    a = views(dict(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=dq, dk=dk, dv=dv), swap)
+    _gradient_inputs(a, scale)
+    for name, like in (("dq", "q"), ("dk", "k"), ("dv", "k")):
+        _gradient_output(a, name, like)
+
+
+def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_bar, do_bar, scale: float,
+                              swap: bool) -> None:
+    """kgen_attention_double_backward's checks (gq, gk, gv may be None)."""
+    a = views(dict(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, gq=gq, gk=gk, gv=gv, q_bar=q_bar, k_bar=k_bar,
+                   v_bar=v_bar, do_bar=do_bar), swap)
+    _gradient_inputs(a, scale)
+    for name, like in (("gq", "q"), ("gk", "k"), ("gv", "k"), ("q_bar", "q"), ("k_bar", "k"), ("v_bar", "k"),
+                       ("do_bar", "q")):
+        if a[name] is not None:
+            _gradient_output(a, name, like)
+
+
+# --- LRPE-cosine (ops/lrpe.cpp validate_lrpe) ----------------------------------------------------------
+
+def _logical4(t: View) -> View:
+    """The (b, h, n, width) view of a 4-d tensor, or of a 3-d (b, n, width) one as one head."""
+    if t.ndim == 4:
+        check_view(t, 4)
+        return t
+    check_view(t, 3)
+    v = copy.copy(t)
+    s, st = t.shape, t.strides
+    v.shape, v.strides, v.ndim = (s[0], 1, s[1], s[2]), (st[0], 0, st[1], st[2]), 4
+    return v
+
+
+def _lrpe_like(t: View, x: View, width: int, what: str) -> None:
+    if t.shape[:3] != x.shape[:3] or t.shape[3] != width:
+        invalid(f"{t.name}: shape {shape_text(t.shape)} must be {what} (x is {shape_text(x.shape)})")
+    if t.dtype != x.dtype:
+        invalid(f"{t.name}: dtype {_NAMES[t.dtype]} differs from x's {_NAMES[x.dtype]}")
+    if t.device != x.device:
+        invalid(f"{t.name}: on device {t.device}, x is on device {x.device}")
+
+
+def lrpe(x, theta, d_o, out, angles, *, md: bool, offset: int = 0, grid=(), extra: int = 0, swap: bool) -> None:
+    """The checks of kgen_lrpe_cosine_forward (d_o None, out = o), kgen_lrpe_cosine_backward
+    (out = dx) and their md_lrpe_cosine counterparts (grid and extra; angles may be None)."""
+    forward = d_o is None
+    out_name = "o" if forward else "dx"
+    named = {"x": x, "theta": theta}  # in the C function's parameter order
+    if not forward:
+        named["d_o"] = d_o
+    named[out_name] = out
+    if md:
+        named["angles"] = angles
+    a = views(named, swap)
+    x_in, t = a["x"], a["theta"]
+    if x_in.ndim not in (3, 4):
+        invalid(f"x: expected (batch, heads, n, d) or (batch, n, d), got {x_in.ndim} dimensions")
+    x_shape = shape_text(x_in.shape)
+    x = _logical4(x_in)
+    b, h, n, d = x.shape
+    if d > MAX_HEAD_DIM:
+        invalid(f"x: head dim d={d} is unsupported (kgen serves d <= {MAX_HEAD_DIM})")
+    if b > MAX_GRID_YZ or h > MAX_GRID_YZ or n >= 1 << 31:
+        invalid(f"x: shape {x_shape} exceeds kgen's launch limits (batch, heads <= 65535, n < 2^31)")
+    if not forward:
+        g = a["d_o"]
+        if g.ndim != x_in.ndim:
+            invalid(f"d_o: has {g.ndim} dimensions, x has {x_in.ndim}")
+        _lrpe_like(_logical4(g), x, 2 * d, "x's with 2d features")
+    o = a[out_name]
+    if o.ndim != x_in.ndim:
+        invalid(f"{out_name}: has {o.ndim} dimensions, x has {x_in.ndim}")
+    _lrpe_like(_logical4(o), x, 2 * d if forward else d, "x's with 2d features" if forward else "x's")
+    if t.ndim != 2:
+        invalid(f"theta: expected 2 dimensions (heads or 1, features), got {t.ndim}")
+    if t.dtype != torch.float32:
+        invalid(f"theta: dtype must be fp32, got {_NAMES[t.dtype]}")
+    if t.device != x.device:
+        invalid("theta: not on x's device")
+    if t.strides[0] < 0 or t.strides[1] < 0:
+        invalid("theta: negative strides are not supported")
+    if t.shape[0] not in (1, h):
+        invalid(f"theta: shape {shape_text(t.shape)} must have 1 or heads={h} rows")
+    if not md:
+        if t.shape[1] not in (1, d):
+            invalid(f"theta: shape {shape_text(t.shape)} must have 1 or d={d} columns")
+        if abs(offset) >= MAX_EXACT_POSITION - n:
+            invalid(f"offset: |offset| + n must stay below 2^24 (positions are exact fp32 integers), got offset "
+                    f"{offset} with n={n}")
+        return
+    _md_lrpe(a["angles"], t, x, grid, extra)
+
+
+def _md_lrpe(angles: View | None, theta: View, x: View, grid, extra: int) -> None:
+    _, h, n, d = x.shape
+    dims = len(grid)
+    if not 1 <= dims <= 3:
+        invalid(f"dims: the grid must have 1, 2 or 3 dimensions, got {dims}")
+    if extra < 0:
+        invalid(f"extra: the number of extra tokens l must be >= 0, got {extra}")
+    cells, sizes = 1, []
+    for j, size in enumerate(grid):
+        if not 1 <= size < MAX_EXACT_POSITION:
+            invalid(f"grid: size {size} of dim {j} must be in 1..2^24")
+        cells *= size
+        if cells > n:
+            break
+        sizes.append(str(size))
+    if extra + cells != n:
+        invalid(f"grid: l + Π grid = {extra} + {'more than n' if cells > n else '×'.join(sizes)} must equal x's n={n}")
+    e = theta.shape[1]
+    if e * dims < d:
+        invalid(f"theta: e={e} frequencies per dim × m={dims} dims must cover d={d}")
+    if angles is None:
+        return
+    check_view(angles, 3)
+    if angles.dtype != torch.float32:
+        invalid(f"angles: dtype must be fp32, got {_NAMES[angles.dtype]}")
+    if angles.device != x.device:
+        invalid("angles: not on x's device")
+    if angles.shape != (h, n, d) or angles.strides[1] != d or angles.strides[0] != n * d:
+        invalid(f"angles: must be a contiguous fp32 (heads, n, d) = ({h}, {n}, {d}) tensor, got "
+                f"{shape_text(angles.shape)}")

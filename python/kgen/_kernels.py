@@ -1,0 +1,277 @@
+"""The CUDA kernels of torch.ops.kgen.*: each one allocates its outputs and calls kgen's C function
+on the current CUDA stream, its tensors passed zero-copy as DLPack descriptors.
+
+_ops.py registers them with PyTorch's dispatcher, and kgen.torch calls them directly in eager
+mode, which saves the dispatcher's few µs per call. Shapes, dtypes, devices and strides are
+checked by the library alone (its message names the argument); Python checks only the layout and
+act names and the scale. A call's descriptors are PyTorch's own DLPack export, or packed with its
+options into one reused buffer (_lib.Frame) where the bnhd layout needs (b, h, n, d) views, and
+scratch sizes are cached per call form, so that a call costs little host time at decode shapes.
+Signatures and conventions: see _ops.py.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from . import _checks, _lib
+
+LAYOUTS = ("bhnd", "bnhd")
+LRPE_ACTS = tuple(_lib.LRPE_ACTS)
+
+# --- calling the library ------------------------------------------------------------------------------
+
+# The current stream's handle without building a torch.cuda.Stream object (4 µs per call): the
+# raw-stream query PyTorch's own generated code uses, where this PyTorch has it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_to_dlpack = getattr(torch._C, "_to_dlpack", None)
+
+
+def _exports_dltensors() -> bool:
+    """Whether this PyTorch's to_dlpack gives unversioned capsules whose DLTensor views the tensor
+    in place (the descriptors the library takes as they are)."""
+    try:
+        t = torch.empty((2, 3), dtype=torch.float16)[:, 1:]
+        capsule = _to_dlpack(t)  # owns the DLTensor read below
+        d = _lib.DLTensor.from_address(_lib.capsule_address(capsule))
+        return (d.data, d.byte_offset, list(d.shape[:2]), list(d.strides[:2])) == (t.data_ptr(), 0, [2, 2], [3, 1])
+    except Exception:  # noqa: BLE001 - no such export here: the descriptors are packed instead
+        return False
+
+
+_EXPORTS_DLTENSORS = _to_dlpack is not None and _exports_dltensors()
+
+
+def _stream(device: int):
+    if device < 0:
+        return None
+    if _raw_stream is not None:
+        return _raw_stream(device)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def _pack(options_format: str, options: tuple, tensors, swap: bool):
+    """(frame, tensor addresses, what must live until the call returns) of a call on `tensors`
+    (None = NULL): each one's DLTensor views it in place, as its (b, h, n, ·) view if it is 4-d and
+    `swap` (layout bnhd). Without a swap the descriptors are PyTorch's own DLPack export (half the
+    host time of packing them here at a decode shape)."""
+    if not swap and _EXPORTS_DLTENSORS:
+        capsules = [None if t is None else _to_dlpack(t) for t in tensors]
+        frame = _lib.frame(options_format, ())
+        frame.pack(options)
+        return frame, [None if c is None else _lib.capsule_address(c) for c in capsules], capsules
+    frame = _lib.frame(options_format, tuple([None if t is None else t.dim() for t in tensors]))
+    values = list(options)
+    addresses = []
+    for t, slot in zip(tensors, frame.tensors):
+        if t is None:
+            addresses.append(None)
+            continue
+        shape, strides = t.shape, t.stride()
+        if swap and len(shape) == 4:
+            shape = (shape[0], shape[2], shape[1], shape[3])
+            strides = (strides[0], strides[2], strides[1], strides[3])
+        dtype = _checks.dl_dtype(t.dtype)
+        device = t.get_device()
+        device_type = _checks.DL_CUDA if device >= 0 else (_lib.kDLCPU if t.is_cpu else _lib.kDLExtDev)
+        values += (t.data_ptr(), device_type, max(device, 0), len(shape), dtype[0], dtype[1], 1, slot[1], slot[2], 0)
+        values += shape
+        values += strides
+        addresses.append(slot[0])
+    frame.pack(values)
+    return frame, addresses, None
+
+
+def _launch(function: str, options_format: str, options: tuple, tensors, swap: bool) -> None:
+    """C `function(tensors..., &options, stream)` on the current stream of the first tensor's device."""
+    frame, addresses, keep = _pack(options_format, options, tensors, swap)
+    status = _lib.function(function)(*addresses, frame.options, _stream(tensors[0].get_device()))
+    del keep  # the exported descriptors, read by the call
+    if status:
+        _lib.raise_error(function, status)
+
+
+def _swap(layout: str) -> bool:
+    if layout == "bhnd":
+        return False
+    if layout == "bnhd":
+        return True
+    raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+
+
+def _scale(scale) -> float:
+    """The library's scale option: 0 for None (1/sqrt(d))."""
+    if scale is None:
+        return 0.0
+    if not scale > 0:
+        raise ValueError(f"scale must be positive (None means 1/sqrt(d)), got {scale}")
+    return float(scale)
+
+
+def _dense(t):
+    """`t` itself when its last dim is contiguous and no stride is 0 (autograd hands out expanded
+    zero-stride gradients), else a contiguous copy."""
+    if t is None:
+        return None
+    if t.stride(-1) == 1 and all(s != 0 or n == 1 for s, n in zip(t.stride(), t.shape)):
+        return t
+    return t.contiguous()
+
+
+# Scratch sizes by call form: the library's answer depends on the shape, options and device only,
+# and asking it costs a call.
+_scratch_bytes: dict = {}
+
+
+def _scratch(key, query, like: torch.Tensor):
+    """(tensor to keep alive, address, bytes) of a call's scratch from PyTorch's caching allocator
+    (freed stream-ordered like every torch allocation, and capturable in CUDA graphs); bytes from
+    `query()`, cached by `key`. If the query fails, no scratch: the call itself reports why."""
+    nbytes = _scratch_bytes.get(key)
+    if nbytes is None:
+        size = ctypes.c_size_t(0)
+        try:
+            query(ctypes.byref(size))
+        except _lib.KgenError:
+            return None, 0, 0
+        nbytes = _scratch_bytes[key] = size.value
+    scratch = like.new_empty(max(nbytes, 1), dtype=torch.uint8)
+    return scratch, scratch.data_ptr(), nbytes
+
+
+# --- attention ----------------------------------------------------------------------------------------
+
+def _forward_outputs(q, swap: bool, with_lse: bool = True):
+    """o (q's shape, contiguous in q's layout) and lse (float32 (b, h, n_q), or None)."""
+    s = q.shape
+    o = q.new_empty(s)
+    if not with_lse:
+        return o, None
+    rows = (s[0], s[2], s[1]) if swap and len(s) == 4 else s[:-1]
+    return o, q.new_empty(rows, dtype=torch.float32)
+
+
+def attention_forward_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd"):
+    """Writes out (and lse unless None) on the current stream."""
+    _launch("kgen_attention_forward", _lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, k, v, out, lse),
+            _swap(layout))
+
+
+def attention_forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True):
+    """(o, lse); lse is None unless with_lse (the operator always computes it)."""
+    o, lse = _forward_outputs(q, _swap(layout), with_lse)
+    attention_forward_out(q, k, v, o, lse, scale, causal, layout)
+    return o, lse
+
+
+def _gradient_scratch(q, swap: bool, deterministic: bool, double: bool):
+    def query(size):
+        frame, (q_address,), keep = _pack(_lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,),
+                                          swap)
+        _lib.call("kgen_attention_backward_workspace_bytes", q_address, frame.options, int(double), size)
+    return _scratch((q.shape, swap, bool(deterministic), double), query, q)
+
+
+def _gradient_options(scale, causal, deterministic, address, nbytes, config) -> tuple:
+    return _scale(scale), int(causal), int(deterministic), address, nbytes, _lib.c_string(config)
+
+
+def attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale=None, causal=False, layout="bhnd",
+                           deterministic=False, config=None):
+    swap = _swap(layout)
+    scratch, address, nbytes = _gradient_scratch(q, swap, deterministic, False)
+    _launch("kgen_attention_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
+            _gradient_options(scale, causal, deterministic, address, nbytes, config),
+            (q, k, v, o, lse, _dense(d_o), dq, dk, dv), swap)
+    del scratch  # freed stream-ordered: reused only by work queued after the launch
+
+
+def attention_backward(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd", deterministic=False,
+                       config=None):
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, layout, deterministic, config)
+    return dq, dk, dv
+
+
+def _double_backward_outputs(q, k, v):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
+
+
+def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, layout="bhnd",
+                              deterministic=False, config=None):
+    swap = _swap(layout)
+    outputs = _double_backward_outputs(q, k, v)
+    scratch, address, nbytes = _gradient_scratch(q, swap, deterministic, True)
+    _launch("kgen_attention_double_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
+            _gradient_options(scale, causal, deterministic, address, nbytes, config),
+            (q, k, v, o, lse, *map(_dense, (d_o, gq, gk, gv)), *outputs), swap)
+    del scratch
+    return outputs
+
+
+# --- LRPE-cosine ----------------------------------------------------------------------------------
+
+def _act(act: str) -> int:
+    code = _lib.LRPE_ACTS.get(act)
+    if code is None:
+        raise ValueError(f"act must be one of {LRPE_ACTS}, got {act!r}")
+    return code
+
+
+def _lrpe_output(x, width: int):
+    return x.new_empty((*x.shape[:-1], width))
+
+
+def _angles(x, swap: bool):
+    """md_lrpe_cosine's angle cache: float32 (h, n, d), contiguous."""
+    s = x.shape
+    h, n = (1, s[1]) if len(s) == 3 else ((s[2], s[1]) if swap else (s[1], s[2]))
+    return x.new_empty((h, n, s[-1]), dtype=torch.float32)
+
+
+def _lrpe(function: str, tensors, act: str, offset: int, grid, extra: int, layout: str, config, backward: bool):
+    """One LRPE call; tensors in the C function's order, x first."""
+    swap, code = _swap(layout), _act(act)
+    x = tensors[0]
+    scratch, address, nbytes = None, 0, 0
+    if act == "softmax_seq":
+        def query(size):
+            frame, (x_address,), keep = _pack(_lib.LRPE_OPTIONS, (0,) * 10, (x,), swap)
+            _lib.call("kgen_lrpe_workspace_bytes", x_address, code, int(backward), size)
+        scratch, address, nbytes = _scratch((x.shape, swap, x.dtype, x.get_device(), backward), query, x)
+    g = (*grid, 0, 0, 0)
+    options = (code, offset, len(grid), g[0], g[1], g[2], extra, _lib.c_string(config), address, nbytes)
+    _launch(function, _lib.LRPE_OPTIONS, options, tensors, swap)
+    del scratch
+
+
+def lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None):
+    o = _lrpe_output(x, 2 * x.shape[-1])
+    _lrpe("kgen_lrpe_cosine_forward", (x, theta, o), act, offset, (), 0, layout, config, False)
+    return o
+
+
+def lrpe_cosine_backward(x, theta, d_o, offset=0, act="none", layout="bhnd", config=None):
+    dx = torch.empty_like(x)
+    _lrpe("kgen_lrpe_cosine_backward", (x, theta, _dense(d_o), dx), act, offset, (), 0, layout, config, True)
+    return dx
+
+
+def md_lrpe_cosine_forward_cached(x, theta, grid, extra=0, act="none", layout="bhnd", config=None, cache=True):
+    """(o, angles); angles is None unless cache."""
+    o = _lrpe_output(x, 2 * x.shape[-1])
+    angles = _angles(x, _swap(layout)) if cache else None
+    _lrpe("kgen_md_lrpe_cosine_forward", (x, theta, o, angles), act, 0, grid, extra, layout, config, False)
+    return o, angles
+
+
+def md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None):
+    return md_lrpe_cosine_forward_cached(x, theta, grid, extra, act, layout, config, cache=False)[0]
+
+
+def md_lrpe_cosine_backward(x, theta, d_o, angles, grid, extra=0, act="none", layout="bhnd", config=None):
+    dx = torch.empty_like(x)
+    _lrpe("kgen_md_lrpe_cosine_backward", (x, theta, _dense(d_o), dx, angles), act, 0, grid, extra, layout, config,
+          True)
+    return dx

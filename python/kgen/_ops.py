@@ -1,0 +1,173 @@
+"""torch.ops.kgen.*: kgen's operators in PyTorch's dispatcher, registered on import.
+
+Each operator has a fixed arity and is registered with `torch.library.Library("kgen", "DEF")`:
+`define`, the CUDA kernel of _kernels.py (also for CPU tensors, which the library refuses with
+its own message), a fake kernel that gives the outputs' shapes and dtypes and raises the
+library's error for invalid arguments at trace time (_checks.py), and for the forward operators
+an autocast kernel. `define` + `impl` costs less per call than `torch.library.custom_op`.
+Autograd is not registered: kgen.torch's autograd Functions call these operators, so
+torch.compile traces them as leaves of the forward and backward graphs.
+
+    attention_forward(q, k, v, scale=None, causal=False, layout="bhnd") -> (o, lse)
+    attention_forward_out(q, k, v, out!, lse!?, scale, causal, layout) -> ()
+    attention_backward(q, k, v, o, lse, d_o, scale, causal, layout, deterministic, config) -> (dq, dk, dv)
+    attention_backward_out(q, k, v, o, lse, d_o, dq!, dk!, dv!, scale, causal, layout, deterministic, config) -> ()
+    attention_double_backward(q, k, v, o, lse, d_o, gq?, gk?, gv?, scale, causal, layout, deterministic,
+                              config) -> (q_bar, k_bar, v_bar, do_bar)
+    lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None) -> o
+    lrpe_cosine_backward(x, theta, d_o, offset, act, layout, config) -> dx
+    md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None) -> o
+    md_lrpe_cosine_forward_cached(x, theta, grid, extra, act, layout, config) -> (o, angles)
+    md_lrpe_cosine_backward(x, theta, d_o, angles?, grid, extra, act, layout, config) -> dx
+
+Attention tensors are (b, h, n, d) for layout "bhnd" or (b, n, h, d) for "bnhd" (any strides
+with a contiguous last dim), LRPE tensors also (b, n, d). scale None means 1/sqrt(d). act is the
+library's name: none, relu, sigmoid, silu, softmax (over the features) or softmax_seq (over the
+sequence). theta is float32 (h or 1, d or 1), or (h or 1, e) for md. config None lets kgen
+choose. Outputs are allocated like the tensor they mirror (o like q, dk like k); lse is float32
+(b, h, n_q); angles float32 (h, n, d). `!` marks a written argument, `?` an optional one.
+
+Under torch.autocast("cuda"), the forward operators cast their floating q, k, v or x (never
+theta) to the autocast dtype, as SDPA does, and run in it.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import _checks
+from . import _kernels as K
+
+_LIB = torch.library.Library("kgen", "DEF")
+_ATTENTION = 'float? scale=None, bool causal=False, str layout="bhnd"'
+_GRADIENT = _ATTENTION + ", bool deterministic=False, str? config=None"
+_LRPE = 'str act="none", str layout="bhnd", str? config=None'
+_AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
+
+
+def autocast(*tensors):
+    """`tensors` as the autocast kernels run them: under torch.autocast("cuda"), floating CUDA
+    tensors other than float64 in the autocast dtype (SDPA's lower-precision policy); else as given."""
+    if not torch.is_autocast_enabled("cuda"):
+        return tensors
+    dtype = torch.get_autocast_dtype("cuda")
+    return tuple(_cast(t, dtype) for t in tensors)
+
+
+def _cast(t, dtype):
+    eligible = t is not None and t.is_floating_point() and t.is_cuda and t.dtype != torch.float64
+    return t.to(dtype) if eligible and t.dtype != dtype else t
+
+
+def _register(schema: str, kernel, fake, cast: tuple = ()) -> None:
+    """Define the operator of `schema` with its CUDA (and CPU) kernel, its fake kernel and, if
+    `cast` names argument positions, an autocast kernel casting those arguments."""
+    name = schema[:schema.index("(")]
+    _LIB.define(schema)
+    for key in ("CUDA", "CPU"):
+        _LIB.impl(name, kernel, key)
+    torch.library.register_fake(f"kgen::{name}", fake, lib=_LIB)
+    if not cast:
+        return
+    op = getattr(torch.ops.kgen, name).default
+
+    def autocast_kernel(*args, **kwargs):
+        args = list(args)
+        dtype = torch.get_autocast_dtype("cuda")
+        for i in cast:
+            args[i] = _cast(args[i], dtype)
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
+            return op(*args, **kwargs)
+
+    _LIB.impl(name, autocast_kernel, "AutocastCUDA")
+    op.py_impl(torch._C.DispatchKey.AutocastCUDA)(autocast_kernel)  # the same under make_fx's Python dispatcher
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+def _fake_attention_forward_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd"):
+    _checks.attention_forward(q, k, v, out, lse, K._scale(scale), K._swap(layout))
+
+
+def _fake_attention_forward(q, k, v, scale=None, causal=False, layout="bhnd"):
+    o, lse = K._forward_outputs(q, K._swap(layout))
+    _fake_attention_forward_out(q, k, v, o, lse, scale, causal, layout)
+    return o, lse
+
+
+def _fake_attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale=None, causal=False, layout="bhnd",
+                                 deterministic=False, config=None):
+    _checks.attention_backward(q, k, v, o, lse, K._dense(d_o), dq, dk, dv, K._scale(scale), K._swap(layout))
+
+
+def _fake_attention_backward(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd", deterministic=False,
+                             config=None):
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    _fake_attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, layout)
+    return dq, dk, dv
+
+
+def _fake_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, layout="bhnd",
+                                    deterministic=False, config=None):
+    outputs = K._double_backward_outputs(q, k, v)
+    _checks.attention_double_backward(q, k, v, o, lse, *map(K._dense, (d_o, gq, gk, gv)), *outputs,
+                                      K._scale(scale), K._swap(layout))
+    return outputs
+
+
+_register(f"attention_forward(Tensor q, Tensor k, Tensor v, {_ATTENTION}) -> (Tensor, Tensor)",
+          K.attention_forward, _fake_attention_forward, cast=(0, 1, 2))
+_register(f"attention_forward_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}) -> ()",
+          K.attention_forward_out, _fake_attention_forward_out)
+_register("attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
+          f"{_GRADIENT}) -> (Tensor, Tensor, Tensor)", K.attention_backward, _fake_attention_backward)
+_register("attention_backward_out(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, Tensor(a!) dq, "
+          f"Tensor(b!) dk, Tensor(c!) dv, {_GRADIENT}) -> ()", K.attention_backward_out, _fake_attention_backward_out)
+_register("attention_double_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, Tensor? gq, "
+          f"Tensor? gk, Tensor? gv, {_GRADIENT}) -> (Tensor, Tensor, Tensor, Tensor)",
+          K.attention_double_backward, _fake_attention_double_backward)
+
+
+# --- LRPE-cosine ----------------------------------------------------------------------------------
+
+def _fake_lrpe(x, theta, d_o, out, angles, *, offset=0, grid=(), extra=0, act, layout, md):
+    K._act(act)
+    _checks.lrpe(x, theta, K._dense(d_o), out, angles, md=md, offset=offset, grid=grid, extra=extra,
+                 swap=K._swap(layout))
+    return out
+
+
+def _fake_lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None):
+    o = K._lrpe_output(x, 2 * x.shape[-1])
+    return _fake_lrpe(x, theta, None, o, None, offset=offset, act=act, layout=layout, md=False)
+
+
+def _fake_lrpe_cosine_backward(x, theta, d_o, offset=0, act="none", layout="bhnd", config=None):
+    return _fake_lrpe(x, theta, d_o, torch.empty_like(x), None, offset=offset, act=act, layout=layout, md=False)
+
+
+def _fake_md_lrpe_cosine_forward_cached(x, theta, grid, extra=0, act="none", layout="bhnd", config=None, cache=True):
+    o = K._lrpe_output(x, 2 * x.shape[-1])
+    angles = K._angles(x, K._swap(layout)) if cache else None
+    _fake_lrpe(x, theta, None, o, angles, grid=grid, extra=extra, act=act, layout=layout, md=True)
+    return o, angles
+
+
+def _fake_md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None):
+    return _fake_md_lrpe_cosine_forward_cached(x, theta, grid, extra, act, layout, config, cache=False)[0]
+
+
+def _fake_md_lrpe_cosine_backward(x, theta, d_o, angles, grid, extra=0, act="none", layout="bhnd", config=None):
+    return _fake_lrpe(x, theta, d_o, torch.empty_like(x), angles, grid=grid, extra=extra, act=act, layout=layout,
+                      md=True)
+
+
+_register(f"lrpe_cosine_forward(Tensor x, Tensor theta, int offset=0, {_LRPE}) -> Tensor",
+          K.lrpe_cosine_forward, _fake_lrpe_cosine_forward, cast=(0,))
+_register(f"lrpe_cosine_backward(Tensor x, Tensor theta, Tensor d_o, int offset=0, {_LRPE}) -> Tensor",
+          K.lrpe_cosine_backward, _fake_lrpe_cosine_backward)
+_register(f"md_lrpe_cosine_forward(Tensor x, Tensor theta, int[] grid, int extra=0, {_LRPE}) -> Tensor",
+          K.md_lrpe_cosine_forward, _fake_md_lrpe_cosine_forward, cast=(0,))
+_register(f"md_lrpe_cosine_forward_cached(Tensor x, Tensor theta, int[] grid, int extra=0, {_LRPE}) -> (Tensor, Tensor)",
+          K.md_lrpe_cosine_forward_cached, _fake_md_lrpe_cosine_forward_cached, cast=(0,))
+_register("md_lrpe_cosine_backward(Tensor x, Tensor theta, Tensor d_o, Tensor? angles, int[] grid, int extra=0, "
+          f"{_LRPE}) -> Tensor", K.md_lrpe_cosine_backward, _fake_md_lrpe_cosine_backward)

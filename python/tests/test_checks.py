@@ -1,0 +1,209 @@
+"""The fake kernels' argument checks (kgen/_checks.py) against the library's own: for each invalid
+call below, the sentence Python raises must be the one kgen's C function returns. No GPU: the C
+side gets descriptors that claim device memory on a device index no machine has, so a call that
+passed validation would fail at the device query instead of launching anything."""
+import ctypes
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kgen import KgenError, Status, _lib  # noqa: E402
+from kgen import _checks  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("kgen_library")
+
+BF16, F16, F32 = torch.bfloat16, torch.float16, torch.float32
+NO_SUCH_DEVICE = 4096
+ADDRESS = 1 << 20
+
+
+def spec(shape, dtype=BF16, strides=None):
+    return (tuple(shape), dtype, strides)
+
+
+def meta(s):
+    shape, dtype, strides = s
+    if strides is None:
+        return torch.empty(shape, dtype=dtype, device="meta")
+    return torch.empty_strided(shape, strides, dtype=dtype, device="meta")
+
+
+def descriptor(s):
+    shape, dtype, strides = s
+    if strides is None:
+        strides = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+    return _lib.dltensor(ADDRESS, shape, strides, _checks.dl_dtype(dtype), (_lib.kDLCUDA, NO_SUCH_DEVICE))
+
+
+def library_message(function, specs, options, *extra):
+    tensors = [None if s is None else descriptor(s) for s in specs]
+    status = _lib.function(function)(*map(_lib.ref, tensors), ctypes.byref(options), *extra)
+    assert status == Status.INVALID_ARGUMENT, f"{function} returned {status}: {_lib.last_error()}"
+    return _lib.last_error()
+
+
+def python_message(check, specs, *args, **kwargs):
+    with pytest.raises(KgenError) as e:
+        check(*[None if s is None else meta(s) for s in specs], *args, **kwargs)
+    assert e.value.status == Status.INVALID_ARGUMENT
+    return str(e.value)
+
+
+# --- attention: q, k, v, o, lse (forward), + d_o, dq, dk, dv (backward) ----------------------------
+
+Q, KV, LSE = spec((2, 8, 100, 64)), spec((2, 2, 120, 64)), spec((2, 8, 100), F32)
+FORWARD = dict(q=Q, k=KV, v=KV, o=Q, lse=LSE)
+FORWARD_CASES = {  # name: (changed arguments, scale)
+    "q float64": (dict(q=spec(Q[0], torch.float64)), 0.0),
+    "k int32": (dict(k=spec(KV[0], torch.int32)), 0.0),
+    "q 3-d": (dict(q=spec((8, 100, 64))), 0.0),
+    "q 5-d": (dict(q=spec((1, 2, 8, 100, 64))), 0.0),
+    "q empty": (dict(q=spec((2, 8, 0, 64))), 0.0),
+    "q last stride 2": (dict(q=spec((2, 8, 100, 64), BF16, (8 * 100 * 128, 100 * 128, 128, 2))), 0.0),
+    "q batch above grid": (dict(q=spec((70000, 8, 1, 64)), o=spec((70000, 8, 1, 64))), 0.0),
+    "k fp16": (dict(k=spec(KV[0], F16)), 0.0),
+    "o fp32": (dict(o=spec(Q[0], F32)), 0.0),
+    "k head dim": (dict(k=spec((2, 2, 120, 32))), 0.0),
+    "k batch": (dict(k=spec((3, 2, 120, 64))), 0.0),
+    "v differs from k": (dict(v=spec((2, 2, 121, 64))), 0.0),
+    "o differs from q": (dict(o=spec((2, 8, 99, 64))), 0.0),
+    "heads not divisible": (dict(k=spec((2, 3, 120, 64)), v=spec((2, 3, 120, 64))), 0.0),
+    "head dim 264": (dict(q=spec((2, 8, 100, 264)), k=spec((2, 2, 120, 264)), v=spec((2, 2, 120, 264)),
+                          o=spec((2, 8, 100, 264))), 0.0),
+    "lse bf16": (dict(lse=spec(LSE[0], BF16)), 0.0),
+    "lse shape": (dict(lse=spec((2, 8, 99), F32)), 0.0),
+    "lse 2-d": (dict(lse=spec((16, 100), F32)), 0.0),
+    "scale inf": ({}, float("inf")),
+}
+
+
+@pytest.mark.parametrize("case", FORWARD_CASES)
+def test_attention_forward_messages(case):
+    changes, scale = FORWARD_CASES[case]
+    specs = list({**FORWARD, **changes}.values())
+    expected = library_message("kgen_attention_forward", specs, _lib.AttentionOptions(scale=scale), None)
+    assert python_message(_checks.attention_forward, specs, scale, False) == expected
+
+
+BACKWARD = {**FORWARD, "d_o": Q, "dq": Q, "dk": KV, "dv": KV}
+BACKWARD_CASES = {
+    "d_o shape": dict(d_o=spec((2, 8, 100, 32))),
+    "d_o dtype": dict(d_o=spec(Q[0], F16)),
+    "dq dtype": dict(dq=spec(Q[0], F32)),
+    "dk like q": dict(dk=Q),
+    "dv 3-d": dict(dv=spec((2, 120, 64))),
+    "k head dim": dict(k=spec((2, 2, 120, 32))),
+}
+
+
+@pytest.mark.parametrize("case", BACKWARD_CASES)
+def test_attention_backward_messages(case):
+    specs = list({**BACKWARD, **BACKWARD_CASES[case]}.values())
+    expected = library_message("kgen_attention_backward", specs, _lib.AttentionBackwardOptions(), None)
+    assert python_message(_checks.attention_backward, specs, 0.0, False) == expected
+
+
+DOUBLE = {**FORWARD, "d_o": Q, "gq": None, "gk": KV, "gv": None, "q_bar": Q, "k_bar": KV, "v_bar": KV, "do_bar": Q}
+DOUBLE_CASES = {
+    "gk like q": dict(gk=Q),
+    "gq dtype": dict(gq=spec(Q[0], F16)),
+    "gv shape": dict(gv=spec((2, 2, 119, 64))),
+    "do_bar dtype": dict(do_bar=spec(Q[0], F32)),
+    "v_bar like q": dict(v_bar=Q),
+    "d_o 3-d": dict(d_o=spec((8, 100, 64))),
+}
+
+
+@pytest.mark.parametrize("case", DOUBLE_CASES)
+def test_attention_double_backward_messages(case):
+    specs = list({**DOUBLE, **DOUBLE_CASES[case]}.values())
+    expected = library_message("kgen_attention_double_backward", specs, _lib.AttentionBackwardOptions(), None)
+    assert python_message(_checks.attention_double_backward, specs, 0.0, False) == expected
+
+
+# --- LRPE-cosine: x, theta, o (forward), x, theta, d_o, dx (backward), + angles (md) ---------------------
+
+X, THETA = spec((2, 4, 33, 48)), spec((4, 48), F32)
+LRPE_FORWARD = dict(x=X, theta=THETA, o=spec((2, 4, 33, 96)))
+LRPE_BACKWARD = dict(x=X, theta=THETA, d_o=spec((2, 4, 33, 96)), dx=X)
+LRPE_CASES = {  # name: (forward?, changed arguments, offset)
+    "x 2-d": (True, dict(x=spec((33, 48))), 0),
+    "x 5-d": (True, dict(x=spec((1, 2, 4, 33, 48))), 0),
+    "x d 300": (True, dict(x=spec((2, 4, 33, 300)), o=spec((2, 4, 33, 600))), 0),
+    "x batch above grid": (True, dict(x=spec((70000, 1, 2, 48)), o=spec((70000, 1, 2, 96))), 0),
+    "x last stride 2": (True, dict(x=spec((2, 4, 33, 48), BF16, (4 * 33 * 96, 33 * 96, 96, 2))), 0),
+    "theta rows": (True, dict(theta=spec((3, 48), F32)), 0),
+    "theta columns": (True, dict(theta=spec((4, 5), F32)), 0),
+    "theta fp16": (True, dict(theta=spec((4, 48), F16)), 0),
+    "theta 1-d": (True, dict(theta=spec((48,), F32)), 0),
+    "theta float64": (True, dict(theta=spec((4, 48), torch.float64)), 0),
+    "o width": (True, dict(o=spec((2, 4, 33, 48))), 0),
+    "o 3-d": (True, dict(o=spec((2, 33, 96))), 0),
+    "o dtype": (True, dict(o=spec((2, 4, 33, 96), F16)), 0),
+    "offset": (True, {}, 1 << 24),
+    "3-d x, theta of 2 heads": (True, dict(x=spec((2, 33, 48)), theta=spec((2, 48), F32), o=spec((2, 33, 96))), 0),
+    "3-d x, o width": (True, dict(x=spec((2, 33, 48)), theta=spec((1, 48), F32), o=spec((2, 33, 95))), 0),
+    "d_o width": (False, dict(d_o=spec((2, 4, 33, 48))), 0),
+    "d_o 3-d": (False, dict(d_o=spec((2, 33, 96))), 0),
+    "dx dtype": (False, dict(dx=spec(X[0], F32)), 0),
+    "dx width": (False, dict(dx=spec((2, 4, 33, 96))), 0),
+}
+
+
+@pytest.mark.parametrize("case", LRPE_CASES)
+def test_lrpe_messages(case):
+    forward, changes, offset = LRPE_CASES[case]
+    specs = list({**(LRPE_FORWARD if forward else LRPE_BACKWARD), **changes}.values())
+    function = "kgen_lrpe_cosine_forward" if forward else "kgen_lrpe_cosine_backward"
+    expected = library_message(function, specs, _lib.LrpeOptions(offset=offset), None)
+    if forward:
+        specs = [specs[0], specs[1], None, specs[2]]
+    got = python_message(lambda *t: _checks.lrpe(*t, None, md=False, offset=offset, swap=False), specs)
+    assert got == expected
+
+
+MD_FORWARD = dict(x=X, theta=spec((4, 24), F32), o=spec((2, 4, 33, 96)), angles=None)
+MD_CASES = {  # name: (forward?, changed arguments, grid, extra)
+    "grid product": (True, {}, (3, 12), 0),
+    "grid more than n": (True, {}, (30, 30), 0),
+    "grid with extra": (True, {}, (4, 8), 2),
+    "no dims": (True, {}, (), 0),
+    "grid size 0": (True, {}, (0, 33), 0),
+    "negative extra": (True, {}, (3, 11), -1),
+    "theta too narrow": (True, dict(theta=spec((4, 20), F32)), (3, 11), 0),
+    "theta rows": (True, dict(theta=spec((2, 24), F32)), (3, 11), 0),
+    "angles shape": (True, dict(angles=spec((4, 33, 47), F32)), (3, 11), 0),
+    "angles dtype": (True, dict(angles=spec((4, 33, 48), BF16)), (3, 11), 0),
+    "angles 2-d": (True, dict(angles=spec((4, 33 * 48), F32)), (3, 11), 0),
+    "backward grid": (False, {}, (3, 12), 0),
+    "backward angles": (False, dict(angles=spec((4, 32, 48), F32)), (3, 11), 0),
+}
+
+
+@pytest.mark.parametrize("case", MD_CASES)
+def test_md_lrpe_messages(case):
+    forward, changes, grid, extra = MD_CASES[case]
+    base = MD_FORWARD if forward else dict(x=X, theta=spec((4, 24), F32), d_o=spec((2, 4, 33, 96)), dx=X, angles=None)
+    specs = list({**base, **changes}.values())
+    options = _lib.LrpeOptions(dims=len(grid), extra=extra)
+    for j, size in enumerate(grid):
+        options.grid[j] = size
+    function = "kgen_md_lrpe_cosine_forward" if forward else "kgen_md_lrpe_cosine_backward"
+    expected = library_message(function, specs, options, None)
+    x, theta, *rest = specs
+    d_o, out, angles = (None, *rest) if forward else rest
+    got = python_message(lambda *t: _checks.lrpe(*t, md=True, grid=grid, extra=extra, swap=False),
+                         [x, theta, d_o, out, angles])
+    assert got == expected
+
+
+def test_valid_arguments_pass():
+    _checks.attention_forward(*map(meta, FORWARD.values()), 0.0, False)
+    _checks.attention_backward(*map(meta, BACKWARD.values()), 0.5, False)
+    _checks.attention_double_backward(*[None if s is None else meta(s) for s in DOUBLE.values()], 0.0, False)
+    _checks.lrpe(meta(X), meta(THETA), None, meta(LRPE_FORWARD["o"]), None, md=False, offset=100, swap=False)
+    _checks.lrpe(meta(X), meta(spec((4, 24), F32)), meta(spec((2, 4, 33, 96))), meta(X), meta(spec((4, 33, 48), F32)),
+                 md=True, grid=(3, 11), swap=False)
