@@ -54,13 +54,13 @@ def _pyplot():
 
 def plot_lines(path: Path, title: str, panels: dict, xlabel: str, ylabel: str) -> bool:
     """One subplot per panel title; panels[title] = {line label: [(x, y), ...]}. Points whose y is
-    NaN (OOM, failed check) are left out; log-log axes when x spans over 4x."""
+    NaN (OOM, failed check) are left out; log-log axes when x spans 4x or more."""
     plt = _pyplot()
     if plt is None or not panels:
         return False
     cols = min(3, len(panels))
     rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.8 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(max(8, 5 * cols), 3.8 * rows + 0.6), squeeze=False)
     for ax, (name, lines) in zip(axes.flat, panels.items()):
         xs_all = []
         for label, points in sorted(lines.items()):
@@ -68,9 +68,12 @@ def plot_lines(path: Path, title: str, panels: dict, xlabel: str, ylabel: str) -
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
                 xs_all += [p[0] for p in pts]
-        if xs_all and max(xs_all) > 4 * min(xs_all):
+        if xs_all and max(xs_all) >= 4 * min(xs_all):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
+        if xs_all:
+            ax.set_xticks(sorted(set(xs_all)), [str(x) for x in sorted(set(xs_all))])
+            ax.tick_params(axis="x", which="minor", bottom=False, labelbottom=False)
         ax.set_title(name)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -78,7 +81,7 @@ def plot_lines(path: Path, title: str, panels: dict, xlabel: str, ylabel: str) -
         ax.legend(fontsize=8)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -21,6 +21,7 @@ every kernel of the update runs, and the weights stay the same for the next impl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -91,11 +92,14 @@ class Variant:
         return "+".join([self.dtype] + ["compile"] * self.compile + [f"warmup{self.warmup}"] + ["adamw"] * self.adamw)
 
     @property
-    def label(self) -> str:
+    def setting(self) -> str:
         precision = "fp32" if self.dtype == "fp32" else f"mixed precision ({self.dtype} autocast)"
         warm = "no warm-up" if self.warmup == 0 else f"{self.warmup} warm-up step{'s' * (self.warmup > 1)}"
-        work = "forward + backward + AdamW step" if self.adamw else "forward + backward"
-        return f"{precision}, {'torch.compile' if self.compile else 'eager'}, {warm}, {work}"
+        return f"{precision}, {'torch.compile' if self.compile else 'eager'}, {warm}"
+
+    @property
+    def label(self) -> str:
+        return self.setting + (", forward + backward + AdamW step" if self.adamw else ", forward + backward")
 
 
 def ints(text: str) -> list[int]:
@@ -199,10 +203,7 @@ class Checks:
 
 def attention_variants(variants):
     """The variants the attention-only table runs: AdamW does not apply to it."""
-    out = {}
-    for v in variants:
-        out.setdefault((v.dtype, v.compile, v.warmup), v)
-    return list(out.values())
+    return list(dict.fromkeys(dataclasses.replace(v, adamw=False) for v in variants))
 
 
 def run_checks(args, checks, log):
@@ -219,6 +220,14 @@ def run_checks(args, checks, log):
             checks.get(impl, *shape)
         attn.drop_reference()
     free(args.device)
+
+
+def over_budget(args) -> bool:
+    return args.budget is not None and time.perf_counter() > args.started + args.budget
+
+
+def budget_row(args):
+    return nan_row("not run", f"the time budget (--budget {args.budget:g} s) was spent before this configuration")
 
 
 def nan_row(status, note=""):
@@ -238,6 +247,7 @@ def summarize(result, adamw):
     if adamw:
         row["optimizer avg (sec)"], row["optimizer std (sec)"] = stats(t[2] for t in times)
     mem = result["memory"]
+    row.update({c: float("nan") for c in MEM_COLUMNS})  # no allocator statistics off CUDA
     if mem:
         row.update({"model mem": mem[0], "model+fwd mem": mem[1], "model+fwd+back mem": mem[2],
                     "fwd mem": mem[1] - mem[0], "back mem": mem[2] - mem[1]})
@@ -254,14 +264,14 @@ def run_e2e(args, variants, checks, log, on_progress):
         size = MODELS[name]
         free(device)
         torch.manual_seed(0)
-        model, why = None, ""
+        model = None
         try:
-            with torch.device(device):
-                model = GPT(size, max(args.contexts))
+            if not over_budget(args):
+                with torch.device(device):
+                    model = GPT(size, max(args.contexts))
         except Exception as e:  # noqa: BLE001
             if not is_oom(e):
                 raise
-            why = "model does not fit"
         free(device)
         if model is not None:
             log(f"model {name}: d_model {size.d_model}, d_ff {size.d_ff}, {size.layers} layers, {size.heads} heads "
@@ -272,10 +282,12 @@ def run_e2e(args, variants, checks, log, on_progress):
                         "device": device, "batch_size": args.batch, "compile": v.compile, "warmup": v.warmup,
                         "variant": v.key}
                 for impl in args.impls:
-                    if model is None:
-                        rows.append({**base, **nan_row("OOM", why), "attention": impl})
-                        continue
-                    row = run_model(model, size, n, impl, v, args, checks, log)
+                    if over_budget(args):
+                        row = budget_row(args)
+                    elif model is None:
+                        row = nan_row("OOM", "the model's parameters do not fit")
+                    else:
+                        row = run_model(model, size, n, impl, v, args, checks, log)
                     rows.append({**base, **row, "attention": impl})
                     free(device)
         del model
@@ -344,8 +356,12 @@ def run_attention_only(args, variants, checks, log):
                             "dtype": str(v.torch_dtype).removeprefix("torch."), "device": device,
                             "batch_size": b, "compile": v.compile, "warmup": v.warmup, "variant": v.key}
                     chk = checks.get(impl, b, n, 1, d, v.torch_dtype)
-                    row = nan_row(chk["status"], chk["check"]) if chk["status"] != "ok" else time_attention(
-                        impl, b, n, d, v, args)
+                    if over_budget(args):
+                        row = budget_row(args)
+                    elif chk["status"] != "ok":
+                        row = nan_row(chk["status"], chk["check"])
+                    else:
+                        row = time_attention(impl, b, n, d, v, args)
                     rows.append({**base, **row})
                     free(device)
                     log(f"  attention n={n:<6d} d={d:<4d} {impl:10s} {v.key:22s} {row['status']:6s} "
@@ -456,17 +472,15 @@ def render(meta, variants, checks, e2e, attn_rows, args, plots) -> str:
                                             "status"]), ""]
         if v.key in plots:
             lines += [f"![step time vs context length]({plots[v.key]})", ""]
-    seen = []
-    for v in variants:
+    for v in attention_variants(variants):
         rows = [r for r in attn_rows if r["variant"] == v.key]
         if not rows:
             continue
-        seen.append(v.key)
         rows.sort(key=lambda r: (args.impls.index(r["attention"]), r["d_model"], r["context_length"]))
         notes = notes_of(rows)
         cols = ["context_length", "d_model"] + TIME_COLUMNS + MEM_COLUMNS + [
             "status", "attention", "dtype", "device", "batch_size", "compile", "warmup"]
-        lines += [f"## Attention only (one head of width d_model, causal): {v.label.rsplit(',', 1)[0]}", "",
+        lines += [f"## Attention only (one head of width d_model, causal): {v.setting}", "",
                   markdown_table(rows, cols + (["why"] if notes else [])), ""]
         lines += notes + ([""] if notes else [])
         if "attn:" + v.key in plots:
@@ -485,12 +499,13 @@ def make_plots(out: Path, variants, e2e, attn_rows) -> dict:
         if plot_lines(out / name, f"Forward + backward per step: {v.label}", panels, "context length",
                       "seconds per step"):
             plots[v.key] = name
+    for v in attention_variants(variants):
         panels = {}
         for r in (r for r in attn_rows if r["variant"] == v.key):
             panels.setdefault(f"d_model {r['d_model']}", {}).setdefault(r["attention"], []).append(
                 (r["context_length"], r["fws & back avg (sec)"]))
         name = f"attention_{v.key}.png"
-        if plot_lines(out / name, f"Attention only, forward + backward: {v.label.rsplit(',', 1)[0]}", panels,
+        if plot_lines(out / name, f"Attention only, forward + backward: {v.setting}", panels,
                       "context length", "seconds"):
             plots["attn:" + v.key] = name
     return plots
@@ -520,6 +535,8 @@ def parse_args(argv=None):
     p.add_argument("--attn-batch", type=int, help="attention-only batch size")
     p.add_argument("--no-e2e", action="store_true", help="skip the model table")
     p.add_argument("--no-attention", action="store_true", help="skip the attention-only table")
+    p.add_argument("--budget", type=float, help="seconds: configurations not started by then are reported "
+                                                "'not run' (the report is written either way)")
     p.add_argument("--out", type=Path, default=Path("transformer-bench"),
                    help="folder for report.md, results.json and the plots (default ./transformer-bench)")
     args = p.parse_args(argv)
@@ -558,7 +575,7 @@ def main(argv=None):
     if "kgen" in args.impls and args.device != "cuda":
         log("kgen: skipped on this device (kgen runs on CUDA devices only)")
     args.out.mkdir(parents=True, exist_ok=True)
-    started = time.perf_counter()
+    started = args.started = time.perf_counter()
     checks = Checks(args.device, log)
     e2e, attn_rows = [], []
 
