@@ -78,7 +78,10 @@ def plot_lines(path: Path, title: str, panels: dict, xlabel: str, ylabel: str) -
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        if xs_all:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "nothing ran (OOM / failed / skipped)", ha="center", transform=ax.transAxes)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)

@@ -29,6 +29,7 @@ import shlex
 import subprocess
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,14 +187,17 @@ class Checks:
         except (RuntimeError, ImportError, OSError) as e:
             entry.update(status="skipped", check=str(e))
         else:
-            try:
-                result = attn.check(attend, b, n, h, d, dtype, self.device)
-                entry.update(status="ok" if result.ok else "FAIL", check=result.summary,
-                             reference=result.reference, raw=result.as_dict())
-                entry["first call (sec)"] = result.first_call_s
-            except Exception as e:  # noqa: BLE001 - recorded as the row's status
-                entry.update(status="OOM" if is_oom(e) else "error",
-                             check=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+            with warnings.catch_warnings(record=True) as caught:  # SDPA says why it refuses in warnings
+                warnings.simplefilter("always")
+                try:
+                    result = attn.check(attend, b, n, h, d, dtype, self.device)
+                    entry.update(status="ok" if result.ok else "FAIL", check=result.summary,
+                                 reference=result.reference, raw=result.as_dict())
+                    entry["first call (sec)"] = result.first_call_s
+                except Exception as e:  # noqa: BLE001 - recorded as the row's status
+                    why = [str(w.message).splitlines()[0] for w in caught if str(w.message)]
+                    why.append(f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}")
+                    entry.update(status="OOM" if is_oom(e) else "error", check=" / ".join(why)[-400:])
         self.log(f"  check {impl:10s} {entry['shape (b, n, h, d)']:>18s} {entry['dtype']:8s} "
                  f"{entry['status']:7s} {entry['check']}")
         return entry
@@ -567,8 +571,6 @@ def main(argv=None):
     def log(text):
         print(text, flush=True)
 
-    if args.device == "cuda":
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     meta = metadata(args)
     for k, v in meta.items():
         log(f"{k}: {v}")

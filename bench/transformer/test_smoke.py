@@ -56,3 +56,29 @@ def test_cpu_smoke_run(tmp_path):
         return
     assert (tmp_path / "e2e_fp32+warmup1.png").stat().st_size > 0
     assert (tmp_path / "attention_bf16+warmup1.png").stat().st_size > 0
+
+
+def test_failed_check_and_oom_are_statuses(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from bench.transformer import attention as attn
+    from bench.transformer.run import main
+    calls = []
+
+    def wrong(q, k, v):  # off by 1%: fails the check, so it is never timed
+        return attn.naive(q, k, v) * 1.01
+
+    def out_of_memory(q, k, v):  # passes the check (its first call), then runs out of memory
+        calls.append(q.shape)
+        if len(calls) > 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return attn.naive(q, k, v)
+
+    monkeypatch.setattr(attn, "make", lambda impl, device, compiled=False: {
+        "naive": wrong, "sdpa-math": out_of_memory}[impl])
+    main(["--device", "cpu", "--tiny", "--contexts", "32", "--variants", "fp32", "--steps", "1",
+          "--impls", "naive,sdpa-math", "--no-attention", "--out", str(tmp_path)])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert {r["attention"]: r["status"] for r in data["e2e"]} == {"naive": "FAIL", "sdpa-math": "OOM"}
+    assert all(r["fwd avg (sec)"] != r["fwd avg (sec)"] for r in data["e2e"])  # NaN: nothing timed
+    report = (tmp_path / "report.md").read_text()
+    assert "FAIL" in report and "OOM" in report
