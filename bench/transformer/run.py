@@ -247,6 +247,8 @@ def summarize(result, adamw):
     for name, i in (("fwd", 0), ("back", 1)):
         row[f"{name} avg (sec)"], row[f"{name} std (sec)"] = stats(t[i] for t in times)
         row[f"{name} host avg (sec)"] = stats(h[i] for h in host)[0]
+        wall = row[f"{name} avg (sec)"]
+        row[f"{name} host share"] = row[f"{name} host avg (sec)"] / wall if wall > 0 else float("nan")
     row["fws & back avg (sec)"], row["fws & back std (sec)"] = stats(t[0] + t[1] for t in times)
     if adamw:
         row["optimizer avg (sec)"], row["optimizer std (sec)"] = stats(t[2] for t in times)
@@ -470,10 +472,13 @@ def render(meta, variants, checks, e2e, attn_rows, args, plots) -> str:
         mem_cols = MEM_COLUMNS + (["model+fwd+back+opt mem"] if v.adamw else [])
         lines += ["### Peak memory (MiB)", "",
                   markdown_table(rows, ["model", "context_length", "attention", *mem_cols, "status"]), ""]
-        lines += ["### Host time (the Python calls until they return; near the phase's time = host-bound) and loss",
-                  "", markdown_table(rows, ["model", "context_length", "attention", "fwd host avg (sec)",
-                                            "fwd avg (sec)", "back host avg (sec)", "back avg (sec)", "loss",
-                                            "status"]), ""]
+        lines += ["### Host time and loss",
+                  "", "Host time: from a phase's start until its Python call returns (launches queued, before any "
+                  "synchronize); a host share near 1 means the phase is host-bound. Loss: the first step's, same "
+                  "weights and tokens for every implementation.", "",
+                  markdown_table(rows, ["model", "context_length", "attention", "fwd host avg (sec)", "fwd avg (sec)",
+                                        "fwd host share", "back host avg (sec)", "back avg (sec)", "back host share",
+                                        "loss", "status"]), ""]
         if v.key in plots:
             lines += [f"![step time vs context length]({plots[v.key]})", ""]
     for v in attention_variants(variants):
