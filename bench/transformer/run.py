@@ -407,13 +407,13 @@ def time_attention(impl, b, n, d, v, args):
 
 # --- report ---------------------------------------------------------------------------------------------
 
-def speedups(rows, impls):
-    """Per (model, context): each implementation's fws & back time and kgen's speed-up over it."""
+def speedups(rows, impls, keys=("model", "context_length")):
+    """Per configuration (`keys`): each implementation's fws & back time and kgen's speed-up over it."""
     table, order = {}, []
     for r in rows:
-        key = (r["model"], r["context_length"])
+        key = tuple(r[k] for k in keys)
         if key not in table:
-            table[key] = {"model": r["model"], "context_length": r["context_length"]}
+            table[key] = {k: r[k] for k in keys}
             order.append(key)
         t = r["fws & back avg (sec)"]
         table[key][f"{r['attention']} (sec)"] = t if r["status"] == "ok" else r["status"]
@@ -428,7 +428,7 @@ def speedups(rows, impls):
             ok = isinstance(kg, float) and isinstance(other, float)
             row[f"kgen speed-up vs {impl}"] = round(other / kg, 3) if ok else "–"
         out.append(row)
-    cols = ["model", "context_length"] + [f"{i} (sec)" for i in impls] + [
+    cols = list(keys) + [f"{i} (sec)" for i in impls] + [
         f"kgen speed-up vs {i}" for i in impls if i != "kgen" and "kgen" in impls]
     return out, cols
 
@@ -492,6 +492,9 @@ def render(meta, variants, checks, e2e, attn_rows, args, plots) -> str:
         lines += [f"## Attention only (one head of width d_model, causal): {v.setting}", "",
                   markdown_table(rows, cols + (["why"] if notes else [])), ""]
         lines += notes + ([""] if notes else [])
+        keys = ("context_length", "d_model")
+        table, scols = speedups(sorted(rows, key=lambda r: (r["d_model"], r["context_length"])), args.impls, keys)
+        lines += ["### Forward + backward, side by side", "", markdown_table(table, scols), ""]
         if "attn:" + v.key in plots:
             lines += [f"![attention time vs context length]({plots['attn:' + v.key]})", ""]
     return "\n".join(lines) + "\n"
