@@ -1,0 +1,3 @@
+from bench.transformer.run import main
+
+main()
