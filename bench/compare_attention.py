@@ -4,15 +4,21 @@
 Every implementation's output is checked against a reference (docs/attention.md §5) before
 anything is timed; one that fails gets FAIL and no time, one that raises gets "–" and a footnote.
 Standard sweep (docs/attention.md §6): b·n = 16k tokens, h·d = 2048, n = 512…16k, d = 64/128, causal and not.
+--batch and --heads fix b and h_q instead; --heads-kv (or --gqa, query heads per K/V head) gives
+K and V fewer heads than q (grouped-query attention): kgen takes them as they are, SDPA and flex
+with enable_gqa, and the reference repeats each K/V head over its query heads.
 FlexAttention ("flex") is flex_attention under torch.compile(dynamic=False); causal is a block mask
 (kv_idx <= q_idx + n_k - n_q) built once per configuration; its first call (compile) is not timed.
 
     python3 bench/compare_attention.py                          # the whole sweep, bf16
     python3 bench/compare_attention.py --seqlens 2k,8k --head-dims 128 --causal no --out r.md
+    python3 bench/compare_attention.py --head-dims 128 --causal yes --seqlens 4k,8k,16k \\
+        --batch 1 --heads 64 --heads-kv 8                     # LLaMA-style GQA, h_q/h_kv = 64/8
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
@@ -52,14 +58,16 @@ class Config:
     d: int
     causal: bool
     b: int
-    h: int
+    h: int  # query heads
+    h_kv: int  # K/V heads, dividing h
 
     @property
-    def flops(self):  # docs/attention.md §6: 4·b·h·n_q·n_k·d, causal halves it
+    def flops(self):  # docs/attention.md §6: 4·b·h_q·n_q·n_k·d, causal halves it
         return 4 * self.b * self.h * self.n * self.n * self.d / (2 if self.causal else 1)
 
     def key(self):
-        return {"n": self.n, "d": self.d, "causal": self.causal, "b": self.b, "h": self.h}
+        return {"n": self.n, "d": self.d, "causal": self.causal, "b": self.b, "h": self.h,
+                "h_kv": self.h_kv}
 
 
 @dataclass
@@ -74,6 +82,95 @@ class Result:
     @property
     def ok(self):
         return not self.error and bool(self.checks) and all(c.ok for c in self.checks)
+
+
+# --- shape options (compare_attention_backward.py uses them too) ----------------------------------
+
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def add_shape_args(p, rows="row"):
+    """--tokens, --hidden, --batch and --heads for `rows`; --heads-kv and --gqa for every row."""
+    p.add_argument("--tokens", type=positive, default=16384,
+                   help="b·n: b = tokens / n unless --batch")
+    p.add_argument("--hidden", type=positive, default=2048,
+                   help="h_q·d: h_q = hidden / d unless --heads")
+    p.add_argument("--batch", type=positive, help=f"b of every {rows} instead of tokens / n")
+    p.add_argument("--heads", type=positive,
+                   help=f"query heads h_q of every {rows} instead of hidden / d")
+    kv = p.add_mutually_exclusive_group()
+    kv.add_argument("--heads-kv", type=positive, metavar="H_KV",
+                    help="K and V heads (grouped-query attention: each serves h_q / h_kv "
+                         "query heads; SDPA and flex get enable_gqa=True); must divide every "
+                         "row's h_q; default h_kv = h_q")
+    kv.add_argument("--gqa", type=positive, metavar="G",
+                    help="instead of --heads-kv: query heads per K/V head, h_kv = h_q / G; "
+                         "must divide every row's h_q")
+
+
+def check_kv_heads(p, args, heads):
+    """p.error naming --heads-kv or --gqa unless it divides every h_q of `heads`, a list of
+    (h_q, where it comes from)."""
+    option, value = ("--heads-kv", args.heads_kv) if args.heads_kv else ("--gqa", args.gqa)
+    for h, source in heads:
+        if value and h % value:
+            p.error(f"argument {option}: {value} must divide h_q, but h_q = {h} ({source})")
+
+
+def row_heads(args):
+    """[(h_q, where it comes from)] of the rows, one per head dim."""
+    if args.heads:
+        return [(args.heads, "--heads")]
+    return [(max(1, args.hidden // d), f"--hidden {args.hidden} / d = {d}") for d in args.head_dims]
+
+
+def kv_heads(args, h):
+    return args.heads_kv or h // (args.gqa or 1)
+
+
+def row_shape(args, n, d):
+    """(b, h_q, h_kv) of the row with sequence length n and head dim d."""
+    h = args.heads or max(1, args.hidden // d)
+    return args.batch or max(1, args.tokens // n), h, kv_heads(args, h)
+
+
+def kv_text(args):
+    if args.heads_kv:
+        return f"h_kv = {args.heads_kv}"
+    return f"h_kv = h_q / {args.gqa}" if args.gqa and args.gqa > 1 else "h_kv = h_q"
+
+
+def shape_text(args):
+    b = args.batch or f"{args.tokens} / n"
+    h = args.heads or f"{args.hidden} / d"
+    return f"b = {b}, h_q = {h}, {kv_text(args)}"
+
+
+def heads_text(h, h_kv):
+    """h_q, or h_q/h_kv where K and V have fewer heads."""
+    return f"{h}/{h_kv}" if h_kv != h else f"{h}"
+
+
+def gqa_kwargs(h, h_kv):
+    """SDPA's and flex's argument for fewer K/V heads; none otherwise, as before PyTorch 2.5."""
+    return {"enable_gqa": True} if h_kv != h else {}
+
+
+@contextlib.contextmanager
+def refusals():
+    """An exception inside comes out as a RuntimeError that also carries the warnings issued
+    before it: SDPA says in warnings why a backend refuses."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except Exception as e:
+            why = [str(w.message).splitlines()[0] for w in caught] + [str(e).splitlines()[0]]
+            raise RuntimeError(f"{type(e).__name__}: " + " / ".join(why)[:300]) from e
 
 
 # --- implementations: callables (q, k, v) -> (o, lse or None) on logical (b, h, n, d) views ---
@@ -99,7 +196,8 @@ def load_flex():
 
 
 def make_runner(impl, cfg, q):
-    if impl == "kgen":
+    gqa = gqa_kwargs(cfg.h, cfg.h_kv)
+    if impl == "kgen":  # K and V with h_kv heads as they are
         out = torch.empty_like(q)  # same strides as q
         lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
 
@@ -120,13 +218,13 @@ def make_runner(impl, cfg, q):
                                      None, None, n_q, n_k, device=q.device)
 
         def run(q, k, v):
-            return flex(q, k, v, block_mask=mask), None
+            return flex(q, k, v, block_mask=mask, **gqa), None
         return run, lambda: None  # flex allocates its output: nothing to poison
     backend = PEERS[impl]
 
     def run(q, k, v):
         with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal), None
+            return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal, **gqa), None
     return run, lambda: None  # SDPA allocates its output: nothing to poison
 
 
@@ -135,15 +233,10 @@ def first_call(impl, cfg, inputs):
     run, poison = make_runner(impl, cfg, inputs[0])
     poison()
     torch.cuda.synchronize()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with refusals():  # unsupported here: keep SDPA's warnings, they say why
         t0 = time.perf_counter()
-        try:
-            o, lse = run(*inputs)
-            torch.cuda.synchronize()
-        except Exception as e:  # unsupported here: keep SDPA's warnings, they say why
-            why = [str(w.message).splitlines()[0] for w in caught] + [str(e).splitlines()[0]]
-            raise RuntimeError(f"{type(e).__name__}: " + " / ".join(why)[:300]) from e
+        o, lse = run(*inputs)
+        torch.cuda.synchronize()
     return run, o, lse, (time.perf_counter() - t0) * 1e3
 
 
@@ -151,7 +244,9 @@ def first_call(impl, cfg, inputs):
 
 def references(cfg, q, k, v, dtype):
     """[(label, index, o_ref, lse_ref)]: all heads in fp64 for small shapes, else a few sampled
-    (batch, head) slices in fp32 (fp64 for fp32 inputs), chunked by query rows."""
+    (batch, query head) slices in fp32 (fp64 for fp32 inputs), chunked by query rows; K and V
+    have h_kv heads, query head i reads K/V head i // (h_q / h_kv) (attention_reference repeats
+    them over the query heads)."""
     if cfg.flops <= FULL_REFERENCE_FLOPS:
         return [("", (slice(None), slice(None)), *attention_reference(q, k, v, causal=cfg.causal))]
     ref_dtype = torch.float64 if dtype == torch.float32 else torch.float32
@@ -161,9 +256,11 @@ def references(cfg, q, k, v, dtype):
         picks.add((int(torch.randint(cfg.b, (1,), generator=g)),
                    int(torch.randint(cfg.h, (1,), generator=g))))
     refs = []
+    group = cfg.h // cfg.h_kv
     for bi, hi in sorted(picks):
         idx = (slice(bi, bi + 1), slice(hi, hi + 1))
-        o, lse = attention_reference(q[idx], k[idx], v[idx], causal=cfg.causal, dtype=ref_dtype)
+        kv = (slice(bi, bi + 1), slice(hi // group, hi // group + 1))
+        o, lse = attention_reference(q[idx], k[kv], v[kv], causal=cfg.causal, dtype=ref_dtype)
         refs.append((f"[{bi},{hi}]", idx, o, lse))
     return refs
 
@@ -216,9 +313,11 @@ def bench_config(cfg, args, dtype, log):
         t = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
         return t.transpose(1, 2) if args.layout == "bnhd" else t
 
-    set_bytes = 3 * cfg.b * cfg.h * cfg.n * cfg.d * dtype.itemsize
+    set_bytes = (cfg.h + 2 * cfg.h_kv) * cfg.b * cfg.n * cfg.d * dtype.itemsize
     n_sets = min(MAX_SETS, max(3, math.ceil(2 * L2_BYTES / set_bytes)))
-    sets = [tuple(tensor(cfg.h, 3 * s + i + args.seed) for i in range(3)) for s in range(n_sets)]
+    heads = (cfg.h, cfg.h_kv, cfg.h_kv)  # q, k, v
+    sets = [tuple(tensor(h, 3 * s + i + args.seed) for i, h in enumerate(heads))
+            for s in range(n_sets)]
     refs = references(cfg, *sets[0], dtype)
     log(f"  reference: {refs[0][2].dtype} math, " + (
         f"heads {' '.join(r[0] for r in refs)} (+ SDPA flash on all heads, if it passes)"
@@ -297,7 +396,8 @@ def metadata(args):
         "python": sys.version.split()[0],
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
-        "dtype": args.dtype, "layout": args.layout, "reps": args.reps, "warmup": args.warmup,
+        "dtype": args.dtype, "layout": args.layout, "shape": shape_text(args),
+        "reps": args.reps, "warmup": args.warmup,
     }
 
 
@@ -325,8 +425,10 @@ def markdown(meta, rows, impls):
     lines = [f"### Forward attention, {meta['dtype']}, layout {meta['layout']}: kgen vs "
              f"PyTorch SDPA and FlexAttention (same tensors, one process)", ""]
     lines += [f"- {k}: `{v}`" if k == "command" else f"- {k}: {v}" for k, v in meta.items()]
-    lines += ["- cells: median GPU time of one call (CUDA events, inputs rotated) · TFLOPS "
-              "(4·b·h·n²·d / t, causal halved); FAIL = output check failed, so no time",
+    lines += ["- b×h: batch × query heads, h_q/h_kv where K and V have fewer heads (grouped-query "
+              "attention)",
+              "- cells: median GPU time of one call (CUDA events, inputs rotated) · TFLOPS "
+              "(4·b·h_q·n²·d / t, causal halved); FAIL = output check failed, so no time",
               "- the first call per configuration (kgen: JIT compile; flex: torch.compile) is "
               "excluded from timing; its wall time is in the checks table", ""]
     peers = [p for p in ("flash", "cudnn", "flex") if p in impls and "kgen" in impls]
@@ -337,7 +439,8 @@ def markdown(meta, rows, impls):
         ratios = [f"×{res[p].ms / res['kgen'].ms:.2f}" if res[p].ms and res["kgen"].ms else "–"
                   for p in peers]
         lines.append(f"| {cfg.n} | {cfg.d} | {'yes' if cfg.causal else 'no'} | "
-                     f"{cfg.b}×{cfg.h} | " + " | ".join(cells + ratios) + " |")
+                     f"{cfg.b}×{heads_text(cfg.h, cfg.h_kv)} | " +
+                     " | ".join(cells + ratios) + " |")
     lines += ["", "| n | d | causal | impl | check (worst over outputs) | first call ms | host µs/call |",
               "|---|---|---|---|---|---|---|"]
     for cfg, res in rows:
@@ -375,8 +478,7 @@ def main():
     p.add_argument("--seqlens", type=sizes, default=sizes("512,1k,2k,4k,8k,16k"))
     p.add_argument("--head-dims", type=sizes, default=[64, 128])
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
-    p.add_argument("--tokens", type=int, default=16384, help="b·n")
-    p.add_argument("--hidden", type=int, default=2048, help="h·d")
+    add_shape_args(p)
     p.add_argument("--layout", choices=kgen.torch.LAYOUTS, default="bhnd")
     p.add_argument("--impls", type=lambda s: s.split(","), default=list(IMPLS),
                    help=f"comma-separated subset of {','.join(IMPLS)}")
@@ -387,6 +489,7 @@ def main():
     args = p.parse_args()
     if unknown := set(args.impls) - set(IMPLS):
         p.error(f"unknown --impls {sorted(unknown)}")
+    check_kv_heads(p, args, row_heads(args))
     dtype = DTYPES[args.dtype]
 
     meta = metadata(args)
@@ -397,8 +500,9 @@ def main():
     for d in args.head_dims:
         for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
             for n in args.seqlens:
-                cfg = Config(n, d, causal, max(1, args.tokens // n), max(1, args.hidden // d))
-                print(f"n={n} d={d} causal={causal} b={cfg.b} h={cfg.h}", flush=True)
+                cfg = Config(n, d, causal, *row_shape(args, n, d))
+                print(f"n={n} d={d} causal={causal} b={cfg.b} h={cfg.h} h_kv={cfg.h_kv}",
+                      flush=True)
                 rows.append((cfg, bench_config(cfg, args, dtype, lambda s: print(s, flush=True))))
                 torch.cuda.empty_cache()
     meta["sm_clock_after"] = sm_clock()

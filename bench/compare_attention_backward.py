@@ -6,14 +6,22 @@ heads for large shapes, docs/attention.md §5) before it is timed; a failing one
 
   backward         kgen (kernels only, o/lse from kgen's forward) vs SDPA flash, cuDNN, efficient
                    and FlexAttention (torch.autograd.grad of their forward's output), bf16,
-                   b·n = 16k, h·d = 2048 (docs/attention.md §6; backward FLOPs = 2.5 × forward).
+                   b·n = 16k, h·d = 2048 (docs/attention.md §6; backward FLOPs = 2.5 × forward);
+                   --batch and --heads fix b and h_q instead.
   double backward  the second torch.autograd.grad of L2 = Σ⟨g, (dq, dk, dv)⟩ after
                    grad(o, (q, k, v), dO, create_graph=True): kgen.torch.attention against SDPA's
                    math backend in eager mode and under torch.compile; time and peak memory of
                    that call above what was allocated before it.
 
+--heads-kv (or --gqa, query heads per K/V head) gives K and V fewer heads than q in both tables
+(grouped-query attention): kgen takes them as they are, SDPA and flex with enable_gqa; the fp32
+reference runs one query head at a time against its K/V head and sums the K/V gradients over
+each group's query heads.
+
     python3 bench/compare_attention_backward.py --out bwd.md
     python3 bench/compare_attention_backward.py --only double --seqlens 8192,16384,32768
+    python3 bench/compare_attention_backward.py --only backward --head-dims 128 --causal yes \\
+        --seqlens 4k,8k,16k --batch 1 --heads 64 --heads-kv 8    # LLaMA-style GQA, h_q/h_kv = 64/8
 """
 from __future__ import annotations
 
@@ -30,13 +38,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import kgen.torch  # noqa: E402
 from kgen.testing import attention_math, compare  # noqa: E402
+from compare_attention import (add_shape_args, check_kv_heads, gqa_kwargs, heads_text, kv_heads,  # noqa: E402
+                               kv_text, refusals, row_heads, row_shape, shape_text)
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 BOUND = 1e-2          # rel_l2 of 16-bit gradients against the fp32 reference (docs/attention.md §5.2)
 SECOND_BOUND = 2e-2   # second order, 16-bit inputs
-REF_HEADS = 2         # heads of batch 0 that the fp32 reference recomputes
+REF_HEADS = 2         # query heads of batch 0 that the fp32 reference recomputes, at least (whole groups)
 DOUBLE_MATMULS = 22   # n×n×d matmuls of kgen's double backward (q pass 14, kv pass 8)
 
 
@@ -66,16 +76,44 @@ def fmt_checks(checks):
 
 # ---------------------------------------------------------------- backward
 
+def by_query_head(grads, tensors, on_kv, groups):
+    """fp32 reference gradients of batch 0 for K/V heads [0, groups) and their query heads:
+    grads(*slices) on one query head and its K/V head at a time (memory of one head), where
+    tensors[i] has K/V heads if on_kv[i], else query heads; grads returns one gradient per
+    leading tensor, in order. Gradients of K/V-head tensors are summed over each group's query
+    heads, as the grouped attention's are. Returns them (1, heads, ...), heads = query or K/V
+    heads of the tensor: compare an implementation's x[:1, :ref.shape[1]] against them."""
+    h_q = next(t.shape[1] for t, kv in zip(tensors, on_kv) if not kv)
+    group = h_q // next(t.shape[1] for t, kv in zip(tensors, on_kv) if kv)
+    out = None
+    for hq in range(groups * group):
+        part = grads(*(t[:1, h:h + 1].float() for t, h in
+                       ((t, hq // group if kv else hq) for t, kv in zip(tensors, on_kv))))
+        if out is None:
+            out = [[] for _ in part]
+        for parts, x, kv in zip(out, part, on_kv):
+            if kv and hq % group:
+                parts[-1] = parts[-1] + x  # the group's K/V head: sum over its query heads
+            else:
+                parts.append(x)
+    return [torch.cat(parts, dim=1) for parts in out]
+
+
 def backward_reference(q, k, v, d_o, causal):
-    """fp32 math-path gradients of heads [0, REF_HEADS) of batch 0."""
-    sl = [t[:1, :REF_HEADS].float().detach().requires_grad_(True) for t in (q, k, v)]
-    o = attention_math(*sl, causal=causal)
-    return torch.autograd.grad(o, sl, d_o[:1, :REF_HEADS].float())
+    """fp32 math-path gradients (dq, dk, dv) of batch 0: query heads [0, REF_HEADS) and the
+    rest of their groups."""
+    def grads(q, k, v, d_o):
+        ins = [t.detach().requires_grad_(True) for t in (q, k, v)]
+        return torch.autograd.grad(attention_math(*ins, causal=causal), ins, d_o)
+    group = q.shape[1] // k.shape[1]
+    groups = min(k.shape[1], -(-REF_HEADS // group))
+    return by_query_head(grads, (q, k, v, d_o), (False, True, True, False), groups)
 
 
 def bench_backward(args, out):
     dt = DTYPES[args.dtype]
-    out.append(f"\n## attention_bwd, {args.dtype}, b·n = 16k, h·d = 2048 (ms · TFLOPS, FLOPs = 2.5 × forward)\n")
+    out.append(f"\n## attention_bwd, {args.dtype}, {shape_text(args)} (ms · TFLOPS, FLOPs = 2.5 × forward; "
+               "b×h: h_q/h_kv where K and V have fewer heads)\n")
     impls = ["kgen", *PEERS, "flex"] + [f"kgen {c}" for c in args.kgen_configs]
     out.append("| n | d | causal | b×h | " + " | ".join(impls) + " | kgen vs flash | kgen vs cudnn |")
     out.append("|" + "---|" * (len(impls) + 6))
@@ -90,9 +128,11 @@ def bench_backward(args, out):
     for d in args.head_dims:
         for causal in args.causal:
             for n in args.seqlens:
-                b, h = max(1, 16384 // n), 2048 // d
+                b, h, h_kv = row_shape(args, n, d)
+                gqa = gqa_kwargs(h, h_kv)
                 gen = torch.Generator(device="cuda").manual_seed(n + d)
-                q, k, v, d_o = (torch.randn(b, h, n, d, device="cuda", dtype=dt, generator=gen) for _ in range(4))
+                q, k, v, d_o = (torch.randn(b, heads, n, d, device="cuda", dtype=dt, generator=gen)
+                                for heads in (h, h_kv, h_kv, h))
                 flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
                 ref = backward_reference(q, k, v, d_o, causal)
                 cells, ms = [], {}
@@ -117,14 +157,14 @@ def bench_backward(args, out):
                                 mask = None
                                 if causal:
                                     mask = create_block_mask(lambda b_, h_, i, j: j <= i, None, None, n, n)
-                                o = flex(*ins, block_mask=mask)
+                                o = flex(*ins, block_mask=mask, **gqa)
                             else:
-                                with sdpa_kernel([PEERS[impl]]):
-                                    o = F.scaled_dot_product_attention(*ins, is_causal=causal)
+                                with sdpa_kernel([PEERS[impl]]), refusals():  # SDPA's warnings say why not
+                                    o = F.scaled_dot_product_attention(*ins, is_causal=causal, **gqa)
                             fn = lambda: torch.autograd.grad(o, ins, d_o, retain_graph=True)  # noqa: E731
                             grads = fn()
                         torch.cuda.synchronize()
-                        checks = [compare(nm, g[:1, :REF_HEADS].double(), r.double(), bound=BOUND)
+                        checks = [compare(nm, g[:1, :r.shape[1]].double(), r.double(), bound=BOUND)
                                   for nm, g, r in zip(("dq", "dk", "dv"), grads, ref)]
                         if not checks_ok(checks):
                             cells.append("FAIL")
@@ -135,11 +175,11 @@ def bench_backward(args, out):
                         cells.append(f"{t:.3f} · {flops / t / 1e9:.0f}")
                     except Exception as e:  # noqa: BLE001
                         cells.append("–")
-                        notes.append(f"{impl} n={n} d={d} causal={causal}: {type(e).__name__}: {str(e)[:160]}")
+                        notes.append(f"{impl} n={n} d={d} causal={causal}: {type(e).__name__}: {str(e)[:320]}")
                     finally:
                         torch.cuda.empty_cache()
                 ratio = lambda p: f"×{ms[p] / ms['kgen']:.2f}" if "kgen" in ms and p in ms else "–"  # noqa: E731
-                out.append(f"| {n} | {d} | {'yes' if causal else 'no'} | {b}×{h} | " + " | ".join(cells) +
+                out.append(f"| {n} | {d} | {'yes' if causal else 'no'} | {b}×{heads_text(h, h_kv)} | " + " | ".join(cells) +
                            f" | {ratio('flash')} | {ratio('cudnn')} |")
                 print(out[-1], flush=True)
     out.extend(f"- {x}" for x in notes)
@@ -157,8 +197,9 @@ def double_backward_run(attn, q, k, v, d_o, g):
 
 
 def bench_double(args, out):
-    out.append(f"\n## attention_double_bwd: second-order grad call, b = 1 (ms · TFLOPS at {DOUBLE_MATMULS} n×n×d "
-               "matmuls; peak MiB above the inputs and first-order graph)\n")
+    out.append(f"\n## attention_double_bwd: second-order grad call, b = 1, {kv_text(args)} (ms · TFLOPS at "
+               f"{DOUBLE_MATMULS} n×n×d matmuls of h_q heads; peak MiB above the inputs and first-order graph; "
+               "h: h_q/h_kv where K and V have fewer heads)\n")
     out.append("| dtype | h | n | d | causal | kgen | math eager | math compiled | kgen vs eager | kgen peak | eager peak |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     notes = []
@@ -168,15 +209,17 @@ def bench_double(args, out):
             for n in args.double_seqlens:
                 for d in args.head_dims:
                     for causal in args.causal:
+                        h_kv = kv_heads(args, h)
                         gen = torch.Generator(device="cuda").manual_seed(n + d + h)
-                        q, k, v, d_o = (torch.randn(1, h, n, d, device="cuda", dtype=dt, generator=gen)
-                                        for _ in range(4))
-                        g = [torch.randn(1, h, n, d, device="cuda", dtype=dt, generator=gen) for _ in range(3)]
+                        # q, k, v, d_o, then the cotangents of dq, dk, dv
+                        q, k, v, d_o, *g = (torch.randn(1, heads, n, d, device="cuda", dtype=dt, generator=gen)
+                                            for heads in (h, h_kv, h_kv, h, h, h_kv, h_kv))
                         flops = DOUBLE_MATMULS * 2 * h * n * n * d / (2 if causal else 1)
 
                         def math_attn(q_, k_, v_):
                             with sdpa_kernel([SDPBackend.MATH]):
-                                return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal)
+                                return F.scaled_dot_product_attention(q_, k_, v_, is_causal=causal,
+                                                                      **gqa_kwargs(h, h_kv))
 
                         impls = {
                             "kgen": lambda q_, k_, v_: kgen.torch.attention(q_, k_, v_, causal=causal),
@@ -185,10 +228,11 @@ def bench_double(args, out):
                         if h in args.compile_heads:
                             impls["compiled"] = torch.compile(math_attn)
                         ref = None
-                        if n <= args.ref_max_n:
-                            sl = [t[:, :1].float() for t in (q, k, v, d_o)]
-                            ref = double_backward_run(lambda a, b_, c: attention_math(a, b_, c, causal=causal), *sl,
-                                                      [t[:, :1].float() for t in g])()
+                        if n <= args.ref_max_n:  # K/V head 0 and its query heads
+                            ref = by_query_head(
+                                lambda *t: double_backward_run(lambda a, b_, c: attention_math(a, b_, c, causal=causal),
+                                                               *t[:4], t[4:])(),
+                                (q, k, v, d_o, *g), (False, True, True, False, False, True, True), 1)
                         cells, ms, peak = [], {}, {}
                         for name, attn in impls.items():
                             try:
@@ -202,7 +246,7 @@ def bench_double(args, out):
                                 torch.cuda.synchronize()
                                 peak[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
                                 if ref is not None:
-                                    checks = [compare(nm, x[:, :1].double(), r.double(), bound=SECOND_BOUND)
+                                    checks = [compare(nm, x[:, :r.shape[1]].double(), r.double(), bound=SECOND_BOUND)
                                               for nm, x, r in zip(("q_bar", "k_bar", "v_bar", "do_bar"), grads, ref)]
                                     if not checks_ok(checks):
                                         cells.append("FAIL")
@@ -227,7 +271,8 @@ def bench_double(args, out):
                             cells.append("(not run)")
                         ratio = f"×{ms['eager'] / ms['kgen']:.2f}" if "kgen" in ms and "eager" in ms else "–"
                         pk = lambda x: f"{peak[x]:.0f}" if x in peak else "–"  # noqa: E731
-                        out.append(f"| {dname} | {h} | {n} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) +
+                        out.append(f"| {dname} | {heads_text(h, h_kv)} | {n} | {d} | {'yes' if causal else 'no'} | " +
+                                   " | ".join(cells) +
                                    f" | {ratio} | {pk('kgen')} | {pk('eager')} |")
                         print(out[-1], flush=True)
     out.extend(f"- {x}" for x in notes)
@@ -240,12 +285,13 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=list(DTYPES), help="backward table dtype")
     p.add_argument("--seqlens", type=ints, default=[2048, 4096, 8192, 16384], help="backward n values")
     p.add_argument("--head-dims", type=ints, default=[64, 128])
+    add_shape_args(p, rows="backward-table row")
     p.add_argument("--causal", type=lambda s: {"yes": [True], "no": [False], "both": [False, True]}[s],
                    default=[False, True], help="yes | no | both")
     p.add_argument("--kgen-configs", type=lambda s: [x for x in s.split(",") if x], default=[],
                    help="extra kgen columns: backward configs to force, or 'deterministic'")
     p.add_argument("--double-dtypes", type=lambda s: s.split(","), default=["fp16", "bf16"])
-    p.add_argument("--double-heads", type=ints, default=[1, 16])
+    p.add_argument("--double-heads", type=ints, default=[1, 16], help="h_q values of the double-backward table")
     p.add_argument("--double-seqlens", type=ints, default=[8192])
     p.add_argument("--compile-heads", type=ints, default=[1],
                    help="head counts whose rows also run the torch.compile'd math path (compiles are slow)")
@@ -254,6 +300,10 @@ def main():
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--out", help="also write the tables (markdown) here")
     args = p.parse_args()
+    if args.only in (None, "backward"):
+        check_kv_heads(p, args, row_heads(args))
+    if args.only in (None, "double"):
+        check_kv_heads(p, args, [(h, "--double-heads") for h in args.double_heads])
     if not torch.cuda.is_available():
         sys.exit("compare_attention_backward.py needs a CUDA GPU")
     props = torch.cuda.get_device_properties(0)
