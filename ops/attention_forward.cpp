@@ -198,6 +198,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const Tens
   AttentionForwardLaunch launch;
   if (config.path == ForwardPath::ws) {
     launch.tma = true;
+    use_primary_context(call.device);  // the driver encodes tensor maps in the current context
     // An expanded (stride-0) view has no tensor map: the same tiles without TMA serve it.
     if (!fill_tensor_maps(launch.tma_params, q, k, v, o, config.block_n)) {
       if (!options.config.empty())
