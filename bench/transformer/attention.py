@@ -97,14 +97,14 @@ def _kgen():
 
 def make(impl: str, device: str, compiled: bool = False):
     """The attention function of `impl`, or raises RuntimeError saying why it cannot run here.
-    compiled: for a model under torch.compile, where kgen's call runs as a graph break (its
-    autograd Function calls the C library through ctypes, which dynamo does not trace)."""
+    compiled: for a model under torch.compile (kgen's operators are torch.library ops, which
+    dynamo traces into the graph; the argument is kept for implementations that need it)."""
     if impl == "naive":
         return naive
     if impl == "kgen":
         if device != "cuda":
             raise RuntimeError("kgen runs on CUDA devices only (skipped on this device)")
-        return torch.compiler.disable(_kgen()) if compiled else _kgen()
+        return _kgen()
     from torch.nn.attention import SDPBackend
     backends = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa-flash": SDPBackend.FLASH_ATTENTION,
                 "sdpa-math": SDPBackend.MATH}
