@@ -10,6 +10,10 @@ reference, every LRPE output against the float64 formulation.
 
     python3 bench/host_cost.py                       # b=1, h=32, n_q=1, n_k=4096, d=128, bf16
     python3 bench/host_cost.py --n-k 512,8192 --calls 200 --reps 50
+
+It also times one attention layer's forward + backward at a training shape (the end-to-end
+benchmark's XL model at context 512, where a step is host-bound): kgen's differentiable
+attention, its kernels without autograd, and SDPA's default and cuDNN paths.
 """
 from __future__ import annotations
 
@@ -129,7 +133,53 @@ def main():
              lambda: _kernels.attention_forward(q, k, v, None, False, "bhnd", False), kgen_checks),
         ]]
 
+    def training_rows():
+        """Forward + backward of one attention layer at the end-to-end benchmark's XL shape
+        (b = 4, n = 512, h = 25, d = 64, causal, BNHD), where a training step is host-bound."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        shape = (4, 512, 25, 64)
+        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, generator=g).requires_grad_(True) for _ in range(3))
+        d_o = torch.randn(shape, device="cuda", dtype=dtype, generator=g)
+
+        def kgen_step():
+            o = kgen.torch.attention(q, k, v, causal=True, layout="bnhd")
+            return (o, *torch.autograd.grad(o, (q, k, v), d_o))
+
+        def sdpa_step(backend=None):
+            def run():
+                o = sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
+                return (o, *torch.autograd.grad(o, (q, k, v), d_o))
+            if backend is None:
+                return run
+            def forced():
+                with sdpa_kernel(backend):
+                    return run()
+            return forced
+
+        def kernels_only():
+            o, lse = _kernels.attention_forward(q.detach(), k.detach(), v.detach(), None, True, "bnhd", True)
+            return (o, *_kernels.attention_backward(q.detach(), k.detach(), v.detach(), o, lse, d_o, None, True, "bnhd"))
+
+        with torch.no_grad():
+            q64, k64, v64 = (t.detach().double().transpose(1, 2).requires_grad_(True) for t in (q, k, v))
+        with torch.enable_grad():
+            o64 = torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=True)
+            refs = (o64, *torch.autograd.grad(o64, (q64, k64, v64), d_o.double().transpose(1, 2)))
+        refs = [r.detach().transpose(1, 2) for r in refs]
+
+        def checks(step):
+            return [compare(name, got.detach(), want, bound=1e-2)
+                    for name, got, want in zip(("o", "dq", "dk", "dv"), step(), refs)]
+
+        text = "b=4 n=512 h=25 d=64 causal bnhd " + args.dtype + " fwd+bwd"
+        steps = [("SDPA fwd+bwd (default backend)", sdpa_step()),
+                 ("cuDNN through SDPA, fwd+bwd", sdpa_step(SDPBackend.CUDNN_ATTENTION)),
+                 ("kgen.torch.attention fwd+bwd", kgen_step),
+                 ("kgen kernels without autograd, fwd+bwd", kernels_only)]
+        return [(text, name, fn, checks(fn)) for name, fn in steps]
+
     rows = [row for n_k in args.n_k for row in attention_rows(n_k)]
+    rows += training_rows()
     x = torch.randn((1, h, 1, d), device="cuda", dtype=dtype, generator=g)
     theta = 10000.0 ** (-torch.arange(d, device="cuda", dtype=torch.float32) / d)
     theta2 = theta.expand(h, d).contiguous()
