@@ -232,7 +232,10 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
-  if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && spec.head_dim > 32 && has_wgmma(target)) {
+  // d = 32 joins from 4k keys: 245 / 263 TFLOPS at 4k / 16k with 192-key tiles against 217 / 222
+  // for the fa2 kernel, which keeps shorter rows (204 against 196 at 1k).
+  const bool ws_head_dim = spec.head_dim > 32 || (spec.head_dim == 32 && shape.n_k >= 4096);
+  if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && ws_head_dim && has_wgmma(target)) {
     // Hopper: the warp-specialised TMA kernel, two consumer warpgroups of 64 query rows. On an
     // H200 (bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Warp-specialised forward") d = 128 ran
     // 655 / 642 TFLOPS at n = 4k / 16k with 128-key tiles (causal 595 / 687) against 488 / 494

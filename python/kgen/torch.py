@@ -178,7 +178,10 @@ class _Attention(torch.autograd.Function):
             return (None,) * 7
         q, k, v, o, lse = ctx.saved_tensors
         causal, scale, layout, deterministic = ctx.options
-        dq, dk, dv = _AttentionBackward.apply(q, k, v, o, lse, d_o, causal, scale, layout, deterministic)
+        if torch.is_grad_enabled():  # create_graph: the gradients are differentiable again
+            dq, dk, dv = _AttentionBackward.apply(q, k, v, o, lse, d_o, causal, scale, layout, deterministic)
+        else:  # a plain backward: no node to record, so no second Function's bookkeeping (host time)
+            dq, dk, dv = _run(_BACKWARD, q, k, v, o, lse, d_o, scale, causal, layout, deterministic, None)
         return dq, dk, dv, None, None, None, None
 
 

@@ -138,14 +138,18 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
     }
   // d = 64 takes 128-key tiles below 4k keys. Other head dims take the padded tile (40: 64
   // columns, 80 and 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and
-  // registers); 32 keeps the fa2 kernel; sm_90 without the "a" has no wgmma.
+  // registers); 32 joins from 4k keys and keeps the fa2 kernel below, as do smaller head dims;
+  // sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
-  EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132).path, ForwardPath::fa2);
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
+  EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132).path,
+            ForwardPath::fa2);
+  EXPECT_EQ(attention_forward_default_config({DType::bf16, 24, false}, big, sm90a(), 132).path, ForwardPath::fa2);
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, *parse_target("sm_90"), 132).path,
