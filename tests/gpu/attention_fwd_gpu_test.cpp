@@ -93,7 +93,7 @@ int check_hopper_family(ForwardPath path) {
     auto r = check_attention_forward(c);
     EXPECT_TRUE(r.pass) << describe(c, r);
   };
-  for (int d : {64, 128, 80, 40, 104, 200, 256})  // 80, 40, 104, 200: tiles padded past the head dim
+  for (int d : {64, 128, 80, 40, 104, 200, 256, 32})  // 80, 40, 104, 200, 32: tiles padded past the head dim
     for (bool causal : {false, true}) {
       for (const auto& config : attention_forward_config_space({DType::bf16, d, causal}, target)) {
         if (config.path != path) continue;
