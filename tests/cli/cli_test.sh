@@ -44,7 +44,9 @@ expect 0 "Usage" -- check md_lrpe --help
 expect 2 "acts: unknown act 'gelu'" -- bench lrpe --acts gelu
 expect 2 "directions: expected fwd and/or bwd" -- bench md_lrpe --directions up
 expect 2 "dtypes: unknown dtype 'fp8'" -- check lrpe --dtypes fp8
-expect 0 "^#include \"kgen_device/attention/forward_wgmma.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal
+expect 0 "^#include \"kgen_device/attention/forward_ws.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal
+expect 0 "__grid_constant__ kgen::AttentionForwardTmaParams" -- inspect --show source --dtype bf16 --head-dim 128
+expect 0 "^#include \"kgen_device/attention/forward_wgmma.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --config wg:bm128:bn128:s2
 expect 0 "^#include \"kgen_device/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal --arch sm_80
 expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
 expect 0 "kgen_lrpe_stats" -- inspect --op lrpe_cosine --variant lrpe_cosine.bwd.fp16.softmax_seq --config bp:t128:r2:v8 --show source
