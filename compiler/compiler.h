@@ -1,5 +1,5 @@
 // The compile step of kgen, KernelSource → binary, behind one interface per vendor compiler:
-// NVRTC for NVIDIA targets (sm_*) today; hiprtc for AMD targets is a second implementation.
+// NVRTC for NVIDIA targets (sm_*); hiprtc or clang for AMD targets (gfx*, compiler/amd_compilers.h).
 // Callers (the kernel builder, kgen inspect) pick the compiler by target and never name one.
 #pragma once
 
@@ -12,7 +12,9 @@
 
 namespace kgen {
 
-// Resources of one compiled kernel, parsed from the ptxas report (--ptxas-options=-v).
+// Resources of one compiled kernel: on NVIDIA parsed from the ptxas report (--ptxas-options=-v),
+// on AMD read from the code object's metadata note (registers = VGPRs, stack frame = scratch per
+// lane, spills = 4 bytes per spilled VGPR, static smem = LDS).
 struct ResourceUsage {
   int registers = -1;
   int spill_stores = 0;    // bytes
@@ -21,11 +23,15 @@ struct ResourceUsage {
   int static_smem = 0;     // bytes
   bool serialized_wgmma = false;  // ptxas warnings C7510/C7511/C7515
   bool parsed = false;
+  // AMD only (0 on NVIDIA).
+  int agprs = 0, sgprs = 0;
+  int wave_size = 0;
+  int max_threads = 0;  // the block size the code object was built for (__launch_bounds__)
 };
 
 // Output of one compile.
 struct CompiledBinary {
-  std::vector<std::byte> image;  // CUBIN (or PTX text when compiled to PTX)
+  std::vector<std::byte> image;  // CUBIN or AMD code object (or PTX text when compiled to PTX)
   bool is_ptx = false;
   std::string log;               // the compiler's log, verbatim
   ResourceUsage resources;

@@ -139,15 +139,11 @@ ResourceUsage parse_ptxas_report(const std::string& log) {
 CompiledBinary nvrtc_compile(const KernelSource& source, const Target& target, bool ptx) {
   const NvrtcApi& a = api();
   auto start = std::chrono::steady_clock::now();
-  std::vector<const char*> header_text, header_names;
-  for (const auto& t : generator::embedded_templates()) {
-    header_names.push_back(t.name);
-    header_text.push_back(t.text);
-  }
+  const generator::TemplateHeaders& headers = generator::template_headers();
   nvrtcProgram prog = nullptr;
   std::string name = source.variant + ".cu";
-  check(a, a.create(&prog, source.source.c_str(), name.c_str(), static_cast<int>(header_text.size()),
-                    header_text.data(), header_names.data()),
+  check(a, a.create(&prog, source.source.c_str(), name.c_str(), static_cast<int>(headers.texts.size()),
+                    headers.texts.data(), headers.names.data()),
         "nvrtcCreateProgram");
   struct Guard {
     const NvrtcApi& a;
@@ -200,10 +196,9 @@ class NvrtcCompiler final : public Compiler {
 
 }  // namespace
 
-const Compiler& compiler_for(const Target& target) {
+const Compiler& nvrtc_compiler() {
   static const NvrtcCompiler nvrtc;
-  if (target.arch.starts_with("sm_")) return nvrtc;
-  throw Error(Status::invalid_argument, "target " + target.arch + ": no compiler for it in this build (NVRTC serves sm_*)");
+  return nvrtc;
 }
 
 }  // namespace kgen

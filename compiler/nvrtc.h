@@ -9,6 +9,9 @@
 
 namespace kgen {
 
+// The NVRTC backend.
+const Compiler& nvrtc_compiler();
+
 // "nvrtc 13.0", or throws kgen::Error(compile_error) when NVRTC cannot be loaded.
 std::string nvrtc_version();
 

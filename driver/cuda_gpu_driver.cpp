@@ -194,7 +194,7 @@ class CudaGpuDriver final : public GpuDriver {
 
 }  // namespace
 
-const GpuDriver& gpu_driver() {
+const GpuDriver& cuda_gpu_driver() {
   static const CudaGpuDriver driver;
   return driver;
 }

@@ -44,6 +44,14 @@ DeviceSlot& slot(int ordinal) {
     d.l2_bytes = p.l2_bytes;
     d.sm_clock_khz = p.sm_clock_khz;
     d.total_memory = p.total_memory;
+    if (!p.arch.empty()) {
+      auto target = parse_target(p.arch);
+      if (!target)
+        throw Error(Status::no_device, "GPU " + d.name + " (" + p.arch +
+                                           ") is not supported: kgen compiles for AMD gfx90a, gfx942 and gfx950");
+      d.target = *target;
+      return;
+    }
     auto target = target_for_compute_capability(d.cc_major, d.cc_minor);
     if (!target)
       throw Error(Status::no_device, "GPU " + d.name + " (sm_" + std::to_string(d.cc_major) +

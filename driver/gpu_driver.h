@@ -1,7 +1,7 @@
 // The vendor-neutral GPU driver: what kgen asks of a GPU runtime (devices, loading and launching
-// kernels, memory, streams, events), behind opaque handles. The CUDA driver is its backend
-// today (driver/cuda_gpu_driver.cpp over the dlopen'd table of driver/cuda_driver.h); a HIP
-// backend is a second implementation of this class. Nothing outside driver/ includes a vendor
+// kernels, memory, streams, events), behind opaque handles. Two backends: the CUDA driver
+// (driver/cuda_gpu_driver.cpp over the dlopen'd table of driver/cuda_driver.h) and HIP's module
+// API (driver/hip_gpu_driver.cpp, libamdhip64 dlopen'd). Nothing outside driver/ includes a vendor
 // header.
 #pragma once
 
@@ -23,6 +23,7 @@ using DevicePtr = std::uintptr_t;
 struct DeviceProperties {
   std::string name;
   int cc_major = 0, cc_minor = 0;  // compute capability (NVIDIA)
+  std::string arch;                // AMD: the target id from gcnArchName ("gfx942:sramecc+:xnack-")
   int sm_count = 0;                // multiprocessors (compute units)
   int max_smem_optin = 0;          // bytes of dynamic shared memory a block may opt into
   int l2_bytes = 0;
@@ -101,8 +102,14 @@ class GpuDriver {
   virtual float elapsed_ms(GpuEvent start, GpuEvent end) const = 0;
 };
 
-// The driver of this build's backend, created on first use (the vendor library is loaded then,
-// so kgen runs compile-only on a machine with none). Never throws; its calls do.
+// The driver of this process: the CUDA driver when it sees an NVIDIA GPU, else HIP when it sees an
+// AMD GPU, else the CUDA driver (whose calls then fail with no_device). One process uses one
+// vendor's GPUs. Created on first use (the vendor libraries are loaded then, so kgen runs
+// compile-only on a machine with none). Never throws; its calls do.
 const GpuDriver& gpu_driver();
+
+// The two backends, for kgen show-config and tests.
+const GpuDriver& cuda_gpu_driver();
+const GpuDriver& hip_gpu_driver();
 
 }  // namespace kgen

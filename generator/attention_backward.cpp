@@ -140,6 +140,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
   int smem = 0;
   if (c.path == BackwardPath::fa2) {
+    if (auto why = nvidia_only_path("fa2", target)) return why;
     if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
     if (!is_bwd_fa2_head_dim(spec.head_dim))
       return "fa2 backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
@@ -155,6 +156,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
     smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(tile, dq.block_m, dq.block_n));
   } else if (c.path == BackwardPath::wgmma) {
+    if (auto why = nvidia_only_path("wgmma", target)) return why;
     if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
     if (!is_bwd_wgmma_head_dim(spec.head_dim))
@@ -411,6 +413,7 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const Target& target) {
   if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
   if (c.path == BackwardPath::wgmma) return std::string("the double backward has no wgmma path (use fa2 or simt)");
+  if (auto why = nvidia_only_path("fa2", target)) return why;
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");

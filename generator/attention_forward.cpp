@@ -143,6 +143,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
   if (auto why = check_attention_forward_spec(spec)) return why;
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
+    if (auto why = nvidia_only_path("fa2", target)) return why;
     if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
     if (!is_fa2_head_dim(spec.head_dim))
       return "fa2 path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
@@ -157,6 +158,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
              " and " + std::to_string(c.block_m / c.warps) + " rows per warp exceeds the register budget";
     smem = attention_fwd::fa2_smem_bytes(fa2_tile_head_dim(spec.head_dim), c.block_m, c.block_n, c.stages);
   } else if (c.path == ForwardPath::wgmma) {
+    if (auto why = nvidia_only_path("wgmma", target)) return why;
     if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
     if (!is_wgmma_head_dim(spec.head_dim))

@@ -4,6 +4,7 @@
 
 #include <span>
 #include <string_view>
+#include <vector>
 
 namespace kgen::generator {
 
@@ -14,6 +15,23 @@ struct EmbeddedTemplate {
 
 // Every embedded template header, sorted by name.
 std::span<const EmbeddedTemplate> embedded_templates();
+
+// The templates as the runtime compilers (NVRTC, hiprtc) take in-memory headers: parallel arrays
+// of include names and texts, in embedded_templates() order.
+struct TemplateHeaders {
+  std::vector<const char*> names, texts;
+};
+inline const TemplateHeaders& template_headers() {
+  static const TemplateHeaders headers = [] {
+    TemplateHeaders h;
+    for (const EmbeddedTemplate& t : embedded_templates()) {
+      h.names.push_back(t.name);
+      h.texts.push_back(t.text);
+    }
+    return h;
+  }();
+  return headers;
+}
 
 // SHA-256 over all template names and texts: the generator's identity in cache keys.
 std::string_view templates_digest();

@@ -29,7 +29,49 @@ std::string_view dtype_cxx(DType t) {
   return "void";
 }
 
+namespace {
+
+// AMD processors kgen compiles for: CDNA 2/3/4, 64-lane wavefronts. LDS per workgroup from AMD's
+// ISA guides (64 KiB on MI200/MI300, 160 KiB on MI355X).
+struct AmdProcessor {
+  std::string_view name;
+  int lds_bytes;
+};
+constexpr AmdProcessor kAmdProcessors[] = {{"gfx90a", 64 * 1024}, {"gfx942", 64 * 1024}, {"gfx950", 160 * 1024}};
+
+// "gfx942[:sramecc±][:xnack±]".
+std::optional<Target> parse_amd_target(std::string_view arch) {
+  const std::size_t colon = arch.find(':');
+  const std::string_view name = arch.substr(0, colon);
+  const AmdProcessor* proc = nullptr;
+  for (const AmdProcessor& p : kAmdProcessors)
+    if (p.name == name) proc = &p;
+  if (!proc) return std::nullopt;
+  std::string_view rest = colon == std::string_view::npos ? std::string_view{} : arch.substr(colon);
+  for (std::string_view feature : {":sramecc", ":xnack"}) {
+    if (!rest.starts_with(feature)) continue;
+    rest.remove_prefix(feature.size());
+    if (rest.empty() || (rest[0] != '+' && rest[0] != '-')) return std::nullopt;
+    rest.remove_prefix(1);
+  }
+  if (!rest.empty()) return std::nullopt;
+  return Target{std::string(arch), 0, proc->lds_bytes, Vendor::amd, 64};
+}
+
+}  // namespace
+
+std::optional<std::string> nvidia_only_path(std::string_view path, const Target& target) {
+  if (target.vendor == Vendor::nvidia) return std::nullopt;
+  return std::string(path) + " path uses NVIDIA-only instructions (mma.sync, ldmatrix, cp.async, wgmma) that " +
+         target.arch + " lacks: AMD targets run the simt path";
+}
+
+std::string_view known_targets() {
+  return "sm_80, sm_86, sm_89, sm_90, sm_90a, gfx90a, gfx942, gfx950 (AMD: with :sramecc± and :xnack± settings)";
+}
+
 std::optional<Target> parse_target(std::string_view arch) {
+  if (arch.starts_with("gfx")) return parse_amd_target(arch);
   // Opt-in shared memory per block, from the CUDA programming guide's per-arch table.
   if (arch == "sm_80") return Target{"sm_80", 80, 163 * 1024};
   if (arch == "sm_86") return Target{"sm_86", 86, 99 * 1024};

@@ -14,16 +14,33 @@ std::optional<DType> parse_dtype(std::string_view name);   // accepts fp16/f16/f
 int dtype_bytes(DType t);
 std::string_view dtype_cxx(DType t);                      // the device type: "kgen::bfloat16_t", ...
 
-// A GPU code target: NVIDIA "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a".
+enum class Vendor { nvidia, amd };
+
+// A GPU code target: NVIDIA "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", or AMD "gfx90a",
+// "gfx942", "gfx950", each with optional feature settings ("gfx942:sramecc+:xnack-").
 struct Target {
-  std::string arch;          // exact target string, part of every cache key
-  int sm = 0;                // 80, 86, 89, 90
-  int max_smem_per_block = 0;  // opt-in dynamic shared memory limit in bytes
+  std::string arch;            // exact target string, part of every cache key
+  int sm = 0;                  // NVIDIA: 80, 86, 89, 90; 0 on AMD
+  int max_smem_per_block = 0;  // opt-in dynamic shared memory (AMD: LDS) limit in bytes
+  Vendor vendor = Vendor::nvidia;
+  int wave_size = 32;          // lanes of the hardware warp (64 on AMD CDNA)
   bool operator==(const Target&) const = default;
+
+  // The AMD processor without feature settings ("gfx942" of "gfx942:xnack-"); arch on NVIDIA.
+  std::string processor() const { return arch.substr(0, arch.find(':')); }
 };
 
-// The target for a target string, or nullopt if kgen does not know it.
+// The target for a target string, or nullopt if kgen does not know it. AMD feature settings
+// (sramecc, xnack; each at most once, + or -) are kept as given, in the order compilers spell
+// them: sramecc before xnack.
 std::optional<Target> parse_target(std::string_view arch);
+
+// Why `path` (a family built on NVIDIA-only instructions: mma.sync, ldmatrix, cp.async, wgmma)
+// cannot run on `target`, or nullopt on NVIDIA targets.
+std::optional<std::string> nvidia_only_path(std::string_view path, const Target& target);
+
+// Every target string kgen knows, ", "-separated, for messages ("sm_80, …, gfx950").
+std::string_view known_targets();
 
 // The target kgen compiles for on a device of compute capability major.minor
 // (sm_90a on Hopper, so Hopper-only instructions are available).

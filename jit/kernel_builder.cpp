@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cache/cache_key.h"
+#include "compiler/amd_code_object.h"
 #include "cache/sha256.h"
 #include "generator/embedded_templates.h"
 #include "kgen/types.hpp"
@@ -20,9 +21,16 @@ bool no_jit() {
 }
 
 nlohmann::json resources_json(const ResourceUsage& r) {
-  return {{"registers", r.registers},     {"spill_stores", r.spill_stores},
-          {"spill_loads", r.spill_loads}, {"stack_frame", r.stack_frame},
-          {"static_smem", r.static_smem}, {"serialized_wgmma", r.serialized_wgmma}};
+  nlohmann::json j = {{"registers", r.registers},     {"spill_stores", r.spill_stores},
+                      {"spill_loads", r.spill_loads}, {"stack_frame", r.stack_frame},
+                      {"static_smem", r.static_smem}, {"serialized_wgmma", r.serialized_wgmma}};
+  if (r.wave_size > 0) {  // AMD code objects
+    j["agprs"] = r.agprs;
+    j["sgprs"] = r.sgprs;
+    j["wave_size"] = r.wave_size;
+    j["max_threads"] = r.max_threads;
+  }
+  return j;
 }
 
 ResourceUsage resources_from_json(const nlohmann::json& j) {
@@ -34,6 +42,10 @@ ResourceUsage resources_from_json(const nlohmann::json& j) {
   r.stack_frame = j.value("stack_frame", 0);
   r.static_smem = j.value("static_smem", 0);
   r.serialized_wgmma = j.value("serialized_wgmma", false);
+  r.agprs = j.value("agprs", 0);
+  r.sgprs = j.value("sgprs", 0);
+  r.wave_size = j.value("wave_size", 0);
+  r.max_threads = j.value("max_threads", 0);
   r.parsed = r.registers >= 0;
   return r;
 }
@@ -80,9 +92,6 @@ std::vector<std::filesystem::path> with_root(std::vector<std::filesystem::path> 
 // is e_flags & 0xff up to ABI version 7 and (e_flags >> 8) & 0xff from version 8.
 std::optional<std::string> cubin_target_mismatch(const std::vector<std::byte>& image, const Target& target) {
   auto u8 = [&](std::size_t i) { return std::to_integer<unsigned>(image[i]); };
-  if (image.size() < 64 || u8(0) != 0x7f || u8(1) != 'E' || u8(2) != 'L' || u8(3) != 'F')
-    return "binary is not an ELF file";
-  if (u8(4) != 2 || u8(5) != 1) return "binary is not a 64-bit little-endian ELF file";
   const unsigned machine = u8(18) | (u8(19) << 8);
   if (machine != 190) return "binary is not a CUDA ELF (e_machine " + std::to_string(machine) + ")";
   const unsigned abi = u8(8);
@@ -93,6 +102,29 @@ std::optional<std::string> cubin_target_mismatch(const std::vector<std::byte>& i
   if (sm < 0) return std::nullopt;
   if (sm != target.sm) return "CUBIN is for sm_" + std::to_string(sm) + ", not " + target.arch;
   return std::nullopt;
+}
+
+// Why the AMD code object `image` cannot be for `target`: e_machine 224 (EM_AMDGPU), the
+// processor from the mach byte of e_flags and the xnack/sramecc settings must spell target.arch.
+std::optional<std::string> code_object_target_mismatch(const std::vector<std::byte>& image, const Target& target) {
+  try {
+    const AmdCodeObject co =
+        read_amd_code_object(std::span(reinterpret_cast<const std::uint8_t*>(image.data()), image.size()));
+    const std::string id = co.target.id();
+    if (id != target.arch) return "code object is for " + id + ", not " + target.arch;
+  } catch (const Error& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+// Why the binary `image` cannot be for `target`, by the vendor's ELF header.
+std::optional<std::string> binary_target_mismatch(const std::vector<std::byte>& image, const Target& target) {
+  auto u8 = [&](std::size_t i) { return std::to_integer<unsigned>(image[i]); };
+  if (image.size() < 64 || u8(0) != 0x7f || u8(1) != 'E' || u8(2) != 'L' || u8(3) != 'F')
+    return "binary is not an ELF file";
+  if (u8(4) != 2 || u8(5) != 1) return "binary is not a 64-bit little-endian ELF file";
+  return target.vendor == Vendor::amd ? code_object_target_mismatch(image, target) : cubin_target_mismatch(image, target);
 }
 
 }  // namespace
@@ -143,7 +175,7 @@ std::optional<cache::CacheEntry> KernelBuilder::load_checked(const std::string& 
     } else if (meta_entry != source.entry) {
       why = "metadata names entry point '" + meta_entry + "', not " + source.entry;
     } else {
-      why = cubin_target_mismatch(entry->binary, target);
+      why = binary_target_mismatch(entry->binary, target);
     }
     if (!why) return entry;
     // Never served; removed if the layer allows it. A later layer may still hold a good copy.

@@ -167,7 +167,7 @@ void add_warm_command(CLI::App& app, int& exit_code) {
   auto verbose = std::make_shared<bool>(false);
   auto manifest = std::make_shared<std::string>();
   auto db = std::make_shared<std::vector<std::string>>();
-  cmd->add_option("--arch", *archs, "Comma-separated targets (sm_80, sm_86, sm_89, sm_90, sm_90a)")->capture_default_str();
+  cmd->add_option("--arch", *archs, "Comma-separated targets (" + std::string(known_targets()) + ")")->capture_default_str();
   auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
   cmd->add_option("--manifest", *manifest,
                   "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see jit/manifest.h)")

@@ -12,6 +12,7 @@
 #include "driver/gpu_driver.h"
 #include "driver/device.h"
 #include "jit/kernel_builder.h"
+#include "compiler/amd_compilers.h"
 #include "compiler/nvrtc.h"
 #include "tuning/tuning_db.h"
 #include "tools/commands.h"
@@ -54,11 +55,24 @@ void add_show_config(CLI::App& app, int& exit_code) {
     } catch (const std::exception& e) {
       std::printf("compiler      unavailable: %s\n", e.what());
     }
-    std::string why;
+    std::printf("amd hiprtc    %s\n", hiprtc_description().c_str());
+    std::printf("amd clang     %s\n", amd_clang_description().c_str());
+    for (const Target& t : {*parse_target("gfx90a"), *parse_target("gfx942"), *parse_target("gfx950")}) {
+      std::string compiler;
+      try {
+        compiler = amd_compiler_for(t).version();
+      } catch (const std::exception& e) {
+        compiler = std::string("none: ") + e.what();
+      }
+      std::printf("amd %-9s builds with %s\n", t.arch.c_str(), compiler.c_str());
+    }
     int n = device_count();
     if (n == 0) {
-      gpu_driver().available(&why);
-      std::printf("devices       none (%s)\n", why.c_str());
+      // One process uses one vendor's GPUs: the first driver that sees a GPU.
+      std::string cuda_why, hip_why;
+      cuda_gpu_driver().available(&cuda_why);
+      hip_gpu_driver().available(&hip_why);
+      std::printf("devices       none (CUDA: %s; HIP: %s)\n", cuda_why.c_str(), hip_why.c_str());
     }
     for (int i = 0; i < n; ++i) {
       const DeviceInfo& d = device_info(i);
@@ -82,7 +96,8 @@ void add_show_config(CLI::App& app, int& exit_code) {
     for (const auto& op : operators()) std::printf(" %s", std::string(op.name).c_str());
     std::printf("\n");
     for (const char* var : {"KGEN_CACHE_DIR", "KGEN_CACHE_PATH", "KGEN_CACHE_MAX_BYTES", "KGEN_NO_JIT", "KGEN_TUNE_DB",
-                            "KGEN_AUTOTUNE", "KGEN_LOG_LEVEL", "KGEN_NVRTC_PATH", "CUDA_HOME"}) {
+                            "KGEN_AUTOTUNE", "KGEN_LOG_LEVEL", "KGEN_NVRTC_PATH", "CUDA_HOME", "KGEN_AMD_COMPILER",
+                            "KGEN_CLANG", "KGEN_AMD_COMPILE_TIMEOUT"}) {
       const char* v = std::getenv(var);
       std::printf("env %-21s %s\n", var, v ? v : "(unset)");
     }
@@ -91,7 +106,7 @@ void add_show_config(CLI::App& app, int& exit_code) {
 }
 
 void add_inspect(CLI::App& app, int& exit_code) {
-  auto* cmd = app.add_subcommand("inspect", "Show the rendered source, PTX or resource usage of one variant's kernels");
+  auto* cmd = app.add_subcommand("inspect", "Show the rendered source, PTX or ISA, or resource usage of one variant's kernels");
   struct Opts {
     std::string op = "attention_fwd", variant, dtype = "bf16", arch = "sm_90a", config, what = "resources";
     int head_dim = 128;
@@ -105,15 +120,19 @@ void add_inspect(CLI::App& app, int& exit_code) {
   cmd->add_option("--dtype", o->dtype, "attention_fwd without --variant: fp16, bf16 or fp32")->capture_default_str();
   cmd->add_option("--head-dim,-d", o->head_dim, "attention_fwd without --variant: head dimension")->capture_default_str();
   cmd->add_flag("--causal", o->causal, "attention_fwd without --variant: causal variant");
-  cmd->add_option("--arch", o->arch, "Target")->capture_default_str();
+  cmd->add_option("--arch", o->arch, "Target (" + std::string(known_targets()) + ")")->capture_default_str();
   cmd->add_option("--config", o->config, "Config (default: the variant's heuristic for a b=1, h=16, n=4096 shape)");
-  cmd->add_option("--show", o->what, "source | ptx | resources | key")
-      ->check(CLI::IsMember({"source", "ptx", "resources", "key"}))->capture_default_str();
+  cmd->add_option("--show", o->what, "source | ptx (NVIDIA) | isa (AMD: llvm-objdump -d) | resources | key")
+      ->check(CLI::IsMember({"source", "ptx", "isa", "resources", "key"}))->capture_default_str();
   cmd->callback([o, &exit_code] {
     const OperatorInfo* op = find_operator(o->op);
     if (!op) throw Error(Status::invalid_argument, "--op: unknown operator '" + o->op + "'");
     auto target = parse_target(o->arch);
-    if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + o->arch + "'");
+    if (!target)
+      throw Error(Status::invalid_argument, "--arch: unknown target '" + o->arch + "' (known: " + std::string(known_targets()) + ")");
+    const bool amd = target->vendor == Vendor::amd;
+    if (o->what == "ptx" && amd) throw Error(Status::invalid_argument, "--show ptx: AMD targets have no PTX; use --show isa");
+    if (o->what == "isa" && !amd) throw Error(Status::invalid_argument, "--show isa: for AMD targets; use --show ptx");
     std::string variant = o->variant;
     if (variant.empty()) {
       if (o->op != "attention_fwd") throw Error(Status::invalid_argument, "--variant: required for --op " + o->op);
@@ -135,6 +154,9 @@ void add_inspect(CLI::App& app, int& exit_code) {
       } else if (o->what == "ptx") {
         CompiledBinary b = compiler_for(*target).compile(src, *target, /*ptx=*/true);
         std::cout.write(reinterpret_cast<const char*>(b.image.data()), b.image.size());
+      } else if (o->what == "isa") {
+        BuildOutcome b = KernelBuilder::global().build(src, *target);
+        std::cout << amd_disassembly(b.image, *target);
       } else if (o->what == "key") {
         KernelBuilder& builder = KernelBuilder::global();
         std::cout << "key    " << builder.cache_key(src, *target) << "\nrecord " << builder.key_record(src, *target) << "\n";
@@ -146,6 +168,10 @@ void add_inspect(CLI::App& app, int& exit_code) {
                     src.variant.c_str(), target->arch.c_str(), src.threads, src.smem_bytes, r.static_smem,
                     r.registers, r.spill_stores, r.spill_loads, r.stack_frame,
                     b.from_cache ? "(from cache)" : ("(compiled in " + std::to_string(long(b.compile_ms)) + " ms)").c_str());
+        if (amd)
+          std::printf("amd          %d VGPRs, %d AGPRs, %d SGPRs, %d B LDS, %d B scratch per lane, wave %d, "
+                      "built for %d threads\n",
+                      r.registers, r.agprs, r.sgprs, r.static_smem, r.stack_frame, r.wave_size, r.max_threads);
         std::printf("--- compiler log ---\n%s\n", b.log.c_str());
       }
     }

@@ -148,8 +148,8 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
 #pragma unroll
         for (int j = 0; j < 16; ++j) {  // constant trip count; `j < w` folds after unrolling
           if (j < w) {
-            const float send = upper ? part[j] : part[j + w];
-            const float keep = upper ? part[j + w] : part[j];
+            const float send = pick(upper, part[j], part[j + w]);
+            const float keep = pick(upper, part[j + w], part[j]);
             part[j] = keep + shfl_xor32(send, w);
           }
         }

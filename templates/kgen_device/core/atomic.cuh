@@ -1,9 +1,22 @@
 // Float additions into global memory by many threads at once (relaxed, device scope), whose
-// result nobody reads. A second vendor provides red_add and red_add2 as atomic adds with the
-// result discarded (HIP: atomicAdd on float, or unsafeAtomicAdd where the memory allows it).
+// result nobody reads. On AMD: relaxed agent-scope atomic adds with the result discarded.
 #pragma once
 
+#include "kgen_device/core/vendor.cuh"
+
 namespace kgen {
+
+#if KGEN_AMD
+// *addr += x.
+__device__ __forceinline__ void red_add(float* addr, float x) {
+  __hip_atomic_fetch_add(addr, x, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+// addr[0] += x, addr[1] += y.
+__device__ __forceinline__ void red_add2(float* addr, float x, float y) {
+  red_add(addr, x);
+  red_add(addr + 1, y);
+}
+#else
 
 // *addr += x.
 __device__ __forceinline__ void red_add(float* addr, float x) {
@@ -19,5 +32,6 @@ __device__ __forceinline__ void red_add2(float* addr, float x, float y) {
   red_add(addr + 1, y);
 #endif
 }
+#endif  // KGEN_AMD
 
 }  // namespace kgen

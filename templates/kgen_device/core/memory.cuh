@@ -1,10 +1,46 @@
 // Explicit memory instructions: 32-bit shared addresses, 16-byte shared and global moves, and
-// global stores predicated without a branch. A second vendor provides st_global_if (HIP: a
-// plain store under `if`, which its compiler predicates with the exec mask); the shared-window
-// forms serve the ldmatrix / cp.async kernels and are needed only with a port of those.
+// global stores predicated without a branch. On AMD st_global_if and st_global_16 are plain
+// vector stores (under `if`, which the compiler turns into an exec-mask predicate); the
+// shared-window forms (smem_u32, ld_shared_16, st_shared_4) serve only the NVIDIA ldmatrix /
+// cp.async kernels and have no AMD body.
 #pragma once
 
+#include "kgen_device/core/vendor.cuh"
+
 namespace kgen {
+
+#if KGEN_AMD
+struct u32x4 {
+  unsigned x, y, z, w;
+};
+
+template <int Words>
+struct global_words {
+  typedef unsigned type __attribute__((ext_vector_type(Words)));
+};
+template <>
+struct global_words<1> {
+  typedef unsigned type;
+};
+
+__device__ __forceinline__ void st_global_16(void* ptr, const u32x4& v) {
+  *static_cast<typename global_words<4>::type*>(ptr) = {v.x, v.y, v.z, v.w};
+}
+
+// *ptr = w (Words = 1, 2 or 4 32-bit words, ptr aligned to their size) where pred holds.
+template <int Words>
+__device__ __forceinline__ void st_global_if(void* ptr, const unsigned (&w)[Words], bool pred) {
+  static_assert(Words == 1 || Words == 2 || Words == 4, "1, 2 or 4 words");
+  typename global_words<Words>::type v;
+  if constexpr (Words == 1) {
+    v = w[0];
+  } else {
+#pragma unroll
+    for (int i = 0; i < Words; ++i) v[i] = w[i];
+  }
+  if (pred) *static_cast<typename global_words<Words>::type*>(ptr) = v;
+}
+#else
 
 // 32-bit shared-window address of a generic pointer into shared memory (ldmatrix, cp.async).
 __device__ __forceinline__ unsigned smem_u32(const void* ptr) {
@@ -54,5 +90,6 @@ __device__ __forceinline__ void st_global_if(void* ptr, const unsigned (&w)[Word
                  :: "l"(ptr), "r"(w[0]), "r"(int(pred)) : "memory");
   }
 }
+#endif  // KGEN_AMD
 
 }  // namespace kgen

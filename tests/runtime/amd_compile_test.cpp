@@ -1,0 +1,157 @@
+// Deviceless AMD compiles: every AMD variant builds for gfx90a (hiprtc where ROCm 5.2's is
+// installed, else clang) and for gfx942 and gfx950 (clang), without scratch; the compiler choice,
+// its refusals, and the cache's wrong-target guard for AMD code objects.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "compiler/amd_code_object.h"
+#include "compiler/amd_compilers.h"
+#include "generator/registry.h"
+#include "jit/warm.h"
+
+namespace kgen {
+namespace {
+
+std::filesystem::path test_cache() { return std::filesystem::path(KGEN_TEST_CACHE_DIR); }
+
+bool have_clang() { return amd_clang_description().find("unavailable") == std::string::npos; }
+bool have_hiprtc() { return hiprtc_description().find("unavailable") == std::string::npos; }
+
+KernelSource small_kernel() {
+  return {"test", "amd_small", "#include \"kgen_device/core/warp.cuh\"\n"
+          "extern \"C\" __global__ void __launch_bounds__(64) k(float* x) { x[threadIdx.x] = kgen::warp32_sum(x[threadIdx.x]); }\n",
+          "k", 64, 0};
+}
+
+TEST(AmdCompile, EveryVariantCompilesForGfx90aGfx942Gfx950WithoutScratch) {
+  if (!have_clang()) GTEST_SKIP() << amd_clang_description();
+  KernelBuilder builder(test_cache());
+  const auto items = warm_items({}, {"gfx90a", "gfx942", "gfx950"});
+  ASSERT_GT(items.size(), 100u);
+  const WarmSummary summary = warm(builder, items, 0);
+  EXPECT_EQ(summary.failed, 0);
+  for (const WarmResult& r : summary.results) {
+    const std::string where = r.item->source.variant + " " + r.item->target.arch;
+    ASSERT_TRUE(r.ok) << where << ": " << r.error;
+    EXPECT_TRUE(r.resources.parsed) << where;
+    EXPECT_EQ(r.resources.stack_frame, 0) << where << ": scratch";
+    EXPECT_EQ(r.resources.spill_stores, 0) << where << ": VGPR spills";
+    EXPECT_EQ(r.resources.wave_size, 64) << where;
+    EXPECT_EQ(r.resources.max_threads, r.item->source.threads) << where << ": __launch_bounds__ not honoured";
+    EXPECT_LE(r.resources.static_smem + r.item->source.smem_bytes, r.item->target.max_smem_per_block) << where;
+  }
+}
+
+TEST(AmdCompile, SelectionIsHiprtcWhereItAllowsTheTargetElseClang) {
+  ::unsetenv("KGEN_AMD_COMPILER");
+  const Target gfx90a = *parse_target("gfx90a"), gfx942 = *parse_target("gfx942"), gfx950 = *parse_target("gfx950");
+  EXPECT_EQ(&amd_compiler_for(gfx942), &amd_clang_compiler()) << hiprtc_description();
+  EXPECT_EQ(&amd_compiler_for(gfx950), &amd_clang_compiler());
+  if (have_hiprtc()) {
+    EXPECT_EQ(&amd_compiler_for(gfx90a), &hiprtc_compiler());
+  }
+  ::setenv("KGEN_AMD_COMPILER", "clang", 1);
+  EXPECT_EQ(&compiler_for(gfx90a), &amd_clang_compiler());
+  ::setenv("KGEN_AMD_COMPILER", "hiprtc", 1);
+  EXPECT_EQ(&compiler_for(gfx942), &hiprtc_compiler());
+  ::setenv("KGEN_AMD_COMPILER", "nvcc", 1);
+  EXPECT_THROW(compiler_for(gfx942), Error);
+  ::unsetenv("KGEN_AMD_COMPILER");
+}
+
+TEST(AmdCompile, HiprtcRefusesATargetItsRocmDoesNotKnowInsteadOfAborting) {
+  if (!have_hiprtc()) GTEST_SKIP() << hiprtc_description();
+  const Target gfx942 = *parse_target("gfx942");
+  if (hiprtc_refusal(gfx942).empty()) GTEST_SKIP() << "this hiprtc serves gfx942: " << hiprtc_description();
+  try {
+    hiprtc_compiler().compile(small_kernel(), gfx942);
+    FAIL() << "expected a refusal";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::compile_error);
+    EXPECT_NE(std::string(e.what()).find("gfx90a"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("gfx942"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AmdCompile, ReportsCompilerErrorsWithTheLogFromBothBackends) {
+  const Target gfx90a = *parse_target("gfx90a");
+  KernelSource bad{"test", "broken", "extern \"C\" __global__ void k() { this_is_not_hip; }", "k", 64, 0};
+  for (const Compiler* c : {&hiprtc_compiler(), &amd_clang_compiler()}) {
+    if (c == &hiprtc_compiler() ? !have_hiprtc() : !have_clang()) continue;
+    try {
+      c->compile(bad, gfx90a);
+      FAIL() << "expected a compile error from " << c->version();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::compile_error);
+      EXPECT_NE(std::string(e.what()).find("this_is_not_hip"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(AmdCompile, BothBackendsReadResourcesFromTheCodeObject) {
+  for (const Compiler* c : {&hiprtc_compiler(), &amd_clang_compiler()}) {
+    if (c == &hiprtc_compiler() ? !have_hiprtc() : !have_clang()) continue;
+    for (const char* arch : {"gfx90a", "gfx90a:xnack+"}) {
+      const Target target = *parse_target(arch);
+      const CompiledBinary b = c->compile(small_kernel(), target);
+      const AmdCodeObject co =
+          read_amd_code_object(std::span(reinterpret_cast<const std::uint8_t*>(b.image.data()), b.image.size()));
+      EXPECT_EQ(co.target.id(), target.arch) << c->version();
+      EXPECT_TRUE(b.resources.parsed);
+      EXPECT_GT(b.resources.registers, 0);
+      EXPECT_EQ(b.resources.max_threads, 64);
+      EXPECT_EQ(b.resources.wave_size, 64);
+    }
+  }
+}
+
+TEST(AmdCompile, CacheKeysNeverShareAcrossTargetsOrVendors) {
+  if (!have_clang()) GTEST_SKIP() << amd_clang_description();
+  KernelBuilder builder(test_cache());
+  const KernelSource src = small_kernel();
+  std::vector<std::string> keys;
+  for (const char* arch : {"gfx90a", "gfx90a:xnack+", "gfx942", "gfx942:sramecc+:xnack-", "gfx950", "sm_80", "sm_86",
+                           "sm_89", "sm_90", "sm_90a"})
+    keys.push_back(builder.cache_key(src, *parse_target(arch)));
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    for (std::size_t j = i + 1; j < keys.size(); ++j) EXPECT_NE(keys[i], keys[j]) << i << " " << j;
+  // The backend is part of the record: forcing the other compiler gives another key.
+  const Target gfx90a = *parse_target("gfx90a");
+  ::setenv("KGEN_AMD_COMPILER", "clang", 1);
+  const std::string clang_key = builder.cache_key(src, gfx90a);
+  EXPECT_NE(builder.key_record(src, gfx90a).find("clang"), std::string::npos);
+  ::unsetenv("KGEN_AMD_COMPILER");
+  if (have_hiprtc()) {
+    EXPECT_NE(builder.cache_key(src, gfx90a), clang_key);
+  }
+}
+
+TEST(AmdCompile, CacheRejectsACodeObjectForAnotherTargetAndRebuilds) {
+  if (!have_clang()) GTEST_SKIP() << amd_clang_description();
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("kgen-amd-guard-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  ::setenv("KGEN_AMD_COMPILER", "clang", 1);
+  KernelBuilder builder(dir);
+  const KernelSource src = small_kernel();
+  const Target gfx942 = *parse_target("gfx942"), gfx950 = *parse_target("gfx950");
+  // The gfx950 code object under gfx942's key, with metadata that claims gfx942: only the ELF
+  // header tells.
+  const BuildOutcome other = builder.build(src, gfx950);
+  cache::CacheEntry planted = *builder.cache().load(other.key);
+  planted.metadata["target"] = "gfx942";
+  ASSERT_TRUE(builder.cache().publish(builder.cache_key(src, gfx942), planted));
+  KernelBuilder fresh(dir);
+  const BuildOutcome rebuilt = fresh.build(src, gfx942);
+  EXPECT_FALSE(rebuilt.from_cache) << "a gfx950 code object was served for gfx942";
+  EXPECT_EQ(fresh.stats().corrupt_removed, 1u);
+  const AmdCodeObject co = read_amd_code_object(
+      std::span(reinterpret_cast<const std::uint8_t*>(rebuilt.image.data()), rebuilt.image.size()));
+  EXPECT_EQ(co.target.id(), "gfx942");
+  ::unsetenv("KGEN_AMD_COMPILER");
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kgen
