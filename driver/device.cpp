@@ -87,8 +87,4 @@ LoadedKernel load_kernel(int ordinal, std::span<const std::byte> cubin, const st
   return k;  // modules stay loaded for the life of the process
 }
 
-void GpuDriver::encode_tensor_map(void*, const TiledTensorMap&, const char* what) const {
-  throw Error(Status::invalid_argument, std::string(what) + ": this GPU driver has no tensor maps (NVIDIA Hopper only)");
-}
-
 }  // namespace kgen
