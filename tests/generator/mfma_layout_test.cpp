@@ -147,6 +147,8 @@ TEST_P(MfmaLayout, ChainedProductReusesCRegistersAsTheNextBOperand) {
       for (int e = 0; e < mfma::operand_elements(k); ++e) {
         const int kk = mfma::b_k(k, lane, e);
         next.b[lane][e] = first.c[lane][mfma::chain_register(k, s, kk)];
+        // The device gather (mfma_tile.cuh's chained_operand) indexes by e alone.
+        EXPECT_EQ(mfma::chain_register(k, s, kk), mfma::chain_register(k, s, e));
         next.a[lane][e] = z[mfma::a_row(lane)][mfma::chain_row(k, s, mfma::a_k(k, lane, e))];
       }
     model_mfma_32x32(next);

@@ -3,10 +3,10 @@
 // (preprocess, dq_convert); the workspace rows and dQ accumulator follow backward_params.h.
 //
 // Key-major kernel (attention_backward_mfma_kv). Grid (ceil(n_k / (32·Waves)), heads_kv, batch);
-// each wave owns 32 keys and keeps their K and V operands in registers; the block walks every
+// each wave owns 32 keys of the block's K and V tiles (LDS, loaded once); the block walks every
 // query tile (BM rows, staged in LDS with their lse2 and delta) of every query head of its kv
 // group, so GQA sums dK and dV in registers. Per wave and 32-query block, keys as the MFMA's N:
-//   S (32 x 32)  = Q · Kᵀ,  dP = dO · Vᵀ        A = Q / dO rows from LDS, B = K / V operands
+//   S (32 x 32)  = Q · Kᵀ,  dP = dO · Vᵀ        A = Q / dO rows, B = the wave's K / V rows (LDS)
 //   P = exp2(S·scale_log2 − lse2), dS = P ∘ (dP − delta)   (in the accumulators)
 //   dVᵀ += dOᵀ · P,  dKᵀ += Qᵀ · dS              A = dO / Q read transposed, B chained from P / dS
 // With AtomicDQ the block writes dS to LDS and computes dQ = dS · K per (32-query, 32-column)
@@ -36,30 +36,30 @@ template <class T, int D, int BM, int Waves, bool Causal, bool AtomicDQ>
 __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwardParams& p) {
   constexpr int BN = Waves * attention_mfma::kWaveRows;
   constexpr int kThreads = attention_mfma::threads(Waves);
-  constexpr int kKSteps = D / kMfmaK;
   constexpr int kQueryBlocks = BM / 32;
   constexpr int kColBlocks = D / 32;
   constexpr int kChainSteps = 32 / kMfmaK;
   static_assert(D % 32 == 0 && BM % 32 == 0, "32-row MFMA tiles");
+  constexpr int kKvTile = BN * attention_mfma::lds_row(D);
   constexpr int kQTile = BM * attention_mfma::lds_row(D);
-  static_assert((2 * kQTile + (AtomicDQ ? BN * attention_mfma::lds_row(D) + BM * attention_mfma::lds_row(BN) : 0)) * 2 +
-                        2 * BM * 4 ==
+  static_assert((2 * kKvTile + 2 * kQTile + (AtomicDQ ? BM * attention_mfma::lds_row(BN) : 0)) * 2 + 2 * BM * 4 ==
                     attention_mfma::kv_lds_bytes(D, BM, BN, AtomicDQ),
                 "LDS layout must match kv_lds_bytes");
 
-  unsigned short* q_s = reinterpret_cast<unsigned short*>(dynamic_smem());
+  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
+  unsigned short* v_s = k_s + kKvTile;
+  unsigned short* q_s = v_s + kKvTile;
   unsigned short* do_s = q_s + kQTile;
   float* lse2_s = reinterpret_cast<float*>(do_s + kQTile);
   float* delta_s = lse2_s + BM;
-  unsigned short* k_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // AtomicDQ only
-  unsigned short* ds_s = k_s + BN * attention_mfma::lds_row(D);          // AtomicDQ only
+  unsigned short* ds_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // AtomicDQ only
 
   const int tid = threadIdx.x;
   const int wave = tid / 64;
   const int lane = tid % 64;
   const int key0 = blockIdx.x * BN;
-  const int kw0 = key0 + wave * attention_mfma::kWaveRows;
-  const int key = kw0 + mfma::c_col(lane);  // this lane's key (C and B layouts)
+  const int kw = wave * attention_mfma::kWaveRows;  // this wave's first key in the block's tiles
+  const int key = key0 + kw + mfma::c_col(lane);    // this lane's key (C and B layouts)
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   const int n_q = p.n_q, n_k = p.n_k, d = p.head_dim;
@@ -68,13 +68,8 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
 
   const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
   const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
-  mfma_operand k_frag[kKSteps], v_frag[kKSteps];
-#pragma unroll
-  for (int t = 0; t < kKSteps; ++t) {
-    k_frag[t] = mfma_detail::global_operand(k_ptr, p.k.stride_n, kw0, n_k, t * kMfmaK, lane);
-    v_frag[t] = mfma_detail::global_operand(v_ptr, p.v.stride_n, kw0, n_k, t * kMfmaK, lane);
-  }
-  if constexpr (AtomicDQ) mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, key0, n_k, tid);
+  mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, key0, n_k, tid);
+  mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, key0, n_k, tid);
   mfma_acc dk[kColBlocks], dv[kColBlocks];
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) dk[cb] = dv[cb] = mfma_zero();
@@ -98,41 +93,38 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
       }
       __syncthreads();
 
-      mfma_acc pm[kQueryBlocks], ds[kQueryBlocks];
-#pragma unroll
+      // One 32-query block at a time: S, dP, then P and dS in their accumulators.
       for (int qb = 0; qb < kQueryBlocks; ++qb) {
-        pm[qb] = mfma_detail::lds_rows_times<T, D>(q_s, qb * 32, k_frag, lane);
-        ds[qb] = mfma_detail::lds_rows_times<T, D>(do_s, qb * 32, v_frag, lane);
+        mfma_acc pm = mfma_detail::lds_rows_times_rows<T, D>(q_s, qb * 32, k_s, kw, lane);
+        mfma_acc ds = mfma_detail::lds_rows_times_rows<T, D>(do_s, qb * 32, v_s, kw, lane);
 #pragma unroll
         for (int r = 0; r < mfma::kAccRegisters; ++r) {
           const int i = qb * 32 + mfma::c_row(lane, r);
           bool visible = key < n_k;
           if constexpr (Causal) visible = visible && key <= m0 + i + diag;
-          const float pv = visible ? exp2_approx(pm[qb][r] * scale_log2 - lse2_s[i]) : 0.f;
-          ds[qb][r] = pv * (ds[qb][r] - delta_s[i]);
-          pm[qb][r] = pv;
+          const float pv = visible ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
+          ds[r] = pv * (ds[r] - delta_s[i]);
+          pm[r] = pv;
         }
-      }
-#pragma unroll
-      for (int qb = 0; qb < kQueryBlocks; ++qb)
 #pragma unroll
         for (int c = 0; c < kChainSteps; ++c) {
-          const mfma_operand pb = mfma_detail::chained_operand<T>(pm[qb], c);
-          const mfma_operand db = mfma_detail::chained_operand<T>(ds[qb], c);
+          const mfma_operand pb = mfma_detail::chained_operand<T>(pm, c);
+          const mfma_operand db = mfma_detail::chained_operand<T>(ds, c);
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb) {
             dv[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(do_s, qb * 32, cb * 32, c, lane), pb, dv[cb]);
             dk[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(q_s, qb * 32, cb * 32, c, lane), db, dk[cb]);
           }
         }
-
-      if constexpr (AtomicDQ) {
-#pragma unroll
-        for (int qb = 0; qb < kQueryBlocks; ++qb)
+        if constexpr (AtomicDQ) {
 #pragma unroll
           for (int r = 0; r < mfma::kAccRegisters; ++r)
-            ds_s[(qb * 32 + mfma::c_row(lane, r)) * attention_mfma::lds_row(BN) + wave * 32 + mfma::c_col(lane)] =
-                from_float<T>(ds[qb][r]).bits;
+            ds_s[(qb * 32 + mfma::c_row(lane, r)) * attention_mfma::lds_row(BN) + kw + mfma::c_col(lane)] =
+                from_float<T>(ds[r]).bits;
+        }
+      }
+
+      if constexpr (AtomicDQ) {
         __syncthreads();
         // dQ (BM x D) = dS (BM x BN) · K (BN x D), one 32x32 block per wave at a time; k runs
         // over the block's keys in the chain order of each 32-key block (the same for A and B).
@@ -140,7 +132,6 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
         for (int blk = wave; blk < kQueryBlocks * kColBlocks; blk += Waves) {
           const int qb = blk / kColBlocks, cb = blk % kColBlocks;
           mfma_acc acc = mfma_zero();
-#pragma unroll
           for (int kb = 0; kb < Waves; ++kb)
 #pragma unroll
             for (int c = 0; c < kChainSteps; ++c)

@@ -22,11 +22,11 @@ KGEN_HOST_DEVICE constexpr int lds_tile_bytes(int rows, int cols) { return rows 
 // Forward (and the backward's query-major dQ kernel): K and V tiles of block_n keys.
 KGEN_HOST_DEVICE constexpr int kv_tiles_lds_bytes(int head_dim, int block_n) { return 2 * lds_tile_bytes(block_n, head_dim); }
 
-// Key-major backward kernel: Q and dO tiles of block_m query rows and their lse2 and delta rows;
-// with atomic dQ also the block's K tile (block_n keys) and the dS tile (block_m x block_n).
+// Key-major backward kernel: the block's K and V tiles (block_n keys), Q and dO tiles of block_m
+// query rows and their lse2 and delta rows; with atomic dQ also the dS tile (block_m x block_n).
 KGEN_HOST_DEVICE constexpr int kv_lds_bytes(int head_dim, int block_m, int block_n, bool atomic_dq) {
-  return 2 * lds_tile_bytes(block_m, head_dim) + 2 * block_m * 4 +
-         (atomic_dq ? lds_tile_bytes(block_n, head_dim) + lds_tile_bytes(block_m, block_n) : 0);
+  return kv_tiles_lds_bytes(head_dim, block_n) + 2 * lds_tile_bytes(block_m, head_dim) + 2 * block_m * 4 +
+         (atomic_dq ? lds_tile_bytes(block_m, block_n) : 0);
 }
 
 // Query-major dQ kernel of the deterministic backward: 2 waves (64 query rows), 64-key tiles.
@@ -35,10 +35,10 @@ constexpr int kDqBlockN = 64;
 
 // VGPRs per lane (32-bit registers, architectural and accumulation together), estimated from the
 // fragments each wave keeps: forward: Q operands (D/4), the O accumulator (D/2), S (BN/2) and P
-// packed (BN/4); key-major backward: K and V operands (D/2), dK and dV accumulators (D), S and dP
-// (BM), P and dS packed (BM/2); plus addressing and softmax state.
+// packed (BN/4); key-major backward (one 32-query block at a time, K and V read from LDS): dK and
+// dV accumulators (D), S and dP (32), P and dS packed (16); plus addressing and softmax state.
 KGEN_HOST_DEVICE constexpr int forward_vgpr_estimate(int d, int bn) { return d / 4 + d / 2 + bn / 2 + bn / 4 + 40; }
-KGEN_HOST_DEVICE constexpr int kv_vgpr_estimate(int d, int bm) { return d / 2 + d + bm + bm / 2 + 48; }
+KGEN_HOST_DEVICE constexpr int kv_vgpr_estimate(int d) { return d + 32 + 16 + 48; }
 
 }  // namespace attention_mfma
 }  // namespace kgen

@@ -109,5 +109,17 @@ __device__ __forceinline__ mfma_acc lds_rows_times(const unsigned short* tile, i
   return x;
 }
 
+// X = A-rows(row0 .. row0 + 31 of a_tile) · B-rows(b_row0 .. b_row0 + 31 of b_tile)ᵀ over D
+// columns: the product of two row-major LDS tiles, the second one's rows as X's columns.
+template <class T, int D>
+__device__ __forceinline__ mfma_acc lds_rows_times_rows(const unsigned short* a_tile, int a_row0,
+                                                        const unsigned short* b_tile, int b_row0, int lane) {
+  mfma_acc x = mfma_zero();
+#pragma unroll
+  for (int t = 0; t < D / kMfmaK; ++t)
+    x = mfma_32x32<T>(lds_operand<D>(a_tile, a_row0, t * kMfmaK, lane), lds_operand<D>(b_tile, b_row0, t * kMfmaK, lane), x);
+  return x;
+}
+
 }  // namespace mfma_detail
 }  // namespace kgen
