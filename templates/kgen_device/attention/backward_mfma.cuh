@@ -100,9 +100,8 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
 #pragma unroll
         for (int r = 0; r < mfma::kAccRegisters; ++r) {
           const int i = qb * 32 + mfma::c_row(lane, r);
-          bool visible = key < n_k;
-          if constexpr (Causal) visible = visible && key <= m0 + i + diag;
-          const float pv = visible ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
+          const float pv =
+              mfma_detail::visible<Causal>(key, m0 + i, n_k, diag) ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
           ds[r] = pv * (ds[r] - delta_s[i]);
           pm[r] = pv;
         }
@@ -175,61 +174,44 @@ __device__ __forceinline__ void attention_backward_mfma_dq(const AttentionBackwa
   unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
   unsigned short* v_s = k_s + BN * attention_mfma::lds_row(D);
 
-  const int tid = threadIdx.x;
-  const int wave = tid / 64;
-  const int lane = tid % 64;
-  const int m0 = blockIdx.x * BM;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int kv_head = head / p.head_group;
+  const mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
+  const int lane = w.lane, query = w.query;
   const int n_q = p.n_q, n_k = p.n_k;
-  const int diag = n_k - n_q;
   const float scale_log2 = p.scale_log2;
-  const int q0 = m0 + wave * attention_mfma::kWaveRows;
-  const int query = q0 + mfma::c_col(lane);
 
-  const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
-  const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, batch, head);
-  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
-  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
-
-  int n_end = n_k, wave_end = n_k;
-  if constexpr (Causal) {
-    n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
-    wave_end = imin(n_k, imin(q0 + attention_mfma::kWaveRows, n_q) + diag);
-  }
-  const bool wave_active = q0 < n_q;
+  const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, w.batch, w.head);
+  const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, w.batch, w.head);
+  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, w.batch, w.kv_head);
+  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, w.batch, w.kv_head);
 
   mfma_operand q_frag[kKSteps], do_frag[kKSteps];
 #pragma unroll
   for (int t = 0; t < kKSteps; ++t) {
-    q_frag[t] = mfma_detail::global_operand(q_ptr, p.q.stride_n, q0, n_q, t * kMfmaK, lane);
-    do_frag[t] = mfma_detail::global_operand(do_ptr, p.d_o.stride_n, q0, n_q, t * kMfmaK, lane);
+    q_frag[t] = mfma_detail::global_operand(q_ptr, p.q.stride_n, w.q0, n_q, t * kMfmaK, lane);
+    do_frag[t] = mfma_detail::global_operand(do_ptr, p.d_o.stride_n, w.q0, n_q, t * kMfmaK, lane);
   }
   const bool valid = query < n_q;
-  const long long row = bwd_detail::stat_row(p, batch, head, valid ? query : 0);
+  const long long row = bwd_detail::stat_row(p, w.batch, w.head, valid ? query : 0);
   const float lse2 = valid ? p.lse2[row] : infinity_f32();
   const float delta = valid ? p.delta[row] : 0.f;
   mfma_acc dq[kColBlocks];
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) dq[cb] = mfma_zero();
 
-  for (int n0 = 0; n0 < n_end; n0 += BN) {
+  for (int n0 = 0; n0 < w.n_end; n0 += BN) {
     __syncthreads();
-    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, n0, n_k, tid);
-    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, n0, n_k, tid);
+    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, n0, n_k, w.tid);
+    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, n0, n_k, w.tid);
     __syncthreads();
-    if (!wave_active || n0 >= wave_end) continue;  // wave-uniform
+    if (!w.active || n0 >= w.wave_end) continue;  // wave-uniform
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
       const mfma_acc st = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
       mfma_acc dst = mfma_detail::lds_rows_times<T, D>(v_s, nb * 32, do_frag, lane);
 #pragma unroll
       for (int r = 0; r < mfma::kAccRegisters; ++r) {
-        const int key = n0 + nb * 32 + mfma::c_row(lane, r);
-        bool visible = key < n_k;
-        if constexpr (Causal) visible = visible && key <= query + diag;
-        const float pv = visible ? exp2_approx(st[r] * scale_log2 - lse2) : 0.f;
+        const bool seen = mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), query, n_k, w.diag);
+        const float pv = seen ? exp2_approx(st[r] * scale_log2 - lse2) : 0.f;
         dst[r] = pv * (dst[r] - delta);
       }
 #pragma unroll
@@ -243,7 +225,7 @@ __device__ __forceinline__ void attention_backward_mfma_dq(const AttentionBackwa
   }
 
   if (!valid) return;
-  T* dq_ptr = bwd_detail::head_ptr<T>(p.dq, batch, head) + static_cast<long long>(query) * p.dq.stride_n;
+  T* dq_ptr = bwd_detail::head_ptr<T>(p.dq, w.batch, w.head) + static_cast<long long>(query) * p.dq.stride_n;
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb)
 #pragma unroll

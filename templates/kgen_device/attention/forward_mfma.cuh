@@ -41,46 +41,30 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
   unsigned short* v_s = k_s + BN * attention_mfma::lds_row(D);
 
-  const int tid = threadIdx.x;
-  const int wave = tid / 64;
-  const int lane = tid % 64;
-  const int m0 = blockIdx.x * BM;
-  const int head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int kv_head = head / p.head_group;
+  const mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
+  const int lane = w.lane;
   const int n_q = p.n_q, n_k = p.n_k;
-  const int diag = n_k - n_q;
   const float scale_log2 = p.scale_log2;
-  const int q0 = m0 + wave * attention_mfma::kWaveRows;  // this wave's first query
-  const int query = q0 + mfma::c_col(lane);               // this lane's query (C and B layouts)
 
-  const T* q_ptr = static_cast<const T*>(p.q) + batch * p.q_stride_b + head * p.q_stride_h;
-  const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + kv_head * p.k_stride_h;
-  const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + kv_head * p.v_stride_h;
-
-  // Keys [0, n_end) are visible to some row of the block; [0, wave_end) to some row of the wave.
-  int n_end = n_k, wave_end = n_k;
-  if constexpr (Causal) {
-    n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
-    wave_end = imin(n_k, imin(q0 + attention_mfma::kWaveRows, n_q) + diag);
-  }
-  const bool wave_active = q0 < n_q;
+  const T* q_ptr = static_cast<const T*>(p.q) + w.batch * p.q_stride_b + w.head * p.q_stride_h;
+  const T* k_ptr = static_cast<const T*>(p.k) + w.batch * p.k_stride_b + w.kv_head * p.k_stride_h;
+  const T* v_ptr = static_cast<const T*>(p.v) + w.batch * p.v_stride_b + w.kv_head * p.v_stride_h;
 
   mfma_operand q_frag[kKSteps];
 #pragma unroll
-  for (int t = 0; t < kKSteps; ++t) q_frag[t] = mfma_detail::global_operand(q_ptr, p.q_stride_n, q0, n_q, t * kMfmaK, lane);
+  for (int t = 0; t < kKSteps; ++t) q_frag[t] = mfma_detail::global_operand(q_ptr, p.q_stride_n, w.q0, n_q, t * kMfmaK, lane);
   mfma_acc o[kColBlocks];
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) o[cb] = mfma_zero();
   float row_max = -infinity_f32();  // running max of this lane's query's raw scores
   float row_sum = 0.f;              // this lane's part of l (its half's keys)
 
-  for (int n0 = 0; n0 < n_end; n0 += BN) {
+  for (int n0 = 0; n0 < w.n_end; n0 += BN) {
     __syncthreads();  // every wave finished the previous tile
-    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, tid);
-    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, tid);
+    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, w.tid);
+    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, w.tid);
     __syncthreads();
-    if (!wave_active || n0 >= wave_end) continue;  // wave-uniform
+    if (!w.active || n0 >= w.wave_end) continue;  // wave-uniform
 
     mfma_acc s[kKeyBlocks];
 #pragma unroll
@@ -92,10 +76,8 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
       for (int r = 0; r < mfma::kAccRegisters; ++r) {
-        const int key = n0 + nb * 32 + mfma::c_row(lane, r);
-        bool visible = key < n_k;
-        if constexpr (Causal) visible = visible && key <= query + diag;
-        if (!visible) s[nb][r] = -infinity_f32();
+        if (!mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), w.query, n_k, w.diag))
+          s[nb][r] = -infinity_f32();
         mx = fmaxf(mx, s[nb][r]);
       }
     mx = fmaxf(mx, swap_wave_halves(mx));
@@ -126,15 +108,15 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   }
 
   const float l = row_sum + swap_wave_halves(row_sum);
-  if (!wave_active || query >= n_q) return;
+  if (!w.active || w.query >= n_q) return;
   const float inv_l = l > 0.f ? 1.f / l : 0.f;
-  T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h + static_cast<long long>(query) * p.o_stride_n;
+  T* o_ptr = static_cast<T*>(p.o) + w.batch * p.o_stride_b + w.head * p.o_stride_h + static_cast<long long>(w.query) * p.o_stride_n;
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb)
 #pragma unroll
     for (int r = 0; r < mfma::kAccRegisters; ++r) o_ptr[cb * 32 + mfma::c_row(lane, r)] = from_float<T>(o[cb][r] * inv_l);
   if (p.lse != nullptr && lane < 32)
-    p.lse[batch * p.lse_stride_b + head * p.lse_stride_h + query] =
+    p.lse[w.batch * p.lse_stride_b + w.head * p.lse_stride_h + w.query] =
         l > 0.f ? (row_max * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
 }
 

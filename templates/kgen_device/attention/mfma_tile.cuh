@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kgen_device/attention/mfma_config.h"
+#include "kgen_device/core/math.cuh"
 #include "kgen_device/core/mfma.cuh"
 #include "kgen_device/core/types.cuh"
 
@@ -119,6 +120,46 @@ __device__ __forceinline__ mfma_acc lds_rows_times_rows(const unsigned short* a_
   for (int t = 0; t < D / kMfmaK; ++t)
     x = mfma_32x32<T>(lds_operand<D>(a_tile, a_row0, t * kMfmaK, lane), lds_operand<D>(b_tile, b_row0, t * kMfmaK, lane), x);
   return x;
+}
+
+// Whether key `key` is visible to query row `row`: below n_k and, causal, at most row + diag
+// (diag = n_k − n_q, the bottom-right aligned mask).
+template <bool Causal>
+__device__ __forceinline__ bool visible(int key, int row, int n_k, int diag) {
+  return key < n_k && (!Causal || key <= row + diag);
+}
+
+// Where a wave of a query-major kernel (the forward, the backward's dQ kernel) works: BM query
+// rows per block (blockIdx.x), 32 per wave; heads and batch from blockIdx.y and z.
+struct QueryWave {
+  int tid, wave, lane;
+  int m0, q0, query;     // the block's and the wave's first query row; this lane's (C and B layouts)
+  int head, kv_head, batch;
+  int diag;              // n_k − n_q
+  int n_end, wave_end;   // keys [0, n_end) are visible to some row of the block, [0, wave_end) of the wave
+  bool active;           // the wave has a row below n_q
+};
+
+template <int BM, bool Causal>
+__device__ __forceinline__ QueryWave query_wave(int n_q, int n_k, int head_group) {
+  QueryWave w;
+  w.tid = threadIdx.x;
+  w.wave = w.tid / 64;
+  w.lane = w.tid % 64;
+  w.m0 = blockIdx.x * BM;
+  w.q0 = w.m0 + w.wave * attention_mfma::kWaveRows;
+  w.query = w.q0 + mfma::c_col(w.lane);
+  w.head = blockIdx.y;
+  w.kv_head = w.head / head_group;
+  w.batch = blockIdx.z;
+  w.diag = n_k - n_q;
+  w.n_end = w.wave_end = n_k;
+  if constexpr (Causal) {
+    w.n_end = imin(n_k, imin(w.m0 + BM, n_q) + w.diag);
+    w.wave_end = imin(n_k, imin(w.q0 + attention_mfma::kWaveRows, n_q) + w.diag);
+  }
+  w.active = w.q0 < n_q;
+  return w;
 }
 
 }  // namespace mfma_detail

@@ -6,11 +6,7 @@
 // CPU against a model of each instruction written from the CDNA3/CDNA4 ISA's operand tables.
 #pragma once
 
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define KGEN_HOST_DEVICE __host__ __device__
-#else
-#define KGEN_HOST_DEVICE
-#endif
+#include "kgen_device/core/host_device.h"
 
 namespace kgen {
 namespace mfma {
