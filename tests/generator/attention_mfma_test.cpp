@@ -92,6 +92,10 @@ TEST(AttentionMfma, EveryConfigInTheSpaceFitsItsTargetAndTheDefaultIsInIt) {
           EXPECT_NE(std::find(space.begin(), space.end(), def), space.end()) << arch << " " << to_string(def);
           const AttentionBackwardSpec bwd{t, d, causal};
           const auto bspace = mfma_backward_config_space(bwd, tg);
+          if (d == 128 && tg.processor() == "gfx90a") {  // its VGPR budget (hiprtc 5.2 spilled)
+            EXPECT_TRUE(bspace.empty());
+            continue;
+          }
           ASSERT_FALSE(bspace.empty()) << arch;
           for (const auto& c : bspace)
             for (bool deterministic : {false, true})
