@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "generator/attention_mfma.h"
 #include "generator/config_text.h"
 #include "kgen_device/attention/backward_config.h"
 
@@ -73,8 +74,8 @@ DqTile attention_backward_dq_tile(int head_dim) { return {64, mma_head_dim(head_
 
 std::string to_string(const AttentionBackwardConfig& c) {
   std::ostringstream s;
-  if (c.path == BackwardPath::fa2)
-    s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
+  if (c.path == BackwardPath::fa2 || c.path == BackwardPath::mfma)
+    s << (c.path == BackwardPath::fa2 ? "fa2:bm" : "mfma:bm") << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
   else if (c.path == BackwardPath::wgmma)
     s << "wg:bm" << c.block_m << ":bn" << c.block_n;
   else
@@ -86,8 +87,8 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
   const std::vector<std::string> parts = split_fields(text, ':');
   AttentionBackwardConfig c;
   bool ok = false;
-  if (parts.size() == 4 && parts[0] == "fa2") {
-    c.path = BackwardPath::fa2;
+  if (parts.size() == 4 && (parts[0] == "fa2" || parts[0] == "mfma")) {
+    c.path = parts[0] == "fa2" ? BackwardPath::fa2 : BackwardPath::mfma;
     c.max_head_dim = 0;
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
          parse_prefixed_int(parts[3], "w", c.warps);
@@ -138,6 +139,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
                                                            const Target& target) {
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+  if (c.path == BackwardPath::mfma) return check_mfma_backward_config(spec, c, target);
   int smem = 0;
   if (c.path == BackwardPath::fa2) {
     if (auto why = nvidia_only_path("fa2", target)) return why;
@@ -185,6 +187,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   auto keep = [&](const AttentionBackwardConfig& c) {
     if (!check_attention_backward_config(spec, c, target)) out.push_back(c);
   };
+  for (const auto& c : mfma_backward_config_space(spec, target)) out.push_back(c);
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target))
     for (int bn : {128, 64}) keep({BackwardPath::wgmma, 64, bn, bn / 16, 0});
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
@@ -197,6 +200,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
+  if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && spec.head_dim > 32 && has_wgmma(target)) {
     // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
     // Hopper: two warpgroups of 64 keys against 64-row query tiles. On an H200 (bf16, b·n = 16k,
@@ -288,6 +292,10 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       k.threads = c.warps * 32;
       k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(fa2_tile_head_dim(d), c.block_m, c.block_n, atomic);
       k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
+      if (c.path == BackwardPath::mfma) {
+        include = render_mfma_backward(spec, c, kernel, k, shim);
+        break;
+      }
       if (c.path == BackwardPath::wgmma) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
@@ -307,6 +315,10 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       break;
     }
     case BackwardKernel::dq: {
+      if (c.path == BackwardPath::mfma) {
+        include = render_mfma_backward(spec, c, kernel, k, shim);
+        break;
+      }
       const DqTile t = attention_backward_dq_tile(d);
       include = "kgen_device/attention/backward_fa2.cuh";
       k.threads = t.warps * 32;
@@ -413,6 +425,7 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const Target& target) {
   if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
   if (c.path == BackwardPath::wgmma) return std::string("the double backward has no wgmma path (use fa2 or simt)");
+  if (c.path == BackwardPath::mfma) return std::string("the double backward has no mfma path (use simt on AMD)");
   if (auto why = nvidia_only_path("fa2", target)) return why;
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);

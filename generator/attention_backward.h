@@ -30,14 +30,16 @@ struct AttentionBackwardSpec {
 // fa2: tensor cores, fp16/bf16, head dims 32/64/96/128. simt: any dtype, head_dim <= 256.
 // wgmma: the key-major kernel on Hopper warpgroup MMA (sm_90a only), fp16/bf16, head dims 64/128;
 // its deterministic mode pairs it with the fa2 query-major dQ kernel.
-enum class BackwardPath { fa2, simt, wgmma };
+// mfma: AMD CDNA matrix cores, fp16/bf16, head dims 64/128 (generator/attention_mfma.h); its
+// deterministic mode has its own query-major dQ kernel.
+enum class BackwardPath { fa2, simt, wgmma, mfma };
 
 struct AttentionBackwardConfig {
   BackwardPath path = BackwardPath::fa2;
   int block_m = 64;      // fa2: query rows per tile of the key-major kernel; simt: warps per block
   int block_n = 128;     // fa2, wgmma: keys per block of the key-major kernel
   int warps = 8;         // fa2: warps of the key-major kernel (block_n / warps = 16 or 32 keys
-                         // each); wgmma: block_n / 16 (64 keys per warpgroup)
+                         // each); wgmma: block_n / 16 (64 keys per warpgroup); mfma: waves, 32 keys each
   int max_head_dim = 0;  // simt: head_dim rounded up to 32/64/128/256
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
@@ -45,7 +47,7 @@ struct AttentionBackwardConfig {
 // The kernels of a backward call.
 enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv };
 
-// "fa2:bm64:bn128:w8", "wg:bm64:bn128" or "simt:w4:dmax128".
+// "fa2:bm64:bn128:w8", "wg:bm64:bn128", "mfma:bm32:bn64:w2" or "simt:w4:dmax128".
 std::string to_string(const AttentionBackwardConfig& c);
 std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text);
 // "attention_bwd.bf16.d128.causal".

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <sstream>
 
+#include "generator/attention_mfma.h"
 #include "generator/config_text.h"
 #include "kgen_device/attention/forward_config.h"
 
@@ -79,6 +80,8 @@ std::string to_string(const AttentionForwardConfig& c) {
     s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
   else if (c.path == ForwardPath::ws)
     s << "ws:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << ":pp" << c.ping_pong;
+  else if (c.path == ForwardPath::mfma)
+    s << "mfma:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
   else
     s << "simt:bm" << c.block_m << ":bn" << c.block_n << ":dmax" << c.max_head_dim;
   return s.str();
@@ -91,6 +94,7 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   else if (parts.size() == 4 && parts[0] == "wg") c.path = ForwardPath::wgmma;
   else if (parts.size() == 5 && parts[0] == "ws") c.path = ForwardPath::ws;
   else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
+  else if (parts.size() == 4 && parts[0] == "mfma") c.path = ForwardPath::mfma;
   else return std::nullopt;
   const auto number = parse_prefixed_int;
   bool ok = number(parts[1], "bm", c.block_m) && number(parts[2], "bn", c.block_n);
@@ -105,6 +109,10 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
     ok = ok && number(parts[3], "s", c.stages) && number(parts[4], "pp", c.ping_pong);
     c.max_head_dim = 0;
     c.warps = c.block_m / 16;
+  } else if (c.path == ForwardPath::mfma) {
+    ok = ok && number(parts[3], "w", c.warps);
+    c.max_head_dim = 0;
+    c.stages = 1;
   } else {
     ok = ok && number(parts[3], "dmax", c.max_head_dim);
     c.stages = 1;
@@ -141,6 +149,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
                                                           const AttentionForwardConfig& c,
                                                           const Target& target) {
   if (auto why = check_attention_forward_spec(spec)) return why;
+  if (c.path == ForwardPath::mfma) return check_mfma_forward_config(spec, c, target);
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
     if (auto why = nvidia_only_path("fa2", target)) return why;
@@ -211,6 +220,7 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
   auto keep = [&](const AttentionForwardConfig& c) {
     if (!check_attention_forward_config(spec, c, target)) out.push_back(c);
   };
+  for (const auto& c : mfma_forward_config_space(spec, target)) out.push_back(c);
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     // Ping-pong off is kept for the tuner only at 128-key tiles, where it came within noise.
     for (int bn : {128, 64, 192})
@@ -234,6 +244,7 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
+  if (auto c = mfma_forward_default_config(spec, target)) return *c;  // AMD matrix cores
   // d = 32 joins from 4k keys: 245 / 263 TFLOPS at 4k / 16k with 192-key tiles against 217 / 222
   // for the fa2 kernel, which keeps shorter rows (204 against 196 at 1k).
   const bool ws_head_dim = spec.head_dim > 32 || (spec.head_dim == 32 && shape.n_k >= 4096);
@@ -322,6 +333,8 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                        targ("Causal", spec.causal)});
     shim.args.push_back(targ("HeadDim", spec.head_dim));
     shim.args.push_back(targ("PingPong", c.ping_pong == 1));
+  } else if (c.path == ForwardPath::mfma) {
+    header = render_mfma_forward(spec, c, k, shim);
   } else {
     k.threads = attention_fwd::simt_threads(c.block_m);
     k.smem_bytes = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);

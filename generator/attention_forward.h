@@ -30,7 +30,9 @@ struct AttentionShape {
 // wgmma: Hopper warpgroup MMA (sm_90a targets only), fp16/bf16, multiples of 8 up to 128
 // (tiles of 64 or 128).
 // simt: general path, any dtype and any head_dim <= 256, plain fp32 math.
-enum class ForwardPath { fa2, simt, wgmma, ws };
+// mfma: AMD CDNA matrix cores (gfx90a, gfx942, gfx950), fp16/bf16, head dims 64 and 128
+// (generator/attention_mfma.h).
+enum class ForwardPath { fa2, simt, wgmma, ws, mfma };
 
 struct AttentionForwardConfig {
   ForwardPath path = ForwardPath::fa2;
@@ -39,7 +41,8 @@ struct AttentionForwardConfig {
   int block_n = 64;       // key rows per K/V tile
   int stages = 2;         // fa2, wgmma: K/V shared-memory buffers
   int max_head_dim = 0;   // simt: head_dim rounded up to 32/64/128/256
-  int warps = 0;          // fa2: warps per block, block_m / warps = 16 or 32 rows each
+  int warps = 0;          // fa2: warps per block, block_m / warps = 16 or 32 rows each; mfma:
+                          // waves per block, 32 rows each
   int ping_pong = 0;      // ws: 1 = the two consumer warpgroups take turns to issue wgmma
   bool operator==(const AttentionForwardConfig&) const = default;
 };
@@ -60,7 +63,7 @@ inline constexpr int kMaxHeadDim = 256;
 // (0 above 256).
 int attention_simt_bucket(int head_dim);
 
-// "fa2:bm128:bn64:w4:s2", "wg:bm128:bn128:s2" or "simt:bm4:bn32:dmax128".
+// "fa2:bm128:bn64:w4:s2", "wg:bm128:bn128:s2", "mfma:bm128:bn64:w4" or "simt:bm4:bn32:dmax128".
 std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name).

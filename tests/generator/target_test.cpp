@@ -1,5 +1,6 @@
 // Targets: parsing and printing of NVIDIA and AMD target strings, and the per-vendor config spaces
-// (NVIDIA-only families are invalid on AMD targets, with the reason; AMD defaults are simt).
+// (NVIDIA-only families are invalid on AMD targets, with the reason; AMD defaults are mfma for
+// fp16/bf16 at d = 64 and 128, else simt).
 #include <gtest/gtest.h>
 
 #include "generator/attention_backward.h"
@@ -49,20 +50,30 @@ TEST(Target, NvidiaOnlyFamiliesAreInvalidOnAmdWithTheReason) {
   EXPECT_TRUE(check_attention_double_backward_config(bwd, {BackwardPath::fa2, 64, 64, 4, 0}, gfx942));
 }
 
-TEST(Target, AmdConfigSpacesAndDefaultsAreSimt) {
+TEST(Target, AmdConfigSpacesAndDefaultsAreMfmaForFp16Bf16D64D128ElseSimt) {
   const AttentionShape shape{8, 16, 16, 4096, 4096};
   for (const Target& target : amd_targets())
     for (DType t : {DType::f16, DType::bf16, DType::f32})
       for (int d : {32, 64, 80, 128, 256}) {
+        const bool mfma = t != DType::f32 && (d == 64 || d == 128);
+        const bool mfma_bwd = mfma && (d == 64 || target.processor() != "gfx90a");  // gfx90a's VGPR budget
+        const auto fwd_path = mfma ? ForwardPath::mfma : ForwardPath::simt;
+        const auto bwd_path = mfma_bwd ? BackwardPath::mfma : BackwardPath::simt;
         const AttentionForwardSpec fwd{t, d, true};
         const auto fwd_space = attention_forward_config_space(fwd, target);
         ASSERT_FALSE(fwd_space.empty()) << target.arch;
-        for (const auto& c : fwd_space) EXPECT_EQ(c.path, ForwardPath::simt) << to_string(c);
-        EXPECT_EQ(attention_forward_default_config(fwd, shape, target, 304).path, ForwardPath::simt);
+        EXPECT_EQ(fwd_space.front().path, fwd_path) << target.arch << " d=" << d;
+        for (const auto& c : fwd_space)
+          EXPECT_TRUE(c.path == ForwardPath::mfma || c.path == ForwardPath::simt) << to_string(c);
+        EXPECT_EQ(attention_forward_default_config(fwd, shape, target, 304).path, fwd_path) << target.arch << " d=" << d;
         const AttentionBackwardSpec bwd{t, d, true};
-        for (const auto& c : attention_backward_config_space(bwd, target)) EXPECT_EQ(c.path, BackwardPath::simt);
+        const auto bwd_space = attention_backward_config_space(bwd, target);
+        ASSERT_FALSE(bwd_space.empty()) << target.arch;
+        EXPECT_EQ(bwd_space.front().path, bwd_path) << target.arch << " d=" << d;
+        for (const auto& c : bwd_space)
+          EXPECT_TRUE(c.path == BackwardPath::mfma || c.path == BackwardPath::simt) << to_string(c);
         for (const auto& c : attention_double_backward_config_space(bwd, target)) EXPECT_EQ(c.path, BackwardPath::simt);
-        EXPECT_EQ(attention_backward_default_config(bwd, shape, target, 304).path, BackwardPath::simt);
+        EXPECT_EQ(attention_backward_default_config(bwd, shape, target, 304).path, bwd_path) << target.arch << " d=" << d;
         EXPECT_EQ(attention_double_backward_default_config(bwd, shape, target, 304).path, BackwardPath::simt);
       }
 }

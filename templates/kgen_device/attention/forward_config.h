@@ -2,12 +2,7 @@
 // sizes) and the device templates (static_asserts). Plain constexpr C++, no device code.
 #pragma once
 
-// Under NVRTC/nvcc these helpers are usable in host and device code; on the host they are plain constexpr.
-#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
-#define KGEN_HOST_DEVICE __host__ __device__
-#else
-#define KGEN_HOST_DEVICE
-#endif
+#include "kgen_device/core/host_device.h"
 
 namespace kgen {
 namespace attention_fwd {

@@ -1,0 +1,140 @@
+#include "generator/attention_mfma.h"
+
+#include <algorithm>
+
+#include "kgen_device/attention/mfma_config.h"
+
+namespace kgen {
+namespace {
+
+// VGPRs a lane may use (architectural ones; gfx90a and later have as many accumulation
+// registers again, which the estimate leaves as slack). Every config within it compiles without
+// scratch for gfx90a (hiprtc 5.2), gfx942 and gfx950 (clang 22): tests/runtime/amd_compile_test.cpp.
+constexpr int kVgprBudget = 256;
+// The key-major backward on gfx90a, which builds with ROCm 5.2's hiprtc (LLVM 15): at d = 128 its
+// fp16 kernel used every register and spilled 80-96 B per lane, so gfx90a keeps it to d = 64
+// (simt serves d = 128 there).
+constexpr int kGfx90aKvVgprBudget = 192;
+
+std::string number(int x) { return std::to_string(x); }
+
+// Why `bytes` of LDS do not fit a block on `target` (nullopt when they do).
+std::optional<std::string> lds_limit_error(int bytes, const Target& target) {
+  if (bytes <= target.max_smem_per_block) return std::nullopt;
+  return "needs " + number(bytes) + " bytes of LDS, " + target.arch + " allows " + number(target.max_smem_per_block);
+}
+
+// What the forward and the backward require alike: an AMD target, 16-bit inputs, d = 64 or 128,
+// 32 rows per wave.
+std::optional<std::string> check_common(DType dtype, int head_dim, int rows, int waves, const Target& target,
+                                        const char* rows_name) {
+  if (target.vendor != Vendor::amd) return "the mfma path needs an AMD CDNA target (gfx90a, gfx942, gfx950), not " + target.arch;
+  if (dtype == DType::f32) return std::string("mfma path needs fp16 or bf16 inputs");
+  if (head_dim != 64 && head_dim != 128) return "mfma path has no head_dim=" + number(head_dim) + " specialisation (64 or 128)";
+  if (waves < 1 || rows != waves * attention_mfma::kWaveRows)
+    return std::string("mfma ") + rows_name + " must be 32 per wave (" + rows_name + " = 32·w)";
+  return std::nullopt;
+}
+
+// The backward's query-major dQ kernel tile: attention_backward_dq_tile's rows, so the launch
+// grid is the fa2 kernel's.
+int dq_block_m() { return attention_mfma::kDqWaves * attention_mfma::kWaveRows; }
+
+}  // namespace
+
+bool mfma_serves(DType dtype, int head_dim, const Target& target) {
+  return target.vendor == Vendor::amd && dtype != DType::f32 && (head_dim == 64 || head_dim == 128);
+}
+
+std::optional<std::string> check_mfma_forward_config(const AttentionForwardSpec& spec, const AttentionForwardConfig& c,
+                                                     const Target& target) {
+  if (auto why = check_common(spec.dtype, spec.head_dim, c.block_m, c.warps, target, "block_m")) return why;
+  if (c.block_m != 64 && c.block_m != 128) return std::string("mfma block_m must be 64 or 128 (2 or 4 waves)");
+  if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128) return std::string("mfma block_n must be 32, 64 or 128");
+  if (attention_mfma::forward_vgpr_estimate(spec.head_dim, c.block_n) > kVgprBudget)
+    return "mfma head_dim=" + number(spec.head_dim) + " with block_n=" + number(c.block_n) + " exceeds the VGPR budget";
+  return lds_limit_error(attention_mfma::kv_tiles_lds_bytes(spec.head_dim, c.block_n), target);
+}
+
+std::vector<AttentionForwardConfig> mfma_forward_config_space(const AttentionForwardSpec& spec, const Target& target) {
+  std::vector<AttentionForwardConfig> out;
+  if (!mfma_serves(spec.dtype, spec.head_dim, target)) return out;
+  for (int bm : {128, 64})
+    for (int bn : {64, 32, 128}) {
+      const AttentionForwardConfig c{ForwardPath::mfma, bm, bn, 1, 0, bm / attention_mfma::kWaveRows};
+      if (!check_mfma_forward_config(spec, c, target)) out.push_back(c);
+    }
+  return out;
+}
+
+std::optional<AttentionForwardConfig> mfma_forward_default_config(const AttentionForwardSpec& spec, const Target& target) {
+  // 4 waves of 32 query rows against 64-key tiles (32 KiB of LDS at d = 128): unmeasured, no AMD
+  // GPU has run it; the tuner can pick another where one exists.
+  const AttentionForwardConfig c{ForwardPath::mfma, 128, 64, 1, 0, 4};
+  if (check_mfma_forward_config(spec, c, target)) return std::nullopt;
+  return c;
+}
+
+std::string render_mfma_forward(const AttentionForwardSpec& spec, const AttentionForwardConfig& c, KernelSource& k,
+                                EntryShim& shim) {
+  k.threads = attention_mfma::threads(c.warps);
+  k.smem_bytes = attention_mfma::kv_tiles_lds_bytes(spec.head_dim, c.block_n);
+  shim.function = "attention_forward_mfma";
+  shim.args.insert(shim.args.end(), {targ("D", spec.head_dim), targ("BM", c.block_m), targ("BN", c.block_n),
+                                     targ("Causal", spec.causal)});
+  return "kgen_device/attention/forward_mfma.cuh";
+}
+
+std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+                                                      const Target& target) {
+  if (auto why = check_common(spec.dtype, spec.head_dim, c.block_n, c.warps, target, "block_n")) return why;
+  if (c.block_m != 32 && c.block_m != 64) return std::string("mfma block_m (query rows per tile) must be 32 or 64");
+  if (c.block_n != 64 && c.block_n != 128) return std::string("mfma block_n must be 64 or 128 (2 or 4 waves)");
+  const int budget = target.processor() == "gfx90a" ? kGfx90aKvVgprBudget : kVgprBudget;
+  if (attention_mfma::kv_vgpr_estimate(spec.head_dim) > budget)
+    return "mfma backward head_dim=" + number(spec.head_dim) + " exceeds the VGPR budget on " + target.arch;
+  const int lds = std::max(attention_mfma::kv_lds_bytes(spec.head_dim, c.block_m, c.block_n, true),
+                           attention_mfma::kv_tiles_lds_bytes(spec.head_dim, attention_mfma::kDqBlockN));
+  return lds_limit_error(lds, target);
+}
+
+std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionBackwardSpec& spec, const Target& target) {
+  std::vector<AttentionBackwardConfig> out;
+  if (!mfma_serves(spec.dtype, spec.head_dim, target)) return out;
+  for (int bn : {64, 128})
+    for (int bm : {32, 64}) {
+      const AttentionBackwardConfig c{BackwardPath::mfma, bm, bn, bn / attention_mfma::kWaveRows, 0};
+      if (!check_mfma_backward_config(spec, c, target)) out.push_back(c);
+    }
+  return out;
+}
+
+std::optional<AttentionBackwardConfig> mfma_backward_default_config(const AttentionBackwardSpec& spec, const Target& target) {
+  // 2 waves of 32 keys against 32-row query tiles: fits the 64 KiB of gfx90a/gfx942 with the
+  // atomic-dQ tiles at d = 128. Unmeasured.
+  const AttentionBackwardConfig c{BackwardPath::mfma, 32, 64, 2, 0};
+  if (check_mfma_backward_config(spec, c, target)) return std::nullopt;
+  return c;
+}
+
+std::string render_mfma_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+                                 BackwardKernel kernel, KernelSource& k, EntryShim& shim) {
+  const int d = spec.head_dim;
+  if (kernel == BackwardKernel::dq) {
+    k.threads = attention_mfma::threads(attention_mfma::kDqWaves);
+    k.smem_bytes = attention_mfma::kv_tiles_lds_bytes(d, attention_mfma::kDqBlockN);
+    k.variant = to_string(spec) + ".mfma_dq:bm" + number(dq_block_m()) + ":bn" + number(attention_mfma::kDqBlockN);
+    shim.function = "attention_backward_mfma_dq";
+    shim.args = {targ_type("T", spec.dtype), targ("D", d), targ("BN", attention_mfma::kDqBlockN), targ("Causal", spec.causal)};
+  } else {
+    const bool atomic = kernel == BackwardKernel::kv_atomic;
+    k.threads = attention_mfma::threads(c.warps);
+    k.smem_bytes = attention_mfma::kv_lds_bytes(d, c.block_m, c.block_n, atomic);
+    shim.function = "attention_backward_mfma_kv";
+    shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),
+                 targ("Waves", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+  }
+  return "kgen_device/attention/backward_mfma.cuh";
+}
+
+}  // namespace kgen

@@ -1,0 +1,235 @@
+// Attention backward on AMD CDNA matrix cores (MFMA), fp16/bf16, fp32 accumulation
+// (docs/attention.md §3). The call's other kernels are the row helpers of backward_rows.cuh
+// (preprocess, dq_convert); the workspace rows and dQ accumulator follow backward_params.h.
+//
+// Key-major kernel (attention_backward_mfma_kv). Grid (ceil(n_k / (32·Waves)), heads_kv, batch);
+// each wave owns 32 keys of the block's K and V tiles (LDS, loaded once); the block walks every
+// query tile (BM rows, staged in LDS with their lse2 and delta) of every query head of its kv
+// group, so GQA sums dK and dV in registers. Per wave and 32-query block, keys as the MFMA's N:
+//   S (32 x 32)  = Q · Kᵀ,  dP = dO · Vᵀ        A = Q / dO rows, B = the wave's K / V rows (LDS)
+//   P = exp2(S·scale_log2 − lse2), dS = P ∘ (dP − delta)   (in the accumulators)
+//   dVᵀ += dOᵀ · P,  dKᵀ += Qᵀ · dS              A = dO / Q read transposed, B chained from P / dS
+// With AtomicDQ the block writes dS to LDS and computes dQ = dS · K per (32-query, 32-column)
+// block, the blocks spread over the waves, adding them into the fp32 accumulator with atomics.
+//
+// Query-major dQ kernel of the deterministic mode (attention_backward_mfma_dq): the forward's
+// shape (attention_mfma::kDqWaves waves of 32 queries, K/V tiles of BN keys in LDS, queries as N):
+// Sᵀ = K · Qᵀ, dPᵀ = V · dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − delta), dQᵀ += Kᵀ · dSᵀ; writes dq = scale · dQ.
+#pragma once
+
+#include "kgen_device/attention/backward_params.h"
+#include "kgen_device/attention/backward_rows.cuh"
+#include "kgen_device/attention/mfma_config.h"
+#include "kgen_device/attention/mfma_tile.cuh"
+#include "kgen_device/core/atomic.cuh"
+#include "kgen_device/core/block.cuh"
+#include "kgen_device/core/math.cuh"
+#include "kgen_device/core/mfma.cuh"
+#include "kgen_device/core/types.cuh"
+
+namespace kgen {
+
+// T: half_t or bfloat16_t. D: head dim (64 or 128). BM: query rows per tile (a multiple of 32).
+// Waves: waves per block, 32 keys each. Causal: bottom-right aligned. AtomicDQ: also add dQ into
+// p.dq_accum (unscaled), else leave dQ to attention_backward_mfma_dq.
+template <class T, int D, int BM, int Waves, bool Causal, bool AtomicDQ>
+__device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwardParams& p) {
+  constexpr int BN = Waves * attention_mfma::kWaveRows;
+  constexpr int kThreads = attention_mfma::threads(Waves);
+  constexpr int kQueryBlocks = BM / 32;
+  constexpr int kColBlocks = D / 32;
+  constexpr int kChainSteps = 32 / kMfmaK;
+  static_assert(D % 32 == 0 && BM % 32 == 0, "32-row MFMA tiles");
+  constexpr int kKvTile = BN * attention_mfma::lds_row(D);
+  constexpr int kQTile = BM * attention_mfma::lds_row(D);
+  static_assert((2 * kKvTile + 2 * kQTile + (AtomicDQ ? BM * attention_mfma::lds_row(BN) : 0)) * 2 + 2 * BM * 4 ==
+                    attention_mfma::kv_lds_bytes(D, BM, BN, AtomicDQ),
+                "LDS layout must match kv_lds_bytes");
+
+  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
+  unsigned short* v_s = k_s + kKvTile;
+  unsigned short* q_s = v_s + kKvTile;
+  unsigned short* do_s = q_s + kQTile;
+  float* lse2_s = reinterpret_cast<float*>(do_s + kQTile);
+  float* delta_s = lse2_s + BM;
+  unsigned short* ds_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // AtomicDQ only
+
+  const int tid = threadIdx.x;
+  const int wave = tid / 64;
+  const int lane = tid % 64;
+  const int key0 = blockIdx.x * BN;
+  const int kw = wave * attention_mfma::kWaveRows;  // this wave's first key in the block's tiles
+  const int key = key0 + kw + mfma::c_col(lane);    // this lane's key (C and B layouts)
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int n_q = p.n_q, n_k = p.n_k, d = p.head_dim;
+  const int diag = n_k - n_q;
+  const float scale_log2 = p.scale_log2;
+
+  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
+  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
+  mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, key0, n_k, tid);
+  mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, key0, n_k, tid);
+  mfma_acc dk[kColBlocks], dv[kColBlocks];
+#pragma unroll
+  for (int cb = 0; cb < kColBlocks; ++cb) dk[cb] = dv[cb] = mfma_zero();
+
+  // Causal: query rows before the first that sees key0 (i + diag >= key0) see none of the block.
+  int m_begin = 0;
+  if constexpr (Causal) m_begin = imax(0, key0 - diag) / BM * BM;
+
+  for (int head = kv_head * p.head_group; head < (kv_head + 1) * p.head_group; ++head) {
+    const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
+    const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, batch, head);
+    for (int m0 = m_begin; m0 < n_q; m0 += BM) {
+      __syncthreads();  // the previous tile's Q, dO and dS are consumed
+      mfma_detail::load_tile<BM, D, kThreads>(q_s, q_ptr, p.q.stride_n, m0, n_q, tid);
+      mfma_detail::load_tile<BM, D, kThreads>(do_s, do_ptr, p.d_o.stride_n, m0, n_q, tid);
+      for (int i = tid; i < BM; i += kThreads) {
+        const bool valid = m0 + i < n_q;
+        const long long row = bwd_detail::stat_row(p, batch, head, valid ? m0 + i : 0);
+        lse2_s[i] = valid ? p.lse2[row] : infinity_f32();
+        delta_s[i] = valid ? p.delta[row] : 0.f;
+      }
+      __syncthreads();
+
+      // One 32-query block at a time: S, dP, then P and dS in their accumulators.
+      for (int qb = 0; qb < kQueryBlocks; ++qb) {
+        mfma_acc pm = mfma_detail::lds_rows_times_rows<T, D>(q_s, qb * 32, k_s, kw, lane);
+        mfma_acc ds = mfma_detail::lds_rows_times_rows<T, D>(do_s, qb * 32, v_s, kw, lane);
+#pragma unroll
+        for (int r = 0; r < mfma::kAccRegisters; ++r) {
+          const int i = qb * 32 + mfma::c_row(lane, r);
+          const float pv =
+              mfma_detail::visible<Causal>(key, m0 + i, n_k, diag) ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
+          ds[r] = pv * (ds[r] - delta_s[i]);
+          pm[r] = pv;
+        }
+#pragma unroll
+        for (int c = 0; c < kChainSteps; ++c) {
+          const mfma_operand pb = mfma_detail::chained_operand<T>(pm, c);
+          const mfma_operand db = mfma_detail::chained_operand<T>(ds, c);
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb) {
+            dv[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(do_s, qb * 32, cb * 32, c, lane), pb, dv[cb]);
+            dk[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(q_s, qb * 32, cb * 32, c, lane), db, dk[cb]);
+          }
+        }
+        if constexpr (AtomicDQ) {
+#pragma unroll
+          for (int r = 0; r < mfma::kAccRegisters; ++r)
+            ds_s[(qb * 32 + mfma::c_row(lane, r)) * attention_mfma::lds_row(BN) + kw + mfma::c_col(lane)] =
+                from_float<T>(ds[r]).bits;
+        }
+      }
+
+      if constexpr (AtomicDQ) {
+        __syncthreads();
+        // dQ (BM x D) = dS (BM x BN) · K (BN x D), one 32x32 block per wave at a time; k runs
+        // over the block's keys in the chain order of each 32-key block (the same for A and B).
+        float* dq_accum = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * d;
+        for (int blk = wave; blk < kQueryBlocks * kColBlocks; blk += Waves) {
+          const int qb = blk / kColBlocks, cb = blk % kColBlocks;
+          mfma_acc acc = mfma_zero();
+          for (int kb = 0; kb < Waves; ++kb)
+#pragma unroll
+            for (int c = 0; c < kChainSteps; ++c)
+              acc = mfma_32x32<T>(mfma_detail::lds_operand_chained<BN>(ds_s, qb * 32, kb * 32, c, lane),
+                                  mfma_detail::lds_operand_transposed<D>(k_s, kb * 32, cb * 32, c, lane), acc);
+#pragma unroll
+          for (int r = 0; r < mfma::kAccRegisters; ++r) {
+            const int row = m0 + qb * 32 + mfma::c_row(lane, r);
+            if (row < n_q) red_add(dq_accum + static_cast<long long>(row) * d + cb * 32 + mfma::c_col(lane), acc[r]);
+          }
+        }
+      }
+    }
+  }
+
+  if (key >= n_k) return;
+  T* dk_ptr = bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + static_cast<long long>(key) * p.dk.stride_n;
+  T* dv_ptr = bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + static_cast<long long>(key) * p.dv.stride_n;
+#pragma unroll
+  for (int cb = 0; cb < kColBlocks; ++cb)
+#pragma unroll
+    for (int r = 0; r < mfma::kAccRegisters; ++r) {
+      const int col = cb * 32 + mfma::c_row(lane, r);
+      dk_ptr[col] = from_float<T>(p.scale * dk[cb][r]);
+      dv_ptr[col] = from_float<T>(dv[cb][r]);
+    }
+}
+
+// Query-major dQ kernel (deterministic mode). T, D, Causal as above; BN: keys per tile.
+template <class T, int D, int BN, bool Causal>
+__device__ __forceinline__ void attention_backward_mfma_dq(const AttentionBackwardParams& p) {
+  constexpr int kWaves = attention_mfma::kDqWaves;
+  constexpr int BM = kWaves * attention_mfma::kWaveRows;
+  constexpr int kThreads = attention_mfma::threads(kWaves);
+  constexpr int kKSteps = D / kMfmaK;
+  constexpr int kKeyBlocks = BN / 32;
+  constexpr int kColBlocks = D / 32;
+  constexpr int kChainSteps = 32 / kMfmaK;
+  static_assert(D % 32 == 0 && BN % 32 == 0, "32-row MFMA tiles");
+
+  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
+  unsigned short* v_s = k_s + BN * attention_mfma::lds_row(D);
+
+  const mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
+  const int lane = w.lane, query = w.query;
+  const int n_q = p.n_q, n_k = p.n_k;
+  const float scale_log2 = p.scale_log2;
+
+  const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, w.batch, w.head);
+  const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, w.batch, w.head);
+  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, w.batch, w.kv_head);
+  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, w.batch, w.kv_head);
+
+  mfma_operand q_frag[kKSteps], do_frag[kKSteps];
+#pragma unroll
+  for (int t = 0; t < kKSteps; ++t) {
+    q_frag[t] = mfma_detail::global_operand(q_ptr, p.q.stride_n, w.q0, n_q, t * kMfmaK, lane);
+    do_frag[t] = mfma_detail::global_operand(do_ptr, p.d_o.stride_n, w.q0, n_q, t * kMfmaK, lane);
+  }
+  const bool valid = query < n_q;
+  const long long row = bwd_detail::stat_row(p, w.batch, w.head, valid ? query : 0);
+  const float lse2 = valid ? p.lse2[row] : infinity_f32();
+  const float delta = valid ? p.delta[row] : 0.f;
+  mfma_acc dq[kColBlocks];
+#pragma unroll
+  for (int cb = 0; cb < kColBlocks; ++cb) dq[cb] = mfma_zero();
+
+  for (int n0 = 0; n0 < w.n_end; n0 += BN) {
+    __syncthreads();
+    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, n0, n_k, w.tid);
+    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, n0, n_k, w.tid);
+    __syncthreads();
+    if (!w.active || n0 >= w.wave_end) continue;  // wave-uniform
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+      const mfma_acc st = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
+      mfma_acc dst = mfma_detail::lds_rows_times<T, D>(v_s, nb * 32, do_frag, lane);
+#pragma unroll
+      for (int r = 0; r < mfma::kAccRegisters; ++r) {
+        const bool seen = mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), query, n_k, w.diag);
+        const float pv = seen ? exp2_approx(st[r] * scale_log2 - lse2) : 0.f;
+        dst[r] = pv * (dst[r] - delta);
+      }
+#pragma unroll
+      for (int c = 0; c < kChainSteps; ++c) {
+        const mfma_operand db = mfma_detail::chained_operand<T>(dst, c);
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb)
+          dq[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(k_s, nb * 32, cb * 32, c, lane), db, dq[cb]);
+      }
+    }
+  }
+
+  if (!valid) return;
+  T* dq_ptr = bwd_detail::head_ptr<T>(p.dq, w.batch, w.head) + static_cast<long long>(query) * p.dq.stride_n;
+#pragma unroll
+  for (int cb = 0; cb < kColBlocks; ++cb)
+#pragma unroll
+    for (int r = 0; r < mfma::kAccRegisters; ++r) dq_ptr[cb * 32 + mfma::c_row(lane, r)] = from_float<T>(p.scale * dq[cb][r]);
+}
+
+}  // namespace kgen

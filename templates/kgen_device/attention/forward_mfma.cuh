@@ -1,0 +1,123 @@
+// Attention forward on AMD CDNA matrix cores (MFMA), fp16/bf16 inputs, fp32 accumulation,
+// online softmax; the same parameters, masking (bottom-right causal, rows past n_q, keys past
+// n_k) and outputs (O, natural-log LSE) as the other forward families (docs/attention.md §2).
+//
+// Work split. Grid (ceil(n_q / BM), heads_q, batch); BM / 32 waves of 64 lanes, each owning 32
+// query rows. The block stages K and V tiles of BN keys in LDS (mfma_config.h). Per wave, with
+// the queries as the MFMA's N dimension throughout:
+//   Sᵀ (BN x 32)  = K · Qᵀ      A = K rows from LDS, B = Qᵀ kept in registers for the kernel
+//   Oᵀ (D x 32)  += Vᵀ · Pᵀ     A = V read transposed from LDS, B = Pᵀ chained from Sᵀ's
+//                               accumulators (mfma_layout.h's chain order, no data movement)
+// In the C layout a lane owns one query (lane mod 32) and 16 keys (or head-dim columns) per 32,
+// so the row max and sum are in-lane over the keys plus one exchange between the wavefront's
+// halves, and the rescale of O is per lane. Softmax in the log2 domain with the scale folded in,
+// as the simt kernel (m = running max of raw scores; 0 replaces an all −inf reference).
+#pragma once
+
+#include "kgen_device/attention/mfma_config.h"
+#include "kgen_device/attention/mfma_tile.cuh"
+#include "kgen_device/attention/params.h"
+#include "kgen_device/core/block.cuh"
+#include "kgen_device/core/math.cuh"
+#include "kgen_device/core/mfma.cuh"
+#include "kgen_device/core/types.cuh"
+
+namespace kgen {
+
+// T: half_t or bfloat16_t. D: head dim (64 or 128; p.head_dim == D). BM: query rows per block
+// (32 per wave). BN: keys per tile (a multiple of 32). Causal: bottom-right aligned mask.
+template <class T, int D, int BM, int BN, bool Causal>
+__device__ __forceinline__ void attention_forward_mfma(const AttentionForwardParams& p) {
+  static_assert(D % 32 == 0 && BM % attention_mfma::kWaveRows == 0 && BN % 32 == 0, "32-row MFMA tiles");
+  constexpr int kWaves = BM / attention_mfma::kWaveRows;
+  constexpr int kThreads = attention_mfma::threads(kWaves);
+  constexpr int kKSteps = D / kMfmaK;      // k-steps of K·Qᵀ over the head dim
+  constexpr int kKeyBlocks = BN / 32;      // 32-key blocks of a tile
+  constexpr int kColBlocks = D / 32;       // 32-column blocks of O
+  constexpr int kChainSteps = 32 / kMfmaK; // k-steps of Vᵀ·Pᵀ over one key block
+  static_assert(2 * BN * attention_mfma::lds_row(D) * 2 == attention_mfma::kv_tiles_lds_bytes(D, BN),
+                "LDS layout must match kv_tiles_lds_bytes");
+
+  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
+  unsigned short* v_s = k_s + BN * attention_mfma::lds_row(D);
+
+  const mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
+  const int lane = w.lane;
+  const int n_q = p.n_q, n_k = p.n_k;
+  const float scale_log2 = p.scale_log2;
+
+  const T* q_ptr = static_cast<const T*>(p.q) + w.batch * p.q_stride_b + w.head * p.q_stride_h;
+  const T* k_ptr = static_cast<const T*>(p.k) + w.batch * p.k_stride_b + w.kv_head * p.k_stride_h;
+  const T* v_ptr = static_cast<const T*>(p.v) + w.batch * p.v_stride_b + w.kv_head * p.v_stride_h;
+
+  mfma_operand q_frag[kKSteps];
+#pragma unroll
+  for (int t = 0; t < kKSteps; ++t) q_frag[t] = mfma_detail::global_operand(q_ptr, p.q_stride_n, w.q0, n_q, t * kMfmaK, lane);
+  mfma_acc o[kColBlocks];
+#pragma unroll
+  for (int cb = 0; cb < kColBlocks; ++cb) o[cb] = mfma_zero();
+  float row_max = -infinity_f32();  // running max of this lane's query's raw scores
+  float row_sum = 0.f;              // this lane's part of l (its half's keys)
+
+  for (int n0 = 0; n0 < w.n_end; n0 += BN) {
+    __syncthreads();  // every wave finished the previous tile
+    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, w.tid);
+    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, w.tid);
+    __syncthreads();
+    if (!w.active || n0 >= w.wave_end) continue;  // wave-uniform
+
+    mfma_acc s[kKeyBlocks];
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb) s[nb] = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
+
+    // Mask, then the online softmax of this lane's query over the tile.
+    float mx = row_max;
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb)
+#pragma unroll
+      for (int r = 0; r < mfma::kAccRegisters; ++r) {
+        if (!mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), w.query, n_k, w.diag))
+          s[nb][r] = -infinity_f32();
+        mx = fmaxf(mx, s[nb][r]);
+      }
+    mx = fmaxf(mx, swap_wave_halves(mx));
+    const float ref = mx == -infinity_f32() ? 0.f : mx * scale_log2;
+    const float alpha = exp2_approx(row_max * scale_log2 - ref);
+    row_max = mx;
+    row_sum *= alpha;
+#pragma unroll
+    for (int cb = 0; cb < kColBlocks; ++cb) o[cb] *= alpha;
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb)
+#pragma unroll
+      for (int r = 0; r < mfma::kAccRegisters; ++r) {
+        s[nb][r] = exp2_approx(fmaf(s[nb][r], scale_log2, -ref));
+        row_sum += s[nb][r];
+      }
+
+    // Oᵀ += Vᵀ · Pᵀ, Pᵀ chained from the score accumulators.
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb)
+#pragma unroll
+      for (int c = 0; c < kChainSteps; ++c) {
+        const mfma_operand pt = mfma_detail::chained_operand<T>(s[nb], c);
+#pragma unroll
+        for (int cb = 0; cb < kColBlocks; ++cb)
+          o[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(v_s, nb * 32, cb * 32, c, lane), pt, o[cb]);
+      }
+  }
+
+  const float l = row_sum + swap_wave_halves(row_sum);
+  if (!w.active || w.query >= n_q) return;
+  const float inv_l = l > 0.f ? 1.f / l : 0.f;
+  T* o_ptr = static_cast<T*>(p.o) + w.batch * p.o_stride_b + w.head * p.o_stride_h + static_cast<long long>(w.query) * p.o_stride_n;
+#pragma unroll
+  for (int cb = 0; cb < kColBlocks; ++cb)
+#pragma unroll
+    for (int r = 0; r < mfma::kAccRegisters; ++r) o_ptr[cb * 32 + mfma::c_row(lane, r)] = from_float<T>(o[cb][r] * inv_l);
+  if (p.lse != nullptr && lane < 32)
+    p.lse[w.batch * p.lse_stride_b + w.head * p.lse_stride_h + w.query] =
+        l > 0.f ? (row_max * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
+}
+
+}  // namespace kgen

@@ -1,0 +1,44 @@
+// Tile geometry of the MFMA attention kernels (AMD CDNA: forward_mfma.cuh, backward_mfma.cuh),
+// shared by the host (validity rules, launch sizes) and the device templates (static_asserts).
+// Plain constexpr C++, no device code.
+#pragma once
+
+#include "kgen_device/attention/forward_config.h"
+
+namespace kgen {
+namespace attention_mfma {
+
+// Every wave (64 lanes) owns 32 rows: query rows in the forward and the dQ kernel, keys in the
+// key-major backward kernel.
+constexpr int kWaveRows = 32;
+KGEN_HOST_DEVICE constexpr int threads(int waves) { return waves * 64; }
+
+// LDS tiles are row-major 16-bit with 8 elements of padding per row: rows stay 16-byte aligned
+// and consecutive rows start in other banks.
+constexpr int kLdsPad = 8;
+KGEN_HOST_DEVICE constexpr int lds_row(int cols) { return cols + kLdsPad; }
+KGEN_HOST_DEVICE constexpr int lds_tile_bytes(int rows, int cols) { return rows * lds_row(cols) * 2; }
+
+// Forward (and the backward's query-major dQ kernel): K and V tiles of block_n keys.
+KGEN_HOST_DEVICE constexpr int kv_tiles_lds_bytes(int head_dim, int block_n) { return 2 * lds_tile_bytes(block_n, head_dim); }
+
+// Key-major backward kernel: the block's K and V tiles (block_n keys), Q and dO tiles of block_m
+// query rows and their lse2 and delta rows; with atomic dQ also the dS tile (block_m x block_n).
+KGEN_HOST_DEVICE constexpr int kv_lds_bytes(int head_dim, int block_m, int block_n, bool atomic_dq) {
+  return kv_tiles_lds_bytes(head_dim, block_n) + 2 * lds_tile_bytes(block_m, head_dim) + 2 * block_m * 4 +
+         (atomic_dq ? lds_tile_bytes(block_m, block_n) : 0);
+}
+
+// Query-major dQ kernel of the deterministic backward: 2 waves (64 query rows), 64-key tiles.
+constexpr int kDqWaves = 2;
+constexpr int kDqBlockN = 64;
+
+// VGPRs per lane (32-bit registers, architectural and accumulation together), estimated from the
+// fragments each wave keeps: forward: Q operands (D/4), the O accumulator (D/2), S (BN/2) and P
+// packed (BN/4); key-major backward (one 32-query block at a time, K and V read from LDS): dK and
+// dV accumulators (D), S and dP (32), P and dS packed (16); plus addressing and softmax state.
+KGEN_HOST_DEVICE constexpr int forward_vgpr_estimate(int d, int bn) { return d / 4 + d / 2 + bn / 2 + bn / 4 + 40; }
+KGEN_HOST_DEVICE constexpr int kv_vgpr_estimate(int d) { return d + 32 + 16 + 48; }
+
+}  // namespace attention_mfma
+}  // namespace kgen

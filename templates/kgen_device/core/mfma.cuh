@@ -1,0 +1,69 @@
+// AMD CDNA matrix cores (MFMA) for kgen's MFMA attention family: the 32x32 instruction of the
+// target with 16-bit inputs and fp32 accumulation, whose lane layouts are mfma_layout.h's, and
+// the one wavefront-wide exchange those kernels need. AMD only (no NVIDIA body): the generator
+// renders these kernels for gfx90a, gfx942 and gfx950 alone.
+//
+//   gfx90a, gfx942: v_mfma_f32_32x32x8f16, v_mfma_f32_32x32x8bf16_1k (K = 8)
+//   gfx950:         v_mfma_f32_32x32x16_f16, v_mfma_f32_32x32x16_bf16 (K = 16)
+//
+// The target is chosen by the compiler's predefined __gfx950__, so one rendered source serves
+// all three targets (the cache key carries the target).
+#pragma once
+
+#include "kgen_device/core/mfma_layout.h"
+#include "kgen_device/core/types.cuh"
+#include "kgen_device/core/warp.cuh"
+
+namespace kgen {
+
+#if KGEN_AMD
+#if defined(__gfx950__)
+constexpr int kMfmaK = 16;
+#else
+constexpr int kMfmaK = 8;
+#endif
+// 16-bit elements of an A or B operand per lane.
+constexpr int kMfmaElements = mfma::operand_elements(kMfmaK);
+
+// The C/D accumulator of one lane (16 fp32, register r at mfma::c_row(lane, r)) and an A or B
+// operand (kMfmaElements 16-bit element bit patterns, element e at mfma::a_k / b_k).
+typedef float mfma_acc __attribute__((ext_vector_type(16)));
+typedef short mfma_operand __attribute__((ext_vector_type(kMfmaElements)));
+
+__device__ __forceinline__ mfma_acc mfma_zero() {
+  mfma_acc z;
+#pragma unroll
+  for (int r = 0; r < mfma::kAccRegisters; ++r) z[r] = 0.f;
+  return z;
+}
+
+// D = A·B + C (32x32xK) on this target's instruction for T = half_t or bfloat16_t; every lane
+// of the wavefront calls it together.
+template <class T>
+__device__ __forceinline__ mfma_acc mfma_32x32(mfma_operand a, mfma_operand b, mfma_acc c) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value, "MFMA takes half_t or bfloat16_t");
+  if constexpr (is_same<T, half_t>::value) {
+    typedef _Float16 h __attribute__((ext_vector_type(kMfmaElements)));
+#if defined(__gfx950__)
+    return __builtin_amdgcn_mfma_f32_32x32x16_f16(__builtin_bit_cast(h, a), __builtin_bit_cast(h, b), c, 0, 0, 0);
+#else
+    return __builtin_amdgcn_mfma_f32_32x32x8f16(__builtin_bit_cast(h, a), __builtin_bit_cast(h, b), c, 0, 0, 0);
+#endif
+  } else {
+#if defined(__gfx950__)
+    typedef __bf16 bf __attribute__((ext_vector_type(kMfmaElements)));
+    return __builtin_amdgcn_mfma_f32_32x32x16_bf16(__builtin_bit_cast(bf, a), __builtin_bit_cast(bf, b), c, 0, 0, 0);
+#else
+    return __builtin_amdgcn_mfma_f32_32x32x8bf16_1k(a, b, c, 0, 0, 0);
+#endif
+  }
+}
+
+// x of lane (lane ^ 32): the value the other 32-lane half of the wavefront holds in the same
+// position (the two halves of an MFMA operand hold the two halves of K).
+__device__ __forceinline__ float swap_wave_halves(float x) {
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((wave_lane() ^ 32) << 2, __builtin_bit_cast(int, x)));
+}
+#endif  // KGEN_AMD
+
+}  // namespace kgen

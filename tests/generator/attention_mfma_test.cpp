@@ -1,0 +1,130 @@
+// The MFMA attention family (generator/attention_mfma.h): config text, validity rules per target
+// (AMD only, LDS limits of 64 KiB on gfx90a/gfx942 and 160 KiB on gfx950, VGPR estimate),
+// defaults, and what the rendered kernels launch with.
+#include <gtest/gtest.h>
+
+#include "generator/attention_backward.h"
+#include "generator/attention_forward.h"
+#include "generator/attention_mfma.h"
+#include "kgen_device/attention/mfma_config.h"
+
+namespace kgen {
+namespace {
+
+Target target(const char* arch) { return *parse_target(arch); }
+
+TEST(AttentionMfma, ConfigTextRoundTrips) {
+  const auto fwd = parse_attention_forward_config("mfma:bm128:bn64:w4");
+  ASSERT_TRUE(fwd);
+  EXPECT_EQ(fwd->path, ForwardPath::mfma);
+  EXPECT_EQ(fwd->block_m, 128);
+  EXPECT_EQ(fwd->block_n, 64);
+  EXPECT_EQ(fwd->warps, 4);
+  EXPECT_EQ(to_string(*fwd), "mfma:bm128:bn64:w4");
+  const auto bwd = parse_attention_backward_config("mfma:bm32:bn64:w2");
+  ASSERT_TRUE(bwd);
+  EXPECT_EQ(bwd->path, BackwardPath::mfma);
+  EXPECT_EQ(to_string(*bwd), "mfma:bm32:bn64:w2");
+  EXPECT_FALSE(parse_attention_forward_config("mfma:bm128:bn64"));
+  EXPECT_FALSE(parse_attention_backward_config("mfma:bm32:bn64:x2"));
+}
+
+TEST(AttentionMfma, InvalidOnNvidiaAndForFp32OrOtherHeadDims) {
+  const AttentionForwardConfig c{ForwardPath::mfma, 128, 64, 1, 0, 4};
+  auto why = check_attention_forward_config({DType::bf16, 128, false}, c, target("sm_90a"));
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("AMD"), std::string::npos) << *why;
+  EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, c, target("gfx942")));
+  EXPECT_TRUE(check_attention_forward_config({DType::bf16, 96, false}, c, target("gfx942")));
+  EXPECT_FALSE(check_attention_forward_config({DType::bf16, 128, false}, c, target("gfx942")));
+  EXPECT_TRUE(check_attention_forward_config({DType::bf16, 128, false}, {ForwardPath::mfma, 128, 64, 1, 0, 2}, target("gfx942")))
+      << "32 query rows per wave";
+  const AttentionBackwardConfig b{BackwardPath::mfma, 32, 64, 2, 0};
+  EXPECT_TRUE(check_attention_backward_config({DType::f16, 64, false}, b, target("sm_80")));
+  EXPECT_FALSE(check_attention_backward_config({DType::f16, 64, false}, b, target("gfx90a")));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::f16, 64, false}, b, target("gfx942")));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::f16, 64, false}, b, target("sm_90a")));
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (const auto& c : attention_forward_config_space({DType::bf16, 128, false}, target(arch)))
+      EXPECT_NE(c.path, ForwardPath::mfma) << arch;
+    for (const auto& c : attention_backward_config_space({DType::bf16, 128, false}, target(arch)))
+      EXPECT_NE(c.path, BackwardPath::mfma) << arch;
+  }
+}
+
+// gfx950's 160 KiB of LDS admit the tiles that gfx90a/gfx942's 64 KiB do not.
+TEST(AttentionMfma, LdsLimitsArePerTarget) {
+  const AttentionForwardSpec fwd{DType::bf16, 128, false};
+  const AttentionForwardConfig wide{ForwardPath::mfma, 128, 128, 1, 0, 4};
+  ASSERT_GT(attention_mfma::kv_tiles_lds_bytes(128, 128), 64 * 1024);
+  for (const char* arch : {"gfx90a", "gfx942"}) {
+    auto why = check_attention_forward_config(fwd, wide, target(arch));
+    ASSERT_TRUE(why) << arch;
+    EXPECT_NE(why->find("LDS"), std::string::npos) << *why;
+  }
+  EXPECT_FALSE(check_attention_forward_config(fwd, wide, target("gfx950")));
+  const AttentionBackwardSpec bwd{DType::bf16, 128, true};
+  const AttentionBackwardConfig big{BackwardPath::mfma, 64, 128, 4, 0};
+  ASSERT_GT(attention_mfma::kv_lds_bytes(128, 64, 128, true), 64 * 1024);
+  EXPECT_TRUE(check_attention_backward_config(bwd, big, target("gfx942")));
+  EXPECT_FALSE(check_attention_backward_config(bwd, big, target("gfx950")));
+  EXPECT_GT(attention_backward_config_space(bwd, target("gfx950")).size(),
+            attention_backward_config_space(bwd, target("gfx942")).size());
+}
+
+TEST(AttentionMfma, EveryConfigInTheSpaceFitsItsTargetAndTheDefaultIsInIt) {
+  const AttentionShape shape{2, 16, 4, 2048, 2048};
+  for (const char* arch : {"gfx90a", "gfx942", "gfx950"})
+    for (DType t : {DType::f16, DType::bf16})
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          const Target tg = target(arch);
+          const AttentionForwardSpec fwd{t, d, causal};
+          const auto space = mfma_forward_config_space(fwd, tg);
+          ASSERT_FALSE(space.empty()) << arch;
+          for (const auto& c : space) {
+            const KernelSource k = render_attention_forward(fwd, c);
+            EXPECT_LE(k.smem_bytes, tg.max_smem_per_block) << k.variant;
+            EXPECT_EQ(k.threads, c.block_m * 2) << k.variant << ": 64 lanes per 32 query rows";
+            EXPECT_NE(k.source.find("forward_mfma.cuh"), std::string::npos);
+          }
+          const auto def = attention_forward_default_config(fwd, shape, tg, 304);
+          EXPECT_NE(std::find(space.begin(), space.end(), def), space.end()) << arch << " " << to_string(def);
+          const AttentionBackwardSpec bwd{t, d, causal};
+          const auto bspace = mfma_backward_config_space(bwd, tg);
+          if (d == 128 && tg.processor() == "gfx90a") {  // its VGPR budget (hiprtc 5.2 spilled)
+            EXPECT_TRUE(bspace.empty());
+            continue;
+          }
+          ASSERT_FALSE(bspace.empty()) << arch;
+          for (const auto& c : bspace)
+            for (bool deterministic : {false, true})
+              for (BackwardKernel kernel : attention_backward_kernels(c, deterministic)) {
+                const KernelSource k = render_attention_backward(bwd, c, kernel);
+                EXPECT_LE(k.smem_bytes, tg.max_smem_per_block) << k.variant;
+              }
+          const auto bdef = attention_backward_default_config(bwd, shape, tg, 304);
+          EXPECT_NE(std::find(bspace.begin(), bspace.end(), bdef), bspace.end()) << arch << " " << to_string(bdef);
+        }
+}
+
+// The launch grids the runtime computes match the tiles the kernels were rendered for.
+TEST(AttentionMfma, GridsMatchTheRenderedTiles) {
+  const AttentionShape shape{2, 8, 2, 1000, 777};
+  const AttentionBackwardSpec spec{DType::bf16, 128, true};
+  const AttentionBackwardConfig c{BackwardPath::mfma, 32, 64, 2, 0};
+  const KernelSource kv = render_attention_backward(spec, c, BackwardKernel::kv_atomic);
+  EXPECT_EQ(kv.threads, 128);
+  const LaunchGrid kv_grid = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 128);
+  EXPECT_EQ(kv_grid.x, (777u + 63) / 64);
+  EXPECT_EQ(kv_grid.y, 2u);
+  const KernelSource dq = render_attention_backward(spec, c, BackwardKernel::dq);
+  EXPECT_NE(dq.source.find("attention_backward_mfma_dq"), std::string::npos);
+  const int dq_rows = dq.threads / 64 * attention_mfma::kWaveRows;
+  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::dq, shape, 128).x, static_cast<unsigned>((1000 + dq_rows - 1) / dq_rows));
+  const AttentionForwardConfig f{ForwardPath::mfma, 64, 32, 1, 0, 2};
+  EXPECT_EQ(attention_forward_grid(f, shape).x, (1000u + 63) / 64);
+}
+
+}  // namespace
+}  // namespace kgen
