@@ -257,6 +257,15 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // Other head dims run on the padded tile: 128-key tiles up to 192 columns (their registers
     // allow it), 64-key tiles for 256 columns (S, P and O within 240 registers).
     const int tile = wgmma_tile_head_dim(spec.head_dim);
+    if (tile == 64 && (shape.n_k <= 512 || (spec.causal && shape.n_k <= 1024))) {
+      // Short rows on the 64-column tile: one warpgroup of 64 rows per block, several blocks per
+      // SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64, h = 16,
+      // BENCHMARKS.md "Short sequences"): d = 64 0.062 / 0.194 ms at n = 256 / 512 against
+      // 0.081 / 0.225, causal 0.051 / 0.133 / 0.419 at 256 / 512 / 1k against 0.074 / 0.174 /
+      // 0.480; d = 48 alike. Non-causal at 1k the ws kernel wins at d = 48 (0.715 against 0.785).
+      const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
+      if (!check_attention_forward_config(spec, w, target)) return w;
+    }
     const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
     AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
     while (check_attention_forward_config(spec, c, target) && c.block_n > 64) c.block_n -= 64;

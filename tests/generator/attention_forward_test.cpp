@@ -136,12 +136,25 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
       EXPECT_EQ(c.path, ForwardPath::ws) << d;
       EXPECT_EQ(to_string(c), d == 64 ? "ws:bm128:bn192:s2:pp1" : "ws:bm128:bn128:s2:pp1");
     }
-  // d = 64 takes 128-key tiles below 4k keys. Other head dims take the padded tile (40: 64
+  // d = 64 takes 128-key tiles below 4k keys, and up to 512 keys (causal: 1k) the one-warpgroup
+  // wgmma kernel (so does every head dim on the 64-column tile). Other head dims take the padded tile (40: 64
   // columns, 80 and 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and
   // registers); 32 joins from 4k keys and keeps the fa2 kernel below, as do smaller head dims;
   // sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp1");
+  for (int d : {40, 64})
+    for (int n : {256, 512, 1024}) {
+      EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, true}, {64, 16, 16, n, n}, sm90a(), 132)),
+                "wg:bm64:bn64:s2")
+          << d << " " << n;
+      // Decode-like rows read few keys: the same rule.
+      EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, false}, {64, 16, 16, 1, n}, sm90a(), 132)),
+                n <= 512 ? "wg:bm64:bn64:s2" : "ws:bm128:bn128:s2:pp1")
+          << d << " " << n;
+    }
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {64, 16, 16, 512, 512}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
