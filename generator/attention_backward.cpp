@@ -74,8 +74,10 @@ DqTile attention_backward_dq_tile(int head_dim) { return {64, mma_head_dim(head_
 
 std::string to_string(const AttentionBackwardConfig& c) {
   std::ostringstream s;
-  if (c.path == BackwardPath::fa2 || c.path == BackwardPath::mfma)
+  if (c.path == BackwardPath::fa2 || c.path == BackwardPath::mfma) {
     s << (c.path == BackwardPath::fa2 ? "fa2:bm" : "mfma:bm") << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
+    if (c.path == BackwardPath::mfma && c.splits != 1) s << ":c" << c.splits;
+  }
   else if (c.path == BackwardPath::wgmma)
     s << "wg:bm" << c.block_m << ":bn" << c.block_n;
   else
@@ -87,11 +89,12 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
   const std::vector<std::string> parts = split_fields(text, ':');
   AttentionBackwardConfig c;
   bool ok = false;
-  if (parts.size() == 4 && (parts[0] == "fa2" || parts[0] == "mfma")) {
+  if ((parts.size() == 4 && (parts[0] == "fa2" || parts[0] == "mfma")) || (parts.size() == 5 && parts[0] == "mfma")) {
     c.path = parts[0] == "fa2" ? BackwardPath::fa2 : BackwardPath::mfma;
     c.max_head_dim = 0;
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
-         parse_prefixed_int(parts[3], "w", c.warps);
+         parse_prefixed_int(parts[3], "w", c.warps) &&
+         (parts.size() == 4 || (parse_prefixed_int(parts[4], "c", c.splits) && c.splits != 1));
   } else if (parts.size() == 3 && parts[0] == "wg") {
     c.path = BackwardPath::wgmma;
     c.max_head_dim = 0;
@@ -257,7 +260,9 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
     case BackwardKernel::dq_convert: return {blocks(s.n_q, kRowWarps), hq, b};
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
-      const unsigned splits = c.path == BackwardPath::fa2 ? static_cast<unsigned>(column_splits(head_dim)) : 1u;
+      const unsigned splits = c.path == BackwardPath::fa2    ? static_cast<unsigned>(column_splits(head_dim))
+                              : c.path == BackwardPath::mfma ? static_cast<unsigned>(c.splits)
+                                                             : 1u;
       return {blocks(s.n_k, c.block_n) * splits, hkv, b};
     }
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};

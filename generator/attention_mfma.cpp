@@ -12,8 +12,8 @@ namespace {
 // scratch for gfx90a (hiprtc 5.2), gfx942 and gfx950 (clang 22): tests/runtime/amd_compile_test.cpp.
 constexpr int kVgprBudget = 256;
 // The key-major backward on gfx90a, which builds with ROCm 5.2's hiprtc (LLVM 15): at d = 128 its
-// fp16 kernel used every register and spilled 80-96 B per lane, so gfx90a keeps it to d = 64
-// (simt serves d = 128 there).
+// fp16 kernel used every register and spilled 80-96 B per lane, so there it splits the dK, dV
+// and dQ columns over two blocks (config suffix ":c2"), each keeping 64 of them.
 constexpr int kGfx90aKvVgprBudget = 192;
 
 std::string number(int x) { return std::to_string(x); }
@@ -90,9 +90,12 @@ std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpe
   if (auto why = check_common(spec.dtype, spec.head_dim, c.block_n, c.warps, target, "block_n")) return why;
   if (c.block_m != 32 && c.block_m != 64) return std::string("mfma block_m (query rows per tile) must be 32 or 64");
   if (c.block_n != 64 && c.block_n != 128) return std::string("mfma block_n must be 64 or 128 (2 or 4 waves)");
+  if (c.splits != 1 && c.splits != 2) return std::string("mfma column splits must be 1 or 2");
+  if (c.splits == 2 && spec.head_dim != 128) return std::string("mfma column splits (c2) serve head_dim=128 only");
   const int budget = target.processor() == "gfx90a" ? kGfx90aKvVgprBudget : kVgprBudget;
-  if (attention_mfma::kv_vgpr_estimate(spec.head_dim) > budget)
-    return "mfma backward head_dim=" + number(spec.head_dim) + " exceeds the VGPR budget on " + target.arch;
+  if (attention_mfma::kv_vgpr_estimate(spec.head_dim / c.splits) > budget)
+    return "mfma backward head_dim=" + number(spec.head_dim) + " exceeds the VGPR budget on " + target.arch +
+           " (its dK/dV columns split over two blocks, \":c2\", fit)";
   const int lds = std::max(attention_mfma::kv_lds_bytes(spec.head_dim, c.block_m, c.block_n, true),
                            attention_mfma::kv_tiles_lds_bytes(spec.head_dim, attention_mfma::kDqBlockN));
   return lds_limit_error(lds, target);
@@ -101,9 +104,11 @@ std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpe
 std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionBackwardSpec& spec, const Target& target) {
   std::vector<AttentionBackwardConfig> out;
   if (!mfma_serves(spec.dtype, spec.head_dim, target)) return out;
+  // Column splits only where one block's accumulators do not fit (gfx90a, d = 128).
   for (int bn : {64, 128})
     for (int bm : {32, 64}) {
-      const AttentionBackwardConfig c{BackwardPath::mfma, bm, bn, bn / attention_mfma::kWaveRows, 0};
+      AttentionBackwardConfig c{BackwardPath::mfma, bm, bn, bn / attention_mfma::kWaveRows, 0};
+      if (check_mfma_backward_config(spec, c, target)) c.splits = 2;
       if (!check_mfma_backward_config(spec, c, target)) out.push_back(c);
     }
   return out;
@@ -112,7 +117,9 @@ std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionB
 std::optional<AttentionBackwardConfig> mfma_backward_default_config(const AttentionBackwardSpec& spec, const Target& target) {
   // 2 waves of 32 keys against 32-row query tiles: fits the 64 KiB of gfx90a/gfx942 with the
   // atomic-dQ tiles at d = 128. Unmeasured.
-  const AttentionBackwardConfig c{BackwardPath::mfma, 32, 64, 2, 0};
+  // gfx90a at d = 128: two column splits (its registers).
+  AttentionBackwardConfig c{BackwardPath::mfma, 32, 64, 2, 0};
+  if (check_mfma_backward_config(spec, c, target)) c.splits = 2;
   if (check_mfma_backward_config(spec, c, target)) return std::nullopt;
   return c;
 }
@@ -133,6 +140,7 @@ std::string render_mfma_backward(const AttentionBackwardSpec& spec, const Attent
     shim.function = "attention_backward_mfma_kv";
     shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),
                  targ("Waves", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+    if (c.splits != 1) shim.args.push_back(targ("Splits", c.splits));
   }
   return "kgen_device/attention/backward_mfma.cuh";
 }

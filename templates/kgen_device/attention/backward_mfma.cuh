@@ -11,6 +11,9 @@
 //   dVᵀ += dOᵀ · P,  dKᵀ += Qᵀ · dS              A = dO / Q read transposed, B chained from P / dS
 // With AtomicDQ the block writes dS to LDS and computes dQ = dS · K per (32-query, 32-column)
 // block, the blocks spread over the waves, adding them into the fp32 accumulator with atomics.
+// Splits = 2 (where one block's dK/dV accumulators would not fit its VGPRs): two blocks share a
+// key block (blockIdx.x = key block · 2 + split); both compute S and dP over the whole head dim,
+// and split s keeps the columns [s·D/2, s·D/2 + D/2) of dK, dV and dQ.
 //
 // Query-major dQ kernel of the deterministic mode (attention_backward_mfma_dq): the forward's
 // shape (attention_mfma::kDqWaves waves of 32 queries, K/V tiles of BN keys in LDS, queries as N):
@@ -31,15 +34,16 @@ namespace kgen {
 
 // T: half_t or bfloat16_t. D: head dim (64 or 128). BM: query rows per tile (a multiple of 32).
 // Waves: waves per block, 32 keys each. Causal: bottom-right aligned. AtomicDQ: also add dQ into
-// p.dq_accum (unscaled), else leave dQ to attention_backward_mfma_dq.
-template <class T, int D, int BM, int Waves, bool Causal, bool AtomicDQ>
+// p.dq_accum (unscaled), else leave dQ to attention_backward_mfma_dq. Splits: 1 or 2 (above).
+template <class T, int D, int BM, int Waves, bool Causal, bool AtomicDQ, int Splits = 1>
 __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwardParams& p) {
   constexpr int BN = Waves * attention_mfma::kWaveRows;
   constexpr int kThreads = attention_mfma::threads(Waves);
   constexpr int kQueryBlocks = BM / 32;
-  constexpr int kColBlocks = D / 32;
+  constexpr int kColBlocks = D / 32 / Splits;  // 32-column blocks of dK, dV and dQ this block keeps
   constexpr int kChainSteps = 32 / kMfmaK;
   static_assert(D % 32 == 0 && BM % 32 == 0, "32-row MFMA tiles");
+  static_assert(Splits == 1 || (Splits == 2 && D % 64 == 0), "one or two column splits");
   constexpr int kKvTile = BN * attention_mfma::lds_row(D);
   constexpr int kQTile = BM * attention_mfma::lds_row(D);
   static_assert((2 * kKvTile + 2 * kQTile + (AtomicDQ ? BM * attention_mfma::lds_row(BN) : 0)) * 2 + 2 * BM * 4 ==
@@ -57,7 +61,8 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   const int tid = threadIdx.x;
   const int wave = tid / 64;
   const int lane = tid % 64;
-  const int key0 = blockIdx.x * BN;
+  const int key0 = blockIdx.x / Splits * BN;
+  const int cb0 = blockIdx.x % Splits * kColBlocks;  // first column block of this split
   const int kw = wave * attention_mfma::kWaveRows;  // this wave's first key in the block's tiles
   const int key = key0 + kw + mfma::c_col(lane);    // this lane's key (C and B layouts)
   const int kv_head = blockIdx.y;
@@ -111,8 +116,10 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
           const mfma_operand db = mfma_detail::chained_operand<T>(ds, c);
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb) {
-            dv[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(do_s, qb * 32, cb * 32, c, lane), pb, dv[cb]);
-            dk[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(q_s, qb * 32, cb * 32, c, lane), db, dk[cb]);
+            dv[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(do_s, qb * 32, (cb0 + cb) * 32, c, lane), pb,
+                                   dv[cb]);
+            dk[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(q_s, qb * 32, (cb0 + cb) * 32, c, lane), db,
+                                   dk[cb]);
           }
         }
         if constexpr (AtomicDQ) {
@@ -129,7 +136,7 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
         // over the block's keys in the chain order of each 32-key block (the same for A and B).
         float* dq_accum = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * d;
         for (int blk = wave; blk < kQueryBlocks * kColBlocks; blk += Waves) {
-          const int qb = blk / kColBlocks, cb = blk % kColBlocks;
+          const int qb = blk / kColBlocks, cb = cb0 + blk % kColBlocks;
           mfma_acc acc = mfma_zero();
           for (int kb = 0; kb < Waves; ++kb)
 #pragma unroll
@@ -153,7 +160,7 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   for (int cb = 0; cb < kColBlocks; ++cb)
 #pragma unroll
     for (int r = 0; r < mfma::kAccRegisters; ++r) {
-      const int col = cb * 32 + mfma::c_row(lane, r);
+      const int col = (cb0 + cb) * 32 + mfma::c_row(lane, r);
       dk_ptr[col] = from_float<T>(p.scale * dk[cb][r]);
       dv_ptr[col] = from_float<T>(dv[cb][r]);
     }
