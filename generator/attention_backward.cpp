@@ -293,9 +293,6 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
       const bool atomic = kernel == BackwardKernel::kv_atomic;
-      include = "kgen_device/attention/backward_fa2.cuh";
-      k.threads = c.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(fa2_tile_head_dim(d), c.block_m, c.block_n, atomic);
       k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
       if (c.path == BackwardPath::mfma) {
         include = render_mfma_backward(spec, c, kernel, k, shim);
@@ -313,6 +310,9 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         break;
       }
       const int tile = fa2_tile_head_dim(d);
+      include = "kgen_device/attention/backward_fa2.cuh";
+      k.threads = c.warps * 32;
+      k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(tile, c.block_m, c.block_n, atomic);
       shim.function = "attention_backward_fa2_kv";
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
