@@ -20,6 +20,9 @@ using attention_fwd::wgmma_tile_head_dim;
 
 bool is_bwd_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
 bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) <= 128; }
+// Above 128 columns (192- and 256-column tiles) the wgmma backward is the column-share kernel
+// (attention_backward_wgmma_kv_cols): config "wg:bm64:bn64:c2".
+bool is_bwd_wgmma_cols_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) > 128; }
 // The fa2 key-major kernels (backward and double backward) split their row accumulators' columns
 // over two blocks above 128 columns (Splits in backward_fa2.cuh, double_backward_fa2.cuh); each
 // block keeps at most 128 of them in registers.
@@ -30,6 +33,9 @@ bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 // Registers per thread of the wgmma key-major kernel: dK and dV accumulators (D/2 each), Sᵀ and
 // dPᵀ (BM/2 each), plus addressing and loop state.
 int wgmma_kv_register_estimate(int d, int bm) { return d + bm + 48; }
+// Of the column-share kernel: dK, dV and dQ accumulators over 128 columns (64 each), Sᵀ and dPᵀ
+// over 32 queries (16 each), plus addressing and loop state.
+constexpr int kWgmmaColsRegisterEstimate = 3 * 64 + 2 * 16 + 24;
 
 // Registers per thread of the key-major kernel for r = 16 or 32 keys per warp: dK and dV
 // accumulators (2·r·D/32), Sᵀ/Pᵀ and dPᵀ/dSᵀ tiles (2·r·BM/32), the repacked A fragments of one
@@ -78,8 +84,10 @@ std::string to_string(const AttentionBackwardConfig& c) {
     s << (c.path == BackwardPath::fa2 ? "fa2:bm" : "mfma:bm") << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
     if (c.path == BackwardPath::mfma && c.splits != 1) s << ":c" << c.splits;
   }
-  else if (c.path == BackwardPath::wgmma)
+  else if (c.path == BackwardPath::wgmma) {
     s << "wg:bm" << c.block_m << ":bn" << c.block_n;
+    if (c.splits != 1) s << ":c" << c.splits;
+  }
   else
     s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
   return s.str();
@@ -95,11 +103,12 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
          parse_prefixed_int(parts[3], "w", c.warps) &&
          (parts.size() == 4 || (parse_prefixed_int(parts[4], "c", c.splits) && c.splits != 1));
-  } else if (parts.size() == 3 && parts[0] == "wg") {
+  } else if ((parts.size() == 3 || parts.size() == 4) && parts[0] == "wg") {
     c.path = BackwardPath::wgmma;
     c.max_head_dim = 0;
-    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n);
-    c.warps = c.block_n / 16;
+    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
+         (parts.size() == 3 || (parse_prefixed_int(parts[3], "c", c.splits) && c.splits != 1));
+    c.warps = c.block_n / 16 * c.splits;
   } else if (parts.size() == 3 && parts[0] == "simt") {
     c.path = BackwardPath::simt;
     c.block_n = 0;
@@ -164,15 +173,29 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (auto why = nvidia_only_path("wgmma", target)) return why;
     if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
-    if (!is_bwd_wgmma_head_dim(spec.head_dim))
-      return "wgmma backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
     if (c.block_m != 64) return std::string("wgmma block_m must be 64 (one wgmma M of query rows)");
-    if (c.block_n != 64 && c.block_n != 128) return std::string("wgmma block_n must be 64 or 128 (one or two warpgroups)");
-    if (c.warps != c.block_n / 16) return std::string("wgmma warps must be block_n / 16");
-    if (wgmma_kv_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_m) > kMaxRegistersPerThread)
-      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
-             " exceeds the register budget";
-    smem = attention_bwd::wgmma_kv_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m, c.block_n / 64, true);
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    if (c.splits == 2) {
+      if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
+        return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
+               std::to_string(spec.head_dim);
+      if (c.block_n != 64 || c.warps != 8)
+        return std::string("wgmma c2 takes block_n 64 (two warpgroups sharing 64 keys)");
+      if (kWgmmaColsRegisterEstimate > kMaxRegistersPerThread) return std::string("wgmma c2 exceeds the register budget");
+      smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.block_m);
+    } else {
+      if (c.splits != 1) return std::string("wgmma splits must be 1, or 2 above 128 columns");
+      if (!is_bwd_wgmma_head_dim(spec.head_dim))
+        return "wgmma backward has no head_dim=" + std::to_string(spec.head_dim) +
+               " specialisation without column sharing (c2)";
+      if (c.block_n != 64 && c.block_n != 128)
+        return std::string("wgmma block_n must be 64 or 128 (one or two warpgroups)");
+      if (c.warps != c.block_n / 16) return std::string("wgmma warps must be block_n / 16");
+      if (wgmma_kv_register_estimate(tile, c.block_m) > kMaxRegistersPerThread)
+        return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
+               " exceeds the register budget";
+      smem = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, true);
+    }
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
     smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(fa2_tile_head_dim(spec.head_dim), dq.block_m, dq.block_n));
   } else {
@@ -193,6 +216,8 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   for (const auto& c : mfma_backward_config_space(spec, target)) out.push_back(c);
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target))
     for (int bn : {128, 64}) keep({BackwardPath::wgmma, 64, bn, bn / 16, 0});
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
+    keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
       for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep({BackwardPath::fa2, bm, bn, warps, 0});
@@ -211,6 +236,11 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // against 223 / 227 for the fa2 default, d = 64 249 / 265 (causal 216 / 249) against 222 / 234.
     AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
     if (attention_backward_shape_class(shape, sm_count) == 1) c.block_n = 64, c.warps = 4;
+    if (!check_attention_backward_config(spec, c, target)) return c;
+  }
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
+    // Above 128 columns: two warpgroups share 64 keys and split the dK, dV and dQ columns.
+    const AttentionBackwardConfig c{BackwardPath::wgmma, 64, 64, 8, 0, 2};
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
@@ -296,6 +326,17 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
       if (c.path == BackwardPath::mfma) {
         include = render_mfma_backward(spec, c, kernel, k, shim);
+        break;
+      }
+      if (c.path == BackwardPath::wgmma && c.splits == 2) {
+        const int tile = wgmma_tile_head_dim(d);
+        include = "kgen_device/attention/backward_wgmma.cuh";
+        k.threads = 256;
+        k.smem_bytes = attention_bwd::wgmma_cols_smem_bytes(tile, c.block_m);
+        shim.function = "attention_backward_wgmma_kv_cols";
+        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),
+                     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+        add_head_dim_args(shim, tile, d);
         break;
       }
       if (c.path == BackwardPath::wgmma) {

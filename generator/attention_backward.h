@@ -42,14 +42,17 @@ struct AttentionBackwardConfig {
                          // each); wgmma: block_n / 16 (64 keys per warpgroup); mfma: waves, 32 keys each
   int max_head_dim = 0;  // simt: head_dim rounded up to 32/64/128/256
   int splits = 1;        // mfma: blocks sharing a key block, each with 1/splits of the dK, dV and
-                         // dQ columns (2 where one block's accumulators would not fit)
+                         // dQ columns (2 where one block's accumulators would not fit); wgmma:
+                         // 2 above 128 columns, two warpgroups sharing 64 keys and splitting
+                         // the columns (block_n 64, warps 8)
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 
 // The kernels of a backward call.
 enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv };
 
-// "fa2:bm64:bn128:w8", "wg:bm64:bn128", "mfma:bm32:bn64:w2" (":c2" with two column splits) or
+// "fa2:bm64:bn128:w8", "wg:bm64:bn128" ("wg:bm64:bn64:c2" above 128 columns), "mfma:bm32:bn64:w2"
+// (":c2" with two column splits) or
 // "simt:w4:dmax128".
 std::string to_string(const AttentionBackwardConfig& c);
 std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text);

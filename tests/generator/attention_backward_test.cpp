@@ -61,8 +61,57 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
     }
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128");
-  EXPECT_EQ(attention_backward_default_config({DType::bf16, 136, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132).path,
-            BackwardPath::fa2);
+  // Above 128 columns: the column-share kernel on sm_90a, fa2 with column splits elsewhere.
+  for (int d : {136, 160, 192, 200, 256}) {
+    const AttentionBackwardSpec spec{DType::bf16, d, false};
+    EXPECT_EQ(to_string(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
+              "wg:bm64:bn64:c2") << d;
+    EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 128, 128}, sm90a(), 132)),
+              "wg:bm64:bn64:c2") << d;
+    EXPECT_EQ(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm80(), 108).path, BackwardPath::fa2) << d;
+  }
+}
+
+TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
+  auto c = parse_attention_backward_config("wg:bm64:bn64:c2");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->splits, 2);
+  EXPECT_EQ(c->warps, 8);
+  EXPECT_EQ(to_string(*c), "wg:bm64:bn64:c2");
+  for (const char* bad : {"wg:bm64:bn64:c1", "wg:bm64:bn64:cx", "wg:bm64:bn64:c2:s2"})
+    EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
+  // Only above 128 columns, only 64 keys, only sm_90a and 16-bit inputs.
+  EXPECT_FALSE(check_attention_backward_config({DType::bf16, 256, true}, *c, sm90a()));
+  EXPECT_FALSE(check_attention_backward_config({DType::f16, 136, false}, *c, sm90a()));
+  auto why = check_attention_backward_config({DType::bf16, 128, false}, *c, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("above 128"), std::string::npos) << *why;
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, {BackwardPath::wgmma, 64, 128, 16, 0, 2}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, *c, sm80()));
+  EXPECT_TRUE(check_attention_backward_config({DType::f32, 256, false}, *c, sm90a()));
+  why = check_attention_backward_config({DType::bf16, 256, false}, {BackwardPath::wgmma, 64, 128, 8, 0}, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("c2"), std::string::npos) << *why;
+  // The space holds it beside fa2 above 128 columns, and the wg kernels below.
+  int c2 = 0, wg = 0;
+  for (const auto& e : attention_backward_config_space({DType::bf16, 192, true}, sm90a()))
+    c2 += e.path == BackwardPath::wgmma && e.splits == 2, wg += e.path == BackwardPath::wgmma;
+  EXPECT_EQ(c2, 1);
+  EXPECT_EQ(wg, 1);
+  // Rendered: 256 threads, one grid block per 64 keys, D the 64-column tile, HeadDim the tensors'.
+  for (bool deterministic : {false, true}) {
+    const auto kernels = attention_backward_kernels(*c, deterministic);
+    const KernelSource kv = render_attention_backward({DType::bf16, 160, true}, *c, kernels[1]);
+    EXPECT_NE(kv.source.find("attention_backward_wgmma_kv_cols</*T=*/kgen::bfloat16_t, /*D=*/192, /*BM=*/64, "
+                             "/*Causal=*/true, /*AtomicDQ=*/" + std::string(deterministic ? "false" : "true") +
+                             ", /*HeadDim=*/160>"),
+              std::string::npos)
+        << kv.source;
+    EXPECT_EQ(kv.threads, 256);
+    EXPECT_EQ(kv.smem_bytes, attention_bwd::wgmma_cols_smem_bytes(192, 64));
+    EXPECT_EQ(attention_backward_grid(*c, kernels[1], {2, 8, 4, 1000, 1337}, 160).x, 21u);
+  }
+  EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(256, 64), 215040);  // within sm_90a's 227 KiB
 }
 
 TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {

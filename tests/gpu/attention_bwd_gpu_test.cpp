@@ -96,10 +96,11 @@ INSTANTIATE_TEST_SUITE_P(SixteenBit, AttentionBackwardGpu,
                                             ::testing::Values(32, 64, 96, 128, 256), ::testing::Bool()),
                          param_name);
 // Every other multiple of 8: tiles padded past the head dim; above 128 the key-major kernel
-// splits the dK/dV columns over two blocks, and the double backward its Q̄/dŌ and K̄/V̄ columns.
+// shares the dK/dV columns between two warpgroups (sm_90a) or splits them over two blocks, and
+// the double backward splits its Q̄/dŌ and K̄/V̄ columns.
 INSTANTIATE_TEST_SUITE_P(TensorCoreHeadDims, AttentionBackwardGpu,
                          ::testing::Combine(::testing::Values(DType::f16, DType::bf16),
-                                            ::testing::Values(8, 40, 80, 104, 112, 136, 160, 200, 248), ::testing::Bool()),
+                                            ::testing::Values(8, 40, 80, 104, 112, 136, 160, 192, 200, 248), ::testing::Bool()),
                          param_name);
 INSTANTIATE_TEST_SUITE_P(Fp32, AttentionBackwardGpu,
                          ::testing::Combine(::testing::Values(DType::f32), ::testing::Values(32, 64, 80, 96, 128, 256),
@@ -114,7 +115,7 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
   std::uint64_t seed = 31337;
   int tested = 0;
   for (DType dtype : {DType::bf16, DType::f16})
-    for (int d : {64, 128, 80, 40})  // 80, 40: tiles padded past the head dim
+    for (int d : {64, 128, 80, 40, 256, 192, 160, 136})  // 80, 40, 160, 136: tiles padded past the head dim
       for (bool causal : {false, true})
         for (const auto& config : attention_backward_config_space({dtype, d, causal}, target)) {
           if (config.path != BackwardPath::wgmma) continue;

@@ -25,6 +25,14 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, in
          4 * block_m * 4;
 }
 
+// Hopper key-major kernel above 128 columns (sm_90a wgmma, D = 192 or 256): two warpgroups
+// share 64 keys, splitting the query rows of Sᵀ/dPᵀ and the columns of dK, dV and dQ. Shared
+// memory: 1024 bytes of alignment, K and V tiles, two stages of Q and dO tiles, the Pᵀ and dSᵀ
+// tiles (both modes: dK and dV read them from shared memory), two stages of lse2 and delta.
+KGEN_HOST_DEVICE constexpr int wgmma_cols_smem_bytes(int head_dim, int block_m) {
+  return 1024 + (2 * 64 * head_dim + 4 * block_m * head_dim + 2 * 64 * block_m) * 2 + 4 * block_m * 4;
+}
+
 // Query-major tensor-core kernel (dQ of the deterministic mode): a block owns block_m query rows
 // (block_m / warps per warp) and walks key tiles of block_n, double-buffered K and V.
 KGEN_HOST_DEVICE constexpr int fa2_q_smem_bytes(int head_dim, int block_m, int block_n) {

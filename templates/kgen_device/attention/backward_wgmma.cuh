@@ -47,6 +47,151 @@ __device__ __forceinline__ unsigned k_major_step(int kk, int block_bytes) {
   return static_cast<unsigned>((kk / 4) * block_bytes + (kk % 4) * 32);
 }
 
+// Sᵀ = K·Qᵀ into s and dPᵀ = V·dOᵀ into dp: wgmma m64nNk16 over HeadDim rounded up to 16, every
+// operand K-major by descriptor (K/V and Q/dO tiles of KVBlockBytes / QBlockBytes column
+// blocks). One commit group, or with TwoGroups one per product (Sᵀ first).
+template <class T, int N, int HeadDim, int KVBlockBytes, int QBlockBytes, bool TwoGroups>
+__device__ __forceinline__ void issue_sdp(float (&s)[N / 2], float (&dp)[N / 2], unsigned long long k_a,
+                                          unsigned long long v_a, unsigned long long q_b, unsigned long long do_b) {
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
+    wgmma::Mma<N>::template ss<T, 0, 0>(s, k_a + (k_major_step(kk, KVBlockBytes) >> 4),
+                                         q_b + (k_major_step(kk, QBlockBytes) >> 4), kk > 0);
+  if constexpr (TwoGroups) wgmma::commit();
+#pragma unroll
+  for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
+    wgmma::Mma<N>::template ss<T, 0, 0>(dp, v_a + (k_major_step(kk, KVBlockBytes) >> 4),
+                                         do_b + (k_major_step(kk, QBlockBytes) >> 4), kk > 0);
+  wgmma::commit();
+}
+
+// The block's place in a key-major walk of BN keys per block: its first key, kv head and batch
+// (blockIdx.x, y, z), the lengths and the causal diagonal n_k − n_q.
+struct KeyBlock {
+  int n0, kv_head, batch, n_q, n_k, diag;
+  __device__ __forceinline__ static KeyBlock of(const AttentionBackwardParams& p, int bn) {
+    return {static_cast<int>(blockIdx.x) * bn, static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z), p.n_q,
+            p.n_k, p.n_k - p.n_q};
+  }
+};
+
+// The key-major regions of dynamic shared memory from a base rounded up to 1024 bytes (the
+// 128-byte swizzle repeats every 1024 bytes), the statistics at byte StatsOffset past it.
+template <int KVBytes, int QBytes, int BM>
+__device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_smem(int stats_offset) {
+  unsigned char* smem_raw = dynamic_smem();
+  const unsigned raw = smem_u32(smem_raw);
+  const unsigned base = (raw + 1023u) & ~1023u;
+  return {base, reinterpret_cast<float*>(smem_raw + (base - raw) + stats_offset)};
+}
+
+// Issues the cp.async loads of query tile `it` of `walk` into `stage` of `sm`: the Q and dO tiles
+// (Threads threads) and the rows' lse2 and delta by 4-byte cp.async (a plain load would stall
+// the warpgroup's next wgmma on its latency). Rows >= n_q are zero-filled: those rows have zero
+// Q and dO, so P = 1 there multiplies zeros (dV, dK) and dS = 0.
+template <class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk, class Smem>
+__device__ __forceinline__ void load_query_tile_async(const AttentionBackwardParams& p, const Walk& walk,
+                                                      const Smem& sm, int kv_head, int batch, int it, int stage,
+                                                      int tid) {
+  const int head = walk.head(kv_head, it);
+  const int m0 = walk.m0(it);
+  fa2_detail::load_tile_async<T, BM, D, Threads, QTile, HeadDim>(sm.q(stage), head_ptr<const T>(p.q, batch, head),
+                                                                 p.q.stride_n, m0, p.n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, Threads, QTile, HeadDim>(sm.d_o(stage), head_ptr<const T>(p.d_o, batch, head),
+                                                                 p.d_o.stride_n, m0, p.n_q, tid);
+  static_assert(2 * BM <= Threads, "one thread per statistic");
+  if (tid < 2 * BM) {
+    const int which = tid / BM;  // 0: lse2, 1: delta
+    const int row = m0 + tid % BM;
+    const float* src = (which == 0 ? p.lse2 : p.delta) + stat_row(p, batch, head, 0);
+    cp_async_4(smem_u32(sm.stats(stage) + tid), row < p.n_q ? src + row : src, row < p.n_q);
+  }
+}
+
+// Column-share steps of attention_backward_wgmma_kv_cols on the first Cols columns (a multiple
+// of 64) of accumulators holding up to N/2 ... N registers: dQ = dS·K over BN keys (A = dS read
+// M-major from the dSᵀ tile, B = K MN-major) and dV += Pᵀ·dO, dK += dSᵀ·Q over BM queries
+// (A = Pᵀ or dSᵀ K-major, one 64-column block: k-step kk is 32 bytes along its rows; B = dO or Q
+// MN-major); the caller fences and commits.
+template <class T, int Cols, int BN, int N>
+__device__ __forceinline__ void wgmma_cols_dq(float (&dq)[N], unsigned long long ds_m, unsigned long long k_b) {
+  static_assert(Cols / 2 <= N, "the accumulator holds Cols columns");
+  auto& acc = reinterpret_cast<float(&)[Cols / 2]>(dq);
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    wgmma::Mma<Cols>::template ss<T, 1, 1>(acc, ds_m + ((kk * 16 * 128) >> 4), k_b + ((kk * 16 * 128) >> 4), kk > 0);
+}
+
+template <class T, int Cols, int BM, int N>
+__device__ __forceinline__ void wgmma_cols_dkdv(float (&dv)[N], float (&dk)[N], unsigned long long p_a,
+                                                unsigned long long ds_a, unsigned long long do_b, unsigned long long q_b) {
+  static_assert(Cols / 2 <= N, "the accumulators hold Cols columns");
+  auto& v = reinterpret_cast<float(&)[Cols / 2]>(dv);
+  auto& k = reinterpret_cast<float(&)[Cols / 2]>(dk);
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk)
+    wgmma::Mma<Cols>::template ss<T, 0, 1>(v, p_a + ((kk * 32) >> 4), do_b + ((kk * 16 * 128) >> 4), 1);
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk)
+    wgmma::Mma<Cols>::template ss<T, 0, 1>(k, ds_a + ((kk * 32) >> 4), q_b + ((kk * 16 * 128) >> 4), 1);
+}
+
+// Top of query tile `it`: waits for its loads and for every warpgroup to be done with tile
+// it − 1 (a block barrier), then issues the loads of tile it + 1 (of `total`) into the stage
+// other than `stage`.
+template <class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk, class Smem>
+__device__ __forceinline__ void next_query_tile(const AttentionBackwardParams& p, const Walk& walk, const Smem& sm,
+                                                int kv_head, int batch, int it, int total, int stage, int tid) {
+  cp_async_wait<0>();
+  wgmma::fence_proxy_async();
+  __syncthreads();
+  if (it + 1 < total)
+    load_query_tile_async<T, BM, D, Threads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it + 1, stage ^ 1, tid);
+  cp_async_commit();
+}
+
+// Adds this warp's 16 rows (from row0; rows >= n_q skipped; g, t: the lane's place, wgmma::Lane) of a wgmma accumulator over Cols
+// columns to the fp32 dQ rows of HeadDim at `acc_base`, columns col0 + [0, cols) below HeadDim,
+// with red_add2 (the accumulator layout of wgmma.cuh: two adjacent columns per register pair).
+template <int Cols, int D, int HeadDim>
+__device__ __forceinline__ void add_dq_rows(float* acc_base, const float (&dq)[Cols / 2], int row0, int n_q,
+                                            int col0, int cols, int g, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + g + 8 * h;
+    if (row >= n_q) continue;
+    float* acc_row = acc_base + static_cast<long long>(row) * HeadDim + col0 + 2 * t;
+#pragma unroll
+    for (int j = 0; j < Cols / 8; ++j)
+      if (8 * j < cols && (HeadDim == D || col0 + 8 * j < HeadDim))
+        red_add2(acc_row + 8 * j, dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
+  }
+}
+
+// Bottom of a query tile: every wgmma of this warpgroup done, dV and dK readable again.
+template <int N>
+__device__ __forceinline__ void end_query_tile(float (&dv)[N], float (&dk)[N]) {
+  wgmma::wait<0>();
+  wgmma::fence_operand(dv);
+  wgmma::fence_operand(dk);
+}
+
+// Epilogue of the key-major kernels: once the last cp.async landed, stores this warp's 16 key
+// rows (from key0; rows >= n_k skipped) of the dK (times p.scale) and dV accumulators over Cols
+// columns to the columns col0 + [0, cols) of the kv head's rows.
+template <class T, int Cols, int StoreCols = Cols>
+__device__ __forceinline__ void store_dkdv(const AttentionBackwardParams& p, int batch, int kv_head, int col0, int key0,
+                                           const float (&dk)[Cols / 2], const float (&dv)[Cols / 2],
+                                           int cols = StoreCols) {
+  cp_async_wait<0>();
+  using Acc = const float(&)[1][Cols / 8][4];
+  store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(p.dk, batch, kv_head) + col0, p.dk.stride_n, key0, p.n_k,
+                                    reinterpret_cast<Acc>(dk), p.scale, cols);
+  store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(p.dv, batch, kv_head) + col0, p.dv.stride_n, key0, p.n_k,
+                                    reinterpret_cast<Acc>(dv), 1.f, cols);
+}
+
 }  // namespace bwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64). WGs: warpgroups (64 keys
@@ -77,45 +222,17 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
 
-  const int n0 = blockIdx.x * BN;
-  const int kv_head = blockIdx.y;
-  const int batch = blockIdx.z;
-  const int n_q = p.n_q, n_k = p.n_k;
-  const int diag = n_k - n_q;
+  const auto [n0, kv_head, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of(p, BN);
   const float scale_log2 = p.scale_log2;
   const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
   const int total = walk.total;
-
-  unsigned char* smem_raw = dynamic_smem();
-  const unsigned raw = smem_u32(smem_raw);
-  const unsigned base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle repeats every 1024 bytes
-  const bwd_detail::KeyMajorSmem<KVTile::kBytes, QTile::kBytes, BM> sm{
-      base, reinterpret_cast<float*>(smem_raw + (base - raw) + kStatsOffset)};
-
-  auto load_query_tile = [&](int it, int stage) {
-    const int head = walk.head(kv_head, it);
-    const int m0 = walk.m0(it);
-    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile, HeadDim>(sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head),
-                                                           p.q.stride_n, m0, n_q, tid);
-    fa2_detail::load_tile_async<T, BM, D, kThreads, QTile, HeadDim>(sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head),
-                                                           p.d_o.stride_n, m0, n_q, tid);
-    // lse2 and delta of the tile's rows by 4-byte cp.async (a plain load would stall the
-    // warpgroup's next wgmma on its latency). Rows >= n_q are zero-filled: those rows have zero
-    // Q and dO, so P = 1 there multiplies zeros (dV, dK) and dS = 0.
-    static_assert(2 * BM <= kThreads, "one thread per statistic");
-    if (tid < 2 * BM) {
-      const int which = tid / BM;  // 0: lse2, 1: delta
-      const int row = m0 + tid % BM;
-      const float* src = (which == 0 ? p.lse2 : p.delta) + bwd_detail::stat_row(p, batch, head, 0);
-      cp_async_4(smem_u32(sm.stats(stage) + tid), row < n_q ? src + row : src, row < n_q);
-    }
-  };
+  const auto sm = bwd_detail::wgmma_key_major_smem<KVTile::kBytes, QTile::kBytes, BM>(kStatsOffset);
 
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
                                                           p.k.stride_n, n0, n_k, tid);
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
                                                           p.v.stride_n, n0, n_k, tid);
-  if (total > 0) load_query_tile(0, 0);
+  if (total > 0) bwd_detail::load_query_tile_async<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, 0, 0, tid);
   cp_async_commit();
 
   // Descriptors (wgmma.cuh): this warpgroup's K and V rows as K-major A; Q, dO as K-major B
@@ -134,11 +251,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
     const int stage = it & 1;
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    cp_async_wait<0>();
-    wgmma::fence_proxy_async();
-    __syncthreads();  // tile `it` landed; every warpgroup is done with tile it − 1
-    if (it + 1 < total) load_query_tile(it + 1, stage ^ 1);
-    cp_async_commit();
+    bwd_detail::next_query_tile<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it, total, stage, tid);
     const float* st = sm.stats(stage);
 
     // ---- Sᵀ = K_wg·Qᵀ, dPᵀ = V_wg·dOᵀ ----
@@ -146,16 +259,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
     {
       const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage), 16, 1024);
       const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage), 16, 1024);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
-        wgmma::Mma<BM>::template ss<T, 0, 0>(s, k_a + (bwd_detail::k_major_step(kk, KVTile::kBlockBytes) >> 4),
-                                              q_b + (bwd_detail::k_major_step(kk, QTile::kBlockBytes) >> 4), kk > 0);
-#pragma unroll
-      for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
-        wgmma::Mma<BM>::template ss<T, 0, 0>(dp, v_a + (bwd_detail::k_major_step(kk, KVTile::kBlockBytes) >> 4),
-                                              do_b + (bwd_detail::k_major_step(kk, QTile::kBlockBytes) >> 4), kk > 0);
-      wgmma::commit();
+      bwd_detail::issue_sdp<T, BM, HeadDim, KVTile::kBlockBytes, QTile::kBlockBytes, false>(s, dp, k_a, v_a, q_b, do_b);
       wgmma::wait<0>();
       wgmma::fence_operand(s);
       wgmma::fence_operand(dp);
@@ -229,30 +333,187 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
         wgmma::commit();
         wgmma::wait<0>();
         wgmma::fence_operand(dq);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = m0 + warp * 16 + g + 8 * h;
-          if (row >= n_q) continue;
-          float* acc_row = acc_base + static_cast<long long>(row) * HeadDim + col0 + 2 * t;
-#pragma unroll
-          for (int j = 0; j < kDqCols / 8; ++j)
-            if (HeadDim == D || col0 + 8 * j < HeadDim)
-              red_add2(acc_row + 8 * j, dq[4 * j + 2 * h], dq[4 * j + 2 * h + 1]);
-        }
+        bwd_detail::add_dq_rows<kDqCols, D, HeadDim>(acc_base, dq, m0 + warp * 16, n_q, col0, kDqCols, g, t);
       }
     }
-    wgmma::wait<0>();
-    wgmma::fence_operand(dv);
-    wgmma::fence_operand(dk);
+    bwd_detail::end_query_tile(dv, dk);
   }
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
-  cp_async_wait<0>();
-  using Acc = const float(&)[1][D / 8][4];
-  bwd_detail::store_rows<T, 1, D, HeadDim>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head), p.dk.stride_n, key0,
-                                           n_k, reinterpret_cast<Acc>(dk), p.scale);
-  bwd_detail::store_rows<T, 1, D, HeadDim>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head), p.dv.stride_n, key0,
-                                           n_k, reinterpret_cast<Acc>(dv), 1.f);
+  bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+#endif
+}
+
+// Hopper key-major backward above 128 columns (sm_90a wgmma): D = 192 or 256, where one
+// warpgroup's dK and dV accumulators over every column would not fit in registers.
+//
+// Grid (ceil(n_k / 64), heads_kv, batch), two warpgroups sharing the block's 64 keys, and the
+// query-tile walk of attention_backward_wgmma_kv. Per query tile of BM = 64 rows:
+//   warpgroup wg takes the queries [32·wg, +32):
+//     Sᵀ = K·Q_wgᵀ and dPᵀ = V·dO_wgᵀ   wgmma m64n32k16, both operands K-major, two groups (the
+//                                        exponentials of Pᵀ run while dPᵀ is in flight);
+//     Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked; dSᵀ = Pᵀ∘(dPᵀ − delta), both rounded to 16 bits
+//     into the columns [32·wg, +32) of the shared 64 × 64 tiles Pᵀ and dSᵀ; a block barrier;
+//   warpgroup wg takes the columns [128·wg, +Cols_wg), Cols_0 = 128 and Cols_1 = D − 128:
+//     with AtomicDQ: dQ = dS·K            m64nColsk16, A = dS (the dSᵀ tile read M-major),
+//                                        B = K MN-major; added with red_add2 while dV, dK run;
+//     dV += Pᵀ·dO and dK += dSᵀ·Q        m64nColsk16, A = Pᵀ or dSᵀ K-major, B = dO or Q MN-major.
+// Each of the five head-dim products runs once per tile (the column splits of backward_fa2.cuh
+// run Sᵀ and dPᵀ once per split).
+// Epilogue: dK = scale·Σ dSᵀ·Q and dV, each warpgroup its columns.
+//
+// Shared memory (the base rounded up to 1024 bytes): K, V (Sw128<64, D>), two stages of Q and
+// dO (Sw128<BM, D>), Pᵀ and dSᵀ (Sw128<64, BM>, rows = keys), two stages of lse2 and delta.
+// Masking, requirements and padded head dims: as attention_backward_wgmma_kv (HeadDim a
+// multiple of 8 in (D − 64, D]).
+template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim = D>
+__device__ __forceinline__ void attention_backward_wgmma_kv_cols(const AttentionBackwardParams& p) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the wgmma backward takes half_t or bfloat16_t");
+  static_assert(D == 192 || D == 256, "D must be 192 or 256");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BN = 64;
+  constexpr int kThreads = 256;
+  using KVTile = wgmma::Sw128<BN, D>;
+  using QTile = wgmma::Sw128<BM, D>;
+  using PTile = wgmma::Sw128<BN, BM>;  // Pᵀ and dSᵀ: rows = keys, columns = queries
+  constexpr int kPOffset = 2 * KVTile::kBytes + 4 * QTile::kBytes;
+  constexpr int kStatsOffset = kPOffset + 2 * PTile::kBytes;
+  static_assert(1024 + kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_cols_smem_bytes(D, BM),
+                "shared memory layout must match wgmma_cols_smem_bytes");
+  constexpr int kRows = BM / 2;        // query rows of Sᵀ / dPᵀ per warpgroup
+  constexpr int kCols0 = 128;          // dK, dV, dQ columns of warpgroup 0 ...
+  constexpr int kCols1 = D - 128;      // ... and of warpgroup 1
+  constexpr int kAcc = kCols0 / 2;     // accumulator registers per thread (the wider share)
+
+  const int tid = threadIdx.x;
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
+
+  const auto [n0, kv_head, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of(p, BN);
+  const float scale_log2 = p.scale_log2;
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
+  const int total = walk.total;
+  const auto sm = bwd_detail::wgmma_key_major_smem<KVTile::kBytes, QTile::kBytes, BM>(kStatsOffset);
+  const unsigned p_tile = sm.k + kPOffset, ds_tile = p_tile + PTile::kBytes;
+
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
+                                                                   p.k.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
+                                                                   p.v.stride_n, n0, n_k, tid);
+  if (total > 0)
+    bwd_detail::load_query_tile_async<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, 0, 0, tid);
+  cp_async_commit();
+
+  // This warpgroup's columns, and the descriptors that do not move with the stage: K and V rows
+  // as K-major A (Sᵀ, dPᵀ), Pᵀ and dSᵀ as K-major A (dV, dK), dSᵀ as M-major A and K from
+  // column col0 as MN-major B (dQ).
+  const int col0 = wg * kCols0;
+  const int cols = wg == 0 ? kCols0 : kCols1;
+  const unsigned long long k_a = wgmma::desc_sw128(sm.k, 16, 1024);
+  const unsigned long long v_a = wgmma::desc_sw128(sm.v(), 16, 1024);
+  const unsigned long long p_a = wgmma::desc_sw128(p_tile, 16, 1024);
+  const unsigned long long ds_a = wgmma::desc_sw128(ds_tile, 16, 1024);
+  const unsigned long long ds_m = wgmma::desc_sw128(ds_tile, PTile::kBlockBytes, 1024);
+  const unsigned long long k_b = wgmma::desc_sw128(sm.k + (col0 / 64) * KVTile::kBlockBytes, KVTile::kBlockBytes, 1024);
+
+  float dk[kAcc], dv[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
+  const int key0 = n0 + warp * 16;  // first key of this warp's rows (both warpgroups: all 64 keys)
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    const int head = walk.head(kv_head, it);
+    const int m0 = walk.m0(it);
+    bwd_detail::next_query_tile<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it, total, stage, tid);
+    const float* st = sm.stats(stage);
+
+    // ---- Sᵀ = K·Q_wgᵀ, dPᵀ = V·dO_wgᵀ (this warpgroup's 32 queries), two groups ----
+    float s[kRows / 2], dp[kRows / 2];
+    {
+      const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage) + wg * kRows * 128, 16, 1024);
+      const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage) + wg * kRows * 128, 16, 1024);
+      bwd_detail::issue_sdp<T, kRows, HeadDim, KVTile::kBlockBytes, QTile::kBlockBytes, true>(s, dp, k_a, v_a, q_b, do_b);
+    }
+
+    // ---- Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked (while dPᵀ runs); dSᵀ = Pᵀ∘(dPᵀ − delta) ----
+    wgmma::wait<1>();
+    wgmma::fence_operand(s);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+#pragma unroll
+    for (int j = 0; j < kRows / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = wg * kRows + 8 * j + 2 * t + e;  // query of the tile
+        const float l2 = st[col];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -l2));
+          if (needs_mask) {
+            const int key = key0 + g + 8 * h;
+            if (key >= n_k || (Causal && key > m0 + col + diag)) pe = 0.f;
+          }
+          s[4 * j + 2 * h + e] = pe;
+        }
+      }
+    wgmma::wait<0>();
+    wgmma::fence_operand(dp);
+#pragma unroll
+    for (int j = 0; j < kRows / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float dl = st[BM + wg * kRows + 8 * j + 2 * t + e];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dl);
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp * 16 + g + 8 * h;
+#pragma unroll
+      for (int j = 0; j < kRows / 8; ++j) {
+        const int off = PTile::offset(row, wg * (kRows / 8) + j) + 4 * t;
+        st_shared_4(p_tile + off, pack2<T>(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+        st_shared_4(ds_tile + off, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
+      }
+    }
+    wgmma::fence_proxy_async();
+    named_barrier<1, kThreads>();  // every row of Pᵀ and dSᵀ written
+
+    // ---- dQ = dS·K (this warpgroup's columns), then dV += Pᵀ·dO and dK += dSᵀ·Q ----
+    const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage) + (col0 / 64) * QTile::kBlockBytes, QTile::kBlockBytes, 1024);
+    const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage) + (col0 / 64) * QTile::kBlockBytes, QTile::kBlockBytes, 1024);
+    float dq[AtomicDQ ? kAcc : 1];
+    wgmma::fence_operand(dv);
+    wgmma::fence_operand(dk);
+    wgmma::fence();
+    if (wg == 0 || kCols1 == kCols0) {
+      if constexpr (AtomicDQ) {
+        bwd_detail::wgmma_cols_dq<T, kCols0, BN>(dq, ds_m, k_b);
+        wgmma::commit();
+      }
+      bwd_detail::wgmma_cols_dkdv<T, kCols0, BM>(dv, dk, p_a, ds_a, do_b, q_b);
+    } else {
+      if constexpr (AtomicDQ) {
+        bwd_detail::wgmma_cols_dq<T, kCols1, BN>(dq, ds_m, k_b);
+        wgmma::commit();
+      }
+      bwd_detail::wgmma_cols_dkdv<T, kCols1, BM>(dv, dk, p_a, ds_a, do_b, q_b);
+    }
+    wgmma::commit();
+
+    if constexpr (AtomicDQ) {
+      wgmma::wait<1>();
+      wgmma::fence_operand(dq);
+      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
+      bwd_detail::add_dq_rows<kCols0, D, HeadDim>(acc_base, dq, m0 + warp * 16, n_q, col0, cols, g, t);
+    }
+    bwd_detail::end_query_tile(dv, dk);
+  }
+
+  // ---- epilogue: dK = s·Σ dSᵀ·Q, dV (this warpgroup's columns) ----
+  bwd_detail::store_dkdv<T, kCols0>(p, batch, kv_head, col0, key0, dk, dv, cols < HeadDim - col0 ? cols : HeadDim - col0);
 #endif
 }
 
