@@ -192,6 +192,14 @@ __device__ __forceinline__ void store_dkdv(const AttentionBackwardParams& p, int
                                     reinterpret_cast<Acc>(dv), 1.f, cols);
 }
 
+// MN-major B descriptor of the columns [col, col + N) of a 128-byte-swizzled tile at `tile` with
+// column blocks of BlockBytes (rows = k): the block holding `col`, then 2 bytes per column inside
+// its 128-byte rows (the piece must stay inside the block).
+template <int BlockBytes>
+__device__ __forceinline__ unsigned long long mn_major_cols(unsigned tile, int col) {
+  return wgmma::desc_sw128(tile + (col / 64) * BlockBytes + (col % 64) * 2, BlockBytes, 1024);
+}
+
 }  // namespace bwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64). WGs: warpgroups (64 keys
@@ -354,10 +362,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 //                                        exponentials of Pᵀ run while dPᵀ is in flight);
 //     Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked; dSᵀ = Pᵀ∘(dPᵀ − delta), both rounded to 16 bits
 //     into the columns [32·wg, +32) of the shared 64 × 64 tiles Pᵀ and dSᵀ; a block barrier;
-//   warpgroup wg takes the columns [128·wg, +Cols_wg), Cols_0 = 128 and Cols_1 = D − 128:
-//     with AtomicDQ: dQ = dS·K            m64nColsk16, A = dS (the dSᵀ tile read M-major),
+//   warpgroup wg takes half of the columns: at D = 256 [128·wg, +128), at D = 192 [64·wg, +64)
+//   and [128 + 32·wg, +32) (each piece inside one 64-column block of the swizzled tiles):
+//     with AtomicDQ: dQ = dS·K            m64nNk16 per piece, A = dS (the dSᵀ tile read M-major),
 //                                        B = K MN-major; added with red_add2 while dV, dK run;
-//     dV += Pᵀ·dO and dK += dSᵀ·Q        m64nColsk16, A = Pᵀ or dSᵀ K-major, B = dO or Q MN-major.
+//     dV += Pᵀ·dO and dK += dSᵀ·Q        m64nNk16 per piece, A = Pᵀ or dSᵀ K-major, B = dO or Q
+//                                        MN-major.
 // Each of the five head-dim products runs once per tile (the column splits of backward_fa2.cuh
 // run Sᵀ and dPᵀ once per split).
 // Epilogue: dK = scale·Σ dSᵀ·Q and dV, each warpgroup its columns.
@@ -384,9 +394,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   static_assert(1024 + kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_cols_smem_bytes(D, BM),
                 "shared memory layout must match wgmma_cols_smem_bytes");
   constexpr int kRows = BM / 2;        // query rows of Sᵀ / dPᵀ per warpgroup
-  constexpr int kCols0 = 128;          // dK, dV, dQ columns of warpgroup 0 ...
-  constexpr int kCols1 = D - 128;      // ... and of warpgroup 1
-  constexpr int kAcc = kCols0 / 2;     // accumulator registers per thread (the wider share)
+  // dK, dV and dQ columns of warpgroup wg: piece A, kColsA from wg·kColsA; at D = 192 also
+  // piece B, 32 from 128 + 32·wg (both warpgroups 96 columns, each piece inside one 64-column
+  // block of the swizzled tiles).
+  constexpr int kColsA = D == 256 ? 128 : 64;
+  constexpr int kColsB = D == 192 ? 32 : 0;
+  constexpr int kAccB = kColsB ? kColsB / 2 : 1;
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
@@ -409,18 +422,20 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   // This warpgroup's columns, and the descriptors that do not move with the stage: K and V rows
   // as K-major A (Sᵀ, dPᵀ), Pᵀ and dSᵀ as K-major A (dV, dK), dSᵀ as M-major A and K from
   // column col0 as MN-major B (dQ).
-  const int col0 = wg * kCols0;
-  const int cols = wg == 0 ? kCols0 : kCols1;
+  const int col_a = wg * kColsA, col_b = 128 + 32 * wg;
   const unsigned long long k_a = wgmma::desc_sw128(sm.k, 16, 1024);
   const unsigned long long v_a = wgmma::desc_sw128(sm.v(), 16, 1024);
   const unsigned long long p_a = wgmma::desc_sw128(p_tile, 16, 1024);
   const unsigned long long ds_a = wgmma::desc_sw128(ds_tile, 16, 1024);
   const unsigned long long ds_m = wgmma::desc_sw128(ds_tile, PTile::kBlockBytes, 1024);
-  const unsigned long long k_b = wgmma::desc_sw128(sm.k + (col0 / 64) * KVTile::kBlockBytes, KVTile::kBlockBytes, 1024);
+  const unsigned long long k_ba = bwd_detail::mn_major_cols<KVTile::kBlockBytes>(sm.k, col_a);
+  const unsigned long long k_bb = bwd_detail::mn_major_cols<KVTile::kBlockBytes>(sm.k, col_b);
 
-  float dk[kAcc], dv[kAcc];
+  float dk[kColsA / 2], dv[kColsA / 2], dk_b[kAccB], dv_b[kAccB];
 #pragma unroll
-  for (int i = 0; i < kAcc; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < kColsA / 2; ++i) dk[i] = dv[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kAccB; ++i) dk_b[i] = dv_b[i] = 0.f;
   const int key0 = n0 + warp * 16;  // first key of this warp's rows (both warpgroups: all 64 keys)
 
   for (int it = 0; it < total; ++it) {
@@ -482,38 +497,42 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
     named_barrier<1, kThreads>();  // every row of Pᵀ and dSᵀ written
 
     // ---- dQ = dS·K (this warpgroup's columns), then dV += Pᵀ·dO and dK += dSᵀ·Q ----
-    const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage) + (col0 / 64) * QTile::kBlockBytes, QTile::kBlockBytes, 1024);
-    const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage) + (col0 / 64) * QTile::kBlockBytes, QTile::kBlockBytes, 1024);
-    float dq[AtomicDQ ? kAcc : 1];
+    float dq[AtomicDQ ? kColsA / 2 : 1], dq_b[AtomicDQ ? kAccB : 1];
     wgmma::fence_operand(dv);
     wgmma::fence_operand(dk);
+    wgmma::fence_operand(dv_b);
+    wgmma::fence_operand(dk_b);
     wgmma::fence();
-    if (wg == 0 || kCols1 == kCols0) {
-      if constexpr (AtomicDQ) {
-        bwd_detail::wgmma_cols_dq<T, kCols0, BN>(dq, ds_m, k_b);
-        wgmma::commit();
-      }
-      bwd_detail::wgmma_cols_dkdv<T, kCols0, BM>(dv, dk, p_a, ds_a, do_b, q_b);
-    } else {
-      if constexpr (AtomicDQ) {
-        bwd_detail::wgmma_cols_dq<T, kCols1, BN>(dq, ds_m, k_b);
-        wgmma::commit();
-      }
-      bwd_detail::wgmma_cols_dkdv<T, kCols1, BM>(dv, dk, p_a, ds_a, do_b, q_b);
+    if constexpr (AtomicDQ) {
+      bwd_detail::wgmma_cols_dq<T, kColsA, BN>(dq, ds_m, k_ba);
+      if constexpr (kColsB > 0) bwd_detail::wgmma_cols_dq<T, kColsB, BN>(dq_b, ds_m, k_bb);
+      wgmma::commit();
     }
+    bwd_detail::wgmma_cols_dkdv<T, kColsA, BM>(dv, dk, p_a, ds_a, bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.d_o(stage), col_a),
+                                               bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.q(stage), col_a));
+    if constexpr (kColsB > 0)
+      bwd_detail::wgmma_cols_dkdv<T, kColsB, BM>(dv_b, dk_b, p_a, ds_a,
+                                                 bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.d_o(stage), col_b),
+                                                 bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.q(stage), col_b));
     wgmma::commit();
 
     if constexpr (AtomicDQ) {
       wgmma::wait<1>();
       wgmma::fence_operand(dq);
+      wgmma::fence_operand(dq_b);
       float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
-      bwd_detail::add_dq_rows<kCols0, D, HeadDim>(acc_base, dq, m0 + warp * 16, n_q, col0, cols, g, t);
+      bwd_detail::add_dq_rows<kColsA, D, HeadDim>(acc_base, dq, m0 + warp * 16, n_q, col_a, kColsA, g, t);
+      if constexpr (kColsB > 0)
+        bwd_detail::add_dq_rows<kColsB, D, HeadDim>(acc_base, dq_b, m0 + warp * 16, n_q, col_b, kColsB, g, t);
     }
     bwd_detail::end_query_tile(dv, dk);
+    wgmma::fence_operand(dv_b);
+    wgmma::fence_operand(dk_b);
   }
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV (this warpgroup's columns) ----
-  bwd_detail::store_dkdv<T, kCols0>(p, batch, kv_head, col0, key0, dk, dv, cols < HeadDim - col0 ? cols : HeadDim - col0);
+  bwd_detail::store_dkdv<T, kColsA>(p, batch, kv_head, col_a, key0, dk, dv, HeadDim - col_a);
+  if constexpr (kColsB > 0) bwd_detail::store_dkdv<T, kColsB>(p, batch, kv_head, col_b, key0, dk_b, dv_b, HeadDim - col_b);
 #endif
 }
 
