@@ -9,11 +9,17 @@ K and V fewer heads than q (grouped-query attention): kgen takes them as they ar
 with enable_gqa, and the reference repeats each K/V head over its query heads.
 FlexAttention ("flex") is flex_attention under torch.compile(dynamic=False); causal is a block mask
 (kv_idx <= q_idx + n_k - n_q) built once per configuration; its first call (compile) is not timed.
+--q-len gives every row n_q query rows against its n keys (decode-like shapes, n_q <= 16 say):
+those rows run without a mask (SDPA's is_causal aligns its mask top-left when n_q != n_k, kgen's
+and flex's bottom-right, so a causal row would compare different operations) and their cells
+give GB/s (q, k, v and o bytes once) instead of TFLOPS.
 
     python3 bench/compare_attention.py                          # the whole sweep, bf16
     python3 bench/compare_attention.py --seqlens 2k,8k --head-dims 128 --causal no --out r.md
     python3 bench/compare_attention.py --head-dims 128 --causal yes --seqlens 4k,8k,16k \\
         --batch 1 --heads 64 --heads-kv 8                     # LLaMA-style GQA, h_q/h_kv = 64/8
+    python3 bench/compare_attention.py --q-len 1 --seqlens 1k,4k,16k --causal no --head-dims 128 \
+        --batch 64 --heads 32 --heads-kv 8                    # decode: one query row per sequence
 """
 from __future__ import annotations
 
@@ -60,14 +66,22 @@ class Config:
     b: int
     h: int  # query heads
     h_kv: int  # K/V heads, dividing h
+    n_q: int = 0  # query rows; 0: n
+
+    @property
+    def q_rows(self):
+        return self.n_q or self.n
 
     @property
     def flops(self):  # docs/attention.md §6: 4·b·h_q·n_q·n_k·d, causal halves it
-        return 4 * self.b * self.h * self.n * self.n * self.d / (2 if self.causal else 1)
+        return 4 * self.b * self.h * self.q_rows * self.n * self.d / (2 if self.causal else 1)
+
+    def bytes(self, itemsize):  # q and o, k and v, each once
+        return (2 * self.h * self.q_rows + 2 * self.h_kv * self.n) * self.b * self.d * itemsize
 
     def key(self):
-        return {"n": self.n, "d": self.d, "causal": self.causal, "b": self.b, "h": self.h,
-                "h_kv": self.h_kv}
+        return {"n": self.n, "n_q": self.q_rows, "d": self.d, "causal": self.causal, "b": self.b,
+                "h": self.h, "h_kv": self.h_kv}
 
 
 @dataclass
@@ -212,8 +226,8 @@ def make_runner(impl, cfg, q):
     if impl == "flex":
         flex, create_block_mask = load_flex()
         mask = None
-        if cfg.causal:  # bottom-right aligned, as the others; n_q == n_k here: the lower triangle
-            n_q = n_k = cfg.n
+        if cfg.causal:  # bottom-right aligned, as kgen's (causal rows have n_q == n_k)
+            n_q, n_k = cfg.q_rows, cfg.n
             mask = create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + (n_k - n_q),
                                      None, None, n_q, n_k, device=q.device)
 
@@ -307,16 +321,16 @@ def time_gpu(run, sets, reps, warmup):
 # --- one configuration ---------------------------------------------------------------------------
 
 def bench_config(cfg, args, dtype, log):
-    def tensor(h, seed):
+    def tensor(h, rows, seed):
         g = torch.Generator(device="cuda").manual_seed(seed)
-        shape = (cfg.b, cfg.n, h, cfg.d) if args.layout == "bnhd" else (cfg.b, h, cfg.n, cfg.d)
+        shape = (cfg.b, rows, h, cfg.d) if args.layout == "bnhd" else (cfg.b, h, rows, cfg.d)
         t = torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(dtype)
         return t.transpose(1, 2) if args.layout == "bnhd" else t
 
-    set_bytes = (cfg.h + 2 * cfg.h_kv) * cfg.b * cfg.n * cfg.d * dtype.itemsize
+    set_bytes = (cfg.h * cfg.q_rows + 2 * cfg.h_kv * cfg.n) * cfg.b * cfg.d * dtype.itemsize
     n_sets = min(MAX_SETS, max(3, math.ceil(2 * L2_BYTES / set_bytes)))
-    heads = (cfg.h, cfg.h_kv, cfg.h_kv)  # q, k, v
-    sets = [tuple(tensor(h, 3 * s + i + args.seed) for i, h in enumerate(heads))
+    shapes = ((cfg.h, cfg.q_rows), (cfg.h_kv, cfg.n), (cfg.h_kv, cfg.n))  # q, k, v
+    sets = [tuple(tensor(h, rows, 3 * s + i + args.seed) for i, (h, rows) in enumerate(shapes))
             for s in range(n_sets)]
     refs = references(cfg, *sets[0], dtype)
     log(f"  reference: {refs[0][2].dtype} math, " + (
@@ -401,12 +415,18 @@ def metadata(args):
     }
 
 
-def cell(r, cfg, notes):
+def cell(r, cfg, notes, itemsize):
     if r.error:
         return "– " + notes.ref(r.error)
     if not r.ok:
         return "FAIL " + notes.ref("; ".join(str(c) for c in r.checks if not c.ok))
+    if cfg.n_q:  # decode-like rows: bandwidth
+        return f"{r.ms:.4f} ms · {cfg.bytes(itemsize) / r.ms / 1e6:.0f} GB/s"
     return f"{r.ms:.3f} ms · {cfg.flops / r.ms / 1e9:.0f}"
+
+
+def n_text(cfg):
+    return f"{cfg.n} (n_q {cfg.n_q})" if cfg.n_q else f"{cfg.n}"
 
 
 class Notes:
@@ -420,7 +440,7 @@ class Notes:
         return f"[{self.texts.index(text) + 1}]"
 
 
-def markdown(meta, rows, impls):
+def markdown(meta, rows, impls, itemsize):
     notes = Notes()
     lines = [f"### Forward attention, {meta['dtype']}, layout {meta['layout']}: kgen vs "
              f"PyTorch SDPA and FlexAttention (same tensors, one process)", ""]
@@ -428,17 +448,18 @@ def markdown(meta, rows, impls):
     lines += ["- b×h: batch × query heads, h_q/h_kv where K and V have fewer heads (grouped-query "
               "attention)",
               "- cells: median GPU time of one call (CUDA events, inputs rotated) · TFLOPS "
-              "(4·b·h_q·n²·d / t, causal halved); FAIL = output check failed, so no time",
+              "(4·b·h_q·n²·d / t, causal halved), or with n_q (decode-like rows) · GB/s (q, k, v "
+              "and o bytes once / t); FAIL = output check failed, so no time",
               "- the first call per configuration (kgen: JIT compile; flex: torch.compile) is "
               "excluded from timing; its wall time is in the checks table", ""]
     peers = [p for p in ("flash", "cudnn", "flex") if p in impls and "kgen" in impls]
     head = ["n", "d", "causal", "b×h", *impls, *(f"kgen speed-up vs {p}" for p in peers)]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cfg, res in rows:
-        cells = [cell(res[i], cfg, notes) for i in impls]
+        cells = [cell(res[i], cfg, notes, itemsize) for i in impls]
         ratios = [f"×{res[p].ms / res['kgen'].ms:.2f}" if res[p].ms and res["kgen"].ms else "–"
                   for p in peers]
-        lines.append(f"| {cfg.n} | {cfg.d} | {'yes' if cfg.causal else 'no'} | "
+        lines.append(f"| {n_text(cfg)} | {cfg.d} | {'yes' if cfg.causal else 'no'} | "
                      f"{cfg.b}×{heads_text(cfg.h, cfg.h_kv)} | " +
                      " | ".join(cells + ratios) + " |")
     lines += ["", "| n | d | causal | impl | check (worst over outputs) | first call ms | host µs/call |",
@@ -449,10 +470,14 @@ def markdown(meta, rows, impls):
             text = ("– " + notes.ref(r.error)) if r.error else summary(r.checks)
             host = f"{r.host_us:.0f}" if r.host_us else ""
             first = "" if r.error else f"{r.first_ms:.1f}"
-            lines.append(f"| {cfg.n} | {cfg.d} | {'yes' if cfg.causal else 'no'} | {i} | "
+            lines.append(f"| {n_text(cfg)} | {cfg.d} | {'yes' if cfg.causal else 'no'} | {i} | "
                          f"{text} | {first} | {host} |")
     lines += [""] + [f"[{k + 1}] {t}" for k, t in enumerate(notes.texts)]
     return "\n".join(lines) + "\n"
+
+
+def r_itemsize(meta):
+    return DTYPES[meta["dtype"]].itemsize
 
 
 def json_lines(meta, rows):
@@ -461,6 +486,7 @@ def json_lines(meta, rows):
         for r in res.values():
             yield json.dumps({**cfg.key(), "impl": r.impl, "ok": r.ok, "ms": r.ms,
                               "tflops": cfg.flops / r.ms / 1e9 if r.ms else None,
+                              "gbps": cfg.bytes(r_itemsize(meta)) / r.ms / 1e6 if r.ms else None,
                               "first_call_ms": r.first_ms, "host_us": r.host_us,
                               "error": r.error or None,
                               "checks": [c.as_dict() for c in r.checks]})
@@ -485,11 +511,17 @@ def main():
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--q-len", type=positive, metavar="N_Q",
+                   help="query rows of every row against its n keys (decode-like shapes); "
+                        "needs --causal no (SDPA aligns a causal mask top-left when n_q != n_k)")
     p.add_argument("--out", type=Path, help="write the markdown here, JSON lines beside (.jsonl)")
     args = p.parse_args()
     if unknown := set(args.impls) - set(IMPLS):
         p.error(f"unknown --impls {sorted(unknown)}")
     check_kv_heads(p, args, row_heads(args))
+    if args.q_len and args.causal != "no":
+        p.error("--q-len needs --causal no: SDPA's is_causal aligns the mask top-left when "
+                "n_q != n_k, kgen's and flex's bottom-right")
     dtype = DTYPES[args.dtype]
 
     meta = metadata(args)
@@ -500,13 +532,13 @@ def main():
     for d in args.head_dims:
         for causal in {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]:
             for n in args.seqlens:
-                cfg = Config(n, d, causal, *row_shape(args, n, d))
-                print(f"n={n} d={d} causal={causal} b={cfg.b} h={cfg.h} h_kv={cfg.h_kv}",
-                      flush=True)
+                cfg = Config(n, d, causal, *row_shape(args, n, d), n_q=args.q_len or 0)
+                print(f"n={n} n_q={cfg.q_rows} d={d} causal={causal} b={cfg.b} h={cfg.h} "
+                      f"h_kv={cfg.h_kv}", flush=True)
                 rows.append((cfg, bench_config(cfg, args, dtype, lambda s: print(s, flush=True))))
                 torch.cuda.empty_cache()
     meta["sm_clock_after"] = sm_clock()
-    text = markdown(meta, rows, args.impls)
+    text = markdown(meta, rows, args.impls, dtype.itemsize)
     print("\n" + text)
     if args.out:
         args.out.write_text(text)
