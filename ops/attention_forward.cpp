@@ -190,23 +190,9 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   return config;
 }
 
-namespace {
-
-// Query rows per packed problem up to which decode-like calls are packed: one query tile of the
-// warp-specialised kernel.
-constexpr std::int64_t kMaxPackedRows = 128;
-
-// Decode-like grouped-query calls: the h_q / h_kv query heads that share a K/V head become the
-// rows of one (batch, K/V head) problem, so one block reads that K and V once instead of once
-// per query head. Row m = j·n_q + r of the packed problem is row r of query head kv·group + j;
-// the views stay views (no copy) when m steps by one stride, i.e. n_q == 1 or the heads of q, o
-// (and lse) lie n_q rows apart. A causal mask would see the packed rows at the wrong positions,
-// so causal calls pack only with n_q == 1, where the one bottom-right-aligned row sees every key
-// (the packed call is then unmasked). Returns false, leaving the views alone, when it does not
-// apply: no GQA, more than kMaxPackedRows packed rows, other strides, or an explicit config.
 bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const TensorView& k, AttentionOptions& options) {
   const std::int64_t hq = q.shape[1], nq = q.shape[2], hkv = k.shape[1];
-  if (!options.config.empty() || hq == hkv || (options.causal && nq != 1) || hq / hkv * nq > kMaxPackedRows) return false;
+  if (!options.config.empty() || hq == hkv || (options.causal && nq != 1) || hq / hkv * nq > kMaxPackedQueryRows) return false;
   const std::int64_t group = hq / hkv;
   for (const TensorView* t : {&q, &o})
     if (nq != 1 && t->strides[1] != nq * t->strides[2]) return false;
@@ -220,8 +206,6 @@ bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const Tenso
   options.causal = false;
   return true;
 }
-
-}  // namespace
 
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const TensorView& k, const TensorView& v,
                                                  const TensorView& o_in, const TensorView* lse_in,

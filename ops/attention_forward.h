@@ -34,6 +34,21 @@ struct AttentionForwardLaunch {
   void* kernel_params() { return tma ? static_cast<void*>(&tma_params) : static_cast<void*>(&params); }
 };
 
+// Query rows per packed problem up to which pack_query_heads applies: one query tile of the
+// warp-specialised kernel.
+inline constexpr std::int64_t kMaxPackedQueryRows = 128;
+
+// Decode-like grouped-query calls: the h_q / h_kv query heads that share a K/V head become the
+// rows of one (batch, K/V head) problem, so one block reads that K and V once instead of once
+// per query head. Row m = j·n_q + r of the packed problem is row r of query head kv·group + j;
+// the views stay views (no copy) when m steps by one stride, i.e. n_q == 1 or the heads of q, o
+// (and lse) lie n_q rows apart. A causal mask would see the packed rows at the wrong positions,
+// so causal calls pack only with n_q == 1, where the one bottom-right-aligned row sees every key
+// (options.causal is then cleared). Returns false, leaving everything alone, when it does not
+// apply: no GQA, more than kMaxPackedQueryRows packed rows, other strides, or options.config
+// set. prepare_attention_forward calls it on validated views.
+bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const TensorView& k, AttentionOptions& options);
+
 // Validates, chooses the config and resolves the kernel (compiling or loading it on first use)
 // without launching: attention_forward is this plus one cuLaunchKernel.
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -9,6 +9,7 @@
 #include "kgen/c_api.h"
 #include "kgen/kgen.hpp"
 #include "driver/gpu_driver.h"
+#include "ops/attention_forward.h"
 
 namespace kgen {
 namespace {
@@ -40,6 +41,64 @@ void expect_invalid(const std::function<void(Tensors&)>& mutate, const std::stri
     EXPECT_EQ(e.status(), Status::invalid_argument) << e.what();
     EXPECT_EQ(std::string(e.what()).rfind(names, 0), 0u) << "message should start with '" << names << "': " << e.what();
   }
+}
+
+// Decode-like GQA calls run as one problem per (batch, K/V head): the restrided views address
+// exactly the elements of the original ones (row m = j·n_q + r of K/V head kv is row r of query
+// head kv·group + j), and every case it must not touch is left alone.
+std::int64_t offset(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t n) {
+  return b * t.strides[0] + h * t.strides[1] + n * t.strides[2];
+}
+
+void expect_same_elements(const TensorView& orig, const TensorView& packed, std::int64_t group, std::int64_t nq) {
+  for (std::int64_t b = 0; b < orig.shape[0]; ++b)
+    for (std::int64_t h = 0; h < orig.shape[1]; ++h)
+      for (std::int64_t r = 0; r < nq; ++r)
+        ASSERT_EQ(offset(orig, b, h, r), offset(packed, b, h / group, (h % group) * nq + r)) << b << " " << h << " " << r;
+}
+
+TEST(AttentionForwardPacking, GroupedQueryHeadsBecomeRowsOfOneProblemPerKvHead) {
+  for (bool bnhd : {false, true})
+    for (std::int64_t nq : {1, 3, 16}) {
+      Tensors t(DType::bf16, 2, 8, 2, nq, 77, 64);
+      if (bnhd)  // (b, n, h, d) memory viewed as (b, h, n, d)
+        for (TensorView* v : {&t.q, &t.o}) v->strides[1] = 64, v->strides[2] = 8 * 64, v->strides[0] = nq * 8 * 64;
+      TensorView q = t.q, o = t.o, lse = t.lse;
+      AttentionOptions opt;
+      const bool packed = pack_query_heads(q, o, &lse, t.k, opt);
+      EXPECT_EQ(packed, !bnhd || nq == 1) << bnhd << " " << nq;  // BNHD heads are not n_q rows apart
+      if (!packed) {
+        EXPECT_EQ(q.shape[1], 8);
+        continue;
+      }
+      for (const TensorView* v : {&q, &o}) {
+        EXPECT_EQ(v->shape[1], 2);
+        EXPECT_EQ(v->shape[2], 4 * nq);
+      }
+      EXPECT_EQ(lse.shape[1], 2);
+      EXPECT_EQ(lse.shape[2], 4 * nq);
+      expect_same_elements(t.q, q, 4, nq);
+      expect_same_elements(t.o, o, 4, nq);
+      expect_same_elements(t.lse, lse, 4, nq);
+    }
+}
+
+TEST(AttentionForwardPacking, LeavesCausalRowsMhaWideGroupsAndExplicitConfigsAlone) {
+  auto packs = [](std::int64_t hq, std::int64_t hkv, std::int64_t nq, bool causal, std::string config = "") {
+    Tensors t(DType::bf16, 2, hq, hkv, nq, 77, 64);
+    AttentionOptions opt;
+    opt.causal = causal, opt.config = config;
+    TensorView q = t.q, o = t.o, lse = t.lse;
+    const bool p = pack_query_heads(q, o, &lse, t.k, opt);
+    if (!p) EXPECT_TRUE(q.shape[1] == hq && q.strides[1] == t.q.strides[1] && opt.causal == causal);
+    return std::pair{p, opt.causal};
+  };
+  EXPECT_EQ(packs(8, 2, 1, true), (std::pair{true, false}));  // one bottom-right row sees every key
+  EXPECT_FALSE(packs(8, 2, 3, true).first);                      // positions would move
+  EXPECT_FALSE(packs(8, 8, 1, false).first);                     // no GQA
+  EXPECT_TRUE(packs(64, 1, 2, false).first);                     // 128 rows: one tile
+  EXPECT_FALSE(packs(64, 1, 3, false).first);                    // 192 rows
+  EXPECT_FALSE(packs(8, 2, 1, false, "wg:bm64:bn64:s2").first);  // explicit configs run as given
 }
 
 TEST(AttentionForwardApi, RejectsBadArgumentsNamingThem) {
