@@ -90,7 +90,9 @@ TEST(AttentionForwardPacking, LeavesCausalRowsMhaWideGroupsAndExplicitConfigsAlo
     opt.causal = causal, opt.config = config;
     TensorView q = t.q, o = t.o, lse = t.lse;
     const bool p = pack_query_heads(q, o, &lse, t.k, opt);
-    if (!p) EXPECT_TRUE(q.shape[1] == hq && q.strides[1] == t.q.strides[1] && opt.causal == causal);
+    if (!p) {
+      EXPECT_TRUE(q.shape[1] == hq && q.strides[1] == t.q.strides[1] && opt.causal == causal);
+    }
     return std::pair{p, opt.causal};
   };
   EXPECT_EQ(packs(8, 2, 1, true), (std::pair{true, false}));  // one bottom-right row sees every key
