@@ -77,7 +77,7 @@ struct KeyBlock {
 };
 
 // The key-major regions of dynamic shared memory from a base rounded up to 1024 bytes (the
-// 128-byte swizzle repeats every 1024 bytes), the statistics at byte StatsOffset past it.
+// 128-byte swizzle repeats every 1024 bytes), the statistics `stats_offset` bytes past it.
 template <int KVBytes, int QBytes, int BM>
 __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_smem(int stats_offset) {
   unsigned char* smem_raw = dynamic_smem();
@@ -109,8 +109,8 @@ __device__ __forceinline__ void load_query_tile_async(const AttentionBackwardPar
   }
 }
 
-// Column-share steps of attention_backward_wgmma_kv_cols on the first Cols columns (a multiple
-// of 64) of accumulators holding up to N/2 ... N registers: dQ = dS·K over BN keys (A = dS read
+// Column-share steps of attention_backward_wgmma_kv_cols on one piece of Cols columns (32, 64 or
+// 128; the accumulators hold at least Cols / 2 registers): dQ = dS·K over BN keys (A = dS read
 // M-major from the dSᵀ tile, B = K MN-major) and dV += Pᵀ·dO, dK += dSᵀ·Q over BM queries
 // (A = Pᵀ or dSᵀ K-major, one 64-column block: k-step kk is 32 bytes along its rows; B = dO or Q
 // MN-major); the caller fences and commits.
