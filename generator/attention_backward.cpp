@@ -33,9 +33,6 @@ bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 // Registers per thread of the wgmma key-major kernel: dK and dV accumulators (D/2 each), Sᵀ and
 // dPᵀ (BM/2 each), plus addressing and loop state.
 int wgmma_kv_register_estimate(int d, int bm) { return d + bm + 48; }
-// Of the column-share kernel: dK, dV and dQ accumulators over 128 columns (64 each), Sᵀ and dPᵀ
-// over 32 queries (16 each), plus addressing and loop state.
-constexpr int kWgmmaColsRegisterEstimate = 3 * 64 + 2 * 16 + 24;
 
 // Registers per thread of the key-major kernel for r = 16 or 32 keys per warp: dK and dV
 // accumulators (2·r·D/32), Sᵀ/Pᵀ and dPᵀ/dSᵀ tiles (2·r·BM/32), the repacked A fragments of one
@@ -181,7 +178,6 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
                std::to_string(spec.head_dim);
       if (c.block_n != 64 || c.warps != 8)
         return std::string("wgmma c2 takes block_n 64 (two warpgroups sharing 64 keys)");
-      if (kWgmmaColsRegisterEstimate > kMaxRegistersPerThread) return std::string("wgmma c2 exceeds the register budget");
       smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.block_m);
     } else {
       if (c.splits != 1) return std::string("wgmma splits must be 1, or 2 above 128 columns");

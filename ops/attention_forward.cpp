@@ -214,8 +214,12 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   TensorView q = q_in, o = o_in, lse_packed = lse_in ? *lse_in : TensorView{};
   const TensorView* lse = lse_in ? &lse_packed : nullptr;
   AttentionOptions options = options_in;
-  if (pack_query_heads(q, o, lse_in ? &lse_packed : nullptr, k, options))
-    call = validate_attention_forward(q, k, v, o, lse, options);
+  if (pack_query_heads(q, o, lse_in ? &lse_packed : nullptr, k, options)) {
+    // The packed views only regroup validated elements: the call's shape and mask follow.
+    call.shape.heads_q = call.shape.heads_kv;
+    call.shape.n_q = static_cast<int>(q.shape[2]);
+    call.spec.causal = false;
+  }
   AttentionForwardConfig config = choose_attention_forward_config(call, options);
   AttentionForwardLaunch launch;
   if (config.path == ForwardPath::ws) {
