@@ -79,7 +79,8 @@ std::string to_string(const AttentionForwardConfig& c) {
   else if (c.path == ForwardPath::wgmma)
     s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
   else if (c.path == ForwardPath::ws)
-    s << "ws:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << ":pp" << c.ping_pong;
+    s << "ws:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << ":pp" << c.ping_pong
+      << (c.split_keys ? ":split" : "");
   else if (c.path == ForwardPath::mfma)
     s << "mfma:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
   else
@@ -92,7 +93,10 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   AttentionForwardConfig c;
   if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
   else if (parts.size() == 4 && parts[0] == "wg") c.path = ForwardPath::wgmma;
-  else if (parts.size() == 5 && parts[0] == "ws") c.path = ForwardPath::ws;
+  else if ((parts.size() == 5 || (parts.size() == 6 && parts[5] == "split")) && parts[0] == "ws") {
+    c.path = ForwardPath::ws;
+    c.split_keys = parts.size() == 6;
+  }
   else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
   else if (parts.size() == 4 && parts[0] == "mfma") c.path = ForwardPath::mfma;
   else return std::nullopt;
@@ -149,6 +153,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
                                                           const AttentionForwardConfig& c,
                                                           const Target& target) {
   if (auto why = check_attention_forward_spec(spec)) return why;
+  if (c.split_keys && c.path != ForwardPath::ws) return std::string("split applies to ws configs only");
   if (c.path == ForwardPath::mfma) return check_mfma_forward_config(spec, c, target);
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
@@ -223,10 +228,12 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
   for (const auto& c : mfma_forward_config_space(spec, target)) out.push_back(c);
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     // Ping-pong off is kept for the tuner only at 128-key tiles, where it came within noise.
+    // Split keys (decode-like grids) only on the two-stage ping-pong tiles the defaults use.
     for (int bn : {128, 64, 192})
       for (int stages : {2, 3})
         for (int pp : {1, 0})
           if (pp == 1 || (bn == 128 && stages == 2)) keep({ForwardPath::ws, 128, bn, stages, 0, 8, pp});
+    for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
         for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
@@ -267,7 +274,10 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
     const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
-    AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
+    // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
+    // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (BENCHMARKS.md, "Decode").
+    const bool split = attention_forward_shape_class(shape, sm_count) == 2;
+    AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1, split};
     while (check_attention_forward_config(spec, c, target) && c.block_n > 64) c.block_n -= 64;
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
@@ -291,17 +301,30 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
 
 int attention_forward_shape_class(const AttentionShape& shape, int sm_count) {
   const long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + 127) / 128);
+  if (2 * blocks <= sm_count && shape.n_k >= kSplitKeysMinKeys) return 2;
   return blocks < sm_count ? 1 : 0;
+}
+
+int attention_forward_key_splits(const AttentionForwardConfig& c, const AttentionShape& shape, int sm_count) {
+  if (!c.split_keys) return 1;
+  const long long blocks = std::max(1LL, 1LL * shape.batch * shape.heads_q * ((shape.n_q + c.block_m - 1) / c.block_m));
+  const long long tiles = (shape.n_k + c.block_n - 1) / c.block_n;
+  return static_cast<int>(std::clamp(std::min<long long>(sm_count / blocks, tiles), 1LL, static_cast<long long>(kMaxKeySplits)));
 }
 
 AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec) {
   return {ForwardPath::simt, 4, 32, 1, simt_bucket(spec.head_dim)};
 }
 
-LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape) {
+LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape, int splits) {
   int rows = c.path == ForwardPath::simt ? attention_fwd::simt_block_m(c.block_m) : c.block_m;
-  return {static_cast<unsigned>((shape.n_q + rows - 1) / rows),
+  return {static_cast<unsigned>((shape.n_q + rows - 1) / rows * splits),
           static_cast<unsigned>(shape.heads_q), static_cast<unsigned>(shape.batch)};
+}
+
+LaunchGrid attention_forward_combine_grid(const AttentionShape& shape) {
+  return {static_cast<unsigned>((shape.n_q + attention_fwd::kCombineRows - 1) / attention_fwd::kCombineRows), static_cast<unsigned>(shape.heads_q),
+          static_cast<unsigned>(shape.batch)};
 }
 
 KernelSource render_attention_forward(const AttentionForwardSpec& spec,
@@ -336,12 +359,13 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     k.smem_bytes = attention_fwd::ws_smem_bytes(tile, c.block_n, c.stages);
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
-    shim.params = "AttentionForwardTmaParams";
+    shim.params = c.split_keys ? "AttentionForwardSplitParams" : "AttentionForwardTmaParams";
     shim.grid_constant = true;
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("Stages", c.stages),
                                        targ("Causal", spec.causal)});
     shim.args.push_back(targ("HeadDim", spec.head_dim));
     shim.args.push_back(targ("PingPong", c.ping_pong == 1));
+    if (c.split_keys) shim.args.push_back(targ("SplitKeys", true));
   } else if (c.path == ForwardPath::mfma) {
     header = render_mfma_forward(spec, c, k, shim);
   } else {
@@ -361,14 +385,34 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   return k;
 }
 
+KernelSource render_attention_forward_combine(DType dtype) {
+  KernelSource k;
+  k.op = "attention_fwd";
+  k.entry = "kgen_attention_fwd_combine";
+  k.variant = "attention_fwd." + std::string(dtype_name(dtype)) + ".combine";
+  k.threads = 32 * attention_fwd::kCombineRows;
+  k.smem_bytes = 0;
+  EntryShim shim{k.entry, k.threads, 0, "AttentionForwardSplitParams", "attention_forward_combine", {targ_type("T", dtype)}};
+  k.source = render_entry_shims("kgen_device/attention/forward_combine.cuh", k.variant, std::span(&shim, 1));
+  return k;
+}
+
+std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwardSpec& spec,
+                                                           const AttentionForwardConfig& config) {
+  std::vector<KernelSource> out{render_attention_forward(spec, config)};
+  if (config.split_keys) out.push_back(render_attention_forward_combine(spec.dtype));
+  return out;
+}
+
 std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
   std::vector<std::string> seen;
   auto add = [&](const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
-    KernelSource k = render_attention_forward(spec, c);
-    if (std::ranges::find(seen, k.variant) != seen.end()) return;
-    seen.push_back(k.variant);
-    out.push_back(std::move(k));
+    for (KernelSource& k : render_attention_forward_kernels(spec, c)) {
+      if (std::ranges::find(seen, k.variant) != seen.end()) continue;
+      seen.push_back(k.variant);
+      out.push_back(std::move(k));
+    }
   };
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : kAttentionWarmHeadDims)
@@ -376,13 +420,14 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
         AttentionForwardSpec spec{t, d, causal};
         for (const auto& c : attention_forward_config_space(spec, target)) add(spec, c);
       }
-  // Every other tensor-core head dim: the defaults of both shape classes (a machine-filling grid
-  // and one too small to fill it once).
+  // Every other tensor-core head dim: the defaults of each shape class (a machine-filling grid,
+  // one too small to fill it once, and a decode-like call, non-causal: packed GQA decode is).
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims()) {
       for (bool causal : {false, true})
         for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}})
           add({t, d, causal}, attention_forward_default_config({t, d, causal}, shape, target, 132));
+      add({t, d, false}, attention_forward_default_config({t, d, false}, AttentionShape{1, 8, 8, 4, 4096}, target, 132));
     }
   return out;
 }

@@ -44,6 +44,8 @@ struct AttentionForwardConfig {
   int warps = 0;          // fa2: warps per block, block_m / warps = 16 or 32 rows each; mfma:
                           // waves per block, 32 rows each
   int ping_pong = 0;      // ws: 1 = the two consumer warpgroups take turns to issue wgmma
+  bool split_keys = false;  // ws: the key tiles of a query tile are cut over several blocks, whose
+                            // partial results a second kernel merges ("...:split")
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 
@@ -63,7 +65,8 @@ inline constexpr int kMaxHeadDim = 256;
 // (0 above 256).
 int attention_simt_bucket(int head_dim);
 
-// "fa2:bm128:bn64:w4:s2", "wg:bm128:bn128:s2", "mfma:bm128:bn64:w4" or "simt:bm4:bn32:dmax128".
+// "fa2:bm128:bn64:w4:s2", "wg:bm128:bn128:s2", "ws:bm128:bn128:s2:pp1[:split]", "mfma:bm128:bn64:w4" or
+// "simt:bm4:bn32:dmax128".
 std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name).
@@ -90,18 +93,34 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count);
 // What the heuristic reads of the exact shape beyond its tuning bucket (two calls of one bucket
-// with the same class get the same default): 1 when 128-row query tiles would not fill the SMs once.
+// with the same class get the same default): 1 when 128-row query tiles would not fill the SMs
+// once, 2 when they would fill at most half of them and the rows have at least
+// kSplitKeysMinKeys keys (decode-like calls: the default cuts the keys over several blocks).
 int attention_forward_shape_class(const AttentionShape& shape, int sm_count);
+inline constexpr int kSplitKeysMinKeys = 512;
+
+// Key ranges per query tile of a split-keys launch (config.split_keys; 1 otherwise): as many as
+// fill the SMs once with one block each, at most one per key tile and kMaxKeySplits.
+int attention_forward_key_splits(const AttentionForwardConfig& config, const AttentionShape& shape, int sm_count);
+inline constexpr int kMaxKeySplits = 128;
 
 // The general (simt) path's default for `spec`: valid for every dtype, head_dim and alignment.
 AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec);
 
-// Grid of a launch: x = query tiles, y = query heads, z = batch.
-LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape);
+// Grid of a launch: x = query tiles (times `splits` key ranges), y = query heads, z = batch.
+LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape, int splits = 1);
+// Grid of the combine kernel after a split-keys launch: x = 4-row groups, y = query heads, z = batch.
+LaunchGrid attention_forward_combine_grid(const AttentionShape& shape);
 
 // The translation unit of one variant. `config` must be valid for `spec`.
 KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                       const AttentionForwardConfig& config);
+// The kernel that merges a split-keys launch's key ranges into o and lse (forward_combine.cuh):
+// one per 16-bit dtype, any head dim.
+KernelSource render_attention_forward_combine(DType dtype);
+// Every kernel a launch of `config` runs: the forward, then the combine kernel when it splits keys.
+std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwardSpec& spec,
+                                                           const AttentionForwardConfig& config);
 
 // Every (spec, config) that `kgen warm` compiles for `target`: all dtypes, head dims and
 // causal flags, each with its whole config space.

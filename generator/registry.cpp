@@ -38,7 +38,7 @@ ConfigKernels forward_kernels(const std::string& variant, const std::string& con
   return kernels_of(
       config, attention_forward_default_config(*spec, kWarmShape, target, kWarmSmCount), parse_attention_forward_config,
       [&](const auto& c) { return check_attention_forward_config(*spec, c, target); },
-      [&](const auto& c) { return std::vector<KernelSource>{render_attention_forward(*spec, c)}; });
+      [&](const auto& c) { return render_attention_forward_kernels(*spec, c); });
 }
 
 ConfigKernels backward_kernels(const std::string& variant, const std::string& config, const Target& target) {

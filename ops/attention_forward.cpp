@@ -15,6 +15,7 @@
 #include "ops/general_path.h"
 #include "base/log.h"
 #include "ops/tensor_checks.h"
+#include "ops/workspace.h"
 #include "tuning/tuning_db.h"
 #include "tuning/tuning_decision.h"
 #include "ops/tuning_problems.h"
@@ -27,10 +28,13 @@ constexpr double kLog2e = 1.4426950408889634;
 // The forward's packing of its kernel identity for jit/kernel_table.
 std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionForwardConfig& c) {
   KeyPacker k;
-  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
-  k.add(c.stages, 4).add(c.max_head_dim, 10).add(c.warps, 6).add(c.ping_pong, 1);
+  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 3).add(c.block_m, 10).add(c.block_n, 10);
+  k.add(c.stages, 4).add(c.max_head_dim, 10).add(c.warps, 6).add(c.ping_pong, 1).add(c.split_keys, 1);
   return k.value();
 }
+
+// The combine kernel's identity: its dtype, and a field no forward key sets.
+std::uint64_t combine_kernel_key(DType dtype) { return KeyPacker().add(int(dtype), 4).add(1023, 10).add(1, 1).value(); }
 
 // The 4-d TMA view (d, n, heads, batch) of a (batch, heads, n, d) tensor in boxes of 64 columns
 // by `rows` rows; false when a dimension of more than one element has stride 0 (an expanded
@@ -251,8 +255,19 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(call.spec.head_dim));
   p.scale = static_cast<float>(scale);
   p.scale_log2 = static_cast<float>(scale * kLog2e);
-  launch.grid = attention_forward_grid(config, call.shape);
+  const int splits = attention_forward_key_splits(config, call.shape, device_info(call.device).sm_count);
+  launch.grid = attention_forward_grid(config, call.shape, splits);
   if (launch.tma) launch.tma_params.a = p;
+  if (config.split_keys) {
+    launch.split = true;
+    static_cast<AttentionForwardTmaParams&>(launch.split_params) = launch.tma_params;
+    launch.split_params.splits = splits;
+    const std::size_t rows = static_cast<std::size_t>(call.shape.batch) * call.shape.heads_q * call.shape.n_q * splits;
+    launch.workspace_bytes = Workspace::aligned(rows * call.spec.head_dim * 4) + Workspace::aligned(rows * 4);
+    launch.combine = loaded_kernel({"attention_fwd", combine_kernel_key(call.spec.dtype), call.device},
+                                   [&] { return render_attention_forward_combine(call.spec.dtype); });
+    launch.combine_grid = attention_forward_combine_grid(call.shape);
+  }
   return launch;
 }
 
@@ -261,7 +276,17 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
   use_primary_context(q.device);
+  if (!launch.split) {
+    launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
+    return;
+  }
+  Workspace ws(nullptr, 0, launch.workspace_bytes, q.device, stream, "the key ranges' partial results");
+  const std::size_t rows = static_cast<std::size_t>(launch.params.batch) * launch.params.heads_q * launch.params.n_q *
+                           launch.split_params.splits;
+  launch.split_params.o_partial = ws.take(rows * launch.params.head_dim * 4);
+  launch.split_params.lse_partial = ws.take(rows * 4);
   launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
+  launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)");
 }
 
 const char* version() { return KGEN_VERSION; }

@@ -30,8 +30,18 @@ struct AttentionForwardLaunch {
   AttentionForwardParams params;
   bool tma = false;                      // the warp-specialised kernel: it takes tma_params
   AttentionForwardTmaParams tma_params;  // params plus the TMA maps of q, k, v and o
+  // A split-keys launch (splits > 1 or a ":split" config): the kernel takes split_params, whose
+  // workspace pointers the caller fills (workspace_bytes), then `combine` runs on combine_grid.
+  bool split = false;
+  AttentionForwardSplitParams split_params;
+  LoadedKernel combine;
+  LaunchGrid combine_grid;
+  std::size_t workspace_bytes = 0;
   // The kernel's one parameter, as launch_kernel takes it.
-  void* kernel_params() { return tma ? static_cast<void*>(&tma_params) : static_cast<void*>(&params); }
+  void* kernel_params() {
+    if (split) return &split_params;
+    return tma ? static_cast<void*>(&tma_params) : static_cast<void*>(&params);
+  }
 };
 
 // Query rows per packed problem up to which pack_query_heads applies: one query tile of the

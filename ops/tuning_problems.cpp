@@ -67,7 +67,7 @@ class ForwardTuning final : public AttentionFamilyTuning {
     return check_attention_forward_config(spec_, *c, target);
   }
   std::vector<KernelSource> kernels(const std::string& text) const override {
-    return {render_attention_forward(spec_, parse_attention_forward_config(text).value())};
+    return render_attention_forward_kernels(spec_, parse_attention_forward_config(text).value());
   }
 
  private:

@@ -56,6 +56,8 @@ constexpr OptionSpec kOptions[] = {
     {"batch", kAll, kEvery, false, false, "Batch size (attention: --tokens / n when absent)"},
     {"heads", kAll, kEvery, false, false, "Heads (attention: query heads, --hidden / d when absent)"},
     {"heads-kv", kAttention, kEvery, false, false, "Key/value heads (default: --heads)"},
+    {"q-len", kAttention, kEvery, false, false,
+     "Query rows of every sequence against its --seqlens keys (decode-like shapes; default: n_q = n)"},
     {"tokens", kAttention, kEvery, false, false, "b·n when --batch is absent"},
     {"hidden", kAttention, kEvery, false, false, "h·d when --heads is absent"},
     {"deterministic", kBwd, kEvery, true, false,
@@ -142,7 +144,7 @@ std::string group_name(unsigned ops) {
 // The options that the correctness list of `kgen check` fixes: giving one of them makes check
 // run the product sweep instead.
 bool fixed_by_check_list(const std::string& name, OpFamily family) {
-  static const char* const attention[] = {"seqlens", "batch", "heads", "heads-kv", "tokens", "hidden"};
+  static const char* const attention[] = {"seqlens", "batch", "heads", "heads-kv", "tokens", "hidden", "q-len"};
   static const char* const lrpe[] = {"head-dims", "seqlens", "batch", "heads", "grids", "extras"};
   auto has = [&](const auto& names) {
     return std::any_of(std::begin(names), std::end(names), [&](const char* n) { return name == n; });
@@ -315,7 +317,7 @@ std::string sweep_footer(SweepCommand command) {
       "× --seqlens at --batch × --heads; md_lrpe_cosine: the same with --grids × --extras (and --seqlens as 1-d "
       "grids) instead of --seqlens. An option that does not apply to the operator is an error.";
   if (command == SweepCommand::check)
-    s += " Without a shape option (attention: --seqlens, --batch, --heads, --heads-kv, --tokens, --hidden; lrpe: "
+    s += " Without a shape option (attention: --seqlens, --batch, --heads, --heads-kv, --tokens, --hidden, --q-len; lrpe: "
          "--head-dims, --seqlens, --batch, --heads, --grids, --extras) check runs the correctness list of "
          "docs/attention.md §5.6 or docs/lrpe.md §6 (odd sizes, both layouts, GQA, theta shapes, the md angle cache).";
   return s;
@@ -340,7 +342,7 @@ std::vector<AttentionCase> attention_cases(const SweepOptions& o) {
   } else {
     const auto seqlens = parse_int_list(o.value("seqlens"), "--seqlens");
     const int batch = o.integer("batch", 1), heads = o.integer("heads", 1), heads_kv = o.integer("heads-kv", 1);
-    const int tokens = o.integer("tokens", 1), hidden = o.integer("hidden", 1);
+    const int tokens = o.integer("tokens", 1), hidden = o.integer("hidden", 1), q_len = o.integer("q-len", 1);
     for (DType t : dtypes)
       for (int d : head_dims)
         for (bool c : causal)
@@ -349,7 +351,8 @@ std::vector<AttentionCase> attention_cases(const SweepOptions& o) {
             if (heads_kv && hq % heads_kv)
               throw Error(Status::invalid_argument, "--heads-kv: " + std::to_string(heads_kv) + " does not divide " +
                                                         std::to_string(hq) + " query heads");
-            cases.push_back(attention_case(t, d, c, batch ? batch : std::max(1, tokens / n), hq, heads_kv ? heads_kv : hq, n, n));
+            cases.push_back(attention_case(t, d, c, batch ? batch : std::max(1, tokens / n), hq, heads_kv ? heads_kv : hq,
+                                           q_len ? q_len : n, n));
           }
   }
   // check covers BNHD views: the layout alternates; bench and tune time BHND.

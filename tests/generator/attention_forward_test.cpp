@@ -1,6 +1,8 @@
 // The attention_fwd spec, config space, validity rules, default heuristic and rendering.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <fstream>
 #include <sstream>
 
@@ -194,6 +196,60 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   pp2.ping_pong = 2;
   EXPECT_NE(why(pp2, spec, sm90a()).find("pp"), std::string::npos);
   EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2"));
+}
+
+TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
+  const AttentionForwardSpec spec{DType::bf16, 128, false};
+  const AttentionForwardConfig split{ForwardPath::ws, 128, 128, 2, 0, 8, 1, true};
+  EXPECT_EQ(to_string(split), "ws:bm128:bn128:s2:pp1:split");
+  EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:split"), split);
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:splat"));
+  EXPECT_FALSE(parse_attention_forward_config("wg:bm64:bn64:s2:split"));
+  EXPECT_FALSE(check_attention_forward_config(spec, split, sm90a()));
+  AttentionForwardConfig fa2_split{ForwardPath::fa2, 128, 64, 2, 0, 4};
+  fa2_split.split_keys = true;
+  EXPECT_EQ(check_attention_forward_config(spec, fa2_split, sm90a()).value_or("valid"), "split applies to ws configs only");
+  const auto space = attention_forward_config_space(spec, sm90a());
+  EXPECT_NE(std::ranges::find(space, split), space.end());
+
+  // Shape classes at 132 SMs: 8 blocks of a decode call (b = 1, 8 packed K/V heads) with 4k keys
+  // split; the same grid with 256 keys, or 64 sequences, does not.
+  const AttentionShape decode{1, 8, 8, 4, 4096};
+  EXPECT_EQ(attention_forward_shape_class(decode, 132), 2);
+  EXPECT_EQ(attention_forward_shape_class({1, 8, 8, 4, 256}, 132), 1);
+  EXPECT_EQ(attention_forward_shape_class({64, 8, 8, 4, 4096}, 132), 0);
+  EXPECT_EQ(attention_forward_shape_class({1, 66, 66, 4, 4096}, 132), 2);
+  EXPECT_EQ(attention_forward_shape_class({1, 67, 67, 4, 4096}, 132), 1);
+  for (bool causal : {false, true})
+    EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, causal}, decode, sm90a(), 132)),
+              "ws:bm128:bn128:s2:pp1:split");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, decode, sm90a(), 132)),
+            "ws:bm128:bn192:s2:pp1:split");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, false}, decode, sm90a(), 132)),
+            "ws:bm128:bn64:s2:pp1:split");
+  EXPECT_FALSE(attention_forward_default_config(spec, {64, 8, 8, 4, 4096}, sm90a(), 132).split_keys);
+  EXPECT_EQ(attention_forward_default_config(spec, decode, sm80(), 132).path, ForwardPath::fa2);
+
+  // Ranges: enough blocks to fill the SMs once, at most one per key tile and kMaxKeySplits.
+  EXPECT_EQ(attention_forward_key_splits(split, decode, 132), 16);
+  EXPECT_EQ(attention_forward_key_splits(split, {1, 8, 8, 4, 1000}, 132), 8);
+  EXPECT_EQ(attention_forward_key_splits(split, {1, 1, 1, 1, 1 << 20}, 132), 128);
+  EXPECT_EQ(attention_forward_key_splits(split, {64, 8, 8, 4, 4096}, 132), 1);
+  EXPECT_EQ(attention_forward_key_splits(split, {1, 2, 2, 300, 1337}, 132), 11);  // 3 query tiles x 2 heads
+  EXPECT_EQ(attention_forward_key_splits({ForwardPath::ws, 128, 128, 2, 0, 8, 1}, decode, 132), 1);
+  EXPECT_EQ(attention_forward_grid(split, {1, 2, 2, 300, 1337}, 11).x, 33u);
+  EXPECT_EQ(attention_forward_combine_grid({3, 5, 5, 7, 9}).x, 2u);
+  EXPECT_EQ(attention_forward_combine_grid({3, 5, 5, 7, 9}).y, 5u);
+
+  // The launch runs the split forward, then the combine kernel of its dtype.
+  const auto kernels = render_attention_forward_kernels(spec, split);
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_NE(kernels[0].source.find("AttentionForwardSplitParams"), std::string::npos);
+  EXPECT_NE(kernels[0].source.find("/*SplitKeys=*/true"), std::string::npos);
+  EXPECT_EQ(kernels[1].entry, "kgen_attention_fwd_combine");
+  EXPECT_EQ(kernels[1].variant, "attention_fwd.bf16.combine");
+  EXPECT_EQ(kernels[1].threads, 32 * attention_fwd::kCombineRows);
+  EXPECT_EQ(render_attention_forward_kernels(spec, {ForwardPath::ws, 128, 128, 2, 0, 8, 1}).size(), 1u);
 }
 
 TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {

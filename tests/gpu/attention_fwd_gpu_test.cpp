@@ -125,6 +125,36 @@ TEST(AttentionForwardGpuWs, EveryWsConfigOnOddShapesAndTheDefaultsLarge) {
   if (check_hopper_family(ForwardPath::ws) == 0) GTEST_SKIP() << "the device has no wgmma";
 }
 
+// Decode-like calls on the launch path's own choice: grids of a few blocks, whose keys a Hopper
+// device splits over several blocks and merges in a second kernel (shape class 2). GQA calls
+// with one query row pack their heads first; n_k from one key to 16k, causal and not, both
+// layouts.
+TEST(AttentionForwardGpuDecode, SmallGridsMatchTheReference) {
+  KGEN_REQUIRE_GPU();
+  const Shape shapes[] = {{1, 32, 8, 1, 1},    {1, 32, 8, 1, 7},     {1, 32, 8, 1, 513},  {1, 32, 8, 1, 4097},
+                          {1, 32, 8, 1, 16384}, {2, 8, 8, 1, 5000},   {1, 4, 4, 3, 1337},  {1, 32, 8, 16, 3000},
+                          {1, 8, 1, 1, 2048},   {1, 2, 2, 130, 2000}};
+  std::uint64_t seed = 9100;
+  int split = 0;
+  for (DType t : {DType::bf16, DType::f16})
+    for (int d : {128, 64, 80, 256})
+      for (bool causal : {false, true})
+        for (const Shape& s : shapes) {
+          AttentionCase c;
+          c.dtype = t, c.head_dim = d, c.causal = causal, c.seed = seed++;
+          c.layout = seed % 2 ? Layout::bnhd : Layout::bhnd;
+          c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+          auto r = check_attention_forward(c);
+          EXPECT_TRUE(r.pass) << describe(c, r);
+          const AttentionShape shape{s.b, s.hq, s.hkv, s.nq, s.nk};
+          split += attention_forward_default_config({t, d, causal}, shape, device_info(0).target, device_info(0).sm_count)
+                       .split_keys;
+        }
+  if (device_info(0).target.arch == "sm_90a") {
+    EXPECT_GT(split, 0) << "no decode shape took the split-keys path";
+  }
+}
+
 // Large shapes: several waves of blocks on the device, sampled rows of every head checked.
 TEST(AttentionForwardGpuLarge, ManyWavesAndLongSequences) {
   KGEN_REQUIRE_GPU();

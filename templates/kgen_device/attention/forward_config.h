@@ -47,6 +47,9 @@ KGEN_HOST_DEVICE constexpr int ws_smem_bytes(int head_dim, int block_n, int stag
   return 1024 + (128 * head_dim + stages * 2 * block_n * head_dim) * 2 + kWsBarrierBytes;
 }
 
+// Combine kernel of a split-keys launch (forward_combine.cuh): one warp per query row.
+constexpr int kCombineRows = 4;  // rows (warps) per block
+
 // General (SIMT) path: any dtype, any head_dim <= max_head_dim; one warp per query row,
 // K/V tiles of block_n rows staged in fp32 shared memory.
 KGEN_HOST_DEVICE constexpr int simt_threads(int warps) { return warps * 32; }

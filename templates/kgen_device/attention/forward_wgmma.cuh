@@ -109,10 +109,13 @@ struct QueryBlock {
   int m0, head, batch, n_q, n_k;
   int diag;       // causal: row i sees keys j <= i + diag
   int num_tiles;  // key tiles of BN keys holding a key visible to some row of the block
+  // `splits`: key ranges per query tile (a split-keys grid has splits blocks per query tile,
+  // block x taking query tile x / splits).
   template <int BM, int BN, bool Causal>
-  __device__ __forceinline__ static QueryBlock of(const AttentionForwardParams& p) {
+  __device__ __forceinline__ static QueryBlock of(const AttentionForwardParams& p, int splits = 1) {
     QueryBlock b;
-    b.m0 = (Causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x) * BM;
+    const int x = blockIdx.x / splits;
+    b.m0 = (Causal ? gridDim.x / splits - 1 - x : x) * BM;
     b.head = blockIdx.y, b.batch = blockIdx.z;
     b.n_q = p.n_q, b.n_k = p.n_k;
     b.diag = b.n_k - b.n_q;

@@ -20,9 +20,18 @@
 // barriers 1 and 2), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor
 // cores.
 //
+// With SplitKeys, a consumer whose rows all lie past n_q only keeps the ring and the turns going.
+//
 // Epilogue: O / l in 16 bits into the warpgroup's own Q rows, then one TMA store per 64-column
 // block (rows past n_q and columns past the head dim are not written); LSE in the natural log,
 // −inf (and O = 0) for rows that saw no key.
+//
+// SplitKeys (AttentionForwardSplitParams): the grid has tp.splits blocks per query tile, and
+// block x walks the x % splits-th of ceil(num_tiles / splits) consecutive key tiles (the last
+// ranges may be short or empty). Its epilogue writes the rows' O / l in fp32 and lse2 (log2
+// domain, −inf for a row that saw no key) to the workspace instead of o and lse;
+// attention_forward_combine (forward_combine.cuh) merges the ranges. Decode-like calls use it,
+// whose few query tiles would leave most SMs idle.
 //
 // Requirements (checked by the host): 16-byte aligned pointers and strides, contiguous last
 // dimension, p.head_dim == HeadDim, D a multiple of 64.
@@ -43,9 +52,11 @@ namespace kgen {
 
 // T: half_t or bfloat16_t. D: the tile's head dim (64 .. 256). BN: keys per tile. Stages: K/V
 // buffers in the ring. Causal: bottom-right mask. HeadDim: the tensors' head dim, a multiple of
-// 8 in (D − 64, D]. PingPong: the two consumers alternate their wgmma issue.
-template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true>
-__device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaParams& tp) {
+// 8 in (D − 64, D]. PingPong: the two consumers alternate their wgmma issue. SplitKeys: one key
+// range per block, partial results to the workspace (Params = AttentionForwardSplitParams).
+template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
+          class Params>
+__device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the warp-specialised kernel takes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
@@ -68,9 +79,18 @@ __device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaPa
   const AttentionForwardParams& p = tp.a;
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p);
+  int splits = 1;
+  if constexpr (SplitKeys) splits = tp.splits;
+  const auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
   const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
-  const int num_tiles = qb.num_tiles;
+  // This block's key tiles: [first_tile, first_tile + num_tiles).
+  int first_tile = 0, num_tiles = qb.num_tiles, split = 0;
+  if constexpr (SplitKeys) {
+    split = blockIdx.x % splits;
+    const int per_split = (qb.num_tiles + splits - 1) / splits;
+    first_tile = imin(split * per_split, qb.num_tiles);
+    num_tiles = imin(per_split, qb.num_tiles - first_tile);
+  }
 
   const unsigned smem_raw = smem_u32(dynamic_smem());
   const unsigned smem_q = (smem_raw + 1023u) & ~1023u;
@@ -114,13 +134,13 @@ __device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaPa
         tma::arrive_expect_tx(k_full(stage), KVTile::kBytes);
 #pragma unroll
         for (int b = 0; b < D / 64; ++b)
-          tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, tile * BN, kv_head, batch,
+          tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, (first_tile + tile) * BN, kv_head, batch,
                        k_full(stage));
         if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
         tma::arrive_expect_tx(v_full(stage), KVTile::kBytes);
 #pragma unroll
         for (int b = 0; b < D / 64; ++b)
-          tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, tile * BN, kv_head, batch,
+          tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, (first_tile + tile) * BN, kv_head, batch,
                        v_full(stage));
       }
     }
@@ -156,6 +176,28 @@ __device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaPa
     if (lane == 0) tma::arrive(bar);
   };
 
+  if (SplitKeys && wg_row0 >= n_q) {
+    // ---- a split-keys consumer whose 64 rows all lie past n_q (decode calls of up to 64 rows):
+    // it computes and stores nothing, but takes its ping-pong turns and releases each stage once
+    // it was filled, so the ring's phases stay those of the other consumer. (Kernels without
+    // SplitKeys keep their code as measured: their idle rows are computed and never stored.) ----
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int stage = tile % Stages;
+      const unsigned phase = static_cast<unsigned>((tile / Stages) & 1);
+      begin_issue();
+      end_issue();
+      tma::wait(k_full(stage), phase);
+      release(k_empty(stage));
+      tma::wait(v_full(stage), phase);
+      release(v_empty(stage));
+    }
+    if (num_tiles > 0) {
+      begin_issue();
+      end_issue();
+    }
+    return;
+  }
+
   const unsigned long long q_desc = wgmma::desc_sw128(smem_q + cw * kBoxBytes64, 16, 1024);
   float o[kORegs];
 #pragma unroll
@@ -185,8 +227,9 @@ __device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaPa
     wgmma::fence_operand(s);
     release(k_empty(0));
     float alpha[2];
-    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, 0, n_k, row0, diag, t, scale_log2,
-                                               needs_mask(0));
+    const int n0 = first_tile * BN;
+    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                               needs_mask(n0));
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
   }
@@ -205,7 +248,7 @@ __device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaPa
     wgmma::fence_operand(s);
     release(k_empty(next));
     float alpha[2];
-    const int n0 = (tile + 1) * BN;
+    const int n0 = (first_tile + tile + 1) * BN;
     wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
                                                needs_mask(n0));
     wgmma::wait<0>();
@@ -223,6 +266,28 @@ __device__ __forceinline__ void attention_forward_ws(const AttentionForwardTmaPa
     end_issue();
     wgmma::wait<0>();
     wgmma::fence_operand(o);
+  }
+
+  if constexpr (SplitKeys) {
+    // ---- split epilogue: this range's O / l and lse2 of the rows below n_q, fp32 ----
+    const long long rows = static_cast<long long>(p.batch) * p.heads_q * n_q;
+    const long long row_base = static_cast<long long>(split) * rows + (static_cast<long long>(batch) * p.heads_q + head) * n_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float l = quad_sum(row_sum[h]);
+      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      const int row = row0 + 8 * h;
+      if (row >= n_q) continue;
+      float* out = tp.o_partial + (row_base + row) * HeadDim;
+#pragma unroll
+      for (int j = 0; j < kORegs / 4; ++j)
+        if (8 * j < HeadDim) {
+          const float2 v = make_float2(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l);
+          *reinterpret_cast<float2*>(out + 8 * j + 2 * t) = v;
+        }
+      if (t == 0) tp.lse_partial[row_base + row] = l > 0.f ? row_max[h] * scale_log2 + log2_approx(l) : -infinity_f32();
+    }
+    return;
   }
 
   // ---- epilogue: O / l into this consumer's Q rows, one TMA store per column block; LSE ----

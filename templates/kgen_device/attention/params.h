@@ -43,4 +43,17 @@ struct AttentionForwardTmaParams {
   TensorMapBytes q_map, k_map, v_map, o_map;
 };
 
+// Parameters of a split-keys launch: the warp-specialised forward with SplitKeys
+// (forward_ws.cuh) and then attention_forward_combine (forward_combine.cuh) take the same struct.
+// The key tiles of each query tile are cut into `splits` contiguous ranges; block x of the grid
+// is query tile x / splits, range x % splits. Each range writes its rows' O / l (fp32) and lse2
+// (log2 domain, −inf for a row that saw no key) to the workspace, laid out (splits, batch,
+// heads_q, n_q, head_dim) and (splits, batch, heads_q, n_q), contiguous; the combine kernel
+// merges the ranges into o and lse.
+struct AttentionForwardSplitParams : AttentionForwardTmaParams {
+  float* o_partial;
+  float* lse_partial;
+  int splits;
+};
+
 }  // namespace kgen
