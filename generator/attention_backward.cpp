@@ -225,7 +225,13 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
   if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
-  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && spec.head_dim > 32 && has_wgmma(target)) {
+  // d = 32 on sm_90a (H200, bf16, b·n = 16k, h = 64, `kgen bench --op attention_bwd --head-dims 32`,
+  // BENCHMARKS.md "d = 32 backward"): without a mask the padded 64-column wgmma tile ran 165 / 204 /
+  // 217 TFLOPS at n = 1k / 4k / 16k against 147 / 184 / 198 for fa2:bm64:bn128:w8; causal,
+  // fa2:bm64:bn64:w4 ran 124 / 177 / 199 against 109 / 161 / 184 (wg 114–191).
+  const bool wgmma_d32 = spec.head_dim == 32 && !spec.causal;
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && (spec.head_dim > 32 || wgmma_d32) &&
+      has_wgmma(target)) {
     // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
     // Hopper: two warpgroups of 64 keys against 64-row query tiles. On an H200 (bf16, b·n = 16k,
     // h·d = 2048, BENCHMARKS.md) d = 128 ran 283 / 304 TFLOPS at n = 4k / 16k (causal 251 / 295)
@@ -245,8 +251,9 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // Above 128 columns (two column splits) the registers take 32-row query tiles, and on
     // sm_80 the shared memory 64-key blocks.
     const bool small = attention_backward_shape_class(shape, sm_count) == 1;
+    const bool causal_d32 = spec.head_dim == 32 && spec.causal && has_wgmma(target);
     for (int bn : {128, 64}) {
-      if (small && bn == 128) continue;
+      if ((small || causal_d32) && bn == 128) continue;
       for (int bm : {64, 32}) {
         const AttentionBackwardConfig c{BackwardPath::fa2, bm, bn, bn / 16, 0};
         if (!check_attention_backward_config(spec, c, target)) return c;

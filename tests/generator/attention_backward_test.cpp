@@ -61,6 +61,12 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
     }
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128");
+  // d = 32 on sm_90a: the padded wgmma tile without a mask, 64-key fa2 blocks with one; sm_80 as before.
+  const AttentionShape d32_big{4, 64, 64, 4096, 4096};
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm90a(), 132)), "fa2:bm64:bn64:w4");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
+  EXPECT_EQ(attention_backward_default_config({DType::bf16, 24, false}, d32_big, sm90a(), 132).path, BackwardPath::fa2);
   // Above 128 columns: the column-share kernel on sm_90a, fa2 with column splits elsewhere.
   for (int d : {136, 160, 192, 200, 256}) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
