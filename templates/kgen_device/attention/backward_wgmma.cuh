@@ -66,28 +66,14 @@ __device__ __forceinline__ void issue_sdp(float (&s)[N / 2], float (&dp)[N / 2],
   wgmma::commit();
 }
 
-// The block's place in a key-major walk of BN keys per block: its first key, kv head and batch,
-// the lengths and the causal diagonal n_k − n_q: (blockIdx.x, y, z), except in causal grids of
-// at most kHeavyFirstBlocks blocks. There the blocks of the grid (key blocks, kv heads, batch)
-// are taken in the order the device starts them (x fastest) and given out heaviest first: key
-// block 0 of every kv head and sequence, then key block 1, ... A causal key block of a GQA group
-// walks group × (query tiles from its diagonal on); with x fastest, the heaviest blocks of the
-// last heads of a small grid started only after a first wave of mixed blocks and finished long
-// after the rest (H200, b = 1, 64/8 heads, 4k: 2.94 → 2.04 ms). Larger grids keep x fastest,
-// whose concurrent blocks share their heads' Q and dO in L2.
-constexpr unsigned kHeavyFirstBlocks = 1024;
+// The block's place in a key-major walk of BN keys per block: its first key, kv head and batch
+// (bwd_detail::key_major_block: heaviest first in small causal grids), the lengths and the
+// causal diagonal n_k − n_q.
 struct KeyBlock {
   int n0, kv_head, batch, n_q, n_k, diag;
   template <bool Causal>
   __device__ __forceinline__ static KeyBlock of(const AttentionBackwardParams& p, int bn) {
-    int x = blockIdx.x, y = blockIdx.y, z = blockIdx.z;
-    if (Causal && gridDim.x * gridDim.y * gridDim.z <= kHeavyFirstBlocks) {
-      const int lanes = gridDim.y * gridDim.z;  // (kv head, batch) pairs per key block
-      const int linear = x + gridDim.x * (y + gridDim.y * z);
-      x = linear / lanes;
-      y = linear % lanes % gridDim.y;
-      z = linear % lanes / gridDim.y;
-    }
+    const auto [x, y, z] = key_major_block<Causal>();
     return {x * bn, y, z, p.n_q, p.n_k, p.n_k - p.n_q};
   }
 };
