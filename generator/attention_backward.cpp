@@ -334,7 +334,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       if (c.path == BackwardPath::wgmma && c.splits == 2) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
-        k.threads = 256;
+        k.threads = attention_bwd::kWgmmaColsThreads;
         k.smem_bytes = attention_bwd::wgmma_cols_smem_bytes(tile, c.block_m);
         shim.function = "attention_backward_wgmma_kv_cols";
         shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),

@@ -275,7 +275,7 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& o, const TensorView* lse, const AttentionOptions& options,
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
-  use_primary_context(q.device);
+  if (!launch.tma) use_primary_context(q.device);  // prepare made it current for the tensor maps
   if (!launch.split) {
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
     return;

@@ -29,6 +29,7 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, in
 // share 64 keys, splitting the query rows of Sᵀ/dPᵀ and the columns of dK, dV and dQ. Shared
 // memory: 1024 bytes of alignment, K and V tiles, two stages of Q and dO tiles, the Pᵀ and dSᵀ
 // tiles (both modes: dK and dV read them from shared memory), two stages of lse2 and delta.
+constexpr int kWgmmaColsThreads = 256;  // two warpgroups
 KGEN_HOST_DEVICE constexpr int wgmma_cols_smem_bytes(int head_dim, int block_m) {
   return 1024 + (2 * 64 * head_dim + 4 * block_m * head_dim + 2 * 64 * block_m) * 2 + 4 * block_m * 4;
 }

@@ -387,7 +387,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 64;
-  constexpr int kThreads = 256;
+  constexpr int kThreads = attention_bwd::kWgmmaColsThreads;
   using KVTile = wgmma::Sw128<BN, D>;
   using QTile = wgmma::Sw128<BM, D>;
   using PTile = wgmma::Sw128<BN, BM>;  // Pᵀ and dSᵀ: rows = keys, columns = queries
