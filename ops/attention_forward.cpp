@@ -262,8 +262,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     launch.split = true;
     static_cast<AttentionForwardTmaParams&>(launch.split_params) = launch.tma_params;
     launch.split_params.splits = splits;
-    const std::size_t rows = static_cast<std::size_t>(call.shape.batch) * call.shape.heads_q * call.shape.n_q * splits;
-    launch.workspace_bytes = Workspace::aligned(rows * call.spec.head_dim * 4) + Workspace::aligned(rows * 4);
+    launch.partial_rows = static_cast<std::size_t>(call.shape.batch) * call.shape.heads_q * call.shape.n_q * splits;
     launch.combine = loaded_kernel({"attention_fwd", combine_kernel_key(call.spec.dtype), call.device},
                                    [&] { return render_attention_forward_combine(call.spec.dtype); });
     launch.combine_grid = attention_forward_combine_grid(call.shape);
@@ -280,11 +279,11 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
     return;
   }
-  Workspace ws(nullptr, 0, launch.workspace_bytes, q.device, stream, "the key ranges' partial results");
-  const std::size_t rows = static_cast<std::size_t>(launch.params.batch) * launch.params.heads_q * launch.params.n_q *
-                           launch.split_params.splits;
-  launch.split_params.o_partial = ws.take(rows * launch.params.head_dim * 4);
-  launch.split_params.lse_partial = ws.take(rows * 4);
+  const std::size_t o_bytes = launch.partial_rows * launch.params.head_dim * 4, lse_bytes = launch.partial_rows * 4;
+  Workspace ws(nullptr, 0, Workspace::aligned(o_bytes) + Workspace::aligned(lse_bytes), q.device, stream,
+               "the key ranges' partial results");
+  launch.split_params.o_partial = ws.take(o_bytes);
+  launch.split_params.lse_partial = ws.take(lse_bytes);
   launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
   launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)");
 }

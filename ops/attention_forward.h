@@ -30,13 +30,14 @@ struct AttentionForwardLaunch {
   AttentionForwardParams params;
   bool tma = false;                      // the warp-specialised kernel: it takes tma_params
   AttentionForwardTmaParams tma_params;  // params plus the TMA maps of q, k, v and o
-  // A split-keys launch (splits > 1 or a ":split" config): the kernel takes split_params, whose
-  // workspace pointers the caller fills (workspace_bytes), then `combine` runs on combine_grid.
+  // A split-keys launch (a ":split" config): the kernel takes split_params, whose workspace
+  // pointers the caller fills (partial_rows rows of head_dim + 1 floats), then `combine` runs on
+  // combine_grid.
   bool split = false;
   AttentionForwardSplitParams split_params;
   LoadedKernel combine;
   LaunchGrid combine_grid;
-  std::size_t workspace_bytes = 0;
+  std::size_t partial_rows = 0;  // splits · batch · heads_q · n_q
   // The kernel's one parameter, as launch_kernel takes it.
   void* kernel_params() {
     if (split) return &split_params;
