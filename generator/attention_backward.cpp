@@ -446,6 +446,35 @@ int dbl_register_estimate(int d, int bn) { return d + 4 * bn + 60; }
 // On 256-column tiles (d > 224) the wide tiles would not fit sm_80's shared memory: they keep bn.
 int dbl_wide_tile(int bn, int d = 0) { return fa2_tile_head_dim(d) > 224 ? bn : std::max(bn, 32); }
 
+// The wgmma double backward (double_backward_wgmma.cuh): block_n rows per block (64 per
+// warpgroup) in both passes, score tiles block_m wide. Per thread: the two row accumulators
+// (tile head dim D) and the four score tiles (2·block_m); D + 2·block_m ≤ 192 leaves room for
+// the A fragments, addressing and statistics.
+int dbl_wgmma_register_estimate(int d, int tile) { return d + 2 * tile + 60; }
+int dbl_wgmma_smem_bytes(int d, const AttentionBackwardConfig& c) {
+  return std::max(attention_bwd::wgmma_dbl_q_smem_bytes(d, c.block_n / 64, c.block_m),
+                  attention_bwd::wgmma_dbl_kv_smem_bytes(d, c.block_n / 64, c.block_m));
+}
+
+std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+                                                  const Target& target) {
+  if (auto why = nvidia_only_path("wgmma", target)) return why;
+  if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
+  if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
+  if (!is_bwd_wgmma_head_dim(spec.head_dim))
+    return "wgmma double backward serves head dims up to 128, not head_dim=" + std::to_string(spec.head_dim);
+  if (c.splits != 1) return std::string("wgmma double backward takes no column splits");
+  if (c.block_m != 32 && c.block_m != 64) return std::string("wgmma double backward block_m (score tile) must be 32 or 64");
+  if (c.block_n != 64 && c.block_n != 128)
+    return std::string("wgmma double backward block_n must be 64 or 128 (one or two warpgroups)");
+  if (c.warps != c.block_n / 16) return std::string("wgmma warps must be block_n / 16");
+  const int tile = wgmma_tile_head_dim(spec.head_dim);
+  if (dbl_wgmma_register_estimate(tile, c.block_m) > kMaxRegistersPerThread)
+    return "wgmma double backward head_dim=" + std::to_string(spec.head_dim) + " with block_m=" +
+           std::to_string(c.block_m) + " exceeds the register budget";
+  return smem_limit_error(dbl_wgmma_smem_bytes(tile, c), target);
+}
+
 std::string dbl_kernel_name(DoubleBackwardKernel k) {
   switch (k) {
     case DoubleBackwardKernel::preprocess: return "preprocess";
@@ -473,7 +502,11 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
   if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
-  if (c.path == BackwardPath::wgmma) return std::string("the double backward has no wgmma path (use fa2 or simt)");
+  if (c.path == BackwardPath::wgmma) {
+    if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
+      return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+    return check_dbl_wgmma_config(spec, c, target);
+  }
   if (c.path == BackwardPath::mfma) return std::string("the double backward has no mfma path (use simt on AMD)");
   if (auto why = nvidia_only_path("fa2", target)) return why;
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
@@ -500,6 +533,9 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
   auto keep = [&](const AttentionBackwardConfig& c) {
     if (!check_attention_double_backward_config(spec, c, target)) out.push_back(c);
   };
+  if (spec.dtype != DType::f32 && has_wgmma(target))
+    for (int bn : {64, 128})
+      for (int bm : {64, 32}) keep({BackwardPath::wgmma, bm, bn, bn / 16, 0});
   if (spec.dtype != DType::f32)
     for (int bm : {64, 32})
       for (int bn : {16, 32, 64}) keep({BackwardPath::fa2, bm, bn, bm / 16, 0});
@@ -509,6 +545,16 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
 
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target) {
+  // Hopper, 40 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
+  // score tiles on the 64-column tile and 32-wide on the 128-column one (registers). On an H200
+  // (b = 1, n = 8192, BENCHMARKS.md "The double backward on wgmma") d = 64 ran 0.407 ms against
+  // 0.755 for the fa2 default at h = 1 (causal 0.327 against 0.520) and 5.94 against 11.21 at
+  // h = 16; d = 128 0.987 against 1.420 (causal 0.633 against 0.950), 15.2 against 21.4 at h = 16.
+  if (spec.dtype != DType::f32 && spec.head_dim > 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+    const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 32;
+    const AttentionBackwardConfig c{BackwardPath::wgmma, tile, 64, 4, 0};
+    if (!check_attention_double_backward_config(spec, c, target)) return c;
+  }
   // 32-row tiles only where 64 do not fit (large head dims on sm_80's shared memory).
   for (int bm : {64, 32})
     for (int bn : {64, 32, 16}) {
@@ -535,11 +581,12 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
 
 int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, const AttentionShape& s, int sm_count,
                                            bool deterministic) {
-  if (c.path != BackwardPath::fa2 || deterministic) return 1;
+  if ((c.path != BackwardPath::fa2 && c.path != BackwardPath::wgmma) || deterministic) return 1;
   // Split the key range of the r/c pass while the blocks stay within about four per SM (measured
   // on 132 SMs) and every split keeps at least two key tiles.
-  const long long q_blocks = 1LL * s.batch * s.heads_q * blocks(s.n_q, c.block_m);
-  const long long key_tiles = blocks(s.n_k, dbl_wide_tile(c.block_n));
+  const bool wg = c.path == BackwardPath::wgmma;  // wgmma: block_n rows per block, block_m-key tiles
+  const long long q_blocks = 1LL * s.batch * s.heads_q * blocks(s.n_q, wg ? c.block_n : c.block_m);
+  const long long key_tiles = blocks(s.n_k, wg ? c.block_m : dbl_wide_tile(c.block_n));
   int splits = 1;
   while (splits < 4 && q_blocks * splits * 2 <= 4LL * sm_count && key_tiles >= 4LL * splits) splits *= 2;
   return splits;
@@ -555,14 +602,15 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
                                           const AttentionShape& s, int sm_count, bool deterministic, int head_dim) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
+  const int rows = c.path == BackwardPath::wgmma ? c.block_n : c.block_m;  // rows per block of both passes
   switch (kernel) {
     case DoubleBackwardKernel::preprocess: return {blocks(s.n_q, kRowWarps), hq, b};
     case DoubleBackwardKernel::q_stats:
-      return {blocks(s.n_q, c.block_m) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
+      return {blocks(s.n_q, rows) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
               hq, b};
     case DoubleBackwardKernel::fused: {
-      const unsigned splits = static_cast<unsigned>(column_splits(head_dim));
-      return {(blocks(s.n_q, c.block_m) + blocks(s.n_k, c.block_m)) * splits, hq, b};
+      const unsigned splits = c.path == BackwardPath::wgmma ? 1u : static_cast<unsigned>(column_splits(head_dim));
+      return {(blocks(s.n_q, rows) + blocks(s.n_k, rows)) * splits, hq, b};
     }
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
     case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.block_m), hkv, b};
@@ -580,7 +628,18 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   EntryShim shim{"", 0, 1, "AttentionBackwardParams", "", {}};
   std::string include = "kgen_device/attention/double_backward_fa2.cuh";
   AttentionBackwardSpec named = spec;
-  switch (kernel) {
+  if (c.path == BackwardPath::wgmma) {
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    const bool stats = kernel == DoubleBackwardKernel::q_stats;
+    include = "kgen_device/attention/double_backward_wgmma.cuh";
+    k.threads = c.block_n / 64 * 128;
+    k.smem_bytes = stats ? attention_bwd::wgmma_dbl_q_smem_bytes(tile, c.block_n / 64, c.block_m) : dbl_wgmma_smem_bytes(tile, c);
+    shim.function = stats ? "attention_double_backward_wgmma_q" : "attention_double_backward_wgmma_fused";
+    shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Tile", c.block_m), targ("WGs", c.block_n / 64),
+                 targ("Causal", spec.causal)};
+    if (stats) shim.args.push_back(targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats")));
+    add_head_dim_args(shim, tile, spec.head_dim);
+  } else switch (kernel) {
     case DoubleBackwardKernel::q_stats:
       k.threads = c.warps * 32;
       k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, dbl_wide_tile(c.block_n, spec.head_dim));

@@ -149,16 +149,21 @@ int bench_gradients(const std::string& op, const AttentionCase& c, const SweepOp
   int failed = 0;
   for (const std::string& config : configs) {
     const std::string name = config.empty() ? "default" : config;
-    HarnessCheck check = bench->check(config);
-    if (!check.pass) {
-      std::printf("%s%s | FAIL | – | – | – |\n%s\n", row.c_str(), name.c_str(), to_string(check).c_str());
+    try {  // a config invalid for this case is its own ERROR row; the others still run
+      HarnessCheck check = bench->check(config);
+      if (!check.pass) {
+        std::printf("%s%s | FAIL | – | – | – |\n%s\n", row.c_str(), name.c_str(), to_string(check).c_str());
+        ++failed;
+        continue;
+      }
+      Timing t = bench->time(config, o.integer("warmup", 0), o.integer("reps", 1));
+      const double flops = dbl ? attention_double_backward_flops(c) : attention_backward_flops(c);
+      std::printf("%s%s | pass (rel_l2 ≤ %.1e) | %.3f | %.3f–%.3f | %.1f |\n", row.c_str(), name.c_str(),
+                  check.worst_rel_l2(), t.median_ms, t.p20_ms, t.p80_ms, flops / (t.median_ms * 1e-3) / 1e12);
+    } catch (const Error& e) {
+      std::printf("%s%s | ERROR %s | – | – | – |\n", row.c_str(), name.c_str(), e.what());
       ++failed;
-      continue;
     }
-    Timing t = bench->time(config, o.integer("warmup", 0), o.integer("reps", 1));
-    const double flops = dbl ? attention_double_backward_flops(c) : attention_backward_flops(c);
-    std::printf("%s%s | pass (rel_l2 ≤ %.1e) | %.3f | %.3f–%.3f | %.1f |\n", row.c_str(), name.c_str(),
-                check.worst_rel_l2(), t.median_ms, t.p20_ms, t.p80_ms, flops / (t.median_ms * 1e-3) / 1e12);
     std::fflush(stdout);
   }
   return failed;

@@ -38,10 +38,51 @@ TEST(AttentionBackwardConfig, WgmmaOnlyOnSm90aForSixteenBitD64AndD128) {
   EXPECT_NE(why->find("head_dim=136"), std::string::npos) << *why;
   EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 32, 128, 8, 0}, sm90a()));
   EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 64, 192, 12, 0}, sm90a()));
-  // The double backward has no wgmma kernel: such a config is refused, not silently run.
-  why = check_attention_double_backward_config({DType::bf16, 128, false}, wg, sm90a());
+}
+
+// The wgmma double backward: 64 rows per warpgroup (block_n 64 or 128), score tiles of block_m
+// (32 or 64, and 32 where D = 128 would not fit the registers), sm_90a, 16-bit, up to 128 columns.
+TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
+  const AttentionBackwardConfig bm32{BackwardPath::wgmma, 32, 64, 4, 0}, bm64{BackwardPath::wgmma, 64, 128, 8, 0};
+  EXPECT_FALSE(check_attention_double_backward_config({DType::bf16, 128, true}, bm32, sm90a()));
+  EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 64, false}, bm64, sm90a()));
+  EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 80, false}, bm32, sm90a()));  // padded to 128
+  auto why = check_attention_double_backward_config({DType::bf16, 128, false}, bm64, sm90a());
   ASSERT_TRUE(why);
-  EXPECT_NE(why->find("wgmma"), std::string::npos) << *why;
+  EXPECT_NE(why->find("register"), std::string::npos) << *why;
+  why = check_attention_double_backward_config({DType::bf16, 64, false}, bm32, sm80());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("sm_90a"), std::string::npos) << *why;
+  why = check_attention_double_backward_config({DType::f32, 64, false}, bm32, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("fp16 or bf16"), std::string::npos) << *why;
+  why = check_attention_double_backward_config({DType::bf16, 160, false}, bm32, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("head_dim=160"), std::string::npos) << *why;
+  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::wgmma, 16, 64, 4, 0}, sm90a()));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::wgmma, 32, 192, 12, 0}, sm90a()));
+
+  int wg90 = 0, wg80 = 0;
+  for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm90a())) wg90 += c.path == BackwardPath::wgmma;
+  for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm80())) wg80 += c.path == BackwardPath::wgmma;
+  EXPECT_EQ(wg90, 2);  // bm32 on one or two warpgroups
+  EXPECT_EQ(wg80, 0);
+
+  // Both passes take block_n rows per block; the r/c pass splits its key tiles of block_m.
+  const AttentionShape one{1, 1, 1, 8192, 8192};
+  EXPECT_EQ(attention_double_backward_stats_splits(bm32, one, 132), 4);
+  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, one, 132, false, 128).x, 128u * 4);
+  EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::fused, one, 132, false, 128).x, 256u);
+  EXPECT_EQ(attention_double_backward_grid(bm64, DoubleBackwardKernel::fused, one, 132, true, 64).x, 128u);
+
+  const KernelSource fused = render_attention_double_backward({DType::bf16, 80, true}, bm32, DoubleBackwardKernel::fused);
+  for (const char* part : {"attention_double_backward_wgmma_fused<", "/*D=*/128", "/*Tile=*/32", "/*WGs=*/1", "/*HeadDim=*/80"})
+    EXPECT_NE(fused.source.find(part), std::string::npos) << part << "\n" << fused.source;
+  EXPECT_EQ(fused.threads, 128);
+  const KernelSource stats = render_attention_double_backward({DType::f16, 64, false}, bm64, DoubleBackwardKernel::q_stats);
+  EXPECT_NE(stats.source.find("DoubleBackwardRowPass::stats"), std::string::npos) << stats.source;
+  EXPECT_EQ(stats.threads, 256);
+  EXPECT_EQ(stats.smem_bytes, attention_bwd::wgmma_dbl_q_smem_bytes(64, 2, 64));
 }
 
 TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
@@ -157,20 +198,27 @@ namespace kgen {
 namespace {
 
 TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
-  const Target sm90a = *parse_target("sm_90a");
+  const Target sm80 = *parse_target("sm_80"), sm90a = *parse_target("sm_90a");
   for (int d : {64, 128}) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
     // b = h = 1, n = 2048: 32 tiles of 64 rows on 132 SMs.
-    const auto small = attention_double_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a, 132);
+    const auto small = attention_double_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm80, 132);
     EXPECT_EQ(small.block_m, 32) << d;
     EXPECT_EQ(small.warps, 2) << d;
-    EXPECT_FALSE(check_attention_double_backward_config(spec, small, sm90a)) << to_string(small);
-    const auto big = attention_double_backward_default_config(spec, {1, 16, 16, 8192, 8192}, sm90a, 132);
+    EXPECT_FALSE(check_attention_double_backward_config(spec, small, sm80)) << to_string(small);
+    const auto big = attention_double_backward_default_config(spec, {1, 16, 16, 8192, 8192}, sm80, 132);
     EXPECT_EQ(big.block_m, 64) << d;
     // b = h = 1, n = 8192: 128 tiles of 64 rows keep them (more K/V reuse beats a fuller grid).
-    EXPECT_EQ(attention_double_backward_default_config(spec, {1, 1, 1, 8192, 8192}, sm90a, 132).block_m, 64) << d;
-    EXPECT_EQ(big, attention_double_backward_default_config(spec, sm90a));
+    EXPECT_EQ(attention_double_backward_default_config(spec, {1, 1, 1, 8192, 8192}, sm80, 132).block_m, 64) << d;
+    EXPECT_EQ(big, attention_double_backward_default_config(spec, sm80));
+    // Hopper: the wgmma kernels at every shape, 64-wide score tiles at d = 64 and 32 at d = 128.
+    for (const AttentionShape& shape : {AttentionShape{1, 1, 1, 2048, 2048}, AttentionShape{1, 16, 16, 8192, 8192}})
+      EXPECT_EQ(to_string(attention_double_backward_default_config(spec, shape, sm90a, 132)),
+                d == 64 ? "wg:bm64:bn64" : "wg:bm32:bn64");
   }
+  // d <= 32 keeps fa2 on Hopper (the 64-column tile would double the head-dim products).
+  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 32, true}, sm90a).path, BackwardPath::fa2);
+  EXPECT_EQ(to_string(attention_double_backward_default_config({DType::f16, 80, true}, sm90a)), "wg:bm32:bn64");
   auto why = check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::fa2, 16, 32, 1, 0}, sm90a);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("block_m"), std::string::npos) << *why;

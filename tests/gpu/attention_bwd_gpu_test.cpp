@@ -142,6 +142,41 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
   if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
 }
 
+// The Hopper wgmma double backward (sm_90a devices only): every wg config of its space on the
+// small grid (GQA 1/4/8, both layouts, determinism and the cotangent subsets rotating) and on the
+// large shapes.
+TEST(AttentionBackwardGpuWgmma, EveryDoubleBackwardWgmmaConfigOnSmallAndLargeShapes) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  std::uint64_t seed = 4242;
+  int tested = 0;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (int d : {64, 128, 80, 40})  // 80, 40: tiles padded past the head dim
+      for (bool causal : {false, true})
+        for (const auto& config : attention_double_backward_config_space({dtype, d, causal}, target)) {
+          if (config.path != BackwardPath::wgmma) continue;
+          ++tested;
+          int i = 0;
+          auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
+            AttentionCase c = make_case(dtype, d, causal, s, layout, seed++);
+            c.config = to_string(config);
+            BackwardBenchOptions o;
+            o.deterministic = deterministic;
+            const int subset = 7 - i % 8;  // all three first, none last
+            o.gq = subset & 1, o.gk = subset & 2, o.gv = subset & 4;
+            ++i;
+            expect_pass(c, o, true);
+          };
+          for (auto [nq, nk] : kSmallLengths)
+            for (int hkv : kKvHeads) check_one(Shape{1, 8, hkv, nq, nk}, i % 2 ? Layout::bnhd : Layout::bhnd, i % 3 == 2);
+          for (const Shape& s : kLargeShapes) check_one(s, i % 2 ? Layout::bnhd : Layout::bhnd, false);
+        }
+  if (target.arch == "sm_90a") {
+    EXPECT_GT(tested, 0) << "no wgmma double backward config in the space on an sm_90a device";
+  }
+  if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+}
+
 // Many waves of blocks: every element of every group checked against the GPU reference, then
 // timed (checked first, docs/attention.md §5 rule 1) and the TFLOPS printed with their convention.
 TEST(AttentionBackwardGpuLarge, ManyWavesCheckedThenTimed) {

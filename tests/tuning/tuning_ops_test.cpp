@@ -336,11 +336,11 @@ TEST(TuningOpsDecision, DoubleBackwardPrecedence) {
   const AttentionBackwardCall call = backward_call(64, 4096);
   auto problem = attention_double_backward_tuning(attention_case(DType::bf16, 64, true, 2, 16, 4096));
   FakeDevice dev;
-  EXPECT_EQ(to_string(choose_attention_double_backward_config(call, {}, dev.context())), "fa2:bm64:bn32:w4");
+  EXPECT_EQ(to_string(choose_attention_double_backward_config(call, {}, dev.context())), "wg:bm64:bn64");
   // A backward record of the same spec is not the double backward's.
   auto bwd = attention_backward_tuning(attention_case(DType::bf16, 64, true, 2, 16, 4096), false);
   dev.db = database(dev.dir, {record(*bwd, "fa2:bm64:bn16:w4")});
-  EXPECT_EQ(to_string(choose_attention_double_backward_config(call, {}, dev.context())), "fa2:bm64:bn32:w4");
+  EXPECT_EQ(to_string(choose_attention_double_backward_config(call, {}, dev.context())), "wg:bm64:bn64");
   dev.db = database(dev.dir, {record(*problem, "fa2:bm64:bn16:w4")});
   EXPECT_EQ(to_string(choose_attention_double_backward_config(call, {}, dev.context())), "fa2:bm64:bn16:w4");
   AttentionBackwardOptions forced;
@@ -349,7 +349,7 @@ TEST(TuningOpsDecision, DoubleBackwardPrecedence) {
   forced.config = "fa2:bm64:bn128:w4";
   EXPECT_THROW(choose_attention_double_backward_config(call, forced, dev.context()), Error);
   dev.db = database(dev.dir, {record(*problem, "fa2:bm64:bn64:w4")});  // over the register budget at d=64
-  EXPECT_EQ(to_string(choose_attention_double_backward_config(call, {}, dev.context())), "fa2:bm64:bn32:w4");
+  EXPECT_EQ(to_string(choose_attention_double_backward_config(call, {}, dev.context())), "wg:bm64:bn64");
 }
 
 TEST(TuningOpsDecision, LrpePrecedence) {
@@ -448,8 +448,9 @@ TEST(TuningOpsDecision, ShapeClassesSplitBucketsWhereTheHeuristicsDo) {
   ASSERT_EQ(attention_bucket(c).text(), attention_bucket(d).text());
   EXPECT_NE(attention_double_backward_shape_class(c, sms), attention_double_backward_shape_class(d, sms));
   const AttentionBackwardSpec spec{DType::bf16, 128, false};
-  EXPECT_NE(attention_double_backward_default_config(spec, c, sm90a, sms),
-            attention_double_backward_default_config(spec, d, sm90a, sms));
+  const Target sm80 = *parse_target("sm_80");  // the fa2 double backward (sm_90a: wgmma, one tile)
+  EXPECT_NE(attention_double_backward_default_config(spec, c, sm80, sms),
+            attention_double_backward_default_config(spec, d, sm80, sms));
   // Backward: 12 kv heads of 1025 keys (108 tiles of 128) against 2048 keys (192 tiles), one bucket.
   const AttentionShape e{1, 12, 12, 1025, 1025}, f{1, 12, 12, 2048, 2048};
   ASSERT_EQ(attention_bucket(e).text(), attention_bucket(f).text());

@@ -47,6 +47,28 @@ __device__ __forceinline__ unsigned k_major_step(int kk, int block_bytes) {
   return static_cast<unsigned>((kk / 4) * block_bytes + (kk % 4) * 32);
 }
 
+// acc (+)= A·Bᵀ: wgmma m64nNk16 over HeadDim rounded up to 16, A (64 rows) and B (N rows) K-major
+// by descriptor in Sw128 tiles of ABlockBytes / BBlockBytes column blocks; `accumulate` = 0
+// overwrites acc with the first k-step. The caller fences and commits.
+template <class T, int N, int HeadDim, int ABlockBytes, int BBlockBytes>
+__device__ __forceinline__ void wgmma_abt(float (&acc)[N / 2], unsigned long long a, unsigned long long b,
+                                          int accumulate) {
+#pragma unroll
+  for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
+    wgmma::Mma<N>::template ss<T, 0, 0>(acc, a + (k_major_step(kk, ABlockBytes) >> 4),
+                                         b + (k_major_step(kk, BBlockBytes) >> 4), accumulate | (kk > 0));
+}
+
+// acc += X·B: X (64 rows × K, fp32 accumulator registers of an earlier wgmma) rounded to 16 bits
+// as the A operand in registers, B a K-row Sw128 tile read MN-major from `b_mn` (the descriptor
+// of its first row; k-step kk is 16 rows of 128 bytes). The caller fences and commits.
+template <class T, int N, int K>
+__device__ __forceinline__ void wgmma_xb(float (&acc)[N / 2], const unsigned (&x)[K / 16][4],
+                                         unsigned long long b_mn) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) wgmma::Mma<N>::template rs<T, 1>(acc, x[kk], b_mn + ((kk * 16 * 128) >> 4), 1);
+}
+
 // Sᵀ = K·Qᵀ into s and dPᵀ = V·dOᵀ into dp: wgmma m64nNk16 over HeadDim rounded up to 16, every
 // operand K-major by descriptor (K/V and Q/dO tiles of KVBlockBytes / QBlockBytes column
 // blocks). One commit group, or with TwoGroups one per product (Sᵀ first).
@@ -54,15 +76,9 @@ template <class T, int N, int HeadDim, int KVBlockBytes, int QBlockBytes, bool T
 __device__ __forceinline__ void issue_sdp(float (&s)[N / 2], float (&dp)[N / 2], unsigned long long k_a,
                                           unsigned long long v_a, unsigned long long q_b, unsigned long long do_b) {
   wgmma::fence();
-#pragma unroll
-  for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
-    wgmma::Mma<N>::template ss<T, 0, 0>(s, k_a + (k_major_step(kk, KVBlockBytes) >> 4),
-                                         q_b + (k_major_step(kk, QBlockBytes) >> 4), kk > 0);
+  wgmma_abt<T, N, HeadDim, KVBlockBytes, QBlockBytes>(s, k_a, q_b, 0);
   if constexpr (TwoGroups) wgmma::commit();
-#pragma unroll
-  for (int kk = 0; kk < (HeadDim + 15) / 16; ++kk)
-    wgmma::Mma<N>::template ss<T, 0, 0>(dp, v_a + (k_major_step(kk, KVBlockBytes) >> 4),
-                                         do_b + (k_major_step(kk, QBlockBytes) >> 4), kk > 0);
+  wgmma_abt<T, N, HeadDim, KVBlockBytes, QBlockBytes>(dp, v_a, do_b, 0);
   wgmma::commit();
 }
 
@@ -179,19 +195,30 @@ __device__ __forceinline__ void end_query_tile(float (&dv)[N], float (&dk)[N]) {
   wgmma::fence_operand(dk);
 }
 
-// Epilogue of the key-major kernels: once the last cp.async landed, stores this warp's 16 key
-// rows (from key0; rows >= n_k skipped) of the dK (times p.scale) and dV accumulators over Cols
-// columns to the columns col0 + [0, cols) of the kv head's rows.
+// Stores this warp's 16 rows (from row0; rows >= row_end skipped) of two wgmma accumulators over
+// Cols columns, `a` times p.scale and `b` as they are, to the columns col0 + [0, cols) of the
+// rows of `dst_a` and `dst_b` (batch, head), once the last cp.async landed.
+template <class T, int Cols, int StoreCols = Cols>
+__device__ __forceinline__ void store_pair(const AttentionBackwardParams& p, const AttentionTensorArg& dst_a,
+                                           const AttentionTensorArg& dst_b, int batch, int head, int col0, int row0,
+                                           int row_end, const float (&a)[Cols / 2], const float (&b)[Cols / 2],
+                                           int cols = StoreCols) {
+  cp_async_wait<0>();
+  using Acc = const float(&)[1][Cols / 8][4];
+  store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(dst_a, batch, head) + col0, dst_a.stride_n, row0, row_end,
+                                    reinterpret_cast<Acc>(a), p.scale, cols);
+  store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(dst_b, batch, head) + col0, dst_b.stride_n, row0, row_end,
+                                    reinterpret_cast<Acc>(b), 1.f, cols);
+}
+
+// Epilogue of the key-major kernels: stores this warp's 16 key rows (from key0) of the dK (times
+// p.scale) and dV accumulators over Cols columns to the columns col0 + [0, cols) of the kv
+// head's rows.
 template <class T, int Cols, int StoreCols = Cols>
 __device__ __forceinline__ void store_dkdv(const AttentionBackwardParams& p, int batch, int kv_head, int col0, int key0,
                                            const float (&dk)[Cols / 2], const float (&dv)[Cols / 2],
                                            int cols = StoreCols) {
-  cp_async_wait<0>();
-  using Acc = const float(&)[1][Cols / 8][4];
-  store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(p.dk, batch, kv_head) + col0, p.dk.stride_n, key0, p.n_k,
-                                    reinterpret_cast<Acc>(dk), p.scale, cols);
-  store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(p.dv, batch, kv_head) + col0, p.dv.stride_n, key0, p.n_k,
-                                    reinterpret_cast<Acc>(dv), 1.f, cols);
+  store_pair<T, Cols, StoreCols>(p, p.dk, p.dv, batch, kv_head, col0, key0, p.n_k, dk, dv, cols);
 }
 
 // MN-major B descriptor of the columns [col, col + N) of a 128-byte-swizzled tile at `tile` with

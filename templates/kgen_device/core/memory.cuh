@@ -1,7 +1,7 @@
 // Explicit memory instructions: 32-bit shared addresses, 16-byte shared and global moves, and
 // global stores predicated without a branch. On AMD st_global_if and st_global_16 are plain
 // vector stores (under `if`, which the compiler turns into an exec-mask predicate); the
-// shared-window forms (smem_u32, ld_shared_16, st_shared_4) serve only the NVIDIA ldmatrix /
+// shared-window forms (smem_u32, ld_shared_16, st_shared_4, st_shared_16) serve only the NVIDIA ldmatrix /
 // cp.async kernels and have no AMD body.
 #pragma once
 
@@ -58,6 +58,11 @@ __device__ __forceinline__ u32x4 ld_shared_16(unsigned smem_addr) {
                : "r"(smem_addr)
                : "memory");
   return v;
+}
+
+__device__ __forceinline__ void st_shared_16(unsigned smem_addr, const u32x4& v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1,%2,%3,%4};" ::"r"(smem_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
 }
 
 __device__ __forceinline__ void st_shared_4(unsigned smem_addr, unsigned v) {

@@ -1,0 +1,455 @@
+// Hopper attention double backward (sm_90a): the passes of double_backward_fa2.cuh on warpgroup
+// MMA, O(n·d) memory. Same math and names (P, dP, dS, G, Z, H, S̄, r, c; see that file's top):
+//   G = s·(gQ·Kᵀ + Q·gKᵀ), Z = dO·gVᵀ, r = rowsum(P∘G), c = rowsum(P∘Z + dS∘G) − r∘delta,
+//   Q̄ = s·(dS·gK + S̄·K), dŌ = P·gV + H·V, K̄ = s·(dSᵀ·gQ + S̄ᵀ·Q), V̄ = Hᵀ·dO.
+//
+// Blocks of WGs warpgroups (128 threads each), 64 rows per warpgroup; Tile is the width of the
+// score-shaped tiles walked (keys in the query-major kernel, queries in the key-major one).
+//
+// attention_double_backward_wgmma_q: grid (ceil(n_q / 64·WGs) [· stats splits], heads_q, batch).
+//   Warpgroup wg owns query rows [m0 + 64·wg, +64); Q, dO and gQ stay in shared memory, K, V, gK
+//   and gV tiles of Tile keys are double-buffered by cp.async. Per key tile, wgmma m64nTile k16
+//   with both operands K-major: S = Q·Kᵀ (one commit group: its exponentials run while the rest
+//   is in flight), dP = dO·Vᵀ, G = gQ·Kᵀ + Q·gKᵀ, Z = dO·gVᵀ (an absent cotangent's tiles are
+//   zero-filled once, and its products add zeros).
+//   Pass stats sums r and c; pass apply reads them, forms dS, S̄, H in registers and runs
+//   Q̄ += dS·gK + S̄·K and dŌ += P·gV + H·V as wgmma m64nDk16 with A in registers (the score
+//   accumulators rounded to 16 bits) and B the key tiles read MN-major.
+// attention_double_backward_wgmma_kv: grid (ceil(n_k / 64·WGs), heads_kv, batch). Warpgroup wg
+//   owns keys [n0 + 64·wg, +64); K, V, gK and gV stay, and the block walks the Tile-row query
+//   tiles of every head of its GQA group (causal: from the first that sees its keys), with the
+//   transposed products Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Gᵀ, Zᵀ, then K̄ += dSᵀ·gQ + S̄ᵀ·Q and V̄ += Hᵀ·dO.
+// attention_double_backward_wgmma_fused: the apply pass and the key-major kernel in one grid (as
+//   attention_double_backward_fa2_fused).
+//
+// Registers per thread: the two row accumulators (D) and the four score tiles (2·Tile), so
+// Tile = 32 at D = 128. Rows >= n_q and keys >= n_k are zero-filled (their lse2 = +inf in the
+// query-major kernel; zero statistics in the key-major one, where the zero Q, dO and gQ rows make
+// every product zero); padded head dims as backward_wgmma.cuh (HeadDim a multiple of 8 in
+// (D − 64, D]: the score products reduce over HeadDim rounded up to 16, the row products run all
+// D columns and only HeadDim are stored).
+#pragma once
+
+#include "kgen_device/attention/backward_config.h"
+#include "kgen_device/attention/backward_wgmma.cuh"
+#include "kgen_device/attention/double_backward_fa2.cuh"
+#include "kgen_device/core/memory.cuh"
+
+namespace kgen {
+namespace dbl_detail {
+
+// The 1024-byte aligned base of dynamic shared memory (the 128-byte swizzle repeats every 1024).
+__device__ __forceinline__ unsigned aligned_smem_base() { return (smem_u32(dynamic_smem()) + 1023u) & ~1023u; }
+
+// Generic pointer `offset` bytes past the aligned base.
+__device__ __forceinline__ float* smem_floats(int offset) {
+  unsigned char* raw = dynamic_smem();
+  return reinterpret_cast<float*>(raw + (aligned_smem_base() - smem_u32(raw)) + offset);
+}
+
+// The four score-shaped tiles of one (rows × Tile) step.
+template <int Tile>
+struct ScoreTiles {
+  float s[Tile / 2], dp[Tile / 2], g[Tile / 2], z[Tile / 2];
+};
+
+// Issues S (own group) and dP, G = G1 + G2, Z (a second group): A operands (rows of this
+// warpgroup) from the row tiles, B operands from the tiles walked, all K-major; ABytes / BBytes
+// their column block bytes. Every product is issued (an absent cotangent's tile is zero-filled
+// instead): a wgmma skipped at run time inside a group makes ptxas serialise the group (C7515).
+template <class T, int Tile, int HeadDim, int ABytes, int BBytes>
+__device__ __forceinline__ void issue_scores(ScoreTiles<Tile>& x, unsigned long long a_s, unsigned long long b_s,
+                                             unsigned long long a_dp, unsigned long long b_dp, unsigned long long a_g1,
+                                             unsigned long long b_g1, unsigned long long a_g2, unsigned long long b_g2,
+                                             unsigned long long a_z, unsigned long long b_z) {
+  // Pins the tiles' registers before the fence: nothing may define them inside the group.
+  wgmma::fence_operand(x.s);
+  wgmma::fence_operand(x.dp);
+  wgmma::fence_operand(x.g);
+  wgmma::fence_operand(x.z);
+  wgmma::fence();
+  bwd_detail::wgmma_abt<T, Tile, HeadDim, ABytes, BBytes>(x.s, a_s, b_s, 0);
+  wgmma::commit();
+  bwd_detail::wgmma_abt<T, Tile, HeadDim, ABytes, BBytes>(x.dp, a_dp, b_dp, 0);
+  bwd_detail::wgmma_abt<T, Tile, HeadDim, ABytes, BBytes>(x.g, a_g1, b_g1, 0);
+  bwd_detail::wgmma_abt<T, Tile, HeadDim, ABytes, BBytes>(x.g, a_g2, b_g2, 1);
+  bwd_detail::wgmma_abt<T, Tile, HeadDim, ABytes, BBytes>(x.z, a_z, b_z, 0);
+  wgmma::commit();
+}
+
+// Zero-fills `bytes` (a multiple of 16) of shared memory from `addr` with Threads threads: the
+// tile of an absent cotangent, whose products then add zeros.
+template <int Threads>
+__device__ __forceinline__ void zero_tile(unsigned addr, int bytes, int tid) {
+  for (int i = tid * 16; i < bytes; i += Threads * 16) st_shared_16(addr + i, u32x4{0u, 0u, 0u, 0u});
+}
+
+// Packs a score tile (64 × K accumulators) into the A fragments of its K / 16 k-steps.
+template <class T, int K>
+__device__ __forceinline__ void pack_tile(unsigned (&a)[K / 16][4], const float (&x)[K / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) wgmma::pack_a<T>(a[kk], x, kk);
+}
+
+}  // namespace dbl_detail
+
+// Query-major pass: Pass::stats writes r and c (split over p.stats_splits blocks per query tile
+// as attention_double_backward_fa2_q), Pass::apply reads them and stores Q̄ and dŌ.
+template <class T, int D, int Tile, int WGs, bool Causal, DoubleBackwardRowPass Pass, int HeadDim = D>
+__device__ __forceinline__ void attention_double_backward_wgmma_q(const AttentionBackwardParams& p,
+                                                                  int block = blockIdx.x) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the wgmma double backward takes half_t or bfloat16_t");
+  static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(Tile == 32 || Tile == 64, "key tiles of 32 or 64");
+  static_assert(Pass != DoubleBackwardRowPass::both, "the wgmma kernels run the passes as two launches");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr bool kApply = Pass == DoubleBackwardRowPass::apply;
+  constexpr int BM = 64 * WGs;
+  constexpr int kThreads = 128 * WGs;
+  using RowTile = wgmma::Sw128<BM, D>;
+  using KeyTile = wgmma::Sw128<Tile, D>;
+  constexpr int kStatsOffset = 3 * RowTile::kBytes + 8 * KeyTile::kBytes;
+  static_assert(1024 + kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_dbl_q_smem_bytes(D, WGs, Tile),
+                "shared memory layout must match wgmma_dbl_q_smem_bytes");
+  constexpr int kAcc = kApply ? D / 2 : 1;
+
+  const int tid = threadIdx.x;
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
+  int split = 0, splits = 1;
+  if constexpr (!kApply) {
+    splits = p.stats_splits > 1 ? p.stats_splits : 1;
+    split = block % splits;
+    block /= splits;
+  }
+  const int m0 = block * BM;
+  const int head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int kv_head = head / p.head_group;
+  const int n_q = p.n_q, n_k = p.n_k, diag = n_k - n_q;
+  const float scale = p.scale, scale_log2 = p.scale_log2;
+  const bool has_gq = p.gq.data != nullptr, has_gk = p.gk.data != nullptr, has_gv = p.gv.data != nullptr;
+
+  int n_end = n_k;
+  if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
+  const int all_tiles = n_end > 0 ? (n_end + Tile - 1) / Tile : 0;
+  const int tile_lo = split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
+  const int num_tiles = (split + 1) * all_tiles / splits - tile_lo;
+
+  // [Q][dO][gQ], then stage s: [K][V][gK][gV].
+  const unsigned smem_q = dbl_detail::aligned_smem_base();
+  const unsigned smem_do = smem_q + RowTile::kBytes, smem_gq = smem_q + 2 * RowTile::kBytes;
+  auto smem_kv = [&](int stage, int which) { return smem_q + 3 * RowTile::kBytes + (stage * 4 + which) * KeyTile::kBytes; };
+  auto load_rows = [&](const AttentionTensorArg& a, unsigned dst) {
+    fa2_detail::load_tile_async<T, BM, D, kThreads, RowTile, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, head),
+                                                                      a.stride_n, m0, n_q, tid);
+  };
+  auto load_kv = [&](int tile, int stage) {
+    auto one = [&](const AttentionTensorArg& a, int which) {
+      fa2_detail::load_tile_async<T, Tile, D, kThreads, KeyTile, HeadDim>(
+          smem_kv(stage, which), bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n, tile * Tile, n_k, tid);
+    };
+    one(p.k, 0);
+    one(p.v, 1);
+    if (has_gk) one(p.gk, 2);
+    if (has_gv) one(p.gv, 3);
+  };
+  load_rows(p.q, smem_q);
+  load_rows(p.d_o, smem_do);
+  if (has_gq) load_rows(p.gq, smem_gq);
+  else dbl_detail::zero_tile<kThreads>(smem_gq, RowTile::kBytes, tid);
+  for (int stage = 0; stage < 2; ++stage) {
+    if (!has_gk) dbl_detail::zero_tile<kThreads>(smem_kv(stage, 2), KeyTile::kBytes, tid);
+    if (!has_gv) dbl_detail::zero_tile<kThreads>(smem_kv(stage, 3), KeyTile::kBytes, tid);
+  }
+  if (num_tiles > 0) load_kv(tile_lo, 0);
+  cp_async_commit();
+
+  // The rows' lse2, delta (and in the apply pass r, c) in shared memory: [lse2][delta][r][c],
+  // BM each (registers are the apply pass's limit at D = 128).
+  float* const row_stats = dbl_detail::smem_floats(kStatsOffset);
+  {
+    const long long row_base = bwd_detail::stat_row(p, batch, head, 0);
+    for (int i = tid; i < 4 * BM; i += kThreads) {
+      const int which = i / BM;
+      const int row = m0 + i % BM;
+      float v = which == 0 ? infinity_f32() : 0.f;
+      if (row < n_q && (kApply || which < 2))
+        v = (which == 0 ? p.lse2 : which == 1 ? p.delta : which == 2 ? p.row_r : p.row_c)[row_base + row];
+      row_stats[i] = v;
+    }
+  }
+  __syncthreads();
+  const int local0 = wg * 64 + warp * 16 + g;  // this thread's first row in the block (then + 8)
+  const int row0 = m0 + wg * 64 + warp * 16;   // this warp's first query row
+  auto stat = [&](int which, int h) { return row_stats[which * BM + local0 + 8 * h]; };
+  float r[2] = {0.f, 0.f}, c[2] = {0.f, 0.f};  // the stats pass's sums
+
+  // This warpgroup's rows of Q, dO and gQ as K-major A.
+  const unsigned wg_rows = wg * 64 * 128;
+  const unsigned long long q_a = wgmma::desc_sw128(smem_q + wg_rows, 16, 1024);
+  const unsigned long long do_a = wgmma::desc_sw128(smem_do + wg_rows, 16, 1024);
+  const unsigned long long gq_a = wgmma::desc_sw128(smem_gq + wg_rows, 16, 1024);
+  float qbar[kAcc], dobar[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) qbar[i] = dobar[i] = 0.f;
+
+  for (int it = 0; it < num_tiles; ++it) {
+    const int tile = tile_lo + it;
+    const int stage = it & 1;
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile `it` landed; every warpgroup is done with tile it − 1
+    if (it + 1 < num_tiles) load_kv(tile + 1, stage ^ 1);
+    cp_async_commit();
+
+    auto k_major = [&](int which) { return wgmma::desc_sw128(smem_kv(stage, which), 16, 1024); };
+    dbl_detail::ScoreTiles<Tile> x;
+    dbl_detail::issue_scores<T, Tile, HeadDim, RowTile::kBlockBytes, KeyTile::kBlockBytes>(
+        x, q_a, k_major(0), do_a, k_major(1), gq_a, k_major(0), q_a, k_major(2), do_a, k_major(3));
+
+    // P = exp2(S·scale_log2 − lse2), masked, while dP, G and Z are in flight.
+    wgmma::wait<1>();
+    wgmma::fence_operand(x.s);
+    const int n0 = tile * Tile;
+    const bool needs_mask = n0 + Tile > n_k || (Causal && n0 + Tile - 1 > m0 + diag);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      int limit = n_k;
+      if constexpr (Causal) limit = imin(n_k, row0 + g + 8 * h + diag + 1);
+#pragma unroll
+      for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& v = x.s[4 * j + 2 * h + e];
+          const float pe = exp2_approx(fmaf(v, scale_log2, -stat(0, h)));
+          v = needs_mask && n0 + 8 * j + 2 * t + e >= limit ? 0.f : pe;
+        }
+    }
+    wgmma::wait<0>();
+    wgmma::fence_operand(x.dp);
+    wgmma::fence_operand(x.g);
+    wgmma::fence_operand(x.z);
+#pragma unroll
+    for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 4 * j + 2 * h + e;
+          if constexpr (kApply) {
+            bwd_detail::second_order(x.s[i], x.dp[i], x.g[i], x.z[i], scale, stat(1, h), stat(2, h), stat(3, h));
+          } else {
+            const float gs = x.g[i] * scale;
+            r[h] = fmaf(x.s[i], gs, r[h]);
+            c[h] = fmaf(x.s[i], x.z[i] + (x.dp[i] - stat(1, h)) * gs, c[h]);
+          }
+        }
+    if constexpr (kApply) {
+      // Q̄ += dS·gK + S̄·K, dŌ += P·gV + H·V (the key tiles read MN-major).
+      unsigned ds[Tile / 16][4], sbar[Tile / 16][4], pp[Tile / 16][4], hh[Tile / 16][4];
+      dbl_detail::pack_tile<T, Tile>(ds, x.dp);
+      dbl_detail::pack_tile<T, Tile>(sbar, x.z);
+      dbl_detail::pack_tile<T, Tile>(pp, x.s);
+      dbl_detail::pack_tile<T, Tile>(hh, x.g);
+      auto mn_major = [&](int which) { return wgmma::desc_sw128(smem_kv(stage, which), KeyTile::kBlockBytes, 1024); };
+      wgmma::fence_operand(qbar);
+      wgmma::fence_operand(dobar);
+      wgmma::fence();
+      bwd_detail::wgmma_xb<T, D, Tile>(qbar, ds, mn_major(2));
+      bwd_detail::wgmma_xb<T, D, Tile>(qbar, sbar, mn_major(0));
+      bwd_detail::wgmma_xb<T, D, Tile>(dobar, pp, mn_major(3));
+      bwd_detail::wgmma_xb<T, D, Tile>(dobar, hh, mn_major(1));
+      wgmma::commit();
+      bwd_detail::end_query_tile(qbar, dobar);
+    }
+  }
+
+  if constexpr (kApply) {
+    bwd_detail::store_pair<T, D, HeadDim>(p, p.q_bar, p.do_bar, batch, head, 0, row0, n_q, qbar, dobar);
+  } else {
+    cp_async_wait<0>();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r[h] = quad_sum(r[h]);
+      c[h] = quad_sum(c[h]) - r[h] * stat(1, h);
+      const int row = row0 + g + 8 * h;
+      if (t == 0 && row < n_q) {
+        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        if (splits > 1) {  // partial sums of this key range (c's r·delta term is linear too)
+          red_add(p.row_r + idx, r[h]);
+          red_add(p.row_c + idx, c[h]);
+        } else {
+          p.row_r[idx] = r[h];
+          p.row_c[idx] = c[h];
+        }
+      }
+    }
+  }
+#endif
+}
+
+// Key-major pass: K̄ and V̄ of the block's 64·WGs keys.
+template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D>
+__device__ __forceinline__ void attention_double_backward_wgmma_kv(const AttentionBackwardParams& p,
+                                                                   int block = blockIdx.x) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the wgmma double backward takes half_t or bfloat16_t");
+  static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(Tile == 32 || Tile == 64, "query tiles of 32 or 64 rows");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BN = 64 * WGs;
+  constexpr int kThreads = 128 * WGs;
+  using KeyRows = wgmma::Sw128<BN, D>;
+  using QTile = wgmma::Sw128<Tile, D>;
+  constexpr int kStatsOffset = 4 * KeyRows::kBytes + 6 * QTile::kBytes;
+  static_assert(1024 + kStatsOffset + 2 * 4 * Tile * 4 == attention_bwd::wgmma_dbl_kv_smem_bytes(D, WGs, Tile),
+                "shared memory layout must match wgmma_dbl_kv_smem_bytes");
+
+  const int tid = threadIdx.x;
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
+  const int n0 = block * BN;
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  const int n_q = p.n_q, n_k = p.n_k, diag = n_k - n_q;
+  const float scale = p.scale, scale_log2 = p.scale_log2;
+  const bool has_gq = p.gq.data != nullptr, has_gk = p.gk.data != nullptr, has_gv = p.gv.data != nullptr;
+  const bwd_detail::QueryTileWalk<Tile, Causal> walk(n0, n_q, n_k, p.head_group);
+  const int total = walk.total;
+
+  // [K][V][gK][gV], then stage s: [Q][dO][gQ], then stage s: [lse2][delta][r][c] (Tile each).
+  const unsigned base = dbl_detail::aligned_smem_base();
+  float* const stats_base = dbl_detail::smem_floats(kStatsOffset);
+  auto smem_key = [&](int which) { return base + which * KeyRows::kBytes; };
+  auto smem_qt = [&](int stage, int which) { return base + 4 * KeyRows::kBytes + (stage * 3 + which) * QTile::kBytes; };
+  auto stats = [&](int stage) { return stats_base + stage * 4 * Tile; };
+
+  auto load_keys = [&](const AttentionTensorArg& a, int which) {
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KeyRows, HeadDim>(
+        smem_key(which), bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n, n0, n_k, tid);
+  };
+  load_keys(p.k, 0);
+  load_keys(p.v, 1);
+  if (has_gk) load_keys(p.gk, 2);
+  else dbl_detail::zero_tile<kThreads>(smem_key(2), KeyRows::kBytes, tid);
+  if (has_gv) load_keys(p.gv, 3);
+  else dbl_detail::zero_tile<kThreads>(smem_key(3), KeyRows::kBytes, tid);
+  if (!has_gq)
+    for (int stage = 0; stage < 2; ++stage) dbl_detail::zero_tile<kThreads>(smem_qt(stage, 2), QTile::kBytes, tid);
+  // Query tile `it` into `stage`: Q, dO, gQ rows and the rows' four statistics by cp.async
+  // (rows >= n_q zero-filled).
+  auto load_query_tile = [&](int it, int stage) {
+    const int head = walk.head(kv_head, it);
+    const int m0 = walk.m0(it);
+    auto one = [&](const AttentionTensorArg& a, int which) {
+      fa2_detail::load_tile_async<T, Tile, D, kThreads, QTile, HeadDim>(
+          smem_qt(stage, which), bwd_detail::head_ptr<const T>(a, batch, head), a.stride_n, m0, n_q, tid);
+    };
+    one(p.q, 0);
+    one(p.d_o, 1);
+    if (has_gq) one(p.gq, 2);
+    const long long row_base = bwd_detail::stat_row(p, batch, head, 0);
+    for (int i = tid; i < 4 * Tile; i += kThreads) {
+      const int which = i / Tile;
+      const int row = m0 + i % Tile;
+      const float* src = (which == 0 ? p.lse2 : which == 1 ? p.delta : which == 2 ? p.row_r : p.row_c) + row_base;
+      cp_async_4(smem_u32(stats(stage) + i), row < n_q ? src + row : src, row < n_q);
+    }
+  };
+  if (total > 0) load_query_tile(0, 0);
+  cp_async_commit();
+
+  // This warpgroup's key rows of K, V, gK and gV as K-major A.
+  const unsigned wg_rows = wg * 64 * 128;
+  auto key_a = [&](int which) { return wgmma::desc_sw128(smem_key(which) + wg_rows, 16, 1024); };
+  const unsigned long long k_a = key_a(0), v_a = key_a(1), gk_a = key_a(2), gv_a = key_a(3);
+  const int key0 = n0 + wg * 64 + warp * 16;  // this warp's first key
+  float kbar[D / 2], vbar[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) kbar[i] = vbar[i] = 0.f;
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    const int m0 = walk.m0(it);
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile `it` landed; every warpgroup is done with tile it − 1
+    if (it + 1 < total) load_query_tile(it + 1, stage ^ 1);
+    cp_async_commit();
+    const float* st = stats(stage);
+
+    auto k_major = [&](int which) { return wgmma::desc_sw128(smem_qt(stage, which), 16, 1024); };
+    dbl_detail::ScoreTiles<Tile> x;  // transposed: keys as rows, queries as columns
+    dbl_detail::issue_scores<T, Tile, HeadDim, KeyRows::kBlockBytes, QTile::kBlockBytes>(
+        x, k_a, k_major(0), v_a, k_major(1), k_a, k_major(2), gk_a, k_major(0), gv_a, k_major(1));
+
+    wgmma::wait<1>();
+    wgmma::fence_operand(x.s);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+#pragma unroll
+    for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * j + 2 * t + e;
+        const float l2 = st[col];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float& v = x.s[4 * j + 2 * h + e];
+          const float pe = exp2_approx(fmaf(v, scale_log2, -l2));
+          const int key = key0 + g + 8 * h;
+          v = needs_mask && (key >= n_k || (Causal && key > m0 + col + diag)) ? 0.f : pe;
+        }
+      }
+    wgmma::wait<0>();
+    wgmma::fence_operand(x.dp);
+    wgmma::fence_operand(x.g);
+    wgmma::fence_operand(x.z);
+#pragma unroll
+    for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = 8 * j + 2 * t + e;
+        const float dl = st[Tile + col], rr = st[2 * Tile + col], cc = st[3 * Tile + col];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int i = 4 * j + 2 * h + e;
+          bwd_detail::second_order(x.s[i], x.dp[i], x.g[i], x.z[i], scale, dl, rr, cc);
+        }
+      }
+
+    // K̄ += dSᵀ·gQ + S̄ᵀ·Q, V̄ += Hᵀ·dO (the query tiles read MN-major).
+    unsigned ds[Tile / 16][4], sbar[Tile / 16][4], hh[Tile / 16][4];
+    dbl_detail::pack_tile<T, Tile>(ds, x.dp);
+    dbl_detail::pack_tile<T, Tile>(sbar, x.z);
+    dbl_detail::pack_tile<T, Tile>(hh, x.g);
+    auto mn_major = [&](int which) { return wgmma::desc_sw128(smem_qt(stage, which), QTile::kBlockBytes, 1024); };
+    wgmma::fence_operand(kbar);
+    wgmma::fence_operand(vbar);
+    wgmma::fence();
+    bwd_detail::wgmma_xb<T, D, Tile>(kbar, ds, mn_major(2));
+    bwd_detail::wgmma_xb<T, D, Tile>(kbar, sbar, mn_major(0));
+    bwd_detail::wgmma_xb<T, D, Tile>(vbar, hh, mn_major(1));
+    wgmma::commit();
+    bwd_detail::end_query_tile(kbar, vbar);
+  }
+
+  bwd_detail::store_pair<T, D, HeadDim>(p, p.k_bar, p.v_bar, batch, kv_head, 0, key0, n_k, kbar, vbar);
+#endif
+}
+
+// The second stage: blocks [0, ceil(n_q / 64·WGs)) run the apply pass, the following
+// ceil(n_k / 64·WGs) the key-major kernel (blockIdx.y < heads_kv), so that the two, which do
+// not depend on each other, share the machine.
+template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D>
+__device__ __forceinline__ void attention_double_backward_wgmma_fused(const AttentionBackwardParams& p) {
+  const int q_blocks = (p.n_q + 64 * WGs - 1) / (64 * WGs);
+  if (static_cast<int>(blockIdx.x) < q_blocks) {
+    attention_double_backward_wgmma_q<T, D, Tile, WGs, Causal, DoubleBackwardRowPass::apply, HeadDim>(p, blockIdx.x);
+  } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
+    attention_double_backward_wgmma_kv<T, D, Tile, WGs, Causal, HeadDim>(p, blockIdx.x - q_blocks);
+  }
+}
+
+}  // namespace kgen
