@@ -550,7 +550,7 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   // (b = 1, n = 8192, BENCHMARKS.md "The double backward on wgmma") d = 64 ran 0.407 ms against
   // 0.755 for the fa2 default at h = 1 (causal 0.327 against 0.520) and 5.94 against 11.21 at
   // h = 16; d = 128 0.987 against 1.420 (causal 0.633 against 0.950), 15.2 against 21.4 at h = 16.
-  if (spec.dtype != DType::f32 && spec.head_dim > 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
+  if (spec.dtype != DType::f32 && spec.head_dim >= 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 32;
     const AttentionBackwardConfig c{BackwardPath::wgmma, tile, 64, 4, 0};
     if (!check_attention_double_backward_config(spec, c, target)) return c;

@@ -216,8 +216,9 @@ TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
       EXPECT_EQ(to_string(attention_double_backward_default_config(spec, shape, sm90a, 132)),
                 d == 64 ? "wg:bm64:bn64" : "wg:bm32:bn64");
   }
-  // d <= 32 keeps fa2 on Hopper (the 64-column tile would double the head-dim products).
-  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 32, true}, sm90a).path, BackwardPath::fa2);
+  // d = 32 runs the padded 64-column tile (measured faster); below 32, fa2.
+  EXPECT_EQ(to_string(attention_double_backward_default_config({DType::bf16, 32, true}, sm90a)), "wg:bm64:bn64");
+  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 24, true}, sm90a).path, BackwardPath::fa2);
   EXPECT_EQ(to_string(attention_double_backward_default_config({DType::f16, 80, true}, sm90a)), "wg:bm32:bn64");
   auto why = check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::fa2, 16, 32, 1, 0}, sm90a);
   ASSERT_TRUE(why);

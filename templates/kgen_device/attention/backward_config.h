@@ -52,14 +52,14 @@ KGEN_HOST_DEVICE constexpr int fa2_dbl_kv_smem_bytes(int head_dim, int block_m, 
 }
 
 // Double backward on Hopper wgmma (double_backward_wgmma.cuh), 64 rows per warpgroup and score
-// tiles `tile` wide. Query-major: 1024 bytes of alignment, the Q, dO and gQ rows, two stages of
+// tiles `tile` wide, from a 1024-byte aligned base (no padding). Query-major: the Q, dO and gQ rows, two stages of
 // K, V, gK and gV tiles, four per-row statistics of the rows. Key-major: the K, V, gK and gV rows, two stages of Q, dO and gQ tiles
 // and of four per-row statistics (lse2, delta, r, c).
 KGEN_HOST_DEVICE constexpr int wgmma_dbl_q_smem_bytes(int head_dim, int wgs, int tile) {
-  return 1024 + (3 * 64 * wgs * head_dim + 8 * tile * head_dim) * 2 + 4 * 64 * wgs * 4;
+  return (3 * 64 * wgs * head_dim + 8 * tile * head_dim) * 2 + 4 * 64 * wgs * 4;
 }
 KGEN_HOST_DEVICE constexpr int wgmma_dbl_kv_smem_bytes(int head_dim, int wgs, int tile) {
-  return 1024 + (4 * 64 * wgs * head_dim + 6 * tile * head_dim) * 2 + 2 * 4 * tile * 4;
+  return (4 * 64 * wgs * head_dim + 6 * tile * head_dim) * 2 + 2 * 4 * tile * 4;
 }
 
 // Row-wise helper kernels (preprocess, dQ conversion) and the general path: one warp per row.

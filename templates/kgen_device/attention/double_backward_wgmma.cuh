@@ -33,19 +33,24 @@
 #include "kgen_device/attention/backward_config.h"
 #include "kgen_device/attention/backward_wgmma.cuh"
 #include "kgen_device/attention/double_backward_fa2.cuh"
+#include "kgen_device/core/block.cuh"
 #include "kgen_device/core/memory.cuh"
 
 namespace kgen {
 namespace dbl_detail {
 
-// The 1024-byte aligned base of dynamic shared memory (the 128-byte swizzle repeats every 1024).
-__device__ __forceinline__ unsigned aligned_smem_base() { return (smem_u32(dynamic_smem()) + 1023u) & ~1023u; }
+// Dynamic shared memory declared 1024-byte aligned (core/block.cuh): these kernels have no static
+// shared memory, and two blocks of 113 KiB fit an SM (a rounded-up base would need 1 KiB more).
+__device__ __forceinline__ unsigned char* aligned_smem() { return dynamic_smem_1024(); }
+__device__ __forceinline__ unsigned aligned_smem_base() { return smem_u32(aligned_smem()); }
+// Stops the kernel if the region is not 1024-byte aligned after all (every swizzled operand
+// would be read wrong): a loud failure instead of wrong numbers.
+__device__ __forceinline__ void require_aligned_smem() {
+  if (aligned_smem_base() & 1023u) __trap();
+}
 
 // Generic pointer `offset` bytes past the aligned base.
-__device__ __forceinline__ float* smem_floats(int offset) {
-  unsigned char* raw = dynamic_smem();
-  return reinterpret_cast<float*>(raw + (aligned_smem_base() - smem_u32(raw)) + offset);
-}
+__device__ __forceinline__ float* smem_floats(int offset) { return reinterpret_cast<float*>(aligned_smem() + offset); }
 
 // The four score-shaped tiles of one (rows × Tile) step.
 template <int Tile>
@@ -111,7 +116,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
   using RowTile = wgmma::Sw128<BM, D>;
   using KeyTile = wgmma::Sw128<Tile, D>;
   constexpr int kStatsOffset = 3 * RowTile::kBytes + 8 * KeyTile::kBytes;
-  static_assert(1024 + kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_dbl_q_smem_bytes(D, WGs, Tile),
+  static_assert(kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_dbl_q_smem_bytes(D, WGs, Tile),
                 "shared memory layout must match wgmma_dbl_q_smem_bytes");
   constexpr int kAcc = kApply ? D / 2 : 1;
 
@@ -137,7 +142,8 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
   const int tile_lo = split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
   const int num_tiles = (split + 1) * all_tiles / splits - tile_lo;
 
-  // [Q][dO][gQ], then stage s: [K][V][gK][gV].
+  // [Q][dO][gQ], then stage s: [K][V][gK][gV], then the row statistics.
+  dbl_detail::require_aligned_smem();
   const unsigned smem_q = dbl_detail::aligned_smem_base();
   const unsigned smem_do = smem_q + RowTile::kBytes, smem_gq = smem_q + 2 * RowTile::kBytes;
   auto smem_kv = [&](int stage, int which) { return smem_q + 3 * RowTile::kBytes + (stage * 4 + which) * KeyTile::kBytes; };
@@ -216,17 +222,28 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
     const bool needs_mask = n0 + Tile > n_k || (Causal && n0 + Tile - 1 > m0 + diag);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      int limit = n_k;
-      if constexpr (Causal) limit = imin(n_k, row0 + g + 8 * h + diag + 1);
+      // Columns 8j + e at or past `cut` are masked (cut >= Tile: none).
+      int cut = Tile;
+      if (needs_mask) {
+        int limit = n_k;
+        if constexpr (Causal) limit = imin(n_k, row0 + g + 8 * h + diag + 1);
+        cut = limit - n0 - 2 * t;
+      }
+      const float l2 = stat(0, h);
 #pragma unroll
       for (int j = 0; j < Tile / 8; ++j)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           float& v = x.s[4 * j + 2 * h + e];
-          const float pe = exp2_approx(fmaf(v, scale_log2, -stat(0, h)));
-          v = needs_mask && n0 + 8 * j + 2 * t + e >= limit ? 0.f : pe;
+          const float pe = exp2_approx(fmaf(v, scale_log2, -l2));
+          v = 8 * j + e >= cut ? 0.f : pe;
         }
     }
+    // The apply pass keeps P only rounded to 16 bits, as the A operand of dŌ += P·gV and the P of
+    // the elementwise step: at D = 128 the fp32 tile beside the other three and the row
+    // accumulators would spill (the products read P̃ = P rounded either way).
+    unsigned pp[kApply ? Tile / 16 : 1][4];
+    if constexpr (kApply) dbl_detail::pack_tile<T, Tile>(pp, x.s);
     wgmma::wait<0>();
     wgmma::fence_operand(x.dp);
     wgmma::fence_operand(x.g);
@@ -234,24 +251,26 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
 #pragma unroll
     for (int j = 0; j < Tile / 8; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
+      for (int h = 0; h < 2; ++h) {
+        float pr[2];
+        if constexpr (kApply) unpack2<T>(pp[j / 2][(j % 2) * 2 + h], pr[0], pr[1]);
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int i = 4 * j + 2 * h + e;
           if constexpr (kApply) {
-            bwd_detail::second_order(x.s[i], x.dp[i], x.g[i], x.z[i], scale, stat(1, h), stat(2, h), stat(3, h));
+            bwd_detail::second_order(pr[e], x.dp[i], x.g[i], x.z[i], scale, stat(1, h), stat(2, h), stat(3, h));
           } else {
             const float gs = x.g[i] * scale;
             r[h] = fmaf(x.s[i], gs, r[h]);
             c[h] = fmaf(x.s[i], x.z[i] + (x.dp[i] - stat(1, h)) * gs, c[h]);
           }
         }
+      }
     if constexpr (kApply) {
       // Q̄ += dS·gK + S̄·K, dŌ += P·gV + H·V (the key tiles read MN-major).
-      unsigned ds[Tile / 16][4], sbar[Tile / 16][4], pp[Tile / 16][4], hh[Tile / 16][4];
+      unsigned ds[Tile / 16][4], sbar[Tile / 16][4], hh[Tile / 16][4];
       dbl_detail::pack_tile<T, Tile>(ds, x.dp);
       dbl_detail::pack_tile<T, Tile>(sbar, x.z);
-      dbl_detail::pack_tile<T, Tile>(pp, x.s);
       dbl_detail::pack_tile<T, Tile>(hh, x.g);
       auto mn_major = [&](int which) { return wgmma::desc_sw128(smem_kv(stage, which), KeyTile::kBlockBytes, 1024); };
       wgmma::fence_operand(qbar);
@@ -305,7 +324,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   using KeyRows = wgmma::Sw128<BN, D>;
   using QTile = wgmma::Sw128<Tile, D>;
   constexpr int kStatsOffset = 4 * KeyRows::kBytes + 6 * QTile::kBytes;
-  static_assert(1024 + kStatsOffset + 2 * 4 * Tile * 4 == attention_bwd::wgmma_dbl_kv_smem_bytes(D, WGs, Tile),
+  static_assert(kStatsOffset + 2 * 4 * Tile * 4 == attention_bwd::wgmma_dbl_kv_smem_bytes(D, WGs, Tile),
                 "shared memory layout must match wgmma_dbl_kv_smem_bytes");
 
   const int tid = threadIdx.x;
@@ -320,6 +339,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   const int total = walk.total;
 
   // [K][V][gK][gV], then stage s: [Q][dO][gQ], then stage s: [lse2][delta][r][c] (Tile each).
+  dbl_detail::require_aligned_smem();
   const unsigned base = dbl_detail::aligned_smem_base();
   float* const stats_base = dbl_detail::smem_floats(kStatsOffset);
   auto smem_key = [&](int which) { return base + which * KeyRows::kBytes; };
@@ -388,18 +408,24 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
     wgmma::wait<1>();
     wgmma::fence_operand(x.s);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+    // Key row h masks the query columns 8j + 2t + e below cut[h] (all past n_k; causal: the
+    // queries before the key's diagonal).
+    int cut[2] = {0, 0};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int key = key0 + g + 8 * h;
+      if (needs_mask) cut[h] = key >= n_k ? Tile : Causal ? key - m0 - diag - 2 * t : 0;
+    }
 #pragma unroll
     for (int j = 0; j < Tile / 8; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int col = 8 * j + 2 * t + e;
-        const float l2 = st[col];
+        const float l2 = st[8 * j + 2 * t + e];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float& v = x.s[4 * j + 2 * h + e];
           const float pe = exp2_approx(fmaf(v, scale_log2, -l2));
-          const int key = key0 + g + 8 * h;
-          v = needs_mask && (key >= n_k || (Causal && key > m0 + col + diag)) ? 0.f : pe;
+          v = 8 * j + e < cut[h] ? 0.f : pe;
         }
       }
     wgmma::wait<0>();

@@ -43,6 +43,14 @@ __device__ __forceinline__ unsigned char* dynamic_smem() {
   return kgen_dynamic_smem;
 }
 
+// The same region declared 1024-byte aligned, for kernels without static shared memory whose
+// 128-byte-swizzled tiles repeat every 1024 bytes: it starts at an aligned offset, so they need
+// no rounding up and no padding bytes (sm_90a kernels only).
+__device__ __forceinline__ unsigned char* dynamic_smem_1024() {
+  extern __shared__ __align__(1024) unsigned char kgen_dynamic_smem_1024[];
+  return kgen_dynamic_smem_1024;
+}
+
 // Waits until Threads threads (a multiple of 32) reached barrier Id (1 .. 15; 0 is the one of
 // __syncthreads).
 template <int Id, int Threads>
