@@ -96,6 +96,29 @@ __device__ __forceinline__ void pack_tile(unsigned (&a)[K / 16][4], const float 
   for (int kk = 0; kk < K / 16; ++kk) wgmma::pack_a<T>(a[kk], x, kk);
 }
 
+// The row products of one step, after the elementwise step left dS in x.dp, S̄ in x.z and H in
+// x.g: a1 += dS·B_ds + S̄·B_sbar and a2 += [P·B_p +] H·B_h, with A the tiles rounded to 16 bits
+// in registers (P already packed in pp when WithP) and B MN-major descriptors; one commit group,
+// waited for before returning (the next step's loads overwrite the operands).
+template <class T, int D, int Tile, bool WithP, int PK>
+__device__ __forceinline__ void row_products(float (&a1)[D / 2], float (&a2)[D / 2], const ScoreTiles<Tile>& x,
+                                             const unsigned (&pp)[PK][4], unsigned long long b_ds,
+                                             unsigned long long b_sbar, unsigned long long b_p, unsigned long long b_h) {
+  unsigned ds[Tile / 16][4], sbar[Tile / 16][4], hh[Tile / 16][4];
+  pack_tile<T, Tile>(ds, x.dp);
+  pack_tile<T, Tile>(sbar, x.z);
+  pack_tile<T, Tile>(hh, x.g);
+  wgmma::fence_operand(a1);
+  wgmma::fence_operand(a2);
+  wgmma::fence();
+  bwd_detail::wgmma_xb<T, D, Tile>(a1, ds, b_ds);
+  bwd_detail::wgmma_xb<T, D, Tile>(a1, sbar, b_sbar);
+  if constexpr (WithP) bwd_detail::wgmma_xb<T, D, Tile>(a2, pp, b_p);
+  bwd_detail::wgmma_xb<T, D, Tile>(a2, hh, b_h);
+  wgmma::commit();
+  bwd_detail::end_query_tile(a1, a2);
+}
+
 }  // namespace dbl_detail
 
 // Query-major pass: Pass::stats writes r and c (split over p.stats_splits blocks per query tile
@@ -268,20 +291,8 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
       }
     if constexpr (kApply) {
       // Q̄ += dS·gK + S̄·K, dŌ += P·gV + H·V (the key tiles read MN-major).
-      unsigned ds[Tile / 16][4], sbar[Tile / 16][4], hh[Tile / 16][4];
-      dbl_detail::pack_tile<T, Tile>(ds, x.dp);
-      dbl_detail::pack_tile<T, Tile>(sbar, x.z);
-      dbl_detail::pack_tile<T, Tile>(hh, x.g);
       auto mn_major = [&](int which) { return wgmma::desc_sw128(smem_kv(stage, which), KeyTile::kBlockBytes, 1024); };
-      wgmma::fence_operand(qbar);
-      wgmma::fence_operand(dobar);
-      wgmma::fence();
-      bwd_detail::wgmma_xb<T, D, Tile>(qbar, ds, mn_major(2));
-      bwd_detail::wgmma_xb<T, D, Tile>(qbar, sbar, mn_major(0));
-      bwd_detail::wgmma_xb<T, D, Tile>(dobar, pp, mn_major(3));
-      bwd_detail::wgmma_xb<T, D, Tile>(dobar, hh, mn_major(1));
-      wgmma::commit();
-      bwd_detail::end_query_tile(qbar, dobar);
+      dbl_detail::row_products<T, D, Tile, true>(qbar, dobar, x, pp, mn_major(2), mn_major(0), mn_major(3), mn_major(1));
     }
   }
 
@@ -289,22 +300,8 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
     bwd_detail::store_pair<T, D, HeadDim>(p, p.q_bar, p.do_bar, batch, head, 0, row0, n_q, qbar, dobar);
   } else {
     cp_async_wait<0>();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      r[h] = quad_sum(r[h]);
-      c[h] = quad_sum(c[h]) - r[h] * stat(1, h);
-      const int row = row0 + g + 8 * h;
-      if (t == 0 && row < n_q) {
-        const long long idx = bwd_detail::stat_row(p, batch, head, row);
-        if (splits > 1) {  // partial sums of this key range (c's r·delta term is linear too)
-          red_add(p.row_r + idx, r[h]);
-          red_add(p.row_c + idx, c[h]);
-        } else {
-          p.row_r[idx] = r[h];
-          p.row_c[idx] = c[h];
-        }
-      }
-    }
+    const float delta[2] = {stat(1, 0), stat(1, 1)};
+    dbl_detail::finish_row_stats(p, batch, head, row0, g, t, r, c, delta, splits);
   }
 #endif
 }
@@ -446,19 +443,9 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
       }
 
     // K̄ += dSᵀ·gQ + S̄ᵀ·Q, V̄ += Hᵀ·dO (the query tiles read MN-major).
-    unsigned ds[Tile / 16][4], sbar[Tile / 16][4], hh[Tile / 16][4];
-    dbl_detail::pack_tile<T, Tile>(ds, x.dp);
-    dbl_detail::pack_tile<T, Tile>(sbar, x.z);
-    dbl_detail::pack_tile<T, Tile>(hh, x.g);
     auto mn_major = [&](int which) { return wgmma::desc_sw128(smem_qt(stage, which), QTile::kBlockBytes, 1024); };
-    wgmma::fence_operand(kbar);
-    wgmma::fence_operand(vbar);
-    wgmma::fence();
-    bwd_detail::wgmma_xb<T, D, Tile>(kbar, ds, mn_major(2));
-    bwd_detail::wgmma_xb<T, D, Tile>(kbar, sbar, mn_major(0));
-    bwd_detail::wgmma_xb<T, D, Tile>(vbar, hh, mn_major(1));
-    wgmma::commit();
-    bwd_detail::end_query_tile(kbar, vbar);
+    const unsigned no_p[1][4] = {};
+    dbl_detail::row_products<T, D, Tile, false>(kbar, vbar, x, no_p, mn_major(2), mn_major(0), 0, mn_major(1));
   }
 
   bwd_detail::store_pair<T, D, HeadDim>(p, p.k_bar, p.v_bar, batch, kv_head, 0, key0, n_k, kbar, vbar);
