@@ -34,19 +34,19 @@ constexpr int kQSmemBytes = attention_bwd::fa2_dbl_q_smem_bytes(D, BM, BN);
 template <int D, int BM, int BN>
 constexpr int kKvSmemBytes = attention_bwd::fa2_dbl_kv_smem_bytes(D, BM, BN);
 
-// End of the r/c pass for a thread's rows row0 + g + 8h (g, t: its place in the quad layout):
+// End of the r/c pass for a thread's rows row0 + g + 8h below n_q (g, t: its place in the quad layout):
 // the quad sums of its partials, c = rowsum(P∘Z + dS∘G) − r·delta, written by the lane with
 // t == 0 to the workspace rows, or added there (fp32 atomics) when `splits` blocks share the
 // keys (c's r·delta term is linear too).
 __device__ __forceinline__ void finish_row_stats(const AttentionBackwardParams& p, int batch, int head, int row0,
-                                                 int g, int t, float (&r)[2], float (&c)[2], const float (&delta)[2],
-                                                 int splits) {
+                                                 int n_q, int g, int t, float (&r)[2], float (&c)[2],
+                                                 const float (&delta)[2], int splits) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     r[h] = quad_sum(r[h]);
     c[h] = quad_sum(c[h]) - r[h] * delta[h];
     const int row = row0 + g + 8 * h;
-    if (t == 0 && row < p.n_q) {
+    if (t == 0 && row < n_q) {
       const long long idx = bwd_detail::stat_row(p, batch, head, row);
       if (splits > 1) {
         red_add(p.row_r + idx, r[h]);
@@ -225,7 +225,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     }
   }
   // Quad sums of the pass-0 partials; c = rowsum(P∘Z + dS∘G) − r·delta; written to the workspace.
-  auto finish_stats = [&]() { dbl_detail::finish_row_stats(p, batch, head, m0 + row_local0, g, t, r, c, delta, splits); };
+  auto finish_stats = [&]() { dbl_detail::finish_row_stats(p, batch, head, m0 + row_local0, n_q, g, t, r, c, delta, splits); };
   constexpr int kFirstPass = Pass == DoubleBackwardRowPass::apply ? 1 : 0;
   constexpr int kEndPass = Pass == DoubleBackwardRowPass::stats ? 1 : 2;
 #pragma unroll 1

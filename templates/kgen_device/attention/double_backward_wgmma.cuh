@@ -301,7 +301,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
   } else {
     cp_async_wait<0>();
     const float delta[2] = {stat(1, 0), stat(1, 1)};
-    dbl_detail::finish_row_stats(p, batch, head, row0, g, t, r, c, delta, splits);
+    dbl_detail::finish_row_stats(p, batch, head, row0, n_q, g, t, r, c, delta, splits);
   }
 #endif
 }
