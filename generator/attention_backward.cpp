@@ -450,7 +450,12 @@ int dbl_wide_tile(int bn, int d = 0) { return fa2_tile_head_dim(d) > 224 ? bn : 
 // warpgroup) in both passes, score tiles block_m wide. Per thread: the two row accumulators
 // (tile head dim D) and the four score tiles (2·block_m); D + 2·block_m ≤ 192 leaves room for
 // the A fragments, addressing and statistics.
+// Above 128 columns (`:c2`) the tile is 256 columns wide and both warpgroups of a block own the
+// same 64 rows, each keeping 128 of the accumulators' columns.
 int dbl_wgmma_register_estimate(int d, int tile) { return d + 2 * tile + 60; }
+int dbl_wgmma_tile(const AttentionBackwardConfig& c, int head_dim) {
+  return c.splits == 2 ? 256 : wgmma_tile_head_dim(head_dim);
+}
 int dbl_wgmma_smem_bytes(int d, const AttentionBackwardConfig& c) {
   return std::max(attention_bwd::wgmma_dbl_q_smem_bytes(d, c.block_n / 64, c.block_m),
                   attention_bwd::wgmma_dbl_kv_smem_bytes(d, c.block_n / 64, c.block_m));
@@ -461,9 +466,18 @@ std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& s
   if (auto why = nvidia_only_path("wgmma", target)) return why;
   if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
   if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
+  if (c.splits == 2) {
+    if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
+      return "wgmma double backward with two column halves (c2) serves head dims above 128, not head_dim=" +
+             std::to_string(spec.head_dim);
+    if (c.block_m != 32 || c.block_n != 64 || c.warps != 8)
+      return std::string("wgmma double backward c2 takes block_m 32 and block_n 64 (two warpgroups sharing 64 rows)");
+    return smem_limit_error(dbl_wgmma_smem_bytes(256, c), target);
+  }
+  if (c.splits != 1) return std::string("wgmma double backward splits must be 1, or 2 above 128 columns");
   if (!is_bwd_wgmma_head_dim(spec.head_dim))
-    return "wgmma double backward serves head dims up to 128, not head_dim=" + std::to_string(spec.head_dim);
-  if (c.splits != 1) return std::string("wgmma double backward takes no column splits");
+    return "wgmma double backward without column halves (c2) serves head dims up to 128, not head_dim=" +
+           std::to_string(spec.head_dim);
   if (c.block_m != 32 && c.block_m != 64) return std::string("wgmma double backward block_m (score tile) must be 32 or 64");
   if (c.block_n != 64 && c.block_n != 128)
     return std::string("wgmma double backward block_n must be 64 or 128 (one or two warpgroups)");
@@ -533,9 +547,11 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
   auto keep = [&](const AttentionBackwardConfig& c) {
     if (!check_attention_double_backward_config(spec, c, target)) out.push_back(c);
   };
-  if (spec.dtype != DType::f32 && has_wgmma(target))
+  if (spec.dtype != DType::f32 && has_wgmma(target)) {
     for (int bn : {64, 128})
       for (int bm : {64, 32}) keep({BackwardPath::wgmma, bm, bn, bn / 16, 0});
+    keep({BackwardPath::wgmma, 32, 64, 8, 0, 2});
+  }
   if (spec.dtype != DType::f32)
     for (int bm : {64, 32})
       for (int bn : {16, 32, 64}) keep({BackwardPath::fa2, bm, bn, bm / 16, 0});
@@ -545,7 +561,7 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
 
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target) {
-  // Hopper, 40 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
+  // Hopper, 32 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
   // score tiles on the 64-column tile and 32-wide on the 128-column one (registers). On an H200
   // (b = 1, n = 8192, BENCHMARKS.md "The double backward on wgmma") d = 64 ran 0.407 ms against
   // 0.755 for the fa2 default at h = 1 (causal 0.327 against 0.520) and 5.94 against 11.21 at
@@ -553,6 +569,14 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   if (spec.dtype != DType::f32 && spec.head_dim >= 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 32;
     const AttentionBackwardConfig c{BackwardPath::wgmma, tile, 64, 4, 0};
+    if (!check_attention_double_backward_config(spec, c, target)) return c;
+  }
+  // Above 128 columns: the 256-column tile, two warpgroups sharing 64 rows and splitting the
+  // columns (`:c2`). H200, b = h = 1, n = 8192, bf16: d = 256 2.38 ms (causal 1.34) against
+  // 6.77 (3.45) for fa2, d = 192 1.96 (1.08) against 5.04 (2.50), d = 160 1.79 (0.97) against
+  // 4.49 (2.17).
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
+    const AttentionBackwardConfig c{BackwardPath::wgmma, 32, 64, 8, 0, 2};
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }
   // 32-row tiles only where 64 do not fit (large head dims on sm_80's shared memory).
@@ -629,16 +653,20 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   std::string include = "kgen_device/attention/double_backward_fa2.cuh";
   AttentionBackwardSpec named = spec;
   if (c.path == BackwardPath::wgmma) {
-    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    // c2: the fused kernel's two warpgroups share each block's 64 rows; the r/c pass (no row
+    // accumulators) runs one warpgroup.
+    const int tile = dbl_wgmma_tile(c, spec.head_dim);
     const bool stats = kernel == DoubleBackwardKernel::q_stats;
+    const int splits = stats ? 1 : c.splits;
+    const int wgs = c.block_n / 64 * splits;
     include = "kgen_device/attention/double_backward_wgmma.cuh";
-    k.threads = c.block_n / 64 * 128;
+    k.threads = wgs * 128;
     k.smem_bytes = stats ? attention_bwd::wgmma_dbl_q_smem_bytes(tile, c.block_n / 64, c.block_m) : dbl_wgmma_smem_bytes(tile, c);
     shim.function = stats ? "attention_double_backward_wgmma_q" : "attention_double_backward_wgmma_fused";
-    shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Tile", c.block_m), targ("WGs", c.block_n / 64),
+    shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Tile", c.block_m), targ("WGs", wgs),
                  targ("Causal", spec.causal)};
     if (stats) shim.args.push_back(targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats")));
-    add_head_dim_args(shim, tile, spec.head_dim);
+    add_head_dim_args(shim, tile, spec.head_dim, splits);
   } else switch (kernel) {
     case DoubleBackwardKernel::q_stats:
       k.threads = c.warps * 32;

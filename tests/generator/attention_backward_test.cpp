@@ -66,6 +66,22 @@ TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
   for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm90a())) wg90 += c.path == BackwardPath::wgmma;
   for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm80())) wg80 += c.path == BackwardPath::wgmma;
   EXPECT_EQ(wg90, 2);  // bm32 on one or two warpgroups
+  int c2 = 0;
+  for (const auto& c : attention_double_backward_config_space({DType::bf16, 200, true}, sm90a())) c2 += c.splits == 2;
+  EXPECT_EQ(c2, 1);
+  const AttentionBackwardConfig wide{BackwardPath::wgmma, 32, 64, 8, 0, 2};
+  EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 136, false}, wide, sm90a()));
+  why = check_attention_double_backward_config({DType::f16, 128, false}, wide, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("above 128"), std::string::npos) << *why;
+  const KernelSource wide_fused = render_attention_double_backward({DType::bf16, 160, false}, wide, DoubleBackwardKernel::fused);
+  for (const char* part : {"/*D=*/256", "/*WGs=*/2", "/*HeadDim=*/160", "/*Splits=*/2"})
+    EXPECT_NE(wide_fused.source.find(part), std::string::npos) << part << "\n" << wide_fused.source;
+  EXPECT_EQ(wide_fused.threads, 256);
+  const KernelSource wide_stats = render_attention_double_backward({DType::bf16, 160, false}, wide, DoubleBackwardKernel::q_stats);
+  EXPECT_EQ(wide_stats.threads, 128);
+  EXPECT_EQ(wide_stats.source.find("Splits"), std::string::npos) << wide_stats.source;
+  EXPECT_EQ(attention_double_backward_grid(wide, DoubleBackwardKernel::fused, {1, 1, 1, 8192, 8192}, 132, false, 160).x, 256u);
   EXPECT_EQ(wg80, 0);
 
   // Both passes take block_n rows per block; the r/c pass splits its key tiles of block_m.
@@ -220,6 +236,10 @@ TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
   EXPECT_EQ(to_string(attention_double_backward_default_config({DType::bf16, 32, true}, sm90a)), "wg:bm64:bn64");
   EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 24, true}, sm90a).path, BackwardPath::fa2);
   EXPECT_EQ(to_string(attention_double_backward_default_config({DType::f16, 80, true}, sm90a)), "wg:bm32:bn64");
+  // Above 128 columns: two warpgroups splitting the 256-column tile's columns.
+  for (int d : {136, 160, 192, 256})
+    EXPECT_EQ(to_string(attention_double_backward_default_config({DType::bf16, d, false}, sm90a)), "wg:bm32:bn64:c2") << d;
+  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 256, false}, sm80).path, BackwardPath::fa2);
   auto why = check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::fa2, 16, 32, 1, 0}, sm90a);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("block_m"), std::string::npos) << *why;

@@ -151,7 +151,7 @@ TEST(AttentionBackwardGpuWgmma, EveryDoubleBackwardWgmmaConfigOnSmallAndLargeSha
   std::uint64_t seed = 4242;
   int tested = 0;
   for (DType dtype : {DType::bf16, DType::f16})
-    for (int d : {64, 128, 80, 40})  // 80, 40: tiles padded past the head dim
+    for (int d : {64, 128, 80, 40, 256, 200, 160})  // 80, 40, 200, 160: tiles padded past the head dim
       for (bool causal : {false, true})
         for (const auto& config : attention_double_backward_config_space({dtype, d, causal}, target)) {
           if (config.path != BackwardPath::wgmma) continue;

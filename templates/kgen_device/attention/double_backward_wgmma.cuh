@@ -23,7 +23,9 @@
 //   attention_double_backward_fa2_fused).
 //
 // Registers per thread: the two row accumulators (D) and the four score tiles (2·Tile), so
-// Tile = 32 at D = 128. Rows >= n_q and keys >= n_k are zero-filled (their lse2 = +inf in the
+// Tile = 32 at D = 128. Above 128 columns (Splits = 2, the 256-column tile): both warpgroups of
+// a block own the same 64 rows (keys), each forms the whole score tiles and keeps half of the
+// row accumulators' columns (the r/c pass has none and runs one warpgroup on the 256 tile). Rows >= n_q and keys >= n_k are zero-filled (their lse2 = +inf in the
 // query-major kernel; zero statistics in the key-major one, where the zero Q, dO and gQ rows make
 // every product zero); padded head dims as backward_wgmma.cuh (HeadDim a multiple of 8 in
 // (D − 64, D]: the score products reduce over HeadDim rounded up to 16, the row products run all
@@ -123,28 +125,35 @@ __device__ __forceinline__ void row_products(float (&a1)[D / 2], float (&a2)[D /
 
 // Query-major pass: Pass::stats writes r and c (split over p.stats_splits blocks per query tile
 // as attention_double_backward_fa2_q), Pass::apply reads them and stores Q̄ and dŌ.
-template <class T, int D, int Tile, int WGs, bool Causal, DoubleBackwardRowPass Pass, int HeadDim = D>
+template <class T, int D, int Tile, int WGs, bool Causal, DoubleBackwardRowPass Pass, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_double_backward_wgmma_q(const AttentionBackwardParams& p,
                                                                   int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma double backward takes half_t or bfloat16_t");
-  static_assert(D == 64 || D == 128, "D must be 64 or 128");
-  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(Splits == 1 ? D == 64 || D == 128 || (D == 256 && Pass == DoubleBackwardRowPass::stats)
+                            : Splits == 2 && D == 256 && WGs == 2 && Pass == DoubleBackwardRowPass::apply,
+                "D 64 or 128; 256 in the r/c pass, or with two warpgroups splitting the columns");
+  static_assert(HeadDim % 8 == 0 && HeadDim > (D == 256 ? 128 : D - 64) && HeadDim <= D, "HeadDim must pad to D");
   static_assert(Tile == 32 || Tile == 64, "key tiles of 32 or 64");
   static_assert(Pass != DoubleBackwardRowPass::both, "the wgmma kernels run the passes as two launches");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kApply = Pass == DoubleBackwardRowPass::apply;
-  constexpr int BM = 64 * WGs;
+  // Splits = 2: both warpgroups own the same 64 rows; warpgroup wg keeps the Q̄, dŌ columns
+  // [wg·D/2, +D/2) (both form the whole score tiles).
+  constexpr int BM = 64 * WGs / Splits;
   constexpr int kThreads = 128 * WGs;
+  constexpr int kCols = D / Splits;
   using RowTile = wgmma::Sw128<BM, D>;
   using KeyTile = wgmma::Sw128<Tile, D>;
   constexpr int kStatsOffset = 3 * RowTile::kBytes + 8 * KeyTile::kBytes;
-  static_assert(kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_dbl_q_smem_bytes(D, WGs, Tile),
+  static_assert(kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_dbl_q_smem_bytes(D, WGs / Splits, Tile),
                 "shared memory layout must match wgmma_dbl_q_smem_bytes");
-  constexpr int kAcc = kApply ? D / 2 : 1;
+  constexpr int kAcc = kApply ? kCols / 2 : 1;
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
+  const int row_wg = Splits == 1 ? wg : 0;       // this warpgroup's 64 rows of the block
+  const int col0 = Splits == 1 ? 0 : wg * kCols;  // its first Q̄, dŌ column
   int split = 0, splits = 1;
   if constexpr (!kApply) {
     splits = p.stats_splits > 1 ? p.stats_splits : 1;
@@ -210,13 +219,13 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
     }
   }
   __syncthreads();
-  const int local0 = wg * 64 + warp * 16 + g;  // this thread's first row in the block (then + 8)
-  const int row0 = m0 + wg * 64 + warp * 16;   // this warp's first query row
+  const int local0 = row_wg * 64 + warp * 16 + g;  // this thread's first row in the block (then + 8)
+  const int row0 = m0 + row_wg * 64 + warp * 16;   // this warp's first query row
   auto stat = [&](int which, int h) { return row_stats[which * BM + local0 + 8 * h]; };
   float r[2] = {0.f, 0.f}, c[2] = {0.f, 0.f};  // the stats pass's sums
 
   // This warpgroup's rows of Q, dO and gQ as K-major A.
-  const unsigned wg_rows = wg * 64 * 128;
+  const unsigned wg_rows = row_wg * 64 * 128;
   const unsigned long long q_a = wgmma::desc_sw128(smem_q + wg_rows, 16, 1024);
   const unsigned long long do_a = wgmma::desc_sw128(smem_do + wg_rows, 16, 1024);
   const unsigned long long gq_a = wgmma::desc_sw128(smem_gq + wg_rows, 16, 1024);
@@ -290,14 +299,22 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
         }
       }
     if constexpr (kApply) {
-      // Q̄ += dS·gK + S̄·K, dŌ += P·gV + H·V (the key tiles read MN-major).
-      auto mn_major = [&](int which) { return wgmma::desc_sw128(smem_kv(stage, which), KeyTile::kBlockBytes, 1024); };
-      dbl_detail::row_products<T, D, Tile, true>(qbar, dobar, x, pp, mn_major(2), mn_major(0), mn_major(3), mn_major(1));
+      // Q̄ += dS·gK + S̄·K, dŌ += P·gV + H·V (the key tiles read MN-major from column col0).
+      auto mn_major = [&](int which) {
+        return bwd_detail::mn_major_cols<KeyTile::kBlockBytes>(smem_kv(stage, which), col0);
+      };
+      dbl_detail::row_products<T, kCols, Tile, true>(qbar, dobar, x, pp, mn_major(2), mn_major(0), mn_major(3),
+                                                     mn_major(1));
     }
   }
 
   if constexpr (kApply) {
-    bwd_detail::store_pair<T, D, HeadDim>(p, p.q_bar, p.do_bar, batch, head, 0, row0, n_q, qbar, dobar);
+    if constexpr (Splits == 1) {
+      bwd_detail::store_pair<T, D, HeadDim>(p, p.q_bar, p.do_bar, batch, head, 0, row0, n_q, qbar, dobar);
+    } else {
+      bwd_detail::store_pair<T, kCols>(p, p.q_bar, p.do_bar, batch, head, col0, row0, n_q, qbar, dobar,
+                                       imin(kCols, HeadDim - col0));
+    }
   } else {
     cp_async_wait<0>();
     const float delta[2] = {stat(1, 0), stat(1, 1)};
@@ -306,26 +323,31 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
 #endif
 }
 
-// Key-major pass: K̄ and V̄ of the block's 64·WGs keys.
-template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D>
+// Key-major pass: K̄ and V̄ of the block's 64·WGs keys (Splits = 2: 64 keys, warpgroup wg keeping
+// the columns [wg·D/2, +D/2)).
+template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_double_backward_wgmma_kv(const AttentionBackwardParams& p,
                                                                    int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma double backward takes half_t or bfloat16_t");
-  static_assert(D == 64 || D == 128, "D must be 64 or 128");
-  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(Splits == 1 ? D == 64 || D == 128 : Splits == 2 && D == 256 && WGs == 2,
+                "D 64 or 128, or 256 with two warpgroups splitting the columns");
+  static_assert(HeadDim % 8 == 0 && HeadDim > (D == 256 ? 128 : D - 64) && HeadDim <= D, "HeadDim must pad to D");
   static_assert(Tile == 32 || Tile == 64, "query tiles of 32 or 64 rows");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BN = 64 * WGs;
+  constexpr int BN = 64 * WGs / Splits;
   constexpr int kThreads = 128 * WGs;
+  constexpr int kCols = D / Splits;
   using KeyRows = wgmma::Sw128<BN, D>;
   using QTile = wgmma::Sw128<Tile, D>;
   constexpr int kStatsOffset = 4 * KeyRows::kBytes + 6 * QTile::kBytes;
-  static_assert(kStatsOffset + 2 * 4 * Tile * 4 == attention_bwd::wgmma_dbl_kv_smem_bytes(D, WGs, Tile),
+  static_assert(kStatsOffset + 2 * 4 * Tile * 4 == attention_bwd::wgmma_dbl_kv_smem_bytes(D, WGs / Splits, Tile),
                 "shared memory layout must match wgmma_dbl_kv_smem_bytes");
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
+  const int row_wg = Splits == 1 ? wg : 0;       // this warpgroup's 64 keys of the block
+  const int col0 = Splits == 1 ? 0 : wg * kCols;  // its first K̄, V̄ column
   const int n0 = block * BN;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
@@ -379,13 +401,13 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   cp_async_commit();
 
   // This warpgroup's key rows of K, V, gK and gV as K-major A.
-  const unsigned wg_rows = wg * 64 * 128;
+  const unsigned wg_rows = row_wg * 64 * 128;
   auto key_a = [&](int which) { return wgmma::desc_sw128(smem_key(which) + wg_rows, 16, 1024); };
   const unsigned long long k_a = key_a(0), v_a = key_a(1), gk_a = key_a(2), gv_a = key_a(3);
-  const int key0 = n0 + wg * 64 + warp * 16;  // this warp's first key
-  float kbar[D / 2], vbar[D / 2];
+  const int key0 = n0 + row_wg * 64 + warp * 16;  // this warp's first key
+  float kbar[kCols / 2], vbar[kCols / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) kbar[i] = vbar[i] = 0.f;
+  for (int i = 0; i < kCols / 2; ++i) kbar[i] = vbar[i] = 0.f;
 
   for (int it = 0; it < total; ++it) {
     const int stage = it & 1;
@@ -442,26 +464,33 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
         }
       }
 
-    // K̄ += dSᵀ·gQ + S̄ᵀ·Q, V̄ += Hᵀ·dO (the query tiles read MN-major).
-    auto mn_major = [&](int which) { return wgmma::desc_sw128(smem_qt(stage, which), QTile::kBlockBytes, 1024); };
+    // K̄ += dSᵀ·gQ + S̄ᵀ·Q, V̄ += Hᵀ·dO (the query tiles read MN-major from column col0).
+    auto mn_major = [&](int which) { return bwd_detail::mn_major_cols<QTile::kBlockBytes>(smem_qt(stage, which), col0); };
     const unsigned no_p[1][4] = {};
-    dbl_detail::row_products<T, D, Tile, false>(kbar, vbar, x, no_p, mn_major(2), mn_major(0), 0, mn_major(1));
+    dbl_detail::row_products<T, kCols, Tile, false>(kbar, vbar, x, no_p, mn_major(2), mn_major(0), 0, mn_major(1));
   }
 
-  bwd_detail::store_pair<T, D, HeadDim>(p, p.k_bar, p.v_bar, batch, kv_head, 0, key0, n_k, kbar, vbar);
+  if constexpr (Splits == 1) {
+    bwd_detail::store_pair<T, D, HeadDim>(p, p.k_bar, p.v_bar, batch, kv_head, 0, key0, n_k, kbar, vbar);
+  } else {
+    bwd_detail::store_pair<T, kCols>(p, p.k_bar, p.v_bar, batch, kv_head, col0, key0, n_k, kbar, vbar,
+                                     imin(kCols, HeadDim - col0));
+  }
 #endif
 }
 
 // The second stage: blocks [0, ceil(n_q / 64·WGs)) run the apply pass, the following
 // ceil(n_k / 64·WGs) the key-major kernel (blockIdx.y < heads_kv), so that the two, which do
 // not depend on each other, share the machine.
-template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D>
+template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_double_backward_wgmma_fused(const AttentionBackwardParams& p) {
-  const int q_blocks = (p.n_q + 64 * WGs - 1) / (64 * WGs);
+  constexpr int kRows = 64 * WGs / Splits;
+  const int q_blocks = (p.n_q + kRows - 1) / kRows;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
-    attention_double_backward_wgmma_q<T, D, Tile, WGs, Causal, DoubleBackwardRowPass::apply, HeadDim>(p, blockIdx.x);
+    attention_double_backward_wgmma_q<T, D, Tile, WGs, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits>(
+        p, blockIdx.x);
   } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
-    attention_double_backward_wgmma_kv<T, D, Tile, WGs, Causal, HeadDim>(p, blockIdx.x - q_blocks);
+    attention_double_backward_wgmma_kv<T, D, Tile, WGs, Causal, HeadDim, Splits>(p, blockIdx.x - q_blocks);
   }
 }
 
