@@ -84,6 +84,15 @@ __device__ __forceinline__ void issue_scores(ScoreTiles<Tile>& x, unsigned long 
   wgmma::commit();
 }
 
+// Waits for the second group of issue_scores: dP, G and Z readable.
+template <int Tile>
+__device__ __forceinline__ void wait_rest(ScoreTiles<Tile>& x) {
+  wgmma::wait<0>();
+  wgmma::fence_operand(x.dp);
+  wgmma::fence_operand(x.g);
+  wgmma::fence_operand(x.z);
+}
+
 // Zero-fills `bytes` (a multiple of 16) of shared memory from `addr` with Threads threads: the
 // tile of an absent cotangent, whose products then add zeros.
 template <int Threads>
@@ -276,10 +285,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
     // accumulators would spill (the products read P̃ = P rounded either way).
     unsigned pp[kApply ? Tile / 16 : 1][4];
     if constexpr (kApply) dbl_detail::pack_tile<T, Tile>(pp, x.s);
-    wgmma::wait<0>();
-    wgmma::fence_operand(x.dp);
-    wgmma::fence_operand(x.g);
-    wgmma::fence_operand(x.z);
+    dbl_detail::wait_rest(x);
 #pragma unroll
     for (int j = 0; j < Tile / 8; ++j)
 #pragma unroll
@@ -447,10 +453,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
           v = 8 * j + e < cut[h] ? 0.f : pe;
         }
       }
-    wgmma::wait<0>();
-    wgmma::fence_operand(x.dp);
-    wgmma::fence_operand(x.g);
-    wgmma::fence_operand(x.z);
+    dbl_detail::wait_rest(x);
 #pragma unroll
     for (int j = 0; j < Tile / 8; ++j)
 #pragma unroll
