@@ -472,7 +472,7 @@ std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& s
              std::to_string(spec.head_dim);
     if (c.block_m != 32 || c.block_n != 64 || c.warps != 8)
       return std::string("wgmma double backward c2 takes block_m 32 and block_n 64 (two warpgroups sharing 64 rows)");
-    return smem_limit_error(dbl_wgmma_smem_bytes(256, c), target);
+    return smem_limit_error(dbl_wgmma_smem_bytes(dbl_wgmma_tile(c, spec.head_dim), c), target);
   }
   if (c.splits != 1) return std::string("wgmma double backward splits must be 1, or 2 above 128 columns");
   if (!is_bwd_wgmma_head_dim(spec.head_dim))
@@ -563,9 +563,10 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
                                                                  const Target& target) {
   // Hopper, 32 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
   // score tiles on the 64-column tile and 32-wide on the 128-column one (registers). On an H200
-  // (b = 1, n = 8192, BENCHMARKS.md "The double backward on wgmma") d = 64 ran 0.407 ms against
-  // 0.755 for the fa2 default at h = 1 (causal 0.327 against 0.520) and 5.94 against 11.21 at
-  // h = 16; d = 128 0.987 against 1.420 (causal 0.633 against 0.950), 15.2 against 21.4 at h = 16.
+  // (b = 1, n = 8192, BENCHMARKS.md "The double backward on wgmma") d = 64 ran 0.400 ms against
+  // 0.755 for the fa2 default at h = 1 (causal 0.273 against 0.520) and 5.94 against 11.21 at
+  // h = 16; d = 128 0.811 against 1.407 (causal 0.531 against 0.951), 12.1 against 21.4 at h = 16;
+  // d = 32 0.325 against 0.481 (causal 0.276 against 0.391).
   if (spec.dtype != DType::f32 && spec.head_dim >= 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 32;
     const AttentionBackwardConfig c{BackwardPath::wgmma, tile, 64, 4, 0};

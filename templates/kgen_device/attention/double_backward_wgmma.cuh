@@ -25,11 +25,12 @@
 // Registers per thread: the two row accumulators (D) and the four score tiles (2·Tile), so
 // Tile = 32 at D = 128. Above 128 columns (Splits = 2, the 256-column tile): both warpgroups of
 // a block own the same 64 rows (keys), each forms the whole score tiles and keeps half of the
-// row accumulators' columns (the r/c pass has none and runs one warpgroup on the 256 tile). Rows >= n_q and keys >= n_k are zero-filled (their lse2 = +inf in the
-// query-major kernel; zero statistics in the key-major one, where the zero Q, dO and gQ rows make
-// every product zero); padded head dims as backward_wgmma.cuh (HeadDim a multiple of 8 in
-// (D − 64, D]: the score products reduce over HeadDim rounded up to 16, the row products run all
-// D columns and only HeadDim are stored).
+// row accumulators' columns (the r/c pass has none and runs one warpgroup on the 256 tile).
+// Rows >= n_q and keys >= n_k are zero-filled (their lse2 = +inf in the query-major kernel; zero
+// statistics in the key-major one, where the zero Q, dO and gQ rows make every product zero).
+// Padded head dims as backward_wgmma.cuh: HeadDim a multiple of 8 in (D − 64, D], or (128, 256]
+// on the 256 tile; the score products reduce over HeadDim rounded up to 16, the row products run
+// all their columns and only those below HeadDim are stored.
 #pragma once
 
 #include "kgen_device/attention/backward_config.h"
@@ -41,10 +42,10 @@
 namespace kgen {
 namespace dbl_detail {
 
-// Dynamic shared memory declared 1024-byte aligned (core/block.cuh): these kernels have no static
-// shared memory, and two blocks of 113 KiB fit an SM (a rounded-up base would need 1 KiB more).
-__device__ __forceinline__ unsigned char* aligned_smem() { return dynamic_smem_1024(); }
-__device__ __forceinline__ unsigned aligned_smem_base() { return smem_u32(aligned_smem()); }
+// Dynamic shared memory declared 1024-byte aligned (dynamic_smem_1024, core/block.cuh): these
+// kernels have no static shared memory, and two blocks of 113 KiB fit an SM (a rounded-up base
+// would need 1 KiB more).
+__device__ __forceinline__ unsigned aligned_smem_base() { return smem_u32(dynamic_smem_1024()); }
 // Stops the kernel if the region is not 1024-byte aligned after all (every swizzled operand
 // would be read wrong): a loud failure instead of wrong numbers.
 __device__ __forceinline__ void require_aligned_smem() {
@@ -52,7 +53,20 @@ __device__ __forceinline__ void require_aligned_smem() {
 }
 
 // Generic pointer `offset` bytes past the aligned base.
-__device__ __forceinline__ float* smem_floats(int offset) { return reinterpret_cast<float*>(aligned_smem() + offset); }
+__device__ __forceinline__ float* smem_floats(int offset) { return reinterpret_cast<float*>(dynamic_smem_1024() + offset); }
+
+// A block's shape and a warpgroup's place in it: WGs warpgroups of 128 threads over kRows rows
+// (queries or keys); with Splits = 2 both warpgroups own the same 64 rows and warpgroup wg keeps
+// the row accumulators' columns [wg·kCols, +kCols).
+template <int D, int WGs, int Splits>
+struct WgPlace {
+  static constexpr int kRows = 64 * WGs / Splits;
+  static constexpr int kThreads = 128 * WGs;
+  static constexpr int kCols = D / Splits;
+  int row_wg;  // the warpgroup's 64 rows of the block
+  int col0;    // its first accumulator column
+  __device__ __forceinline__ static WgPlace of(int wg) { return {Splits == 1 ? wg : 0, Splits == 1 ? 0 : wg * kCols}; }
+};
 
 // The four score-shaped tiles of one (rows × Tile) step.
 template <int Tile>
@@ -147,11 +161,8 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
   static_assert(Pass != DoubleBackwardRowPass::both, "the wgmma kernels run the passes as two launches");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kApply = Pass == DoubleBackwardRowPass::apply;
-  // Splits = 2: both warpgroups own the same 64 rows; warpgroup wg keeps the Q̄, dŌ columns
-  // [wg·D/2, +D/2) (both form the whole score tiles).
-  constexpr int BM = 64 * WGs / Splits;
-  constexpr int kThreads = 128 * WGs;
-  constexpr int kCols = D / Splits;
+  using Place = dbl_detail::WgPlace<D, WGs, Splits>;
+  constexpr int BM = Place::kRows, kThreads = Place::kThreads, kCols = Place::kCols;
   using RowTile = wgmma::Sw128<BM, D>;
   using KeyTile = wgmma::Sw128<Tile, D>;
   constexpr int kStatsOffset = 3 * RowTile::kBytes + 8 * KeyTile::kBytes;
@@ -161,8 +172,8 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
-  const int row_wg = Splits == 1 ? wg : 0;       // this warpgroup's 64 rows of the block
-  const int col0 = Splits == 1 ? 0 : wg * kCols;  // its first Q̄, dŌ column
+  const Place place = Place::of(wg);
+  const int row_wg = place.row_wg, col0 = place.col0;  // its 64 query rows, its first Q̄, dŌ column
   int split = 0, splits = 1;
   if constexpr (!kApply) {
     splits = p.stats_splits > 1 ? p.stats_splits : 1;
@@ -341,9 +352,8 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   static_assert(HeadDim % 8 == 0 && HeadDim > (D == 256 ? 128 : D - 64) && HeadDim <= D, "HeadDim must pad to D");
   static_assert(Tile == 32 || Tile == 64, "query tiles of 32 or 64 rows");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int BN = 64 * WGs / Splits;
-  constexpr int kThreads = 128 * WGs;
-  constexpr int kCols = D / Splits;
+  using Place = dbl_detail::WgPlace<D, WGs, Splits>;
+  constexpr int BN = Place::kRows, kThreads = Place::kThreads, kCols = Place::kCols;
   using KeyRows = wgmma::Sw128<BN, D>;
   using QTile = wgmma::Sw128<Tile, D>;
   constexpr int kStatsOffset = 4 * KeyRows::kBytes + 6 * QTile::kBytes;
@@ -352,8 +362,8 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
-  const int row_wg = Splits == 1 ? wg : 0;       // this warpgroup's 64 keys of the block
-  const int col0 = Splits == 1 ? 0 : wg * kCols;  // its first K̄, V̄ column
+  const Place place = Place::of(wg);
+  const int row_wg = place.row_wg, col0 = place.col0;  // its 64 keys, its first K̄, V̄ column
   const int n0 = block * BN;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
@@ -487,7 +497,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
 // not depend on each other, share the machine.
 template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1>
 __device__ __forceinline__ void attention_double_backward_wgmma_fused(const AttentionBackwardParams& p) {
-  constexpr int kRows = 64 * WGs / Splits;
+  constexpr int kRows = dbl_detail::WgPlace<D, WGs, Splits>::kRows;
   const int q_blocks = (p.n_q + kRows - 1) / kRows;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
     attention_double_backward_wgmma_q<T, D, Tile, WGs, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits>(
