@@ -87,6 +87,15 @@ int match_int(const std::string& log, const std::regex& re) {
   return std::regex_search(log, m, re) ? std::stoi(m[1].str()) : 0;
 }
 
+// The sum over every match: a kernel that calls non-inlined functions gets one "Function
+// properties" block per function, and each function's spills count.
+int sum_ints(const std::string& log, const std::regex& re) {
+  int total = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
+    total += std::stoi((*it)[1].str());
+  return total;
+}
+
 }  // namespace
 
 std::string nvrtc_version() {
@@ -127,8 +136,8 @@ ResourceUsage parse_ptxas_report(const std::string& log) {
     r.parsed = true;
   }
   r.stack_frame = match_int(log, stack);
-  r.spill_stores = match_int(log, spill_st);
-  r.spill_loads = match_int(log, spill_ld);
+  r.spill_stores = sum_ints(log, spill_st);
+  r.spill_loads = sum_ints(log, spill_ld);
   r.static_smem = match_int(log, smem);
   r.serialized_wgmma = log.find("C7510") != std::string::npos ||
                        log.find("C7511") != std::string::npos ||

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <fstream>
 
 #include "generator/attention_forward.h"
@@ -20,9 +22,11 @@ class BuilderReliability : public ::testing::Test {
     ::unsetenv("KGEN_CACHE_PATH");
     ::unsetenv("KGEN_CACHE_MAX_BYTES");
     ::unsetenv("KGEN_NO_JIT");
-    dir_ = fs::temp_directory_path() /
-           ("kgen-reliability-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // One directory per test, named without the '/' of parameterised test names (a nested
+    // directory would leave its parent behind after TearDown).
+    std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::replace(name.begin(), name.end(), '/', '_');
+    dir_ = fs::temp_directory_path() / ("kgen-reliability-" + std::to_string(::getpid()) + "-" + name);
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }

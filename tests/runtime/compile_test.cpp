@@ -72,6 +72,23 @@ TEST(Compile, ParsesThePtxasReport) {
   EXPECT_TRUE(parse_ptxas_report("ptxas warning : (C7510) Potential Performance Loss: wgmma.mma_async").serialized_wgmma);
 }
 
+// A kernel that calls non-inlined functions: the report has a block per function, and the
+// spills of every one of them count.
+TEST(Compile, SumsTheSpillsOfEveryFunction) {
+  auto r = parse_ptxas_report(
+      "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+      "ptxas info    : Function properties for k\n"
+      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers\n"
+      "ptxas info    : Function properties for _Z6part_av\n"
+      "    0 bytes stack frame, 12 bytes spill stores, 8 bytes spill loads\n"
+      "ptxas info    : Function properties for _Z6part_bv\n"
+      "    0 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n");
+  EXPECT_EQ(r.registers, 255);
+  EXPECT_EQ(r.spill_stores, 16);
+  EXPECT_EQ(r.spill_loads, 12);
+}
+
 }  // namespace
 }  // namespace kgen
 
