@@ -87,8 +87,9 @@ int match_int(const std::string& log, const std::regex& re) {
   return std::regex_search(log, m, re) ? std::stoi(m[1].str()) : 0;
 }
 
-// The sum over every match: a kernel that calls non-inlined functions gets one "Function
-// properties" block per function, and each function's spills count.
+// The sum over every match: ptxas reports one "Function properties" block per entry of the
+// module (LRPE's softmax over the sequence has two) and per non-inlined function, and every
+// one's spills count: the module's usage is what kgen stores and checks.
 int sum_ints(const std::string& log, const std::regex& re) {
   int total = 0;
   for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
