@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
 #include <fstream>
+#include <string>
 
 #include "generator/attention_forward.h"
 #include "jit/kernel_builder.h"

@@ -72,8 +72,8 @@ TEST(Compile, ParsesThePtxasReport) {
   EXPECT_TRUE(parse_ptxas_report("ptxas warning : (C7510) Potential Performance Loss: wgmma.mma_async").serialized_wgmma);
 }
 
-// A kernel that calls non-inlined functions: the report has a block per function, and the
-// spills of every one of them count.
+// A module with several entries (or non-inlined functions): the report has a block per
+// function, and the spills of every one of them count.
 TEST(Compile, SumsTheSpillsOfEveryFunction) {
   auto r = parse_ptxas_report(
       "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
