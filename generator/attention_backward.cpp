@@ -84,6 +84,7 @@ std::string to_string(const AttentionBackwardConfig& c) {
   else if (c.path == BackwardPath::wgmma) {
     s << "wg:bm" << c.block_m << ":bn" << c.block_n;
     if (c.splits != 1) s << ":c" << c.splits;
+    if (c.async_wgs != 0) s << ":a" << c.async_wgs;
   }
   else
     s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
@@ -104,7 +105,8 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
     c.path = BackwardPath::wgmma;
     c.max_head_dim = 0;
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
-         (parts.size() == 3 || (parse_prefixed_int(parts[3], "c", c.splits) && c.splits != 1));
+         (parts.size() == 3 || (parse_prefixed_int(parts[3], "c", c.splits) && c.splits != 1) ||
+          (parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0));
     c.warps = c.block_n / 16 * c.splits;
   } else if (parts.size() == 3 && parts[0] == "simt") {
     c.path = BackwardPath::simt;
@@ -190,7 +192,11 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       if (wgmma_kv_register_estimate(tile, c.block_m) > kMaxRegistersPerThread)
         return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
                " exceeds the register budget";
-      smem = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, true);
+      if (c.async_wgs < 0 || c.async_wgs > 2) return std::string("wgmma async (a<k>) must be 1 or 2");
+      if (c.async_wgs != 0 && c.block_n != 128)
+        return std::string("wgmma async (a1, a2) takes block_n 128 (two warpgroups)");
+      smem = c.async_wgs != 0 ? attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m)
+                              : attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, true);
     }
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
     smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(fa2_tile_head_dim(spec.head_dim), dq.block_m, dq.block_n));
@@ -210,8 +216,10 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     if (!check_attention_backward_config(spec, c, target)) out.push_back(c);
   };
   for (const auto& c : mfma_backward_config_space(spec, target)) out.push_back(c);
-  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target))
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     for (int bn : {128, 64}) keep({BackwardPath::wgmma, 64, bn, bn / 16, 0});
+    for (int a : {2, 1}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a});
+  }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
     keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
@@ -228,16 +236,27 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
   // d = 32 on sm_90a (H200, bf16, b·n = 16k, h = 64, `kgen bench --op attention_bwd --head-dims 32`,
   // BENCHMARKS.md "d = 32 backward"): without a mask the padded 64-column wgmma tile ran 165 / 204 /
   // 217 TFLOPS at n = 1k / 4k / 16k against 147 / 184 / 198 for fa2:bm64:bn128:w8; causal,
-  // fa2:bm64:bn64:w4 ran 124 / 177 / 199 against 109 / 161 / 184 (wg 114–191).
-  const bool wgmma_d32 = spec.head_dim == 32 && !spec.causal;
+  // fa2:bm64:bn64:w4 ran 124 / 177 / 199 against 109 / 161 / 184 (wg 114–191), and 159 at 4k
+  // against 169 for the decoupled wg:bm64:bn128:a2 ("Decoupled warpgroups", 2026-11-24).
+  const bool small = attention_backward_shape_class(shape, sm_count) == 1;
+  const bool wgmma_d32 = spec.head_dim == 32 && (!spec.causal || !small);
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && (spec.head_dim > 32 || wgmma_d32) &&
       has_wgmma(target)) {
     // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
-    // Hopper: two warpgroups of 64 keys against 64-row query tiles. On an H200 (bf16, b·n = 16k,
-    // h·d = 2048, BENCHMARKS.md) d = 128 ran 283 / 304 TFLOPS at n = 4k / 16k (causal 251 / 295)
-    // against 223 / 227 for the fa2 default, d = 64 249 / 265 (causal 216 / 249) against 222 / 234.
+    // Hopper: two warpgroups of 64 keys against 64-row query tiles, decoupled (a1, a2); one
+    // warpgroup of 64 keys per block when the blocks would not fill the machine. On an H200 (bf16,
+    // b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups") the staggered a2 against the
+    // block-synchronous wg:bm64:bn128 at n = 4k / 16k: d = 128 396 / 409 TFLOPS against 369 / 393
+    // (causal 356 / 417 against 318 / 383); d = 80 318 against 284 at 4k (causal 259 against 244).
+    // The unstaggered a1 is faster on the 64-column tile without a mask from d = 56 (d = 64 318 /
+    // 341 against a2's 299 / 321 and the synchronous kernel's 296 / 319). Causal at d = 104 a2
+    // spills 4 bytes and a1 none; at d = 112 both spill (a1 32 bytes, a2 12): the
+    // block-synchronous kernel, spill-free, stays there.
     AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
-    if (attention_backward_shape_class(shape, sm_count) == 1) c.block_n = 64, c.warps = 4;
+    const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
+    c.async_wgs = (tile64 && spec.head_dim > 48 && !spec.causal) || (spec.causal && spec.head_dim == 104) ? 1 : 2;
+    if (spec.causal && spec.head_dim == 112) c.async_wgs = 0;
+    if (small) c.block_n = 64, c.warps = 4, c.async_wgs = 0;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
@@ -250,7 +269,6 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // blocks would not fill the machine once.
     // Above 128 columns (two column splits) the registers take 32-row query tiles, and on
     // sm_80 the shared memory 64-key blocks.
-    const bool small = attention_backward_shape_class(shape, sm_count) == 1;
     const bool causal_d32 = spec.head_dim == 32 && spec.causal && has_wgmma(target);
     for (int bn : {128, 64}) {
       if ((small || causal_d32) && bn == 128) continue;
@@ -342,7 +360,18 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         add_head_dim_args(shim, tile, d);
         break;
       }
-      if (c.path == BackwardPath::wgmma) {
+      if (c.path == BackwardPath::wgmma && c.async_wgs != 0 && atomic) {
+        const int tile = wgmma_tile_head_dim(d);
+        include = "kgen_device/attention/backward_wgmma.cuh";
+        k.threads = 256;
+        k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m);
+        shim.function = "attention_backward_wgmma_kv_async";
+        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m), targ("Causal", spec.causal),
+                     targ("Stagger", c.async_wgs == 2)};
+        add_head_dim_args(shim, tile, d);
+        break;
+      }
+      if (c.path == BackwardPath::wgmma) {  // (the deterministic mode of a1/a2 as well)
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = c.block_n / 64 * 128;

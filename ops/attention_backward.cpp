@@ -78,7 +78,7 @@ std::size_t stat_rows(const TensorView& q) {
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
-  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4);
+  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2);
   return k.value();
 }
 

@@ -108,20 +108,24 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       int wg90 = 0, wg80 = 0;
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
-      EXPECT_EQ(wg90, 2) << d;
+      EXPECT_EQ(wg90, 4) << d;  // bn128, bn64, bn128:a1, bn128:a2
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
-      EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)), "wg:bm64:bn128");
+      // Decoupled warpgroups: staggered, except on the 64-column tile without a mask.
+      EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
+                d == 64 && !causal ? "wg:bm64:bn128:a1" : "wg:bm64:bn128:a2");
       EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
       // Too few key blocks to fill the machine: one warpgroup per block.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
     }
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128");
-  // d = 32 on sm_90a: the padded wgmma tile without a mask, 64-key fa2 blocks with one; sm_80 as before.
+            "wg:bm64:bn128:a2");
+  // d = 32 on sm_90a: the padded wgmma tile (64-key fa2 blocks with a mask in small grids); sm_80 as before.
   const AttentionShape d32_big{4, 64, 64, 4096, 4096};
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128");
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm90a(), 132)), "fa2:bm64:bn64:w4");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, {1, 1, 1, 2048, 2048}, sm90a(), 132)),
+            "fa2:bm64:bn64:w4");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
   EXPECT_EQ(attention_backward_default_config({DType::bf16, 24, false}, d32_big, sm90a(), 132).path, BackwardPath::fa2);
   // Above 128 columns: the column-share kernel on sm_90a, fa2 with column splits elsewhere.
@@ -133,6 +137,48 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
               "wg:bm64:bn64:c2") << d;
     EXPECT_EQ(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm80(), 108).path, BackwardPath::fa2) << d;
   }
+}
+
+TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefaults) {
+  for (const char* text : {"wg:bm64:bn128:a1", "wg:bm64:bn128:a2"}) {
+    auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_EQ(to_string(*c), text);
+    EXPECT_FALSE(check_attention_backward_config({DType::bf16, 96, true}, *c, sm90a())) << text;
+    EXPECT_TRUE(check_attention_backward_config({DType::bf16, 96, true}, *c, sm80())) << text;
+    EXPECT_TRUE(check_attention_backward_config({DType::f32, 96, true}, *c, sm90a())) << text;
+  }
+  for (const char* bad : {"wg:bm64:bn128:a0", "wg:bm64:bn128:ax", "wg:bm64:bn128:a1:c2"})
+    EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
+  for (const char* text : {"wg:bm64:bn128:a3", "wg:bm64:bn64:a1", "wg:bm64:bn64:c2"}) {
+    auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, *c, sm90a())) << text;
+  }
+  // The atomic kernel is the decoupled one (256 threads, its own shared memory); the deterministic
+  // mode's key-major kernel is the block-synchronous one.
+  const auto c = *parse_attention_backward_config("wg:bm64:bn128:a2");
+  const KernelSource atomic = render_attention_backward({DType::bf16, 80, true}, c, BackwardKernel::kv_atomic);
+  EXPECT_NE(atomic.source.find("attention_backward_wgmma_kv_async</*T=*/kgen::bfloat16_t, /*D=*/128, /*BM=*/64, "
+                               "/*Causal=*/true, /*Stagger=*/true, /*HeadDim=*/80>"),
+            std::string::npos)
+      << atomic.source;
+  EXPECT_EQ(atomic.threads, 256);
+  EXPECT_EQ(atomic.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64));
+  EXPECT_LE(atomic.smem_bytes, sm90a().max_smem_per_block);
+  const KernelSource plain = render_attention_backward({DType::bf16, 80, true}, c, BackwardKernel::kv);
+  EXPECT_NE(plain.source.find("attention_backward_wgmma_kv<"), std::string::npos) << plain.source;
+  // Defaults on sm_90a in grids that fill the machine; the exceptions where a decoupled kernel spills.
+  const AttentionShape big{4, 16, 16, 4096, 4096};
+  auto dflt = [&](int d, bool causal) {
+    return to_string(attention_backward_default_config({DType::bf16, d, causal}, big, sm90a(), 132));
+  };
+  EXPECT_EQ(dflt(64, false), "wg:bm64:bn128:a1");
+  EXPECT_EQ(dflt(48, false), "wg:bm64:bn128:a2");
+  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2");
+  EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1");
+  EXPECT_EQ(dflt(112, true), "wg:bm64:bn128");
+  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2");
 }
 
 TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {

@@ -25,6 +25,18 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, in
          4 * block_m * 4;
 }
 
+// Hopper key-major kernel with decoupled warpgroups (sm_90a wgmma, two warpgroups of 64 keys,
+// atomic dQ): 1024 bytes of alignment, K and V tiles, kWgmmaAsyncStages stages of Q and dO tiles
+// and of per-row lse2 and delta, kWgmmaAsyncDsBufs dSᵀ tiles, and 8-byte mbarriers (full and
+// empty per stage and per dSᵀ tile).
+constexpr int kWgmmaAsyncStages = 3;
+constexpr int kWgmmaAsyncDsBufs = 3;
+KGEN_HOST_DEVICE constexpr int wgmma_kv_async_smem_bytes(int head_dim, int block_m) {
+  return 1024 +
+         (2 * 128 * head_dim + 2 * kWgmmaAsyncStages * block_m * head_dim + kWgmmaAsyncDsBufs * 128 * block_m) * 2 +
+         kWgmmaAsyncStages * 2 * block_m * 4 + 2 * (kWgmmaAsyncStages + kWgmmaAsyncDsBufs) * 8;
+}
+
 // Hopper key-major kernel above 128 columns (sm_90a wgmma, D = 192 or 256): two warpgroups
 // share 64 keys, splitting the query rows of Sᵀ/dPᵀ and the columns of dK, dV and dQ. Shared
 // memory: 1024 bytes of alignment, K and V tiles, two stages of Q and dO tiles, the Pᵀ and dSᵀ

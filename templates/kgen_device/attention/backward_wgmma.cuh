@@ -33,6 +33,7 @@
 #include "kgen_device/attention/backward_fa2.cuh"
 #include "kgen_device/core/atomic.cuh"
 #include "kgen_device/core/block.cuh"
+#include "kgen_device/core/tma.cuh"
 #include "kgen_device/core/wgmma.cuh"
 
 namespace kgen {
@@ -103,6 +104,41 @@ __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_sme
   const unsigned base = (raw + 1023u) & ~1023u;
   return {base, reinterpret_cast<float*>(smem_raw + (base - raw) + stats_offset)};
 }
+
+// Shared memory of attention_backward_wgmma_kv_async from a base rounded up to 1024 bytes: K and
+// V (Sw128<BN, D>), kStages stages of Q and dO (Sw128<BM, D>), kDsBufs dSᵀ tiles (Sw128<BN, BM>),
+// kStages stages of BM lse2 and BM delta values, then the mbarriers full[kStages],
+// empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs].
+template <int D, int BM, int BN>
+struct AsyncKvSmem {
+  static constexpr int kStages = attention_bwd::kWgmmaAsyncStages, kDsBufs = attention_bwd::kWgmmaAsyncDsBufs;
+  using KVTile = wgmma::Sw128<BN, D>;
+  using QTile = wgmma::Sw128<BM, D>;
+  using DsTile = wgmma::Sw128<BN, BM>;
+  static constexpr int kStatsOffset = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + kDsBufs * DsTile::kBytes;
+  static constexpr int kBarrierOffset = kStatsOffset + kStages * 2 * BM * 4;
+  static constexpr int kBytes = 1024 + kBarrierOffset + 2 * (kStages + kDsBufs) * 8;
+  unsigned base;  // shared-memory address, 1024-byte aligned
+  float* stats_base;
+  __device__ __forceinline__ static AsyncKvSmem at(unsigned char* raw) {
+    const unsigned raw_addr = smem_u32(raw);
+    const unsigned base = (raw_addr + 1023u) & ~1023u;
+    return {base, reinterpret_cast<float*>(raw + (base - raw_addr) + kStatsOffset)};
+  }
+  __device__ __forceinline__ unsigned k() const { return base; }
+  __device__ __forceinline__ unsigned v() const { return base + KVTile::kBytes; }
+  __device__ __forceinline__ unsigned q(int stage) const { return base + 2 * KVTile::kBytes + stage * 2 * QTile::kBytes; }
+  __device__ __forceinline__ unsigned d_o(int stage) const { return q(stage) + QTile::kBytes; }
+  __device__ __forceinline__ unsigned ds(int buf) const {
+    return base + 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + buf * DsTile::kBytes;
+  }
+  __device__ __forceinline__ float* stats(int stage) const { return stats_base + stage * 2 * BM; }
+  __device__ __forceinline__ unsigned barrier(int i) const { return base + kBarrierOffset + 8 * i; }
+  __device__ __forceinline__ unsigned full(int stage) const { return barrier(stage); }
+  __device__ __forceinline__ unsigned empty(int stage) const { return barrier(kStages + stage); }
+  __device__ __forceinline__ unsigned ds_full(int buf) const { return barrier(2 * kStages + buf); }
+  __device__ __forceinline__ unsigned ds_empty(int buf) const { return barrier(2 * kStages + kDsBufs + buf); }
+};
 
 // Issues the cp.async loads of query tile `it` of `walk` into `stage` of `sm`: the Q and dO tiles
 // (Threads threads) and the rows' lse2 and delta by 4-byte cp.async (a plain load would stall
@@ -229,6 +265,152 @@ __device__ __forceinline__ unsigned long long mn_major_cols(unsigned tile, int c
   return wgmma::desc_sw128(tile + (col / 64) * BlockBytes + (col % 64) * 2, BlockBytes, 1024);
 }
 
+// Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked (keys >= n_k, and above the causal diagonal), in place
+// in s, for this thread's part of a warpgroup's 64 keys × BM queries (key0: the warp's first key;
+// m0: the tile's first query; st: the tile's BM lse2 values).
+template <bool Causal, int BM>
+__device__ __forceinline__ void key_major_p(float (&s)[BM / 2], const float* st, float scale_log2, bool needs_mask,
+                                            int key0, int n_k, int m0, int diag, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = 8 * j + 2 * t + e;
+      const float l2 = st[col];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -l2));
+        if (needs_mask) {
+          const int key = key0 + g + 8 * h;
+          if (key >= n_k || (Causal && key > m0 + col + diag)) pe = 0.f;
+        }
+        s[4 * j + 2 * h + e] = pe;
+      }
+    }
+}
+
+// dSᵀ = Pᵀ∘(dPᵀ − delta) in place in dp (p: Pᵀ; delta: the tile's BM delta values).
+template <int BM>
+__device__ __forceinline__ void key_major_ds(float (&dp)[BM / 2], const float (&p)[BM / 2], const float* delta, int t) {
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const float dl = delta[8 * j + 2 * t + e];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) dp[4 * j + 2 * h + e] = p[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dl);
+    }
+}
+
+// Both in one pass over the elements: Pᵀ into s, dSᵀ into dp (st: the tile's BM lse2 values,
+// then its BM delta values). One pass, not key_major_p then key_major_ds: the two passes cost the
+// key-major kernels up to 24 bytes of spills at D = 128.
+template <bool Causal, int BM>
+__device__ __forceinline__ void key_major_p_ds(float (&s)[BM / 2], float (&dp)[BM / 2], const float* st,
+                                               float scale_log2, bool needs_mask, int key0, int n_k, int m0,
+                                               int diag, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = 8 * j + 2 * t + e;
+      const float l2 = st[col], dl = st[BM + col];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -l2));
+        if (needs_mask) {
+          const int key = key0 + g + 8 * h;
+          if (key >= n_k || (Causal && key > m0 + col + diag)) pe = 0.f;
+        }
+        s[4 * j + 2 * h + e] = pe;
+        dp[4 * j + 2 * h + e] = pe * (dp[4 * j + 2 * h + e] - dl);
+      }
+    }
+}
+
+// dV += Pᵀ·dO and dK += dSᵀ·Q over the tile's BM queries: A = Pᵀ (s) or dSᵀ (dp) packed to 16
+// bits in registers, B = the dO or Q tile (QTile at `d_o`, `q`) read MN-major. One commit group.
+template <class T, int D, int BM, class QTile>
+__device__ __forceinline__ void issue_dv_dk(float (&dv)[D / 2], float (&dk)[D / 2], const float (&s)[BM / 2],
+                                            const float (&dp)[BM / 2], unsigned q, unsigned d_o) {
+  unsigned pa[BM / 16][4], da[BM / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) {
+    wgmma::pack_a<T>(pa[kk], s, kk);
+    wgmma::pack_a<T>(da[kk], dp, kk);
+  }
+  const unsigned long long do_b = wgmma::desc_sw128(d_o, QTile::kBlockBytes, 1024);
+  const unsigned long long q_b = wgmma::desc_sw128(q, QTile::kBlockBytes, 1024);
+  wgmma::fence_operand(dv);
+  wgmma::fence_operand(dk);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) wgmma::Mma<D>::template rs<T, 1>(dv, pa[kk], do_b + ((kk * 16 * 128) >> 4), 1);
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk) wgmma::Mma<D>::template rs<T, 1>(dk, da[kk], q_b + ((kk * 16 * 128) >> 4), 1);
+  wgmma::commit();
+}
+
+// Writes this thread's dSᵀ values (dp: 64 keys of warpgroup wg × BM queries) rounded to 16 bits
+// into the dSᵀ tile at `ds` (DsTile, rows = the block's keys), then fences them for wgmma.
+template <class T, int BM, class DsTile>
+__device__ __forceinline__ void store_ds_rows(unsigned ds, const float (&dp)[BM / 2], int wg, int warp, int g, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = wg * 64 + warp * 16 + g + 8 * h;
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j)
+      st_shared_4(ds + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
+  }
+  wgmma::fence_proxy_async();
+}
+
+// dQ = dS·K over BN keys for the columns [col0, col0 + Cols): A = dS (the dSᵀ tile at `ds`,
+// DsTile, read M-major), B = the K rows (KVTile at `k`) MN-major from column col0 (a 64-column
+// block, then 2 bytes per column inside its 128-byte rows). One commit group.
+template <class T, int Cols, int BN, class KVTile, class DsTile>
+__device__ __forceinline__ void issue_dq(float (&dq)[Cols / 2], unsigned ds, unsigned k, int col0) {
+  const unsigned long long ds_a = wgmma::desc_sw128(ds, DsTile::kBlockBytes, 1024);
+  const unsigned long long k_b =
+      wgmma::desc_sw128(k + (col0 / 64) * KVTile::kBlockBytes + (col0 % 64) * 2, KVTile::kBlockBytes, 1024);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; ++kk)
+    wgmma::Mma<Cols>::template ss<T, 1, 1>(dq, ds_a + ((kk * 16 * 128) >> 4), k_b + ((kk * 16 * 128) >> 4), kk > 0);
+  wgmma::commit();
+}
+
+// attention_backward_wgmma_kv_async's ring steps. Query tile j into stage j % kStages of `sm`
+// (nothing past `total`), once both warpgroups are done with tile j − kStages; this thread's
+// copies arrive on full[stage].
+template <class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk, class Smem>
+__device__ __forceinline__ void load_stage(const AttentionBackwardParams& p, const Walk& walk, const Smem& sm,
+                                           int kv_head, int batch, int j, int total, int tid) {
+  if (j >= total) return;
+  const int stage = j % Smem::kStages;
+  if (j >= Smem::kStages) tma::wait(sm.empty(stage), (j / Smem::kStages - 1) & 1);
+  load_query_tile_async<T, BM, D, Threads, QTile, HeadDim>(p, walk, sm, kv_head, batch, j, stage, tid);
+  tma::cp_async_arrive(sm.full(stage));
+}
+
+// dQ of tile j over the columns [col0, +Cols), once both warpgroups wrote its dSᵀ (ring slot
+// j % kDsBufs); one commit group.
+template <class T, int Cols, int BN, class KVTile, class DsTile, class Smem>
+__device__ __forceinline__ void issue_ring_dq(float (&dq)[Cols / 2], const Smem& sm, int j, int col0) {
+  const int buf = j % Smem::kDsBufs;
+  tma::wait(sm.ds_full(buf), (j / Smem::kDsBufs) & 1);
+  issue_dq<T, Cols, BN, KVTile, DsTile>(dq, sm.ds(buf), sm.k(), col0);
+}
+
+// Adds this warp's rows of the dQ of query tile j of `walk` (columns [col0, +Cols)).
+template <int Cols, int D, int HeadDim, class Walk>
+__device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, const Walk& walk,
+                                            const float (&dq)[Cols / 2], int kv_head, int batch, int j, int col0,
+                                            int warp, int g, int t) {
+  float* acc_base = p.dq_accum + stat_row(p, batch, walk.head(kv_head, j), 0) * HeadDim;
+  add_dq_rows<Cols, D, HeadDim>(acc_base, dq, walk.m0(j) + warp * 16, p.n_q, col0, Cols, g, t);
+}
+
 }  // namespace bwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64). WGs: warpgroups (64 keys
@@ -277,7 +459,6 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
   const unsigned wg_rows = wg * 64 * 128;
   const unsigned long long k_a = wgmma::desc_sw128(sm.k + wg_rows, 16, 1024);
   const unsigned long long v_a = wgmma::desc_sw128(sm.v() + wg_rows, 16, 1024);
-  const unsigned long long ds_a = wgmma::desc_sw128(sm.ds(), DsTile::kBlockBytes, 1024);
 
   float dk[kDRegs], dv[kDRegs];
 #pragma unroll
@@ -304,76 +485,159 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 
     // ---- Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked; dSᵀ = Pᵀ∘(dPᵀ − delta) ----
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
-#pragma unroll
-    for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = 8 * j + 2 * t + e;
-        const float l2 = st[col], dl = st[BM + col];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -l2));
-          if (needs_mask) {
-            const int key = key0 + g + 8 * h;
-            if (key >= n_k || (Causal && key > m0 + col + diag)) pe = 0.f;
-          }
-          s[4 * j + 2 * h + e] = pe;
-          dp[4 * j + 2 * h + e] = pe * (dp[4 * j + 2 * h + e] - dl);
-        }
-      }
+    bwd_detail::key_major_p_ds<Causal, BM>(s, dp, st, scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
 
     // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
-    {
-      unsigned pa[BM / 16][4], da[BM / 16][4];
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) {
-        wgmma::pack_a<T>(pa[kk], s, kk);
-        wgmma::pack_a<T>(da[kk], dp, kk);
-      }
-      const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage), QTile::kBlockBytes, 1024);
-      const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage), QTile::kBlockBytes, 1024);
-      wgmma::fence_operand(dv);
-      wgmma::fence_operand(dk);
-      wgmma::fence();
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) wgmma::Mma<D>::template rs<T, 1>(dv, pa[kk], do_b + ((kk * 16 * 128) >> 4), 1);
-#pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) wgmma::Mma<D>::template rs<T, 1>(dk, da[kk], q_b + ((kk * 16 * 128) >> 4), 1);
-      wgmma::commit();
-    }
+    bwd_detail::issue_dv_dk<T, D, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
 
     if constexpr (AtomicDQ) {
       // ---- dQ += dS·K through shared dSᵀ and fp32 atomics; warpgroup wg computes the columns
       // [wg·D/WGs, +D/WGs) over all BN keys, in passes of kDqCols ----
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = wg * 64 + warp * 16 + g + 8 * h;
-#pragma unroll
-        for (int j = 0; j < BM / 8; ++j)
-          st_shared_4(sm.ds() + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
-      }
-      wgmma::fence_proxy_async();
+      bwd_detail::store_ds_rows<T, BM, DsTile>(sm.ds(), dp, wg, warp, g, t);
       named_barrier<1, kThreads>();  // all dSᵀ rows written
       float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
 #pragma unroll
       for (int pass = 0; pass < kDqPasses; ++pass) {
         const int col0 = wg * (D / WGs) + pass * kDqCols;
         float dq[kDqCols / 2];
-        // K rows as MN-major B from column col0: a 64-column block, then 2 bytes per column
-        // inside its 128-byte rows (the swizzle applies to the resulting addresses).
-        const unsigned long long k_b = wgmma::desc_sw128(sm.k + (col0 / 64) * KVTile::kBlockBytes + (col0 % 64) * 2,
-                                                         KVTile::kBlockBytes, 1024);
-        wgmma::fence();
-#pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-          wgmma::Mma<kDqCols>::template ss<T, 1, 1>(dq, ds_a + ((kk * 16 * 128) >> 4), k_b + ((kk * 16 * 128) >> 4), kk > 0);
-        wgmma::commit();
+        bwd_detail::issue_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm.ds(), sm.k, col0);
         wgmma::wait<0>();
         wgmma::fence_operand(dq);
         bwd_detail::add_dq_rows<kDqCols, D, HeadDim>(acc_base, dq, m0 + warp * 16, n_q, col0, kDqCols, g, t);
       }
     }
     bwd_detail::end_query_tile(dv, dk);
+  }
+
+  // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
+  bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+#endif
+}
+
+// Hopper key-major backward with decoupled warpgroups (sm_90a wgmma, config "wg:bm64:bn128:a1"):
+// the products and tiles of attention_backward_wgmma_kv with two warpgroups (BN = 128 keys) and
+// atomic dQ, without a block barrier per query tile, so one warpgroup's exponentials and dQ
+// reductions can run under the other's wgmma. Per query tile `it` and warpgroup:
+//   wait full[it % 3]; Sᵀ, dPᵀ (one group, waited); Pᵀ and dSᵀ in registers;
+//   dV += Pᵀ·dO, dK += dSᵀ·Q (one group);
+//   dSᵀ(it) into the dSᵀ ring (after ds_empty: the ring slot's last dQ read it), ds_full;
+//   dQ(it − 1) = dS(it − 1)·K over the columns [wg·D/2, +D/2) (after ds_full: both halves of
+//   that tile's dSᵀ are written), waited with dV and dK; empty[it % 3] and ds_empty;
+//   the dQ(it − 1) rows added with red_add2; the loads of tile it + 2 (after empty: both
+//   warpgroups are done with tile it − 1, the previous user of that stage).
+// So the warpgroups meet only through the mbarriers of the rings, at most about one tile apart;
+// with Stagger the second starts once the first has formed its first Pᵀ and dSᵀ, so that their
+// exponentials and their wgmma alternate.
+//
+// Rings (mbarriers, one arrival per thread): Q, dO, lse2 and delta in kStages stages, each thread
+// arriving on full[s] by cp.async.mbarrier.arrive.noinc once its copies land (every reader then
+// fences them for the async proxy); empty[s] after the stage's last wgmma read. dSᵀ in kDsBufs
+// tiles, ds_full after a warpgroup's rows are written and fenced, ds_empty once its dQ read.
+// Masking, requirements and padded head dims: as attention_backward_wgmma_kv.
+template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D>
+__device__ __forceinline__ void attention_backward_wgmma_kv_async(const AttentionBackwardParams& p) {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the wgmma backward takes half_t or bfloat16_t");
+  static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int WGs = 2;
+  constexpr int BN = 64 * WGs;
+  constexpr int kThreads = 128 * WGs;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN>;
+  using KVTile = typename Smem::KVTile;
+  using QTile = typename Smem::QTile;
+  using DsTile = typename Smem::DsTile;
+  constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM), "shared memory layout must match");
+  constexpr int kDqCols = D / WGs;  // 32 or 64: one pass
+
+  const int tid = threadIdx.x;
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
+  const auto [n0, kv_head, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
+  const float scale_log2 = p.scale_log2;
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
+  const int total = walk.total;
+  const Smem sm = Smem::at(dynamic_smem());
+
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      tma::barrier_init(sm.full(i), kThreads);
+      tma::barrier_init(sm.empty(i), kThreads);
+    }
+    for (int i = 0; i < kDsBufs; ++i) {
+      tma::barrier_init(sm.ds_full(i), kThreads);
+      tma::barrier_init(sm.ds_empty(i), kThreads);
+    }
+    tma::fence_barrier_init();
+  }
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k(), bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
+                                                                   p.k.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
+                                                                   p.v.stride_n, n0, n_k, tid);
+  cp_async_commit();
+  __syncthreads();  // the barriers initialised
+  for (int j = 0; j < kStages - 1; ++j)
+    bwd_detail::load_stage<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, j, total, tid);
+  cp_async_wait<0>();  // K and V (the one committed group; the tiles arrive on their barriers)
+  wgmma::fence_proxy_async();
+  __syncthreads();
+
+  const unsigned wg_rows = wg * 64 * 128;
+  const unsigned long long k_a = wgmma::desc_sw128(sm.k() + wg_rows, 16, 1024);
+  const unsigned long long v_a = wgmma::desc_sw128(sm.v() + wg_rows, 16, 1024);
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  const int key0 = n0 + wg * 64 + warp * 16;
+  const int col0 = wg * kDqCols;
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it % kStages;
+    const int m0 = walk.m0(it);
+    tma::wait(sm.full(stage), (it / kStages) & 1);
+    wgmma::fence_proxy_async();  // the cp.async writes of every thread, before wgmma reads them
+    if (Stagger && it == 0 && wg == 1) tma::barrier_sync(2, kThreads);
+
+    // ---- Sᵀ = K_wg·Qᵀ, dPᵀ = V_wg·dOᵀ; Pᵀ, dSᵀ ----
+    float s[BM / 2], dp[BM / 2];
+    bwd_detail::issue_sdp<T, BM, HeadDim, KVTile::kBlockBytes, QTile::kBlockBytes, false>(
+        s, dp, k_a, v_a, wgmma::desc_sw128(sm.q(stage), 16, 1024), wgmma::desc_sw128(sm.d_o(stage), 16, 1024));
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(dp);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+    bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
+    if (Stagger && it == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
+
+    // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
+    bwd_detail::issue_dv_dk<T, D, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
+
+    // ---- dSᵀ(it) into its ring slot ----
+    const int buf = it % kDsBufs;
+    if (it >= kDsBufs) tma::wait(sm.ds_empty(buf), (it / kDsBufs - 1) & 1);
+    bwd_detail::store_ds_rows<T, BM, DsTile>(sm.ds(buf), dp, wg, warp, g, t);
+    tma::arrive(sm.ds_full(buf));
+
+    // ---- dQ(it − 1) under dV and dK; the stage and the slot released; its rows added ----
+    float dq[kDqCols / 2];
+    if (it > 0) bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, it - 1, col0);
+    bwd_detail::end_query_tile(dv, dk);
+    tma::arrive(sm.empty(stage));
+    if (it > 0) {
+      wgmma::fence_operand(dq);
+      tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
+      bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_head, batch, it - 1, col0, warp, g, t);
+    }
+    bwd_detail::load_stage<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it + kStages - 1, total, tid);
+  }
+  if (total > 0) {
+    float dq[kDqCols / 2];
+    bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, col0);
+    wgmma::wait<0>();
+    wgmma::fence_operand(dq);
+    bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_head, batch, total - 1, col0, warp, g, t);
   }
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
@@ -486,32 +750,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
     wgmma::wait<1>();
     wgmma::fence_operand(s);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
-#pragma unroll
-    for (int j = 0; j < kRows / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = wg * kRows + 8 * j + 2 * t + e;  // query of the tile
-        const float l2 = st[col];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -l2));
-          if (needs_mask) {
-            const int key = key0 + g + 8 * h;
-            if (key >= n_k || (Causal && key > m0 + col + diag)) pe = 0.f;
-          }
-          s[4 * j + 2 * h + e] = pe;
-        }
-      }
+    // This warpgroup's queries [wg·kRows, +kRows): their statistics and first query.
+    bwd_detail::key_major_p<Causal, kRows>(s, st + wg * kRows, scale_log2, needs_mask, key0, n_k, m0 + wg * kRows,
+                                           diag, g, t);
     wgmma::wait<0>();
     wgmma::fence_operand(dp);
-#pragma unroll
-    for (int j = 0; j < kRows / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float dl = st[BM + wg * kRows + 8 * j + 2 * t + e];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) dp[4 * j + 2 * h + e] = s[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dl);
-      }
+    bwd_detail::key_major_ds<kRows>(dp, s, st + BM + wg * kRows, t);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = warp * 16 + g + 8 * h;

@@ -43,6 +43,13 @@ __device__ __forceinline__ void wait(unsigned bar, unsigned parity) {
   } while (!done);
 }
 
+// Arrives on `bar` once every cp.async this thread issued before it has landed; the barrier's
+// expected arrivals must count it (noinc). Readers fence the copies for the async proxy
+// (fence_proxy_async) after their wait, before wgmma reads them.
+__device__ __forceinline__ void cp_async_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+
 // Copies the box at element coordinates (c0 innermost .. c3) of the 4-d tensor map `map` into
 // shared memory at `dst`, counting its bytes against barrier `bar`.
 __device__ __forceinline__ void load_4d(unsigned dst, const void* map, int c0, int c1, int c2, int c3, unsigned bar) {
