@@ -360,25 +360,22 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         add_head_dim_args(shim, tile, d);
         break;
       }
-      if (c.path == BackwardPath::wgmma && c.async_wgs != 0 && atomic) {
+      if (c.path == BackwardPath::wgmma) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
-        k.threads = 256;
-        k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m);
-        shim.function = "attention_backward_wgmma_kv_async";
-        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m), targ("Causal", spec.causal),
-                     targ("Stagger", c.async_wgs == 2)};
-        add_head_dim_args(shim, tile, d);
-        break;
-      }
-      if (c.path == BackwardPath::wgmma) {  // (the deterministic mode of a1/a2 as well)
-        const int tile = wgmma_tile_head_dim(d);
-        include = "kgen_device/attention/backward_wgmma.cuh";
-        k.threads = c.block_n / 64 * 128;
-        k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, atomic);
-        shim.function = "attention_backward_wgmma_kv";
-        shim.args = {targ_type("T", spec.dtype), targ("D", tile),          targ("BM", c.block_m),
-                     targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+        if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
+          k.threads = 256;
+          k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m);
+          shim.function = "attention_backward_wgmma_kv_async";
+          shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),
+                       targ("Causal", spec.causal), targ("Stagger", c.async_wgs == 2)};
+        } else {
+          k.threads = c.block_n / 64 * 128;
+          k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, atomic);
+          shim.function = "attention_backward_wgmma_kv";
+          shim.args = {targ_type("T", spec.dtype), targ("D", tile),          targ("BM", c.block_m),
+                       targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+        }
         add_head_dim_args(shim, tile, d);
         break;
       }

@@ -265,6 +265,16 @@ __device__ __forceinline__ unsigned long long mn_major_cols(unsigned tile, int c
   return wgmma::desc_sw128(tile + (col / 64) * BlockBytes + (col % 64) * 2, BlockBytes, 1024);
 }
 
+// The template arguments every wgmma backward kernel takes: 16-bit T, 64-row query tiles, and a
+// HeadDim that pads to the tile's D (a multiple of 8 in (D − 64, D]).
+template <class T, int D, int BM, int HeadDim>
+__device__ __forceinline__ constexpr void check_wgmma_backward_args() {
+  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
+                "the wgmma backward takes half_t or bfloat16_t");
+  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
+}
+
 // Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked (keys >= n_k, and above the causal diagonal), in place
 // in s, for this thread's part of a warpgroup's 64 keys × BM queries (key0: the warp's first key;
 // m0: the tile's first query; st: the tile's BM lse2 values).
@@ -417,11 +427,8 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
 // each). Causal: bottom-right mask. AtomicDQ: also add dQ (else attention_backward_fa2_dq does).
 template <class T, int D, int BM, int WGs, bool Causal, bool AtomicDQ, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackwardParams& p) {
-  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
-                "the wgmma backward takes half_t or bfloat16_t");
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
-  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
-  static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
+  bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 64 * WGs;
   constexpr int kThreads = 128 * WGs;
@@ -536,11 +543,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 // Masking, requirements and padded head dims: as attention_backward_wgmma_kv.
 template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async(const AttentionBackwardParams& p) {
-  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
-                "the wgmma backward takes half_t or bfloat16_t");
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
-  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
-  static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
+  bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WGs = 2;
   constexpr int BN = 64 * WGs;
@@ -671,11 +675,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async(const Attentio
 // multiple of 8 in (D − 64, D]).
 template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const AttentionBackwardParams& p) {
-  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
-                "the wgmma backward takes half_t or bfloat16_t");
   static_assert(D == 192 || D == 256, "D must be 192 or 256");
-  static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
-  static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
+  bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 64;
   constexpr int kThreads = attention_bwd::kWgmmaColsThreads;
