@@ -80,7 +80,7 @@ std::string to_string(const AttentionForwardConfig& c) {
     s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
   else if (c.path == ForwardPath::ws)
     s << "ws:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << ":pp" << c.ping_pong
-      << (c.split_keys ? ":split" : "");
+      << (c.split_keys ? ":split" : "") << (c.persistent ? ":persist" : "");
   else if (c.path == ForwardPath::mfma)
     s << "mfma:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
   else
@@ -93,9 +93,11 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   AttentionForwardConfig c;
   if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
   else if (parts.size() == 4 && parts[0] == "wg") c.path = ForwardPath::wgmma;
-  else if ((parts.size() == 5 || (parts.size() == 6 && parts[5] == "split")) && parts[0] == "ws") {
+  else if ((parts.size() == 5 || (parts.size() == 6 && (parts[5] == "split" || parts[5] == "persist"))) &&
+           parts[0] == "ws") {
     c.path = ForwardPath::ws;
-    c.split_keys = parts.size() == 6;
+    c.split_keys = parts.size() == 6 && parts[5] == "split";
+    c.persistent = parts.size() == 6 && parts[5] == "persist";
   }
   else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
   else if (parts.size() == 4 && parts[0] == "mfma") c.path = ForwardPath::mfma;
@@ -154,6 +156,8 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
                                                           const Target& target) {
   if (auto why = check_attention_forward_spec(spec)) return why;
   if (c.split_keys && c.path != ForwardPath::ws) return std::string("split applies to ws configs only");
+  if (c.persistent && c.path != ForwardPath::ws) return std::string("persist applies to ws configs only");
+  if (c.persistent && c.split_keys) return std::string("a ws config is split or persist, not both");
   if (c.path == ForwardPath::mfma) return check_mfma_forward_config(spec, c, target);
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
@@ -204,7 +208,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (ws_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > kWsConsumerRegisters)
       return "ws head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
-    smem = attention_fwd::ws_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_n, c.stages);
+    smem = attention_fwd::ws_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_n, c.stages, c.persistent ? 2 : 1);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -234,6 +238,8 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
         for (int pp : {1, 0})
           if (pp == 1 || (bn == 128 && stages == 2)) keep({ForwardPath::ws, 128, bn, stages, 0, 8, pp});
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
+    // Persistent grids (one block per SM over every query tile) on the same tiles.
+    for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
         for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
@@ -264,19 +270,32 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // Other head dims run on the padded tile: 128-key tiles up to 192 columns (their registers
     // allow it), 64-key tiles for 256 columns (S, P and O within 240 registers).
     const int tile = wgmma_tile_head_dim(spec.head_dim);
+    // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
+    // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (BENCHMARKS.md, "Decode").
+    const bool split = attention_forward_shape_class(shape, sm_count) == 2;
+    // Without a mask, up to 128 columns: a persistent grid (one block per SM over every query
+    // tile, the next tile's loads under the current one's work; BENCHMARKS.md, "Persistent").
+    // d = 128 ran 0.079 / 0.245 ms at n = 256 / 512 (b = 64, h = 16) against 0.106 / 0.289,
+    // and 0.221 / 0.794 / 3.10 ms at 1k / 4k / 16k against 0.245 / 0.818 / 3.3–3.5; d = 64 0.188
+    // against 0.195 (wg:bm64:bn64) at 512 and 0.338 against 0.375 at 1k. Causal grids keep one
+    // block per query tile: their tiles differ in keys, and the static rounds of a persistent grid
+    // lost up to 11 % there (d = 128 at 16k) against the hardware's block scheduling.
+    // (d = 32 keeps its measured default below.)
+    if (!spec.causal && !split && tile <= 128 && spec.head_dim > 32) {
+      AttentionForwardConfig c{ForwardPath::ws, 128, tile == 64 && shape.n_k >= 4096 ? 192 : 128, 2, 0, 8, 1};
+      c.persistent = true;
+      if (!check_attention_forward_config(spec, c, target)) return c;
+    }
     if (tile == 64 && (shape.n_k <= 512 || (spec.causal && shape.n_k <= 1024))) {
       // Short rows on the 64-column tile: one warpgroup of 64 rows per block, several blocks per
       // SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64, h = 16,
-      // BENCHMARKS.md "Short sequences"): d = 64 0.062 / 0.194 ms at n = 256 / 512 against
-      // 0.081 / 0.225, causal 0.051 / 0.133 / 0.419 at 256 / 512 / 1k against 0.074 / 0.174 /
-      // 0.480; d = 48 alike. Non-causal at 1k the ws kernel wins at d = 48 (0.715 against 0.785).
+      // BENCHMARKS.md "Short sequences"): causal d = 64 0.051 / 0.133 / 0.419 ms at 256 / 512 /
+      // 1k against 0.074 / 0.174 / 0.480; d = 48 alike. (Without a mask the persistent grid
+      // above now comes first.)
       const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
     const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
-    // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
-    // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (BENCHMARKS.md, "Decode").
-    const bool split = attention_forward_shape_class(shape, sm_count) == 2;
     AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1, split};
     while (check_attention_forward_config(spec, c, target) && c.block_n > 64) c.block_n -= 64;
     if (!check_attention_forward_config(spec, c, target)) return c;
@@ -316,8 +335,13 @@ AttentionForwardConfig attention_forward_general_config(const AttentionForwardSp
   return {ForwardPath::simt, 4, 32, 1, simt_bucket(spec.head_dim)};
 }
 
-LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape, int splits) {
+LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape, int splits,
+                                  int sm_count) {
   int rows = c.path == ForwardPath::simt ? attention_fwd::simt_block_m(c.block_m) : c.block_m;
+  if (c.persistent) {
+    const long long tiles = 1LL * shape.batch * shape.heads_q * ((shape.n_q + rows - 1) / rows);
+    return {static_cast<unsigned>(std::clamp<long long>(tiles, 1, std::max(sm_count, 1))), 1, 1};
+  }
   return {static_cast<unsigned>((shape.n_q + rows - 1) / rows * splits),
           static_cast<unsigned>(shape.heads_q), static_cast<unsigned>(shape.batch)};
 }
@@ -356,7 +380,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   } else if (c.path == ForwardPath::ws) {
     k.threads = attention_fwd::ws_threads();
     const int tile = wgmma_tile_head_dim(spec.head_dim);
-    k.smem_bytes = attention_fwd::ws_smem_bytes(tile, c.block_n, c.stages);
+    k.smem_bytes = attention_fwd::ws_smem_bytes(tile, c.block_n, c.stages, c.persistent ? 2 : 1);
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
     shim.params = c.split_keys ? "AttentionForwardSplitParams" : "AttentionForwardTmaParams";
@@ -366,6 +390,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.args.push_back(targ("HeadDim", spec.head_dim));
     shim.args.push_back(targ("PingPong", c.ping_pong == 1));
     if (c.split_keys) shim.args.push_back(targ("SplitKeys", true));
+    if (c.persistent) shim.args.insert(shim.args.end(), {targ("SplitKeys", false), targ("Persistent", true)});
   } else if (c.path == ForwardPath::mfma) {
     header = render_mfma_forward(spec, c, k, shim);
   } else {

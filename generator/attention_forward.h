@@ -46,6 +46,8 @@ struct AttentionForwardConfig {
   int ping_pong = 0;      // ws: 1 = the two consumer warpgroups take turns to issue wgmma
   bool split_keys = false;  // ws: the key tiles of a query tile are cut over several blocks, whose
                             // partial results a second kernel merges ("...:split")
+  bool persistent = false;  // ws: one block per SM walks the query tiles, the next tile's loads
+                            // under the current one's work ("...:persist")
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 
@@ -107,8 +109,10 @@ inline constexpr int kMaxKeySplits = 128;
 // The general (simt) path's default for `spec`: valid for every dtype, head_dim and alignment.
 AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec);
 
-// Grid of a launch: x = query tiles (times `splits` key ranges), y = query heads, z = batch.
-LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape, int splits = 1);
+// Grid of a launch: x = query tiles (times `splits` key ranges), y = query heads, z = batch; a
+// persistent config: x = the query tiles of every head and batch, at most `sm_count` blocks.
+LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape, int splits = 1,
+                                  int sm_count = 0);
 // Grid of the combine kernel after a split-keys launch: x = 4-row groups, y = query heads, z = batch.
 LaunchGrid attention_forward_combine_grid(const AttentionShape& shape);
 

@@ -30,6 +30,7 @@ std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionF
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 3).add(c.block_m, 10).add(c.block_n, 10);
   k.add(c.stages, 4).add(c.max_head_dim, 10).add(c.warps, 6).add(c.ping_pong, 1).add(c.split_keys, 1);
+  k.add(c.persistent, 1);
   return k.value();
 }
 
@@ -256,7 +257,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   p.scale = static_cast<float>(scale);
   p.scale_log2 = static_cast<float>(scale * kLog2e);
   const int splits = attention_forward_key_splits(config, call.shape, device_info(call.device).sm_count);
-  launch.grid = attention_forward_grid(config, call.shape, splits);
+  launch.grid = attention_forward_grid(config, call.shape, splits, device_info(call.device).sm_count);
   if (launch.tma) launch.tma_params.a = p;
   if (config.split_keys) {
     launch.split = true;

@@ -136,30 +136,36 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
     for (bool causal : {false, true}) {
       auto c = attention_forward_default_config({DType::bf16, d, causal}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
       EXPECT_EQ(c.path, ForwardPath::ws) << d;
-      EXPECT_EQ(to_string(c), d == 64 ? "ws:bm128:bn192:s2:pp1" : "ws:bm128:bn128:s2:pp1");
+      EXPECT_EQ(to_string(c), (d == 64 ? "ws:bm128:bn192:s2:pp1" : "ws:bm128:bn128:s2:pp1") +
+                                  std::string(causal ? "" : ":persist"));
     }
-  // d = 64 takes 128-key tiles below 4k keys, and up to 512 keys (causal: 1k) the one-warpgroup
-  // wgmma kernel (so does every head dim on the 64-column tile). Other head dims take the padded tile (40: 64
-  // columns, 80 and 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and
-  // registers); 32 joins from 4k keys and keeps the fa2 kernel below, as do smaller head dims;
-  // sm_90 without the "a" has no wgmma.
+  // Without a mask, up to 128 columns from d = 40, the grid is persistent. d = 64 takes 128-key
+  // tiles below 4k keys; causal, up to 1k keys, the one-warpgroup wgmma kernel (so does every
+  // head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
+  // 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and registers, and keep
+  // one block per query tile); 32 joins from 4k keys and keeps the fa2 kernel below, as do
+  // smaller head dims; sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp1:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1");
   for (int d : {40, 64})
     for (int n : {256, 512, 1024}) {
       EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, true}, {64, 16, 16, n, n}, sm90a(), 132)),
                 "wg:bm64:bn64:s2")
           << d << " " << n;
-      // Decode-like rows read few keys: the same rule.
+      // Decode-like rows without a mask: the persistent grid too.
       EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, false}, {64, 16, 16, 1, n}, sm90a(), 132)),
-                n <= 512 ? "wg:bm64:bn64:s2" : "ws:bm128:bn128:s2:pp1")
+                "ws:bm128:bn128:s2:pp1:persist")
           << d << " " << n;
     }
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {64, 16, 16, 512, 512}, sm90a(), 132)),
-            "ws:bm128:bn128:s2:pp1");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
+            "ws:bm128:bn128:s2:pp1:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)),
+            "ws:bm128:bn192:s2:pp1:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132).path,
@@ -250,6 +256,47 @@ TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   EXPECT_EQ(kernels[1].variant, "attention_fwd.bf16.combine");
   EXPECT_EQ(kernels[1].threads, 32 * attention_fwd::kCombineRows);
   EXPECT_EQ(render_attention_forward_kernels(spec, {ForwardPath::ws, 128, 128, 2, 0, 8, 1}).size(), 1u);
+}
+
+TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
+  const AttentionForwardSpec spec{DType::bf16, 128, false};
+  AttentionForwardConfig persist{ForwardPath::ws, 128, 128, 2, 0, 8, 1};
+  persist.persistent = true;
+  EXPECT_EQ(to_string(persist), "ws:bm128:bn128:s2:pp1:persist");
+  EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist"), persist);
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist:split"));
+  EXPECT_FALSE(parse_attention_forward_config("wg:bm64:bn64:s2:persist"));
+  EXPECT_FALSE(check_attention_forward_config(spec, persist, sm90a()));
+  const auto space = attention_forward_config_space(spec, sm90a());
+  EXPECT_NE(std::ranges::find(space, persist), space.end());
+  auto why = [&](const AttentionForwardConfig& c, const AttentionForwardSpec& sp) {
+    return check_attention_forward_config(sp, c, sm90a()).value_or("valid");
+  };
+  AttentionForwardConfig fa2{ForwardPath::fa2, 128, 64, 2, 0, 4};
+  fa2.persistent = true;
+  EXPECT_EQ(why(fa2, spec), "persist applies to ws configs only");
+  auto both = persist;
+  both.split_keys = true;
+  EXPECT_EQ(why(both, spec), "a ws config is split or persist, not both");
+  // The second Q buffer: d = 256 with 64-key tiles fits one block only without it.
+  auto d256 = persist;
+  d256.block_n = 64;
+  EXPECT_EQ(why({ForwardPath::ws, 128, 64, 2, 0, 8, 1}, {DType::bf16, 256, false}), "valid");
+  EXPECT_NE(why(d256, {DType::bf16, 256, false}).find("shared memory"), std::string::npos);
+  EXPECT_EQ(attention_fwd::ws_smem_bytes(128, 128, 2, 2) - attention_fwd::ws_smem_bytes(128, 128, 2), 128 * 128 * 2);
+
+  // One block per SM at most, over every query tile of every head and batch.
+  EXPECT_EQ(attention_forward_grid(persist, {64, 16, 16, 256, 256}, 1, 132).x, 132u);
+  EXPECT_EQ(attention_forward_grid(persist, {64, 16, 16, 256, 256}, 1, 132).y, 1u);
+  EXPECT_EQ(attention_forward_grid(persist, {64, 16, 16, 256, 256}, 1, 132).z, 1u);
+  EXPECT_EQ(attention_forward_grid(persist, {1, 3, 3, 300, 300}, 1, 132).x, 9u);  // 3 query tiles x 3 heads
+
+  // The kernel takes the Persistent argument after SplitKeys, and the second Q buffer's bytes.
+  const KernelSource k = render_attention_forward(spec, persist);
+  EXPECT_NE(k.source.find("/*SplitKeys=*/false, /*Persistent=*/true"), std::string::npos);
+  EXPECT_EQ(k.smem_bytes, attention_fwd::ws_smem_bytes(128, 128, 2, 2));
+  EXPECT_EQ(render_attention_forward(spec, {ForwardPath::ws, 128, 128, 2, 0, 8, 1}).source.find("Persistent"),
+            std::string::npos);
 }
 
 TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {

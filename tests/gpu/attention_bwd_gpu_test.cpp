@@ -34,6 +34,7 @@ const std::pair<int, int> kSmallLengths[] = {{1, 1}, {7, 7}, {63, 63}, {7, 63}, 
 const int kKvHeads[] = {8, 2, 1};  // with hq = 8: GQA 1, 4, 8
 // Long sequences, one pass each (layout, determinism, cotangents rotate).
 const Shape kLargeShapes[] = {{1, 8, 1, 1000, 1000}, {1, 4, 4, 1337, 1000}, {2, 8, 2, 1000, 1337}};
+const Shape kManyWaves{2, 16, 8, 1100, 1037};
 
 AttentionCase make_case(DType dtype, int d, bool causal, const Shape& s, Layout layout, std::uint64_t seed) {
   AttentionCase c;
@@ -75,6 +76,9 @@ void run_grid(DType dtype, int d, bool causal, bool dbl) {
       for (Layout layout : {Layout::bhnd, Layout::bnhd})
         for (bool deterministic : {false, true}) check_one(Shape{1, 8, hkv, nq, nk}, layout, deterministic);
   for (const Shape& s : kLargeShapes) check_one(s, index % 2 ? Layout::bnhd : Layout::bhnd, index % 3 == 0);
+  // Enough key blocks (b·h_kv·⌈n_k / 128⌉ = 144) to fill an H100/H200: the launch takes the
+  // big-grid defaults (on sm_90a the decoupled wgmma kernels), which the shapes above do not reach.
+  check_one(kManyWaves, Layout::bnhd, false);
 }
 
 class AttentionBackwardGpu : public ::testing::TestWithParam<Param> {};

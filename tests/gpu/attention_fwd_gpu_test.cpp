@@ -23,6 +23,8 @@ struct Shape {
 const Shape kShapes[] = {{1, 1, 1, 1, 1},     {1, 2, 1, 7, 7},       {2, 4, 1, 63, 63},   {1, 8, 1, 1000, 1000},
                          {1, 2, 2, 1337, 1000}, {1, 4, 4, 1000, 1337}, {1, 8, 8, 65, 17},   {1, 8, 2, 17, 300},
                          {3, 4, 4, 128, 128}};
+// More query tiles of 128 rows than an H100/H200 has SMs.
+const Shape kManyTiles[] = {{4, 16, 4, 1337, 1000}, {2, 32, 8, 1100, 300}};
 
 using Param = std::tuple<DType, int, bool>;
 
@@ -100,6 +102,11 @@ int check_hopper_family(ForwardPath path) {
         ++tested;
         int i = 0;
         for (const Shape& s : kShapes) run(DType::bf16, d, causal, to_string(config), s, i++ % 2 ? Layout::bnhd : Layout::bhnd);
+        // A persistent grid's blocks walk several query tiles each only when there are more tiles
+        // than SMs: 704 tiles of odd length; 576 tiles of which, causal (n_q > n_k), 6 of each
+        // head's 9 see no key, so blocks pass tiles without a turn.
+        if (config.persistent)
+          for (const Shape& s : kManyTiles) run(DType::bf16, d, causal, to_string(config), s, i++ % 2 ? Layout::bnhd : Layout::bhnd);
       }
       const AttentionShape big{2, 16, 4, 4096, 4096};
       auto chosen = attention_forward_default_config({DType::f16, d, causal}, big, target, device_info(0).sm_count);

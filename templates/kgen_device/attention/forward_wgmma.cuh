@@ -113,10 +113,15 @@ struct QueryBlock {
   // block x taking query tile x / splits).
   template <int BM, int BN, bool Causal>
   __device__ __forceinline__ static QueryBlock of(const AttentionForwardParams& p, int splits = 1) {
-    QueryBlock b;
     const int x = blockIdx.x / splits;
-    b.m0 = (Causal ? gridDim.x / splits - 1 - x : x) * BM;
-    b.head = blockIdx.y, b.batch = blockIdx.z;
+    return at<BM, BN, Causal>(p, Causal ? gridDim.x / splits - 1 - x : x, blockIdx.y, blockIdx.z);
+  }
+  // Query tile `x` (rows [x·BM, x·BM + BM)) of head `head`, batch `batch`.
+  template <int BM, int BN, bool Causal>
+  __device__ __forceinline__ static QueryBlock at(const AttentionForwardParams& p, int x, int head, int batch) {
+    QueryBlock b;
+    b.m0 = x * BM;
+    b.head = head, b.batch = batch;
     b.n_q = p.n_q, b.n_k = p.n_k;
     b.diag = b.n_k - b.n_q;
     int n_end = b.n_k;

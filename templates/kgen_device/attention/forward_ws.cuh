@@ -26,6 +26,13 @@
 // block (rows past n_q and columns past the head dim are not written); LSE in the natural log,
 // −inf (and O = 0) for rows that saw no key.
 //
+// Persistent: a grid of one block per SM walks every query tile, round by round (causal calls
+// take the query tiles with the most keys first, in rounds of alternating direction; the others
+// the order of the non-persistent grid). Q has two buffers, so the producer loads the next tile's Q and K/V while
+// the consumers still compute and store the current one; the K/V ring's stages and phases run on
+// across tiles. A consumer arrives on q_empty once its TMA store has read its rows of the buffer.
+// The ping-pong turns pass from one tile to the next without a break.
+//
 // SplitKeys (AttentionForwardSplitParams): the grid has tp.splits blocks per query tile, and
 // block x walks the x % splits-th of ceil(num_tiles / splits) consecutive key tiles (the last
 // ranges may be short or empty). Its epilogue writes the rows' O / l in fp32 and lse2 (log2
@@ -54,8 +61,9 @@ namespace kgen {
 // buffers in the ring. Causal: bottom-right mask. HeadDim: the tensors' head dim, a multiple of
 // 8 in (D − 64, D]. PingPong: the two consumers alternate their wgmma issue. SplitKeys: one key
 // range per block, partial results to the workspace (Params = AttentionForwardSplitParams).
+// Persistent: the grid's blocks walk the query tiles (not with SplitKeys).
 template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
-          class Params>
+          bool Persistent = false, class Params>
 __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the warp-specialised kernel takes half_t or bfloat16_t");
@@ -63,14 +71,16 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
   static_assert(BN % 64 == 0 && BN <= 192, "BN must be 64, 128 or 192");
   static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
+  static_assert(!(Persistent && SplitKeys), "a persistent grid does not split keys");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kConsumers = 2;
   constexpr int BM = 64 * kConsumers;
   constexpr int kConsumerWarps = 4 * kConsumers;
+  constexpr int kQBuffers = Persistent ? 2 : 1;
   using QTile = wgmma::Sw128<BM, D>;
   using KVTile = wgmma::Sw128<BN, D>;
-  static_assert(1024 + QTile::kBytes + Stages * 2 * KVTile::kBytes + attention_fwd::kWsBarrierBytes ==
-                    attention_fwd::ws_smem_bytes(D, BN, Stages),
+  static_assert(1024 + kQBuffers * QTile::kBytes + Stages * 2 * KVTile::kBytes + attention_fwd::kWsBarrierBytes ==
+                    attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers),
                 "shared memory layout must match ws_smem_bytes");
   constexpr int kSRegs = BN / 2;
   constexpr int kORegs = D / 2;
@@ -81,30 +91,61 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   const int wg = tid / 128;
   int splits = 1;
   if constexpr (SplitKeys) splits = tp.splits;
-  const auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
-  const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
-  // This block's key tiles: [first_tile, first_tile + num_tiles).
-  int first_tile = 0, num_tiles = qb.num_tiles, split = 0;
-  if constexpr (SplitKeys) {
-    split = blockIdx.x % splits;
-    const int per_split = (qb.num_tiles + splits - 1) / splits;
-    first_tile = imin(split * per_split, qb.num_tiles);
-    num_tiles = imin(per_split, qb.num_tiles - first_tile);
-  }
+  // The block's query tiles: one (blockIdx) or, persistent, the work items work(0), work(1), ...
+  // below work_count: round r takes item r·gridDim.x + blockIdx.x. Causal rounds alternate their
+  // direction (the block that took the heaviest item of a round takes the lightest of the next),
+  // so every block's sum of key tiles comes out about equal.
+  const int q_tiles = (p.n_q + BM - 1) / BM;
+  const int work_count = Persistent ? q_tiles * p.heads_q * p.batch : 1;
+  auto work = [&](int round) {
+    if constexpr (!Persistent) return round;
+    const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    return round * grid + (Causal && (round & 1) ? grid - 1 - b : b);
+  };
+  auto query_block = [&](int w) {
+    if constexpr (Persistent) {
+      int x, rest;
+      if constexpr (Causal) {  // the most keys first, over the whole grid
+        const int per_tile = p.heads_q * p.batch;
+        x = q_tiles - 1 - w / per_tile, rest = w % per_tile;
+      } else {
+        x = w % q_tiles, rest = w / q_tiles;
+      }
+      return wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, x, rest % p.heads_q, rest / p.heads_q);
+    } else {
+      return wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
+    }
+  };
+  // The key tiles [first_tile, first_tile + num_tiles) of a query block.
+  int split = 0;
+  if constexpr (SplitKeys) split = blockIdx.x % splits;
+  auto key_range = [&](const wgmma_fwd_detail::QueryBlock& qb, int& first_tile, int& num_tiles) {
+    first_tile = 0, num_tiles = qb.num_tiles;
+    if constexpr (SplitKeys) {
+      const int per_split = (qb.num_tiles + splits - 1) / splits;
+      first_tile = imin(split * per_split, qb.num_tiles);
+      num_tiles = imin(per_split, qb.num_tiles - first_tile);
+    }
+  };
 
   const unsigned smem_raw = smem_u32(dynamic_smem());
-  const unsigned smem_q = (smem_raw + 1023u) & ~1023u;
-  auto smem_k = [&](int stage) { return smem_q + QTile::kBytes + stage * 2 * KVTile::kBytes; };
+  const unsigned smem_q0 = (smem_raw + 1023u) & ~1023u;
+  auto smem_q = [&](int buf) { return smem_q0 + buf * QTile::kBytes; };
+  auto smem_k = [&](int stage) { return smem_q0 + kQBuffers * QTile::kBytes + stage * 2 * KVTile::kBytes; };
   auto smem_v = [&](int stage) { return smem_k(stage) + KVTile::kBytes; };
   const unsigned bars = smem_k(Stages);
-  const unsigned q_full = bars;
   auto k_full = [&](int stage) { return bars + 8 * (1 + stage); };
   auto v_full = [&](int stage) { return bars + 8 * (1 + Stages + stage); };
   auto k_empty = [&](int stage) { return bars + 8 * (1 + 2 * Stages + stage); };
   auto v_empty = [&](int stage) { return bars + 8 * (1 + 3 * Stages + stage); };
+  // Q buffer `buf`: q_full first (bars), the second buffer's and both q_empty after the ring's.
+  auto q_full = [&](int buf) { return buf == 0 ? bars : bars + 8 * (1 + 4 * Stages); };
+  auto q_empty = [&](int buf) { return bars + 8 * (2 + 4 * Stages + buf); };
 
   if (tid == 0) {
-    tma::barrier_init(q_full, 1);
+    for (int b = 0; b < kQBuffers; ++b) tma::barrier_init(q_full(b), 1);
+    if constexpr (Persistent)
+      for (int b = 0; b < kQBuffers; ++b) tma::barrier_init(q_empty(b), kConsumers);
     for (int s = 0; s < Stages; ++s) {
       tma::barrier_init(k_full(s), 1);
       tma::barrier_init(v_full(s), 1);
@@ -116,32 +157,39 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   __syncthreads();
 
   if (wg == 0) {
-    // ---- producer: one thread issues every copy; stage s of tile j waits for the consumers to
-    // release tile j − Stages ----
+    // ---- producer: one thread issues every copy; the ring's stage s of its g-th tile waits for
+    // the consumers to release tile g − Stages; a Q buffer waits for the stores of its last tile ----
     tma::release_registers<24>();
     if (tid == 0) {
-      const int kv_head = head / p.head_group;
-      tma::arrive_expect_tx(q_full, QTile::kBytes);
-#pragma unroll
-      for (int b = 0; b < D / 64; ++b)
-#pragma unroll
-        for (int c = 0; c < kConsumers; ++c)
-          tma::load_4d(smem_q + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b, m0 + 64 * c, head, batch,
-                       q_full);
-      for (int tile = 0; tile < num_tiles; ++tile) {
-        const int stage = tile % Stages, use = tile / Stages;
-        if (use > 0) tma::wait(k_empty(stage), (use - 1) & 1);
-        tma::arrive_expect_tx(k_full(stage), KVTile::kBytes);
+      int ring = 0;  // K/V tiles loaded so far
+      for (int local = 0, w = work(0); w < work_count; w = work(++local)) {
+        const auto qb = query_block(w);
+        int first_tile, num_tiles;
+        key_range(qb, first_tile, num_tiles);
+        const int kv_head = qb.head / p.head_group;
+        const int buf = local % kQBuffers;
+        if (Persistent && local >= kQBuffers) tma::wait(q_empty(buf), (local / kQBuffers - 1) & 1);
+        tma::arrive_expect_tx(q_full(buf), QTile::kBytes);
 #pragma unroll
         for (int b = 0; b < D / 64; ++b)
-          tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, (first_tile + tile) * BN, kv_head, batch,
-                       k_full(stage));
-        if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
-        tma::arrive_expect_tx(v_full(stage), KVTile::kBytes);
 #pragma unroll
-        for (int b = 0; b < D / 64; ++b)
-          tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, (first_tile + tile) * BN, kv_head, batch,
-                       v_full(stage));
+          for (int c = 0; c < kConsumers; ++c)
+            tma::load_4d(smem_q(buf) + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b, qb.m0 + 64 * c,
+                         qb.head, qb.batch, q_full(buf));
+        for (int tile = 0; tile < num_tiles; ++tile, ++ring) {
+          const int stage = ring % Stages, use = ring / Stages;
+          const int n0 = (first_tile + tile) * BN;
+          if (use > 0) tma::wait(k_empty(stage), (use - 1) & 1);
+          tma::arrive_expect_tx(k_full(stage), KVTile::kBytes);
+#pragma unroll
+          for (int b = 0; b < D / 64; ++b)
+            tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, n0, kv_head, qb.batch, k_full(stage));
+          if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
+          tma::arrive_expect_tx(v_full(stage), KVTile::kBytes);
+#pragma unroll
+          for (int b = 0; b < D / 64; ++b)
+            tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, n0, kv_head, qb.batch, v_full(stage));
+        }
       }
     }
     return;
@@ -152,157 +200,172 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   const int cw = wg - 1;  // consumer index: query rows [64·cw, 64·cw + 64) of the tile
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
   const float scale_log2 = p.scale_log2;
-  const int wg_row0 = m0 + cw * 64;
-  const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
 
   // Ping-pong: consumer c waits at barrier 1 + c before issuing wgmma and lets the other one go
-  // after. Consumer 1 opens the first turn for consumer 0 and skips its last hand-over, so every
-  // arrival is matched by a wait.
-  const int issues = num_tiles > 0 ? num_tiles + 1 : 0;
-  int issue = 0;
+  // after. Consumer 1 opens the first turn for consumer 0; the turns then alternate through every
+  // tile of the block. Consumer 1's last hand-over has no issue to wait for it: consumer 0 takes
+  // it at the end, so every arrival is matched by a wait.
   auto begin_issue = [&] {
     if constexpr (PingPong) tma::barrier_sync(1 + cw, 2 * 128);
   };
   auto end_issue = [&] {
-    ++issue;
-    if constexpr (PingPong)
-      if (cw == 0 || issue < issues) tma::barrier_arrive(2 - cw, 2 * 128);
+    if constexpr (PingPong) tma::barrier_arrive(2 - cw, 2 * 128);
   };
   if constexpr (PingPong)
-    if (cw == 1 && issues > 0) tma::barrier_arrive(1, 2 * 128);
+    if (cw == 1) tma::barrier_arrive(1, 2 * 128);
   // A stage is released once every warp of both consumers has passed its wgmma wait.
   auto release = [&](unsigned bar) {
     __syncwarp();
     if (lane == 0) tma::arrive(bar);
   };
+  auto parity = [](int ring) { return static_cast<unsigned>((ring / Stages) & 1); };
 
-  if (SplitKeys && wg_row0 >= n_q) {
-    // ---- a split-keys consumer whose 64 rows all lie past n_q (decode calls of up to 64 rows):
-    // it computes and stores nothing, but takes its ping-pong turns and releases each stage once
-    // it was filled, so the ring's phases stay those of the other consumer. (Kernels without
-    // SplitKeys keep their code as measured: their idle rows are computed and never stored.) ----
-    for (int tile = 0; tile < num_tiles; ++tile) {
-      const int stage = tile % Stages;
-      const unsigned phase = static_cast<unsigned>((tile / Stages) & 1);
-      begin_issue();
-      end_issue();
-      tma::wait(k_full(stage), phase);
-      release(k_empty(stage));
-      tma::wait(v_full(stage), phase);
-      release(v_empty(stage));
+  int ring = 0;  // K/V tiles consumed before this query tile
+  for (int local = 0, w = work(0); w < work_count; w = work(++local)) {
+    const auto qb = query_block(w);
+    const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
+    int first_tile, num_tiles;
+    key_range(qb, first_tile, num_tiles);
+    const int buf = local % kQBuffers;
+    const int wg_row0 = m0 + cw * 64;
+    const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
+
+    if (SplitKeys && wg_row0 >= n_q) {
+      // ---- a split-keys consumer whose 64 rows all lie past n_q (decode calls of up to 64 rows):
+      // it computes and stores nothing, but takes its ping-pong turns and releases each stage once
+      // it was filled, so the ring's phases stay those of the other consumer. (Kernels without
+      // SplitKeys keep their code as measured: their idle rows are computed and never stored.) ----
+      for (int tile = 0; tile < num_tiles; ++tile) {
+        const int stage = (ring + tile) % Stages;
+        begin_issue();
+        end_issue();
+        tma::wait(k_full(stage), parity(ring + tile));
+        release(k_empty(stage));
+        tma::wait(v_full(stage), parity(ring + tile));
+        release(v_empty(stage));
+      }
+      if (num_tiles > 0) {
+        begin_issue();
+        end_issue();
+      }
+      ring += num_tiles;
+      continue;
     }
+
+    const unsigned long long q_desc = wgmma::desc_sw128(smem_q(buf) + cw * kBoxBytes64, 16, 1024);
+    float o[kORegs];
+#pragma unroll
+    for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
+    auto issue_s = [&](float (&acc)[kSRegs], int stage) {
+      wgmma_fwd_detail::issue_qk<T, QTile, KVTile, HeadDim>(acc, q_desc, smem_k(stage));
+    };
+    auto issue_pv = [&](const unsigned (&pa)[BN / 16][4], int stage) {
+      wgmma_fwd_detail::issue_pv<T, KVTile>(o, pa, smem_v(stage));
+    };
+    auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
+
+    float row_max[2] = {-infinity_f32(), -infinity_f32()};
+    float row_sum[2] = {0.f, 0.f};
+    unsigned pa[BN / 16][4];
+    tma::wait(q_full(buf), (local / kQBuffers) & 1);
     if (num_tiles > 0) {
+      const int stage = ring % Stages;
+      tma::wait(k_full(stage), parity(ring));
+      float s[kSRegs];
       begin_issue();
+      wgmma::fence();
+      issue_s(s, stage);
+      wgmma::commit();
       end_issue();
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+      release(k_empty(stage));
+      float alpha[2];
+      const int n0 = first_tile * BN;
+      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                                 needs_mask(n0));
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
     }
-    return;
-  }
-
-  const unsigned long long q_desc = wgmma::desc_sw128(smem_q + cw * kBoxBytes64, 16, 1024);
-  float o[kORegs];
+    for (int tile = 0; tile + 1 < num_tiles; ++tile) {
+      const int next = (ring + tile + 1) % Stages, stage = (ring + tile) % Stages;
+      tma::wait(k_full(next), parity(ring + tile + 1));
+      float s[kSRegs];
+      begin_issue();
+      wgmma::fence();
+      issue_s(s, next);
+      wgmma::commit();
+      tma::wait(v_full(stage), parity(ring + tile));
+      issue_pv(pa, stage);
+      end_issue();
+      wgmma::wait<1>();  // Q·Kᵀ of tile + 1 done; P·V of tile may still run
+      wgmma::fence_operand(s);
+      release(k_empty(next));
+      float alpha[2];
+      const int n0 = (first_tile + tile + 1) * BN;
+      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                                 needs_mask(n0));
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      release(v_empty(stage));
+      wgmma_fwd_detail::scale_rows(o, alpha);
 #pragma unroll
-  for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
-  auto issue_s = [&](float (&acc)[kSRegs], int stage) {
-    wgmma_fwd_detail::issue_qk<T, QTile, KVTile, HeadDim>(acc, q_desc, smem_k(stage));
-  };
-  auto issue_pv = [&](const unsigned (&pa)[BN / 16][4], int stage) {
-    wgmma_fwd_detail::issue_pv<T, KVTile>(o, pa, smem_v(stage));
-  };
-  auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
-  auto parity = [](int tile) { return static_cast<unsigned>((tile / Stages) & 1); };
-
-  float row_max[2] = {-infinity_f32(), -infinity_f32()};
-  float row_sum[2] = {0.f, 0.f};
-  unsigned pa[BN / 16][4];
-  tma::wait(q_full, 0);
-  if (num_tiles > 0) {
-    tma::wait(k_full(0), 0);
-    float s[kSRegs];
-    begin_issue();
-    wgmma::fence();
-    issue_s(s, 0);
-    wgmma::commit();
-    end_issue();
-    wgmma::wait<0>();
-    wgmma::fence_operand(s);
-    release(k_empty(0));
-    float alpha[2];
-    const int n0 = first_tile * BN;
-    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
-                                               needs_mask(n0));
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
-  }
-  for (int tile = 0; tile + 1 < num_tiles; ++tile) {
-    const int next = (tile + 1) % Stages, stage = tile % Stages;
-    tma::wait(k_full(next), parity(tile + 1));
-    float s[kSRegs];
-    begin_issue();
-    wgmma::fence();
-    issue_s(s, next);
-    wgmma::commit();
-    tma::wait(v_full(stage), parity(tile));
-    issue_pv(pa, stage);
-    end_issue();
-    wgmma::wait<1>();  // Q·Kᵀ of tile + 1 done; P·V of tile may still run
-    wgmma::fence_operand(s);
-    release(k_empty(next));
-    float alpha[2];
-    const int n0 = (first_tile + tile + 1) * BN;
-    wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
-                                               needs_mask(n0));
-    wgmma::wait<0>();
-    wgmma::fence_operand(o);
-    release(v_empty(stage));
-    wgmma_fwd_detail::scale_rows(o, alpha);
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
-  }
-  if (num_tiles > 0) {  // P·V of the last tile
-    const int stage = (num_tiles - 1) % Stages;
-    tma::wait(v_full(stage), parity(num_tiles - 1));
-    begin_issue();
-    issue_pv(pa, stage);
-    end_issue();
-    wgmma::wait<0>();
-    wgmma::fence_operand(o);
-  }
-
-  if constexpr (SplitKeys) {
-    // ---- split epilogue: this range's O / l and lse2 of the rows below n_q, fp32 ----
-    const long long rows = static_cast<long long>(p.batch) * p.heads_q * n_q;
-    const long long row_base = static_cast<long long>(split) * rows + (static_cast<long long>(batch) * p.heads_q + head) * n_q;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float l = quad_sum(row_sum[h]);
-      const float inv_l = l > 0.f ? 1.f / l : 0.f;
-      const int row = row0 + 8 * h;
-      if (row >= n_q) continue;
-      float* out = tp.o_partial + (row_base + row) * HeadDim;
-#pragma unroll
-      for (int j = 0; j < kORegs / 4; ++j)
-        if (8 * j < HeadDim) {
-          const float2 v = make_float2(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l);
-          *reinterpret_cast<float2*>(out + 8 * j + 2 * t) = v;
-        }
-      if (t == 0) tp.lse_partial[row_base + row] = l > 0.f ? row_max[h] * scale_log2 + log2_approx(l) : -infinity_f32();
+      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
     }
-    return;
-  }
+    if (num_tiles > 0) {  // P·V of the last tile
+      const int stage = (ring + num_tiles - 1) % Stages;
+      tma::wait(v_full(stage), parity(ring + num_tiles - 1));
+      begin_issue();
+      issue_pv(pa, stage);
+      end_issue();
+      wgmma::wait<0>();
+      wgmma::fence_operand(o);
+      if constexpr (Persistent) release(v_empty(stage));
+    }
+    ring += num_tiles;
 
-  // ---- epilogue: O / l into this consumer's Q rows, one TMA store per column block; LSE ----
-  float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
-  wgmma_fwd_detail::stage_output<T, QTile>(smem_q, o, row_sum, row_max, cw * 64 + warp * 16 + g, t, m0, n_q, scale_log2,
-                                          lse_ptr);
-  tma::fence_proxy_async();
-  tma::barrier_sync(3 + cw, 128);
-  if (tid % 128 == 0) {
+    if constexpr (SplitKeys) {
+      // ---- split epilogue: this range's O / l and lse2 of the rows below n_q, fp32 ----
+      const long long rows = static_cast<long long>(p.batch) * p.heads_q * n_q;
+      const long long row_base =
+          static_cast<long long>(split) * rows + (static_cast<long long>(batch) * p.heads_q + head) * n_q;
 #pragma unroll
-    for (int b = 0; b < D / 64; ++b)
-      tma::store_4d(&tp.o_map, smem_q + b * QTile::kBlockBytes + cw * kBoxBytes64, 64 * b, wg_row0, head, batch);
-    tma::store_commit();
-    tma::store_wait_read();
+      for (int h = 0; h < 2; ++h) {
+        const float l = quad_sum(row_sum[h]);
+        const float inv_l = l > 0.f ? 1.f / l : 0.f;
+        const int row = row0 + 8 * h;
+        if (row >= n_q) continue;
+        float* out = tp.o_partial + (row_base + row) * HeadDim;
+#pragma unroll
+        for (int j = 0; j < kORegs / 4; ++j)
+          if (8 * j < HeadDim) {
+            const float2 v = make_float2(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l);
+            *reinterpret_cast<float2*>(out + 8 * j + 2 * t) = v;
+          }
+        if (t == 0)
+          tp.lse_partial[row_base + row] = l > 0.f ? row_max[h] * scale_log2 + log2_approx(l) : -infinity_f32();
+      }
+      continue;
+    }
+
+    // ---- epilogue: O / l into this consumer's Q rows, one TMA store per column block; LSE ----
+    float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
+    wgmma_fwd_detail::stage_output<T, QTile>(smem_q(buf), o, row_sum, row_max, cw * 64 + warp * 16 + g, t, m0, n_q,
+                                            scale_log2, lse_ptr);
+    tma::fence_proxy_async();
+    tma::barrier_sync(3 + cw, 128);
+    if (tid % 128 == 0) {
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b)
+        tma::store_4d(&tp.o_map, smem_q(buf) + b * QTile::kBlockBytes + cw * kBoxBytes64, 64 * b, wg_row0, head, batch);
+      tma::store_commit();
+      tma::store_wait_read();
+      if constexpr (Persistent) tma::arrive(q_empty(buf));
+    }
   }
+  // Consumer 1's last hand-over (see the turns above).
+  if constexpr (PingPong)
+    if (cw == 0) tma::barrier_sync(1, 2 * 128);
 #endif
 }
 
