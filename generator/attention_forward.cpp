@@ -273,27 +273,28 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
     // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (BENCHMARKS.md, "Decode").
     const bool split = attention_forward_shape_class(shape, sm_count) == 2;
-    // Without a mask, up to 128 columns: a persistent grid (one block per SM over every query
-    // tile, the next tile's loads under the current one's work; BENCHMARKS.md, "Persistent").
-    // d = 128 ran 0.079 / 0.245 ms at n = 256 / 512 (b = 64, h = 16) against 0.106 / 0.289,
-    // and 0.221 / 0.794 / 3.10 ms at 1k / 4k / 16k against 0.245 / 0.818 / 3.3–3.5; d = 64 0.188
-    // against 0.195 (wg:bm64:bn64) at 512 and 0.338 against 0.375 at 1k. Causal grids keep one
-    // block per query tile: their tiles differ in keys, and the static rounds of a persistent grid
-    // lost up to 11 % there (d = 128 at 16k) against the hardware's block scheduling.
-    // (d = 32 keeps its measured default below.)
-    if (!spec.causal && !split && tile <= 128 && spec.head_dim > 32) {
+    // Short rows on the 64-column tile with a mask: one warpgroup of 64 rows per block, several
+    // blocks per SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64,
+    // h = 16, BENCHMARKS.md "Short sequences"): causal d = 64 0.051 / 0.133 / 0.419 ms at 256 /
+    // 512 / 1k against 0.074 / 0.174 / 0.480 (and against 0.056 / 0.145 / 0.435 for the
+    // persistent grid below); d = 48 alike.
+    if (spec.causal && tile == 64 && shape.n_k <= 1024) {
+      const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
+      if (!check_attention_forward_config(spec, w, target)) return w;
+    }
+    // Up to 128 columns: a persistent grid (one block per SM over every query tile, the next
+    // tile's loads under the current one's work; BENCHMARKS.md, "Persistent forward grid").
+    // Without a mask d = 128 ran 0.079 / 0.245 ms at n = 256 / 512 (b = 64, h = 16) against
+    // 0.106 / 0.289, and 0.221 / 0.794 / 3.10 ms at 1k / 4k / 16k against 0.245 / 0.818 /
+    // 3.3–3.5; d = 64 0.188 against 0.195 (wg:bm64:bn64) at 512 and 0.338 against 0.375 at 1k.
+    // Causal, up to 4k keys:
+    // d = 128 0.081 / 0.187 ms at 256 / 512 against 0.094 / 0.221, 0.144 / 0.430 at 1k / 4k
+    // against 0.165 / 0.457; at 16k 1.624 against 1.560, so longer causal rows keep one block
+    // per query tile. (d = 32 keeps its measured default below.)
+    if (!split && tile <= 128 && spec.head_dim > 32 && (!spec.causal || shape.n_k <= 4096)) {
       AttentionForwardConfig c{ForwardPath::ws, 128, tile == 64 && shape.n_k >= 4096 ? 192 : 128, 2, 0, 8, 1};
       c.persistent = true;
       if (!check_attention_forward_config(spec, c, target)) return c;
-    }
-    if (tile == 64 && (shape.n_k <= 512 || (spec.causal && shape.n_k <= 1024))) {
-      // Short rows on the 64-column tile: one warpgroup of 64 rows per block, several blocks per
-      // SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64, h = 16,
-      // BENCHMARKS.md "Short sequences"): causal d = 64 0.051 / 0.133 / 0.419 ms at 256 / 512 /
-      // 1k against 0.074 / 0.174 / 0.480; d = 48 alike. (Without a mask the persistent grid
-      // above now comes first.)
-      const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
-      if (!check_attention_forward_config(spec, w, target)) return w;
     }
     const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
     AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1, split};

@@ -136,12 +136,14 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
     for (bool causal : {false, true}) {
       auto c = attention_forward_default_config({DType::bf16, d, causal}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
       EXPECT_EQ(c.path, ForwardPath::ws) << d;
-      EXPECT_EQ(to_string(c), (d == 64 ? "ws:bm128:bn192:s2:pp1" : "ws:bm128:bn128:s2:pp1") +
-                                  std::string(causal ? "" : ":persist"));
+      EXPECT_EQ(to_string(c), d == 64 ? "ws:bm128:bn192:s2:pp1:persist" : "ws:bm128:bn128:s2:pp1:persist");
+      // Causal rows past 4k keys keep one block per query tile.
+      auto long_rows = attention_forward_default_config({DType::bf16, d, causal}, {1, 16, 16, 16384, 16384}, sm90a(), 132);
+      EXPECT_EQ(long_rows.persistent, !causal) << d;
     }
-  // Without a mask, up to 128 columns from d = 40, the grid is persistent. d = 64 takes 128-key
-  // tiles below 4k keys; causal, up to 1k keys, the one-warpgroup wgmma kernel (so does every
-  // head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
+  // Up to 128 columns from d = 40 the grid is persistent (causal: up to 4k keys). d = 64 takes
+  // 128-key tiles below 4k keys; causal, up to 1k keys, the one-warpgroup wgmma kernel (so does
+  // every head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
   // 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and registers, and keep
   // one block per query tile); 32 joins from 4k keys and keeps the fa2 kernel below, as do
   // smaller head dims; sm_90 without the "a" has no wgmma.
@@ -149,7 +151,7 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
-            "ws:bm128:bn128:s2:pp1");
+            "ws:bm128:bn128:s2:pp1:persist");
   for (int d : {40, 64})
     for (int n : {256, 512, 1024}) {
       EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, true}, {64, 16, 16, n, n}, sm90a(), 132)),
@@ -166,7 +168,8 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
             "ws:bm128:bn192:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)), "ws:bm128:bn128:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132).path,
             ForwardPath::fa2);

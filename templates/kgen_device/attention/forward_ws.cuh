@@ -27,11 +27,11 @@
 // −inf (and O = 0) for rows that saw no key.
 //
 // Persistent: a grid of one block per SM walks every query tile, round by round (causal calls
-// take the query tiles with the most keys first, in rounds of alternating direction; the others
-// the order of the non-persistent grid). Q has two buffers, so the producer loads the next tile's Q and K/V while
-// the consumers still compute and store the current one; the K/V ring's stages and phases run on
-// across tiles. A consumer arrives on q_empty once its TMA store has read its rows of the buffer.
-// The ping-pong turns pass from one tile to the next without a break.
+// in pairs of tiles of equal key count; the others in the order of the non-persistent grid). Q
+// has two buffers, so the producer loads the next tile's Q and K/V while the consumers still
+// compute and store the current one; the K/V ring's stages and phases run on across tiles. A
+// consumer arrives on q_empty once its TMA store has read its rows of the buffer. The ping-pong
+// turns pass from one tile to the next without a break.
 //
 // SplitKeys (AttentionForwardSplitParams): the grid has tp.splits blocks per query tile, and
 // block x walks the x % splits-th of ceil(num_tiles / splits) consecutive key tiles (the last
@@ -91,29 +91,42 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   const int wg = tid / 128;
   int splits = 1;
   if constexpr (SplitKeys) splits = tp.splits;
-  // The block's query tiles: one (blockIdx) or, persistent, the work items work(0), work(1), ...
-  // below work_count: round r takes item r·gridDim.x + blockIdx.x. Causal rounds alternate their
-  // direction (the block that took the heaviest item of a round takes the lightest of the next),
-  // so every block's sum of key tiles comes out about equal.
+  // The block's query tiles: one (blockIdx) or, persistent, rounds of the grid over every
+  // query tile. Without a mask round r takes tile r·gridDim.x + blockIdx.x (query tiles fastest,
+  // then heads, then batches). Causal tiles go in pairs of equal key count, x and
+  // q_tiles − 1 − x of one head (the middle tile alone when q_tiles is odd): the block takes
+  // pair (r / 2)·gridDim.x + blockIdx.x, its heavier tile in round r and its lighter one in
+  // round r + 1, so every block gets about the same number of key tiles, and the blocks at work
+  // at one time share a few heads' K and V in L2.
   const int q_tiles = (p.n_q + BM - 1) / BM;
-  const int work_count = Persistent ? q_tiles * p.heads_q * p.batch : 1;
-  auto work = [&](int round) {
-    if constexpr (!Persistent) return round;
-    const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-    return round * grid + (Causal && (round & 1) ? grid - 1 - b : b);
-  };
-  auto query_block = [&](int w) {
-    if constexpr (Persistent) {
-      int x, rest;
-      if constexpr (Causal) {  // the most keys first, over the whole grid
-        const int per_tile = p.heads_q * p.batch;
-        x = q_tiles - 1 - w / per_tile, rest = w % per_tile;
-      } else {
-        x = w % q_tiles, rest = w / q_tiles;
-      }
-      return wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, x, rest % p.heads_q, rest / p.heads_q);
+  wgmma_fwd_detail::QueryBlock qb;
+  // Sets qb to the block's next query tile and advances `round`; false when there is none.
+  auto next_tile = [&](int& round) {
+    if constexpr (!Persistent) {
+      qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
+      return round++ == 0;
     } else {
-      return wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
+      const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+      if constexpr (Causal) {
+        const int pairs = (q_tiles + 1) / 2;
+        for (;; ++round) {
+          const int pair = (round >> 1) * grid + b;
+          if (pair >= pairs * p.heads_q * p.batch) return false;
+          const int lighter = pair % pairs, rest = pair / pairs;
+          const int x = round & 1 ? lighter : q_tiles - 1 - lighter;
+          if ((round & 1) && x == q_tiles - 1 - lighter) continue;  // the middle tile has no partner
+          ++round;
+          qb = wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, x, rest % p.heads_q, rest / p.heads_q);
+          return true;
+        }
+      } else {
+        const int w = round * grid + b;
+        if (w >= q_tiles * p.heads_q * p.batch) return false;
+        ++round;
+        qb = wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, w % q_tiles, w / q_tiles % p.heads_q,
+                                                             w / q_tiles / p.heads_q);
+        return true;
+      }
     }
   };
   // The key tiles [first_tile, first_tile + num_tiles) of a query block.
@@ -162,8 +175,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
     tma::release_registers<24>();
     if (tid == 0) {
       int ring = 0;  // K/V tiles loaded so far
-      for (int local = 0, w = work(0); w < work_count; w = work(++local)) {
-        const auto qb = query_block(w);
+      for (int round = 0, local = 0; next_tile(round); ++local) {
         int first_tile, num_tiles;
         key_range(qb, first_tile, num_tiles);
         const int kv_head = qb.head / p.head_group;
@@ -221,8 +233,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   auto parity = [](int ring) { return static_cast<unsigned>((ring / Stages) & 1); };
 
   int ring = 0;  // K/V tiles consumed before this query tile
-  for (int local = 0, w = work(0); w < work_count; w = work(++local)) {
-    const auto qb = query_block(w);
+  for (int round = 0, local = 0; next_tile(round); ++local) {
     const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
     int first_tile, num_tiles;
     key_range(qb, first_tile, num_tiles);
