@@ -273,6 +273,7 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
     // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (BENCHMARKS.md, "Decode").
     const bool split = attention_forward_shape_class(shape, sm_count) == 2;
+    const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
     // Short rows on the 64-column tile with a mask: one warpgroup of 64 rows per block, several
     // blocks per SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64,
     // h = 16, BENCHMARKS.md "Short sequences"): causal d = 64 0.051 / 0.133 / 0.419 ms at 256 /
@@ -292,11 +293,10 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // against 0.165 / 0.457; at 16k 1.624 against 1.560, so longer causal rows keep one block
     // per query tile. (d = 32 keeps its measured default below.)
     if (!split && tile <= 128 && spec.head_dim > 32 && (!spec.causal || shape.n_k <= 4096)) {
-      AttentionForwardConfig c{ForwardPath::ws, 128, tile == 64 && shape.n_k >= 4096 ? 192 : 128, 2, 0, 8, 1};
+      AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
       c.persistent = true;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
-    const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
     AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1, split};
     while (check_attention_forward_config(spec, c, target) && c.block_n > 64) c.block_n -= 64;
     if (!check_attention_forward_config(spec, c, target)) return c;

@@ -256,8 +256,9 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(call.spec.head_dim));
   p.scale = static_cast<float>(scale);
   p.scale_log2 = static_cast<float>(scale * kLog2e);
-  const int splits = attention_forward_key_splits(config, call.shape, device_info(call.device).sm_count);
-  launch.grid = attention_forward_grid(config, call.shape, splits, device_info(call.device).sm_count);
+  const int sm_count = device_info(call.device).sm_count;
+  const int splits = attention_forward_key_splits(config, call.shape, sm_count);
+  launch.grid = attention_forward_grid(config, call.shape, splits, sm_count);
   if (launch.tma) launch.tma_params.a = p;
   if (config.split_keys) {
     launch.split = true;

@@ -277,16 +277,22 @@ __device__ __forceinline__ constexpr void check_wgmma_backward_args() {
 
 // Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked (keys >= n_k, and above the causal diagonal), in place
 // in s, for this thread's part of a warpgroup's 64 keys × BM queries (key0: the warp's first key;
-// m0: the tile's first query; st: the tile's BM lse2 values).
-template <bool Causal, int BM>
-__device__ __forceinline__ void key_major_p(float (&s)[BM / 2], const float* st, float scale_log2, bool needs_mask,
-                                            int key0, int n_k, int m0, int diag, int g, int t) {
+// m0: the tile's first query; st: the tile's BM lse2 values, then with WithDs its BM delta
+// values). WithDs: dSᵀ = Pᵀ∘(dPᵀ − delta) in place in dp in the same pass (one pass, not
+// key_major_p then key_major_ds: the two passes cost the key-major kernels up to 24 bytes of
+// spills at D = 128); without it dp is not touched.
+template <bool Causal, int BM, bool WithDs>
+__device__ __forceinline__ void key_major_p_pass(float (&s)[BM / 2], float (&dp)[BM / 2], const float* st,
+                                                 float scale_log2, bool needs_mask, int key0, int n_k, int m0,
+                                                 int diag, int g, int t) {
 #pragma unroll
   for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       const int col = 8 * j + 2 * t + e;
       const float l2 = st[col];
+      float dl = 0.f;
+      if constexpr (WithDs) dl = st[BM + col];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -l2));
@@ -295,8 +301,16 @@ __device__ __forceinline__ void key_major_p(float (&s)[BM / 2], const float* st,
           if (key >= n_k || (Causal && key > m0 + col + diag)) pe = 0.f;
         }
         s[4 * j + 2 * h + e] = pe;
+        if constexpr (WithDs) dp[4 * j + 2 * h + e] = pe * (dp[4 * j + 2 * h + e] - dl);
       }
     }
+}
+
+// Pᵀ alone (key_major_p_pass above).
+template <bool Causal, int BM>
+__device__ __forceinline__ void key_major_p(float (&s)[BM / 2], const float* st, float scale_log2, bool needs_mask,
+                                            int key0, int n_k, int m0, int diag, int g, int t) {
+  key_major_p_pass<Causal, BM, false>(s, s, st, scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
 }
 
 // dSᵀ = Pᵀ∘(dPᵀ − delta) in place in dp (p: Pᵀ; delta: the tile's BM delta values).
@@ -312,30 +326,12 @@ __device__ __forceinline__ void key_major_ds(float (&dp)[BM / 2], const float (&
     }
 }
 
-// Both in one pass over the elements: Pᵀ into s, dSᵀ into dp (st: the tile's BM lse2 values,
-// then its BM delta values). One pass, not key_major_p then key_major_ds: the two passes cost the
-// key-major kernels up to 24 bytes of spills at D = 128.
+// Pᵀ into s and dSᵀ into dp in one pass (key_major_p_pass above).
 template <bool Causal, int BM>
 __device__ __forceinline__ void key_major_p_ds(float (&s)[BM / 2], float (&dp)[BM / 2], const float* st,
                                                float scale_log2, bool needs_mask, int key0, int n_k, int m0,
                                                int diag, int g, int t) {
-#pragma unroll
-  for (int j = 0; j < BM / 8; ++j)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int col = 8 * j + 2 * t + e;
-      const float l2 = st[col], dl = st[BM + col];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -l2));
-        if (needs_mask) {
-          const int key = key0 + g + 8 * h;
-          if (key >= n_k || (Causal && key > m0 + col + diag)) pe = 0.f;
-        }
-        s[4 * j + 2 * h + e] = pe;
-        dp[4 * j + 2 * h + e] = pe * (dp[4 * j + 2 * h + e] - dl);
-      }
-    }
+  key_major_p_pass<Causal, BM, true>(s, dp, st, scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
 }
 
 // dV += Pᵀ·dO and dK += dSᵀ·Q over the tile's BM queries: A = Pᵀ (s) or dSᵀ (dp) packed to 16
