@@ -76,7 +76,6 @@ def main(argv=None):
     args = parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit("backward_ablation.py: needs a CUDA device")
-    torch.cuda.current_blas_handle()  # cuBLAS on the current context before kgen's first launch
     torch.manual_seed(0)
     causals = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
     n = args.seqlen
