@@ -5,7 +5,7 @@ To place time inside one kernel without hardware counters, build libkgen with on
 kernel left out or changed (templates edited, `cmake --build build`, the library copied aside),
 then run this script once per library, alternating, in one machine session, and take the
 differences. A library with a stage left out computes wrong gradients, so `--no-check` skips the
-check that the default runs first (dq, dk, dv of the first shape's first two heads against the
+check that the default runs first (dq, dk, dv of every shape's first two heads against the
 fp32 math path, docs/attention.md §5.2 bounds); rows timed without it say so.
 
     KGEN_LIBRARY=$PWD/dist/lib/libkgen.so PYTHONPATH=$PWD/python \\
@@ -49,7 +49,7 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     for name in ("seqlen", "warmup", "reps"):
         if getattr(args, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be at least 1")
+            ap.error(f"--{name} must be at least 1")
     try:
         args.head_dims = [int(d) for d in args.head_dims.split(",")]
     except ValueError:
