@@ -31,9 +31,9 @@ struct DeviceProperties {
   std::size_t total_memory = 0;
 };
 
-// A tiled tensor map (the TMA descriptor of NVIDIA Hopper): a tensor of 16-bit elements with up
-// to 5 dimensions, innermost first, copied in boxes of `box` elements under the 128-byte shared-
-// memory swizzle; elements outside `dims` read as zero and are not written.
+// A tiled tensor map (the TMA descriptor of NVIDIA Hopper): a tensor of 16-bit or fp32 elements
+// with up to 5 dimensions, innermost first, copied in boxes of `box` elements under the 128-byte
+// shared-memory swizzle; elements outside `dims` read as zero and are not written.
 struct TiledTensorMap {
   const void* base = nullptr;  // 16-byte aligned
   int rank = 0;
@@ -41,6 +41,7 @@ struct TiledTensorMap {
   std::uint64_t strides_bytes[4] = {};  // of dims 1 .. rank - 1, multiples of 16
   std::uint32_t box[5] = {};
   bool bfloat16 = false;  // else float16
+  bool float32 = false;   // fp32 elements (bfloat16 ignored)
 };
 
 // Every call that can fail throws kgen::Error (cuda_error, naming `what` or the call and the

@@ -85,6 +85,7 @@ std::string to_string(const AttentionBackwardConfig& c) {
     s << "wg:bm" << c.block_m << ":bn" << c.block_n;
     if (c.splits != 1) s << ":c" << c.splits;
     if (c.async_wgs != 0) s << ":a" << c.async_wgs;
+    if (c.tma_dq) s << ":t";
   }
   else
     s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
@@ -101,12 +102,13 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
          parse_prefixed_int(parts[3], "w", c.warps) &&
          (parts.size() == 4 || (parse_prefixed_int(parts[4], "c", c.splits) && c.splits != 1));
-  } else if ((parts.size() == 3 || parts.size() == 4) && parts[0] == "wg") {
+  } else if (parts.size() >= 3 && parts.size() <= 5 && parts[0] == "wg") {
     c.path = BackwardPath::wgmma;
     c.max_head_dim = 0;
+    c.tma_dq = parts.size() == 5 && parts[4] == "t";
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
-         (parts.size() == 3 || (parse_prefixed_int(parts[3], "c", c.splits) && c.splits != 1) ||
-          (parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0));
+         (parts.size() == 3 || (parts.size() == 4 && parse_prefixed_int(parts[3], "c", c.splits) && c.splits != 1) ||
+          (parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0 && (parts.size() == 4 || c.tma_dq)));
     c.warps = c.block_n / 16 * c.splits;
   } else if (parts.size() == 3 && parts[0] == "simt") {
     c.path = BackwardPath::simt;
@@ -174,6 +176,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
     if (c.block_m != 64) return std::string("wgmma block_m must be 64 (one wgmma M of query rows)");
     const int tile = wgmma_tile_head_dim(spec.head_dim);
+    if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
     if (c.splits == 2) {
       if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
         return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
@@ -195,7 +198,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       if (c.async_wgs < 0 || c.async_wgs > 2) return std::string("wgmma async (a<k>) must be 1 or 2");
       if (c.async_wgs != 0 && c.block_n != 128)
         return std::string("wgmma async (a1, a2) takes block_n 128 (two warpgroups)");
-      smem = c.async_wgs != 0 ? attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m)
+      smem = c.async_wgs != 0 ? attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq)
                               : attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, true);
     }
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
@@ -218,7 +221,8 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   for (const auto& c : mfma_backward_config_space(spec, target)) out.push_back(c);
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     for (int bn : {128, 64}) keep({BackwardPath::wgmma, 64, bn, bn / 16, 0});
-    for (int a : {2, 1}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a});
+    for (int a : {2, 1})
+      for (bool t : {false, true}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, t});
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
     keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
@@ -256,7 +260,11 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
     c.async_wgs = (tile64 && spec.head_dim > 48 && !spec.causal) || (spec.causal && spec.head_dim == 104) ? 1 : 2;
     if (spec.causal && spec.head_dim == 112) c.async_wgs = 0;
-    if (small) c.block_n = 64, c.warps = 4, c.async_wgs = 0;
+    // On the 128-column tile dQ goes through shared memory and TMA reduce-adds (BENCHMARKS.md "dQ by
+    // TMA", H200, bf16, 16k tokens: d = 128 a2 411 → 432 TFLOPS at 16k, causal 360 → 396 at 4k and
+    // 414 → 449 at 16k); on the 64-column tile it gained nothing (d = 64 313 → 310 at 4k).
+    c.tma_dq = !tile64 && c.async_wgs != 0;
+    if (small) c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
@@ -365,8 +373,9 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         include = "kgen_device/attention/backward_wgmma.cuh";
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
           k.threads = 256;
-          k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m);
-          shim.function = "attention_backward_wgmma_kv_async";
+          k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq);
+          shim.function = c.tma_dq ? "attention_backward_wgmma_kv_async_tma" : "attention_backward_wgmma_kv_async";
+          if (c.tma_dq) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
           shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),
                        targ("Causal", spec.causal), targ("Stagger", c.async_wgs == 2)};
         } else {

@@ -48,13 +48,16 @@ struct AttentionBackwardConfig {
   int async_wgs = 0;     // wgmma, block_n 128, atomic dQ: 1 = the warpgroups decoupled (no block
                          // barrier per query tile: rings on mbarriers, dQ a tile late), 2 = also
                          // staggered by one tile's exponentials at the start; ":a1", ":a2"
+  bool tma_dq = false;   // wgmma async: dQ added from shared memory by TMA reduce-adds instead of
+                         // from registers ("wg:bm64:bn128:a2:t")
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 
 // The kernels of a backward call.
 enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv };
 
-// "fa2:bm64:bn128:w8", "wg:bm64:bn128" ("wg:bm64:bn128:a1" decoupled, "wg:bm64:bn64:c2" above 128 columns), "mfma:bm32:bn64:w2"
+// "fa2:bm64:bn128:w8", "wg:bm64:bn128" ("wg:bm64:bn128:a1" decoupled, ":a2:t" with dQ by TMA,
+// "wg:bm64:bn64:c2" above 128 columns), "mfma:bm32:bn64:w2"
 // (":c2" with two column splits) or
 // "simt:w4:dmax128".
 std::string to_string(const AttentionBackwardConfig& c);

@@ -78,7 +78,7 @@ std::size_t stat_rows(const TensorView& q) {
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
-  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2);
+  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
   return k.value();
 }
 
@@ -87,13 +87,35 @@ std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
   return 2 * Workspace::aligned(rows * 4) + (atomic_dq ? Workspace::aligned(rows * q.shape[3] * 4) : 0);
 }
 
+// The TMA view of dq_accum for the kernels that add dQ by TMA (AttentionBackwardTmaParams): 3-d
+// (head_dim, n_q, batch·heads_q), fp32, boxes of 32 columns by 64 rows.
+void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& call) {
+  TiledTensorMap m;
+  m.base = tp.a.dq_accum;
+  m.rank = 3;
+  m.float32 = true;
+  const std::uint64_t d = static_cast<std::uint64_t>(call.spec.head_dim), n_q = static_cast<std::uint64_t>(call.shape.n_q);
+  m.dims[0] = d, m.dims[1] = n_q, m.dims[2] = static_cast<std::uint64_t>(call.shape.batch) * call.shape.heads_q;
+  m.strides_bytes[0] = d * 4, m.strides_bytes[1] = d * n_q * 4;
+  m.box[0] = 32, m.box[1] = 64, m.box[2] = 1;
+  gpu_driver().encode_tensor_map(tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
+}
+
 void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
                              const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p, void* stream) {
   use_primary_context(call.device);
+  AttentionBackwardTmaParams tp;
+  const bool tma_dq = config.tma_dq && std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
+  if (tma_dq) {
+    tp.a = p;
+    fill_dq_map(tp, call);
+  }
   for (BackwardKernel kernel : kernels) {
     const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
-    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim), &p, stream, "launch(attention_bwd)");
+    void* params = tma_dq && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
+    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim), params, stream,
+                  "launch(attention_bwd)");
   }
 }
 

@@ -108,18 +108,19 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       int wg90 = 0, wg80 = 0;
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
-      EXPECT_EQ(wg90, 4) << d;  // bn128, bn64, bn128:a1, bn128:a2
+      EXPECT_EQ(wg90, 6) << d;  // bn128, bn64, bn128:a1, bn128:a2, each decoupled one also with :t
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
-      // Decoupled warpgroups: staggered, except on the 64-column tile without a mask.
+      // Decoupled warpgroups: staggered, except on the 64-column tile without a mask; dQ by TMA
+      // on the 128-column tile.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
-                d == 64 && !causal ? "wg:bm64:bn128:a1" : "wg:bm64:bn128:a2");
+                d == 64 ? (causal ? "wg:bm64:bn128:a2" : "wg:bm64:bn128:a1") : "wg:bm64:bn128:a2:t");
       EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
       // Too few key blocks to fill the machine: one warpgroup per block.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
     }
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a2");
+            "wg:bm64:bn128:a2:t");
   // d = 32 on sm_90a: the padded wgmma tile (64-key fa2 blocks with a mask in small grids); sm_80 as before.
   const AttentionShape d32_big{4, 64, 64, 4096, 4096};
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2");
@@ -140,7 +141,7 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
 }
 
 TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefaults) {
-  for (const char* text : {"wg:bm64:bn128:a1", "wg:bm64:bn128:a2"}) {
+  for (const char* text : {"wg:bm64:bn128:a1", "wg:bm64:bn128:a2", "wg:bm64:bn128:a1:t", "wg:bm64:bn128:a2:t"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
     EXPECT_EQ(to_string(*c), text);
@@ -148,7 +149,8 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
     EXPECT_TRUE(check_attention_backward_config({DType::bf16, 96, true}, *c, sm80())) << text;
     EXPECT_TRUE(check_attention_backward_config({DType::f32, 96, true}, *c, sm90a())) << text;
   }
-  for (const char* bad : {"wg:bm64:bn128:a0", "wg:bm64:bn128:ax", "wg:bm64:bn128:a1:c2"})
+  for (const char* bad : {"wg:bm64:bn128:a0", "wg:bm64:bn128:ax", "wg:bm64:bn128:a1:c2", "wg:bm64:bn128:t",
+                          "wg:bm64:bn128:a2:x", "wg:bm64:bn128:a2:t:t", "wg:bm64:bn64:c2:t"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
   for (const char* text : {"wg:bm64:bn128:a3", "wg:bm64:bn64:a1", "wg:bm64:bn64:c2"}) {
     auto c = parse_attention_backward_config(text);
@@ -168,6 +170,24 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_LE(atomic.smem_bytes, sm90a().max_smem_per_block);
   const KernelSource plain = render_attention_backward({DType::bf16, 80, true}, c, BackwardKernel::kv);
   EXPECT_NE(plain.source.find("attention_backward_wgmma_kv<"), std::string::npos) << plain.source;
+  // dQ by TMA: the map comes in a __grid_constant__ parameter struct, the staging tile takes the
+  // third dSᵀ tile's room at D = 128 and fits beside all three at D = 64.
+  const auto t = *parse_attention_backward_config("wg:bm64:bn128:a2:t");
+  EXPECT_TRUE(t.tma_dq);
+  const KernelSource tma = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv_atomic);
+  EXPECT_NE(tma.source.find("(const __grid_constant__ kgen::AttentionBackwardTmaParams p)"), std::string::npos) << tma.source;
+  EXPECT_NE(tma.source.find("attention_backward_wgmma_kv_async_tma</*T=*/kgen::bfloat16_t, /*D=*/128,"), std::string::npos)
+      << tma.source;
+  EXPECT_EQ(tma.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true));
+  EXPECT_LE(tma.smem_bytes, sm90a().max_smem_per_block);
+  EXPECT_EQ(attention_bwd::wgmma_kv_async_ds_bufs(128, true), 2);
+  EXPECT_EQ(attention_bwd::wgmma_kv_async_ds_bufs(64, true), 3);
+  // The deterministic mode's key-major kernel is the same (only the variant comment names :t).
+  const std::string t_plain = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv).source;
+  EXPECT_EQ(t_plain.substr(t_plain.find("extern")), plain.source.substr(plain.source.find("extern")));
+  auto why = check_attention_backward_config({DType::bf16, 96, false}, {BackwardPath::wgmma, 64, 128, 8, 0, 1, 0, true}, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("decoupled"), std::string::npos) << *why;
   // Defaults on sm_90a in grids that fill the machine; the exceptions where a decoupled kernel spills.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   auto dflt = [&](int d, bool causal) {
@@ -175,10 +195,11 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   };
   EXPECT_EQ(dflt(64, false), "wg:bm64:bn128:a1");
   EXPECT_EQ(dflt(48, false), "wg:bm64:bn128:a2");
-  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2");
-  EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1");
+  EXPECT_EQ(dflt(64, true), "wg:bm64:bn128:a2");
+  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t");
+  EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t");
   EXPECT_EQ(dflt(112, true), "wg:bm64:bn128");
-  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2");
+  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t");
 }
 
 TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {

@@ -26,15 +26,19 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, in
 }
 
 // Hopper key-major kernel with decoupled warpgroups (sm_90a wgmma, two warpgroups of 64 keys,
-// atomic dQ): 1024 bytes of alignment, K and V tiles, kWgmmaAsyncStages stages of Q and dO tiles
-// and of per-row lse2 and delta, kWgmmaAsyncDsBufs dSᵀ tiles, and 8-byte mbarriers (full and
-// empty per stage and per dSᵀ tile).
+// atomic dQ): 1024 bytes of alignment, K and V tiles, kWgmmaAsyncStages stages of Q and dO tiles,
+// the dSᵀ ring, with TmaDQ the fp32 dQ staging tile (block_m × head_dim), kWgmmaAsyncStages
+// stages of per-row lse2 and delta, and 8-byte mbarriers (full and empty per stage and per dSᵀ
+// tile). The ring holds three dSᵀ tiles, two with TmaDQ at head_dim 128 (the staging tile takes
+// the third's room).
 constexpr int kWgmmaAsyncStages = 3;
-constexpr int kWgmmaAsyncDsBufs = 3;
-KGEN_HOST_DEVICE constexpr int wgmma_kv_async_smem_bytes(int head_dim, int block_m) {
+KGEN_HOST_DEVICE constexpr int wgmma_kv_async_ds_bufs(int head_dim, bool tma_dq) { return tma_dq && head_dim > 64 ? 2 : 3; }
+KGEN_HOST_DEVICE constexpr int wgmma_kv_async_smem_bytes(int head_dim, int block_m, bool tma_dq = false) {
   return 1024 +
-         (2 * 128 * head_dim + 2 * kWgmmaAsyncStages * block_m * head_dim + kWgmmaAsyncDsBufs * 128 * block_m) * 2 +
-         kWgmmaAsyncStages * 2 * block_m * 4 + 2 * (kWgmmaAsyncStages + kWgmmaAsyncDsBufs) * 8;
+         (2 * 128 * head_dim + 2 * kWgmmaAsyncStages * block_m * head_dim +
+          wgmma_kv_async_ds_bufs(head_dim, tma_dq) * 128 * block_m) * 2 +
+         (tma_dq ? block_m * head_dim * 4 : 0) + kWgmmaAsyncStages * 2 * block_m * 4 +
+         2 * (kWgmmaAsyncStages + wgmma_kv_async_ds_bufs(head_dim, tma_dq)) * 8;
 }
 
 // Hopper key-major kernel above 128 columns (sm_90a wgmma, D = 192 or 256): two warpgroups

@@ -41,4 +41,13 @@ struct AttentionBackwardParams {
                      // (its partial sums add into zeroed rows); 0 or 1 = no split
 };
 
+// Parameters of the Hopper backward that adds dQ by TMA (backward_wgmma.cuh, TmaDQ), passed as a
+// __grid_constant__ so the device can take the map's address. dq_map views dq_accum as 3-d
+// (head_dim, n_q, batch·heads_q), innermost first, fp32, in boxes of 32 columns by 64 rows under
+// the 128-byte swizzle. TensorMapBytes as in params.h (an opaque CUtensorMap).
+struct alignas(64) AttentionBackwardTmaParams {
+  AttentionBackwardParams a;
+  alignas(64) unsigned long long dq_map[16];
+};
+
 }  // namespace kgen

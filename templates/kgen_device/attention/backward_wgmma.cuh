@@ -107,15 +107,19 @@ __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_sme
 
 // Shared memory of attention_backward_wgmma_kv_async from a base rounded up to 1024 bytes: K and
 // V (Sw128<BN, D>), kStages stages of Q and dO (Sw128<BM, D>), kDsBufs dSᵀ tiles (Sw128<BN, BM>),
-// kStages stages of BM lse2 and BM delta values, then the mbarriers full[kStages],
-// empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs].
-template <int D, int BM, int BN>
+// with TmaDQ the fp32 dQ staging tile (BM rows × D, kDqBoxBytes boxes of 32 columns, each
+// 128-byte swizzled), kStages stages of BM lse2 and BM delta values, then the mbarriers
+// full[kStages], empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs].
+template <int D, int BM, int BN, bool TmaDQ = false>
 struct AsyncKvSmem {
-  static constexpr int kStages = attention_bwd::kWgmmaAsyncStages, kDsBufs = attention_bwd::kWgmmaAsyncDsBufs;
+  static constexpr int kStages = attention_bwd::kWgmmaAsyncStages;
+  static constexpr int kDsBufs = attention_bwd::wgmma_kv_async_ds_bufs(D, TmaDQ);
   using KVTile = wgmma::Sw128<BN, D>;
   using QTile = wgmma::Sw128<BM, D>;
   using DsTile = wgmma::Sw128<BN, BM>;
-  static constexpr int kStatsOffset = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + kDsBufs * DsTile::kBytes;
+  static constexpr int kDqBoxBytes = BM * 128;  // 32 fp32 columns
+  static constexpr int kDqOffset = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + kDsBufs * DsTile::kBytes;
+  static constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
   static constexpr int kBarrierOffset = kStatsOffset + kStages * 2 * BM * 4;
   static constexpr int kBytes = 1024 + kBarrierOffset + 2 * (kStages + kDsBufs) * 8;
   unsigned base;  // shared-memory address, 1024-byte aligned
@@ -132,6 +136,8 @@ struct AsyncKvSmem {
   __device__ __forceinline__ unsigned ds(int buf) const {
     return base + 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + buf * DsTile::kBytes;
   }
+  // The staging box of the dQ columns [32·box, +32).
+  __device__ __forceinline__ unsigned dq_box(int box) const { return base + kDqOffset + box * kDqBoxBytes; }
   __device__ __forceinline__ float* stats(int stage) const { return stats_base + stage * 2 * BM; }
   __device__ __forceinline__ unsigned barrier(int i) const { return base + kBarrierOffset + 8 * i; }
   __device__ __forceinline__ unsigned full(int stage) const { return barrier(stage); }
@@ -417,6 +423,55 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
   add_dq_rows<Cols, D, HeadDim>(acc_base, dq, walk.m0(j) + warp * 16, p.n_q, col0, Cols, g, t);
 }
 
+// TmaDQ: adds this warpgroup's dQ of query tile j of `walk` (Cols columns from col0, whole
+// 32-column boxes) to dq_accum through its staging boxes in `sm` and TMA reduce-adds (`map`: the
+// dq_map of AttentionBackwardTmaParams). The warpgroup's first thread waits until its previous
+// reduce-adds have read the boxes; named barrier `bar` (the warpgroup's 128 threads); every
+// thread writes its values (row r's 16-byte chunk c at c ^ (r % 8): the swizzle of the map) and
+// fences them for the async proxy; named barrier bar + 2; the first thread issues one
+// reduce-add per box. (Only the first thread needs to wait at the second barrier, but the others
+// passing it with bar.arrive cost 28 registers at D = 64.) Rows past n_q and columns past the head dim fall outside the map, and
+// TMA leaves them alone.
+template <int Cols, class Smem, class Walk>
+__device__ __forceinline__ void reduce_tile_dq(const AttentionBackwardParams& p, const void* map, const Walk& walk,
+                                               const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
+                                               int j, int col0, int warp, int lane, int g, int t, int bar) {
+  static_assert(Cols % 32 == 0, "whole 32-column boxes");
+  const bool leader = warp == 0 && lane == 0;
+  if (leader) tma::store_wait_read();
+  tma::barrier_sync(bar, 128);
+  // Row warp·16 + g (+ 8h), columns 8jj + 2t: chunk 2(jj % 4) + t / 2 of its box, whose bits are
+  // disjoint, so the swizzled chunk is (t / 2 ^ g) ^ 2(jj % 4): one base per thread, the rest
+  // immediates.
+  const unsigned lane_base = sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int jj = 0; jj < Cols / 8; ++jj)
+      st_shared_8f((lane_base + (jj / 4) * Smem::kDqBoxBytes + h * 8 * 128) ^ (32u * (jj % 4)), dq[4 * jj + 2 * h],
+                   dq[4 * jj + 2 * h + 1]);
+  tma::fence_proxy_async();
+  tma::barrier_sync(bar + 2, 128);
+  if (leader) {
+    const int row_base = batch * p.heads_q + walk.head(kv_head, j);
+#pragma unroll
+    for (int b = 0; b < Cols / 32; ++b) tma::reduce_add_3d(map, sm.dq_box(col0 / 32 + b), col0 + 32 * b, walk.m0(j), row_base);
+    tma::store_commit();
+  }
+}
+
+// attention_backward_wgmma_kv_async's dQ of query tile j, this warpgroup's columns from col0:
+// reduce_tile_dq with TmaDQ (named barriers 3 + wg and 5 + wg), else add_tile_dq.
+template <bool TmaDQ, int Cols, int D, int HeadDim, class Smem, class Walk>
+__device__ __forceinline__ void add_async_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
+                                             const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
+                                             int j, int col0, int wg, int warp, int lane, int g, int t) {
+  if constexpr (TmaDQ)
+    reduce_tile_dq<Cols>(p, dq_map, walk, sm, dq, kv_head, batch, j, col0, warp, lane, g, t, 3 + wg);
+  else
+    add_tile_dq<Cols, D, HeadDim>(p, walk, dq, kv_head, batch, j, col0, warp, g, t);
+}
+
 }  // namespace bwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64). WGs: warpgroups (64 keys
@@ -537,20 +592,23 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 // fences them for the async proxy); empty[s] after the stage's last wgmma read. dSᵀ in kDsBufs
 // tiles, ds_full after a warpgroup's rows are written and fenced, ds_empty once its dQ read.
 // Masking, requirements and padded head dims: as attention_backward_wgmma_kv.
-template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D>
-__device__ __forceinline__ void attention_backward_wgmma_kv_async(const AttentionBackwardParams& p) {
+// TmaDQ: dQ goes through shared memory and TMA reduce-adds (bwd_detail::reduce_tile_dq, `dq_map`)
+// instead of red_add2 from registers.
+template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, int HeadDim>
+__device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const AttentionBackwardParams& p,
+                                                                       const void* dq_map) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WGs = 2;
   constexpr int BN = 64 * WGs;
   constexpr int kThreads = 128 * WGs;
-  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN>;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
   using DsTile = typename Smem::DsTile;
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
-  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM), "shared memory layout must match");
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ), "shared memory layout must match");
   constexpr int kDqCols = D / WGs;  // 32 or 64: one pass
 
   const int tid = threadIdx.x;
@@ -592,7 +650,6 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async(const Attentio
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const int key0 = n0 + wg * 64 + warp * 16;
   const int col0 = wg * kDqCols;
-
   for (int it = 0; it < total; ++it) {
     const int stage = it % kStages;
     const int m0 = walk.m0(it);
@@ -628,7 +685,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async(const Attentio
     if (it > 0) {
       wgmma::fence_operand(dq);
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
-      bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_head, batch, it - 1, col0, warp, g, t);
+      bwd_detail::add_async_dq<TmaDQ, kDqCols, D, HeadDim>(p, dq_map, walk, sm, dq, kv_head, batch, it - 1, col0, wg, warp,
+                                                            lane, g, t);
     }
     bwd_detail::load_stage<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it + kStages - 1, total, tid);
   }
@@ -637,12 +695,25 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async(const Attentio
     bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, col0);
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
-    bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_head, batch, total - 1, col0, warp, g, t);
+    bwd_detail::add_async_dq<TmaDQ, kDqCols, D, HeadDim>(p, dq_map, walk, sm, dq, kv_head, batch, total - 1, col0, wg,
+                                                          warp, lane, g, t);
   }
+  if (TmaDQ && warp == 0 && lane == 0) tma::store_wait_read();  // the staging boxes read before the block exits
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
   bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
 #endif
+}
+
+template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D>
+__device__ __forceinline__ void attention_backward_wgmma_kv_async(const AttentionBackwardParams& p) {
+  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, false, HeadDim>(p, nullptr);
+}
+
+// The same kernel with dQ added by TMA from shared memory.
+template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D>
+__device__ __forceinline__ void attention_backward_wgmma_kv_async_tma(const AttentionBackwardTmaParams& tp) {
+  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, true, HeadDim>(tp.a, tp.dq_map);
 }
 
 // Hopper key-major backward above 128 columns (sm_90a wgmma): D = 192 or 256, where one

@@ -1,7 +1,7 @@
 // Explicit memory instructions: 32-bit shared addresses, 16-byte shared and global moves, and
 // global stores predicated without a branch. On AMD st_global_if and st_global_16 are plain
 // vector stores (under `if`, which the compiler turns into an exec-mask predicate); the
-// shared-window forms (smem_u32, ld_shared_16, st_shared_4, st_shared_16) serve only the NVIDIA ldmatrix /
+// shared-window forms (smem_u32, ld_shared_16, st_shared_4, st_shared_8f, st_shared_16) serve only the NVIDIA ldmatrix /
 // cp.async kernels and have no AMD body.
 #pragma once
 
@@ -67,6 +67,10 @@ __device__ __forceinline__ void st_shared_16(unsigned smem_addr, const u32x4& v)
 
 __device__ __forceinline__ void st_shared_4(unsigned smem_addr, unsigned v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_addr), "r"(v) : "memory");
+}
+
+__device__ __forceinline__ void st_shared_8f(unsigned smem_addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1,%2};" ::"r"(smem_addr), "f"(a), "f"(b) : "memory");
 }
 
 __device__ __forceinline__ void st_global_16(void* ptr, const u32x4& v) {

@@ -65,6 +65,14 @@ __device__ __forceinline__ void store_4d(const void* map, unsigned src, int c0, 
                ::"l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
                : "memory");
 }
+// Adds the fp32 box at `src` in shared memory element-wise into the box at (c0, c1, c2) of the
+// 3-d fp32 map `map` (a reduction in L2; elements outside the tensor are not touched).
+// Completion is tracked by bulk groups of the issuing thread, as store_4d.
+__device__ __forceinline__ void reduce_add_3d(const void* map, unsigned src, int c0, int c1, int c2) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
+               ::"l"(map), "r"(src), "r"(c0), "r"(c1), "r"(c2)
+               : "memory");
+}
 __device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Waits until this thread's committed stores have finished reading shared memory.
 __device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
