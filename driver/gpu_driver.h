@@ -40,8 +40,7 @@ struct TiledTensorMap {
   std::uint64_t dims[5] = {};
   std::uint64_t strides_bytes[4] = {};  // of dims 1 .. rank - 1, multiples of 16
   std::uint32_t box[5] = {};
-  bool bfloat16 = false;  // else float16
-  bool float32 = false;   // fp32 elements (bfloat16 ignored)
+  enum class Element { f16, bf16, f32 } element = Element::f16;
 };
 
 // Every call that can fail throws kgen::Error (cuda_error, naming `what` or the call and the

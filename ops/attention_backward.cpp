@@ -93,19 +93,19 @@ void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& ca
   TiledTensorMap m;
   m.base = tp.a.dq_accum;
   m.rank = 3;
-  m.float32 = true;
+  m.element = TiledTensorMap::Element::f32;
   const std::uint64_t d = static_cast<std::uint64_t>(call.spec.head_dim), n_q = static_cast<std::uint64_t>(call.shape.n_q);
   m.dims[0] = d, m.dims[1] = n_q, m.dims[2] = static_cast<std::uint64_t>(call.shape.batch) * call.shape.heads_q;
   m.strides_bytes[0] = d * 4, m.strides_bytes[1] = d * n_q * 4;
   m.box[0] = 32, m.box[1] = 64, m.box[2] = 1;
-  gpu_driver().encode_tensor_map(tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
+  gpu_driver().encode_tensor_map(&tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
 }
 
 void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
                              const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p, void* stream) {
   use_primary_context(call.device);
   AttentionBackwardTmaParams tp;
-  const bool tma_dq = config.tma_dq && std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
+  const bool tma_dq = config.tma_dq && p.dq_accum;  // the atomic kernel runs (deterministic mode: no dq_accum)
   if (tma_dq) {
     tp.a = p;
     fill_dq_map(tp, call);

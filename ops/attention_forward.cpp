@@ -44,7 +44,7 @@ bool tiled_map(const TensorView& t, int rows, TiledTensorMap& m) {
   const int bytes = dtype_bytes(t.dtype);
   m.base = t.data;
   m.rank = 4;
-  m.bfloat16 = t.dtype == DType::bf16;
+  m.element = t.dtype == DType::bf16 ? TiledTensorMap::Element::bf16 : TiledTensorMap::Element::f16;
   for (int i = 0; i < 4; ++i) m.dims[i] = static_cast<std::uint64_t>(t.shape[3 - i]);
   for (int i = 1; i < 4; ++i) {
     const std::int64_t stride = t.strides[3 - i];

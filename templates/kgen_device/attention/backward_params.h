@@ -2,6 +2,8 @@
 // and host code alike, so it uses only built-in types: the layout is identical on both sides.
 #pragma once
 
+#include "kgen_device/attention/params.h"  // TensorMapBytes
+
 namespace kgen {
 
 // One strided (batch, heads, n, d) tensor; strides in elements, the last dimension contiguous.
@@ -44,10 +46,10 @@ struct AttentionBackwardParams {
 // Parameters of the Hopper backward that adds dQ by TMA (backward_wgmma.cuh, TmaDQ), passed as a
 // __grid_constant__ so the device can take the map's address. dq_map views dq_accum as 3-d
 // (head_dim, n_q, batch·heads_q), innermost first, fp32, in boxes of 32 columns by 64 rows under
-// the 128-byte swizzle. TensorMapBytes as in params.h (an opaque CUtensorMap).
-struct alignas(64) AttentionBackwardTmaParams {
+// the 128-byte swizzle.
+struct AttentionBackwardTmaParams {
   AttentionBackwardParams a;
-  alignas(64) unsigned long long dq_map[16];
+  TensorMapBytes dq_map;
 };
 
 }  // namespace kgen

@@ -430,8 +430,8 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
 // thread writes its values (row r's 16-byte chunk c at c ^ (r % 8): the swizzle of the map) and
 // fences them for the async proxy; named barrier bar + 2; the first thread issues one
 // reduce-add per box. (Only the first thread needs to wait at the second barrier, but the others
-// passing it with bar.arrive cost 28 registers at D = 64.) Rows past n_q and columns past the head dim fall outside the map, and
-// TMA leaves them alone.
+// passing it with bar.arrive cost 28 registers at D = 64.) Rows past n_q and columns past the
+// head dim fall outside the map, and TMA leaves them alone.
 template <int Cols, class Smem, class Walk>
 __device__ __forceinline__ void reduce_tile_dq(const AttentionBackwardParams& p, const void* map, const Walk& walk,
                                                const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
@@ -650,6 +650,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const int key0 = n0 + wg * 64 + warp * 16;
   const int col0 = wg * kDqCols;
+
   for (int it = 0; it < total; ++it) {
     const int stage = it % kStages;
     const int m0 = walk.m0(it);
@@ -713,7 +714,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async(const Attentio
 // The same kernel with dQ added by TMA from shared memory.
 template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_tma(const AttentionBackwardTmaParams& tp) {
-  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, true, HeadDim>(tp.a, tp.dq_map);
+  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, true, HeadDim>(tp.a, &tp.dq_map);
 }
 
 // Hopper key-major backward above 128 columns (sm_90a wgmma): D = 192 or 256, where one
