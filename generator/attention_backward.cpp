@@ -86,6 +86,8 @@ std::string to_string(const AttentionBackwardConfig& c) {
     if (c.splits != 1) s << ":c" << c.splits;
     if (c.async_wgs != 0) s << ":a" << c.async_wgs;
     if (c.tma_dq) s << ":t";
+    if (c.tma_loads) s << ":l";
+    if (c.cluster != 1) s << ":x" << c.cluster;
   }
   else
     s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
@@ -102,13 +104,23 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
          parse_prefixed_int(parts[3], "w", c.warps) &&
          (parts.size() == 4 || (parse_prefixed_int(parts[4], "c", c.splits) && c.splits != 1));
-  } else if (parts.size() >= 3 && parts.size() <= 5 && parts[0] == "wg") {
+  } else if (parts.size() >= 3 && parts.size() <= 7 && parts[0] == "wg") {
     c.path = BackwardPath::wgmma;
     c.max_head_dim = 0;
-    c.tma_dq = parts.size() == 5 && parts[4] == "t";
-    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
-         (parts.size() == 3 || (parts.size() == 4 && parse_prefixed_int(parts[3], "c", c.splits) && c.splits != 1) ||
-          (parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0 && (parts.size() == 4 || c.tma_dq)));
+    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n);
+    if (ok && parts.size() > 3) {
+      if (parse_prefixed_int(parts[3], "c", c.splits))
+        ok = c.splits != 1 && parts.size() == 4;
+      else {
+        // a<k>, then in this order the flags t, l and x<k>, each at most once
+        ok = parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0;
+        std::size_t i = 4;
+        if (i < parts.size() && parts[i] == "t") c.tma_dq = true, ++i;
+        if (i < parts.size() && parts[i] == "l") c.tma_loads = true, ++i;
+        if (i < parts.size() && parse_prefixed_int(parts[i], "x", c.cluster) && c.cluster != 1) ++i;
+        ok = ok && i == parts.size();
+      }
+    }
     c.warps = c.block_n / 16 * c.splits;
   } else if (parts.size() == 3 && parts[0] == "simt") {
     c.path = BackwardPath::simt;
@@ -177,6 +189,10 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (c.block_m != 64) return std::string("wgmma block_m must be 64 (one wgmma M of query rows)");
     const int tile = wgmma_tile_head_dim(spec.head_dim);
     if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
+    if (c.tma_loads && c.async_wgs == 0)
+      return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
+    if (c.cluster != 1 && (c.cluster != 2 || !c.tma_dq))
+      return std::string("wgmma key pairs take clusters of two (x2) and dQ by TMA (t): wg:bm64:bn128:a2:t:x2");
     if (c.splits == 2) {
       if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
         return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
@@ -198,7 +214,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       if (c.async_wgs < 0 || c.async_wgs > 2) return std::string("wgmma async (a<k>) must be 1 or 2");
       if (c.async_wgs != 0 && c.block_n != 128)
         return std::string("wgmma async (a1, a2) takes block_n 128 (two warpgroups)");
-      smem = c.async_wgs != 0 ? attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq)
+      smem = c.async_wgs != 0 ? attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, c.cluster == 2, c.cluster == 2 && c.tma_loads)
                               : attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, true);
     }
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
@@ -322,7 +338,10 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
       const unsigned splits = c.path == BackwardPath::fa2    ? static_cast<unsigned>(column_splits(head_dim))
                               : c.path == BackwardPath::mfma ? static_cast<unsigned>(c.splits)
                                                              : 1u;
-      return {blocks(s.n_k, c.block_n) * splits, hkv, b};
+      // Key pairs (the atomic kernel; the deterministic mode's is the block-synchronous one): an
+      // even x, the last pair's second block past n_k when the key blocks are odd.
+      const int cluster = kernel == BackwardKernel::kv_atomic ? c.cluster : 1;
+      return {blocks(s.n_k, c.block_n * cluster) * static_cast<unsigned>(cluster) * splits, hkv, b};
     }
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
     case BackwardKernel::simt_dq: return {blocks(s.n_q, c.block_m), hq, b};
@@ -373,11 +392,20 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         include = "kgen_device/attention/backward_wgmma.cuh";
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
           k.threads = 256;
-          k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq);
-          shim.function = c.tma_dq ? "attention_backward_wgmma_kv_async_tma" : "attention_backward_wgmma_kv_async";
-          if (c.tma_dq) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
+          k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, c.cluster == 2, c.cluster == 2 && c.tma_loads);
+          // dQ by TMA alone keeps its own entry (the default); key pairs and TMA loads take the
+          // general one.
+          const bool general = c.tma_loads || c.cluster != 1;
+          shim.function = general    ? "attention_backward_wgmma_kv_async_maps"
+                          : c.tma_dq ? "attention_backward_wgmma_kv_async_tma"
+                                     : "attention_backward_wgmma_kv_async";
+          if (c.tma_dq || general) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
+          shim.cluster_x = c.cluster;
           shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),
                        targ("Causal", spec.causal), targ("Stagger", c.async_wgs == 2)};
+          if (general)
+            for (TemplateArg a : {targ("TmaDQ", c.tma_dq), targ("TmaLoads", c.tma_loads), targ("Pair", c.cluster == 2)})
+              shim.args.push_back(std::move(a));
         } else {
           k.threads = c.block_n / 64 * 128;
           k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, atomic);
@@ -501,6 +529,9 @@ std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& s
   if (auto why = nvidia_only_path("wgmma", target)) return why;
   if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
   if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
+  if (c.async_wgs != 0 || c.tma_dq || c.tma_loads || c.cluster != 1)
+    return std::string(
+        "the wgmma double backward has no decoupled (a1, a2), TMA dQ (t), TMA load (l) or key-pair (x2) form");
   if (c.splits == 2) {
     if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
       return "wgmma double backward with two column halves (c2) serves head dims above 128, not head_dim=" +

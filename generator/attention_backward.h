@@ -50,6 +50,11 @@ struct AttentionBackwardConfig {
                          // staggered by one tile's exponentials at the start; ":a1", ":a2"
   bool tma_dq = false;   // wgmma async: dQ added from shared memory by TMA reduce-adds instead of
                          // from registers ("wg:bm64:bn128:a2:t")
+  bool tma_loads = false;  // wgmma async: Q and dO tiles loaded by TMA (one thread issues them) instead
+                          // of cp.async from every thread ("wg:bm64:bn128:a2:t:l")
+  int cluster = 1;       // wgmma async with TMA dQ: key blocks per cluster; 2 = two neighbouring
+                         // key blocks sum their dQ tiles in shared memory before the reduce-adds,
+                         // each adding half the rows ("wg:bm64:bn128:a2:t:x2")
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 
@@ -57,6 +62,7 @@ struct AttentionBackwardConfig {
 enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv };
 
 // "fa2:bm64:bn128:w8", "wg:bm64:bn128" ("wg:bm64:bn128:a1" decoupled, ":a2:t" with dQ by TMA,
+// ":a2:t:x2" with it summed over key pairs first, ":l" with Q and dO loaded by TMA,
 // "wg:bm64:bn64:c2" above 128 columns), "mfma:bm32:bn64:w2"
 // (":c2" with two column splits) or
 // "simt:w4:dmax128".

@@ -36,6 +36,7 @@ struct EntryShim {
   std::string function;  // device template in namespace kgen: "attention_forward_fa2", "lrpe::lrpe_forward"
   std::vector<TemplateArg> args;
   bool grid_constant = false;  // pass it as a __grid_constant__ (the kernel takes its address: TMA maps)
+  int cluster_x = 1;           // blocks per cluster along x; above 1 the entry declares __cluster_dims__
 };
 
 // The translation unit: `#include "header"`, a comment naming `variant`, then each shim.

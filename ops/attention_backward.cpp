@@ -11,6 +11,7 @@
 #include "ops/buckets.h"
 #include "ops/general_path.h"
 #include "ops/tensor_checks.h"
+#include "ops/tensor_maps.h"
 #include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
 #include "ops/tuning_problems.h"
@@ -79,6 +80,7 @@ std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const Attentio
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
   k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
+  k.add(c.cluster == 2, 1).add(c.tma_loads, 1);
   return k.value();
 }
 
@@ -88,8 +90,9 @@ std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
 }
 
 // The TMA view of dq_accum for the kernels that add dQ by TMA (AttentionBackwardTmaParams): 3-d
-// (head_dim, n_q, batch·heads_q), fp32, boxes of 32 columns by 64 rows.
-void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& call) {
+// (head_dim, n_q, batch·heads_q), fp32, boxes of 32 columns by `box_rows` (64; 32 for key
+// pairs, each block adding half of a tile's rows).
+void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& call, std::uint32_t box_rows) {
   TiledTensorMap m;
   m.base = tp.a.dq_accum;
   m.rank = 3;
@@ -97,18 +100,26 @@ void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& ca
   const std::uint64_t d = static_cast<std::uint64_t>(call.spec.head_dim), n_q = static_cast<std::uint64_t>(call.shape.n_q);
   m.dims[0] = d, m.dims[1] = n_q, m.dims[2] = static_cast<std::uint64_t>(call.shape.batch) * call.shape.heads_q;
   m.strides_bytes[0] = d * 4, m.strides_bytes[1] = d * n_q * 4;
-  m.box[0] = 32, m.box[1] = 64, m.box[2] = 1;
+  m.box[0] = 32, m.box[1] = box_rows, m.box[2] = 1;
   gpu_driver().encode_tensor_map(&tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
 }
 
+// `loads`: with config.tma_loads, the TMA views of q and d_o (tiled_map, boxes of 64 rows).
 void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
-                             const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p, void* stream) {
+                             const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p,
+                             const TiledTensorMap (&loads)[2], void* stream) {
   use_primary_context(call.device);
   AttentionBackwardTmaParams tp;
-  const bool tma_dq = config.tma_dq && p.dq_accum;  // the atomic kernel runs (deterministic mode: no dq_accum)
+  // The decoupled kernel's forms with tensor maps, when the atomic kernel runs (deterministic
+  // mode: no dq_accum).
+  const bool tma_dq = (config.tma_dq || config.tma_loads) && p.dq_accum;
   if (tma_dq) {
     tp.a = p;
-    fill_dq_map(tp, call);
+    if (config.tma_dq) fill_dq_map(tp, call, config.cluster == 2 ? 32 : 64);
+    if (config.tma_loads) {
+      gpu_driver().encode_tensor_map(&tp.q_map, loads[0], "cuTensorMapEncodeTiled(attention_bwd q)");
+      gpu_driver().encode_tensor_map(&tp.do_map, loads[1], "cuTensorMapEncodeTiled(attention_bwd d_o)");
+    }
   }
   for (BackwardKernel kernel : kernels) {
     const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
@@ -239,9 +250,17 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   check_output(dq, "dq", q, "q", call);
   check_output(dk, "dk", k, "k", call);
   check_output(dv, "dv", k, "k", call);
-  const AttentionBackwardConfig config = choose_attention_backward_config(call, options);
+  AttentionBackwardConfig config = choose_attention_backward_config(call, options);
   const std::vector<BackwardKernel> kernels = attention_backward_kernels(config, options.deterministic);
   const bool atomic = std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
+  // An expanded (stride-0) view has no tensor map: the same kernel with cp.async loads serves it.
+  TiledTensorMap loads[2];
+  if (config.tma_loads && atomic && !(tiled_map(q, 64, loads[0]) && tiled_map(d_o, 64, loads[1]))) {
+    if (!options.config.empty())
+      invalid_argument("config: " + options.config +
+                       " loads Q and dO by TMA (l), which needs views without zero strides; leave out :l");
+    config.tma_loads = false;
+  }
 
   AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);
   p.dq = arg(&dq), p.dk = arg(&dk), p.dv = arg(&dv);
@@ -250,7 +269,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   p.lse2 = ws.take(rows * 4);
   p.delta = ws.take(rows * 4);
   p.dq_accum = atomic ? ws.take(rows * q.shape[3] * 4) : nullptr;
-  launch_backward_kernels(call, config, kernels, p, stream);
+  launch_backward_kernels(call, config, kernels, p, loads, stream);
 }
 
 std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions&) {

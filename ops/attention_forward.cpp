@@ -15,6 +15,7 @@
 #include "ops/general_path.h"
 #include "base/log.h"
 #include "ops/tensor_checks.h"
+#include "ops/tensor_maps.h"
 #include "ops/workspace.h"
 #include "tuning/tuning_db.h"
 #include "tuning/tuning_decision.h"
@@ -36,25 +37,6 @@ std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionF
 
 // The combine kernel's identity: its dtype, and a field no forward key sets.
 std::uint64_t combine_kernel_key(DType dtype) { return KeyPacker().add(int(dtype), 4).add(1023, 10).add(1, 1).value(); }
-
-// The 4-d TMA view (d, n, heads, batch) of a (batch, heads, n, d) tensor in boxes of 64 columns
-// by `rows` rows; false when a dimension of more than one element has stride 0 (an expanded
-// view), which TMA cannot walk.
-bool tiled_map(const TensorView& t, int rows, TiledTensorMap& m) {
-  const int bytes = dtype_bytes(t.dtype);
-  m.base = t.data;
-  m.rank = 4;
-  m.element = t.dtype == DType::bf16 ? TiledTensorMap::Element::bf16 : TiledTensorMap::Element::f16;
-  for (int i = 0; i < 4; ++i) m.dims[i] = static_cast<std::uint64_t>(t.shape[3 - i]);
-  for (int i = 1; i < 4; ++i) {
-    const std::int64_t stride = t.strides[3 - i];
-    if (t.shape[3 - i] > 1 && stride <= 0) return false;
-    // A dimension of one element is never stepped: any valid stride serves.
-    m.strides_bytes[i - 1] = t.shape[3 - i] > 1 ? static_cast<std::uint64_t>(stride * bytes) : 16;
-  }
-  m.box[0] = 64, m.box[1] = static_cast<std::uint32_t>(rows), m.box[2] = 1, m.box[3] = 1;
-  return true;
-}
 
 // The tensor maps of the warp-specialised forward, or false when a view cannot have one.
 bool fill_tensor_maps(AttentionForwardTmaParams& tp, const TensorView& q, const TensorView& k, const TensorView& v,

@@ -113,6 +113,26 @@ INSTANTIATE_TEST_SUITE_P(Fp32, AttentionBackwardGpu,
 
 // The Hopper wgmma key-major kernels (sm_90a devices only): every wg config of the space on the
 // small grid (GQA 1/4/8, both layouts, atomic and deterministic dQ) and on a large many-wave shape.
+// One wgmma backward config against the reference: the small grid (GQA 1/4/8, both layouts,
+// atomic and deterministic dQ rotating), the large shapes and a many-wave shape.
+void check_wgmma_config(DType dtype, int d, bool causal, const AttentionBackwardConfig& config, std::uint64_t& seed) {
+  auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
+    AttentionCase c = make_case(dtype, d, causal, s, layout, seed++);
+    c.config = to_string(config);
+    BackwardBenchOptions o;
+    o.deterministic = deterministic;
+    expect_pass(c, o, false);
+  };
+  int i = 0;
+  for (auto [nq, nk] : kSmallLengths)
+    for (int hkv : kKvHeads) {
+      check_one(Shape{1, 8, hkv, nq, nk}, i % 2 ? Layout::bnhd : Layout::bhnd, i % 3 == 2);
+      ++i;
+    }
+  for (const Shape& s : kLargeShapes) check_one(s, i++ % 2 ? Layout::bnhd : Layout::bhnd, false);
+  check_one(Shape{2, 16, 4, 2048, 2048}, Layout::bnhd, false);
+}
+
 TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
@@ -124,26 +144,35 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
         for (const auto& config : attention_backward_config_space({dtype, d, causal}, target)) {
           if (config.path != BackwardPath::wgmma) continue;
           ++tested;
-          auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
-            AttentionCase c = make_case(dtype, d, causal, s, layout, seed++);
-            c.config = to_string(config);
-            BackwardBenchOptions o;
-            o.deterministic = deterministic;
-            expect_pass(c, o, false);
-          };
-          int i = 0;
-          for (auto [nq, nk] : kSmallLengths)
-            for (int hkv : kKvHeads) {
-              check_one(Shape{1, 8, hkv, nq, nk}, i % 2 ? Layout::bnhd : Layout::bhnd, i % 3 == 2);
-              ++i;
-            }
-          for (const Shape& s : kLargeShapes) check_one(s, i++ % 2 ? Layout::bnhd : Layout::bhnd, false);
-          check_one(Shape{2, 16, 4, 2048, 2048}, Layout::bnhd, false);
+          check_wgmma_config(dtype, d, causal, config, seed);
         }
   if (target.arch == "sm_90a") {
     EXPECT_GT(tested, 0) << "no wgmma config in the space on an sm_90a device";
   }
   if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+}
+
+// The decoupled kernel's explicit forms outside the tuner's space: key pairs (":x2", clusters of
+// two key blocks summing dQ in distributed shared memory) and Q/dO loads by TMA (":l"), alone and
+// together. The same grid as above (bf16 at the tile head dims, fp16 on padded tiles), plus a
+// shape whose key blocks are odd in number (n_k = 1337: the last pair's second block has no
+// keys) with a mask and GQA.
+TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+  std::uint64_t seed = 7331;
+  for (const char* text : {"wg:bm64:bn128:a2:t:x2", "wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a1:l", "wg:bm64:bn128:a2:l",
+                           "wg:bm64:bn128:a2:t:l", "wg:bm64:bn128:a2:t:l:x2"})
+    for (int d : {64, 128, 80, 40})
+      for (bool causal : {false, true}) {
+        const DType dtype = d == 64 || d == 128 ? DType::bf16 : DType::f16;
+        const auto config = *parse_attention_backward_config(text);
+        check_wgmma_config(dtype, d, causal, config, seed);
+        AttentionCase c = make_case(dtype, d, causal, Shape{3, 8, 2, 700, 1337}, Layout::bhnd, seed++);
+        c.config = text;
+        expect_pass(c, BackwardBenchOptions{}, false);
+      }
 }
 
 // The Hopper wgmma double backward (sm_90a devices only): every wg config of its space on the

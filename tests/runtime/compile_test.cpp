@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
 #include "compiler/nvrtc.h"
 #include "jit/warm.h"
@@ -44,6 +45,32 @@ TEST(Compile, EveryVariantCompilesForSm80AndSm90aWithoutSpillsOnDefaults) {
             EXPECT_FALSE(built.resources.serialized_wgmma);
           }
   }
+}
+
+// The Hopper backward's explicit forms outside the tuner's space: key pairs (":x2", clusters of
+// two blocks summing dQ in distributed shared memory) and Q/dO loads by TMA (":l"). They compile
+// for sm_90a without spills, stack or serialised wgmma at the tile head dims 64 and 128, for both
+// dtypes and masks.
+TEST(Compile, BackwardExplicitFormsCompileForSm90aWithoutSpills) {
+  KernelBuilder builder(test_cache());
+  const Target target = *parse_target("sm_90a");
+  for (const char* text : {"wg:bm64:bn128:a2:t:x2", "wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a1:l", "wg:bm64:bn128:a2:l",
+                           "wg:bm64:bn128:a2:t:l", "wg:bm64:bn128:a1:t:l", "wg:bm64:bn128:a2:t:l:x2"})
+    for (DType t : {DType::bf16, DType::f16})
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          if (t == DType::f16 && std::string(text) != "wg:bm64:bn128:a2:t:x2") continue;  // one dtype is enough
+          const AttentionBackwardSpec spec{t, d, causal};
+          const auto config = *parse_attention_backward_config(text);
+          ASSERT_FALSE(check_attention_backward_config(spec, config, target));
+          const KernelSource src = render_attention_backward(spec, config, BackwardKernel::kv_atomic);
+          SCOPED_TRACE(src.variant);
+          auto built = builder.build(src, target);
+          ASSERT_TRUE(built.resources.parsed) << built.log;
+          EXPECT_EQ(built.resources.spill_stores, 0);
+          EXPECT_EQ(built.resources.stack_frame, 0);
+          EXPECT_FALSE(built.resources.serialized_wgmma);
+        }
 }
 
 TEST(Compile, ReportsCompilerErrorsWithTheLog) {

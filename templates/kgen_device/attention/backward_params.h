@@ -43,13 +43,15 @@ struct AttentionBackwardParams {
                      // (its partial sums add into zeroed rows); 0 or 1 = no split
 };
 
-// Parameters of the Hopper backward that adds dQ by TMA (backward_wgmma.cuh, TmaDQ), passed as a
-// __grid_constant__ so the device can take the map's address. dq_map views dq_accum as 3-d
-// (head_dim, n_q, batch·heads_q), innermost first, fp32, in boxes of 32 columns by 64 rows under
-// the 128-byte swizzle.
+// Parameters of the Hopper backward kernels that use tensor maps (backward_wgmma.cuh: TmaDQ,
+// TmaLoads, Pair), passed as a __grid_constant__ so the device can take the maps' addresses.
+// dq_map views dq_accum as 3-d (head_dim, n_q, batch·heads_q), innermost first, fp32, in boxes of
+// 32 columns by 64 rows (32 with Pair) under the 128-byte swizzle. Maps a kernel does not use are
+// left unset.
 struct AttentionBackwardTmaParams {
   AttentionBackwardParams a;
   TensorMapBytes dq_map;
+  TensorMapBytes q_map, do_map;  // with Q/dO loads by TMA (":l"): 4-d (d, n, heads, batch), boxes of 64 × 64
 };
 
 }  // namespace kgen

@@ -33,6 +33,7 @@
 #include "kgen_device/attention/backward_fa2.cuh"
 #include "kgen_device/core/atomic.cuh"
 #include "kgen_device/core/block.cuh"
+#include "kgen_device/core/cluster.cuh"
 #include "kgen_device/core/tma.cuh"
 #include "kgen_device/core/wgmma.cuh"
 
@@ -93,6 +94,13 @@ struct KeyBlock {
     const auto [x, y, z] = key_major_block<Causal>();
     return {x * bn, y, z, p.n_q, p.n_k, p.n_k - p.n_q};
   }
+  // A block of a cluster of two along x (grid blocks 2u and 2u + 1, cluster ranks 0 and 1): pair
+  // u is placed as one key block of 2·bn keys, and this block takes its half `rank`.
+  template <bool Causal>
+  __device__ __forceinline__ static KeyBlock of_pair(const AttentionBackwardParams& p, int bn, int rank) {
+    const auto [x, y, z] = key_major_block<Causal, 2>();
+    return {(2 * x + rank) * bn, y, z, p.n_q, p.n_k, p.n_k - p.n_q};
+  }
 };
 
 // The key-major regions of dynamic shared memory from a base rounded up to 1024 bytes (the
@@ -109,8 +117,10 @@ __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_sme
 // V (Sw128<BN, D>), kStages stages of Q and dO (Sw128<BM, D>), kDsBufs dSᵀ tiles (Sw128<BN, BM>),
 // with TmaDQ the fp32 dQ staging tile (BM rows × D, kDqBoxBytes boxes of 32 columns, each
 // 128-byte swizzled), kStages stages of BM lse2 and BM delta values, then the mbarriers
-// full[kStages], empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs].
-template <int D, int BM, int BN, bool TmaDQ = false>
+// full[kStages], empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs]; with Pair then
+// dq_ready[2 warpgroups] and dq_pulled[2] (pair_tile_dq), with PairLoads peer_empty[kStages]
+// (load_stage_tma).
+template <int D, int BM, int BN, bool TmaDQ = false, bool Pair = false, bool PairLoads = false>
 struct AsyncKvSmem {
   static constexpr int kStages = attention_bwd::kWgmmaAsyncStages;
   static constexpr int kDsBufs = attention_bwd::wgmma_kv_async_ds_bufs(D, TmaDQ);
@@ -121,7 +131,8 @@ struct AsyncKvSmem {
   static constexpr int kDqOffset = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + kDsBufs * DsTile::kBytes;
   static constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
   static constexpr int kBarrierOffset = kStatsOffset + kStages * 2 * BM * 4;
-  static constexpr int kBytes = 1024 + kBarrierOffset + 2 * (kStages + kDsBufs) * 8;
+  static constexpr int kRingBarriers = 2 * (kStages + kDsBufs);
+  static constexpr int kBytes = 1024 + kBarrierOffset + (kRingBarriers + (Pair ? 4 : 0) + (PairLoads ? kStages : 0)) * 8;
   unsigned base;  // shared-memory address, 1024-byte aligned
   float* stats_base;
   __device__ __forceinline__ static AsyncKvSmem at(unsigned char* raw) {
@@ -144,12 +155,32 @@ struct AsyncKvSmem {
   __device__ __forceinline__ unsigned empty(int stage) const { return barrier(kStages + stage); }
   __device__ __forceinline__ unsigned ds_full(int buf) const { return barrier(2 * kStages + buf); }
   __device__ __forceinline__ unsigned ds_empty(int buf) const { return barrier(2 * kStages + kDsBufs + buf); }
+  // Pair: the barriers of warpgroup wg's staging boxes: dq_ready (the peer's warpgroup wrote its
+  // boxes of the tile), dq_pulled (the peer's warpgroup has read this block's boxes).
+  __device__ __forceinline__ unsigned dq_ready(int wg) const { return barrier(kRingBarriers + wg); }
+  __device__ __forceinline__ unsigned dq_pulled(int wg) const { return barrier(kRingBarriers + 2 + wg); }
+  // PairLoads: the peer's stage `stage` is free (its thread 0 arrives once its empty completed).
+  __device__ __forceinline__ unsigned peer_empty(int stage) const { return barrier(kRingBarriers + 4 + stage); }
 };
 
+// The lse2 and delta of the BM rows from m0 of (batch, head) into `stage` of `sm`, by 4-byte
+// cp.async from the first 2·BM threads (a plain load would stall the warpgroup's next wgmma on its
+// latency); rows >= n_q get zeros.
+template <int BM, int Threads, class Smem>
+__device__ __forceinline__ void load_tile_stats(const AttentionBackwardParams& p, const Smem& sm, int batch, int head,
+                                                int m0, int stage, int tid) {
+  static_assert(2 * BM <= Threads, "one thread per statistic");
+  if (tid < 2 * BM) {
+    const int which = tid / BM;  // 0: lse2, 1: delta
+    const int row = m0 + tid % BM;
+    const float* src = (which == 0 ? p.lse2 : p.delta) + stat_row(p, batch, head, 0);
+    cp_async_4(smem_u32(sm.stats(stage) + tid), row < p.n_q ? src + row : src, row < p.n_q);
+  }
+}
+
 // Issues the cp.async loads of query tile `it` of `walk` into `stage` of `sm`: the Q and dO tiles
-// (Threads threads) and the rows' lse2 and delta by 4-byte cp.async (a plain load would stall
-// the warpgroup's next wgmma on its latency). Rows >= n_q are zero-filled: those rows have zero
-// Q and dO, so P = 1 there multiplies zeros (dV, dK) and dS = 0.
+// (Threads threads) and the rows' lse2 and delta (load_tile_stats). Rows >= n_q are zero-filled:
+// those rows have zero Q and dO, so P = 1 there multiplies zeros (dV, dK) and dS = 0.
 template <class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk, class Smem>
 __device__ __forceinline__ void load_query_tile_async(const AttentionBackwardParams& p, const Walk& walk,
                                                       const Smem& sm, int kv_head, int batch, int it, int stage,
@@ -160,13 +191,7 @@ __device__ __forceinline__ void load_query_tile_async(const AttentionBackwardPar
                                                                  p.q.stride_n, m0, p.n_q, tid);
   fa2_detail::load_tile_async<T, BM, D, Threads, QTile, HeadDim>(sm.d_o(stage), head_ptr<const T>(p.d_o, batch, head),
                                                                  p.d_o.stride_n, m0, p.n_q, tid);
-  static_assert(2 * BM <= Threads, "one thread per statistic");
-  if (tid < 2 * BM) {
-    const int which = tid / BM;  // 0: lse2, 1: delta
-    const int row = m0 + tid % BM;
-    const float* src = (which == 0 ? p.lse2 : p.delta) + stat_row(p, batch, head, 0);
-    cp_async_4(smem_u32(sm.stats(stage) + tid), row < p.n_q ? src + row : src, row < p.n_q);
-  }
+  load_tile_stats<BM, Threads>(p, sm, batch, head, m0, stage, tid);
 }
 
 // Column-share steps of attention_backward_wgmma_kv_cols on one piece of Cols columns (32, 64 or
@@ -405,6 +430,67 @@ __device__ __forceinline__ void load_stage(const AttentionBackwardParams& p, con
   tma::cp_async_arrive(sm.full(stage));
 }
 
+// The same with the Q and dO tiles by TMA (`q_map`, `do_map`: 4-d maps of q and d_o in boxes of
+// 64 columns by BM rows under the 128-byte swizzle, AttentionBackwardTmaParams): thread 0
+// announces their bytes on full[stage] and issues one copy per 64-column block of each; the
+// rows' lse2 and delta come by cp.async as before, and every thread arrives on full[stage] as
+// before (so full expects Threads + 1 arrivals; every thread takes the same path, which keeps
+// the register count of the cp.async form). Rows past n_q and columns past the head dim come
+// zero-filled, as from load_query_tile_async.
+// Multicast (key pairs, whose two blocks load the same tiles): block r's thread 0 copies only Q
+// (r = 0) or dO (r = 1), into both blocks at once. Once this block's stage is free, its thread 0
+// tells the peer (an arrival on the peer's peer_empty), and every thread waits until the peer's
+// stage is free too (its own peer_empty; one wait on every thread's path: thread 0 waiting
+// alone cost 56 bytes of spills at D = 128). Each block's full still expects both tiles' bytes.
+template <class QTile, int BM, int D, int Threads, bool Multicast, class Walk, class Smem>
+__device__ __forceinline__ void load_stage_tma(const AttentionBackwardParams& p, const void* q_map, const void* do_map,
+                                               const Walk& walk, const Smem& sm, int kv_head, int batch, int j,
+                                               int total, int tid) {
+  if (j >= total) return;
+  const int stage = j % Smem::kStages;
+  if (j >= Smem::kStages) {
+    tma::wait(sm.empty(stage), (j / Smem::kStages - 1) & 1);
+    if constexpr (Multicast) {
+      if (tid == 0) cluster::arrive_remote(cluster::remote(sm.peer_empty(stage), cluster::rank() ^ 1u));
+      tma::wait<true>(sm.peer_empty(stage), (j / Smem::kStages - 1) & 1);
+    }
+  }
+  const int head = walk.head(kv_head, j);
+  const int m0 = walk.m0(j);
+  if (tid == 0) {
+    if constexpr (Multicast) {
+      const unsigned rank = cluster::rank();
+      tma::arrive_expect_tx(sm.full(stage), 2 * QTile::kBytes);
+      const unsigned tile = rank == 0 ? sm.q(stage) : sm.d_o(stage);
+      const void* map = rank == 0 ? q_map : do_map;
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b)
+        tma::load_4d_multicast(tile + b * QTile::kBlockBytes, map, 64 * b, m0, head, batch, sm.full(stage), 0x3);
+    } else {
+      tma::arrive_expect_tx(sm.full(stage), 2 * QTile::kBytes);
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) {
+        tma::load_4d(sm.q(stage) + b * QTile::kBlockBytes, q_map, 64 * b, m0, head, batch, sm.full(stage));
+        tma::load_4d(sm.d_o(stage) + b * QTile::kBlockBytes, do_map, 64 * b, m0, head, batch, sm.full(stage));
+      }
+    }
+  }
+  load_tile_stats<BM, Threads>(p, sm, batch, head, m0, stage, tid);
+  tma::cp_async_arrive(sm.full(stage));
+}
+
+// load_stage or, with TmaLoads, load_stage_tma (multicast in key pairs).
+template <bool TmaLoads, bool Pair, class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk,
+          class Smem>
+__device__ __forceinline__ void load_ring_stage(const AttentionBackwardParams& p, const void* q_map,
+                                                const void* do_map, const Walk& walk, const Smem& sm, int kv_head,
+                                                int batch, int j, int total, int tid) {
+  if constexpr (TmaLoads)
+    load_stage_tma<QTile, BM, D, Threads, Pair>(p, q_map, do_map, walk, sm, kv_head, batch, j, total, tid);
+  else
+    load_stage<T, BM, D, Threads, QTile, HeadDim>(p, walk, sm, kv_head, batch, j, total, tid);
+}
+
 // dQ of tile j over the columns [col0, +Cols), once both warpgroups wrote its dSᵀ (ring slot
 // j % kDsBufs); one commit group.
 template <class T, int Cols, int BN, class KVTile, class DsTile, class Smem>
@@ -421,6 +507,23 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
                                             int warp, int g, int t) {
   float* acc_base = p.dq_accum + stat_row(p, batch, walk.head(kv_head, j), 0) * HeadDim;
   add_dq_rows<Cols, D, HeadDim>(acc_base, dq, walk.m0(j) + warp * 16, p.n_q, col0, Cols, g, t);
+}
+
+// Writes this thread's dQ values (a warpgroup's 64 rows × Cols columns from col0) into the staging
+// boxes of `sm` at the places of the map's 128-byte swizzle (row r's 16-byte chunk c at c ^ r % 8).
+// Row warp·16 + g (+ 8h), columns 8jj + 2t: chunk 2(jj % 4) + t / 2 of its box, whose bits are
+// disjoint, so the swizzled chunk is (t / 2 ^ g) ^ 2(jj % 4): one base per thread, the rest
+// immediates.
+template <int Cols, class Smem>
+__device__ __forceinline__ void write_dq_boxes(const Smem& sm, const float (&dq)[Cols / 2], int col0, int warp, int g,
+                                               int t) {
+  const unsigned lane_base = sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int jj = 0; jj < Cols / 8; ++jj)
+      st_shared_8f((lane_base + (jj / 4) * Smem::kDqBoxBytes + h * 8 * 128) ^ (32u * (jj % 4)), dq[4 * jj + 2 * h],
+                   dq[4 * jj + 2 * h + 1]);
 }
 
 // TmaDQ: adds this warpgroup's dQ of query tile j of `walk` (Cols columns from col0, whole
@@ -440,16 +543,7 @@ __device__ __forceinline__ void reduce_tile_dq(const AttentionBackwardParams& p,
   const bool leader = warp == 0 && lane == 0;
   if (leader) tma::store_wait_read();
   tma::barrier_sync(bar, 128);
-  // Row warp·16 + g (+ 8h), columns 8jj + 2t: chunk 2(jj % 4) + t / 2 of its box, whose bits are
-  // disjoint, so the swizzled chunk is (t / 2 ^ g) ^ 2(jj % 4): one base per thread, the rest
-  // immediates.
-  const unsigned lane_base = sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-#pragma unroll
-    for (int jj = 0; jj < Cols / 8; ++jj)
-      st_shared_8f((lane_base + (jj / 4) * Smem::kDqBoxBytes + h * 8 * 128) ^ (32u * (jj % 4)), dq[4 * jj + 2 * h],
-                   dq[4 * jj + 2 * h + 1]);
+  write_dq_boxes<Cols>(sm, dq, col0, warp, g, t);
   tma::fence_proxy_async();
   tma::barrier_sync(bar + 2, 128);
   if (leader) {
@@ -460,13 +554,67 @@ __device__ __forceinline__ void reduce_tile_dq(const AttentionBackwardParams& p,
   }
 }
 
+// Pair: the two key blocks of a cluster (ranks 0 and 1) walk the same query tiles, and their
+// warpgroups wg hold the dQ of the same rows and columns. Block r adds the rows [32·r, +32) of
+// query tile j for both. Per tile, in warpgroup wg:
+//   its first thread waits until its reduce-adds of tile j − 1 have read the staging boxes and
+//   the peer has read this block's boxes of tile j − 1 (dq_pulled); named barrier `bar`;
+//   every thread writes its values into the boxes (reduce_tile_dq's places: the same in both
+//   blocks) and arrives on the peer's dq_ready;
+//   the first thread waits for dq_ready; `bar`; each thread adds two 16-byte chunks per box of
+//   the peer's rows [32·r, +32) (remote loads) into this block's, arrives on the peer's
+//   dq_pulled and fences the sums for the async proxy; `bar`; the first thread issues one TMA
+//   reduce-add per 32-column box of the 32 rows (`map`: dq_map with boxes of 32 rows).
+// Every thread takes the same path (a branch on the rows a warp holds made ptxas spill at
+// D = 128). Half the bytes of dQ reach L2; the other half cross between the two SMs.
+template <int Cols, int BM, class Smem, class Walk>
+__device__ __forceinline__ void pair_tile_dq(const AttentionBackwardParams& p, const void* map, const Walk& walk,
+                                             const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
+                                             int j, int col0, int wg, int warp, int lane, int g, int t, int bar) {
+  static_assert(Cols % 32 == 0 && BM == 64, "whole 32-column boxes of 64 rows");
+  const unsigned peer = cluster::rank() ^ 1u;  // read here, not held across the walk
+  const bool leader = warp == 0 && lane == 0;
+  if (leader) {
+    tma::store_wait_read();
+    if (j >= 1) tma::wait<true>(sm.dq_pulled(wg), (j - 1) & 1);
+  }
+  tma::barrier_sync(bar, 128);
+  write_dq_boxes<Cols>(sm, dq, col0, warp, g, t);
+  cluster::arrive_remote(cluster::remote(sm.dq_ready(wg), peer));
+  if (leader) tma::wait<true>(sm.dq_ready(wg), j & 1);
+  tma::barrier_sync(bar, 128);
+  const int rows = BM / 2 * static_cast<int>(peer ^ 1u);  // this block's first row
+  const unsigned mine = sm.dq_box(col0 / 32) + rows * 128 + 16 * (warp * 32 + lane);
+  const unsigned delta = cluster::remote(mine, peer) - mine;
+#pragma unroll
+  for (int b = 0; b < Cols / 32; ++b)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const unsigned at = mine + b * Smem::kDqBoxBytes + c * 128 * 16;
+      add_shared_16f(at, cluster::ld_remote_16f(at + delta));
+    }
+  cluster::arrive_remote(cluster::remote(sm.dq_pulled(wg), peer));
+  tma::fence_proxy_async();
+  tma::barrier_sync(bar, 128);
+  if (leader) {
+    const int row_base = batch * p.heads_q + walk.head(kv_head, j);
+#pragma unroll
+    for (int b = 0; b < Cols / 32; ++b)
+      tma::reduce_add_3d(map, sm.dq_box(col0 / 32 + b) + rows * 128, col0 + 32 * b, walk.m0(j) + rows, row_base);
+    tma::store_commit();
+  }
+}
+
 // attention_backward_wgmma_kv_async's dQ of query tile j, this warpgroup's columns from col0:
-// reduce_tile_dq with TmaDQ (named barriers 3 + wg and 5 + wg), else add_tile_dq.
-template <bool TmaDQ, int Cols, int D, int HeadDim, class Smem, class Walk>
+// pair_tile_dq with Pair or reduce_tile_dq with TmaDQ (named barriers 3 + wg
+// and 5 + wg), else add_tile_dq.
+template <bool TmaDQ, bool Pair, int Cols, int D, int HeadDim, int BM, class Smem, class Walk>
 __device__ __forceinline__ void add_async_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
                                              const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
                                              int j, int col0, int wg, int warp, int lane, int g, int t) {
-  if constexpr (TmaDQ)
+  if constexpr (Pair)
+    pair_tile_dq<Cols, BM>(p, dq_map, walk, sm, dq, kv_head, batch, j, col0, wg, warp, lane, g, t, 3 + wg);
+  else if constexpr (TmaDQ)
     reduce_tile_dq<Cols>(p, dq_map, walk, sm, dq, kv_head, batch, j, col0, warp, lane, g, t, 3 + wg);
   else
     add_tile_dq<Cols, D, HeadDim>(p, walk, dq, kv_head, batch, j, col0, warp, g, t);
@@ -594,40 +742,58 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 // Masking, requirements and padded head dims: as attention_backward_wgmma_kv.
 // TmaDQ: dQ goes through shared memory and TMA reduce-adds (bwd_detail::reduce_tile_dq, `dq_map`)
 // instead of red_add2 from registers.
-template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, int HeadDim>
+// Pair (with TmaDQ; the kernel launched in clusters of two blocks along x): the two key blocks of
+// a cluster walk the query tiles of the first, and each adds half of every dQ tile's rows, summed
+// over both blocks in shared memory (bwd_detail::pair_tile_dq); a causal pair's second block
+// walks the first's extra tiles with every key masked.
+// TmaLoads: the Q and dO tiles come by TMA (bwd_detail::load_stage_tma, `q_map`, `do_map`).
+template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, int HeadDim, bool Pair = false,
+          bool TmaLoads = false>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const AttentionBackwardParams& p,
-                                                                       const void* dq_map) {
+                                                                       const void* dq_map, const void* q_map = nullptr,
+                                                                       const void* do_map = nullptr) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(!Pair || TmaDQ, "a key pair adds dQ by TMA");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WGs = 2;
   constexpr int BN = 64 * WGs;
   constexpr int kThreads = 128 * WGs;
-  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ>;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, Pair, Pair && TmaLoads>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
   using DsTile = typename Smem::DsTile;
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
-  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ), "shared memory layout must match");
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, Pair, Pair && TmaLoads),
+                "shared memory layout must match");
   constexpr int kDqCols = D / WGs;  // 32 or 64: one pass
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
-  const auto [n0, kv_head, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
+  const int rank = Pair ? static_cast<int>(cluster::rank()) : 0;
+  const auto [n0, kv_head, batch, n_q, n_k, diag] =
+      Pair ? bwd_detail::KeyBlock::of_pair<Causal>(p, BN, rank) : bwd_detail::KeyBlock::of<Causal>(p, BN);
   const float scale_log2 = p.scale_log2;
-  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0 - rank * BN, n_q, n_k, p.head_group);
   const int total = walk.total;
   const Smem sm = Smem::at(dynamic_smem());
 
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
-      tma::barrier_init(sm.full(i), kThreads);
+      tma::barrier_init(sm.full(i), TmaLoads ? kThreads + 1 : kThreads);
       tma::barrier_init(sm.empty(i), kThreads);
     }
     for (int i = 0; i < kDsBufs; ++i) {
       tma::barrier_init(sm.ds_full(i), kThreads);
       tma::barrier_init(sm.ds_empty(i), kThreads);
     }
+    if constexpr (Pair)
+      for (int i = 0; i < 2; ++i) {  // each: the 128 threads of the peer's warpgroup i
+        tma::barrier_init(sm.dq_ready(i), 128);
+        tma::barrier_init(sm.dq_pulled(i), 128);
+      }
+    if constexpr (Pair && TmaLoads)
+      for (int i = 0; i < kStages; ++i) tma::barrier_init(sm.peer_empty(i), 1);  // the peer's thread 0
     tma::fence_barrier_init();
   }
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k(), bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
@@ -635,9 +801,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
                                                                    p.v.stride_n, n0, n_k, tid);
   cp_async_commit();
-  __syncthreads();  // the barriers initialised
+  if constexpr (Pair)
+    cluster::sync();  // the barriers of both blocks initialised
+  else
+    __syncthreads();  // the barriers initialised
   for (int j = 0; j < kStages - 1; ++j)
-    bwd_detail::load_stage<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, j, total, tid);
+    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_head,
+                                                                               batch, j, total, tid);
   cp_async_wait<0>();  // K and V (the one committed group; the tiles arrive on their barriers)
   wgmma::fence_proxy_async();
   __syncthreads();
@@ -686,23 +856,25 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
     if (it > 0) {
       wgmma::fence_operand(dq);
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
-      bwd_detail::add_async_dq<TmaDQ, kDqCols, D, HeadDim>(p, dq_map, walk, sm, dq, kv_head, batch, it - 1, col0, wg, warp,
-                                                            lane, g, t);
+      bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_head, batch, it - 1,
+                                                                     col0, wg, warp, lane, g, t);
     }
-    bwd_detail::load_stage<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it + kStages - 1, total, tid);
+    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_head,
+                                                                               batch, it + kStages - 1, total, tid);
   }
   if (total > 0) {
     float dq[kDqCols / 2];
     bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, col0);
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
-    bwd_detail::add_async_dq<TmaDQ, kDqCols, D, HeadDim>(p, dq_map, walk, sm, dq, kv_head, batch, total - 1, col0, wg,
-                                                          warp, lane, g, t);
+    bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_head, batch, total - 1,
+                                                                   col0, wg, warp, lane, g, t);
   }
   if (TmaDQ && warp == 0 && lane == 0) tma::store_wait_read();  // the staging boxes read before the block exits
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
   bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+  if constexpr (Pair) cluster::sync();  // the peer's last arrivals and stores into this block done
 #endif
 }
 
@@ -715,6 +887,15 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async(const Attentio
 template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_tma(const AttentionBackwardTmaParams& tp) {
   attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, true, HeadDim>(tp.a, &tp.dq_map);
+}
+
+// The same with any of the map-using forms: TmaDQ (":t"), TmaLoads (":l"), Pair (":x2", with
+// TmaDQ: two key blocks per cluster summing their dQ before the reduce-adds; the entry declares
+// __cluster_dims__(2, 1, 1) and the grid has an even x).
+template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, bool TmaLoads, bool Pair, int HeadDim = D>
+__device__ __forceinline__ void attention_backward_wgmma_kv_async_maps(const AttentionBackwardTmaParams& tp) {
+  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, TmaDQ, HeadDim, Pair, TmaLoads>(
+      tp.a, &tp.dq_map, &tp.q_map, &tp.do_map);
 }
 
 // Hopper key-major backward above 128 columns (sm_90a wgmma): D = 192 or 256, where one

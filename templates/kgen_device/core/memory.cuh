@@ -1,8 +1,8 @@
 // Explicit memory instructions: 32-bit shared addresses, 16-byte shared and global moves, and
 // global stores predicated without a branch. On AMD st_global_if and st_global_16 are plain
 // vector stores (under `if`, which the compiler turns into an exec-mask predicate); the
-// shared-window forms (smem_u32, ld_shared_16, st_shared_4, st_shared_8f, st_shared_16) serve only the NVIDIA ldmatrix /
-// cp.async kernels and have no AMD body.
+// shared-window forms (smem_u32, ld_shared_16, st_shared_4, st_shared_8f, add_shared_16f, st_shared_16) serve only the
+// NVIDIA ldmatrix / cp.async / TMA kernels and have no AMD body.
 #pragma once
 
 #include "kgen_device/core/vendor.cuh"
@@ -71,6 +71,15 @@ __device__ __forceinline__ void st_shared_4(unsigned smem_addr, unsigned v) {
 
 __device__ __forceinline__ void st_shared_8f(unsigned smem_addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1,%2};" ::"r"(smem_addr), "f"(a), "f"(b) : "memory");
+}
+
+// The four floats at smem_addr (16-byte aligned) += v.
+__device__ __forceinline__ void add_shared_16f(unsigned smem_addr, const float4& v) {
+  float4 x;
+  asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];" : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w) : "r"(smem_addr) : "memory");
+  asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};" ::"r"(smem_addr), "f"(x.x + v.x), "f"(x.y + v.y), "f"(x.z + v.z),
+               "f"(x.w + v.w)
+               : "memory");
 }
 
 __device__ __forceinline__ void st_global_16(void* ptr, const u32x4& v) {

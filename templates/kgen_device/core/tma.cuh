@@ -31,15 +31,25 @@ __device__ __forceinline__ void arrive_expect_tx(unsigned bar, unsigned bytes) {
 __device__ __forceinline__ void arrive(unsigned bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 }
-// Waits until the phase of parity `parity` has completed.
+// Waits until the phase of parity `parity` has completed. Cluster: acquiring at cluster scope
+// what arrivals from other blocks of the cluster released (cluster.cuh).
+template <bool Cluster = false>
 __device__ __forceinline__ void wait(unsigned bar, unsigned parity) {
   unsigned done;
   do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
+    if constexpr (Cluster)
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          " selp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
+    else
+      asm volatile(
+          "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+          : "=r"(done)
+          : "r"(bar), "r"(parity)
+          : "memory");
   } while (!done);
 }
 
@@ -58,6 +68,16 @@ __device__ __forceinline__ void load_4d(unsigned dst, const void* map, int c0, i
       ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
+// load_4d into the same shared-memory place of every block of the cluster named in `ctas` (bit
+// i: rank i), counting the bytes against the barrier at `bar` in each of them.
+__device__ __forceinline__ void load_4d_multicast(unsigned dst, const void* map, int c0, int c1, int c2, int c3,
+                                                  unsigned bar, unsigned short ctas) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;"
+      ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(ctas)
+      : "memory");
+}
 // Copies shared memory at `src` into the box at (c0 .. c3) of `map`; elements outside the tensor
 // are not written. Completion is tracked by bulk groups of the issuing thread.
 __device__ __forceinline__ void store_4d(const void* map, unsigned src, int c0, int c1, int c2, int c3) {
@@ -74,8 +94,12 @@ __device__ __forceinline__ void reduce_add_3d(const void* map, unsigned src, int
                : "memory");
 }
 __device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Waits until this thread's committed stores have finished reading shared memory.
-__device__ __forceinline__ void store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// Waits until this thread's committed stores have finished reading shared memory (with Pending,
+// all but its newest Pending groups).
+template <int Pending = 0>
+__device__ __forceinline__ void store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(Pending) : "memory");
+}
 // Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy
 // accesses (a TMA store) once a barrier has been passed.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
