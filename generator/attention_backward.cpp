@@ -71,6 +71,12 @@ void add_unique(std::vector<KernelSource>& out, KernelSource k) {
 
 unsigned blocks(int n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
 
+// Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns.
+int async_smem_bytes(int tile, const AttentionBackwardConfig& c) {
+  const bool pair = c.cluster == 2;
+  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, pair, pair && c.tma_loads);
+}
+
 }  // namespace
 
 DqTile attention_backward_dq_tile(int head_dim) { return {64, mma_head_dim(head_dim) <= 128 ? 64 : 32, 4}; }
@@ -214,7 +220,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       if (c.async_wgs < 0 || c.async_wgs > 2) return std::string("wgmma async (a<k>) must be 1 or 2");
       if (c.async_wgs != 0 && c.block_n != 128)
         return std::string("wgmma async (a1, a2) takes block_n 128 (two warpgroups)");
-      smem = c.async_wgs != 0 ? attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, c.cluster == 2, c.cluster == 2 && c.tma_loads)
+      smem = c.async_wgs != 0 ? async_smem_bytes(tile, c)
                               : attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, true);
     }
     const DqTile dq = attention_backward_dq_tile(spec.head_dim);
@@ -392,7 +398,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         include = "kgen_device/attention/backward_wgmma.cuh";
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
           k.threads = 256;
-          k.smem_bytes = attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, c.cluster == 2, c.cluster == 2 && c.tma_loads);
+          k.smem_bytes = async_smem_bytes(tile, c);
           // dQ by TMA alone keeps its own entry (the default); key pairs and TMA loads take the
           // general one.
           const bool general = c.tma_loads || c.cluster != 1;

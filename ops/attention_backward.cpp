@@ -112,8 +112,8 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   AttentionBackwardTmaParams tp;
   // The decoupled kernel's forms with tensor maps, when the atomic kernel runs (deterministic
   // mode: no dq_accum).
-  const bool tma_dq = (config.tma_dq || config.tma_loads) && p.dq_accum;
-  if (tma_dq) {
+  const bool maps = (config.tma_dq || config.tma_loads) && p.dq_accum;
+  if (maps) {
     tp.a = p;
     if (config.tma_dq) fill_dq_map(tp, call, config.cluster == 2 ? 32 : 64);
     if (config.tma_loads) {
@@ -124,7 +124,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   for (BackwardKernel kernel : kernels) {
     const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
-    void* params = tma_dq && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
+    void* params = maps && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
     launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim), params, stream,
                   "launch(attention_bwd)");
   }
