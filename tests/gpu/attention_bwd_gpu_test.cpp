@@ -111,8 +111,6 @@ INSTANTIATE_TEST_SUITE_P(Fp32, AttentionBackwardGpu,
                                             ::testing::Bool()),
                          param_name);
 
-// The Hopper wgmma key-major kernels (sm_90a devices only): every wg config of the space on the
-// small grid (GQA 1/4/8, both layouts, atomic and deterministic dQ) and on a large many-wave shape.
 // One wgmma backward config against the reference: the small grid (GQA 1/4/8, both layouts,
 // atomic and deterministic dQ rotating), the large shapes and a many-wave shape.
 void check_wgmma_config(DType dtype, int d, bool causal, const AttentionBackwardConfig& config, std::uint64_t& seed) {
@@ -133,6 +131,8 @@ void check_wgmma_config(DType dtype, int d, bool causal, const AttentionBackward
   check_one(Shape{2, 16, 4, 2048, 2048}, Layout::bnhd, false);
 }
 
+// The Hopper wgmma key-major kernels (sm_90a devices only): every wg config of the space on the
+// small grid (GQA 1/4/8, both layouts, atomic and deterministic dQ) and on a large many-wave shape.
 TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
