@@ -82,19 +82,21 @@ void check(const NvrtcApi& a, nvrtcResult r, const char* what) {
     throw Error(Status::compile_error, std::string(what) + " failed: " + a.error_string(r));
 }
 
-int match_int(const std::string& log, const std::regex& re) {
-  std::smatch m;
-  return std::regex_search(log, m, re) ? std::stoi(m[1].str()) : 0;
-}
-
-// The sum over every match: ptxas reports one "Function properties" block per entry of the
-// module (LRPE's softmax over the sequence has two) and per non-inlined function, and every
-// one's spills count: the module's usage is what kgen stores and checks.
+// ptxas reports one "Function properties" block per entry of the module (LRPE's softmax over the
+// sequence has two) and per non-inlined function. kgen stores and checks the module's usage:
+// every block's spills count (sum_ints), and registers, stack frame and static shared memory are
+// those of its largest entry (max_ints), whichever block comes first.
 int sum_ints(const std::string& log, const std::regex& re) {
   int total = 0;
   for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
     total += std::stoi((*it)[1].str());
   return total;
+}
+int max_ints(const std::string& log, const std::regex& re) {
+  int most = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
+    most = std::max(most, std::stoi((*it)[1].str()));
+  return most;
 }
 
 }  // namespace
@@ -133,13 +135,13 @@ ResourceUsage parse_ptxas_report(const std::string& log) {
   static const std::regex smem(R"((\d+) bytes smem)");
   std::smatch m;
   if (std::regex_search(log, m, regs)) {
-    r.registers = std::stoi(m[1].str());
+    r.registers = max_ints(log, regs);
     r.parsed = true;
   }
-  r.stack_frame = match_int(log, stack);
+  r.stack_frame = max_ints(log, stack);
   r.spill_stores = sum_ints(log, spill_st);
   r.spill_loads = sum_ints(log, spill_ld);
-  r.static_smem = match_int(log, smem);
+  r.static_smem = max_ints(log, smem);
   r.serialized_wgmma = log.find("C7510") != std::string::npos ||
                        log.find("C7511") != std::string::npos ||
                        log.find("C7515") != std::string::npos;

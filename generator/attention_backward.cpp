@@ -71,6 +71,12 @@ void add_unique(std::vector<KernelSource>& out, KernelSource k) {
 
 unsigned blocks(int n, int per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
 
+// Outside 1..kMaxHeadDim: the sentence every path's check gives.
+std::optional<std::string> head_dim_range_error(int head_dim) {
+  if (head_dim >= 1 && head_dim <= kMaxHeadDim) return std::nullopt;
+  return "head_dim=" + std::to_string(head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+}
+
 // Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns.
 int async_smem_bytes(int tile, const AttentionBackwardConfig& c) {
   const bool pair = c.cluster == 2;
@@ -168,8 +174,7 @@ std::optional<std::pair<AttentionBackwardSpec, bool>> parse_attention_backward_v
 std::optional<std::string> check_attention_backward_config(const AttentionBackwardSpec& spec,
                                                            const AttentionBackwardConfig& c,
                                                            const Target& target) {
-  if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
-    return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+  if (auto why = head_dim_range_error(spec.head_dim)) return why;
   if (c.path == BackwardPath::mfma) return check_mfma_backward_config(spec, c, target);
   int smem = 0;
   if (c.path == BackwardPath::fa2) {
@@ -589,14 +594,12 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const Target& target) {
   if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
   if (c.path == BackwardPath::wgmma) {
-    if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
-      return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+    if (auto why = head_dim_range_error(spec.head_dim)) return why;
     return check_dbl_wgmma_config(spec, c, target);
   }
   if (c.path == BackwardPath::mfma) return std::string("the double backward has no mfma path (use simt on AMD)");
   if (auto why = nvidia_only_path("fa2", target)) return why;
-  if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
-    return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
+  if (auto why = head_dim_range_error(spec.head_dim)) return why;
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
   if (!is_dbl_fa2_head_dim(spec.head_dim))
     return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";

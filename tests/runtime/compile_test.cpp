@@ -116,6 +116,25 @@ TEST(Compile, SumsTheSpillsOfEveryFunction) {
   EXPECT_EQ(r.spill_loads, 12);
 }
 
+// Two entries in one module: registers, stack frame and static shared memory are the largest
+// entry's, whichever is reported first.
+TEST(Compile, TakesTheLargestEntrysRegistersStackAndSharedMemory) {
+  auto r = parse_ptxas_report(
+      "ptxas info    : Compiling entry function 'small' for 'sm_90a'\n"
+      "ptxas info    : Function properties for small\n"
+      "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 40 registers, used 0 barriers, 512 bytes smem\n"
+      "ptxas info    : Compiling entry function 'large' for 'sm_90a'\n"
+      "ptxas info    : Function properties for large\n"
+      "    24 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 256 bytes smem\n");
+  EXPECT_TRUE(r.parsed);
+  EXPECT_EQ(r.registers, 168);
+  EXPECT_EQ(r.stack_frame, 24);
+  EXPECT_EQ(r.static_smem, 512);
+  EXPECT_EQ(r.spill_stores, 4);
+}
+
 }  // namespace
 }  // namespace kgen
 
