@@ -48,7 +48,7 @@ __device__ __forceinline__ float4 ld_remote_16f(unsigned addr) {
 }
 
 // One arrival on a remote block's mbarrier (`bar` in the shared::cluster window), releasing this
-// thread's earlier stores at cluster scope.
+// thread's earlier stores and loads at cluster scope.
 __device__ __forceinline__ void arrive_remote(unsigned bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
 }
