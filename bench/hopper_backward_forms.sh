@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# One device batch for the Hopper backward's explicit forms (ARCHITECTURE.md, "backward, wgmma
-# decoupled"): key pairs (`:x2`, two key blocks per cluster summing dQ in distributed shared
+# One device batch for the Hopper backward's pair and TMA-load forms (ARCHITECTURE.md, "backward,
+# wgmma with decoupled warpgroups"; BENCHMARKS.md "Q and dO by TMA" has its first run): key pairs (`:x2`, two key blocks per cluster summing dQ in distributed shared
 # memory) and Q/dO loaded by TMA (`:l`, multicast inside a pair). Correctness first, then time:
 #   1. the GPU test of those forms (every form at d = 64, 128, 80, 40, causal and not, the odd
 #      sizes, GQA 1/4/8, both layouts, atomic and deterministic dQ, NaN-poisoned outputs);
 #   2. `kgen check` of every form at the benchmark's head dims;
-#   3. `kgen bench`: the forms side by side with main's defaults (d = 128: a2:t; d = 64: a1
-#      without a mask, a2 with one), every row checked before it is timed;
+#   3. `kgen bench`: the forms side by side with the default and the configs without TMA loads
+#      (a2:t, a1, a2), every row checked before it is timed;
 #   4. the SM clock before and after.
 # A failing step stops the batch: nothing is timed that did not pass.
 #

@@ -249,7 +249,8 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     for (int bn : {128, 64}) keep({BackwardPath::wgmma, 64, bn, bn / 16, 0});
     for (int a : {2, 1})
-      for (bool t : {false, true}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, t});
+      for (bool t : {false, true})
+        for (bool l : {false, true}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, t, l});
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
     keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
@@ -280,18 +281,27 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // block-synchronous wg:bm64:bn128 at n = 4k / 16k: d = 128 396 / 409 TFLOPS against 369 / 393
     // (causal 356 / 417 against 318 / 383); d = 80 318 against 284 at 4k (causal 259 against 244).
     // The unstaggered a1 is faster on the 64-column tile without a mask from d = 56 (d = 64 318 /
-    // 341 against a2's 299 / 321 and the synchronous kernel's 296 / 319). Causal at d = 104 a2
-    // spills 4 bytes and a1 none; at d = 112 both spill (a1 32 bytes, a2 12): the
-    // block-synchronous kernel, spill-free, stays there.
+    // 341 against a2's 299 / 321 and the synchronous kernel's 296 / 319). Causal at d = 104 and
+    // 112 the unstaggered a1 is the one that stays spill-free.
     AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
     const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
-    c.async_wgs = (tile64 && spec.head_dim > 48 && !spec.causal) || (spec.causal && spec.head_dim == 104) ? 1 : 2;
-    if (spec.causal && spec.head_dim == 112) c.async_wgs = 0;
+    c.async_wgs = (tile64 && spec.head_dim > 48 && !spec.causal) || (spec.causal && spec.head_dim >= 104 &&
+                                                                      spec.head_dim <= 112) ? 1 : 2;
     // On the 128-column tile dQ goes through shared memory and TMA reduce-adds (BENCHMARKS.md "dQ by
     // TMA", H200, bf16, 16k tokens: d = 128 a2 411 → 432 TFLOPS at 16k, causal 360 → 396 at 4k and
     // 414 → 449 at 16k); on the 64-column tile it gained nothing (d = 64 313 → 310 at 4k).
-    c.tma_dq = !tile64 && c.async_wgs != 0;
-    if (small) c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false;
+    c.tma_dq = !tile64;
+    // Q and dO by TMA (BENCHMARKS.md "Q and dO by TMA", H100, bf16, 16k tokens, 4k / 16k): d = 128
+    // 400 → 452 / 433 → 473 TFLOPS, d = 96 368 → 391 / 385 → 402, d = 64 317 → 324 / 348 → 354,
+    // causal d = 112 (the synchronous kernel before: a1 and a2 spilled there without TMA loads)
+    // 275 → 352 / 344 → 459, d = 96 296 → 315 / 344 → 364, d = 64 258 → 271 / 330 → 344. Causal
+    // at d = 128 it lost (383 → 362 at 4k, 466 → 456 at 16k); d = 120 is taken as d = 128. With
+    // grouped heads (h_q 64, h_kv 8, b = 1) the unstaggered a1 with TMA loads won there instead: 382
+    // → 423 at 16k, 318 → 313 at 4k.
+    const bool grouped = shape.heads_q != shape.heads_kv;
+    c.tma_loads = (tile64 && spec.head_dim > 48) || (!tile64 && (!spec.causal || spec.head_dim < 120 || grouped));
+    if (!tile64 && spec.causal && spec.head_dim >= 120 && grouped) c.async_wgs = 1;
+    if (small) c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {

@@ -108,19 +108,20 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       int wg90 = 0, wg80 = 0;
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
-      EXPECT_EQ(wg90, 6) << d;  // bn128, bn64, bn128:a1, bn128:a2, each decoupled one also with :t
+      EXPECT_EQ(wg90, 10) << d;  // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
       // Decoupled warpgroups: staggered, except on the 64-column tile without a mask; dQ by TMA
-      // on the 128-column tile.
+      // on the 128-column tile; Q and dO by TMA, except d = 128 with a mask.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
-                d == 64 ? (causal ? "wg:bm64:bn128:a2" : "wg:bm64:bn128:a1") : "wg:bm64:bn128:a2:t");
+                d == 64 ? (causal ? "wg:bm64:bn128:a2:l" : "wg:bm64:bn128:a1:l")
+                        : (causal ? "wg:bm64:bn128:a2:t" : "wg:bm64:bn128:a2:t:l"));
       EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
       // Too few key blocks to fill the machine: one warpgroup per block.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
     }
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a2:t");
+            "wg:bm64:bn128:a2:t:l");
   // d = 32 on sm_90a: the padded wgmma tile (64-key fa2 blocks with a mask in small grids); sm_80 as before.
   const AttentionShape d32_big{4, 64, 64, 4096, 4096};
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2");
@@ -193,13 +194,18 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   auto dflt = [&](int d, bool causal) {
     return to_string(attention_backward_default_config({DType::bf16, d, causal}, big, sm90a(), 132));
   };
-  EXPECT_EQ(dflt(64, false), "wg:bm64:bn128:a1");
+  EXPECT_EQ(dflt(64, false), "wg:bm64:bn128:a1:l");
   EXPECT_EQ(dflt(48, false), "wg:bm64:bn128:a2");
-  EXPECT_EQ(dflt(64, true), "wg:bm64:bn128:a2");
-  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t");
-  EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t");
-  EXPECT_EQ(dflt(112, true), "wg:bm64:bn128");
-  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t");
+  EXPECT_EQ(dflt(64, true), "wg:bm64:bn128:a2:l");
+  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l");
+  EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l");
+  EXPECT_EQ(dflt(112, true), "wg:bm64:bn128:a1:t:l");
+  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t:l");
+  EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t");
+  EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t");
+  // Grouped heads with a mask at d = 128: unstaggered, with TMA loads.
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
+            "wg:bm64:bn128:a1:t:l");
 }
 
 TEST(AttentionBackwardConfig, KeyPairsTextRulesGridAndRender) {
