@@ -281,26 +281,30 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // block-synchronous wg:bm64:bn128 at n = 4k / 16k: d = 128 396 / 409 TFLOPS against 369 / 393
     // (causal 356 / 417 against 318 / 383); d = 80 318 against 284 at 4k (causal 259 against 244).
     // The unstaggered a1 is faster on the 64-column tile without a mask from d = 56 (d = 64 318 /
-    // 341 against a2's 299 / 321 and the synchronous kernel's 296 / 319). Causal at d = 104 and
-    // 112 the unstaggered a1 is the one that stays spill-free.
+    // 341 against a2's 299 / 321 and the synchronous kernel's 296 / 319).
     AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
     const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
-    c.async_wgs = (tile64 && spec.head_dim > 48 && !spec.causal) || (spec.causal && spec.head_dim >= 104 &&
-                                                                      spec.head_dim <= 112) ? 1 : 2;
+    const bool grouped = shape.heads_q != shape.heads_kv;
     // On the 128-column tile dQ goes through shared memory and TMA reduce-adds (BENCHMARKS.md "dQ by
     // TMA", H200, bf16, 16k tokens: d = 128 a2 411 → 432 TFLOPS at 16k, causal 360 → 396 at 4k and
     // 414 → 449 at 16k); on the 64-column tile it gained nothing (d = 64 313 → 310 at 4k).
     c.tma_dq = !tile64;
     // Q and dO by TMA (BENCHMARKS.md "Q and dO by TMA", H100, bf16, 16k tokens, 4k / 16k): d = 128
     // 400 → 452 / 433 → 473 TFLOPS, d = 96 368 → 391 / 385 → 402, d = 64 317 → 324 / 348 → 354,
-    // causal d = 112 (the synchronous kernel before: a1 and a2 spilled there without TMA loads)
-    // 275 → 352 / 344 → 459, d = 96 296 → 315 / 344 → 364, d = 64 258 → 271 / 330 → 344. Causal
-    // at d = 128 it lost (383 → 362 at 4k, 466 → 456 at 16k); d = 120 is taken as d = 128. With
-    // grouped heads (h_q 64, h_kv 8, b = 1) the unstaggered a1 with TMA loads won there instead: 382
-    // → 423 at 16k, 318 → 313 at 4k.
-    const bool grouped = shape.heads_q != shape.heads_kv;
-    c.tma_loads = (tile64 && spec.head_dim > 48) || (!tile64 && (!spec.causal || spec.head_dim < 120 || grouped));
-    if (!tile64 && spec.causal && spec.head_dim >= 120 && grouped) c.async_wgs = 1;
+    // d = 48 259 → 281 / 277 → 301 (a2:l), d = 32 198 → 205 / 214 → 227 (a2:l); with a mask
+    // d = 112 (the synchronous kernel before: a1 and a2 spilled there without TMA loads) 275 →
+    // 352 / 344 → 459, d = 96 296 → 315 / 344 → 364, d = 64 258 → 271 / 330 → 344, d = 48 216 →
+    // 232 / 258 → 276 (a1:l), d = 32 167 → 175 / 198 → 208 (a1:l). With a mask at d = 128 it lost
+    // (383 → 362 at 4k, 466 → 456 at 16k; d = 120 is taken as d = 128), except with grouped heads
+    // (h_q 64, h_kv 8, b = 1), where the unstaggered a1:t:l won: 382 → 423 at 16k, 318 → 313 at 4k.
+    c.tma_loads = tile64 || !spec.causal || spec.head_dim < 120 || grouped;
+    // The unstaggered a1: on the 64-column tile from d = 56 without a mask and up to d = 48 with one;
+    // with a mask at d = 104 and 112, where it is the one that stays spill-free; and with a mask and
+    // grouped heads from d = 120.
+    const bool a1 = tile64 ? (spec.head_dim > 48) != spec.causal
+                           : spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) ||
+                                             (spec.head_dim >= 120 && grouped));
+    c.async_wgs = a1 ? 1 : 2;
     if (small) c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }

@@ -124,8 +124,8 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
             "wg:bm64:bn128:a2:t:l");
   // d = 32 on sm_90a: the padded wgmma tile (64-key fa2 blocks with a mask in small grids); sm_80 as before.
   const AttentionShape d32_big{4, 64, 64, 4096, 4096};
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2");
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2:l");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a1:l");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, {1, 1, 1, 2048, 2048}, sm90a(), 132)),
             "fa2:bm64:bn64:w4");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
@@ -195,7 +195,8 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
     return to_string(attention_backward_default_config({DType::bf16, d, causal}, big, sm90a(), 132));
   };
   EXPECT_EQ(dflt(64, false), "wg:bm64:bn128:a1:l");
-  EXPECT_EQ(dflt(48, false), "wg:bm64:bn128:a2");
+  EXPECT_EQ(dflt(48, false), "wg:bm64:bn128:a2:l");
+  EXPECT_EQ(dflt(48, true), "wg:bm64:bn128:a1:l");
   EXPECT_EQ(dflt(64, true), "wg:bm64:bn128:a2:l");
   EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l");
   EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l");
