@@ -488,6 +488,10 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   return k;
 }
 
+std::vector<AttentionShape> attention_backward_default_shapes() {
+  return {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}, AttentionShape{1, 64, 8, 4096, 4096}};
+}
+
 std::vector<KernelSource> attention_backward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
   for (DType t : {DType::f16, DType::bf16, DType::f32})
@@ -499,11 +503,12 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
             for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
               add_unique(out, render_attention_backward(spec, c, kernel));
       }
-  // Every other tensor-core head dim: the defaults of both shape classes, both modes.
+  // Every other tensor-core head dim: the defaults of both shape classes, and of grouped heads,
+  // both modes.
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims()) {
       for (bool causal : {false, true})
-        for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}}) {
+        for (const AttentionShape& shape : attention_backward_default_shapes()) {
           const AttentionBackwardSpec spec{t, d, causal};
           const auto c = attention_backward_default_config(spec, shape, target, 132);
           for (bool deterministic : {false, true})

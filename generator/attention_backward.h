@@ -104,6 +104,11 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, Backwa
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                        BackwardKernel kernel);
 
+// One shape of each class the default chooser tells apart: key blocks that fill the machine,
+// too few to fill it, and grouped query heads. `kgen warm` builds their defaults at the head
+// dims outside the config space.
+std::vector<AttentionShape> attention_backward_default_shapes();
+
 // Every kernel of every valid config of every spec, for `kgen warm`.
 std::vector<KernelSource> attention_backward_all_variants(const Target& target);
 
