@@ -133,11 +133,8 @@ ResourceUsage parse_ptxas_report(const std::string& log) {
   static const std::regex spill_st(R"((\d+) bytes spill stores)");
   static const std::regex spill_ld(R"((\d+) bytes spill loads)");
   static const std::regex smem(R"((\d+) bytes smem)");
-  std::smatch m;
-  if (std::regex_search(log, m, regs)) {
-    r.registers = max_ints(log, regs);
-    r.parsed = true;
-  }
+  r.parsed = std::regex_search(log, regs);
+  if (r.parsed) r.registers = max_ints(log, regs);
   r.stack_frame = max_ints(log, stack);
   r.spill_stores = sum_ints(log, spill_st);
   r.spill_loads = sum_ints(log, spill_ld);

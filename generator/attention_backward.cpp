@@ -797,6 +797,10 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   return k;
 }
 
+std::vector<AttentionShape> attention_double_backward_default_shapes() {
+  return {AttentionShape{1, 1, 1, 8192, 8192}, AttentionShape{1, 1, 1, 128, 128}};
+}
+
 std::vector<KernelSource> attention_double_backward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
   for (DType t : {DType::f16, DType::bf16, DType::f32})
@@ -813,7 +817,7 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims()) {
       for (bool causal : {false, true})
-        for (const AttentionShape& shape : {AttentionShape{1, 1, 1, 8192, 8192}, AttentionShape{1, 1, 1, 128, 128}}) {
+        for (const AttentionShape& shape : attention_double_backward_default_shapes()) {
           const AttentionBackwardSpec spec{t, d, causal};
           const auto c = attention_double_backward_default_config(spec, shape, target, 132);
           for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c)) {

@@ -146,6 +146,11 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& config,
                                           const AttentionShape& shape, int sm_count, bool deterministic, int head_dim);
 KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                               DoubleBackwardKernel kernel);
+
+// One shape of each class the double backward's default chooser tells apart (query tiles that
+// fill the machine and too few); `kgen warm` builds their defaults outside the config space.
+std::vector<AttentionShape> attention_double_backward_default_shapes();
+
 std::vector<KernelSource> attention_double_backward_all_variants(const Target& target);
 
 // Query-major dQ kernel tile of the deterministic fa2 backward (block_m, block_n, warps).

@@ -73,7 +73,7 @@ TEST(ReplayDefaults, DoubleBackwardDefaultsAreWarmedAndSpillFreeOutsideTheNamedH
     for (DType t : {DType::f16, DType::bf16})
       for (int d = 8; d <= kMaxHeadDim; d += 8)
         for (bool causal : {false, true})
-          for (const AttentionShape& shape : {AttentionShape{1, 1, 1, 8192, 8192}, AttentionShape{1, 1, 1, 128, 128}}) {
+          for (const AttentionShape& shape : attention_double_backward_default_shapes()) {
             const AttentionBackwardSpec spec{t, d, causal};
             const auto config = attention_double_backward_default_config(spec, shape, target, 132);
             // The fused wgmma kernel's known spills (BENCHMARKS.md): d = 112–128 and from 184.
