@@ -500,6 +500,12 @@ def render(meta, variants, checks, e2e, attn_rows, args, plots) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _file_part(key: str) -> str:
+    """A variant key as part of a file name: "bf16+compile" -> "bf16_compile" (no '+', which some
+    copy and upload tools refuse in names)."""
+    return key.replace("+", "_")
+
+
 def make_plots(out: Path, variants, e2e, attn_rows) -> dict:
     plots = {}
     for v in variants:
@@ -507,7 +513,7 @@ def make_plots(out: Path, variants, e2e, attn_rows) -> dict:
         for r in (r for r in e2e if r["variant"] == v.key):
             panels.setdefault(r["model"], {}).setdefault(r["attention"], []).append(
                 (r["context_length"], r["fws & back avg (sec)"]))
-        name = f"e2e_{v.key}.png"
+        name = f"e2e_{_file_part(v.key)}.png"
         if plot_lines(out / name, f"Forward + backward per step: {v.label}", panels, "context length",
                       "seconds per step"):
             plots[v.key] = name
@@ -516,7 +522,7 @@ def make_plots(out: Path, variants, e2e, attn_rows) -> dict:
         for r in (r for r in attn_rows if r["variant"] == v.key):
             panels.setdefault(f"d_model {r['d_model']}", {}).setdefault(r["attention"], []).append(
                 (r["context_length"], r["fws & back avg (sec)"]))
-        name = f"attention_{v.key}.png"
+        name = f"attention_{_file_part(v.key)}.png"
         if plot_lines(out / name, f"Attention only, forward + backward: {v.setting}", panels,
                       "context length", "seconds"):
             plots["attn:" + v.key] = name

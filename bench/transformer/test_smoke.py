@@ -54,8 +54,8 @@ def test_cpu_smoke_run(tmp_path):
         import matplotlib  # noqa: F401
     except ImportError:
         return
-    assert (tmp_path / "e2e_fp32+warmup1.png").stat().st_size > 0
-    assert (tmp_path / "attention_bf16+warmup1.png").stat().st_size > 0
+    assert (tmp_path / "e2e_fp32_warmup1.png").stat().st_size > 0
+    assert (tmp_path / "attention_bf16_warmup1.png").stat().st_size > 0
 
 
 def test_failed_check_and_oom_are_statuses(tmp_path, monkeypatch):
