@@ -1,5 +1,6 @@
 #include "check/attention_backward_harness.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <optional>
@@ -48,8 +49,21 @@ struct Tensor {
   HostTensor host;
   std::vector<double> logical;
   std::unique_ptr<DeviceBuffer> dev;
+  bool rows_expanded = false;  // viewed with a zero stride along n: every row is row 0
   bool present() const { return dev != nullptr; }
-  TensorView view(int device) const { return host.view(dev ? dev->get() : nullptr, device); }
+  TensorView view(int device) const {
+    TensorView t = host.view(dev ? dev->get() : nullptr, device);
+    if (rows_expanded) t.strides[2] = 0;
+    return t;
+  }
+  // From now on a zero-stride view of each (batch, head)'s row 0, which the logical values repeat.
+  void expand_rows() {
+    rows_expanded = true;
+    const std::size_t row = host.d, rows = host.n;
+    for (std::size_t bh = 0; bh < std::size_t(host.b) * host.h; ++bh)
+      for (std::size_t r = 1; r < rows; ++r)
+        std::copy_n(&logical[bh * rows * row], row, &logical[(bh * rows + r) * row]);
+  }
 };
 
 Tensor make_tensor(const AttentionCase& c, Side side, bool present, std::mt19937_64& rng) {
@@ -77,6 +91,7 @@ struct GradientSet {
         gq(make_tensor(c, Side::q, dbl && opt.gq, rng)), gk(make_tensor(c, Side::k, dbl && opt.gk, rng)),
         gv(make_tensor(c, Side::k, dbl && opt.gv, rng)), o(q.host.bytes.size()),
         lse(std::size_t(c.batch) * c.heads_q * c.n_q * 4) {
+    if (opt.expand_d_o) d_o.expand_rows();
     for (const OutputSpec& s : outputs_of(dbl)) {
       out_host.push_back(make_host(c.batch, heads_of(c, s.side), rows_of(c, s.side), c.head_dim, c.layout, c.dtype));
       out_dev.push_back(std::make_unique<DeviceBuffer>(out_host.back().bytes.size()));
@@ -294,6 +309,7 @@ HarnessCheck run_and_compare(const AttentionCase& c, bool dbl, const BackwardBen
 std::string to_string(const BackwardBenchOptions& o, bool double_backward) {
   std::string s = o.deterministic ? "deterministic" : "atomics-allowed";
   s += o.external_workspace ? " external-workspace" : " kgen-workspace";
+  if (o.expand_d_o) s += " expanded-d_o";
   if (double_backward) {
     s += std::string(" cotangents:") + (o.gq ? " gq" : "") + (o.gk ? " gk" : "") + (o.gv ? " gv" : "");
     if (!o.gq && !o.gk && !o.gv) s += " none";

@@ -22,6 +22,9 @@ struct BackwardBenchOptions {
   bool external_workspace = true;
   // Double backward only: which cotangents gq, gk, gv are present (absent = null = zero).
   bool gq = true, gk = true, gv = true;
+  // d_o as a view with a zero stride along n (each (batch, head) one row, as torch's expand gives):
+  // such a view has no tensor map, so the launch serves it with cp.async loads.
+  bool expand_d_o = false;
 };
 
 // "deterministic workspace gq gk" style summary (cotangents only for the double backward).

@@ -488,6 +488,17 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   return k;
 }
 
+AttentionBackwardConfig attention_backward_config_without_tma_loads(const AttentionBackwardSpec& spec,
+                                                                    AttentionBackwardConfig c) {
+  if (!c.tma_loads) return c;
+  c.tma_loads = false;
+  // Without TMA loads the decoupled kernels keep the cp.async addresses: at d = 105-112 with a
+  // mask a1:t spills 12 + 12 bytes and a2:t 12 + 24 (d = 104: a1:t none).
+  if (c.async_wgs != 0 && spec.causal && spec.head_dim > 104 && spec.head_dim <= 112)
+    c.async_wgs = 0, c.tma_dq = false;
+  return c;
+}
+
 std::vector<AttentionShape> attention_backward_default_shapes() {
   return {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}, AttentionShape{1, 64, 8, 4096, 4096}};
 }
@@ -504,7 +515,7 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
               add_unique(out, render_attention_backward(spec, c, kernel));
       }
   // Every other tensor-core head dim: the defaults of both shape classes, and of grouped heads,
-  // both modes.
+  // both modes, and what serves views without tensor maps in their place.
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims()) {
       for (bool causal : {false, true})
@@ -514,6 +525,10 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
           for (bool deterministic : {false, true})
             for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
               add_unique(out, render_attention_backward(spec, c, kernel));
+          // TMA loads serve the atomic mode only.
+          const auto without = attention_backward_config_without_tma_loads(spec, c);
+          for (BackwardKernel kernel : attention_backward_kernels(without, false))
+            add_unique(out, render_attention_backward(spec, without, kernel));
         }
     }
   return out;

@@ -104,6 +104,13 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, Backwa
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                        BackwardKernel kernel);
 
+// The config that serves a call whose q or d_o has no tensor map (a zero stride) in place of `c`,
+// which loads them by TMA (`:l`): the same kernel with cp.async loads, except where that one
+// spills (d = 112 with a mask, a1:t and a2:t: 12-24 bytes), where the block-synchronous kernel
+// does. `c` itself when it has no TMA loads.
+AttentionBackwardConfig attention_backward_config_without_tma_loads(const AttentionBackwardSpec& spec,
+                                                                    AttentionBackwardConfig c);
+
 // One shape of each class the default chooser tells apart: key blocks that fill the machine,
 // too few to fill it, and grouped query heads. `kgen warm` builds their defaults at the head
 // dims outside the config space.

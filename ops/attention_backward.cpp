@@ -251,15 +251,21 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   check_output(dk, "dk", k, "k", call);
   check_output(dv, "dv", k, "k", call);
   AttentionBackwardConfig config = choose_attention_backward_config(call, options);
-  const std::vector<BackwardKernel> kernels = attention_backward_kernels(config, options.deterministic);
+  std::vector<BackwardKernel> kernels = attention_backward_kernels(config, options.deterministic);
   const bool atomic = std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
-  // An expanded (stride-0) view has no tensor map: the same kernel with cp.async loads serves it.
+  // An expanded (stride-0) view has no tensor map: a kernel with cp.async loads serves it.
   TiledTensorMap loads[2];
   if (config.tma_loads && atomic && !(tiled_map(q, 64, loads[0]) && tiled_map(d_o, 64, loads[1]))) {
     if (!options.config.empty())
       invalid_argument("config: " + options.config +
                        " loads Q and dO by TMA (l), which needs views without zero strides; leave out :l");
-    config.tma_loads = false;
+    const AttentionBackwardConfig chosen = config;
+    config = attention_backward_config_without_tma_loads(call.spec, config);
+    kernels = attention_backward_kernels(config, options.deterministic);
+    const std::string variant = attention_backward_variant_key(call.spec, options.deterministic);
+    note_once(variant + " " + to_string(chosen) + " no tensor map",
+              variant + ": q or d_o has a zero stride (no tensor map), so " + to_string(config) +
+                  " runs in place of " + to_string(chosen));
   }
 
   AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);

@@ -2,7 +2,6 @@
 
 #include <mutex>
 #include <set>
-#include <utility>
 
 #include "base/log.h"
 
@@ -14,14 +13,19 @@ std::string general_path_reason(DType dtype, int head_dim, bool aligned16) {
   return "head dim " + std::to_string(head_dim) + " is not a multiple of 8 up to 256 (the tensor-core kernels' head dims)";
 }
 
-void note_general_path(std::string_view op, const std::string& variant, const std::string& why) {
+void note_once(std::string_view key, const std::string& message) {
   static std::mutex mutex;
-  static std::set<std::pair<std::string, std::string>> noted;
+  static std::set<std::string, std::less<>> noted;
   {
     std::lock_guard lock(mutex);
-    if (!noted.emplace(std::string(op), variant).second) return;
+    if (!noted.emplace(key).second) return;
   }
-  log(LogLevel::info, variant + " runs on the general path (fp32 SIMT, no tensor cores): " + why);
+  log(LogLevel::info, message);
+}
+
+void note_general_path(std::string_view op, const std::string& variant, const std::string& why) {
+  note_once(std::string(op) + " " + variant + " general",
+            variant + " runs on the general path (fp32 SIMT, no tensor cores): " + why);
 }
 
 }  // namespace kgen

@@ -175,6 +175,28 @@ TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
       }
 }
 
+// d_o as an expanded view (zero stride along n, as torch's expand gives): it has no tensor map,
+// so where the default loads Q and dO by TMA (sm_90a) the launch serves it with cp.async loads,
+// at d = 112 with a mask by the block-synchronous kernel
+// (attention_backward_config_without_tma_loads). Big grids reach those defaults; small ones and
+// the deterministic mode run as they always do, and the double backward reads d_o as well.
+TEST(AttentionBackwardGpu, ExpandedGradientOnEveryPath) {
+  KGEN_REQUIRE_GPU();
+  std::uint64_t seed = 9119;
+  for (int d : {112, 64, 128, 104, 40})
+    for (bool causal : {true, false}) {
+      const DType dtype = d == 64 || d == 112 ? DType::bf16 : DType::f16;
+      BackwardBenchOptions o;
+      o.expand_d_o = true;
+      for (const Shape& s : {kManyWaves, Shape{2, 16, 16, 2048, 2048}, Shape{1, 8, 2, 63, 7}})
+        expect_pass(make_case(dtype, d, causal, s, Layout::bnhd, seed++), o, false);
+      o.deterministic = true;
+      expect_pass(make_case(dtype, d, causal, Shape{1, 8, 2, 1000, 1337}, Layout::bhnd, seed++), o, false);
+      o.deterministic = false;
+      expect_pass(make_case(dtype, d, causal, Shape{1, 4, 4, 1337, 1000}, Layout::bhnd, seed++), o, true);
+    }
+}
+
 // The Hopper wgmma double backward (sm_90a devices only): every wg config of its space on the
 // small grid (GQA 1/4/8, both layouts, determinism and the cotangent subsets rotating) and on the
 // large shapes.
