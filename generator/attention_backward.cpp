@@ -357,7 +357,7 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
     case BackwardKernel::preprocess:
-    case BackwardKernel::dq_convert: return {blocks(s.n_q, kRowWarps), hq, b};
+    case BackwardKernel::dq_convert: return {blocks(s.n_q, attention_bwd::row_block_rows(kRowWarps, head_dim)), hq, b};
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
       const unsigned splits = c.path == BackwardPath::fa2    ? static_cast<unsigned>(column_splits(head_dim))
@@ -738,7 +738,8 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
              b = static_cast<unsigned>(s.batch);
   const int rows = c.path == BackwardPath::wgmma ? c.block_n : c.block_m;  // rows per block of both passes
   switch (kernel) {
-    case DoubleBackwardKernel::preprocess: return {blocks(s.n_q, kRowWarps), hq, b};
+    case DoubleBackwardKernel::preprocess:
+      return {blocks(s.n_q, attention_bwd::row_block_rows(kRowWarps, head_dim)), hq, b};
     case DoubleBackwardKernel::q_stats:
       return {blocks(s.n_q, rows) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
               hq, b};

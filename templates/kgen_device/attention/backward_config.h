@@ -82,8 +82,19 @@ KGEN_HOST_DEVICE constexpr int wgmma_dbl_kv_smem_bytes(int head_dim, int wgs, in
   return (4 * 64 * wgs * head_dim + 6 * tile * head_dim) * 2 + 2 * 4 * tile * 4;
 }
 
-// Row-wise helper kernels (preprocess, dQ conversion) and the general path: one warp per row.
+// Row-wise helper kernels (preprocess, dQ conversion) and the general path: warps of 32 lanes.
 KGEN_HOST_DEVICE constexpr int row_threads(int warps) { return warps * 32; }
+
+// Lanes per row of the row-wise helper kernels: one per 4 columns (a 16-byte piece of the fp32
+// dQ row), rounded up to a power of 2, at most 32; a warp takes 32 / that rows at once, so at
+// d = 64 each lane moves 8 or 16 bytes per access instead of 2 and no lane idles.
+KGEN_HOST_DEVICE constexpr int row_lanes(int head_dim) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * 4 < head_dim) lanes *= 2;
+  return lanes;
+}
+// Rows per block of the row-wise helper kernels.
+KGEN_HOST_DEVICE constexpr int row_block_rows(int warps, int head_dim) { return warps * (32 / row_lanes(head_dim)); }
 
 }  // namespace attention_bwd
 }  // namespace kgen

@@ -1,5 +1,6 @@
 // Row-wise helper kernels of the attention backward and double backward, any element type and
-// head_dim: one warp per (batch, head, query row). Grid (ceil(n_q / Warps), heads_q, batch).
+// head_dim: attention_bwd::row_lanes(head_dim) lanes per (batch, head, query row), 32 / that rows
+// per warp. Grid (ceil(n_q / row_block_rows(Warps, head_dim)), heads_q, batch).
 //
 //   preprocess: delta = Σ_c dO·O and lse2 = lse·log2(e) (+inf where lse = −inf, so that
 //               exp2(s·scale_log2 − lse2) = 0 on a fully masked row); zeroes the row of the
@@ -7,6 +8,7 @@
 //   dq_convert: dq = scale · dq_accum, rounded to the output type.
 #pragma once
 
+#include "kgen_device/attention/backward_config.h"
 #include "kgen_device/attention/backward_params.h"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/types.cuh"
@@ -43,45 +45,103 @@ __device__ __forceinline__ void second_order(float& s, float& dp, float& g, floa
 
 }  // namespace bwd_detail
 
+namespace bwd_detail {
+
+// A row-wise helper thread's place: lanes_per_row = row_lanes(head_dim) lanes share a row, `sub`
+// the lane's index among them; rows past n_q keep their lanes for the shuffles but do nothing.
+template <int Warps>
+struct RowPlace {
+  int lanes, sub, row;
+  __device__ __forceinline__ static RowPlace of(int head_dim) {
+    const int lanes = attention_bwd::row_lanes(head_dim);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    return {lanes, lane % lanes, (static_cast<int>(blockIdx.x) * Warps + warp) * (32 / lanes) + lane / lanes};
+  }
+};
+
+// Four consecutive elements, read or written as one access where `vec` (then the address is
+// 4-element aligned).
+template <class T>
+struct alignas(4 * sizeof(T)) Four {
+  T v[4];
+};
+
+// Whether every row of the strided argument starts 4-element aligned (4-element accesses).
+template <class T>
+__device__ __forceinline__ bool rows_aligned4(const AttentionTensorArg& a) {
+  return reinterpret_cast<unsigned long long>(a.data) % (4 * sizeof(T)) == 0 && a.stride_n % 4 == 0 &&
+         a.stride_h % 4 == 0 && a.stride_b % 4 == 0;
+}
+
+// Sum over the `lanes` lanes of a row (a power of 2, the group aligned in the warp).
+__device__ __forceinline__ float row_sum(float x, int lanes) {
+  for (int offset = lanes / 2; offset > 0; offset /= 2) x += shfl_xor32(x, offset);
+  return x;
+}
+
+}  // namespace bwd_detail
+
 template <class T, int Warps>
 __device__ __forceinline__ void attention_backward_preprocess(const AttentionBackwardParams& p) {
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * Warps + warp;
+  const int d = p.head_dim;
+  const auto [lanes, sub, row] = bwd_detail::RowPlace<Warps>::of(d);
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
-  if (row >= p.n_q) return;
-  const int d = p.head_dim;
-  const T* o = bwd_detail::head_ptr<const T>(p.o, batch, head) + row * p.o.stride_n;
-  const T* d_o = bwd_detail::head_ptr<const T>(p.d_o, batch, head) + row * p.d_o.stride_n;
+  const bool active = row < p.n_q;
   float sum = 0.f;
-  for (int c = lane; c < d; c += 32) sum = fmaf(to_float(o[c]), to_float(d_o[c]), sum);
-  sum = warp32_sum(sum);
+  if (active) {
+    const T* o = bwd_detail::head_ptr<const T>(p.o, batch, head) + row * p.o.stride_n;
+    const T* d_o = bwd_detail::head_ptr<const T>(p.d_o, batch, head) + row * p.d_o.stride_n;
+    if (d % 4 == 0 && bwd_detail::rows_aligned4<T>(p.o) && bwd_detail::rows_aligned4<T>(p.d_o)) {
+      for (int c = 4 * sub; c < d; c += 4 * lanes) {
+        const auto x = *reinterpret_cast<const bwd_detail::Four<T>*>(o + c);
+        const auto y = *reinterpret_cast<const bwd_detail::Four<T>*>(d_o + c);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sum = fmaf(to_float(x.v[e]), to_float(y.v[e]), sum);
+      }
+    } else {
+      for (int c = sub; c < d; c += lanes) sum = fmaf(to_float(o[c]), to_float(d_o[c]), sum);
+    }
+  }
+  sum = bwd_detail::row_sum(sum, lanes);
+  if (!active) return;
   const long long idx = bwd_detail::stat_row(p, batch, head, row);
-  if (lane == 0) {
+  if (sub == 0) {
     p.delta[idx] = sum;
     const float l = p.lse[batch * p.lse_stride_b + head * p.lse_stride_h + row];
     p.lse2[idx] = l == -infinity_f32() ? infinity_f32() : l * bwd_detail::kLog2e;
+    if (p.row_r != nullptr) p.row_r[idx] = p.row_c[idx] = 0.f;  // r/c passes may add splits
   }
-  if (p.row_r != nullptr && lane == 0) p.row_r[idx] = p.row_c[idx] = 0.f;  // r/c passes may add splits
   if (p.dq_accum != nullptr) {
-    float* acc = p.dq_accum + idx * d;
-    for (int c = lane; c < d; c += 32) acc[c] = 0.f;
+    float* acc = p.dq_accum + idx * d;  // rows of d floats: 16-byte aligned when d % 4 == 0
+    if (d % 4 == 0) {
+      for (int c = 4 * sub; c < d; c += 4 * lanes) *reinterpret_cast<bwd_detail::Four<float>*>(acc + c) = {};
+    } else {
+      for (int c = sub; c < d; c += lanes) acc[c] = 0.f;
+    }
   }
 }
 
 template <class T, int Warps>
 __device__ __forceinline__ void attention_backward_dq_convert(const AttentionBackwardParams& p) {
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int row = blockIdx.x * Warps + warp;
+  const int d = p.head_dim;
+  const auto [lanes, sub, row] = bwd_detail::RowPlace<Warps>::of(d);
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   if (row >= p.n_q) return;
-  const int d = p.head_dim;
   const float* acc = p.dq_accum + bwd_detail::stat_row(p, batch, head, row) * d;
   T* dq = bwd_detail::head_ptr<T>(p.dq, batch, head) + row * p.dq.stride_n;
-  for (int c = lane; c < d; c += 32) dq[c] = from_float<T>(p.scale * acc[c]);
+  if (d % 4 == 0 && bwd_detail::rows_aligned4<T>(p.dq)) {
+    for (int c = 4 * sub; c < d; c += 4 * lanes) {
+      const auto a = *reinterpret_cast<const bwd_detail::Four<float>*>(acc + c);
+      bwd_detail::Four<T> out;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out.v[e] = from_float<T>(p.scale * a.v[e]);
+      *reinterpret_cast<bwd_detail::Four<T>*>(dq + c) = out;
+    }
+  } else {
+    for (int c = sub; c < d; c += lanes) dq[c] = from_float<T>(p.scale * acc[c]);
+  }
 }
 
 }  // namespace kgen
