@@ -43,12 +43,8 @@ __device__ __forceinline__ void second_order(float& s, float& dp, float& g, floa
   g = p * (gs - r);
 }
 
-}  // namespace bwd_detail
-
-namespace bwd_detail {
-
-// A row-wise helper thread's place: lanes_per_row = row_lanes(head_dim) lanes share a row, `sub`
-// the lane's index among them; rows past n_q keep their lanes for the shuffles but do nothing.
+// A row-wise helper thread's place: `lanes` = row_lanes(head_dim) lanes share a row, `sub` is the
+// lane's index among them; rows past n_q keep their lanes for the shuffles but do nothing.
 template <int Warps>
 struct RowPlace {
   int lanes, sub, row;
@@ -59,8 +55,7 @@ struct RowPlace {
   }
 };
 
-// Four consecutive elements, read or written as one access where `vec` (then the address is
-// 4-element aligned).
+// Four consecutive elements, read or written as one access (at a 4-element aligned address).
 template <class T>
 struct alignas(4 * sizeof(T)) Four {
   T v[4];
