@@ -314,6 +314,53 @@ TEST(AttentionBackwardConfig, TmaLoadsTextRulesAndRender) {
   EXPECT_NE(t.source.find("attention_backward_wgmma_kv_async_tma<"), std::string::npos) << t.source;
 }
 
+// Views without tensor maps (a zero stride in q or d_o): the cp.async form of a `:l` config,
+// except at d = 112 with a mask, where the decoupled forms spill without TMA loads and the
+// block-synchronous kernel serves the call.
+TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchronous) {
+  const AttentionShape big{8, 16, 16, 4096, 4096};
+  for (int d : {40, 64, 96, 104, 112, 128})
+    for (bool causal : {false, true}) {
+      const AttentionBackwardSpec spec{DType::bf16, d, causal};
+      const auto chosen = attention_backward_default_config(spec, big, sm90a(), 132);
+      // Every default here loads by TMA but d = 128 with a mask (BENCHMARKS.md, "Q and dO by TMA").
+      ASSERT_EQ(chosen.tma_loads, !(d == 128 && causal)) << d << " " << causal << " " << to_string(chosen);
+      const auto without = attention_backward_config_without_tma_loads(spec, chosen);
+      EXPECT_FALSE(without.tma_loads);
+      EXPECT_FALSE(check_attention_backward_config(spec, without, sm90a())) << to_string(without);
+      if (d == 112 && causal) {
+        EXPECT_EQ(to_string(without), "wg:bm64:bn128");
+      } else {
+        auto expected = chosen;
+        expected.tma_loads = false;
+        EXPECT_EQ(to_string(without), to_string(expected)) << d << " " << causal;
+      }
+    }
+  // A config without TMA loads is its own answer.
+  const auto t = *parse_attention_backward_config("wg:bm64:bn128:a1:t");
+  EXPECT_EQ(to_string(attention_backward_config_without_tma_loads({DType::f16, 112, true}, t)), "wg:bm64:bn128:a1:t");
+}
+
+// The row-wise helper kernels (preprocess, dq_convert): one lane per 4 columns, a power of 2 up
+// to 32, and 32 / that rows per warp; their grids cover n_q rows with blocks of that many.
+TEST(AttentionBackwardRender, RowKernelsTakeOneLanePerFourColumns) {
+  const std::pair<int, int> lanes[] = {{1, 1}, {4, 1}, {8, 2}, {33, 16}, {40, 16}, {64, 16}, {80, 32}, {128, 32}, {256, 32}};
+  for (auto [d, expected] : lanes) EXPECT_EQ(attention_bwd::row_lanes(d), expected) << d;
+  EXPECT_EQ(attention_bwd::row_block_rows(4, 64), 8);
+  EXPECT_EQ(attention_bwd::row_block_rows(4, 256), 4);
+  EXPECT_EQ(attention_bwd::row_block_rows(4, 8), 64);
+  const AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
+  const AttentionShape shape{2, 8, 4, 1000, 1337};
+  for (BackwardKernel k : {BackwardKernel::preprocess, BackwardKernel::dq_convert}) {
+    const LaunchGrid g = attention_backward_grid(c, k, shape, 64);
+    EXPECT_EQ(g.x, 125u);  // ceil(1000 / 8)
+    EXPECT_EQ(g.y, 8u);
+    EXPECT_EQ(g.z, 2u);
+    EXPECT_EQ(attention_backward_grid(c, k, shape, 128).x, 250u);
+  }
+  EXPECT_EQ(attention_double_backward_grid(c, DoubleBackwardKernel::preprocess, shape, 132, false, 40).x, 125u);
+}
+
 TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   auto c = parse_attention_backward_config("wg:bm64:bn64:c2");
   ASSERT_TRUE(c);
