@@ -4,7 +4,8 @@ Builds the benchmark's model (bench/transformer/model.py), runs --warmup steps, 
 --steps forward + backward steps (bf16 autocast, batch --batch) and prints the total GPU kernel
 time per step and the --top kernels by time, one table per implementation. It shows where a
 step's GPU time differs between implementations (BENCHMARKS.md, "Where the end-to-end gap went").
-Outputs are not checked here: `python3 -m bench.transformer` checks every implementation first.
+Each implementation's attention is first checked on the model's shape (o, dq, dk, dv against the
+math reference, as `python3 -m bench.transformer` does); one that fails is reported, not profiled.
 
     PYTHONPATH=$PWD/python:$PWD KGEN_LIBRARY=$PWD/dist/lib/libkgen.so \\
         python3 -m bench.transformer.profile --model L --context 2048 --impls kgen,sdpa-cudnn
@@ -45,13 +46,18 @@ def main(argv=None) -> None:
         p.error("needs a CUDA device")
     from torch.profiler import ProfilerActivity, profile
 
+    size = MODELS[args.model]
     torch.manual_seed(0)
-    model = GPT(MODELS[args.model], args.context).cuda()
+    model = GPT(size, args.context).cuda()
     g = torch.Generator(device="cuda").manual_seed(args.context)
     tokens = torch.randint(VOCAB, (args.batch, args.context + 1), generator=g, device="cuda")
     x, y = tokens[:, :-1], tokens[:, 1:]
     for impl in [s for s in args.impls.split(",") if s]:
         model.attend = attn.make(impl, "cuda")
+        checked = attn.check(model.attend, args.batch, args.context, size.heads, size.head_dim, torch.bfloat16, "cuda")
+        print(f"\n{impl}: check {'ok' if checked.ok else 'FAIL'} ({checked.summary})")
+        if not checked.ok:
+            continue
 
         def step():
             with attn.autocast("cuda", torch.bfloat16):
