@@ -197,8 +197,13 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (auto why = nvidia_only_path("wgmma", target)) return why;
     if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
-    if (c.block_m != 64) return std::string("wgmma block_m must be 64 (one wgmma M of query rows)");
     const int tile = wgmma_tile_head_dim(spec.head_dim);
+    if (c.block_m != 64 && c.block_m != 128)
+      return std::string("wgmma block_m must be 64 (one wgmma M of query rows) or 128");
+    if (c.block_m == 128 && (c.async_wgs == 0 || tile != 64 || c.tma_dq || c.cluster != 1 || c.splits != 1))
+      return std::string(
+          "wgmma block_m 128 takes a decoupled kernel (a1, a2) on the 64-column tile (head dims up to 64), "
+          "with dQ by red_add2 (no t, no x2)");
     if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
     if (c.tma_loads && c.async_wgs == 0)
       return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
@@ -251,6 +256,8 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     for (int a : {2, 1})
       for (bool t : {false, true})
         for (bool l : {false, true}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, t, l});
+    for (int a : {2, 1})
+      for (bool l : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, l});
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
     keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
@@ -275,37 +282,45 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && (spec.head_dim > 32 || wgmma_d32) &&
       has_wgmma(target)) {
     // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
-    // Hopper: two warpgroups of 64 keys against 64-row query tiles, decoupled (a1, a2); one
-    // warpgroup of 64 keys per block when the blocks would not fill the machine. On an H200 (bf16,
-    // b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups") the staggered a2 against the
-    // block-synchronous wg:bm64:bn128 at n = 4k / 16k: d = 128 396 / 409 TFLOPS against 369 / 393
-    // (causal 356 / 417 against 318 / 383); d = 80 318 against 284 at 4k (causal 259 against 244).
-    // The unstaggered a1 is faster on the 64-column tile without a mask from d = 56 (d = 64 318 /
-    // 341 against a2's 299 / 321 and the synchronous kernel's 296 / 319).
-    AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
+    // Hopper: two warpgroups of 64 keys against query tiles, decoupled (a1, a2); one warpgroup of
+    // 64 keys per block against 64-row tiles when the blocks would not fill the machine.
     const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
     const bool grouped = shape.heads_q != shape.heads_kv;
-    // On the 128-column tile dQ goes through shared memory and TMA reduce-adds (BENCHMARKS.md "dQ by
-    // TMA", H200, bf16, 16k tokens: d = 128 a2 411 → 432 TFLOPS at 16k, causal 360 → 396 at 4k and
-    // 414 → 449 at 16k); on the 64-column tile it gained nothing (d = 64 313 → 310 at 4k).
-    c.tma_dq = !tile64;
-    // Q and dO by TMA (BENCHMARKS.md "Q and dO by TMA", H100, bf16, 16k tokens, 4k / 16k): d = 128
-    // 400 → 452 / 433 → 473 TFLOPS, d = 96 368 → 391 / 385 → 402, d = 64 317 → 324 / 348 → 354,
-    // d = 48 259 → 281 / 277 → 301 (a2:l), d = 32 198 → 205 / 214 → 227 (a2:l); with a mask
-    // d = 112 (the synchronous kernel before: a1 and a2 spilled there without TMA loads) 275 →
-    // 352 / 344 → 459, d = 96 296 → 315 / 344 → 364, d = 64 258 → 271 / 330 → 344, d = 48 216 →
-    // 232 / 258 → 276 (a1:l), d = 32 167 → 175 / 198 → 208 (a1:l). With a mask at d = 128 it lost
-    // (383 → 362 at 4k, 466 → 456 at 16k; d = 120 is taken as d = 128), except with grouped heads
-    // (h_q 64, h_kv 8, b = 1), where the unstaggered a1:t:l won: 382 → 423 at 16k, 318 → 313 at 4k.
-    c.tma_loads = tile64 || !spec.causal || spec.head_dim < 120 || grouped;
-    // The unstaggered a1: on the 64-column tile from d = 56 without a mask and up to d = 48 with one;
-    // with a mask at d = 104 and 112, where it is the one that stays spill-free; and with a mask and
-    // grouped heads from d = 120.
-    const bool a1 = tile64 ? (spec.head_dim > 48) != spec.causal
-                           : spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) ||
-                                             (spec.head_dim >= 120 && grouped));
-    c.async_wgs = a1 ? 1 : 2;
-    if (small) c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false;
+    AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
+    if (tile64) {
+      // The 64-column tile: 128-row query tiles (H100, bf16, b·n = 16k, h·d = 2048, `kgen bench
+      // --op attention_bwd`, BENCHMARKS.md "128-row query tiles", against the 64-row defaults
+      // before them at n = 1k / 4k / 16k): d = 64 without a mask a2 1.181 / 3.565 / 13.749 ms
+      // against 1.259 / 4.050 / 15.189 (bm128 a1:l 1.160 / 3.678 / 13.797), with one a2:l 0.816
+      // / 2.123 / 7.320 against 0.872 / 2.276 / 7.757; d = 48 without a mask a1:l 1.260 / 4.101
+      // / 15.644 against 1.408 / 4.660 / 17.709 (a2 1.265 / 4.202 / 15.758); d = 32 a1:l 1.528 /
+      // 5.225 / 20.199 against 1.872 / 6.334 / 24.175, with a mask a2:l 1.046 / 3.045 / 10.859
+      // against 1.208 / 3.619 / 13.029. dQ by red_add2 (TMA reduce-adds gained nothing on this
+      // tile with 64-row tiles: d = 64 313 → 310 TFLOPS at 4k, H200).
+      c.block_m = 128;
+      c.async_wgs = !spec.causal && spec.head_dim <= 48 ? 1 : 2;
+      c.tma_loads = spec.causal || spec.head_dim <= 48;
+    } else {
+      // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
+      // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups"): d = 128
+      // 396 / 409 TFLOPS against 369 / 393 (causal 356 / 417 against 318 / 383); d = 80 318
+      // against 284 at 4k (causal 259 against 244).
+      // dQ through shared memory and TMA reduce-adds (BENCHMARKS.md "dQ by TMA", H200, bf16, 16k
+      // tokens: d = 128 a2 411 → 432 TFLOPS at 16k, causal 360 → 396 at 4k and 414 → 449 at 16k).
+      c.tma_dq = true;
+      // Q and dO by TMA (BENCHMARKS.md "Q and dO by TMA", H100, bf16, 16k tokens, 4k / 16k): d =
+      // 128 400 → 452 / 433 → 473 TFLOPS, d = 96 368 → 391 / 385 → 402; with a mask d = 112 (the
+      // synchronous kernel before: a1 and a2 spilled there without TMA loads) 275 → 352 / 344 →
+      // 459, d = 96 296 → 315 / 344 → 364. With a mask at d = 128 it lost (383 → 362 at 4k, 466
+      // → 456 at 16k; d = 120 is taken as d = 128), except with grouped heads (h_q 64, h_kv 8, b
+      // = 1), where the unstaggered a1:t:l won: 382 → 423 at 16k, 318 → 313 at 4k.
+      c.tma_loads = !spec.causal || spec.head_dim < 120 || grouped;
+      // The unstaggered a1 with a mask at d = 104 and 112, where it is the one that stays
+      // spill-free, and with a mask and grouped heads from d = 120.
+      const bool a1 = spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) || (spec.head_dim >= 120 && grouped));
+      c.async_wgs = a1 ? 1 : 2;
+    }
+    if (small) c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
@@ -496,6 +511,9 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
   // mask a1:t spills 12 + 12 bytes and a2:t 12 + 24 (d = 104: a1:t none).
   if (c.async_wgs != 0 && spec.causal && spec.head_dim > 104 && spec.head_dim <= 112)
     c.async_wgs = 0, c.tma_dq = false;
+  // With 128-row query tiles at d = 49-56 with a mask, a2 spills 12 bytes (d = 64 and up to 48:
+  // none); the 64-row form does not.
+  if (c.block_m == 128 && spec.causal && spec.head_dim > 48 && spec.head_dim <= 56) c.block_m = 64;
   return c;
 }
 

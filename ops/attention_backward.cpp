@@ -104,7 +104,7 @@ void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& ca
   gpu_driver().encode_tensor_map(&tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
 }
 
-// `loads`: with config.tma_loads, the TMA views of q and d_o (tiled_map, boxes of 64 rows).
+// `loads`: with config.tma_loads, the TMA views of q and d_o (tiled_map, boxes of block_m rows).
 void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
                              const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p,
                              const TiledTensorMap (&loads)[2], void* stream) {
@@ -255,7 +255,8 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   const bool atomic = std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
   // An expanded (stride-0) view has no tensor map: a kernel with cp.async loads serves it.
   TiledTensorMap loads[2];
-  if (config.tma_loads && atomic && !(tiled_map(q, 64, loads[0]) && tiled_map(d_o, 64, loads[1]))) {
+  if (config.tma_loads && atomic &&
+      !(tiled_map(q, config.block_m, loads[0]) && tiled_map(d_o, config.block_m, loads[1]))) {
     if (!options.config.empty())
       invalid_argument("config: " + options.config +
                        " loads Q and dO by TMA (l), which needs views without zero strides; leave out :l");

@@ -108,13 +108,15 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       int wg90 = 0, wg80 = 0;
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
-      EXPECT_EQ(wg90, 10) << d;  // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l
+      // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l; at d = 64 also
+      // bm128:bn128:a1 and a2, each with and without :l.
+      EXPECT_EQ(wg90, d == 64 ? 14 : 10) << d;
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
-      // Decoupled warpgroups: staggered, except on the 64-column tile without a mask; dQ by TMA
-      // on the 128-column tile; Q and dO by TMA, except d = 128 with a mask.
+      // Decoupled warpgroups, staggered: 128-row query tiles on the 64-column tile (Q and dO by
+      // TMA with a mask); dQ by TMA on the 128-column tile, Q and dO by TMA except with a mask.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
-                d == 64 ? (causal ? "wg:bm64:bn128:a2:l" : "wg:bm64:bn128:a1:l")
+                d == 64 ? (causal ? "wg:bm128:bn128:a2:l" : "wg:bm128:bn128:a2")
                         : (causal ? "wg:bm64:bn128:a2:t" : "wg:bm64:bn128:a2:t:l"));
       EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
       // Too few key blocks to fill the machine: one warpgroup per block.
@@ -124,8 +126,8 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
             "wg:bm64:bn128:a2:t:l");
   // d = 32 on sm_90a: the padded wgmma tile (64-key fa2 blocks with a mask in small grids); sm_80 as before.
   const AttentionShape d32_big{4, 64, 64, 4096, 4096};
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a2:l");
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm90a(), 132)), "wg:bm64:bn128:a1:l");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm128:bn128:a1:l");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm90a(), 132)), "wg:bm128:bn128:a2:l");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, {1, 1, 1, 2048, 2048}, sm90a(), 132)),
             "fa2:bm64:bn64:w4");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
@@ -181,8 +183,9 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
       << tma.source;
   EXPECT_EQ(tma.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true));
   EXPECT_LE(tma.smem_bytes, sm90a().max_smem_per_block);
-  EXPECT_EQ(attention_bwd::wgmma_kv_async_ds_bufs(128, true), 2);
-  EXPECT_EQ(attention_bwd::wgmma_kv_async_ds_bufs(64, true), 3);
+  EXPECT_EQ(attention_bwd::wgmma_kv_async_ds_bufs(128, 64, true), 2);
+  EXPECT_EQ(attention_bwd::wgmma_kv_async_ds_bufs(64, 64, true), 3);
+  EXPECT_EQ(attention_bwd::wgmma_kv_async_ds_bufs(64, 128, false), 2);
   // The deterministic mode's key-major kernel is the same (only the variant comment names :t).
   const std::string t_plain = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv).source;
   EXPECT_EQ(t_plain.substr(t_plain.find("extern")), plain.source.substr(plain.source.find("extern")));
@@ -194,10 +197,12 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   auto dflt = [&](int d, bool causal) {
     return to_string(attention_backward_default_config({DType::bf16, d, causal}, big, sm90a(), 132));
   };
-  EXPECT_EQ(dflt(64, false), "wg:bm64:bn128:a1:l");
-  EXPECT_EQ(dflt(48, false), "wg:bm64:bn128:a2:l");
-  EXPECT_EQ(dflt(48, true), "wg:bm64:bn128:a1:l");
-  EXPECT_EQ(dflt(64, true), "wg:bm64:bn128:a2:l");
+  EXPECT_EQ(dflt(64, false), "wg:bm128:bn128:a2");
+  EXPECT_EQ(dflt(56, false), "wg:bm128:bn128:a2");
+  EXPECT_EQ(dflt(48, false), "wg:bm128:bn128:a1:l");
+  EXPECT_EQ(dflt(48, true), "wg:bm128:bn128:a2:l");
+  EXPECT_EQ(dflt(64, true), "wg:bm128:bn128:a2:l");
+  EXPECT_EQ(dflt(40, false), "wg:bm128:bn128:a1:l");
   EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l");
   EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l");
   EXPECT_EQ(dflt(112, true), "wg:bm64:bn128:a1:t:l");
@@ -314,6 +319,56 @@ TEST(AttentionBackwardConfig, TmaLoadsTextRulesAndRender) {
   EXPECT_NE(t.source.find("attention_backward_wgmma_kv_async_tma<"), std::string::npos) << t.source;
 }
 
+// 128-row query tiles: the decoupled kernel on the 64-column tile, dQ by red_add2; two dSᵀ slots
+// so the ring fits; the deterministic mode's kernel takes the same tiles; TMA boxes of 128 rows.
+TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
+  for (const char* text : {"wg:bm128:bn128:a1", "wg:bm128:bn128:a2:l"}) {
+    auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_EQ(c->block_m, 128);
+    EXPECT_EQ(to_string(*c), text);
+    for (int d : {8, 40, 64})
+      for (bool causal : {false, true})
+        EXPECT_FALSE(check_attention_backward_config({DType::bf16, d, causal}, *c, sm90a())) << text << " " << d;
+    EXPECT_TRUE(check_attention_backward_config({DType::bf16, 64, false}, *c, sm80())) << text;
+  }
+  // Not on the 128-column tile (Sᵀ, dPᵀ, dK and dV would take 256 registers), not block-synchronous,
+  // not with dQ by TMA or in key pairs; the text names the rule.
+  for (const char* bad : {"wg:bm128:bn128:a1 d72", "wg:bm128:bn128 d64", "wg:bm128:bn64 d64",
+                          "wg:bm128:bn128:a2:t d64", "wg:bm128:bn128:a2:t:x2 d64"}) {
+    const std::string text(bad);
+    const auto c = parse_attention_backward_config(text.substr(0, text.find(' ')));
+    ASSERT_TRUE(c) << bad;
+    const int d = std::stoi(text.substr(text.find(" d") + 2));
+    auto why = check_attention_backward_config({DType::f16, d, false}, *c, sm90a());
+    ASSERT_TRUE(why) << bad;
+    EXPECT_NE(why->find("block_m"), std::string::npos) << *why;
+  }
+  // The tuner's space has them at d <= 64 only.
+  auto has = [](const std::vector<AttentionBackwardConfig>& space, const char* text) {
+    for (const auto& c : space)
+      if (to_string(c) == text) return true;
+    return false;
+  };
+  EXPECT_TRUE(has(attention_backward_config_space({DType::bf16, 64, true}, sm90a()), "wg:bm128:bn128:a1:l"));
+  EXPECT_TRUE(has(attention_backward_config_space({DType::f16, 32, false}, sm90a()), "wg:bm128:bn128:a2"));
+  EXPECT_FALSE(has(attention_backward_config_space({DType::bf16, 128, true}, sm90a()), "wg:bm128:bn128:a1:l"));
+  // Rendered: the decoupled kernel with BM = 128, shared memory with two dSᵀ slots (under the
+  // limit, where three would not be); the deterministic mode's key-major kernel with BM = 128.
+  const auto l = *parse_attention_backward_config("wg:bm128:bn128:a1:l");
+  const KernelSource k = render_attention_backward({DType::f16, 64, true}, l, BackwardKernel::kv_atomic);
+  EXPECT_NE(k.source.find("attention_backward_wgmma_kv_async_maps</*T=*/kgen::half_t, /*D=*/64, /*BM=*/128, "),
+            std::string::npos)
+      << k.source;
+  EXPECT_EQ(k.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(64, 128));
+  EXPECT_LE(k.smem_bytes, sm90a().max_smem_per_block);
+  EXPECT_GT(k.smem_bytes + 128 * 128 * 2, sm90a().max_smem_per_block);
+  const std::string det = render_attention_backward({DType::f16, 64, true}, l, BackwardKernel::kv).source;
+  EXPECT_NE(det.find("attention_backward_wgmma_kv</*T=*/kgen::half_t, /*D=*/64, /*BM=*/128, /*WGs=*/2,"),
+            std::string::npos)
+      << det;
+}
+
 // Views without tensor maps (a zero stride in q or d_o): the cp.async form of a `:l` config,
 // except at d = 112 with a mask, where the decoupled forms spill without TMA loads and the
 // block-synchronous kernel serves the call.
@@ -323,8 +378,10 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
     for (bool causal : {false, true}) {
       const AttentionBackwardSpec spec{DType::bf16, d, causal};
       const auto chosen = attention_backward_default_config(spec, big, sm90a(), 132);
-      // Every default here loads by TMA but d = 128 with a mask (BENCHMARKS.md, "Q and dO by TMA").
-      ASSERT_EQ(chosen.tma_loads, !(d == 128 && causal)) << d << " " << causal << " " << to_string(chosen);
+      // Every default here loads by TMA but d = 128 with a mask (BENCHMARKS.md, "Q and dO by TMA")
+      // and d = 64 without one ("128-row query tiles").
+      ASSERT_EQ(chosen.tma_loads, !(d == 128 && causal) && !(d == 64 && !causal))
+          << d << " " << causal << " " << to_string(chosen);
       const auto without = attention_backward_config_without_tma_loads(spec, chosen);
       EXPECT_FALSE(without.tma_loads);
       EXPECT_FALSE(check_attention_backward_config(spec, without, sm90a())) << to_string(without);
@@ -336,6 +393,12 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
         EXPECT_EQ(to_string(without), to_string(expected)) << d << " " << causal;
       }
     }
+  // 128-row tiles at d = 49-56 with a mask take the 64-row cp.async form.
+  for (int d : {56, 64, 48})
+    EXPECT_EQ(to_string(attention_backward_config_without_tma_loads({DType::bf16, d, true},
+                                                                   attention_backward_default_config({DType::bf16, d, true}, big, sm90a(), 132))),
+              d == 56 ? "wg:bm64:bn128:a2" : "wg:bm128:bn128:a2")
+        << d;
   // A config without TMA loads is its own answer.
   const auto t = *parse_attention_backward_config("wg:bm64:bn128:a1:t");
   EXPECT_EQ(to_string(attention_backward_config_without_tma_loads({DType::f16, 112, true}, t)), "wg:bm64:bn128:a1:t");

@@ -175,6 +175,41 @@ TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
       }
 }
 
+// 128-row query tiles (wg:bm128, the 64-column tile): the same grid at the tile's head dim and
+// padded ones, both masks (the causal diagonal cuts a 128-key block by 128-row tiles), plus the
+// odd key-block shape, with d_o expanded (a zero stride) for the forms without TMA loads (a
+// config named with :l refuses such a view).
+class WideQueryTiles : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WideQueryTiles, OnSmallAndLargeShapes) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+  const char* text = GetParam();
+  std::uint64_t seed = 9128 + std::string(text).size();
+  for (int d : {64, 40, 8})
+      for (bool causal : {false, true}) {
+        const DType dtype = d == 64 ? DType::bf16 : DType::f16;
+        const auto config = *parse_attention_backward_config(text);
+        check_wgmma_config(dtype, d, causal, config, seed);
+        AttentionCase c = make_case(dtype, d, causal, Shape{3, 8, 2, 700, 1337}, Layout::bhnd, seed++);
+        c.config = text;
+        BackwardBenchOptions o;
+        o.expand_d_o = !config.tma_loads;
+        expect_pass(c, o, false);
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(AttentionBackwardGpuWgmma, WideQueryTiles,
+                         ::testing::Values("wg:bm128:bn128:a1:l", "wg:bm128:bn128:a2:l", "wg:bm128:bn128:a1",
+                                           "wg:bm128:bn128:a2"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string name = info.param;
+                           for (char& ch : name)
+                             if (ch == ':') ch = '_';
+                           return name;
+                         });
+
 // d_o as an expanded view (zero stride along n, as torch's expand gives): it has no tensor map,
 // so where the default loads Q and dO by TMA (sm_90a) the launch serves it with cp.async loads,
 // at d = 112 with a mask by the block-synchronous kernel

@@ -123,7 +123,7 @@ __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_sme
 template <int D, int BM, int BN, bool TmaDQ = false, bool Pair = false, bool PairLoads = false>
 struct AsyncKvSmem {
   static constexpr int kStages = attention_bwd::kWgmmaAsyncStages;
-  static constexpr int kDsBufs = attention_bwd::wgmma_kv_async_ds_bufs(D, TmaDQ);
+  static constexpr int kDsBufs = attention_bwd::wgmma_kv_async_ds_bufs(D, BM, TmaDQ);
   using KVTile = wgmma::Sw128<BN, D>;
   using QTile = wgmma::Sw128<BM, D>;
   using DsTile = wgmma::Sw128<BN, BM>;
@@ -296,14 +296,15 @@ __device__ __forceinline__ unsigned long long mn_major_cols(unsigned tile, int c
   return wgmma::desc_sw128(tile + (col / 64) * BlockBytes + (col % 64) * 2, BlockBytes, 1024);
 }
 
-// The template arguments every wgmma backward kernel takes: 16-bit T, 64-row query tiles, and a
-// HeadDim that pads to the tile's D (a multiple of 8 in (D − 64, D]).
+// The template arguments every wgmma backward kernel takes: 16-bit T, query tiles of 64 rows (one
+// wgmma M) or 128 on the 64-column tile, and a HeadDim that pads to the tile's D (a multiple of 8
+// in (D − 64, D]).
 template <class T, int D, int BM, int HeadDim>
 __device__ __forceinline__ constexpr void check_wgmma_backward_args() {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma backward takes half_t or bfloat16_t");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
-  static_assert(BM == 64, "query tiles are one wgmma M of 64 rows");
+  static_assert(BM == 64 || (BM == 128 && D == 64), "query tiles of 64 rows, or 128 on the 64-column tile");
 }
 
 // Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked (keys >= n_k, and above the causal diagonal), in place
@@ -491,22 +492,24 @@ __device__ __forceinline__ void load_ring_stage(const AttentionBackwardParams& p
     load_stage<T, BM, D, Threads, QTile, HeadDim>(p, walk, sm, kv_head, batch, j, total, tid);
 }
 
-// dQ of tile j over the columns [col0, +Cols), once both warpgroups wrote its dSᵀ (ring slot
+// dQ of tile j over the columns [col0, +Cols) of its 64 rows from row0 (0, or 64 in 128-row
+// tiles: the dSᵀ tile's second 64-column block), once both warpgroups wrote its dSᵀ (ring slot
 // j % kDsBufs); one commit group.
 template <class T, int Cols, int BN, class KVTile, class DsTile, class Smem>
-__device__ __forceinline__ void issue_ring_dq(float (&dq)[Cols / 2], const Smem& sm, int j, int col0) {
+__device__ __forceinline__ void issue_ring_dq(float (&dq)[Cols / 2], const Smem& sm, int j, int row0, int col0) {
   const int buf = j % Smem::kDsBufs;
   tma::wait(sm.ds_full(buf), (j / Smem::kDsBufs) & 1);
-  issue_dq<T, Cols, BN, KVTile, DsTile>(dq, sm.ds(buf), sm.k(), col0);
+  issue_dq<T, Cols, BN, KVTile, DsTile>(dq, sm.ds(buf) + (row0 / 64) * DsTile::kBlockBytes, sm.k(), col0);
 }
 
-// Adds this warp's rows of the dQ of query tile j of `walk` (columns [col0, +Cols)).
+// Adds this warp's rows of the dQ of query tile j of `walk` (the tile's 64 rows from row0,
+// columns [col0, +Cols)).
 template <int Cols, int D, int HeadDim, class Walk>
 __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, const Walk& walk,
-                                            const float (&dq)[Cols / 2], int kv_head, int batch, int j, int col0,
-                                            int warp, int g, int t) {
+                                            const float (&dq)[Cols / 2], int kv_head, int batch, int j, int row0,
+                                            int col0, int warp, int g, int t) {
   float* acc_base = p.dq_accum + stat_row(p, batch, walk.head(kv_head, j), 0) * HeadDim;
-  add_dq_rows<Cols, D, HeadDim>(acc_base, dq, walk.m0(j) + warp * 16, p.n_q, col0, Cols, g, t);
+  add_dq_rows<Cols, D, HeadDim>(acc_base, dq, walk.m0(j) + row0 + warp * 16, p.n_q, col0, Cols, g, t);
 }
 
 // Writes this thread's dQ values (a warpgroup's 64 rows × Cols columns from col0) into the staging
@@ -605,28 +608,31 @@ __device__ __forceinline__ void pair_tile_dq(const AttentionBackwardParams& p, c
   }
 }
 
-// attention_backward_wgmma_kv_async's dQ of query tile j, this warpgroup's columns from col0:
-// pair_tile_dq with Pair or reduce_tile_dq with TmaDQ (named barriers 3 + wg
-// and 5 + wg), else add_tile_dq.
+// attention_backward_wgmma_kv_async's dQ of query tile j, this warpgroup's 64 rows from row0 (0
+// with TmaDQ or Pair) and columns from col0: pair_tile_dq with Pair or reduce_tile_dq with TmaDQ
+// (named barriers 3 + wg and 5 + wg), else add_tile_dq.
 template <bool TmaDQ, bool Pair, int Cols, int D, int HeadDim, int BM, class Smem, class Walk>
 __device__ __forceinline__ void add_async_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
                                              const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
-                                             int j, int col0, int wg, int warp, int lane, int g, int t) {
+                                             int j, int row0, int col0, int wg, int warp, int lane, int g, int t) {
   if constexpr (Pair)
     pair_tile_dq<Cols, BM>(p, dq_map, walk, sm, dq, kv_head, batch, j, col0, wg, warp, lane, g, t, 3 + wg);
   else if constexpr (TmaDQ)
     reduce_tile_dq<Cols>(p, dq_map, walk, sm, dq, kv_head, batch, j, col0, warp, lane, g, t, 3 + wg);
   else
-    add_tile_dq<Cols, D, HeadDim>(p, walk, dq, kv_head, batch, j, col0, warp, g, t);
+    add_tile_dq<Cols, D, HeadDim>(p, walk, dq, kv_head, batch, j, row0, col0, warp, g, t);
 }
 
 }  // namespace bwd_detail
 
-// T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64). WGs: warpgroups (64 keys
-// each). Causal: bottom-right mask. AtomicDQ: also add dQ (else attention_backward_fa2_dq does).
+// T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64; 128 on the 64-column tile
+// without AtomicDQ: the deterministic mode of the decoupled kernel's wg:bm128 configs). WGs:
+// warpgroups (64 keys each). Causal: bottom-right mask. AtomicDQ: also add dQ (else
+// attention_backward_fa2_dq does).
 template <class T, int D, int BM, int WGs, bool Causal, bool AtomicDQ, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackwardParams& p) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(BM == 64 || !AtomicDQ, "the dQ passes take 64-row query tiles");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 64 * WGs;
@@ -747,6 +753,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 // over both blocks in shared memory (bwd_detail::pair_tile_dq); a causal pair's second block
 // walks the first's extra tiles with every key masked.
 // TmaLoads: the Q and dO tiles come by TMA (bwd_detail::load_stage_tma, `q_map`, `do_map`).
+// BM = 128 (the 64-column tile, dQ by red_add2): each warpgroup's Sᵀ and dPᵀ are m64n128 (64
+// registers each), dV and dK take 8 k-steps a tile, the dSᵀ ring has two slots, and warpgroup
+// wg takes the dQ of the rows [64·wg, +64) over all D columns instead of half the columns of
+// all rows. Half as many tiles per key block: half the waits, statistics loads and ring steps,
+// and wgmma twice as wide.
 template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, int HeadDim, bool Pair = false,
           bool TmaLoads = false>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const AttentionBackwardParams& p,
@@ -754,6 +765,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
                                                                        const void* do_map = nullptr) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   static_assert(!Pair || TmaDQ, "a key pair adds dQ by TMA");
+  static_assert(BM == 64 || !TmaDQ, "128-row query tiles add dQ by red_add2");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WGs = 2;
@@ -766,7 +778,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
   static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, Pair, Pair && TmaLoads),
                 "shared memory layout must match");
-  constexpr int kDqCols = D / WGs;  // 32 or 64: one pass
+  // dQ of a tile, one pass: with 64-row tiles warpgroup wg takes the columns [wg·D/2, +D/2) of
+  // every row, with 128-row tiles the rows [64·wg, +64) of every column (32 registers at most).
+  constexpr bool kDqRowSplit = BM == 128;
+  constexpr int kDqCols = kDqRowSplit ? D : D / WGs;
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
@@ -819,7 +834,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const int key0 = n0 + wg * 64 + warp * 16;
-  const int col0 = wg * kDqCols;
+  const int col0 = kDqRowSplit ? 0 : wg * kDqCols;
+  const int row0 = kDqRowSplit ? 64 * wg : 0;
 
   for (int it = 0; it < total; ++it) {
     const int stage = it % kStages;
@@ -850,25 +866,25 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
 
     // ---- dQ(it − 1) under dV and dK; the stage and the slot released; its rows added ----
     float dq[kDqCols / 2];
-    if (it > 0) bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, it - 1, col0);
+    if (it > 0) bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, it - 1, row0, col0);
     bwd_detail::end_query_tile(dv, dk);
     tma::arrive(sm.empty(stage));
     if (it > 0) {
       wgmma::fence_operand(dq);
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
       bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_head, batch, it - 1,
-                                                                     col0, wg, warp, lane, g, t);
+                                                                     row0, col0, wg, warp, lane, g, t);
     }
     bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_head,
                                                                                batch, it + kStages - 1, total, tid);
   }
   if (total > 0) {
     float dq[kDqCols / 2];
-    bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, col0);
+    bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, row0, col0);
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
     bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_head, batch, total - 1,
-                                                                   col0, wg, warp, lane, g, t);
+                                                                   row0, col0, wg, warp, lane, g, t);
   }
   if (TmaDQ && warp == 0 && lane == 0) tma::store_wait_read();  // the staging boxes read before the block exits
 
@@ -925,6 +941,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_maps(const Att
 template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim = D>
 __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const AttentionBackwardParams& p) {
   static_assert(D == 192 || D == 256, "D must be 192 or 256");
+  static_assert(BM == 64, "64-row query tiles");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 64;
