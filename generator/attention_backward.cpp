@@ -51,6 +51,7 @@ std::string kernel_name(BackwardKernel k) {
     case BackwardKernel::dq: return "dq";
     case BackwardKernel::simt_dq: return "simt_dq";
     case BackwardKernel::simt_dkdv: return "simt_dkdv";
+    case BackwardKernel::dkv_convert: return "dkv_convert";
   }
   return "?";
 }
@@ -100,6 +101,7 @@ std::string to_string(const AttentionBackwardConfig& c) {
     if (c.tma_dq) s << ":t";
     if (c.tma_loads) s << ":l";
     if (c.cluster != 1) s << ":x" << c.cluster;
+    if (c.group_splits != 1) s << ":g" << c.group_splits;
   }
   else
     s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
@@ -116,7 +118,7 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
          parse_prefixed_int(parts[3], "w", c.warps) &&
          (parts.size() == 4 || (parse_prefixed_int(parts[4], "c", c.splits) && c.splits != 1));
-  } else if (parts.size() >= 3 && parts.size() <= 7 && parts[0] == "wg") {
+  } else if (parts.size() >= 3 && parts.size() <= 8 && parts[0] == "wg") {
     c.path = BackwardPath::wgmma;
     c.max_head_dim = 0;
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n);
@@ -124,12 +126,13 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
       if (parse_prefixed_int(parts[3], "c", c.splits))
         ok = c.splits != 1 && parts.size() == 4;
       else {
-        // a<k>, then in this order the flags t, l and x<k>, each at most once
+        // a<k>, then in this order the flags t, l, x<k> and g<k>, each at most once
         ok = parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0;
         std::size_t i = 4;
         if (i < parts.size() && parts[i] == "t") c.tma_dq = true, ++i;
         if (i < parts.size() && parts[i] == "l") c.tma_loads = true, ++i;
         if (i < parts.size() && parse_prefixed_int(parts[i], "x", c.cluster) && c.cluster != 1) ++i;
+        if (i < parts.size() && parse_prefixed_int(parts[i], "g", c.group_splits) && c.group_splits != 1) ++i;
         ok = ok && i == parts.size();
       }
     }
@@ -209,6 +212,8 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
     if (c.cluster != 1 && (c.cluster != 2 || !c.tma_dq))
       return std::string("wgmma key pairs take clusters of two (x2) and dQ by TMA (t): wg:bm64:bn128:a2:t:x2");
+    if (c.group_splits != 1 && (c.group_splits != 2 || c.async_wgs == 0 || c.cluster != 1))
+      return std::string("wgmma group splits (g2) take two splits, a decoupled kernel (a1, a2) and no key pairs");
     if (c.splits == 2) {
       if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
         return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
@@ -319,8 +324,19 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // spill-free, and with a mask and grouped heads from d = 120.
       const bool a1 = spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) || (spec.head_dim >= 120 && grouped));
       c.async_wgs = a1 ? 1 : 2;
+      // Grouped heads with a mask from d = 120, groups of an even size from 4: each group's query
+      // heads split over two blocks (H100, bf16, h_q 64, h_kv 8, b = 1, BENCHMARKS.md "Group
+      // splits"): a1:t:l:g2 1.899 / 6.615 / 24.375 ms against a1:t:l's 2.188 / 7.568 / 26.213 at
+      // n = 4k / 8k / 16k. The causal walks of a group's key blocks are long (8 heads × the tiles
+      // from the diagonal on), and the heaviest ones set the kernel's time; split, they are half
+      // as long. Without a mask it is level (2.917 / 11.645 / 45.879 against 2.946 / 11.604 /
+      // 46.167) and is left out.
+      const int group = shape.heads_q / shape.heads_kv;
+      if (spec.causal && spec.head_dim >= 120 && group >= 4 && group % 2 == 0) c.group_splits = 2;
     }
-    if (small) c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false;
+    if (small)
+      c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false,
+      c.group_splits = 1;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
@@ -363,6 +379,7 @@ std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardCo
   using K = BackwardKernel;
   if (c.path == BackwardPath::simt) return {K::preprocess, K::simt_dkdv, K::simt_dq};
   if (deterministic) return {K::preprocess, K::kv, K::dq};
+  if (c.group_splits > 1) return {K::preprocess, K::kv_atomic, K::dq_convert, K::dkv_convert};
   return {K::preprocess, K::kv_atomic, K::dq_convert};
 }
 
@@ -381,8 +398,11 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
       // Key pairs (the atomic kernel; the deterministic mode's is the block-synchronous one): an
       // even x, the last pair's second block past n_k when the key blocks are odd.
       const int cluster = kernel == BackwardKernel::kv_atomic ? c.cluster : 1;
-      return {blocks(s.n_k, c.block_n * cluster) * static_cast<unsigned>(cluster) * splits, hkv, b};
+      // Group splits (the atomic kernel): y = kv head · splits + part.
+      const unsigned parts = kernel == BackwardKernel::kv_atomic ? static_cast<unsigned>(c.group_splits) : 1u;
+      return {blocks(s.n_k, c.block_n * cluster) * static_cast<unsigned>(cluster) * splits, hkv * parts, b};
     }
+    case BackwardKernel::dkv_convert: return {blocks(s.n_k, attention_bwd::row_block_rows(kRowWarps, head_dim)), hkv, b};
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
     case BackwardKernel::simt_dq: return {blocks(s.n_q, c.block_m), hq, b};
     case BackwardKernel::simt_dkdv: return {blocks(s.n_k, c.block_m), hkv, b};
@@ -401,6 +421,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   switch (kernel) {
     case BackwardKernel::preprocess:
     case BackwardKernel::dq_convert:
+    case BackwardKernel::dkv_convert:
       // Independent of head_dim and causal: one variant per dtype.
       include = "kgen_device/attention/backward_rows.cuh";
       k.threads = attention_bwd::row_threads(kRowWarps);
@@ -433,9 +454,9 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
           k.threads = 256;
           k.smem_bytes = async_smem_bytes(tile, c);
-          // dQ by TMA alone keeps its own entry (the default); key pairs and TMA loads take the
-          // general one.
-          const bool general = c.tma_loads || c.cluster != 1;
+          // dQ by TMA alone keeps its own entry (the default); key pairs, TMA loads and group
+          // splits take the general one.
+          const bool general = c.tma_loads || c.cluster != 1 || c.group_splits != 1;
           shim.function = general    ? "attention_backward_wgmma_kv_async_maps"
                           : c.tma_dq ? "attention_backward_wgmma_kv_async_tma"
                                      : "attention_backward_wgmma_kv_async";
@@ -446,6 +467,11 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           if (general)
             for (TemplateArg a : {targ("TmaDQ", c.tma_dq), targ("TmaLoads", c.tma_loads), targ("Pair", c.cluster == 2)})
               shim.args.push_back(std::move(a));
+          if (c.group_splits != 1) {
+            shim.args.push_back(targ("HeadDim", d));
+            shim.args.push_back(targ("GroupSplit", c.group_splits));
+            break;
+          }
         } else {
           k.threads = c.block_n / 64 * 128;
           k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, atomic);
@@ -510,7 +536,7 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
   // Without TMA loads the decoupled kernels keep the cp.async addresses: at d = 105-112 with a
   // mask a1:t spills 12 + 12 bytes and a2:t 12 + 24 (d = 104: a1:t none).
   if (c.async_wgs != 0 && spec.causal && spec.head_dim > 104 && spec.head_dim <= 112)
-    c.async_wgs = 0, c.tma_dq = false;
+    c.async_wgs = 0, c.tma_dq = false, c.group_splits = 1;
   // With 128-row query tiles at d = 49-56 with a mask, a2 spills 12 bytes (d = 64 and up to 48:
   // none); the 64-row form does not.
   if (c.block_m == 128 && spec.causal && spec.head_dim > 48 && spec.head_dim <= 56) c.block_m = 64;
@@ -523,6 +549,21 @@ std::vector<AttentionShape> attention_backward_default_shapes() {
 
 std::vector<KernelSource> attention_backward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
+  // The defaults of both shape classes, and of grouped heads, both modes, and what serves views
+  // without tensor maps in their place.
+  auto add_defaults = [&](const AttentionBackwardSpec& spec) {
+    for (const AttentionShape& shape : attention_backward_default_shapes()) {
+      const auto c = attention_backward_default_config(spec, shape, target, 132);
+      for (bool deterministic : {false, true})
+        for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
+          add_unique(out, render_attention_backward(spec, c, kernel));
+      // TMA loads serve the atomic mode only.
+      const auto without = attention_backward_config_without_tma_loads(spec, c);
+      for (BackwardKernel kernel : attention_backward_kernels(without, false))
+        add_unique(out, render_attention_backward(spec, without, kernel));
+    }
+  };
+  // The tile head dims: the whole config space, and the defaults outside it (group splits).
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : {32, 64, 96, 128, 256})
       for (bool causal : {false, true}) {
@@ -531,24 +572,12 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
           for (bool deterministic : {false, true})
             for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
               add_unique(out, render_attention_backward(spec, c, kernel));
+        add_defaults(spec);
       }
-  // Every other tensor-core head dim: the defaults of both shape classes, and of grouped heads,
-  // both modes, and what serves views without tensor maps in their place.
+  // Every other tensor-core head dim: the defaults.
   for (DType t : {DType::f16, DType::bf16})
-    for (int d : attention_default_only_head_dims()) {
-      for (bool causal : {false, true})
-        for (const AttentionShape& shape : attention_backward_default_shapes()) {
-          const AttentionBackwardSpec spec{t, d, causal};
-          const auto c = attention_backward_default_config(spec, shape, target, 132);
-          for (bool deterministic : {false, true})
-            for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
-              add_unique(out, render_attention_backward(spec, c, kernel));
-          // TMA loads serve the atomic mode only.
-          const auto without = attention_backward_config_without_tma_loads(spec, c);
-          for (BackwardKernel kernel : attention_backward_kernels(without, false))
-            add_unique(out, render_attention_backward(spec, without, kernel));
-        }
-    }
+    for (int d : attention_default_only_head_dims())
+      for (bool causal : {false, true}) add_defaults({t, d, causal});
   return out;
 }
 

@@ -36,7 +36,8 @@ enum class BackwardPath { fa2, simt, wgmma, mfma };
 
 struct AttentionBackwardConfig {
   BackwardPath path = BackwardPath::fa2;
-  int block_m = 64;      // fa2: query rows per tile of the key-major kernel; simt: warps per block
+  int block_m = 64;      // fa2, wgmma: query rows per tile of the key-major kernel (wgmma: 64, or
+                         // 128 in the decoupled kernel on the 64-column tile); simt: warps per block
   int block_n = 128;     // fa2, wgmma: keys per block of the key-major kernel
   int warps = 8;         // fa2: warps of the key-major kernel (block_n / warps = 16 or 32 keys
                          // each); wgmma: block_n / 16 (64 keys per warpgroup); mfma: waves, 32 keys each
@@ -55,14 +56,20 @@ struct AttentionBackwardConfig {
   int cluster = 1;       // wgmma async with TMA dQ: key blocks per cluster; 2 = two neighbouring
                          // key blocks sum their dQ tiles in shared memory before the reduce-adds,
                          // each adding half the rows ("wg:bm64:bn128:a2:t:x2")
+  int group_splits = 1;  // wgmma async, atomic mode: blocks per K/V head and key block, each walking
+                         // 1/group_splits of the group's query heads and adding its dK and dV into
+                         // fp32 rows that a last kernel converts (":g2"; groups of an odd size
+                         // run unsplit)
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 
 // The kernels of a backward call.
-enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv };
+enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv, dkv_convert };
 
 // "fa2:bm64:bn128:w8", "wg:bm64:bn128" ("wg:bm64:bn128:a1" decoupled, ":a2:t" with dQ by TMA,
-// ":a2:t:x2" with it summed over key pairs first, ":l" with Q and dO loaded by TMA,
+// ":a2:t:x2" with it summed over key pairs first, ":l" with Q and dO loaded by TMA, ":g2" with
+// each group's query heads split over two blocks,
+// "wg:bm128:bn128:a2" against 128-row query tiles up to 64 columns,
 // "wg:bm64:bn64:c2" above 128 columns), "mfma:bm32:bn64:w2"
 // (":c2" with two column splits) or
 // "simt:w4:dmax128".

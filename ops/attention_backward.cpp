@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "kgen_device/attention/backward_params.h"
 #include "ops/attention_forward.h"
@@ -78,9 +79,9 @@ std::size_t stat_rows(const TensorView& q) {
 // The backward's and double backward's packing of one kernel's identity for jit/kernel_table.
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
-  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 10).add(c.block_n, 10);
+  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 9).add(c.block_n, 9);
   k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
-  k.add(c.cluster == 2, 1).add(c.tma_loads, 1);
+  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(c.group_splits == 2, 1);
   return k.value();
 }
 
@@ -112,7 +113,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   AttentionBackwardTmaParams tp;
   // The decoupled kernel's forms with tensor maps, when the atomic kernel runs (deterministic
   // mode: no dq_accum).
-  const bool maps = (config.tma_dq || config.tma_loads) && p.dq_accum;
+  const bool maps = (config.tma_dq || config.tma_loads || config.group_splits != 1) && p.dq_accum;
   if (maps) {
     tp.a = p;
     if (config.tma_dq) fill_dq_map(tp, call, config.cluster == 2 ? 32 : 64);
@@ -269,6 +270,12 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
                   " runs in place of " + to_string(chosen));
   }
 
+  // Group splits need a group of even size (else the blocks run unsplit) and the atomic mode.
+  if (config.group_splits != 1 && (!atomic || call.shape.heads_q / call.shape.heads_kv % config.group_splits != 0)) {
+    config.group_splits = 1;
+    kernels = attention_backward_kernels(config, options.deterministic);
+  }
+
   AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);
   p.dq = arg(&dq), p.dk = arg(&dk), p.dv = arg(&dv);
   Workspace ws(options.workspace, options.workspace_bytes, backward_workspace_bytes(q, atomic), call.device, stream, "this call");
@@ -276,6 +283,15 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   p.lse2 = ws.take(rows * 4);
   p.delta = ws.take(rows * 4);
   p.dq_accum = atomic ? ws.take(rows * q.shape[3] * 4) : nullptr;
+  // Group splits: fp32 dK and dV rows, stream-ordered beside the caller's workspace (whose size
+  // attention_backward_workspace_bytes gives from q alone).
+  std::optional<Workspace> dkv_ws;
+  if (config.group_splits != 1) {
+    const std::size_t kv_rows = static_cast<std::size_t>(k.shape[0]) * k.shape[1] * k.shape[2];
+    const std::size_t dkv_bytes = 2 * kv_rows * k.shape[3] * 4;
+    dkv_ws.emplace(nullptr, 0, dkv_bytes, call.device, stream, "group splits");
+    p.dkv_accum = dkv_ws->take(dkv_bytes);
+  }
   launch_backward_kernels(call, config, kernels, p, loads, stream);
 }
 

@@ -209,9 +209,16 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t:l");
   EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t");
   EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t");
-  // Grouped heads with a mask at d = 128: unstaggered, with TMA loads.
+  // Grouped heads with a mask at d = 128: unstaggered, with TMA loads, the group's query heads
+  // split over two blocks when the group is even from 4; not without a mask.
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
+            "wg:bm64:bn128:a1:t:l:g2");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 48, 16, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a1:t:l");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 32, 16, 4096, 4096}, sm90a(), 132)),
+            "wg:bm64:bn128:a1:t:l");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, false}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
+            "wg:bm64:bn128:a2:t:l");
 }
 
 TEST(AttentionBackwardConfig, KeyPairsTextRulesGridAndRender) {
@@ -367,6 +374,47 @@ TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
   EXPECT_NE(det.find("attention_backward_wgmma_kv</*T=*/kgen::half_t, /*D=*/64, /*BM=*/128, /*WGs=*/2,"),
             std::string::npos)
       << det;
+}
+
+// Group splits (":g2"): decoupled kernels only, no key pairs; the atomic mode adds a dK/dV
+// conversion and doubles the key-major grid's y; the general entry with GroupSplit.
+TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
+  for (const char* text : {"wg:bm64:bn128:a2:t:l:g2", "wg:bm64:bn128:a1:g2", "wg:bm128:bn128:a2:l:g2"}) {
+    auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_EQ(c->group_splits, 2);
+    EXPECT_EQ(to_string(*c), text);
+    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->block_m == 128 ? 64 : 128, true}, *c, sm90a())) << text;
+  }
+  for (const char* bad : {"wg:bm64:bn128:g2", "wg:bm64:bn128:a2:g2:l", "wg:bm64:bn128:a2:g2:g2", "wg:bm64:bn128:a2:g1"})
+    EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
+  for (const char* text : {"wg:bm64:bn128:a2:t:x2:g2", "wg:bm64:bn128:a2:g3"}) {
+    auto why = check_attention_backward_config({DType::bf16, 128, true}, *parse_attention_backward_config(text), sm90a());
+    ASSERT_TRUE(why) << text;
+    EXPECT_NE(why->find("g2"), std::string::npos) << *why;
+  }
+  const auto g = *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:g2");
+  using K = BackwardKernel;
+  EXPECT_EQ(attention_backward_kernels(g, false), (std::vector<K>{K::preprocess, K::kv_atomic, K::dq_convert, K::dkv_convert}));
+  EXPECT_EQ(attention_backward_kernels(g, true), (std::vector<K>{K::preprocess, K::kv, K::dq}));
+  const AttentionShape s{2, 64, 8, 4096, 1000};
+  const LaunchGrid kv = attention_backward_grid(g, K::kv_atomic, s, 128);
+  EXPECT_EQ(kv.x, 8u);
+  EXPECT_EQ(kv.y, 16u);
+  EXPECT_EQ(kv.z, 2u);
+  EXPECT_EQ(attention_backward_grid(g, K::kv, s, 128).y, 8u);  // deterministic: unsplit
+  const LaunchGrid conv = attention_backward_grid(g, K::dkv_convert, s, 128);
+  EXPECT_EQ(conv.x, (1000u + attention_bwd::row_block_rows(4, 128) - 1) / attention_bwd::row_block_rows(4, 128));
+  EXPECT_EQ(conv.y, 8u);
+  const KernelSource k = render_attention_backward({DType::bf16, 128, true}, g, K::kv_atomic);
+  EXPECT_NE(k.source.find("attention_backward_wgmma_kv_async_maps</*T=*/kgen::bfloat16_t, /*D=*/128, /*BM=*/64, "
+                          "/*Causal=*/true, /*Stagger=*/true, /*TmaDQ=*/true, /*TmaLoads=*/true, /*Pair=*/false, "
+                          "/*HeadDim=*/128, /*GroupSplit=*/2>"),
+            std::string::npos)
+      << k.source;
+  const KernelSource convert = render_attention_backward({DType::f16, 80, false}, g, K::dkv_convert);
+  EXPECT_EQ(convert.variant, "attention_bwd.fp16.dkv_convert");
+  EXPECT_NE(convert.source.find("attention_backward_dkv_convert</*T=*/kgen::half_t"), std::string::npos) << convert.source;
 }
 
 // Views without tensor maps (a zero stride in q or d_o): the cp.async form of a `:l` config,

@@ -175,34 +175,40 @@ TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
       }
 }
 
-// 128-row query tiles (wg:bm128, the 64-column tile): the same grid at the tile's head dim and
-// padded ones, both masks (the causal diagonal cuts a 128-key block by 128-row tiles), plus the
-// odd key-block shape, with d_o expanded (a zero stride) for the forms without TMA loads (a
-// config named with :l refuses such a view).
-class WideQueryTiles : public ::testing::TestWithParam<const char*> {};
+// Decoupled forms outside the tuner's space, or new in it, on the grid of check_wgmma_config:
+// 128-row query tiles (wg:bm128, the 64-column tile) at the tile's head dim and padded ones;
+// group splits (":g2": each K/V head's query heads over two blocks, dK and dV summed in fp32) on
+// both tiles. Both masks (the causal diagonal cuts a 128-key block by 128-row tiles), plus the
+// odd key-block shape (GQA 4) with d_o expanded (a zero stride) for the forms without TMA loads
+// (a config named with :l refuses such a view), and a group of 3 (group splits run unsplit).
+class DecoupledForms : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(WideQueryTiles, OnSmallAndLargeShapes) {
+TEST_P(DecoupledForms, OnSmallAndLargeShapes) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
   if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
   const char* text = GetParam();
+  const auto config = *parse_attention_backward_config(text);
   std::uint64_t seed = 9128 + std::string(text).size();
-  for (int d : {64, 40, 8})
-      for (bool causal : {false, true}) {
-        const DType dtype = d == 64 ? DType::bf16 : DType::f16;
-        const auto config = *parse_attention_backward_config(text);
-        check_wgmma_config(dtype, d, causal, config, seed);
-        AttentionCase c = make_case(dtype, d, causal, Shape{3, 8, 2, 700, 1337}, Layout::bhnd, seed++);
+  const std::vector<int> dims = config.block_m == 128 ? std::vector<int>{64, 40, 8} : std::vector<int>{128, 80, 64};
+  for (int d : dims)
+    for (bool causal : {false, true}) {
+      const DType dtype = d == 64 || d == 128 ? DType::bf16 : DType::f16;
+      check_wgmma_config(dtype, d, causal, config, seed);
+      for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 6, 2, 300, 257}}) {
+        AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
         c.config = text;
         BackwardBenchOptions o;
         o.expand_d_o = !config.tma_loads;
         expect_pass(c, o, false);
       }
+    }
 }
 
-INSTANTIATE_TEST_SUITE_P(AttentionBackwardGpuWgmma, WideQueryTiles,
+INSTANTIATE_TEST_SUITE_P(AttentionBackwardGpuWgmma, DecoupledForms,
                          ::testing::Values("wg:bm128:bn128:a1:l", "wg:bm128:bn128:a2:l", "wg:bm128:bn128:a1",
-                                           "wg:bm128:bn128:a2"),
+                                           "wg:bm128:bn128:a2", "wg:bm64:bn128:a2:t:l:g2", "wg:bm64:bn128:a1:t:l:g2",
+                                           "wg:bm64:bn128:a2:t:g2", "wg:bm128:bn128:a2:l:g2"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
                            for (char& ch : name)

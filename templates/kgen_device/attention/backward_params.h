@@ -41,6 +41,9 @@ struct AttentionBackwardParams {
   float scale_log2;  // s · log2(e)
   int stats_splits;  // double backward: key ranges the r/c pass splits each query tile into
                      // (its partial sums add into zeroed rows); 0 or 1 = no split
+  float* dkv_accum;  // backward with a K/V head's query heads split over blocks (":g2"): fp32
+                     // rows (b·heads_kv + h)·n_k + j of scale·dK, then as many of dV (zeroed by
+                     // preprocess, converted by dkv_convert); nullptr otherwise
 };
 
 // Parameters of the Hopper backward kernels that use tensor maps (backward_wgmma.cuh: TmaDQ,

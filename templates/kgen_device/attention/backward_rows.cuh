@@ -6,6 +6,8 @@
 //               exp2(s·scale_log2 − lse2) = 0 on a fully masked row); zeroes the row of the
 //               fp32 dQ accumulator when the backward adds dQ with atomics.
 //   dq_convert: dq = scale · dq_accum, rounded to the output type.
+//   dkv_convert (grid over the keys: (ceil(n_k / rows), heads_kv, batch)): dk and dv from the
+//               fp32 rows of dkv_accum (":g2", whose blocks add scale·dK and dV there).
 #pragma once
 
 #include "kgen_device/attention/backward_config.h"
@@ -68,6 +70,32 @@ __device__ __forceinline__ bool rows_aligned4(const AttentionTensorArg& a) {
          a.stride_h % 4 == 0 && a.stride_b % 4 == 0;
 }
 
+// out = scale · acc over d columns, this lane's columns of a row (RowPlace), 4 at a time when the
+// output rows are 4-element aligned (`four`; acc rows are whenever d % 4 == 0).
+template <class T>
+__device__ __forceinline__ void convert_row(const float* acc, T* out, int d, int sub, int lanes, float scale, bool four) {
+  if (d % 4 == 0 && four) {
+    for (int c = 4 * sub; c < d; c += 4 * lanes) {
+      const auto a = *reinterpret_cast<const Four<float>*>(acc + c);
+      Four<T> o;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o.v[e] = from_float<T>(scale * a.v[e]);
+      *reinterpret_cast<Four<T>*>(out + c) = o;
+    }
+  } else {
+    for (int c = sub; c < d; c += lanes) out[c] = from_float<T>(scale * acc[c]);
+  }
+}
+
+// Zeroes this lane's columns of a row of d floats (16-byte aligned when d % 4 == 0).
+__device__ __forceinline__ void zero_row(float* acc, int d, int sub, int lanes) {
+  if (d % 4 == 0) {
+    for (int c = 4 * sub; c < d; c += 4 * lanes) *reinterpret_cast<Four<float>*>(acc + c) = {};
+  } else {
+    for (int c = sub; c < d; c += lanes) acc[c] = 0.f;
+  }
+}
+
 // Sum over the `lanes` lanes of a row (a power of 2, the group aligned in the warp).
 __device__ __forceinline__ float row_sum(float x, int lanes) {
   for (int offset = lanes / 2; offset > 0; offset /= 2) x += shfl_xor32(x, offset);
@@ -107,13 +135,12 @@ __device__ __forceinline__ void attention_backward_preprocess(const AttentionBac
     p.lse2[idx] = l == -infinity_f32() ? infinity_f32() : l * bwd_detail::kLog2e;
     if (p.row_r != nullptr) p.row_r[idx] = p.row_c[idx] = 0.f;  // r/c passes may add splits
   }
-  if (p.dq_accum != nullptr) {
-    float* acc = p.dq_accum + idx * d;  // rows of d floats: 16-byte aligned when d % 4 == 0
-    if (d % 4 == 0) {
-      for (int c = 4 * sub; c < d; c += 4 * lanes) *reinterpret_cast<bwd_detail::Four<float>*>(acc + c) = {};
-    } else {
-      for (int c = sub; c < d; c += lanes) acc[c] = 0.f;
-    }
+  if (p.dq_accum != nullptr) bwd_detail::zero_row(p.dq_accum + idx * d, d, sub, lanes);
+  if (p.dkv_accum != nullptr) {
+    // Its 2·b·heads_kv·n_k rows, strided by the query rows' count over the rows of this grid.
+    const long long q_rows = static_cast<long long>(p.batch) * p.heads_q * p.n_q;
+    const long long kv_rows = 2LL * p.batch * p.heads_kv * p.n_k;
+    for (long long r = idx; r < kv_rows; r += q_rows) bwd_detail::zero_row(p.dkv_accum + r * d, d, sub, lanes);
   }
 }
 
@@ -126,17 +153,23 @@ __device__ __forceinline__ void attention_backward_dq_convert(const AttentionBac
   if (row >= p.n_q) return;
   const float* acc = p.dq_accum + bwd_detail::stat_row(p, batch, head, row) * d;
   T* dq = bwd_detail::head_ptr<T>(p.dq, batch, head) + row * p.dq.stride_n;
-  if (d % 4 == 0 && bwd_detail::rows_aligned4<T>(p.dq)) {
-    for (int c = 4 * sub; c < d; c += 4 * lanes) {
-      const auto a = *reinterpret_cast<const bwd_detail::Four<float>*>(acc + c);
-      bwd_detail::Four<T> out;
-#pragma unroll
-      for (int e = 0; e < 4; ++e) out.v[e] = from_float<T>(p.scale * a.v[e]);
-      *reinterpret_cast<bwd_detail::Four<T>*>(dq + c) = out;
-    }
-  } else {
-    for (int c = sub; c < d; c += lanes) dq[c] = from_float<T>(p.scale * acc[c]);
-  }
+  bwd_detail::convert_row<T>(acc, dq, d, sub, lanes, p.scale, bwd_detail::rows_aligned4<T>(p.dq));
+}
+
+template <class T, int Warps>
+__device__ __forceinline__ void attention_backward_dkv_convert(const AttentionBackwardParams& p) {
+  const int d = p.head_dim;
+  const auto [lanes, sub, row] = bwd_detail::RowPlace<Warps>::of(d);
+  const int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  if (row >= p.n_k) return;
+  const long long kv_row = (static_cast<long long>(batch) * p.heads_kv + kv_head) * p.n_k + row;
+  const long long dv_rows = static_cast<long long>(p.batch) * p.heads_kv * p.n_k;
+  T* dk = bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + row * p.dk.stride_n;
+  T* dv = bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + row * p.dv.stride_n;
+  bwd_detail::convert_row<T>(p.dkv_accum + kv_row * d, dk, d, sub, lanes, 1.f, bwd_detail::rows_aligned4<T>(p.dk));
+  bwd_detail::convert_row<T>(p.dkv_accum + (dv_rows + kv_row) * d, dv, d, sub, lanes, 1.f,
+                             bwd_detail::rows_aligned4<T>(p.dv));
 }
 
 }  // namespace kgen

@@ -288,6 +288,21 @@ __device__ __forceinline__ void store_dkdv(const AttentionBackwardParams& p, int
   store_pair<T, Cols, StoreCols>(p, p.dk, p.dv, batch, kv_head, col0, key0, p.n_k, dk, dv, cols);
 }
 
+// GroupSplit epilogue: adds this warp's 16 key rows (from key0; keys >= n_k skipped; g, t: the
+// lane's place) of scale·dK and dV (accumulators over D columns, the first HeadDim of them
+// added) to the fp32 rows of the K/V head in dkv_accum (dK rows, then as many dV rows), with
+// red_add2.
+template <int D, int HeadDim>
+__device__ __forceinline__ void add_dkdv_rows(const AttentionBackwardParams& p, int batch, int kv_head, int key0,
+                                              float (&dk)[D / 2], const float (&dv)[D / 2], int g, int t) {
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] *= p.scale;
+  const long long dv_rows = static_cast<long long>(p.batch) * p.heads_kv * p.n_k;
+  float* dk_base = p.dkv_accum + (static_cast<long long>(batch) * p.heads_kv + kv_head) * p.n_k * HeadDim;
+  add_dq_rows<D, D, HeadDim>(dk_base, dk, key0, p.n_k, 0, D, g, t);
+  add_dq_rows<D, D, HeadDim>(dk_base + dv_rows * HeadDim, dv, key0, p.n_k, 0, D, g, t);
+}
+
 // MN-major B descriptor of the columns [col, col + N) of a 128-byte-swizzled tile at `tile` with
 // column blocks of BlockBytes (rows = k): the block holding `col`, then 2 bytes per column inside
 // its 128-byte rows (the piece must stay inside the block).
@@ -759,13 +774,14 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 // all rows. Half as many tiles per key block: half the waits, statistics loads and ring steps,
 // and wgmma twice as wide.
 template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, int HeadDim, bool Pair = false,
-          bool TmaLoads = false>
+          bool TmaLoads = false, int GroupSplit = 1>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const AttentionBackwardParams& p,
                                                                        const void* dq_map, const void* q_map = nullptr,
                                                                        const void* do_map = nullptr) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   static_assert(!Pair || TmaDQ, "a key pair adds dQ by TMA");
   static_assert(BM == 64 || !TmaDQ, "128-row query tiles add dQ by red_add2");
+  static_assert(GroupSplit == 1 || (GroupSplit == 2 && !Pair), "a K/V head's query heads split in two, not in key pairs");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WGs = 2;
@@ -786,10 +802,14 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
   const int rank = Pair ? static_cast<int>(cluster::rank()) : 0;
-  const auto [n0, kv_head, batch, n_q, n_k, diag] =
+  const auto [n0, kv_y, batch, n_q, n_k, diag] =
       Pair ? bwd_detail::KeyBlock::of_pair<Causal>(p, BN, rank) : bwd_detail::KeyBlock::of<Causal>(p, BN);
   const float scale_log2 = p.scale_log2;
-  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0 - rank * BN, n_q, n_k, p.head_group);
+  // GroupSplit: grid y = kv_head·GroupSplit + part, and the block walks the query heads
+  // [part·G, +G) of its K/V head's group, G = head_group / GroupSplit (walk.head(kv_y, ·) lands
+  // there); its dK and dV are partial sums, added into dkv_accum.
+  const int kv_head = kv_y / GroupSplit;
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0 - rank * BN, n_q, n_k, p.head_group / GroupSplit);
   const int total = walk.total;
   const Smem sm = Smem::at(dynamic_smem());
 
@@ -821,7 +841,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
   else
     __syncthreads();  // the barriers initialised
   for (int j = 0; j < kStages - 1; ++j)
-    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_head,
+    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_y,
                                                                                batch, j, total, tid);
   cp_async_wait<0>();  // K and V (the one committed group; the tiles arrive on their barriers)
   wgmma::fence_proxy_async();
@@ -872,10 +892,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
     if (it > 0) {
       wgmma::fence_operand(dq);
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
-      bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_head, batch, it - 1,
+      bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_y, batch, it - 1,
                                                                      row0, col0, wg, warp, lane, g, t);
     }
-    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_head,
+    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_y,
                                                                                batch, it + kStages - 1, total, tid);
   }
   if (total > 0) {
@@ -883,13 +903,16 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
     bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, row0, col0);
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
-    bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_head, batch, total - 1,
+    bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_y, batch, total - 1,
                                                                    row0, col0, wg, warp, lane, g, t);
   }
   if (TmaDQ && warp == 0 && lane == 0) tma::store_wait_read();  // the staging boxes read before the block exits
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
-  bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+  if constexpr (GroupSplit > 1)
+    bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
+  else
+    bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
   if constexpr (Pair) cluster::sync();  // the peer's last arrivals and stores into this block done
 #endif
 }
@@ -908,9 +931,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_tma(const Atte
 // The same with any of the map-using forms: TmaDQ (":t"), TmaLoads (":l"), Pair (":x2", with
 // TmaDQ: two key blocks per cluster summing their dQ before the reduce-adds; the entry declares
 // __cluster_dims__(2, 1, 1) and the grid has an even x).
-template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, bool TmaLoads, bool Pair, int HeadDim = D>
+// GroupSplit (":g2"): the query heads of each K/V head's group split over two blocks, which add
+// their dK and dV into dkv_accum (attention_backward_dkv_convert writes them out).
+template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, bool TmaLoads, bool Pair, int HeadDim = D,
+          int GroupSplit = 1>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_maps(const AttentionBackwardTmaParams& tp) {
-  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, TmaDQ, HeadDim, Pair, TmaLoads>(
+  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, TmaDQ, HeadDim, Pair, TmaLoads, GroupSplit>(
       tp.a, &tp.dq_map, &tp.q_map, &tp.do_map);
 }
 
