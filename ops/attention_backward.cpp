@@ -76,14 +76,6 @@ std::size_t stat_rows(const TensorView& q) {
   return static_cast<std::size_t>(q.shape[0]) * q.shape[1] * q.shape[2];
 }
 
-// The backward's and double backward's packing of one kernel's identity for jit/kernel_table.
-std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
-  KeyPacker k;
-  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 9).add(c.block_n, 9);
-  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
-  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(c.group_splits == 2, 1);
-  return k.value();
-}
 
 std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
   const std::size_t rows = stat_rows(q);
@@ -132,6 +124,15 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
 }
 
 }  // namespace
+
+// 64 bits in all: a field added needs another narrowed (tests/runtime/kernel_key_test.cpp).
+std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
+  KeyPacker k;
+  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 9).add(c.block_n, 9);
+  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
+  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(c.group_splits == 2, 1);
+  return k.value();
+}
 
 namespace {
 

@@ -2,6 +2,8 @@
 // kgen::attention_double_backward: validation, config choice, workspace, launches.
 #pragma once
 
+#include <cstdint>
+
 #include "ops/buckets.h"
 #include "generator/attention_backward.h"
 #include "kgen/kgen.hpp"
@@ -36,5 +38,10 @@ AttentionBackwardConfig choose_attention_double_backward_config(const AttentionB
 AttentionBackwardConfig choose_attention_double_backward_config(const AttentionBackwardCall& call,
                                                                 const AttentionBackwardOptions& options,
                                                                 const DecisionContext& context);
+
+// The backward's and double backward's packing of one kernel's identity for jit/kernel_table
+// (`kernel`: a BackwardKernel or DoubleBackwardKernel). Throws Error(internal) if a field does
+// not fit its bits; tests/runtime pack every config kgen can choose or be given.
+std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel);
 
 }  // namespace kgen
