@@ -324,15 +324,17 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // spill-free, and with a mask and grouped heads from d = 120.
       const bool a1 = spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) || (spec.head_dim >= 120 && grouped));
       c.async_wgs = a1 ? 1 : 2;
-      // Grouped heads with a mask from d = 120, groups of an even size from 4: each group's query
-      // heads split over two blocks (H100, bf16, h_q 64, h_kv 8, b = 1, BENCHMARKS.md "Group
-      // splits"): a1:t:l:g2 1.899 / 6.615 / 24.375 ms against a1:t:l's 2.188 / 7.568 / 26.213 at
-      // n = 4k / 8k / 16k. The causal walks of a group's key blocks are long (8 heads × the tiles
-      // from the diagonal on), and the heaviest ones set the kernel's time; split, they are half
-      // as long. Without a mask it is level (2.917 / 11.645 / 45.879 against 2.946 / 11.604 /
-      // 46.167) and is left out.
+      // Grouped heads with a mask, groups of an even size from 4: each group's query heads split
+      // over two blocks (H100, bf16, h_q 64, h_kv 8, b = 1, BENCHMARKS.md "Group splits"): d =
+      // 128 a1:t:l:g2 1.899 / 6.615 / 24.375 ms against a1:t:l's 2.188 / 7.568 / 26.213 at n =
+      // 4k / 8k / 16k; d = 96 a2:t:l:g2 1.629 / 21.948 against a2:t:l's 1.720 / 22.862 at 4k /
+      // 16k. The causal walks of a group's key blocks are long (8 heads × the tiles from the
+      // diagonal on), and the heaviest ones set the kernel's time; split, they are half as long.
+      // Left out: without a mask (level: 2.917 / 11.645 / 45.879 against 2.946 / 11.604 / 46.167
+      // at d = 128), groups of 2 (h_q 32, h_kv 16, d = 128, 4k: 0.977 against 0.795) and the
+      // 64-column tile (d = 64 bm128:a2:l:g2 1.083 / 14.867 against 1.065 / 15.149).
       const int group = shape.heads_q / shape.heads_kv;
-      if (spec.causal && spec.head_dim >= 120 && group >= 4 && group % 2 == 0) c.group_splits = 2;
+      if (spec.causal && group >= 4 && group % 2 == 0) c.group_splits = 2;
     }
     if (small)
       c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false,

@@ -210,7 +210,7 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t");
   EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t");
   // Grouped heads with a mask at d = 128: unstaggered, with TMA loads, the group's query heads
-  // split over two blocks when the group is even from 4; not without a mask.
+  // split over two blocks when the group is even from 4; not without a mask, nor in groups of 2.
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a1:t:l:g2");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 48, 16, 4096, 4096}, sm90a(), 132)),
@@ -219,6 +219,13 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
             "wg:bm64:bn128:a1:t:l");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, false}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a2:t:l");
+  // On the 128-column tile below d = 120 as well; not on the 64-column tile.
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 96, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
+            "wg:bm64:bn128:a2:t:l:g2");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 112, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
+            "wg:bm64:bn128:a1:t:l:g2");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 64, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
+            "wg:bm128:bn128:a2:l");
 }
 
 TEST(AttentionBackwardConfig, KeyPairsTextRulesGridAndRender) {
