@@ -469,11 +469,6 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           if (general)
             for (TemplateArg a : {targ("TmaDQ", c.tma_dq), targ("TmaLoads", c.tma_loads), targ("Pair", c.cluster == 2)})
               shim.args.push_back(std::move(a));
-          if (c.group_splits != 1) {
-            shim.args.push_back(targ("HeadDim", d));
-            shim.args.push_back(targ("GroupSplit", c.group_splits));
-            break;
-          }
         } else {
           k.threads = c.block_n / 64 * 128;
           k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, atomic);
@@ -481,7 +476,12 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           shim.args = {targ_type("T", spec.dtype), targ("D", tile),          targ("BM", c.block_m),
                        targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
         }
-        add_head_dim_args(shim, tile, d);
+        if (atomic && c.async_wgs != 0 && c.group_splits != 1) {  // GroupSplit follows an explicit HeadDim
+          shim.args.push_back(targ("HeadDim", d));
+          shim.args.push_back(targ("GroupSplit", c.group_splits));
+        } else {
+          add_head_dim_args(shim, tile, d);
+        }
         break;
       }
       const int tile = fa2_tile_head_dim(d);

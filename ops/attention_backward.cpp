@@ -76,7 +76,6 @@ std::size_t stat_rows(const TensorView& q) {
   return static_cast<std::size_t>(q.shape[0]) * q.shape[1] * q.shape[2];
 }
 
-
 std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
   const std::size_t rows = stat_rows(q);
   return 2 * Workspace::aligned(rows * 4) + (atomic_dq ? Workspace::aligned(rows * q.shape[3] * 4) : 0);
