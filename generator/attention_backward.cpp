@@ -81,7 +81,8 @@ std::optional<std::string> head_dim_range_error(int head_dim) {
 // Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns.
 int async_smem_bytes(int tile, const AttentionBackwardConfig& c) {
   const bool pair = c.cluster == 2;
-  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, pair, pair && c.tma_loads);
+  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, pair, pair && c.tma_loads,
+                                                  c.warp_specialised);
 }
 
 }  // namespace
@@ -100,6 +101,7 @@ std::string to_string(const AttentionBackwardConfig& c) {
     if (c.async_wgs != 0) s << ":a" << c.async_wgs;
     if (c.tma_dq) s << ":t";
     if (c.tma_loads) s << ":l";
+    if (c.warp_specialised) s << ":w";
     if (c.cluster != 1) s << ":x" << c.cluster;
     if (c.group_splits != 1) s << ":g" << c.group_splits;
   }
@@ -118,7 +120,7 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
          parse_prefixed_int(parts[3], "w", c.warps) &&
          (parts.size() == 4 || (parse_prefixed_int(parts[4], "c", c.splits) && c.splits != 1));
-  } else if (parts.size() >= 3 && parts.size() <= 8 && parts[0] == "wg") {
+  } else if (parts.size() >= 3 && parts.size() <= 9 && parts[0] == "wg") {
     c.path = BackwardPath::wgmma;
     c.max_head_dim = 0;
     ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n);
@@ -126,11 +128,12 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
       if (parse_prefixed_int(parts[3], "c", c.splits))
         ok = c.splits != 1 && parts.size() == 4;
       else {
-        // a<k>, then in this order the flags t, l, x<k> and g<k>, each at most once
+        // a<k>, then in this order the flags t, l, w, x<k> and g<k>, each at most once
         ok = parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0;
         std::size_t i = 4;
         if (i < parts.size() && parts[i] == "t") c.tma_dq = true, ++i;
         if (i < parts.size() && parts[i] == "l") c.tma_loads = true, ++i;
+        if (i < parts.size() && parts[i] == "w") c.warp_specialised = true, ++i;
         if (i < parts.size() && parse_prefixed_int(parts[i], "x", c.cluster) && c.cluster != 1) ++i;
         if (i < parts.size() && parse_prefixed_int(parts[i], "g", c.group_splits) && c.group_splits != 1) ++i;
         ok = ok && i == parts.size();
@@ -212,6 +215,9 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
     if (c.cluster != 1 && (c.cluster != 2 || !c.tma_dq))
       return std::string("wgmma key pairs take clusters of two (x2) and dQ by TMA (t): wg:bm64:bn128:a2:t:x2");
+    if (c.warp_specialised && (!c.tma_dq || !c.tma_loads || c.cluster != 1))
+      return std::string("wgmma warp specialisation (w) takes dQ and loads by TMA (t, l) and no key pairs: "
+                         "wg:bm64:bn128:a2:t:l:w");
     if (c.group_splits != 1 && (c.group_splits != 2 || c.async_wgs == 0 || c.cluster != 1))
       return std::string("wgmma group splits (g2) take two splits, a decoupled kernel (a1, a2) and no key pairs");
     if (c.splits == 2) {
@@ -261,6 +267,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     for (int a : {2, 1})
       for (bool t : {false, true})
         for (bool l : {false, true}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, t, l});
+    for (int a : {2, 1}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, true, true, 1, 1, true});
     for (int a : {2, 1})
       for (bool l : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, l});
   }
@@ -335,10 +342,22 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // 64-column tile (d = 64 bm128:a2:l:g2 1.083 / 14.867 against 1.065 / 15.149).
       const int group = shape.heads_q / shape.heads_kv;
       if (spec.causal && group >= 4 && group % 2 == 0) c.group_splits = 2;
+      // A producer warpgroup for the loads and the dQ reduce-adds (H100, bf16,
+      // BENCHMARKS.md "Warp-specialised Hopper backward", kgen bench, ms, against the defaults
+      // before it at n = 4k / 16k): d = 128 2.713 / 10.787 against a2:t:l's 2.890 / 11.417, with a
+      // mask 1.603 / 5.528 against a2:t's 1.735 / 5.742 (1k 0.669 against 0.697); d = 80 3.815 /
+      // 14.424 against 4.238 / 15.774, d = 96 with a mask 1.994 / 6.919 against 2.157 / 7.523;
+      // GQA 64/8 without a mask 2.611 against 2.943 at 4k. Left out: 1k keys without a mask
+      // (0.939 against 0.933), n ≤ 512 with one (b = 64, h = 16: 0.482 against 0.472 at 256,
+      // level at 512), and grouped heads with a mask below 16k keys, where the group split alone
+      // stays ahead (1.995 against 1.865 at 4k, 7.015 against 6.792 at 8k; at 16k 22.624
+      // against 24.593).
+      const bool split_ahead = c.group_splits == 2 && shape.n_k < 16384;
+      if (shape.n_k >= (spec.causal ? 1024 : 2048) && !split_ahead) c.tma_loads = true, c.warp_specialised = true;
     }
     if (small)
       c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false,
-      c.group_splits = 1;
+      c.group_splits = 1, c.warp_specialised = false;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
@@ -453,6 +472,16 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       if (c.path == BackwardPath::wgmma) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
+        if (c.warp_specialised && atomic) {  // its deterministic mode is the kernel below
+          include = "kgen_device/attention/backward_ws.cuh";
+          k.threads = 384;
+          k.smem_bytes = async_smem_bytes(tile, c);
+          shim.function = "attention_backward_wgmma_kv_ws";
+          shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
+          shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Causal", spec.causal),
+                       targ("Stagger", c.async_wgs == 2), targ("HeadDim", d), targ("GroupSplit", c.group_splits)};
+          break;
+        }
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
           k.threads = 256;
           k.smem_bytes = async_smem_bytes(tile, c);
@@ -535,6 +564,7 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
                                                                     AttentionBackwardConfig c) {
   if (!c.tma_loads) return c;
   c.tma_loads = false;
+  c.warp_specialised = false;
   // Without TMA loads the decoupled kernels keep the cp.async addresses: at d = 105-112 with a
   // mask a1:t spills 12 + 12 bytes and a2:t 12 + 24 (d = 104: a1:t none).
   if (c.async_wgs != 0 && spec.causal && spec.head_dim > 104 && spec.head_dim <= 112)
@@ -546,7 +576,8 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
 }
 
 std::vector<AttentionShape> attention_backward_default_shapes() {
-  return {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}, AttentionShape{1, 64, 8, 4096, 4096}};
+  return {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}, AttentionShape{1, 64, 8, 4096, 4096},
+          AttentionShape{1, 64, 8, 16384, 16384}};
 }
 
 std::vector<KernelSource> attention_backward_all_variants(const Target& target) {

@@ -60,6 +60,9 @@ struct AttentionBackwardConfig {
                          // 1/group_splits of the group's query heads and adding its dK and dV into
                          // fp32 rows that a last kernel converts (":g2"; groups of an odd size
                          // run unsplit)
+  bool warp_specialised = false;  // wgmma async with TMA dQ and loads: a producer warpgroup issues the
+                                  // loads and the dQ reduce-adds, the two warpgroups of keys only
+                                  // compute (backward_ws.cuh; ":w", "wg:bm64:bn128:a2:t:l:w")
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 
@@ -119,7 +122,7 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
                                                                     AttentionBackwardConfig c);
 
 // One shape of each class the default chooser tells apart: key blocks that fill the machine,
-// too few to fill it, and grouped query heads. `kgen warm` builds their defaults at the head
+// too few to fill it, and grouped query heads (below and from 16k keys). `kgen warm` builds their defaults at the head
 // dims outside the config space.
 std::vector<AttentionShape> attention_backward_default_shapes();
 

@@ -108,22 +108,29 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       int wg90 = 0, wg80 = 0;
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
-      // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l; at d = 64 also
-      // bm128:bn128:a1 and a2, each with and without :l.
-      EXPECT_EQ(wg90, d == 64 ? 14 : 10) << d;
+      // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l and :t:l:w; at
+      // d = 64 also bm128:bn128:a1 and a2, each with and without :l.
+      EXPECT_EQ(wg90, d == 64 ? 16 : 12) << d;
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
       // Decoupled warpgroups, staggered: 128-row query tiles on the 64-column tile (Q and dO by
-      // TMA with a mask); dQ by TMA on the 128-column tile, Q and dO by TMA except with a mask.
+      // TMA with a mask); on the 128-column tile a producer warpgroup, dQ and the loads by TMA.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
-                d == 64 ? (causal ? "wg:bm128:bn128:a2:l" : "wg:bm128:bn128:a2")
-                        : (causal ? "wg:bm64:bn128:a2:t" : "wg:bm64:bn128:a2:t:l"));
+                d == 64 ? (causal ? "wg:bm128:bn128:a2:l" : "wg:bm128:bn128:a2") : "wg:bm64:bn128:a2:t:l:w");
+      // Short sequences keep the decoupled kernel on the 128-column tile (TMA loads except with a
+      // mask): up to 512 keys with a mask, up to 1k without.
+      if (d == 128) {
+        EXPECT_EQ(to_string(attention_backward_default_config(spec, {64, 16, 16, 512, 512}, sm90a(), 132)),
+                  causal ? "wg:bm64:bn128:a2:t" : "wg:bm64:bn128:a2:t:l");
+        EXPECT_EQ(to_string(attention_backward_default_config(spec, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
+                  causal ? "wg:bm64:bn128:a2:t:l:w" : "wg:bm64:bn128:a2:t:l");
+      }
       EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
       // Too few key blocks to fill the machine: one warpgroup per block.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
     }
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a2:t:l");
+            "wg:bm64:bn128:a2:t:l:w");
   // d = 32 on sm_90a: the padded wgmma tile (64-key fa2 blocks with a mask in small grids); sm_80 as before.
   const AttentionShape d32_big{4, 64, 64, 4096, 4096};
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm128:bn128:a1:l");
@@ -203,22 +210,25 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(dflt(48, true), "wg:bm128:bn128:a2:l");
   EXPECT_EQ(dflt(64, true), "wg:bm128:bn128:a2:l");
   EXPECT_EQ(dflt(40, false), "wg:bm128:bn128:a1:l");
-  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l");
-  EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l");
-  EXPECT_EQ(dflt(112, true), "wg:bm64:bn128:a1:t:l");
-  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t:l");
-  EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t");
-  EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t");
+  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l:w");
+  EXPECT_EQ(dflt(112, true), "wg:bm64:bn128:a1:t:l:w");
+  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t:l:w");
   // Grouped heads with a mask at d = 128: unstaggered, with TMA loads, the group's query heads
-  // split over two blocks when the group is even from 4; not without a mask, nor in groups of 2.
+  // split over two blocks when the group is even from 4 (with the producer warpgroup from 16k
+  // keys); not without a mask, nor in groups of 2.
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a1:t:l:g2");
+  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 64, 8, 16384, 16384}, sm90a(), 132)),
+            "wg:bm64:bn128:a1:t:l:w:g2");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 48, 16, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a1:t:l");
+            "wg:bm64:bn128:a1:t:l:w");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 32, 16, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a1:t:l");
+            "wg:bm64:bn128:a1:t:l:w");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, false}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a2:t:l");
+            "wg:bm64:bn128:a2:t:l:w");
   // On the 128-column tile below d = 120 as well; not on the 64-column tile.
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 96, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a2:t:l:g2");
@@ -383,6 +393,44 @@ TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
       << det;
 }
 
+// Warp specialisation (":w"): with dQ and the loads by TMA, no key pairs, group splits allowed;
+// 384 threads (a producer warpgroup) and four more mbarriers; the deterministic mode keeps the
+// block-synchronous kernel.
+TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
+  for (const char* text : {"wg:bm64:bn128:a2:t:l:w", "wg:bm64:bn128:a1:t:l:w", "wg:bm64:bn128:a1:t:l:w:g2"}) {
+    auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_TRUE(c->warp_specialised);
+    EXPECT_EQ(to_string(*c), text);
+    for (int d : {128, 80, 64})
+      EXPECT_FALSE(check_attention_backward_config({DType::bf16, d, true}, *c, sm90a())) << text << " " << d;
+    EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, true}, *c, sm80())) << text;
+  }
+  for (const char* bad : {"wg:bm64:bn128:w", "wg:bm64:bn128:a2:w:t:l", "wg:bm64:bn128:a2:t:l:w:w"})
+    EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
+  for (const char* text : {"wg:bm64:bn128:a2:t:w", "wg:bm64:bn128:a2:l:w", "wg:bm64:bn128:a2:t:l:w:x2",
+                           "wg:bm128:bn128:a2:l:w"}) {
+    const auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    auto why = check_attention_backward_config({DType::bf16, 64, false}, *c, sm90a());
+    ASSERT_TRUE(why) << text;
+  }
+  const auto w = *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w");
+  using K = BackwardKernel;
+  const KernelSource k = render_attention_backward({DType::bf16, 96, true}, w, K::kv_atomic);
+  EXPECT_EQ(k.threads, 384);
+  EXPECT_NE(k.source.find("kgen_device/attention/backward_ws.cuh"), std::string::npos);
+  EXPECT_NE(k.source.find("attention_backward_wgmma_kv_ws</*T=*/kgen::bfloat16_t, /*D=*/128, /*Causal=*/true, "
+                          "/*Stagger=*/true, /*HeadDim=*/96, /*GroupSplit=*/1>"),
+            std::string::npos)
+      << k.source;
+  EXPECT_EQ(k.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true) + 4 * 8);
+  EXPECT_LE(k.smem_bytes, sm90a().max_smem_per_block);
+  const KernelSource det = render_attention_backward({DType::bf16, 96, true}, w, K::kv);
+  EXPECT_EQ(det.threads, 256);
+  EXPECT_NE(det.source.find("attention_backward_wgmma_kv</*T=*/kgen::bfloat16_t"), std::string::npos) << det.source;
+}
+
 // Group splits (":g2"): decoupled kernels only, no key pairs; the atomic mode adds a dK/dV
 // conversion and doubles the key-major grid's y; the general entry with GroupSplit.
 TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
@@ -433,9 +481,8 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
     for (bool causal : {false, true}) {
       const AttentionBackwardSpec spec{DType::bf16, d, causal};
       const auto chosen = attention_backward_default_config(spec, big, sm90a(), 132);
-      // Every default here loads by TMA but d = 128 with a mask (BENCHMARKS.md, "Q and dO by TMA")
-      // and d = 64 without one ("128-row query tiles").
-      ASSERT_EQ(chosen.tma_loads, !(d == 128 && causal) && !(d == 64 && !causal))
+      // Every default here loads by TMA but d = 64 without a mask ("128-row query tiles").
+      ASSERT_EQ(chosen.tma_loads, !(d == 64 && !causal))
           << d << " " << causal << " " << to_string(chosen);
       const auto without = attention_backward_config_without_tma_loads(spec, chosen);
       EXPECT_FALSE(without.tma_loads);
@@ -445,6 +492,7 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
       } else {
         auto expected = chosen;
         expected.tma_loads = false;
+        expected.warp_specialised = false;
         EXPECT_EQ(to_string(without), to_string(expected)) << d << " " << causal;
       }
     }

@@ -119,8 +119,9 @@ __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_sme
 // 128-byte swizzled), kStages stages of BM lse2 and BM delta values, then the mbarriers
 // full[kStages], empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs]; with Pair then
 // dq_ready[2 warpgroups] and dq_pulled[2] (pair_tile_dq), with PairLoads peer_empty[kStages]
-// (load_stage_tma).
-template <int D, int BM, int BN, bool TmaDQ = false, bool Pair = false, bool PairLoads = false>
+// (load_stage_tma); with DqWriter (backward_ws.cuh) dq_full[2] and dq_empty[2] in the places of
+// dq_ready and dq_pulled.
+template <int D, int BM, int BN, bool TmaDQ = false, bool Pair = false, bool PairLoads = false, bool DqWriter = false>
 struct AsyncKvSmem {
   static constexpr int kStages = attention_bwd::kWgmmaAsyncStages;
   static constexpr int kDsBufs = attention_bwd::wgmma_kv_async_ds_bufs(D, BM, TmaDQ);
@@ -132,7 +133,8 @@ struct AsyncKvSmem {
   static constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
   static constexpr int kBarrierOffset = kStatsOffset + kStages * 2 * BM * 4;
   static constexpr int kRingBarriers = 2 * (kStages + kDsBufs);
-  static constexpr int kBytes = 1024 + kBarrierOffset + (kRingBarriers + (Pair ? 4 : 0) + (PairLoads ? kStages : 0)) * 8;
+  static constexpr int kBytes =
+      1024 + kBarrierOffset + (kRingBarriers + (Pair || DqWriter ? 4 : 0) + (PairLoads ? kStages : 0)) * 8;
   unsigned base;  // shared-memory address, 1024-byte aligned
   float* stats_base;
   __device__ __forceinline__ static AsyncKvSmem at(unsigned char* raw) {
@@ -159,6 +161,10 @@ struct AsyncKvSmem {
   // boxes of the tile), dq_pulled (the peer's warpgroup has read this block's boxes).
   __device__ __forceinline__ unsigned dq_ready(int wg) const { return barrier(kRingBarriers + wg); }
   __device__ __forceinline__ unsigned dq_pulled(int wg) const { return barrier(kRingBarriers + 2 + wg); }
+  // DqWriter: warpgroup wg's staging boxes written (dq_full) and read by the writer's reduce-adds
+  // (dq_empty).
+  __device__ __forceinline__ unsigned dq_full(int wg) const { return barrier(kRingBarriers + wg); }
+  __device__ __forceinline__ unsigned dq_empty(int wg) const { return barrier(kRingBarriers + 2 + wg); }
   // PairLoads: the peer's stage `stage` is free (its thread 0 arrives once its empty completed).
   __device__ __forceinline__ unsigned peer_empty(int stage) const { return barrier(kRingBarriers + 4 + stage); }
 };

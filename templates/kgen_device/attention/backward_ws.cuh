@@ -1,0 +1,244 @@
+// Warp-specialised Hopper attention backward (sm_90a wgmma, config "wg:bm64:bn128:a1:t:l:w"): the
+// decoupled key-major kernel of backward_wgmma.cuh (attention_backward_wgmma_kv_async_body with
+// TmaDQ and TmaLoads) with its copies moved off the warpgroups that run the tensor cores.
+//
+// 384 threads. Warpgroup 0 is the producer and gives its registers to the consumers (setmaxnreg
+// 24, the consumers 240):
+//   warp 0 loads: per query tile j of the walk, once both consumers released the stage j uses
+//     (empty), lane 0 issues the Q and dO boxes by TMA on full[stage] and every lane the rows'
+//     lse2 and delta by 4-byte cp.async (4 values a lane; rows >= n_q zero-filled), arriving on
+//     full[stage] as they land;
+//   warp 1 adds dQ: per tile and consumer, once the consumer wrote its staging boxes
+//     (dq_full[wg]), lane 0 issues their TMA reduce-adds into dq_accum and, once the previous
+//     consumer's boxes have been read, releases them (dq_empty of that consumer);
+//   warps 2 and 3 exit.
+// Warpgroups 1 and 2 are the consumers: warpgroup 1 + wg owns the keys [n0 + 64·wg, +64) and runs
+// the per-tile steps of the decoupled kernel (Sᵀ and dPᵀ, Pᵀ and dSᵀ in registers, dV and dK
+// issued, dSᵀ into its ring), then, once dV and dK are done, the dQ of the tile before over the
+// columns [wg·D/2, +D/2), which it writes into its staging boxes (after dq_empty[wg]) before
+// arriving on dq_full[wg]. They never wait for a copy they issued, and hold no load addresses.
+// (The decoupled kernel keeps dQ's wgmma in flight under dV and dK's; within 240 registers that
+// overlap spills and serialises the wgmma, so here the other consumer fills the gap.)
+//
+// Shared memory: AsyncKvSmem with TmaDQ and DqWriter (dq_full and dq_empty per consumer).
+// Barrier counts: full 33 (lane 0's expect_tx, then the 32 lanes' cp.async arrivals), empty,
+// ds_full and ds_empty 256 (every consumer thread), dq_full 128 (the consumer's threads), dq_empty
+// 1 (the writer's lane 0). Masking, requirements and padded head dims: as
+// attention_backward_wgmma_kv; GroupSplit as attention_backward_wgmma_kv_async_maps.
+#pragma once
+
+#include "kgen_device/attention/backward_wgmma.cuh"
+
+namespace kgen {
+namespace bwd_detail {
+
+constexpr int kWsThreads = 384;
+constexpr int kWsConsumerThreads = 256;
+constexpr int kWsProducerRegisters = 24;
+constexpr int kWsConsumerRegisters = 240;
+
+// The producer's load warp: the query tiles of `walk` into the ring of `sm`, each stage once both
+// consumers released it.
+template <class QTile, int BM, int D, class Walk, class Smem>
+__device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, const void* q_map, const void* do_map,
+                                              const Walk& walk, const Smem& sm, int kv_y, int batch, int lane) {
+  constexpr int kStages = Smem::kStages;
+  for (int j = 0; j < walk.total; ++j) {
+    const int stage = j % kStages;
+    if (j >= kStages) tma::wait(sm.empty(stage), (j / kStages - 1) & 1);
+    const int head = walk.head(kv_y, j);
+    const int m0 = walk.m0(j);
+    if (lane == 0) {
+      tma::arrive_expect_tx(sm.full(stage), 2 * QTile::kBytes);
+#pragma unroll
+      for (int b = 0; b < D / 64; ++b) {
+        tma::load_4d(sm.q(stage) + b * QTile::kBlockBytes, q_map, 64 * b, m0, head, batch, sm.full(stage));
+        tma::load_4d(sm.d_o(stage) + b * QTile::kBlockBytes, do_map, 64 * b, m0, head, batch, sm.full(stage));
+      }
+    }
+    const long long row_base = stat_row(p, batch, head, 0);
+#pragma unroll
+    for (int i = 0; i < 2 * BM / 32; ++i) {
+      const int idx = lane + 32 * i;  // [0, BM): lse2, [BM, 2·BM): delta
+      const int row = m0 + idx % BM;
+      const float* src = (idx < BM ? p.lse2 : p.delta) + row_base;
+      cp_async_4(smem_u32(sm.stats(stage) + idx), row < p.n_q ? src + row : src, row < p.n_q);
+    }
+    tma::cp_async_arrive(sm.full(stage));
+  }
+  cp_async_wait<0>();
+}
+
+// The producer's dQ warp (lane 0): per query tile and consumer, the consumer's staging boxes
+// (dQ columns [wg·D/2, +D/2)) reduce-added into dq_accum by TMA; each consumer's boxes released
+// once read, one reduce-add group late.
+template <int D, class Walk, class Smem>
+__device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
+                                          const Smem& sm, int kv_y, int batch) {
+  constexpr int kBoxes = D / 64;  // 32-column boxes per consumer
+  for (int j = 0; j < walk.total; ++j) {
+    const int row_base = batch * p.heads_q + walk.head(kv_y, j);
+    const int m0 = walk.m0(j);
+#pragma unroll
+    for (int wg = 0; wg < 2; ++wg) {
+      tma::wait(sm.dq_full(wg), j & 1);
+#pragma unroll
+      for (int b = 0; b < kBoxes; ++b)
+        tma::reduce_add_3d(dq_map, sm.dq_box(wg * kBoxes + b), 32 * (wg * kBoxes + b), m0, row_base);
+      tma::store_commit();
+      if (j > 0 || wg > 0) {
+        tma::store_wait_read<1>();
+        tma::arrive(sm.dq_empty(wg ^ 1));
+      }
+    }
+  }
+  tma::store_wait_read();  // the boxes read before the block exits
+}
+
+}  // namespace bwd_detail
+
+// T: half_t or bfloat16_t. D: 64 or 128. Causal: bottom-right mask. Stagger: the second consumer
+// starts once the first formed its first Pᵀ and dSᵀ (a2). GroupSplit: as
+// attention_backward_wgmma_kv_async_maps.
+template <class T, int D, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1>
+__device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBackwardTmaParams& tp) {
+  static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(GroupSplit == 1 || GroupSplit == 2, "a K/V head's query heads in one or two blocks");
+  constexpr int BM = 64;
+  bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BN = 128;
+  constexpr int kThreads = bwd_detail::kWsConsumerThreads;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, true, false, false, true>;
+  using KVTile = typename Smem::KVTile;
+  using QTile = typename Smem::QTile;
+  using DsTile = typename Smem::DsTile;
+  constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, true, false, false, true),
+                "shared memory layout must match");
+  constexpr int kDqCols = D / 2;
+  const AttentionBackwardParams& p = tp.a;
+
+  const auto [n0, kv_y, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
+  const int kv_head = kv_y / GroupSplit;
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group / GroupSplit);
+  const int total = walk.total;
+  const Smem sm = Smem::at(dynamic_smem());
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      tma::barrier_init(sm.full(i), 33);
+      tma::barrier_init(sm.empty(i), kThreads);
+    }
+    for (int i = 0; i < kDsBufs; ++i) {
+      tma::barrier_init(sm.ds_full(i), kThreads);
+      tma::barrier_init(sm.ds_empty(i), kThreads);
+    }
+    for (int i = 0; i < 2; ++i) {
+      tma::barrier_init(sm.dq_full(i), 128);
+      tma::barrier_init(sm.dq_empty(i), 1);
+    }
+    tma::fence_barrier_init();
+  }
+  if (threadIdx.x >= 128) {  // K and V by the consumers
+    const int ctid = threadIdx.x - 128;
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(
+        sm.k(), bwd_detail::head_ptr<const T>(p.k, batch, kv_head), p.k.stride_n, n0, n_k, ctid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(
+        sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head), p.v.stride_n, n0, n_k, ctid);
+    cp_async_commit();
+  }
+  __syncthreads();  // the barriers initialised
+
+  if (threadIdx.x < 128) {
+    // ---- producer ----
+    tma::release_registers<bwd_detail::kWsProducerRegisters>();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp == 0)
+      bwd_detail::ws_load_tiles<QTile, BM, D>(p, &tp.q_map, &tp.do_map, walk, sm, kv_y, batch, lane);
+    else if (warp == 1 && lane == 0)
+      bwd_detail::ws_add_dq<D>(p, &tp.dq_map, walk, sm, kv_y, batch);
+    return;
+  }
+
+  // ---- consumers ----
+  tma::claim_registers<bwd_detail::kWsConsumerRegisters>();
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
+  cp_async_wait<0>();  // K and V
+  wgmma::fence_proxy_async();
+  named_barrier<1, kThreads>();
+
+  const float scale_log2 = p.scale_log2;
+  const unsigned wg_rows = wg * 64 * 128;
+  const unsigned long long k_a = wgmma::desc_sw128(sm.k() + wg_rows, 16, 1024);
+  const unsigned long long v_a = wgmma::desc_sw128(sm.v() + wg_rows, 16, 1024);
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  const int key0 = n0 + wg * 64 + warp * 16;
+  const int col0 = wg * kDqCols;
+
+  for (int it = 0; it < total; ++it) {
+    // The decoupled kernel's first steps, written out again here: through a shared helper the
+    // decoupled kernel's key-pair forms (:x2) spilled 4 bytes at d = 128 with a mask.
+    const int stage = it % kStages;
+    const int m0 = walk.m0(it);
+    tma::wait(sm.full(stage), (it / kStages) & 1);
+    if (Stagger && it == 0 && wg == 1) tma::barrier_sync(2, kThreads);
+
+    // ---- Sᵀ = K_wg·Qᵀ, dPᵀ = V_wg·dOᵀ; Pᵀ, dSᵀ ----
+    float s[BM / 2], dp[BM / 2];
+    bwd_detail::issue_sdp<T, BM, HeadDim, KVTile::kBlockBytes, QTile::kBlockBytes, false>(
+        s, dp, k_a, v_a, wgmma::desc_sw128(sm.q(stage), 16, 1024), wgmma::desc_sw128(sm.d_o(stage), 16, 1024));
+    wgmma::wait<0>();
+    wgmma::fence_operand(s);
+    wgmma::fence_operand(dp);
+    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+    bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
+    if (Stagger && it == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
+
+    // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
+    bwd_detail::issue_dv_dk<T, D, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
+
+    // ---- dSᵀ(it) into its ring slot ----
+    const int buf = it % kDsBufs;
+    if (it >= kDsBufs) tma::wait(sm.ds_empty(buf), (it / kDsBufs - 1) & 1);
+    bwd_detail::store_ds_rows<T, BM, DsTile>(sm.ds(buf), dp, wg, warp, g, t);
+    tma::arrive(sm.ds_full(buf));
+
+
+    // ---- dV and dK done, the stage released; dQ(it − 1), its slot released, dQ to the writer ----
+    float dq[kDqCols / 2];
+    bwd_detail::end_query_tile(dv, dk);
+    tma::arrive(sm.empty(stage));
+    if (it > 0) {
+      bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, it - 1, 0, col0);
+      wgmma::wait<0>();
+      wgmma::fence_operand(dq);
+      tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
+      if (it > 1) tma::wait(sm.dq_empty(wg), (it - 2) & 1);
+      bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
+      tma::fence_proxy_async();
+      tma::arrive(sm.dq_full(wg));
+    }
+  }
+  if (total > 0) {
+    float dq[kDqCols / 2];
+    bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, 0, col0);
+    wgmma::wait<0>();
+    wgmma::fence_operand(dq);
+    if (total > 1) tma::wait(sm.dq_empty(wg), (total - 2) & 1);
+    bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
+    tma::fence_proxy_async();
+    tma::arrive(sm.dq_full(wg));
+  }
+
+  // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
+  if constexpr (GroupSplit > 1)
+    bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
+  else
+    bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+#endif
+}
+
+}  // namespace kgen
