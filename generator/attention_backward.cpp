@@ -82,7 +82,7 @@ std::optional<std::string> head_dim_range_error(int head_dim) {
 int async_smem_bytes(int tile, const AttentionBackwardConfig& c) {
   const bool pair = c.cluster == 2;
   return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, pair, pair && c.tma_loads,
-                                                  c.warp_specialised);
+                                                  c.warp_specialised && c.tma_dq);
 }
 
 }  // namespace
@@ -215,9 +215,9 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
     if (c.cluster != 1 && (c.cluster != 2 || !c.tma_dq))
       return std::string("wgmma key pairs take clusters of two (x2) and dQ by TMA (t): wg:bm64:bn128:a2:t:x2");
-    if (c.warp_specialised && (!c.tma_dq || !c.tma_loads || c.cluster != 1))
-      return std::string("wgmma warp specialisation (w) takes dQ and loads by TMA (t, l) and no key pairs: "
-                         "wg:bm64:bn128:a2:t:l:w");
+    if (c.warp_specialised && ((!c.tma_dq && c.block_m != 128) || !c.tma_loads || c.cluster != 1))
+      return std::string("wgmma warp specialisation (w) takes loads by TMA (l), dQ by TMA (t) with 64-row tiles, "
+                         "and no key pairs: wg:bm64:bn128:a2:t:l:w or wg:bm128:bn128:a2:l:w");
     if (c.group_splits != 1 && (c.group_splits != 2 || c.async_wgs == 0 || c.cluster != 1))
       return std::string("wgmma group splits (g2) take two splits, a decoupled kernel (a1, a2) and no key pairs");
     if (c.splits == 2) {
@@ -270,6 +270,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     for (int a : {2, 1}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, true, true, 1, 1, true});
     for (int a : {2, 1})
       for (bool l : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, l});
+    for (int a : {2, 1}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, true, 1, 1, true});
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
     keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
@@ -312,6 +313,12 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       c.block_m = 128;
       c.async_wgs = !spec.causal && spec.head_dim <= 48 ? 1 : 2;
       c.tma_loads = spec.causal || spec.head_dim <= 48;
+      // A producer warpgroup for the loads (dQ stays red_add2 from the consumers; H100, bf16,
+      // BENCHMARKS.md "Warp-specialised Hopper backward", kgen bench, ms, n = 4k / 16k): d = 64
+      // a2:l:w 3.408 / 13.184 against a2's 3.629 / 13.627, with a mask 2.019 / 6.840 against
+      // a2:l's 2.149 / 7.208 (a1:l:w 3.532 / 13.345, 2.062 / 7.114). Measured at d = 64 from 4k
+      // keys: taken from d = 49 there.
+      if (spec.head_dim > 48 && shape.n_k >= 4096) c.async_wgs = 2, c.tma_loads = true, c.warp_specialised = true;
     } else {
       // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
       // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups"): d = 128
@@ -478,8 +485,9 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           k.smem_bytes = async_smem_bytes(tile, c);
           shim.function = "attention_backward_wgmma_kv_ws";
           shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
-          shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Causal", spec.causal),
-                       targ("Stagger", c.async_wgs == 2), targ("HeadDim", d), targ("GroupSplit", c.group_splits)};
+          shim.args = {targ_type("T", spec.dtype),       targ("D", tile),  targ("BM", c.block_m),
+                       targ("Causal", spec.causal),       targ("Stagger", c.async_wgs == 2),
+                       targ("HeadDim", d),                targ("GroupSplit", c.group_splits)};
           break;
         }
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below

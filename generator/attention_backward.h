@@ -60,9 +60,10 @@ struct AttentionBackwardConfig {
                          // 1/group_splits of the group's query heads and adding its dK and dV into
                          // fp32 rows that a last kernel converts (":g2"; groups of an odd size
                          // run unsplit)
-  bool warp_specialised = false;  // wgmma async with TMA dQ and loads: a producer warpgroup issues the
-                                  // loads and the dQ reduce-adds, the two warpgroups of keys only
-                                  // compute (backward_ws.cuh; ":w", "wg:bm64:bn128:a2:t:l:w")
+  bool warp_specialised = false;  // wgmma async with TMA loads: a producer warpgroup issues the loads
+                                  // and (64-row tiles, TMA dQ) the dQ reduce-adds, the two warpgroups
+                                  // of keys only compute (backward_ws.cuh; ":w",
+                                  // "wg:bm64:bn128:a2:t:l:w", "wg:bm128:bn128:a2:l:w")
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 

@@ -109,14 +109,19 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
       // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l and :t:l:w; at
-      // d = 64 also bm128:bn128:a1 and a2, each with and without :l.
-      EXPECT_EQ(wg90, d == 64 ? 16 : 12) << d;
+      // d = 64 also bm128:bn128:a1 and a2, each without :l, with :l and with :l:w.
+      EXPECT_EQ(wg90, d == 64 ? 18 : 12) << d;
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
-      // Decoupled warpgroups, staggered: 128-row query tiles on the 64-column tile (Q and dO by
-      // TMA with a mask); on the 128-column tile a producer warpgroup, dQ and the loads by TMA.
+      // Decoupled warpgroups, staggered, with a producer warpgroup and the loads by TMA: 128-row
+      // query tiles on the 64-column tile, dQ by TMA on the 128-column tile. Below 4k keys the
+      // 64-column tile keeps the decoupled kernel (Q and dO by TMA with a mask).
       EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
-                d == 64 ? (causal ? "wg:bm128:bn128:a2:l" : "wg:bm128:bn128:a2") : "wg:bm64:bn128:a2:t:l:w");
+                d == 64 ? "wg:bm128:bn128:a2:l:w" : "wg:bm64:bn128:a2:t:l:w");
+      if (d == 64) {
+        EXPECT_EQ(to_string(attention_backward_default_config(spec, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
+                  causal ? "wg:bm128:bn128:a2:l" : "wg:bm128:bn128:a2");
+      }
       // Short sequences keep the decoupled kernel on the 128-column tile (TMA loads except with a
       // mask): up to 512 keys with a mask, up to 1k without.
       if (d == 128) {
@@ -204,11 +209,11 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   auto dflt = [&](int d, bool causal) {
     return to_string(attention_backward_default_config({DType::bf16, d, causal}, big, sm90a(), 132));
   };
-  EXPECT_EQ(dflt(64, false), "wg:bm128:bn128:a2");
-  EXPECT_EQ(dflt(56, false), "wg:bm128:bn128:a2");
+  EXPECT_EQ(dflt(64, false), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(dflt(56, false), "wg:bm128:bn128:a2:l:w");
   EXPECT_EQ(dflt(48, false), "wg:bm128:bn128:a1:l");
   EXPECT_EQ(dflt(48, true), "wg:bm128:bn128:a2:l");
-  EXPECT_EQ(dflt(64, true), "wg:bm128:bn128:a2:l");
+  EXPECT_EQ(dflt(64, true), "wg:bm128:bn128:a2:l:w");
   EXPECT_EQ(dflt(40, false), "wg:bm128:bn128:a1:l");
   EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l:w");
   EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l:w");
@@ -235,7 +240,7 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 112, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a1:t:l:g2");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 64, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
-            "wg:bm128:bn128:a2:l");
+            "wg:bm128:bn128:a2:l:w");
 }
 
 TEST(AttentionBackwardConfig, KeyPairsTextRulesGridAndRender) {
@@ -393,23 +398,26 @@ TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
       << det;
 }
 
-// Warp specialisation (":w"): with dQ and the loads by TMA, no key pairs, group splits allowed;
-// 384 threads (a producer warpgroup) and four more mbarriers; the deterministic mode keeps the
-// block-synchronous kernel.
+// Warp specialisation (":w"): with the loads by TMA and, in 64-row tiles, dQ by TMA; no key
+// pairs, group splits allowed; 384 threads (a producer warpgroup) and, with TMA dQ, four more
+// mbarriers; the deterministic mode keeps the block-synchronous kernel.
 TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
-  for (const char* text : {"wg:bm64:bn128:a2:t:l:w", "wg:bm64:bn128:a1:t:l:w", "wg:bm64:bn128:a1:t:l:w:g2"}) {
+  for (const char* text : {"wg:bm64:bn128:a2:t:l:w", "wg:bm64:bn128:a1:t:l:w", "wg:bm64:bn128:a1:t:l:w:g2",
+                           "wg:bm128:bn128:a2:l:w", "wg:bm128:bn128:a1:l:w"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
     EXPECT_TRUE(c->warp_specialised);
     EXPECT_EQ(to_string(*c), text);
-    for (int d : {128, 80, 64})
-      EXPECT_FALSE(check_attention_backward_config({DType::bf16, d, true}, *c, sm90a())) << text << " " << d;
-    EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, true}, *c, sm80())) << text;
+    for (int d : {128, 80, 64, 40}) {
+      const bool fits = c->block_m == 64 || d <= 64;  // 128-row tiles: the 64-column tile only
+      EXPECT_EQ(!check_attention_backward_config({DType::bf16, d, true}, *c, sm90a()), fits) << text << " " << d;
+    }
+    EXPECT_TRUE(check_attention_backward_config({DType::bf16, 64, true}, *c, sm80())) << text;
   }
   for (const char* bad : {"wg:bm64:bn128:w", "wg:bm64:bn128:a2:w:t:l", "wg:bm64:bn128:a2:t:l:w:w"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
   for (const char* text : {"wg:bm64:bn128:a2:t:w", "wg:bm64:bn128:a2:l:w", "wg:bm64:bn128:a2:t:l:w:x2",
-                           "wg:bm128:bn128:a2:l:w"}) {
+                           "wg:bm128:bn128:a2:w"}) {
     const auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
     auto why = check_attention_backward_config({DType::bf16, 64, false}, *c, sm90a());
@@ -420,13 +428,21 @@ TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
   const KernelSource k = render_attention_backward({DType::bf16, 96, true}, w, K::kv_atomic);
   EXPECT_EQ(k.threads, 384);
   EXPECT_NE(k.source.find("kgen_device/attention/backward_ws.cuh"), std::string::npos);
-  EXPECT_NE(k.source.find("attention_backward_wgmma_kv_ws</*T=*/kgen::bfloat16_t, /*D=*/128, /*Causal=*/true, "
-                          "/*Stagger=*/true, /*HeadDim=*/96, /*GroupSplit=*/1>"),
+  EXPECT_NE(k.source.find("attention_backward_wgmma_kv_ws</*T=*/kgen::bfloat16_t, /*D=*/128, /*BM=*/64, "
+                          "/*Causal=*/true, /*Stagger=*/true, /*HeadDim=*/96, /*GroupSplit=*/1>"),
             std::string::npos)
       << k.source;
   EXPECT_EQ(k.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true) + 4 * 8);
   EXPECT_LE(k.smem_bytes, sm90a().max_smem_per_block);
-  const KernelSource det = render_attention_backward({DType::bf16, 96, true}, w, K::kv);
+  const auto w128 = *parse_attention_backward_config("wg:bm128:bn128:a2:l:w");
+  const KernelSource k128 = render_attention_backward({DType::bf16, 64, false}, w128, K::kv_atomic);
+  EXPECT_EQ(k128.threads, 384);
+  EXPECT_NE(k128.source.find("attention_backward_wgmma_kv_ws</*T=*/kgen::bfloat16_t, /*D=*/64, /*BM=*/128, "
+                             "/*Causal=*/false, /*Stagger=*/true, /*HeadDim=*/64, /*GroupSplit=*/1>"),
+            std::string::npos)
+      << k128.source;
+  EXPECT_EQ(k128.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(64, 128));  // no dQ writer barriers
+    const KernelSource det = render_attention_backward({DType::bf16, 96, true}, w, K::kv);
   EXPECT_EQ(det.threads, 256);
   EXPECT_NE(det.source.find("attention_backward_wgmma_kv</*T=*/kgen::bfloat16_t"), std::string::npos) << det.source;
 }
@@ -481,8 +497,8 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
     for (bool causal : {false, true}) {
       const AttentionBackwardSpec spec{DType::bf16, d, causal};
       const auto chosen = attention_backward_default_config(spec, big, sm90a(), 132);
-      // Every default here loads by TMA but d = 64 without a mask ("128-row query tiles").
-      ASSERT_EQ(chosen.tma_loads, !(d == 64 && !causal))
+      // Every default here loads by TMA.
+      ASSERT_TRUE(chosen.tma_loads)
           << d << " " << causal << " " << to_string(chosen);
       const auto without = attention_backward_config_without_tma_loads(spec, chosen);
       EXPECT_FALSE(without.tma_loads);

@@ -210,7 +210,7 @@ INSTANTIATE_TEST_SUITE_P(AttentionBackwardGpuWgmma, DecoupledForms,
                                            "wg:bm128:bn128:a2", "wg:bm64:bn128:a2:t:l:g2", "wg:bm64:bn128:a1:t:l:g2",
                                            "wg:bm64:bn128:a2:t:g2", "wg:bm128:bn128:a2:l:g2",
                                            "wg:bm64:bn128:a2:t:l:w", "wg:bm64:bn128:a1:t:l:w",
-                                           "wg:bm64:bn128:a1:t:l:w:g2"),
+                                           "wg:bm64:bn128:a1:t:l:w:g2", "wg:bm128:bn128:a2:l:w"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
                            for (char& ch : name)

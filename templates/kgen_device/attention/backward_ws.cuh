@@ -97,26 +97,30 @@ __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, cons
 
 }  // namespace bwd_detail
 
-// T: half_t or bfloat16_t. D: 64 or 128. Causal: bottom-right mask. Stagger: the second consumer
+// T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile, 64 or (on the 64-column tile)
+// 128. Causal: bottom-right mask. Stagger: the second consumer
 // starts once the first formed its first Pᵀ and dSᵀ (a2). GroupSplit: as
 // attention_backward_wgmma_kv_async_maps.
-template <class T, int D, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1>
+template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1>
 __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBackwardTmaParams& tp) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   static_assert(GroupSplit == 1 || GroupSplit == 2, "a K/V head's query heads in one or two blocks");
-  constexpr int BM = 64;
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 128;
   constexpr int kThreads = bwd_detail::kWsConsumerThreads;
-  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, true, false, false, true>;
+  // 64-row tiles: dQ through the staging boxes and the producer's dQ warp; 128-row tiles (the
+  // 64-column tile, no room for the staging tile): each consumer adds the dQ of its 64 rows
+  // with red_add2, as the decoupled kernel's 128-row form.
+  constexpr bool kTmaDQ = BM == 64;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, kTmaDQ, false, false, kTmaDQ>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
   using DsTile = typename Smem::DsTile;
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
-  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, true, false, false, true),
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, kTmaDQ, false, false, kTmaDQ),
                 "shared memory layout must match");
-  constexpr int kDqCols = D / 2;
+  constexpr int kDqCols = kTmaDQ ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
   const AttentionBackwardParams& p = tp.a;
 
   const auto [n0, kv_y, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
@@ -134,10 +138,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
       tma::barrier_init(sm.ds_full(i), kThreads);
       tma::barrier_init(sm.ds_empty(i), kThreads);
     }
-    for (int i = 0; i < 2; ++i) {
-      tma::barrier_init(sm.dq_full(i), 128);
-      tma::barrier_init(sm.dq_empty(i), 1);
-    }
+    if constexpr (kTmaDQ)
+      for (int i = 0; i < 2; ++i) {
+        tma::barrier_init(sm.dq_full(i), 128);
+        tma::barrier_init(sm.dq_empty(i), 1);
+      }
     tma::fence_barrier_init();
   }
   if (threadIdx.x >= 128) {  // K and V by the consumers
@@ -156,7 +161,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (warp == 0)
       bwd_detail::ws_load_tiles<QTile, BM, D>(p, &tp.q_map, &tp.do_map, walk, sm, kv_y, batch, lane);
-    else if (warp == 1 && lane == 0)
+    else if (kTmaDQ && warp == 1 && lane == 0)
       bwd_detail::ws_add_dq<D>(p, &tp.dq_map, walk, sm, kv_y, batch);
     return;
   }
@@ -176,7 +181,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const int key0 = n0 + wg * 64 + warp * 16;
-  const int col0 = wg * kDqCols;
+  const int col0 = kTmaDQ ? wg * kDqCols : 0;
+  const int row0 = kTmaDQ ? 0 : 64 * wg;
 
   for (int it = 0; it < total; ++it) {
     // The decoupled kernel's first steps, written out again here: through a shared helper the
@@ -212,25 +218,33 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     bwd_detail::end_query_tile(dv, dk);
     tma::arrive(sm.empty(stage));
     if (it > 0) {
-      bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, it - 1, 0, col0);
+      bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, it - 1, row0, col0);
       wgmma::wait<0>();
       wgmma::fence_operand(dq);
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
-      if (it > 1) tma::wait(sm.dq_empty(wg), (it - 2) & 1);
-      bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
-      tma::fence_proxy_async();
-      tma::arrive(sm.dq_full(wg));
+      if constexpr (kTmaDQ) {  // into the staging boxes once the dQ warp read the last ones
+        if (it > 1) tma::wait(sm.dq_empty(wg), (it - 2) & 1);
+        bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
+        tma::fence_proxy_async();
+        tma::arrive(sm.dq_full(wg));
+      } else {
+        bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_y, batch, it - 1, row0, col0, warp, g, t);
+      }
     }
   }
   if (total > 0) {
     float dq[kDqCols / 2];
-    bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, 0, col0);
+    bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, row0, col0);
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
-    if (total > 1) tma::wait(sm.dq_empty(wg), (total - 2) & 1);
-    bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
-    tma::fence_proxy_async();
-    tma::arrive(sm.dq_full(wg));
+    if constexpr (kTmaDQ) {
+      if (total > 1) tma::wait(sm.dq_empty(wg), (total - 2) & 1);
+      bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
+      tma::fence_proxy_async();
+      tma::arrive(sm.dq_full(wg));
+    } else {
+      bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_y, batch, total - 1, row0, col0, warp, g, t);
+    }
   }
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
