@@ -318,7 +318,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // a2:l:w 3.408 / 13.184 against a2's 3.629 / 13.627, with a mask 2.019 / 6.840 against
       // a2:l's 2.149 / 7.208 (a1:l:w 3.532 / 13.345, 2.062 / 7.114). Measured at d = 64 from 4k
       // keys: taken from d = 49 there.
-      if (spec.head_dim > 48 && shape.n_k >= 4096) c.async_wgs = 2, c.tma_loads = true, c.warp_specialised = true;
+      if (spec.head_dim > 48 && shape.n_k >= 4096) c.tma_loads = true, c.warp_specialised = true;
     } else {
       // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
       // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups"): d = 128
@@ -481,7 +481,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         include = "kgen_device/attention/backward_wgmma.cuh";
         if (c.warp_specialised && atomic) {  // its deterministic mode is the kernel below
           include = "kgen_device/attention/backward_ws.cuh";
-          k.threads = 384;
+          k.threads = attention_bwd::kWgmmaWsThreads;
           k.smem_bytes = async_smem_bytes(tile, c);
           shim.function = "attention_backward_wgmma_kv_ws";
           shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;

@@ -32,20 +32,21 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, in
 // tile). The ring holds three dSᵀ tiles, two with TmaDQ at head_dim 128 (the staging tile takes
 // the third's room), and two with 128-row query tiles (three would not fit). With `pair` (a cluster of two key blocks that sum their dQ before the
 // reduce-adds) four more mbarriers follow (dq_ready and dq_pulled per warpgroup), and with
-// `pair_loads` (Q/dO by TMA, multicast to both blocks) one per stage (peer_empty). The
-// warp-specialised kernel (`ws`, backward_ws.cuh) takes pair's four for its dQ writer.
+// `pair_loads` (Q/dO by TMA, multicast to both blocks) one per stage (peer_empty). With
+// `dq_writer` (the warp-specialised kernel's producer warp adding dQ, backward_ws.cuh) four take
+// pair's places (dq_full and dq_empty per warpgroup).
 constexpr int kWgmmaAsyncStages = 3;
 KGEN_HOST_DEVICE constexpr int wgmma_kv_async_ds_bufs(int head_dim, int block_m, bool tma_dq) {
   return (tma_dq && head_dim > 64) || block_m > 64 ? 2 : 3;
 }
 KGEN_HOST_DEVICE constexpr int wgmma_kv_async_smem_bytes(int head_dim, int block_m, bool tma_dq = false,
                                                          bool pair = false, bool pair_loads = false,
-                                                         bool ws = false) {
+                                                         bool dq_writer = false) {
   return 1024 +
          (2 * 128 * head_dim + 2 * kWgmmaAsyncStages * block_m * head_dim +
           wgmma_kv_async_ds_bufs(head_dim, block_m, tma_dq) * 128 * block_m) * 2 +
          (tma_dq ? block_m * head_dim * 4 : 0) + kWgmmaAsyncStages * 2 * block_m * 4 +
-         2 * (kWgmmaAsyncStages + wgmma_kv_async_ds_bufs(head_dim, block_m, tma_dq)) * 8 + (pair || ws ? 4 * 8 : 0) +
+         2 * (kWgmmaAsyncStages + wgmma_kv_async_ds_bufs(head_dim, block_m, tma_dq)) * 8 + (pair || dq_writer ? 4 * 8 : 0) +
          (pair_loads ? kWgmmaAsyncStages * 8 : 0);
 }
 
@@ -54,6 +55,8 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_async_smem_bytes(int head_dim, int block
 // memory: 1024 bytes of alignment, K and V tiles, two stages of Q and dO tiles, the Pᵀ and dSᵀ
 // tiles (both modes: dK and dV read them from shared memory), two stages of lse2 and delta.
 constexpr int kWgmmaColsThreads = 256;  // two warpgroups
+// The warp-specialised key-major kernel (backward_ws.cuh): a producer and two consumer warpgroups.
+constexpr int kWgmmaWsThreads = 384;
 KGEN_HOST_DEVICE constexpr int wgmma_cols_smem_bytes(int head_dim, int block_m) {
   return 1024 + (2 * 64 * head_dim + 4 * block_m * head_dim + 2 * 64 * block_m) * 2 + 4 * block_m * 4;
 }

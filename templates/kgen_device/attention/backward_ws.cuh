@@ -1,6 +1,7 @@
-// Warp-specialised Hopper attention backward (sm_90a wgmma, config "wg:bm64:bn128:a1:t:l:w"): the
-// decoupled key-major kernel of backward_wgmma.cuh (attention_backward_wgmma_kv_async_body with
-// TmaDQ and TmaLoads) with its copies moved off the warpgroups that run the tensor cores.
+// Warp-specialised Hopper attention backward (sm_90a wgmma, configs "wg:bm64:bn128:a1:t:l:w" and
+// "wg:bm128:bn128:a2:l:w"): the decoupled key-major kernel of backward_wgmma.cuh
+// (attention_backward_wgmma_kv_async_body with TmaLoads, and with TmaDQ in 64-row tiles) with its
+// copies moved off the warpgroups that run the tensor cores.
 //
 // 384 threads. Warpgroup 0 is the producer and gives its registers to the consumers (setmaxnreg
 // 24, the consumers 240):
@@ -8,19 +9,21 @@
 //     (empty), lane 0 issues the Q and dO boxes by TMA on full[stage] and every lane the rows'
 //     lse2 and delta by 4-byte cp.async (4 values a lane; rows >= n_q zero-filled), arriving on
 //     full[stage] as they land;
-//   warp 1 adds dQ: per tile and consumer, once the consumer wrote its staging boxes
+//   warp 1 adds dQ (64-row tiles): per tile and consumer, once the consumer wrote its staging boxes
 //     (dq_full[wg]), lane 0 issues their TMA reduce-adds into dq_accum and, once the previous
 //     consumer's boxes have been read, releases them (dq_empty of that consumer);
-//   warps 2 and 3 exit.
+//   the other warps exit.
 // Warpgroups 1 and 2 are the consumers: warpgroup 1 + wg owns the keys [n0 + 64·wg, +64) and runs
 // the per-tile steps of the decoupled kernel (Sᵀ and dPᵀ, Pᵀ and dSᵀ in registers, dV and dK
 // issued, dSᵀ into its ring), then, once dV and dK are done, the dQ of the tile before over the
 // columns [wg·D/2, +D/2), which it writes into its staging boxes (after dq_empty[wg]) before
-// arriving on dq_full[wg]. They never wait for a copy they issued, and hold no load addresses.
+// arriving on dq_full[wg]; with 128-row tiles the dQ of the rows [64·wg, +64) over every column,
+// added with red_add2. They never wait for a copy they issued, and hold no load addresses.
 // (The decoupled kernel keeps dQ's wgmma in flight under dV and dK's; within 240 registers that
 // overlap spills and serialises the wgmma, so here the other consumer fills the gap.)
 //
-// Shared memory: AsyncKvSmem with TmaDQ and DqWriter (dq_full and dq_empty per consumer).
+// Shared memory: AsyncKvSmem, in 64-row tiles with TmaDQ and DqWriter (dq_full and dq_empty per
+// consumer).
 // Barrier counts: full 33 (lane 0's expect_tx, then the 32 lanes' cp.async arrivals), empty,
 // ds_full and ds_empty 256 (every consumer thread), dq_full 128 (the consumer's threads), dq_empty
 // 1 (the writer's lane 0). Masking, requirements and padded head dims: as
@@ -32,8 +35,7 @@
 namespace kgen {
 namespace bwd_detail {
 
-constexpr int kWsThreads = 384;
-constexpr int kWsConsumerThreads = 256;
+constexpr int kWsConsumerThreads = attention_bwd::kWgmmaWsThreads - 128;
 constexpr int kWsProducerRegisters = 24;
 constexpr int kWsConsumerRegisters = 240;
 
