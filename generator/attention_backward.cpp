@@ -218,8 +218,9 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (c.warp_specialised && ((!c.tma_dq && c.block_m != 128) || !c.tma_loads || c.cluster != 1))
       return std::string("wgmma warp specialisation (w) takes loads by TMA (l), dQ by TMA (t) with 64-row tiles, "
                          "and no key pairs: wg:bm64:bn128:a2:t:l:w or wg:bm128:bn128:a2:l:w");
-    if (c.group_splits != 1 && (c.group_splits != 2 || c.async_wgs == 0 || c.cluster != 1))
-      return std::string("wgmma group splits (g2) take two splits, a decoupled kernel (a1, a2) and no key pairs");
+    if (c.group_splits != 1 &&
+        ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0 || c.cluster != 1))
+      return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits, a decoupled kernel (a1, a2) and no key pairs");
     if (c.splits == 2) {
       if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
         return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
@@ -281,6 +282,56 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   return out;
 }
 
+std::vector<AttentionBackwardConfig> attention_backward_config_space(const AttentionBackwardSpec& spec,
+                                                                     const Target& target, int group) {
+  std::vector<AttentionBackwardConfig> out = attention_backward_config_space(spec, target);
+  const std::size_t unsplit = out.size();
+  for (int split : {2, 4, 8}) {
+    if (group % split != 0) continue;
+    for (std::size_t i = 0; i < unsplit; ++i) {
+      if (!out[i].warp_specialised) continue;
+      AttentionBackwardConfig c = out[i];
+      c.group_splits = split;
+      if (!check_attention_backward_config(spec, c, target)) out.push_back(c);
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// Grouped heads on the Hopper key-major kernels (the 64- and 128-column tiles, the atomic mode):
+// into how many blocks (2, 4 or 8) each K/V head's query heads split, or 1. Each block adds its
+// partial dK and dV into fp32 rows. H100, bf16, b = 1, h_q 64, h_kv 8, BENCHMARKS.md "Finer group
+// splits", kgen bench, ms:
+// - with a mask, d = 128 at n = 1k / 2k / 4k / 8k / 16k: a2:t:l:w:g8 0.211 / 0.639 / 1.657 / 5.950
+//   / 22.556 against the defaults before (wg:bm64:bn64 0.382 / 1.191, a1:t:l:g2 1.902 / 6.725,
+//   a1:t:l:w:g2 23.008); :w:g2 0.237 / 0.587 / 2.007 / 7.022 / 22.549, :w:g4 at 4k–16k 1.808 /
+//   6.228 / 22.394. Below d = 120 four blocks: d = 112 :w:g4 1.541 at 4k against :w:g8's 1.630
+//   (8k 5.870 against 5.819), d = 96 1.473 against 1.572 (:w:g2 1.470; level at 8k);
+// - without a mask only while the K/V blocks fill at most half the machine: d = 128 1k :w:g2
+//   0.238 against wg:bm64:bn64's 0.403; at 2k :w 0.718 against :w:g2's 0.750;
+// - the 64-column tile (d = 64), four blocks with the producer warpgroup: with a mask 0.114 /
+//   0.307 / 0.983 / 13.920 at 1k / 2k / 4k / 16k against 0.230 / 0.589 / 1.015 / 14.867 (:w:g8
+//   0.126 / 0.339 / 1.067 / 13.974); without one 0.156 / 0.493 at 1k / 2k against 0.233 / 0.744.
+// Below 1k keys the split stays as measured first (with a mask, the 128-column tile, two
+// blocks); groups of 2 are not split (h_q 32, h_kv 16, d = 128, 4k: a1:t:l:g2 0.977 against
+// 0.795).
+int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& shape, bool tile64, int sm_count) {
+  const int group = shape.heads_q / shape.heads_kv;
+  if (group < 4 || group % 2 != 0) return 1;
+  const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, 128);
+  if (tile64) {
+    if (spec.head_dim <= 48 || group % 4 != 0 || shape.n_k < 1024) return 1;
+    return spec.causal || shape.n_k <= 2048 ? 4 : 1;
+  }
+  if (!spec.causal) return shape.n_k >= 1024 && kv_blocks * 2 <= sm_count ? 2 : 1;
+  if (shape.n_k < 1024) return 2;
+  return spec.head_dim >= 120 && group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : 2;
+}
+
+}  // namespace
+
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
@@ -290,14 +341,25 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
   // 217 TFLOPS at n = 1k / 4k / 16k against 147 / 184 / 198 for fa2:bm64:bn128:w8; causal,
   // fa2:bm64:bn64:w4 ran 124 / 177 / 199 against 109 / 161 / 184 (wg 114–191), and 159 at 4k
   // against 169 for the decoupled wg:bm64:bn128:a2 ("Decoupled warpgroups", 2026-11-24).
-  const bool small = attention_backward_shape_class(shape, sm_count) == 1;
+  const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
+  const bool hopper = spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target);
+  const int group_split = hopper ? hopper_group_split(spec, shape, tile64, sm_count) : 1;
+  // Grouped heads from 1k keys (groups of an even size from 4; of a multiple of 4 above 48
+  // columns on the 64-column tile): each K/V block walks the whole group, so the two-warpgroup
+  // kernels win once their blocks, split or not, fill half the machine (b = 1, h_q 64, h_kv 8,
+  // H100: d = 128 at 1k :w:g2 0.238 ms against wg:bm64:bn64's 0.403, at 2k :w 0.718 against
+  // 1.426; d = 64 at 1k bm128:a2:l:w:g4 0.156 against 0.233).
+  const int group = shape.heads_q / shape.heads_kv;
+  const bool grouped_tiles = hopper && group >= 4 && group % 2 == 0 && shape.n_k >= 1024 &&
+                             (!tile64 || (spec.head_dim > 48 && group % 4 == 0));
+  const bool small = attention_backward_shape_class(shape, sm_count) == 1 &&
+                     !(grouped_tiles && 2LL * shape.batch * shape.heads_kv * blocks(shape.n_k, 128) * group_split >= sm_count);
   const bool wgmma_d32 = spec.head_dim == 32 && (!spec.causal || !small);
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && (spec.head_dim > 32 || wgmma_d32) &&
       has_wgmma(target)) {
     // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
     // Hopper: two warpgroups of 64 keys against query tiles, decoupled (a1, a2); one warpgroup of
     // 64 keys per block against 64-row tiles when the blocks would not fill the machine.
-    const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
     const bool grouped = shape.heads_q != shape.heads_kv;
     AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
     if (tile64) {
@@ -318,7 +380,9 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // a2:l:w 3.408 / 13.184 against a2's 3.629 / 13.627, with a mask 2.019 / 6.840 against
       // a2:l's 2.149 / 7.208 (a1:l:w 3.532 / 13.345, 2.062 / 7.114). Measured at d = 64 from 4k
       // keys: taken from d = 49 there.
-      if (spec.head_dim > 48 && shape.n_k >= 4096) c.tma_loads = true, c.warp_specialised = true;
+      // Split grouped heads (hopper_group_split) take it from 1k keys.
+      if (spec.head_dim > 48 && (shape.n_k >= 4096 || group_split > 1)) c.tma_loads = true, c.warp_specialised = true;
+      if (group_split > 1) c.async_wgs = 2, c.group_splits = group_split;
     } else {
       // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
       // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups"): d = 128
@@ -338,17 +402,13 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // spill-free, and with a mask and grouped heads from d = 120.
       const bool a1 = spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) || (spec.head_dim >= 120 && grouped));
       c.async_wgs = a1 ? 1 : 2;
-      // Grouped heads with a mask, groups of an even size from 4: each group's query heads split
-      // over two blocks (H100, bf16, h_q 64, h_kv 8, b = 1, BENCHMARKS.md "Group splits"): d =
-      // 128 a1:t:l:g2 1.899 / 6.615 / 24.375 ms against a1:t:l's 2.188 / 7.568 / 26.213 at n =
-      // 4k / 8k / 16k; d = 96 a2:t:l:g2 1.629 / 21.948 against a2:t:l's 1.720 / 22.862 at 4k /
-      // 16k. The causal walks of a group's key blocks are long (8 heads × the tiles from the
-      // diagonal on), and the heaviest ones set the kernel's time; split, they are half as long.
-      // Left out: without a mask (level: 2.917 / 11.645 / 45.879 against 2.946 / 11.604 / 46.167
-      // at d = 128), groups of 2 (h_q 32, h_kv 16, d = 128, 4k: 0.977 against 0.795) and the
-      // 64-column tile (d = 64 bm128:a2:l:g2 1.083 / 14.867 against 1.065 / 15.149).
-      const int group = shape.heads_q / shape.heads_kv;
-      if (spec.causal && group >= 4 && group % 2 == 0) c.group_splits = 2;
+      // Grouped heads: each group's query heads split over several blocks (hopper_group_split;
+      // first measured with two, H100, bf16, h_q 64, h_kv 8, b = 1, BENCHMARKS.md "Group splits":
+      // d = 128 a1:t:l:g2 1.899 / 6.615 / 24.375 ms against a1:t:l's 2.188 / 7.568 / 26.213 at n
+      // = 4k / 8k / 16k). The causal walks of a group's key blocks are long (8 heads × the tiles
+      // from the diagonal on), and the heaviest ones set the kernel's time; split, they are
+      // shorter.
+      c.group_splits = group_split;
       // A producer warpgroup for the loads and the dQ reduce-adds (H100, bf16,
       // BENCHMARKS.md "Warp-specialised Hopper backward", kgen bench, ms, against the defaults
       // before it at n = 4k / 16k): d = 128 2.713 / 10.787 against a2:t:l's 2.890 / 11.417, with a
@@ -356,11 +416,13 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // 14.424 against 4.238 / 15.774, d = 96 with a mask 1.994 / 6.919 against 2.157 / 7.523;
       // GQA 64/8 without a mask 2.611 against 2.943 at 4k. Left out: 1k keys without a mask
       // (0.939 against 0.933), n ≤ 512 with one (b = 64, h = 16: 0.482 against 0.472 at 256,
-      // level at 512), and grouped heads with a mask below 16k keys, where the group split alone
-      // stays ahead (1.995 against 1.865 at 4k, 7.015 against 6.792 at 8k; at 16k 22.624
-      // against 24.593).
-      const bool split_ahead = c.group_splits == 2 && shape.n_k < 16384;
-      if (shape.n_k >= (spec.causal ? 1024 : 2048) && !split_ahead) c.tma_loads = true, c.warp_specialised = true;
+      // level at 512).
+      // Grouped heads, split (hopper_group_split): from 1k keys with or without a mask, the
+      // stagger as without grouped heads from d = 120.
+      if (shape.n_k >= (spec.causal || group_split > 1 ? 1024 : 2048)) {
+        c.tma_loads = true, c.warp_specialised = true;
+        if (group_split > 1 && spec.head_dim >= 120) c.async_wgs = 2;
+      }
     }
     if (small)
       c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false,
@@ -584,8 +646,8 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
 }
 
 std::vector<AttentionShape> attention_backward_default_shapes() {
-  return {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}, AttentionShape{1, 64, 8, 4096, 4096},
-          AttentionShape{1, 64, 8, 16384, 16384}};
+  return {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128},  AttentionShape{1, 64, 8, 4096, 4096},
+          AttentionShape{1, 64, 8, 16384, 16384}, AttentionShape{1, 64, 8, 1024, 1024}};
 }
 
 std::vector<KernelSource> attention_backward_all_variants(const Target& target) {

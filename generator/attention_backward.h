@@ -94,6 +94,11 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
                                                            const Target& target);
 std::vector<AttentionBackwardConfig> attention_backward_config_space(const AttentionBackwardSpec& spec,
                                                                      const Target& target);
+// The space for a call whose query heads form groups of `group` (h_q / h_kv) in the atomic mode:
+// the space above, and its forms with a producer warpgroup (":w") split over 2, 4 or 8 blocks per
+// K/V head where the split divides the group (":g2", ":g4", ":g8").
+std::vector<AttentionBackwardConfig> attention_backward_config_space(const AttentionBackwardSpec& spec,
+                                                                     const Target& target, int group);
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count);
@@ -123,8 +128,9 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
                                                                     AttentionBackwardConfig c);
 
 // One shape of each class the default chooser tells apart: key blocks that fill the machine,
-// too few to fill it, and grouped query heads (below and from 16k keys). `kgen warm` builds their defaults at the head
-// dims outside the config space.
+// too few to fill it, and grouped query heads (at 4k and 16k keys, and a small grid of 1k keys
+// that the group splits fill). `kgen warm` builds their defaults at the head dims outside the
+// config space.
 std::vector<AttentionShape> attention_backward_default_shapes();
 
 // Every kernel of every valid config of every spec, for `kgen warm`.

@@ -128,8 +128,8 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 9).add(c.block_n, 9);
-  k.add(c.warps, 6).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
-  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(c.group_splits == 2, 1).add(c.warp_specialised, 1);
+  k.add(c.warps, 5).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
+  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(c.group_splits == 8 ? 3 : c.group_splits / 2, 2).add(c.warp_specialised, 1);
   return k.value();
 }
 

@@ -87,7 +87,9 @@ class GradientTuning final : public AttentionFamilyTuning {
     return canonical(parse_attention_backward_config, text);
   }
   std::vector<std::string> config_space(const Target& target) const override {
-    return texts(dbl_ ? attention_double_backward_config_space(spec_, target) : attention_backward_config_space(spec_, target));
+    if (dbl_) return texts(attention_double_backward_config_space(spec_, target));
+    if (det_) return texts(attention_backward_config_space(spec_, target));  // no group splits there
+    return texts(attention_backward_config_space(spec_, target, c_.heads_q / std::max(c_.heads_kv, 1)));
   }
   std::optional<std::string> check_config(const std::string& text, const Target& target) const override {
     auto c = parse_attention_backward_config(text);

@@ -1,6 +1,10 @@
 // attention_bwd generator rules: the Hopper wgmma key-major kernel next to fa2 and simt.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "generator/attention_backward.h"
 #include "kgen_device/attention/backward_config.h"
 
@@ -221,26 +225,44 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t:l:w");
   EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t:l:w");
   EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t:l:w");
-  // Grouped heads with a mask at d = 128: unstaggered, with TMA loads, the group's query heads
-  // split over two blocks when the group is even from 4 (with the producer warpgroup from 16k
-  // keys); not without a mask, nor in groups of 2.
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a1:t:l:g2");
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 64, 8, 16384, 16384}, sm90a(), 132)),
-            "wg:bm64:bn128:a1:t:l:w:g2");
+  // Grouped heads with a mask at d = 128: with the producer warpgroup (from 1k keys), the
+  // group's query heads split over as many blocks as it has heads (up to 8) when it is even
+  // from 4; below 1k keys unstaggered, with TMA loads, over two blocks; not without a mask, nor
+  // in groups of 2.
+  auto grouped = [&](int d, bool causal, AttentionShape s) {
+    return to_string(attention_backward_default_config({DType::bf16, d, causal}, s, sm90a(), 132));
+  };
+  EXPECT_EQ(grouped(128, true, {1, 64, 8, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:g8");
+  EXPECT_EQ(grouped(128, true, {1, 64, 8, 16384, 16384}), "wg:bm64:bn128:a2:t:l:w:g8");
+  EXPECT_EQ(grouped(128, true, {1, 32, 8, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:g4");
+  EXPECT_EQ(grouped(128, true, {1, 96, 16, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:g2");
+  EXPECT_EQ(grouped(128, true, {1, 128, 8, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:g8");
+  EXPECT_EQ(grouped(128, true, {16, 64, 8, 512, 512}), "wg:bm64:bn128:a1:t:l:g2");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 48, 16, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a1:t:l:w");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 32, 16, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a1:t:l:w");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, false}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a2:t:l:w");
-  // On the 128-column tile below d = 120 as well; not on the 64-column tile.
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 96, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a2:t:l:g2");
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 112, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a1:t:l:g2");
-  EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 64, true}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
-            "wg:bm128:bn128:a2:l:w");
+  // On the 128-column tile below d = 120 as well (d = 104-112 keep a1). On the 64-column tile
+  // over four blocks with the producer warpgroup (from 4k keys), in groups of a multiple of 4.
+  EXPECT_EQ(grouped(96, true, {1, 64, 8, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:g4");
+  EXPECT_EQ(grouped(112, true, {1, 64, 8, 4096, 4096}), "wg:bm64:bn128:a1:t:l:w:g4");
+  EXPECT_EQ(grouped(64, true, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w:g4");
+  EXPECT_EQ(grouped(64, true, {1, 32, 8, 16384, 16384}), "wg:bm128:bn128:a2:l:w:g4");
+  EXPECT_EQ(grouped(64, true, {1, 48, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(grouped(64, false, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(grouped(64, true, {16, 64, 8, 512, 512}), "wg:bm128:bn128:a2:l");
+  EXPECT_EQ(grouped(64, false, {1, 64, 8, 2048, 2048}), "wg:bm128:bn128:a2:l:w:g4");
+  EXPECT_EQ(grouped(64, false, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(grouped(48, true, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l");
+  // Small grids: split, the blocks of a grouped call fill the machine (1k keys, b = 1, 8 K/V
+  // heads: 64 K/V blocks), where they took the one-warpgroup kernel before.
+  EXPECT_EQ(grouped(128, false, {1, 64, 8, 1024, 1024}), "wg:bm64:bn128:a2:t:l:w:g2");
+  EXPECT_EQ(grouped(128, true, {1, 64, 8, 1024, 1024}), "wg:bm64:bn128:a2:t:l:w:g8");
+  EXPECT_EQ(grouped(128, false, {1, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(grouped(64, true, {1, 64, 8, 1024, 1024}), "wg:bm128:bn128:a2:l:w:g4");
+  EXPECT_EQ(grouped(128, false, {1, 16, 16, 1024, 1024}), "wg:bm64:bn64");
 }
 
 TEST(AttentionBackwardConfig, KeyPairsTextRulesGridAndRender) {
@@ -457,13 +479,43 @@ TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
     EXPECT_EQ(to_string(*c), text);
     EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->block_m == 128 ? 64 : 128, true}, *c, sm90a())) << text;
   }
+  for (const char* text : {"wg:bm64:bn128:a2:t:l:w:g4", "wg:bm64:bn128:a1:t:l:g8", "wg:bm128:bn128:a2:l:w:g4"}) {
+    auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_EQ(c->group_splits, text[std::string(text).size() - 1] - '0');
+    EXPECT_EQ(to_string(*c), text);
+    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->block_m == 128 ? 64 : 128, true}, *c, sm90a())) << text;
+  }
   for (const char* bad : {"wg:bm64:bn128:g2", "wg:bm64:bn128:a2:g2:l", "wg:bm64:bn128:a2:g2:g2", "wg:bm64:bn128:a2:g1"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
-  for (const char* text : {"wg:bm64:bn128:a2:t:x2:g2", "wg:bm64:bn128:a2:g3"}) {
+  for (const char* text : {"wg:bm64:bn128:a2:t:x2:g2", "wg:bm64:bn128:a2:g3", "wg:bm64:bn128:a2:g6", "wg:bm64:bn128:a2:g16"}) {
     auto why = check_attention_backward_config({DType::bf16, 128, true}, *parse_attention_backward_config(text), sm90a());
     ASSERT_TRUE(why) << text;
     EXPECT_NE(why->find("g2"), std::string::npos) << *why;
   }
+  // The tuner's space for grouped heads: the space, plus its ":w" forms split where the split
+  // divides the group.
+  auto texts = [](const std::vector<AttentionBackwardConfig>& space) {
+    std::vector<std::string> out;
+    for (const auto& c : space) out.push_back(to_string(c));
+    return out;
+  };
+  const AttentionBackwardSpec s128{DType::bf16, 128, true};
+  const auto base = texts(attention_backward_config_space(s128, sm90a()));
+  const auto g8 = texts(attention_backward_config_space(s128, sm90a(), 8));
+  const auto g4 = texts(attention_backward_config_space(s128, sm90a(), 4));
+  const auto g6 = texts(attention_backward_config_space(s128, sm90a(), 6));
+  const auto count = [](const std::vector<std::string>& v, const char* text) { return std::count(v.begin(), v.end(), text); };
+  EXPECT_EQ(std::vector<std::string>(g8.begin(), g8.begin() + base.size()), base);
+  for (const char* text : {"wg:bm64:bn128:a2:t:l:w:g2", "wg:bm64:bn128:a1:t:l:w:g4", "wg:bm64:bn128:a2:t:l:w:g8"})
+    EXPECT_EQ(count(g8, text), 1) << text;
+  EXPECT_EQ(count(g4, "wg:bm64:bn128:a2:t:l:w:g4"), 1);
+  EXPECT_EQ(count(g4, "wg:bm64:bn128:a2:t:l:w:g8"), 0);
+  EXPECT_EQ(count(g6, "wg:bm64:bn128:a2:t:l:w:g2"), 1);
+  EXPECT_EQ(count(g6, "wg:bm64:bn128:a2:t:l:w:g4"), 0);
+  EXPECT_EQ(count(g8, "wg:bm64:bn128:a2:t:l:g2"), 0);  // only the producer forms
+  EXPECT_EQ(texts(attention_backward_config_space(s128, sm90a(), 1)), base);
+  EXPECT_EQ(count(texts(attention_backward_config_space({DType::bf16, 64, true}, sm90a(), 8)), "wg:bm128:bn128:a2:l:w:g4"), 1);
   const auto g = *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:g2");
   using K = BackwardKernel;
   EXPECT_EQ(attention_backward_kernels(g, false), (std::vector<K>{K::preprocess, K::kv_atomic, K::dq_convert, K::dkv_convert}));

@@ -787,7 +787,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   static_assert(!Pair || TmaDQ, "a key pair adds dQ by TMA");
   static_assert(BM == 64 || !TmaDQ, "128-row query tiles add dQ by red_add2");
-  static_assert(GroupSplit == 1 || (GroupSplit == 2 && !Pair), "a K/V head's query heads split in two, not in key pairs");
+  static_assert(GroupSplit == 1 || ((GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8) && !Pair),
+                "a K/V head's query heads split in 2, 4 or 8, not in key pairs");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WGs = 2;

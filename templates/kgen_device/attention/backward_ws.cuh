@@ -106,7 +106,8 @@ __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, cons
 template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1>
 __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBackwardTmaParams& tp) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
-  static_assert(GroupSplit == 1 || GroupSplit == 2, "a K/V head's query heads in one or two blocks");
+  static_assert(GroupSplit == 1 || GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8,
+                "a K/V head's query heads in 1, 2, 4 or 8 blocks");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 128;
