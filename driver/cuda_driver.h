@@ -33,8 +33,10 @@ namespace kgen {
     "cuOccupancyMaxActiveBlocksPerMultiprocessor")                      \
   X(cuMemAlloc, "cuMemAlloc_v2")                                        \
   X(cuMemFree, "cuMemFree_v2")                                          \
-  X(cuMemAllocAsync, "cuMemAllocAsync")                                 \
   X(cuMemFreeAsync, "cuMemFreeAsync")                                   \
+  X(cuMemPoolCreate, "cuMemPoolCreate")                                 \
+  X(cuMemPoolSetAttribute, "cuMemPoolSetAttribute")                     \
+  X(cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync")                 \
   X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2")                          \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2")                                    \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                    \

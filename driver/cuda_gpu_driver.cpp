@@ -14,6 +14,36 @@ namespace {
 
 CUstream cu_stream(GpuStream s) { return static_cast<CUstream>(s); }
 
+// kgen's stream-ordered pool of the current context's device, created at first use. The
+// driver's default pool gives its free memory back at every synchronisation (a release threshold
+// of 0), so scratch taken from it was mapped again by each call after one: 0.15-0.25 ms of a
+// grouped backward at 1k keys (H100, BENCHMARKS.md "Finer group splits"). This pool keeps what
+// it has reserved, as a caching allocator does, and other users of the default pool see no
+// change.
+CUmemoryPool scratch_pool() {
+  const CudaDriver& cu = cuda_driver();
+  CUdevice dev = 0;
+  cuda_check(cu.cuCtxGetDevice(&dev), "cuCtxGetDevice (stream-ordered scratch)");
+  static std::mutex mutex;
+  static std::vector<CUmemoryPool> pools;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (static_cast<std::size_t>(dev) >= pools.size()) pools.resize(static_cast<std::size_t>(dev) + 1, nullptr);
+  if (!pools[dev]) {
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    CUmemoryPool pool = nullptr;
+    cuda_check(cu.cuMemPoolCreate(&pool, &props), "cuMemPoolCreate (stream-ordered scratch)");
+    cuuint64_t keep = ~cuuint64_t{0};
+    cuda_check(cu.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep),
+               "cuMemPoolSetAttribute (stream-ordered scratch)");
+    pools[dev] = pool;
+  }
+  return pools[dev];
+}
+
 class CudaGpuDriver final : public GpuDriver {
  public:
   std::string version() const override {
@@ -121,7 +151,7 @@ class CudaGpuDriver final : public GpuDriver {
   }
   DevicePtr alloc_async(std::size_t bytes, GpuStream stream, const char* what) const override {
     CUdeviceptr p = 0;
-    cuda_check(cuda_driver().cuMemAllocAsync(&p, bytes, cu_stream(stream)), what);
+    cuda_check(cuda_driver().cuMemAllocFromPoolAsync(&p, bytes, scratch_pool(), cu_stream(stream)), what);
     return p;
   }
   void free_async(DevicePtr p, GpuStream stream) const noexcept override {

@@ -82,7 +82,8 @@ class GpuDriver {
   // Device memory of the current device. free and free_async never throw (destructors use them).
   virtual DevicePtr alloc(std::size_t bytes, const char* what) const = 0;
   virtual void free(DevicePtr p) const noexcept = 0;
-  // Stream-ordered memory of the device's default pool.
+  // Stream-ordered memory of kgen's pool on the current device (CUDA: one that keeps the memory
+  // it reserved, where the default pool returns it at each synchronisation; HIP: the default pool).
   virtual DevicePtr alloc_async(std::size_t bytes, GpuStream stream, const char* what) const = 0;
   virtual void free_async(DevicePtr p, GpuStream stream) const noexcept = 0;
   virtual void copy_to_device(DevicePtr dst, const void* src, std::size_t bytes) const = 0;
