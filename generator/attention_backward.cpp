@@ -317,14 +317,18 @@ namespace {
 // Below 1k keys the split stays as measured first (with a mask, the 128-column tile, two
 // blocks); groups of 2 are not split (h_q 32, h_kv 16, d = 128, 4k: a1:t:l:g2 0.977 against
 // 0.795).
-int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& shape, bool tile64, int sm_count) {
+// Whether the groups split at all: of an even size from 4, of a multiple of 4 above 48 columns
+// on the 64-column tile (nothing measured below).
+bool hopper_group_splittable(const AttentionBackwardSpec& spec, int group, bool tile64) {
+  return group >= 4 && group % 2 == 0 && (!tile64 || (spec.head_dim > 48 && group % 4 == 0));
+}
+
+// kv_blocks: b·h_kv·⌈n_k / 128⌉.
+int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& shape, bool tile64,
+                       long long kv_blocks, int sm_count) {
   const int group = shape.heads_q / shape.heads_kv;
-  if (group < 4 || group % 2 != 0) return 1;
-  const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, 128);
-  if (tile64) {
-    if (spec.head_dim <= 48 || group % 4 != 0 || shape.n_k < 1024) return 1;
-    return spec.causal || shape.n_k <= 2048 ? 4 : 1;
-  }
+  if (!hopper_group_splittable(spec, group, tile64)) return 1;
+  if (tile64) return shape.n_k >= 1024 && (spec.causal || shape.n_k <= 2048) ? 4 : 1;
   if (!spec.causal) return shape.n_k >= 1024 && kv_blocks * 2 <= sm_count ? 2 : 1;
   if (shape.n_k < 1024) return 2;
   return spec.head_dim >= 120 && group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : 2;
@@ -343,20 +347,18 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
   // against 169 for the decoupled wg:bm64:bn128:a2 ("Decoupled warpgroups", 2026-11-24).
   const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
   const bool hopper = spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target);
-  const int group_split = hopper ? hopper_group_split(spec, shape, tile64, sm_count) : 1;
-  // Grouped heads from 1k keys (groups of an even size from 4; of a multiple of 4 above 48
-  // columns on the 64-column tile): each K/V block walks the whole group, so the two-warpgroup
-  // kernels win once their blocks, split or not, fill half the machine (b = 1, h_q 64, h_kv 8,
-  // H100: d = 128 at 1k :w:g2 0.238 ms against wg:bm64:bn64's 0.403, at 2k :w 0.718 against
-  // 1.426; d = 64 at 1k bm128:a2:l:w:g4 0.156 against 0.233).
-  const int group = shape.heads_q / shape.heads_kv;
-  const bool grouped_tiles = hopper && group >= 4 && group % 2 == 0 && shape.n_k >= 1024 &&
-                             (!tile64 || (spec.head_dim > 48 && group % 4 == 0));
+  const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, 128);
+  const int group_split = hopper ? hopper_group_split(spec, shape, tile64, kv_blocks, sm_count) : 1;
+  // Grouped heads from 1k keys (hopper_group_splittable): each K/V block walks the whole group,
+  // so the two-warpgroup kernels win once their blocks, split or not, fill half the machine (b =
+  // 1, h_q 64, h_kv 8, H100: d = 128 at 1k :w:g2 0.238 ms against wg:bm64:bn64's 0.403, at 2k :w
+  // 0.718 against 1.426; d = 64 at 1k bm128:a2:l:w:g4 0.156 against 0.233).
+  const bool grouped_tiles = hopper && shape.n_k >= 1024 &&
+                             hopper_group_splittable(spec, shape.heads_q / shape.heads_kv, tile64);
   const bool small = attention_backward_shape_class(shape, sm_count) == 1 &&
-                     !(grouped_tiles && 2LL * shape.batch * shape.heads_kv * blocks(shape.n_k, 128) * group_split >= sm_count);
+                     !(grouped_tiles && 2 * kv_blocks * group_split >= sm_count);
   const bool wgmma_d32 = spec.head_dim == 32 && (!spec.causal || !small);
-  if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && (spec.head_dim > 32 || wgmma_d32) &&
-      has_wgmma(target)) {
+  if (hopper && (spec.head_dim > 32 || wgmma_d32)) {
     // Other head dims up to 128 run on the 64- or 128-column tile, zero-padded.
     // Hopper: two warpgroups of 64 keys against query tiles, decoupled (a1, a2); one warpgroup of
     // 64 keys per block against 64-row tiles when the blocks would not fill the machine.
@@ -382,7 +384,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // keys: taken from d = 49 there.
       // Split grouped heads (hopper_group_split) take it from 1k keys.
       if (spec.head_dim > 48 && (shape.n_k >= 4096 || group_split > 1)) c.tma_loads = true, c.warp_specialised = true;
-      if (group_split > 1) c.async_wgs = 2, c.group_splits = group_split;
+      c.group_splits = group_split;  // only above 48 columns, where async_wgs is already 2
     } else {
       // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
       // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups"): d = 128

@@ -1,6 +1,7 @@
 #include "ops/attention_backward.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -129,7 +130,7 @@ std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const Attentio
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 9).add(c.block_n, 9);
   k.add(c.warps, 5).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
-  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(c.group_splits == 8 ? 3 : c.group_splits / 2, 2).add(c.warp_specialised, 1);
+  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(std::countr_zero(static_cast<unsigned>(c.group_splits)), 2).add(c.warp_specialised, 1);
   return k.value();
 }
 
@@ -270,7 +271,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
                   " runs in place of " + to_string(chosen));
   }
 
-  // Group splits need a group of even size (else the blocks run unsplit) and the atomic mode.
+  // Group splits need a group the split divides (else the blocks run unsplit) and the atomic mode.
   if (config.group_splits != 1 && (!atomic || call.shape.heads_q / call.shape.heads_kv % config.group_splits != 0)) {
     config.group_splits = 1;
     kernels = attention_backward_kernels(config, options.deterministic);
