@@ -331,7 +331,12 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
   if (tile64) return shape.n_k >= 1024 && (spec.causal || shape.n_k <= 2048) ? 4 : 1;
   if (!spec.causal) return shape.n_k >= 1024 && kv_blocks * 2 <= sm_count ? 2 : 1;
   if (shape.n_k < 1024) return 2;
-  return spec.head_dim >= 120 && group % 8 == 0 ? 8 : group % 4 == 0 ? 4 : 2;
+  // Eight blocks only once the K/V blocks fill about two waves: d = 128, h_q 64 / h_kv 8
+  // (H100, kgen bench, TFLOPS, BENCHMARKS.md "Three consumer warpgroups"): b = 1 at 1k / 2k / 3k
+  // keys (64 / 128 / 192 K/V blocks) g4 233 / 335 / 394 against g8 201 / 265 / 378, at 4k (256)
+  // g8 420 against 380; b = 2 at 2k (256) g8 337 against 253.
+  if (spec.head_dim >= 120 && group % 8 == 0 && 2 * kv_blocks > 3LL * sm_count) return 8;
+  return group % 4 == 0 ? 4 : 2;
 }
 
 }  // namespace

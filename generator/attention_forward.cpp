@@ -199,16 +199,23 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (spec.dtype == DType::f32) return std::string("ws path needs fp16 or bf16 inputs");
     if (!is_wgmma_head_dim(spec.head_dim))
       return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
-    if (c.block_m != 128) return std::string("ws block_m must be 128 (two consumer warpgroups)");
+    if (c.block_m != 128 && c.block_m != 192)
+      return std::string("ws block_m must be 128 or 192 (two or three consumer warpgroups)");
     if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
       return std::string("ws block_n must be 64, 128 or 192");
+    // Three consumers get 160 registers each: S, O and P fit on the 64-column tile up to
+    // 128-key tiles.
+    if (c.block_m == 192 && (wgmma_tile_head_dim(spec.head_dim) != 64 || c.block_n > 128))
+      return "ws block_m=192 (three consumers of 160 registers) needs head_dim <= 64 and block_n <= 128, not head_dim=" +
+             std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n);
     if (c.stages < 2 || c.stages > 4) return std::string("ws stages must be 2, 3 or 4");
     if (c.ping_pong != 0 && c.ping_pong != 1) return std::string("ws pp must be 0 or 1");
     if (c.warps != c.block_m / 16) return std::string("ws warps must be block_m / 16");
     if (ws_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > kWsConsumerRegisters)
       return "ws head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
-    smem = attention_fwd::ws_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_n, c.stages, c.persistent ? 2 : 1);
+    smem = attention_fwd::ws_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_n, c.stages, c.persistent ? 2 : 1,
+                                        c.block_m);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -240,6 +247,10 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
     // Persistent grids (one block per SM over every query tile) on the same tiles.
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
+    // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
+    // persistent.
+    for (int bn : {128, 64})
+      for (bool persistent : {false, true}) keep({ForwardPath::ws, 192, bn, 2, 0, 12, 1, false, persistent});
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
         for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
@@ -259,8 +270,12 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
                                                         const Target& target, int sm_count) {
   if (auto c = mfma_forward_default_config(spec, target)) return *c;  // AMD matrix cores
   // d = 32 joins from 4k keys: 245 / 263 TFLOPS at 4k / 16k with 192-key tiles against 217 / 222
-  // for the fa2 kernel, which keeps shorter rows (204 against 196 at 1k).
-  const bool ws_head_dim = spec.head_dim > 32 || (spec.head_dim == 32 && shape.n_k >= 4096);
+  // for the fa2 kernel, which keeps shorter rows (204 against 196 at 1k); and wherever it takes
+  // three consumers (below): H100, without a mask at 1k 0.586 ms against fa2's 0.672.
+  const bool three_consumers = spec.head_dim >= 32 && wgmma_tile_head_dim(spec.head_dim) == 64 &&
+                               shape.n_q >= 1024 && (!spec.causal || shape.n_k > 2048) &&
+                               attention_forward_shape_class(shape, sm_count) != 2;
+  const bool ws_head_dim = spec.head_dim > 32 || (spec.head_dim == 32 && (shape.n_k >= 4096 || three_consumers));
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && ws_head_dim && has_wgmma(target)) {
     // Hopper: the warp-specialised TMA kernel, two consumer warpgroups of 64 query rows. On an
     // H200 (bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Warp-specialised forward") d = 128 ran
@@ -282,6 +297,19 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     if (spec.causal && tile == 64 && shape.n_k <= 1024) {
       const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
       if (!check_attention_forward_config(spec, w, target)) return w;
+    }
+    // The 64-column tile: three consumers of 64 rows (192 query rows per block) on 128-key
+    // tiles. On an H100 (bf16, b·n = 16k, h·d = 2048, d = 64, BENCHMARKS.md "Three consumer
+    // warpgroups") without a mask 0.325 / 0.561 / 1.071 / 2.023 ms at 1k / 2k / 4k / 8k against
+    // 0.339 / 0.630 / 1.186 / 2.276 for the two-consumer kernels (persistent to 2k, one block per
+    // query tile above); causal 0.639 / 1.171 / 2.179 at 4k / 8k / 16k against 0.653 / 1.251 /
+    // 2.342; d = 32–48 gained 3–16 %. Causal rows up to 2k keep the kernels below (0.365 against
+    // 0.380 at 2k), as do calls of under 1k query rows (not measured with three consumers) and
+    // split-key grids.
+    if (three_consumers) {
+      AttentionForwardConfig c{ForwardPath::ws, 192, 128, 2, 0, 12, 1};
+      c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
+      if (!check_attention_forward_config(spec, c, target)) return c;
     }
     // Up to 128 columns: a persistent grid (one block per SM over every query tile, the next
     // tile's loads under the current one's work; BENCHMARKS.md, "Persistent forward grid").
@@ -379,9 +407,9 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                        targ("Stages", c.stages), targ("Causal", spec.causal)});
     add_head_dim_args(shim, tile, spec.head_dim);
   } else if (c.path == ForwardPath::ws) {
-    k.threads = attention_fwd::ws_threads();
+    k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
-    k.smem_bytes = attention_fwd::ws_smem_bytes(tile, c.block_n, c.stages, c.persistent ? 2 : 1);
+    k.smem_bytes = attention_fwd::ws_smem_bytes(tile, c.block_n, c.stages, c.persistent ? 2 : 1, c.block_m);
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
     shim.params = c.split_keys ? "AttentionForwardSplitParams" : "AttentionForwardTmaParams";
@@ -390,8 +418,12 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                        targ("Causal", spec.causal)});
     shim.args.push_back(targ("HeadDim", spec.head_dim));
     shim.args.push_back(targ("PingPong", c.ping_pong == 1));
-    if (c.split_keys) shim.args.push_back(targ("SplitKeys", true));
-    if (c.persistent) shim.args.insert(shim.args.end(), {targ("SplitKeys", false), targ("Persistent", true)});
+    if (c.split_keys && c.block_m != 192) shim.args.push_back(targ("SplitKeys", true));
+    if (c.block_m == 192)
+      shim.args.insert(shim.args.end(), {targ("SplitKeys", c.split_keys), targ("Persistent", c.persistent),
+                                         targ("Consumers", 3)});
+    else if (c.persistent)
+      shim.args.insert(shim.args.end(), {targ("SplitKeys", false), targ("Persistent", true)});
   } else if (c.path == ForwardPath::mfma) {
     header = render_mfma_forward(spec, c, k, shim);
   } else {

@@ -43,7 +43,8 @@ struct AttentionForwardConfig {
   int max_head_dim = 0;   // simt: head_dim rounded up to 32/64/128/256
   int warps = 0;          // fa2: warps per block, block_m / warps = 16 or 32 rows each; mfma:
                           // waves per block, 32 rows each
-  int ping_pong = 0;      // ws: 1 = the two consumer warpgroups take turns to issue wgmma
+  int ping_pong = 0;      // ws: 1 = the consumer warpgroups (two, or three at block_m = 192) take
+                          // turns to issue wgmma
   bool split_keys = false;  // ws: the key tiles of a query tile are cut over several blocks, whose
                             // partial results a second kernel merges ("...:split")
   bool persistent = false;  // ws: one block per SM walks the query tiles, the next tile's loads

@@ -259,7 +259,10 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   // Small grids: split, the blocks of a grouped call fill the machine (1k keys, b = 1, 8 K/V
   // heads: 64 K/V blocks), where they took the one-warpgroup kernel before.
   EXPECT_EQ(grouped(128, false, {1, 64, 8, 1024, 1024}), "wg:bm64:bn128:a2:t:l:w:g2");
-  EXPECT_EQ(grouped(128, true, {1, 64, 8, 1024, 1024}), "wg:bm64:bn128:a2:t:l:w:g8");
+  // Eight blocks only from about two waves of K/V blocks (256 at b = 1, 4k keys).
+  EXPECT_EQ(grouped(128, true, {1, 64, 8, 1024, 1024}), "wg:bm64:bn128:a2:t:l:w:g4");
+  EXPECT_EQ(grouped(128, true, {1, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w:g4");
+  EXPECT_EQ(grouped(128, true, {2, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w:g8");
   EXPECT_EQ(grouped(128, false, {1, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w");
   EXPECT_EQ(grouped(64, true, {1, 64, 8, 1024, 1024}), "wg:bm128:bn128:a2:l:w:g4");
   EXPECT_EQ(grouped(128, false, {1, 16, 16, 1024, 1024}), "wg:bm64:bn64");

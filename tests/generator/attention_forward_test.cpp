@@ -136,20 +136,27 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
     for (bool causal : {false, true}) {
       auto c = attention_forward_default_config({DType::bf16, d, causal}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
       EXPECT_EQ(c.path, ForwardPath::ws) << d;
-      EXPECT_EQ(to_string(c), d == 64 ? "ws:bm128:bn192:s2:pp1:persist" : "ws:bm128:bn128:s2:pp1:persist");
+      // d = 64: three consumers (192 rows), persistent up to 2k keys (causal: 4k).
+      EXPECT_EQ(to_string(c), d == 64   ? (causal ? "ws:bm192:bn128:s2:pp1:persist" : "ws:bm192:bn128:s2:pp1")
+                              : "ws:bm128:bn128:s2:pp1:persist");
       // Causal rows past 4k keys keep one block per query tile.
       auto long_rows = attention_forward_default_config({DType::bf16, d, causal}, {1, 16, 16, 16384, 16384}, sm90a(), 132);
-      EXPECT_EQ(long_rows.persistent, !causal) << d;
+      EXPECT_EQ(long_rows.persistent, d == 128 && !causal) << d;
+      EXPECT_EQ(long_rows.block_m, d == 64 ? 192 : 128) << d;
     }
-  // Up to 128 columns from d = 40 the grid is persistent (causal: up to 4k keys). d = 64 takes
-  // 128-key tiles below 4k keys; causal, up to 1k keys, the one-warpgroup wgmma kernel (so does
-  // every head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
+            "ws:bm192:bn128:s2:pp1:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 48, true}, {1, 16, 16, 8192, 8192}, sm90a(), 132)),
+            "ws:bm192:bn128:s2:pp1");
+  // Up to 128 columns from d = 40 the grid is persistent (causal: up to 4k keys), and on the
+  // 64-column tile it has three consumers from 1k query rows (causal: above 2k keys). Causal, up
+  // to 1k keys, the one-warpgroup wgmma kernel (every head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
   // 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and registers, and keep
-  // one block per query tile); 32 joins from 4k keys and keeps the fa2 kernel below, as do
-  // smaller head dims; sm_90 without the "a" has no wgmma.
+  // one block per query tile); 32 joins from 4k keys or with three consumers and keeps the fa2
+  // kernel otherwise, as do smaller head dims; sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
-            "ws:bm128:bn128:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   for (int d : {40, 64})
@@ -165,13 +172,16 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {64, 16, 16, 512, 512}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)),
-            "ws:bm128:bn192:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 80, false}, big, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, big, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132)), "ws:bm128:bn192:s2:pp1");
-  EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132).path,
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132)), "ws:bm192:bn128:s2:pp1");
+  // d = 32 below 4k keys: three consumers where they apply, else fa2.
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
+            "ws:bm192:bn128:s2:pp1:persist");
+  EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, true}, {16, 16, 16, 2048, 2048}, sm90a(), 132).path,
             ForwardPath::fa2);
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 24, false}, big, sm90a(), 132).path, ForwardPath::fa2);
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");

@@ -37,14 +37,15 @@ KGEN_HOST_DEVICE constexpr int wgmma_smem_bytes(int head_dim, int wgs, int block
   return 1024 + (64 * wgs * head_dim + stages * 2 * block_n * head_dim) * 2;
 }
 
-// Warp-specialised Hopper kernel (forward_ws.cuh): a producer warpgroup and two consumer
-// warpgroups of 64 query rows (block_m = 128).
-KGEN_HOST_DEVICE constexpr int ws_threads() { return 3 * 128; }
+// Warp-specialised Hopper kernel (forward_ws.cuh): a producer warpgroup and two or three consumer
+// warpgroups of 64 query rows (block_m = 128 or 192).
+KGEN_HOST_DEVICE constexpr int ws_threads(int block_m = 128) { return 128 * (1 + block_m / 64); }
 constexpr int kWsBarrierBytes = 256;  // the mbarriers (8 bytes each: 4 per stage, up to 4 stages, and 4 for Q)
-// Dynamic shared memory: the 1024-byte alignment slack, `q_buffers` Q tiles of 128 rows (two in
-// a persistent grid), `stages` K and V tiles, then the barriers.
-KGEN_HOST_DEVICE constexpr int ws_smem_bytes(int head_dim, int block_n, int stages, int q_buffers = 1) {
-  return 1024 + (q_buffers * 128 * head_dim + stages * 2 * block_n * head_dim) * 2 + kWsBarrierBytes;
+// Dynamic shared memory: the 1024-byte alignment slack, `q_buffers` Q tiles of block_m rows (two
+// in a persistent grid), `stages` K and V tiles, then the barriers.
+KGEN_HOST_DEVICE constexpr int ws_smem_bytes(int head_dim, int block_n, int stages, int q_buffers = 1,
+                                             int block_m = 128) {
+  return 1024 + (q_buffers * block_m * head_dim + stages * 2 * block_n * head_dim) * 2 + kWsBarrierBytes;
 }
 
 // Combine kernel of a split-keys launch (forward_combine.cuh): one warp per query row.

@@ -1,13 +1,15 @@
 // Warp-specialised Hopper attention forward (sm_90a): a producer warpgroup loads Q, K and V with
-// TMA into an mbarrier ring, two consumer warpgroups run the wgmma main loop of forward_wgmma.cuh.
+// TMA into an mbarrier ring, two or three consumer warpgroups run the wgmma main loop of
+// forward_wgmma.cuh.
 //
-// Work split. Grid (ceil(n_q / 128), heads_q, batch), 384 threads: warpgroup 0 is the producer
-// (one thread issues every copy; the warpgroup gives its registers to the consumers with
-// setmaxnreg), warpgroups 1 and 2 are consumers owning query rows [0, 64) and [64, 128) of the
-// tile. Causal grids walk the query tiles from the last (most keys) to the first.
+// Work split. Grid (ceil(n_q / BM), heads_q, batch), BM = 64 · Consumers query rows, 128 · (1 + Consumers)
+// threads: warpgroup 0 is the producer (one thread issues every copy; the warpgroup gives its
+// registers to the consumers with setmaxnreg), warpgroup 1 + c is consumer c, owning query rows
+// [64·c, 64·c + 64) of the tile. Causal grids walk the query tiles from the last (most keys) to
+// the first.
 //
 // Shared memory (dynamic, base rounded up to 1024 bytes for the 128-byte swizzle):
-//   [Q: 128 x D][K_0: BN x D][V_0: BN x D] ... [K_{Stages-1}][V_{Stages-1}][barriers]
+//   [Q: BM x D][K_0: BN x D][V_0: BN x D] ... [K_{Stages-1}][V_{Stages-1}][barriers]
 // each tile a wgmma::Sw128 layout, which is what a TMA copy with the 128-byte swizzle writes for
 // a box of 64 columns (one column block). Barriers (8 bytes each): q_full, then per stage
 // k_full, v_full (one arrival: the producer's expect_tx; the copies complete them) and k_empty,
@@ -16,9 +18,9 @@
 //
 // Consumer main loop (per warpgroup, intra-warpgroup overlap): Q·Kᵀ of tile j+1 and P·V of tile
 // j are issued together; the softmax of tile j+1 runs while P·V is on the tensor cores; O is
-// rescaled after it. With PingPong the two consumers take turns to issue their wgmma (named
-// barriers 1 and 2), so one warpgroup's softmax runs while the other's GEMMs occupy the tensor
-// cores.
+// rescaled after it. With PingPong the consumers take turns to issue their wgmma (named
+// barriers 1 .. Consumers, round robin), so one warpgroup's softmax runs while another's GEMMs
+// occupy the tensor cores.
 //
 // With SplitKeys, a consumer whose rows all lie past n_q only keeps the ring and the turns going.
 //
@@ -59,11 +61,12 @@ namespace kgen {
 
 // T: half_t or bfloat16_t. D: the tile's head dim (64 .. 256). BN: keys per tile. Stages: K/V
 // buffers in the ring. Causal: bottom-right mask. HeadDim: the tensors' head dim, a multiple of
-// 8 in (D − 64, D]. PingPong: the two consumers alternate their wgmma issue. SplitKeys: one key
+// 8 in (D − 64, D]. PingPong: the consumers take turns to issue their wgmma. SplitKeys: one key
 // range per block, partial results to the workspace (Params = AttentionForwardSplitParams).
-// Persistent: the grid's blocks walk the query tiles (not with SplitKeys).
+// Persistent: the grid's blocks walk the query tiles (not with SplitKeys). Consumers: 2 or 3
+// warpgroups of 64 query rows (three only where 160 registers hold a consumer: the 64-column tile).
 template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
-          bool Persistent = false, class Params>
+          bool Persistent = false, int Consumers = 2, class Params>
 __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the warp-specialised kernel takes half_t or bfloat16_t");
@@ -72,15 +75,16 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(BN % 64 == 0 && BN <= 192, "BN must be 64, 128 or 192");
   static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
   static_assert(!(Persistent && SplitKeys), "a persistent grid does not split keys");
+  static_assert(Consumers == 2 || Consumers == 3, "two or three consumer warpgroups");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kConsumers = 2;
+  constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
   constexpr int kConsumerWarps = 4 * kConsumers;
   constexpr int kQBuffers = Persistent ? 2 : 1;
   using QTile = wgmma::Sw128<BM, D>;
   using KVTile = wgmma::Sw128<BN, D>;
   static_assert(1024 + kQBuffers * QTile::kBytes + Stages * 2 * KVTile::kBytes + attention_fwd::kWsBarrierBytes ==
-                    attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers),
+                    attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers, BM),
                 "shared memory layout must match ws_smem_bytes");
   constexpr int kSRegs = BN / 2;
   constexpr int kORegs = D / 2;
@@ -208,23 +212,28 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   }
 
   // ---- consumers ----
-  tma::claim_registers<240>();
+  // 24 + 2·240 or 24 + 3·160 registers per thread index: within the 64K register file.
+  tma::claim_registers<kConsumers == 2 ? 240 : 160>();
   const int cw = wg - 1;  // consumer index: query rows [64·cw, 64·cw + 64) of the tile
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
   const float scale_log2 = p.scale_log2;
 
-  // Ping-pong: consumer c waits at barrier 1 + c before issuing wgmma and lets the other one go
-  // after. Consumer 1 opens the first turn for consumer 0; the turns then alternate through every
-  // tile of the block. Consumer 1's last hand-over has no issue to wait for it: consumer 0 takes
-  // it at the end, so every arrival is matched by a wait.
+  // Ping-pong: consumer c waits at barrier 1 + c before issuing wgmma and lets the next one
+  // (c + 1 modulo the consumers) go after. The last consumer opens the first turn for consumer
+  // 0; the turns then go round through every tile of the block. The last consumer's last
+  // hand-over has no issue to wait for it: consumer 0 takes it at the end, so every arrival is
+  // matched by a wait.
   auto begin_issue = [&] {
     if constexpr (PingPong) tma::barrier_sync(1 + cw, 2 * 128);
   };
   auto end_issue = [&] {
-    if constexpr (PingPong) tma::barrier_arrive(2 - cw, 2 * 128);
+    if constexpr (PingPong) {
+      if constexpr (kConsumers == 2) tma::barrier_arrive(2 - cw, 2 * 128);
+      else tma::barrier_arrive(cw == kConsumers - 1 ? 1 : 2 + cw, 2 * 128);
+    }
   };
   if constexpr (PingPong)
-    if (cw == 1) tma::barrier_arrive(1, 2 * 128);
+    if (cw == kConsumers - 1) tma::barrier_arrive(1, 2 * 128);
   // A stage is released once every warp of both consumers has passed its wgmma wait.
   auto release = [&](unsigned bar) {
     __syncwarp();
@@ -241,11 +250,13 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
     const int wg_row0 = m0 + cw * 64;
     const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
 
-    if (SplitKeys && wg_row0 >= n_q) {
-      // ---- a split-keys consumer whose 64 rows all lie past n_q (decode calls of up to 64 rows):
-      // it computes and stores nothing, but takes its ping-pong turns and releases each stage once
-      // it was filled, so the ring's phases stay those of the other consumer. (Kernels without
-      // SplitKeys keep their code as measured: their idle rows are computed and never stored.) ----
+    if ((SplitKeys || kConsumers == 3) && wg_row0 >= n_q) {
+      // ---- a consumer whose 64 rows all lie past n_q (decode calls of up to 64 rows with
+      // SplitKeys, the last query tile with three consumers): it computes and stores nothing, but
+      // takes its ping-pong turns and releases each stage once it was filled, so the ring's phases
+      // stay those of the other consumers; in a persistent grid it gives its Q rows back at once.
+      // (Two-consumer kernels without SplitKeys keep their code as measured: their idle rows are
+      // computed and never stored.) ----
       for (int tile = 0; tile < num_tiles; ++tile) {
         const int stage = (ring + tile) % Stages;
         begin_issue();
@@ -260,6 +271,12 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
         end_issue();
       }
       ring += num_tiles;
+      if constexpr (Persistent) {
+        // After this tile's Q has arrived: an arrival can then never count toward the buffer's
+        // earlier use, even where the tiles have no keys and no turns hold this consumer back.
+        tma::wait(q_full(buf), (local / kQBuffers) & 1);
+        if (tid % 128 == 0) tma::arrive(q_empty(buf));
+      }
       continue;
     }
 
@@ -364,7 +381,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
     wgmma_fwd_detail::stage_output<T, QTile>(smem_q(buf), o, row_sum, row_max, cw * 64 + warp * 16 + g, t, m0, n_q,
                                             scale_log2, lse_ptr);
     tma::fence_proxy_async();
-    tma::barrier_sync(3 + cw, 128);
+    tma::barrier_sync(1 + kConsumers + cw, 128);
     if (tid % 128 == 0) {
 #pragma unroll
       for (int b = 0; b < D / 64; ++b)
@@ -374,7 +391,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
       if constexpr (Persistent) tma::arrive(q_empty(buf));
     }
   }
-  // Consumer 1's last hand-over (see the turns above).
+  // The last consumer's last hand-over (see the turns above).
   if constexpr (PingPong)
     if (cw == 0) tma::barrier_sync(1, 2 * 128);
 #endif
