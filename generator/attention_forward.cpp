@@ -201,8 +201,8 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
       return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
     if (c.block_m != 128 && c.block_m != 192)
       return std::string("ws block_m must be 128 or 192 (two or three consumer warpgroups)");
-    if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
-      return std::string("ws block_n must be 64, 128 or 192");
+    if (c.block_n != 64 && c.block_n != 128 && c.block_n != 176 && c.block_n != 192)
+      return std::string("ws block_n must be 64, 128, 176 or 192");
     // Three consumers get 160 registers each: S, O and P fit on the 64-column tile up to
     // 128-key tiles.
     if (c.block_m == 192 && (wgmma_tile_head_dim(spec.head_dim) != 64 || c.block_n > 128))
@@ -247,6 +247,11 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
     // Persistent grids (one block per SM over every query tile) on the same tiles.
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
+    // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages and one Q
+    // buffer fit shared memory, so not persistent): H100, d = 128 without a mask 1.574 ms at 8k
+    // against 1.616 for the persistent 128-key default, 0.245 against 0.227 at 1k (BENCHMARKS.md
+    // "176-key tiles").
+    if (wgmma_tile_head_dim(spec.head_dim) == 128) keep({ForwardPath::ws, 128, 176, 2, 0, 8, 1});
     // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
     // persistent.
     for (int bn : {128, 64})

@@ -215,6 +215,32 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   pp2.ping_pong = 2;
   EXPECT_NE(why(pp2, spec, sm90a()).find("pp"), std::string::npos);
   EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2"));
+  // 176-key tiles: in the space on the 128-column tile, not persistent (two Q buffers and two
+  // 176-key stages pass 227 KiB); the three-consumer form needs the 64-column tile and at most
+  // 128 keys.
+  auto bn176 = ws;
+  bn176.block_n = 176;
+  EXPECT_EQ(why(bn176, spec, sm90a()), "valid");
+  EXPECT_NE(render_attention_forward(spec, bn176).source.find("/*BN=*/176"), std::string::npos);
+  auto bn176_persist = bn176;
+  bn176_persist.persistent = true;
+  EXPECT_NE(why(bn176_persist, spec, sm90a()).find("shared memory"), std::string::npos);
+  const auto space = attention_forward_config_space(spec, sm90a());
+  EXPECT_NE(std::ranges::find(space, bn176), space.end());
+  const auto space64 = attention_forward_config_space({DType::bf16, 64, false}, sm90a());
+  EXPECT_EQ(std::ranges::find(space64, AttentionForwardConfig{ForwardPath::ws, 128, 176, 2, 0, 8, 1}), space64.end());
+  auto bn160 = ws;
+  bn160.block_n = 160;
+  EXPECT_NE(why(bn160, spec, sm90a()).find("block_n"), std::string::npos);
+  const AttentionForwardConfig three{ForwardPath::ws, 192, 128, 2, 0, 12, 1};
+  EXPECT_EQ(why(three, {DType::bf16, 64, true}, sm90a()), "valid");
+  EXPECT_EQ(parse_attention_forward_config("ws:bm192:bn128:s2:pp1"), three);
+  EXPECT_EQ(render_attention_forward({DType::bf16, 64, true}, three).threads, 512);
+  EXPECT_NE(render_attention_forward({DType::bf16, 64, true}, three).source.find("/*Consumers=*/3"), std::string::npos);
+  EXPECT_NE(why(three, spec, sm90a()).find("block_m=192"), std::string::npos);
+  auto three_bn192 = three;
+  three_bn192.block_n = 192;
+  EXPECT_NE(why(three_bn192, {DType::bf16, 64, false}, sm90a()).find("block_n <= 128"), std::string::npos);
 }
 
 TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
