@@ -110,68 +110,43 @@ __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned
 template <int N>
 struct Mma;
 
-#define KGEN_WG_ACC_32 \
-  "{" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15" \
-  "}"
-#define KGEN_WG_OUT_32(d) \
-  KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8)
+// The accumulator operands %0 .. %(N/2 − 1) of an m64nNk16 shape, in groups of eight.
+#define KGEN_WG_R8_0 "%0,%1,%2,%3,%4,%5,%6,%7"
+#define KGEN_WG_R8_1 "%8,%9,%10,%11,%12,%13,%14,%15"
+#define KGEN_WG_R8_2 "%16,%17,%18,%19,%20,%21,%22,%23"
+#define KGEN_WG_R8_3 "%24,%25,%26,%27,%28,%29,%30,%31"
+#define KGEN_WG_R8_4 "%32,%33,%34,%35,%36,%37,%38,%39"
+#define KGEN_WG_R8_5 "%40,%41,%42,%43,%44,%45,%46,%47"
+#define KGEN_WG_R8_6 "%48,%49,%50,%51,%52,%53,%54,%55"
+#define KGEN_WG_R8_7 "%56,%57,%58,%59,%60,%61,%62,%63"
+#define KGEN_WG_R8_8 "%64,%65,%66,%67,%68,%69,%70,%71"
+#define KGEN_WG_R8_9 "%72,%73,%74,%75,%76,%77,%78,%79"
+#define KGEN_WG_R8_10 "%80,%81,%82,%83,%84,%85,%86,%87"
+#define KGEN_WG_R8_11 "%88,%89,%90,%91,%92,%93,%94,%95"
+#define KGEN_WG_R8_12 "%96,%97,%98,%99,%100,%101,%102,%103"
+#define KGEN_WG_R8_13 "%104,%105,%106,%107,%108,%109,%110,%111"
+#define KGEN_WG_R8_14 "%112,%113,%114,%115,%116,%117,%118,%119"
+#define KGEN_WG_R8_15 "%120,%121,%122,%123,%124,%125,%126,%127"
 
-#define KGEN_WG_ACC_64 \
-  "{" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31" \
-  "}"
-#define KGEN_WG_OUT_64(d) \
-  KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24)
-
-#define KGEN_WG_ACC_128 \
-  "{" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63" \
-  "}"
-#define KGEN_WG_OUT_128(d) \
-  KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24), KGEN_WG_ACC8(d, 32), KGEN_WG_ACC8(d, 40), KGEN_WG_ACC8(d, 48), KGEN_WG_ACC8(d, 56)
-
-#define KGEN_WG_ACC_176 \
-  "{" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
-  "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
-  "%80,%81,%82,%83,%84,%85,%86,%87" \
-  "}"
-#define KGEN_WG_OUT_176(d) \
-  KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24), KGEN_WG_ACC8(d, 32), KGEN_WG_ACC8(d, 40), KGEN_WG_ACC8(d, 48), KGEN_WG_ACC8(d, 56), KGEN_WG_ACC8(d, 64), KGEN_WG_ACC8(d, 72), KGEN_WG_ACC8(d, 80)
-
-#define KGEN_WG_ACC_192 \
-  "{" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
-  "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
-  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95" \
-  "}"
-#define KGEN_WG_OUT_192(d) \
-  KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24), KGEN_WG_ACC8(d, 32), KGEN_WG_ACC8(d, 40), KGEN_WG_ACC8(d, 48), KGEN_WG_ACC8(d, 56), KGEN_WG_ACC8(d, 64), KGEN_WG_ACC8(d, 72), KGEN_WG_ACC8(d, 80), KGEN_WG_ACC8(d, 88)
-
-#define KGEN_WG_ACC_256 \
-  "{" \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15," \
-  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31," \
-  "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47," \
-  "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63," \
-  "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79," \
-  "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95," \
-  "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111," \
-  "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127" \
-  "}"
-#define KGEN_WG_OUT_256(d) \
-  KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24), KGEN_WG_ACC8(d, 32), KGEN_WG_ACC8(d, 40), KGEN_WG_ACC8(d, 48), KGEN_WG_ACC8(d, 56), KGEN_WG_ACC8(d, 64), KGEN_WG_ACC8(d, 72), KGEN_WG_ACC8(d, 80), KGEN_WG_ACC8(d, 88), KGEN_WG_ACC8(d, 96), KGEN_WG_ACC8(d, 104), KGEN_WG_ACC8(d, 112), KGEN_WG_ACC8(d, 120)
+// KGEN_WG_REGS_N: those operands for N columns; KGEN_WG_OUT_N(d): the matching "+f" outputs.
+#define KGEN_WG_REGS_32 KGEN_WG_R8_0 "," KGEN_WG_R8_1
+#define KGEN_WG_ACC_32 "{" KGEN_WG_REGS_32 "}"
+#define KGEN_WG_OUT_32(d) KGEN_WG_ACC8(d, 0), KGEN_WG_ACC8(d, 8)
+#define KGEN_WG_REGS_64 KGEN_WG_REGS_32 "," KGEN_WG_R8_2 "," KGEN_WG_R8_3
+#define KGEN_WG_ACC_64 "{" KGEN_WG_REGS_64 "}"
+#define KGEN_WG_OUT_64(d) KGEN_WG_OUT_32(d), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24)
+#define KGEN_WG_REGS_128 KGEN_WG_REGS_64 "," KGEN_WG_R8_4 "," KGEN_WG_R8_5 "," KGEN_WG_R8_6 "," KGEN_WG_R8_7
+#define KGEN_WG_ACC_128 "{" KGEN_WG_REGS_128 "}"
+#define KGEN_WG_OUT_128(d) KGEN_WG_OUT_64(d), KGEN_WG_ACC8(d, 32), KGEN_WG_ACC8(d, 40), KGEN_WG_ACC8(d, 48), KGEN_WG_ACC8(d, 56)
+#define KGEN_WG_REGS_176 KGEN_WG_REGS_128 "," KGEN_WG_R8_8 "," KGEN_WG_R8_9 "," KGEN_WG_R8_10
+#define KGEN_WG_ACC_176 "{" KGEN_WG_REGS_176 "}"
+#define KGEN_WG_OUT_176(d) KGEN_WG_OUT_128(d), KGEN_WG_ACC8(d, 64), KGEN_WG_ACC8(d, 72), KGEN_WG_ACC8(d, 80)
+#define KGEN_WG_REGS_192 KGEN_WG_REGS_176 "," KGEN_WG_R8_11
+#define KGEN_WG_ACC_192 "{" KGEN_WG_REGS_192 "}"
+#define KGEN_WG_OUT_192(d) KGEN_WG_OUT_176(d), KGEN_WG_ACC8(d, 88)
+#define KGEN_WG_REGS_256 KGEN_WG_REGS_192 "," KGEN_WG_R8_12 "," KGEN_WG_R8_13 "," KGEN_WG_R8_14 "," KGEN_WG_R8_15
+#define KGEN_WG_ACC_256 "{" KGEN_WG_REGS_256 "}"
+#define KGEN_WG_OUT_256(d) KGEN_WG_OUT_192(d), KGEN_WG_ACC8(d, 96), KGEN_WG_ACC8(d, 104), KGEN_WG_ACC8(d, 112), KGEN_WG_ACC8(d, 120)
 
 #define KGEN_WG_SS(N, TY, A, B, P, TA, TB)                                                     \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
