@@ -2,10 +2,10 @@
 // TMA into an mbarrier ring, two or three consumer warpgroups run the wgmma main loop of
 // forward_wgmma.cuh.
 //
-// Work split. Grid (ceil(n_q / BM), heads_q, batch), BM = 64 · Consumers query rows, 128 · (1 + Consumers)
-// threads: warpgroup 0 is the producer (one thread issues every copy; the warpgroup gives its
-// registers to the consumers with setmaxnreg), warpgroup 1 + c is consumer c, owning query rows
-// [64·c, 64·c + 64) of the tile. Causal grids walk the query tiles from the last (most keys) to
+// Work split. Grid (ceil(n_q / BM), heads_q, batch) with BM = 64 · Consumers query rows, and
+// 128 · (1 + Consumers) threads: warpgroup 0 is the producer (one thread issues every copy; the
+// warpgroup gives its registers to the consumers with setmaxnreg), warpgroup 1 + c is consumer
+// c, owning query rows [64·c, 64·c + 64) of the tile. Causal grids walk the query tiles from the last (most keys) to
 // the first.
 //
 // Shared memory (dynamic, base rounded up to 1024 bytes for the 128-byte swizzle):
@@ -234,7 +234,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   };
   if constexpr (PingPong)
     if (cw == kConsumers - 1) tma::barrier_arrive(1, 2 * 128);
-  // A stage is released once every warp of both consumers has passed its wgmma wait.
+  // A stage is released once every warp of every consumer has passed its wgmma wait.
   auto release = [&](unsigned bar) {
     __syncwarp();
     if (lane == 0) tma::arrive(bar);
@@ -254,7 +254,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
       // ---- a consumer whose 64 rows all lie past n_q (decode calls of up to 64 rows with
       // SplitKeys, the last query tile with three consumers): it computes and stores nothing, but
       // takes its ping-pong turns and releases each stage once it was filled, so the ring's phases
-      // stay those of the other consumers; in a persistent grid it gives its Q rows back at once.
+      // stay those of the other consumers; in a persistent grid it gives its Q rows back as soon
+      // as that Q has arrived.
       // (Two-consumer kernels without SplitKeys keep their code as measured: their idle rows are
       // computed and never stored.) ----
       for (int tile = 0; tile < num_tiles; ++tile) {
