@@ -1,6 +1,7 @@
 #include "check/attention_backward_harness.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdio>
 #include <optional>
@@ -245,16 +246,26 @@ std::vector<std::vector<std::uint8_t>> download_outputs(GradientSet& in) {
 // compare(), except for an exactly-zero reference: rel_l2 has no scale there and compare()
 // takes the absolute ‖out‖ instead, which fp32 rounding noise exceeds over many elements where
 // the exact gradient vanishes by cancellation (e.g. every output of a one-key softmax but dŌ).
-// Such an output passes when every element is finite and within atol of 0.
+// Such an output passes when every element is finite and within atol·√m of 0, m being the
+// number of terms each element sums (rounding errors of m cancelling terms add up like a random
+// walk): n_k for the query side's rows, n_q · (h_q / h_kv) for the key side's. On an H200 the
+// fp32 double backward's K̄ at n_k = 1, n_q = 63, GQA 8 (m = 504) reached 1.55e-5 against
+// atol = 1e-5; the bound is 2.2e-4 there, and any output of the wrong size still fails.
 Comparison compare_gradient(std::span<const double> out, std::span<const double> ref, const Tolerance& tol,
-                            std::size_t row_length) {
+                            std::size_t row_length, long long summed_terms) {
   Comparison c = compare(out, ref, tol, row_length);
-  if (c.failed == Comparison::Failure::rel_l2 && c.ref_norm == 0 && c.outside_tolerance == 0) {
+  if (c.failed == Comparison::Failure::rel_l2 && c.ref_norm == 0 &&
+      c.max_abs <= tol.atol * std::sqrt(double(std::max(summed_terms, 1LL)))) {
     c.pass = true;
     c.failed = Comparison::Failure::none;
     c.why.clear();
   }
   return c;
+}
+
+// The number of terms an element of `side`'s gradient rows sums (see compare_gradient).
+long long summed_terms(const AttentionCase& c, Side side) {
+  return side == Side::q ? c.n_k : 1LL * c.n_q * (c.heads_q / c.heads_kv);
 }
 
 // The (b, h, i) of row `r` of the values gather() collects for `side` over `groups`.
@@ -275,7 +286,7 @@ HarnessCheck compare_gradients(const AttentionCase& c, bool dbl, const Got& got,
   check.reference = ref.description;
   const std::vector<OutputSpec> specs = outputs_of(dbl);
   for (std::size_t a = 0; a < specs.size(); ++a)
-    check.add(specs[a].name, compare_gradient(got(a), ref.values[a], tol, c.head_dim),
+    check.add(specs[a].name, compare_gradient(got(a), ref.values[a], tol, c.head_dim, summed_terms(c, specs[a].side)),
               [&](std::size_t r) { return gathered_row_name(c, specs[a].side, ref.groups, r); });
   check.finish();
   return check;

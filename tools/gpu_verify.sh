@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Batches on the lent GPU machine over an installed tree in dist/. Steps (default: all, in order):
 #   warm      kgen warm for sm_90a, every operator
-#   cpp       both C++ GPU test suites
+#   cpp       both C++ GPU test suites, split over the GPUs and cores (tools/gpu_tests.sh)
 #   python    the Python tests
 #   check     kgen check --op X for every operator (--quick where it applies)
 #   bench     the standard forward and backward sweep of kgen bench, side by side with a second
@@ -28,10 +28,8 @@ clocks() { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --
     dist/bin/kgen warm --arch sm_90a --jobs 16 --quiet 2>&1 | tail -3
   fi
   if want cpp; then
-    step "C++ GPU tests: forward, lrpe, references"
-    KGEN_LOG_LEVEL=warn timeout 300 dist/bin/kgen_gpu_tests --gtest_brief=1 2>&1 | tail -20
-    step "C++ GPU tests: backward, double backward"
-    KGEN_LOG_LEVEL=warn timeout 300 dist/bin/kgen_bwd_gpu_tests --gtest_brief=1 2>&1 | tail -20
+    step "C++ GPU tests, split over the GPUs and cores (tools/gpu_tests.sh)"
+    tools/gpu_tests.sh "$out/cpp" 2>&1 | tail -40
   fi
   if want python; then
     step "Python tests"

@@ -9,15 +9,10 @@
 #include "check/attention_backward_harness.h"
 #include "driver/device.h"
 #include "driver/gpu_driver.h"
+#include "tests/gpu/require_gpu.h"
 
 namespace kgen {
 namespace {
-
-#define KGEN_REQUIRE_GPU()                          \
-  do {                                              \
-    std::string why;                                \
-    if (!gpu_driver().available(&why)) GTEST_SKIP() << why; \
-  } while (0)
 
 std::string describe(const AttentionCase& c, const BackwardBenchOptions& o, bool dbl, const HarnessCheck& r) {
   return std::string(dbl ? "double backward " : "backward ") + to_string(c) + " " + to_string(o, dbl) + "\n" +
@@ -138,12 +133,14 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
   const Target& target = device_info(0).target;
   std::uint64_t seed = 31337;
   int tested = 0;
+  GpuTestSplit split;
   for (DType dtype : {DType::bf16, DType::f16})
     for (int d : {64, 128, 80, 40, 256, 192, 160, 136})  // 80, 40, 160, 136: tiles padded past the head dim
       for (bool causal : {false, true})
         for (const auto& config : attention_backward_config_space({dtype, d, causal}, target)) {
           if (config.path != BackwardPath::wgmma) continue;
           ++tested;
+          if (!split.next()) continue;
           check_wgmma_config(dtype, d, causal, config, seed);
         }
   if (target.arch == "sm_90a") {
@@ -250,12 +247,14 @@ TEST(AttentionBackwardGpuWgmma, EveryDoubleBackwardWgmmaConfigOnSmallAndLargeSha
   const Target& target = device_info(0).target;
   std::uint64_t seed = 4242;
   int tested = 0;
+  GpuTestSplit split;
   for (DType dtype : {DType::bf16, DType::f16})
     for (int d : {64, 128, 80, 40, 256, 200, 160})  // 80, 40, 200, 160: tiles padded past the head dim
       for (bool causal : {false, true})
         for (const auto& config : attention_double_backward_config_space({dtype, d, causal}, target)) {
           if (config.path != BackwardPath::wgmma) continue;
           ++tested;
+          if (!split.next()) continue;
           int i = 0;
           auto check_one = [&](const Shape& s, Layout layout, bool deterministic) {
             AttentionCase c = make_case(dtype, d, causal, s, layout, seed++);

@@ -69,12 +69,15 @@ TEST(AttentionForwardGpuConfigs, EveryConfigInTheSpaceIsCorrect) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
   std::uint64_t seed = 7;
+  GpuTestSplit split;
   for (DType t : {DType::bf16, DType::f16})
     for (int d : {64, 128, 256, 80, 200})
       for (bool causal : {false, true})
         for (const auto& config : attention_forward_config_space({t, d, causal}, target)) {
+          ++seed;
+          if (!split.next()) continue;
           AttentionCase c;
-          c.dtype = t, c.head_dim = d, c.causal = causal, c.config = to_string(config), c.seed = seed++;
+          c.dtype = t, c.head_dim = d, c.causal = causal, c.config = to_string(config), c.seed = seed;
           c.batch = 2, c.heads_q = 4, c.heads_kv = 2, c.n_q = 333, c.n_k = 271;
           auto r = check_attention_forward(c);
           EXPECT_TRUE(r.pass) << describe(c, r);
@@ -88,6 +91,7 @@ int check_hopper_family(ForwardPath path) {
   const Target& target = device_info(0).target;
   std::uint64_t seed = 4242;
   int tested = 0;
+  GpuTestSplit split;
   auto run = [&](DType t, int d, bool causal, const std::string& config, const Shape& s, Layout layout) {
     AttentionCase c;
     c.dtype = t, c.head_dim = d, c.causal = causal, c.layout = layout, c.config = config, c.seed = seed++;
@@ -100,6 +104,7 @@ int check_hopper_family(ForwardPath path) {
       for (const auto& config : attention_forward_config_space({DType::bf16, d, causal}, target)) {
         if (config.path != path) continue;
         ++tested;
+        if (!split.next()) continue;
         int i = 0;
         for (const Shape& s : kShapes) run(DType::bf16, d, causal, to_string(config), s, i++ % 2 ? Layout::bnhd : Layout::bhnd);
         // A persistent grid's blocks walk several query tiles each only when there are more tiles
@@ -110,7 +115,7 @@ int check_hopper_family(ForwardPath path) {
       }
       const AttentionShape big{2, 16, 4, 4096, 4096};
       auto chosen = attention_forward_default_config({DType::f16, d, causal}, big, target, device_info(0).sm_count);
-      if (chosen.path != path) continue;
+      if (chosen.path != path || !split.next()) continue;
       for (const Shape& s : kShapes)
         for (Layout layout : {Layout::bhnd, Layout::bnhd}) run(DType::f16, d, causal, to_string(chosen), s, layout);
       run(DType::bf16, d, causal, "", {big.batch, big.heads_q, big.heads_kv, big.n_q, big.n_k}, Layout::bnhd);

@@ -47,6 +47,19 @@ void expect_row_failure(const HarnessCheck& r, const std::string& output, int b,
 
 std::vector<double> random_values(HostTensor& t, std::mt19937_64& rng) { return fill_random(t, rng); }
 
+// Random q, k, v, d_o (and with `dbl` the cotangents of dq, dk, dv) for `c`, in its dtype.
+GradientInputs random_gradient_inputs(const AttentionCase& c, bool dbl, std::mt19937_64& rng) {
+  GradientInputs in;
+  auto input = [&](int heads, int n) {
+    HostTensor t = make_host(c.batch, heads, n, c.head_dim, c.layout, c.dtype);
+    return random_values(t, rng);
+  };
+  in.q = input(c.heads_q, c.n_q), in.k = input(c.heads_kv, c.n_k), in.v = input(c.heads_kv, c.n_k);
+  in.d_o = input(c.heads_q, c.n_q);
+  if (dbl) in.gq = input(c.heads_q, c.n_q), in.gk = input(c.heads_kv, c.n_k), in.gv = input(c.heads_kv, c.n_k);
+  return in;
+}
+
 TEST(HarnessRowRule, AttentionForward) {
   // Causal with n_q > n_k: the first 32 rows of every head are fully masked (o = 0, lse = −inf).
   AttentionCase c;
@@ -85,14 +98,7 @@ void check_gradient_rows(bool dbl) {
   c.dtype = DType::bf16, c.batch = 1, c.heads_q = 128, c.heads_kv = 128, c.n_q = 128, c.n_k = 128, c.head_dim = 32;
   c.causal = true, c.layout = Layout::bhnd;
   std::mt19937_64 rng(dbl ? 13 : 12);
-  GradientInputs in;
-  auto input = [&](int heads, int n) {
-    HostTensor t = make_host(c.batch, heads, n, c.head_dim, c.layout, c.dtype);
-    return random_values(t, rng);
-  };
-  in.q = input(c.heads_q, c.n_q), in.k = input(c.heads_kv, c.n_k), in.v = input(c.heads_kv, c.n_k);
-  in.d_o = input(c.heads_q, c.n_q);
-  if (dbl) in.gq = input(c.heads_q, c.n_q), in.gk = input(c.heads_kv, c.n_k), in.gv = input(c.heads_kv, c.n_k);
+  const GradientInputs in = random_gradient_inputs(c, dbl, rng);
   const GradientReference ref = attention_gradient_reference_cpu(c, dbl, in);
   const std::vector<std::string> names = attention_gradient_output_names(dbl);
   ASSERT_EQ(ref.values.size(), names.size());
@@ -115,6 +121,44 @@ void check_gradient_rows(bool dbl) {
 TEST(HarnessRowRule, AttentionBackward) { check_gradient_rows(false); }
 
 TEST(HarnessRowRule, AttentionDoubleBackwardWithTheSecondOrderBound) { check_gradient_rows(true); }
+
+// A one-key softmax: every second-order output but dŌ is exactly zero, and fp32 kernels leave
+// rounding noise from cancelling sums there. The noise may reach atol·√m (m: the terms an element
+// sums, n_q · group = 504 for K̄ here, n_k = 1 for Q̄), no more.
+TEST(HarnessZeroReference, NoiseBoundScalesWithTheTermsSummed) {
+  AttentionCase c;
+  c.dtype = DType::f32, c.batch = 1, c.heads_q = 8, c.heads_kv = 1, c.n_q = 63, c.n_k = 1, c.head_dim = 64;
+  c.layout = Layout::bhnd;
+  std::mt19937_64 rng(21);
+  const GradientInputs in = random_gradient_inputs(c, true, rng);
+  const GradientReference ref = attention_gradient_reference_cpu(c, true, in);
+  const std::vector<std::string> names = attention_gradient_output_names(true);
+  ASSERT_EQ(names[0], "q_bar");
+  ASSERT_EQ(names[1], "k_bar");
+  for (std::size_t a = 0; a < 3; ++a)
+    for (double v : ref.values[a]) ASSERT_EQ(v, 0.0) << names[a] << " is not exactly zero with one key";
+  auto outputs_with = [&](std::size_t a, double noise) {
+    std::vector<HostTensor> out;
+    for (std::size_t o = 0; o < ref.values.size(); ++o) {
+      std::vector<double> values = ref.values[o];
+      if (o == a)
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] += i % 3 == 0 ? noise : -noise / 2;
+      const int heads = o == 1 || o == 2 ? c.heads_kv : c.heads_q, n = o == 1 || o == 2 ? c.n_k : c.n_q;
+      out.push_back(host_of(values, c.batch, heads, n, c.head_dim, c.layout, c.dtype));
+    }
+    return compare_attention_gradient_outputs(c, true, out, ref);
+  };
+  const HarnessCheck exact = outputs_with(0, 0);
+  EXPECT_TRUE(exact.pass) << to_string(exact);
+  const HarnessCheck k_noise = outputs_with(1, 1.5e-5);  // what the fp32 kernel left on an H200
+  EXPECT_TRUE(k_noise.pass) << to_string(k_noise);
+  const HarnessCheck k_wrong = outputs_with(1, 1e-3);  // above 1e-5 · √504
+  EXPECT_FALSE(k_wrong.pass) << to_string(k_wrong);
+  EXPECT_EQ(k_wrong.get("k_bar").failed, Comparison::Failure::rel_l2);
+  const HarnessCheck q_noise = outputs_with(0, 2e-5);  // Q̄ sums one term: atol alone
+  EXPECT_FALSE(q_noise.pass) << to_string(q_noise);
+  EXPECT_EQ(q_noise.get("q_bar").failed, Comparison::Failure::rel_l2);
+}
 
 // lrpe_cosine or md_lrpe_cosine, one direction: the output rounded passes, one row zeroed fails;
 // the md cache forward also compares the angles it wrote.
