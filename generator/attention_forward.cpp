@@ -201,10 +201,12 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
       return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
     if (c.block_m != 128 && c.block_m != 192)
       return std::string("ws block_m must be 128 or 192 (two or three consumer warpgroups)");
-    if (c.block_n != 64 && c.block_n != 128 && c.block_n != 176 && c.block_n != 192)
-      return std::string("ws block_n must be 64, 128, 176 or 192");
+    if (c.block_n != 64 && c.block_n != 80 && c.block_n != 128 && c.block_n != 176 && c.block_n != 192)
+      return std::string("ws block_n must be 64, 80, 128, 176 or 192");
     // Three consumers get 160 registers each: S, O and P fit on the 64-column tile up to
-    // 128-key tiles.
+    // 128-key tiles (ptxas: spill-free, tests/replay/table.tsv). A rule, not the estimate below:
+    // its 40-register allowance for addressing and softmax state is measured against the
+    // two-consumer budget of 240 and would refuse the measured 160-register fit.
     if (c.block_m == 192 && (wgmma_tile_head_dim(spec.head_dim) != 64 || c.block_n > 128))
       return "ws block_m=192 (three consumers of 160 registers) needs head_dim <= 64 and block_n <= 128, not head_dim=" +
              std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n);
@@ -252,6 +254,9 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     // against 1.616 for the persistent 128-key default, 0.245 against 0.227 at 1k (BENCHMARKS.md
     // "176-key tiles").
     if (wgmma_tile_head_dim(spec.head_dim) == 128) keep({ForwardPath::ws, 128, 176, 2, 0, 8, 1});
+    // 80-key tiles on the 256-column tile: S, P and O in 228 of the 240 registers, and two
+    // stages with Q in 230,656 of the 232,448 bytes of shared memory.
+    if (wgmma_tile_head_dim(spec.head_dim) == 256) keep({ForwardPath::ws, 128, 80, 2, 0, 8, 1});
     // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
     // persistent.
     for (int bn : {128, 64})
@@ -277,9 +282,12 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
   // d = 32 joins from 4k keys: 245 / 263 TFLOPS at 4k / 16k with 192-key tiles against 217 / 222
   // for the fa2 kernel, which keeps shorter rows (204 against 196 at 1k); and wherever it takes
   // three consumers (below): H100, without a mask at 1k 0.586 ms against fa2's 0.672.
-  const bool three_consumers = spec.head_dim >= 32 && wgmma_tile_head_dim(spec.head_dim) == 64 &&
-                               shape.n_q >= 1024 && (!spec.causal || shape.n_k > 2048) &&
-                               attention_forward_shape_class(shape, sm_count) != 2;
+  const int tile = wgmma_tile_head_dim(spec.head_dim);
+  // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
+  // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (BENCHMARKS.md, "Decode").
+  const bool split = attention_forward_shape_class(shape, sm_count) == 2;
+  const bool three_consumers =
+      spec.head_dim >= 32 && tile == 64 && shape.n_q >= 1024 && (!spec.causal || shape.n_k > 2048) && !split;
   const bool ws_head_dim = spec.head_dim > 32 || (spec.head_dim == 32 && (shape.n_k >= 4096 || three_consumers));
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && ws_head_dim && has_wgmma(target)) {
     // Hopper: the warp-specialised TMA kernel, two consumer warpgroups of 64 query rows. On an
@@ -288,12 +296,12 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // (426 / 493) for the non-specialised wgmma kernel; d = 64 ran 459 / 476 with 192-key tiles
     // at 4k / 16k and 372 with 128-key tiles at 1k.
     // Other head dims run on the padded tile: 128-key tiles up to 192 columns (their registers
-    // allow it), 64-key tiles for 256 columns (S, P and O within 240 registers).
-    const int tile = wgmma_tile_head_dim(spec.head_dim);
-    // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
-    // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (BENCHMARKS.md, "Decode").
-    const bool split = attention_forward_shape_class(shape, sm_count) == 2;
-    const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? 64 : 128;
+    // allow it), 80-key tiles for 256 columns (S, P and O within 240 registers, two stages within
+    // shared memory). On an H200 (bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "80-key tiles")
+    // d = 256 ran 0.213 / 0.729 / 2.93 ms at 1k / 4k / 16k against 0.230 / 0.792 / 3.16 with
+    // 64-key tiles, causal 0.149 / 0.421 / 1.39 against 0.154 / 0.455 / 1.54. Split-key grids
+    // keep 64-key tiles (their space has no 80-key form).
+    const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? (split ? 64 : 80) : 128;
     // Short rows on the 64-column tile with a mask: one warpgroup of 64 rows per block, several
     // blocks per SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64,
     // h = 16, BENCHMARKS.md "Short sequences"): causal d = 64 0.051 / 0.133 / 0.419 ms at 256 /
@@ -423,12 +431,13 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                        targ("Causal", spec.causal)});
     shim.args.push_back(targ("HeadDim", spec.head_dim));
     shim.args.push_back(targ("PingPong", c.ping_pong == 1));
-    if (c.split_keys && c.block_m != 192) shim.args.push_back(targ("SplitKeys", true));
-    if (c.block_m == 192)
-      shim.args.insert(shim.args.end(), {targ("SplitKeys", c.split_keys), targ("Persistent", c.persistent),
-                                         targ("Consumers", 3)});
-    else if (c.persistent)
-      shim.args.insert(shim.args.end(), {targ("SplitKeys", false), targ("Persistent", true)});
+    // The trailing template arguments, up to the last one that differs from its default.
+    const TemplateArg tail[] = {targ("SplitKeys", c.split_keys), targ("Persistent", c.persistent),
+                                targ("Consumers", c.block_m / 64)};
+    const bool differs[] = {c.split_keys, c.persistent, c.block_m != 128};
+    int used = 3;
+    while (used > 0 && !differs[used - 1]) --used;
+    shim.args.insert(shim.args.end(), tail, tail + used);
   } else if (c.path == ForwardPath::mfma) {
     header = render_mfma_forward(spec, c, k, shim);
   } else {

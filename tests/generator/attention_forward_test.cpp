@@ -185,7 +185,11 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
             ForwardPath::fa2);
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 24, false}, big, sm90a(), 132).path, ForwardPath::fa2);
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
+  // The 256-column tile: 80-key tiles, except split-key grids, which keep 64.
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)), "ws:bm128:bn80:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 200, false}, big, sm90a(), 132)), "ws:bm128:bn80:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, false}, {1, 8, 8, 1, 16384}, sm90a(), 132)),
+            "ws:bm128:bn64:s2:pp1:split");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, *parse_target("sm_90"), 132).path,
             ForwardPath::fa2);
 }

@@ -72,7 +72,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
                 "the warp-specialised kernel takes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
-  static_assert((BN % 64 == 0 || BN == 176) && BN <= 192, "BN must be 64, 128, 176 or 192");
+  static_assert(BN == 64 || BN == 80 || BN == 128 || BN == 176 || BN == 192, "BN must be 64, 80, 128, 176 or 192");
   static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
   static_assert(!(Persistent && SplitKeys), "a persistent grid does not split keys");
   static_assert(Consumers == 2 || Consumers == 3, "two or three consumer warpgroups");

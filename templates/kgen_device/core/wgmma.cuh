@@ -135,6 +135,9 @@ struct Mma;
 #define KGEN_WG_REGS_64 KGEN_WG_REGS_32 "," KGEN_WG_R8_2 "," KGEN_WG_R8_3
 #define KGEN_WG_ACC_64 "{" KGEN_WG_REGS_64 "}"
 #define KGEN_WG_OUT_64(d) KGEN_WG_OUT_32(d), KGEN_WG_ACC8(d, 16), KGEN_WG_ACC8(d, 24)
+#define KGEN_WG_REGS_80 KGEN_WG_REGS_64 "," KGEN_WG_R8_4
+#define KGEN_WG_ACC_80 "{" KGEN_WG_REGS_80 "}"
+#define KGEN_WG_OUT_80(d) KGEN_WG_OUT_64(d), KGEN_WG_ACC8(d, 32)
 #define KGEN_WG_REGS_128 KGEN_WG_REGS_64 "," KGEN_WG_R8_4 "," KGEN_WG_R8_5 "," KGEN_WG_R8_6 "," KGEN_WG_R8_7
 #define KGEN_WG_ACC_128 "{" KGEN_WG_REGS_128 "}"
 #define KGEN_WG_OUT_128(d) KGEN_WG_OUT_64(d), KGEN_WG_ACC8(d, 32), KGEN_WG_ACC8(d, 40), KGEN_WG_ACC8(d, 48), KGEN_WG_ACC8(d, 56)
@@ -179,6 +182,8 @@ KGEN_WG_SHAPE(32, "%16", "%17", "%18", "%19", "%20",
               "{%16,%17,%18,%19}", "%20", "%21", "%22")
 KGEN_WG_SHAPE(64, "%32", "%33", "%34", "%35", "%36",
               "{%32,%33,%34,%35}", "%36", "%37", "%38")
+KGEN_WG_SHAPE(80, "%40", "%41", "%42", "%43", "%44",
+              "{%40,%41,%42,%43}", "%44", "%45", "%46")
 KGEN_WG_SHAPE(128, "%64", "%65", "%66", "%67", "%68",
               "{%64,%65,%66,%67}", "%68", "%69", "%70")
 KGEN_WG_SHAPE(176, "%88", "%89", "%90", "%91", "%92",
@@ -196,8 +201,12 @@ KGEN_WG_SHAPE(256, "%128", "%129", "%130", "%131", "%132",
 #undef KGEN_WG_OUT_32
 #undef KGEN_WG_ACC_64
 #undef KGEN_WG_OUT_64
+#undef KGEN_WG_ACC_80
+#undef KGEN_WG_OUT_80
 #undef KGEN_WG_ACC_128
 #undef KGEN_WG_OUT_128
+#undef KGEN_WG_ACC_176
+#undef KGEN_WG_OUT_176
 #undef KGEN_WG_ACC_192
 #undef KGEN_WG_OUT_192
 #undef KGEN_WG_ACC_256
