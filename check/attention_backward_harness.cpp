@@ -1,8 +1,8 @@
 #include "check/attention_backward_harness.h"
 
 #include <algorithm>
-#include <cmath>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <span>

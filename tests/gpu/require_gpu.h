@@ -37,7 +37,6 @@ class GpuTestSplit {
   }
   // Whether this process runs the next unit.
   bool next() { return index_++ % parts_ == part_; }
-  bool whole() const { return parts_ == 1; }
 
  private:
   int part_ = 0, parts_ = 1, index_ = 0;
