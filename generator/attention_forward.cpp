@@ -216,8 +216,10 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (ws_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > kWsConsumerRegisters)
       return "ws head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
-    smem = attention_fwd::ws_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_n, c.stages, c.persistent ? 2 : 1,
-                                        c.block_m);
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    smem = attention_fwd::ws_smem_bytes(
+        tile, c.block_n, c.stages, attention_fwd::ws_q_buffers(tile, c.block_n, c.stages, c.block_m, c.persistent),
+        c.block_m);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -247,20 +249,26 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
         for (int pp : {1, 0})
           if (pp == 1 || (bn == 128 && stages == 2)) keep({ForwardPath::ws, 128, bn, stages, 0, 8, pp});
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
-    // Persistent grids (one block per SM over every query tile) on the same tiles.
-    for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
+    // Persistent grids (one block per SM over every query tile) on the same tiles, where two Q
+    // buffers fit. Persistent grids with one Q buffer (ws_q_buffers: the 176-key tile at d = 128,
+    // d = 256) are explicit forms, not yet timed.
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
+    auto two_q_buffers = [&](int bn, int bm) { return attention_fwd::ws_q_buffers(tile, bn, 2, bm, true) == 2; };
+    for (int bn : {128, 64, 192})
+      if (two_q_buffers(bn, 128)) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
     // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages and one Q
-    // buffer fit shared memory, so not persistent): H100, d = 128 without a mask 1.574 ms at 8k
-    // against 1.616 for the persistent 128-key default, 0.245 against 0.227 at 1k (BENCHMARKS.md
-    // "176-key tiles").
-    if (wgmma_tile_head_dim(spec.head_dim) == 128) keep({ForwardPath::ws, 128, 176, 2, 0, 8, 1});
+    // buffer fit shared memory, so persistent only with one Q buffer, by name): H100, d = 128
+    // without a mask 1.574 ms at 8k against 1.616 for the persistent 128-key default, 0.245
+    // against 0.227 at 1k (BENCHMARKS.md "176-key tiles").
+    if (tile == 128) keep({ForwardPath::ws, 128, 176, 2, 0, 8, 1});
     // 80-key tiles on the 256-column tile: S, P and O in 228 of the 240 registers, and two
     // stages with Q in 230,656 of the 232,448 bytes of shared memory.
-    if (wgmma_tile_head_dim(spec.head_dim) == 256) keep({ForwardPath::ws, 128, 80, 2, 0, 8, 1});
+    if (tile == 256) keep({ForwardPath::ws, 128, 80, 2, 0, 8, 1});
     // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
     // persistent.
     for (int bn : {128, 64})
-      for (bool persistent : {false, true}) keep({ForwardPath::ws, 192, bn, 2, 0, 12, 1, false, persistent});
+      for (bool persistent : {false, true})
+        if (!persistent || two_q_buffers(bn, 192)) keep({ForwardPath::ws, 192, bn, 2, 0, 12, 1, false, persistent});
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
         for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
@@ -422,7 +430,9 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   } else if (c.path == ForwardPath::ws) {
     k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
-    k.smem_bytes = attention_fwd::ws_smem_bytes(tile, c.block_n, c.stages, c.persistent ? 2 : 1, c.block_m);
+    k.smem_bytes = attention_fwd::ws_smem_bytes(
+        tile, c.block_n, c.stages, attention_fwd::ws_q_buffers(tile, c.block_n, c.stages, c.block_m, c.persistent),
+        c.block_m);
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
     shim.params = c.split_keys ? "AttentionForwardSplitParams" : "AttentionForwardTmaParams";

@@ -219,18 +219,32 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   pp2.ping_pong = 2;
   EXPECT_NE(why(pp2, spec, sm90a()).find("pp"), std::string::npos);
   EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2"));
-  // 176-key tiles: in the space on the 128-column tile, not persistent (two Q buffers and two
-  // 176-key stages pass 227 KiB); the three-consumer form needs the 64-column tile and at most
-  // 128 keys.
+  // 176-key tiles: in the space on the 128-column tile; the three-consumer form needs the
+  // 64-column tile and at most 128 keys. Persistent, two Q buffers and two 176-key stages would
+  // pass 227 KiB, so the grid keeps one Q buffer (an explicit form outside the space).
   auto bn176 = ws;
   bn176.block_n = 176;
   EXPECT_EQ(why(bn176, spec, sm90a()), "valid");
   EXPECT_NE(render_attention_forward(spec, bn176).source.find("/*BN=*/176"), std::string::npos);
   auto bn176_persist = bn176;
   bn176_persist.persistent = true;
-  EXPECT_NE(why(bn176_persist, spec, sm90a()).find("shared memory"), std::string::npos);
+  EXPECT_EQ(attention_fwd::ws_q_buffers(128, 176, 2, 128, true), 1);
+  EXPECT_EQ(attention_fwd::ws_q_buffers(128, 128, 2, 128, true), 2);
+  EXPECT_EQ(attention_fwd::ws_q_buffers(128, 128, 2, 128, false), 1);
+  EXPECT_EQ(why(bn176_persist, spec, sm90a()), "valid");
+  EXPECT_EQ(render_attention_forward(spec, bn176_persist).smem_bytes, 1024 + (128 + 2 * 2 * 176) * 128 * 2 + 256);
   const auto space = attention_forward_config_space(spec, sm90a());
   EXPECT_NE(std::ranges::find(space, bn176), space.end());
+  EXPECT_EQ(std::ranges::find(space, bn176_persist), space.end());
+  // d = 256: 80-key tiles in the space; persistent with one Q buffer only by name.
+  const AttentionForwardConfig bn80{ForwardPath::ws, 128, 80, 2, 0, 8, 1};
+  auto bn80_persist = bn80;
+  bn80_persist.persistent = true;
+  const auto space256 = attention_forward_config_space({DType::bf16, 256, true}, sm90a());
+  EXPECT_NE(std::ranges::find(space256, bn80), space256.end());
+  EXPECT_EQ(std::ranges::find(space256, bn80_persist), space256.end());
+  EXPECT_EQ(why(bn80_persist, {DType::bf16, 256, true}, sm90a()), "valid");
+  for (const auto& c : space256) EXPECT_FALSE(c.persistent) << to_string(c);
   const auto space64 = attention_forward_config_space({DType::bf16, 64, false}, sm90a());
   EXPECT_EQ(std::ranges::find(space64, AttentionForwardConfig{ForwardPath::ws, 128, 176, 2, 0, 8, 1}), space64.end());
   auto bn160 = ws;
@@ -321,11 +335,18 @@ TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
   auto both = persist;
   both.split_keys = true;
   EXPECT_EQ(why(both, spec), "a ws config is split or persist, not both");
-  // The second Q buffer: d = 256 with 64-key tiles fits one block only without it.
+  // The second Q buffer: d = 256 with 64-key tiles fits only without it, so its persistent grid
+  // keeps one Q buffer (128 KiB of K/V stages + 64 KiB of Q) and stays out of the space.
   auto d256 = persist;
   d256.block_n = 64;
   EXPECT_EQ(why({ForwardPath::ws, 128, 64, 2, 0, 8, 1}, {DType::bf16, 256, false}), "valid");
-  EXPECT_NE(why(d256, {DType::bf16, 256, false}).find("shared memory"), std::string::npos);
+  EXPECT_EQ(attention_fwd::ws_q_buffers(256, 64, 2, 128, true), 1);
+  EXPECT_EQ(why(d256, {DType::bf16, 256, false}), "valid");
+  EXPECT_EQ(render_attention_forward({DType::bf16, 256, false}, d256).smem_bytes, attention_fwd::ws_smem_bytes(256, 64, 2, 1));
+  // Three stages do not fit even with one Q buffer.
+  auto d256_s3 = d256;
+  d256_s3.stages = 3;
+  EXPECT_NE(why(d256_s3, {DType::bf16, 256, false}).find("shared memory"), std::string::npos);
   EXPECT_EQ(attention_fwd::ws_smem_bytes(128, 128, 2, 2) - attention_fwd::ws_smem_bytes(128, 128, 2), 128 * 128 * 2);
 
   // One block per SM at most, over every query tile of every head and batch.

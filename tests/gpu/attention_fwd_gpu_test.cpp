@@ -2,6 +2,9 @@
 // Labelled `gpu`; every test skips cleanly on a machine without one.
 #include <gtest/gtest.h>
 
+#include <utility>
+#include <vector>
+
 #include "generator/attention_forward.h"
 #include "check/attention_harness.h"
 #include "tuning/autotune.h"
@@ -135,6 +138,33 @@ TEST(AttentionForwardGpuWgmma, EveryWgmmaConfigOnOddShapesAndTheDefaultsLarge) {
 TEST(AttentionForwardGpuWs, EveryWsConfigOnOddShapesAndTheDefaultsLarge) {
   KGEN_REQUIRE_GPU();
   if (check_hopper_family(ForwardPath::ws) == 0) GTEST_SKIP() << "the device has no wgmma";
+}
+
+// Persistent grids with one Q buffer (explicit forms outside the tuner's space): the 176-key
+// tile on the 128-column tile and the 80-key tile on the 256-column one, on the odd shapes and
+// on more query tiles than SMs (blocks walk several tiles; causal with n_q > n_k, tiles with no
+// key), both layouts, both masks.
+TEST(AttentionForwardGpuWs, PersistentWithOneQBuffer) {
+  KGEN_REQUIRE_GPU();
+  if (device_info(0).target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma";
+  std::uint64_t seed = 7700;
+  const std::pair<const char*, std::vector<int>> forms[] = {{"ws:bm128:bn176:s2:pp1:persist", {128, 80, 112}},
+                                                            {"ws:bm128:bn80:s2:pp1:persist", {256, 200}}};
+  for (const auto& [config, dims] : forms)
+    for (int d : dims)
+      for (bool causal : {false, true}) {
+        int i = 0;
+        auto run = [&](const Shape& s) {
+          AttentionCase c;
+          c.dtype = i % 3 == 2 ? DType::f16 : DType::bf16, c.head_dim = d, c.causal = causal;
+          c.layout = i++ % 2 ? Layout::bnhd : Layout::bhnd, c.config = config, c.seed = seed++;
+          c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+          auto r = check_attention_forward(c);
+          EXPECT_TRUE(r.pass) << describe(c, r);
+        };
+        for (const Shape& s : kShapes) run(s);
+        for (const Shape& s : kManyTiles) run(s);
+      }
 }
 
 // Decode-like calls on the launch path's own choice: grids of a few blocks, whose keys a Hopper

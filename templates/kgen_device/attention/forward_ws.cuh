@@ -30,10 +30,12 @@
 //
 // Persistent: a grid of one block per SM walks every query tile, round by round (causal calls
 // in pairs of tiles of equal key count; the others in the order of the non-persistent grid). Q
-// has two buffers, so the producer loads the next tile's Q and K/V while the consumers still
-// compute and store the current one; the K/V ring's stages and phases run on across tiles. A
-// consumer arrives on q_empty once its TMA store has read its rows of the buffer. The ping-pong
-// turns pass from one tile to the next without a break.
+// has two buffers where they fit in shared memory (attention_fwd::ws_q_buffers), so the
+// producer loads the next tile's Q and K/V while the consumers still compute and store the
+// current one; with one buffer the next tile's Q and K/V wait for the current tile's stores.
+// The K/V ring's stages and phases run on across tiles. A consumer arrives on q_empty once its
+// TMA store has read its rows of the buffer. The ping-pong turns pass from one tile to the next
+// without a break.
 //
 // SplitKeys (AttentionForwardSplitParams): the grid has tp.splits blocks per query tile, and
 // block x walks the x % splits-th of ceil(num_tiles / splits) consecutive key tiles (the last
@@ -80,7 +82,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
   constexpr int kConsumerWarps = 4 * kConsumers;
-  constexpr int kQBuffers = Persistent ? 2 : 1;
+  constexpr int kQBuffers = attention_fwd::ws_q_buffers(D, BN, Stages, BM, Persistent);
   using QTile = wgmma::Sw128<BM, D>;
   using KVTile = wgmma::Sw128<BN, D>;
   static_assert(1024 + kQBuffers * QTile::kBytes + Stages * 2 * KVTile::kBytes + attention_fwd::kWsBarrierBytes ==
