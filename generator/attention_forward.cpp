@@ -199,6 +199,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (spec.dtype == DType::f32) return std::string("ws path needs fp16 or bf16 inputs");
     if (!is_wgmma_head_dim(spec.head_dim))
       return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+    const int tile = wgmma_tile_head_dim(spec.head_dim);
     if (c.block_m != 128 && c.block_m != 192)
       return std::string("ws block_m must be 128 or 192 (two or three consumer warpgroups)");
     if (c.block_n != 64 && c.block_n != 80 && c.block_n != 128 && c.block_n != 176 && c.block_n != 192)
@@ -207,19 +208,16 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     // 128-key tiles (ptxas: spill-free, tests/replay/table.tsv). A rule, not the estimate below:
     // its 40-register allowance for addressing and softmax state is measured against the
     // two-consumer budget of 240 and would refuse the measured 160-register fit.
-    if (c.block_m == 192 && (wgmma_tile_head_dim(spec.head_dim) != 64 || c.block_n > 128))
+    if (c.block_m == 192 && (tile != 64 || c.block_n > 128))
       return "ws block_m=192 (three consumers of 160 registers) needs head_dim <= 64 and block_n <= 128, not head_dim=" +
              std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n);
     if (c.stages < 2 || c.stages > 4) return std::string("ws stages must be 2, 3 or 4");
     if (c.ping_pong != 0 && c.ping_pong != 1) return std::string("ws pp must be 0 or 1");
     if (c.warps != c.block_m / 16) return std::string("ws warps must be block_m / 16");
-    if (ws_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > kWsConsumerRegisters)
+    if (ws_register_estimate(tile, c.block_n) > kWsConsumerRegisters)
       return "ws head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
-    const int tile = wgmma_tile_head_dim(spec.head_dim);
-    smem = attention_fwd::ws_smem_bytes(
-        tile, c.block_n, c.stages, attention_fwd::ws_q_buffers(tile, c.block_n, c.stages, c.block_m, c.persistent),
-        c.block_m);
+    smem = attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent);
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -430,9 +428,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   } else if (c.path == ForwardPath::ws) {
     k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
-    k.smem_bytes = attention_fwd::ws_smem_bytes(
-        tile, c.block_n, c.stages, attention_fwd::ws_q_buffers(tile, c.block_n, c.stages, c.block_m, c.persistent),
-        c.block_m);
+    k.smem_bytes = attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent);
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
     shim.params = c.split_keys ? "AttentionForwardSplitParams" : "AttentionForwardTmaParams";

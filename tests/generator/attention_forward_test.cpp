@@ -228,6 +228,7 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   EXPECT_NE(render_attention_forward(spec, bn176).source.find("/*BN=*/176"), std::string::npos);
   auto bn176_persist = bn176;
   bn176_persist.persistent = true;
+  EXPECT_EQ(attention_fwd::kWsMaxSmemBytes, sm90a().max_smem_per_block);
   EXPECT_EQ(attention_fwd::ws_q_buffers(128, 176, 2, 128, true), 1);
   EXPECT_EQ(attention_fwd::ws_q_buffers(128, 128, 2, 128, true), 2);
   EXPECT_EQ(attention_fwd::ws_q_buffers(128, 128, 2, 128, false), 1);

@@ -47,13 +47,18 @@ KGEN_HOST_DEVICE constexpr int ws_smem_bytes(int head_dim, int block_n, int stag
                                              int block_m = 128) {
   return 1024 + (q_buffers * block_m * head_dim + stages * 2 * block_n * head_dim) * 2 + kWsBarrierBytes;
 }
-// sm_90a's opt-in shared memory per block, the only target of the warp-specialised kernel.
+// sm_90a's opt-in shared memory per block (generator/target.cpp's sm_90a limit, which a
+// generator test holds equal), the only target of the warp-specialised kernel.
 constexpr int kWsMaxSmemBytes = 232448;
 // Q buffers of the kernel: one, or in a persistent grid two where they fit in shared memory (the
 // next tile's Q loads under the current tile's work), else one (the next tile's Q and K/V wait
 // for the current tile's stores).
 KGEN_HOST_DEVICE constexpr int ws_q_buffers(int head_dim, int block_n, int stages, int block_m, bool persistent) {
   return persistent && ws_smem_bytes(head_dim, block_n, stages, 2, block_m) <= kWsMaxSmemBytes ? 2 : 1;
+}
+// Dynamic shared memory of a ws config: ws_smem_bytes with the Q buffers it gets.
+KGEN_HOST_DEVICE constexpr int ws_config_smem_bytes(int head_dim, int block_n, int stages, int block_m, bool persistent) {
+  return ws_smem_bytes(head_dim, block_n, stages, ws_q_buffers(head_dim, block_n, stages, block_m, persistent), block_m);
 }
 
 // Combine kernel of a split-keys launch (forward_combine.cuh): one warp per query row.
