@@ -248,20 +248,20 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
           if (pp == 1 || (bn == 128 && stages == 2)) keep({ForwardPath::ws, 128, bn, stages, 0, 8, pp});
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
     // Persistent grids (one block per SM over every query tile) on the same tiles, where two Q
-    // buffers fit. Persistent grids with one Q buffer (ws_q_buffers: the 176-key tile at d = 128,
-    // d = 256) are explicit forms, not yet timed.
+    // buffers fit.
     const int tile = wgmma_tile_head_dim(spec.head_dim);
     auto two_q_buffers = [&](int bn, int bm) { return attention_fwd::ws_q_buffers(tile, bn, 2, bm, true) == 2; };
     for (int bn : {128, 64, 192})
       if (two_q_buffers(bn, 128)) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
-    // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages and one Q
-    // buffer fit shared memory, so persistent only with one Q buffer, by name): H100, d = 128
-    // without a mask 1.574 ms at 8k against 1.616 for the persistent 128-key default, 0.245
-    // against 0.227 at 1k (BENCHMARKS.md "176-key tiles").
-    if (tile == 128) keep({ForwardPath::ws, 128, 176, 2, 0, 8, 1});
-    // 80-key tiles on the 256-column tile: S, P and O in 228 of the 240 registers, and two
-    // stages with Q in 230,656 of the 232,448 bytes of shared memory.
-    if (tile == 256) keep({ForwardPath::ws, 128, 80, 2, 0, 8, 1});
+    // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages fit shared
+    // memory with one Q buffer, so their persistent grid keeps one: ws_q_buffers), and 80-key
+    // tiles on the 256-column tile (S, P and O in 228 of the 240 registers, two stages with Q in
+    // 230,656 of the 232,448 bytes of shared memory; persistent with one Q buffer too). Both
+    // one block per query tile and persistent; the defaults below take them for long rows.
+    for (bool persistent : {false, true}) {
+      if (tile == 128) keep({ForwardPath::ws, 128, 176, 2, 0, 8, 1, false, persistent});
+      if (tile == 256) keep({ForwardPath::ws, 128, 80, 2, 0, 8, 1, false, persistent});
+    }
     // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
     // persistent.
     for (int bn : {128, 64})
@@ -330,16 +330,35 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
       c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
-    // Up to 128 columns: a persistent grid (one block per SM over every query tile, the next
-    // tile's loads under the current one's work; BENCHMARKS.md, "Persistent forward grid").
-    // Without a mask d = 128 ran 0.079 / 0.245 ms at n = 256 / 512 (b = 64, h = 16) against
-    // 0.106 / 0.289, and 0.221 / 0.794 / 3.10 ms at 1k / 4k / 16k against 0.245 / 0.818 /
-    // 3.3–3.5; d = 64 0.188 against 0.195 (wg:bm64:bn64) at 512 and 0.338 against 0.375 at 1k.
-    // Causal, up to 4k keys:
-    // d = 128 0.081 / 0.187 ms at 256 / 512 against 0.094 / 0.221, 0.144 / 0.430 at 1k / 4k
-    // against 0.165 / 0.457; at 16k 1.624 against 1.560, so longer causal rows keep one block
-    // per query tile. (d = 32 keeps its measured default below.)
-    if (!split && tile <= 128 && spec.head_dim > 32 && (!spec.causal || shape.n_k <= 4096)) {
+    // 176-key tiles on the 128-column tile for long rows: persistent (one Q buffer) without a
+    // mask from 8k keys, one block per query tile with a mask above 4k keys. H100, d = 128,
+    // median ms of 50 calls, two runs (BENCHMARKS.md "176-key tiles and persistent grids at
+    // d = 128 and 256"): without a mask at 8k 1.535 / 1.539 against 1.726 / 1.640 (the
+    // persistent 128-key kernel, bimodal there), at 16k within 1 %, GQA (b = 1, h = 64 / 8) at 16k
+    // 12.91 / 12.93 against 13.31; with a mask at 8k 0.821 / 0.828 against 0.834 / 0.836, GQA
+    // 1.605 / 1.604 against 1.771 / 1.823, at 16k GQA 6.665 / 6.601 against 6.805 / 6.742.
+    // Shorter rows keep 128-key tiles (2k without a mask: 0.430 against 0.414).
+    if (!split && tile == 128 && (spec.causal ? shape.n_k > 4096 : shape.n_k >= 8192)) {
+      AttentionForwardConfig c{ForwardPath::ws, 128, 176, 2, 0, 8, 1};
+      c.persistent = !spec.causal;
+      if (!check_attention_forward_config(spec, c, target)) return c;
+    }
+    // Then, up to 128 columns and at 256, a persistent grid (one block per SM over every query
+    // tile, the next tile's loads under the current one's work; BENCHMARKS.md, "Persistent
+    // forward grid"). Without a mask d = 128 ran 0.079 / 0.245 ms at n = 256 / 512 (b = 64,
+    // h = 16) against 0.106 / 0.289, and 0.221 / 0.794 / 3.10 ms at 1k / 4k / 16k against
+    // 0.245 / 0.818 / 3.3–3.5; d = 64 0.188 against 0.195 (wg:bm64:bn64) at 512 and 0.338
+    // against 0.375 at 1k. Causal, up to 4k keys: d = 128 0.081 / 0.187 ms at 256 / 512 against
+    // 0.094 / 0.221, 0.144 / 0.430 at 1k / 4k against 0.165 / 0.457; at 16k 1.624 against 1.560,
+    // so longer causal rows keep one block per query tile. The 256-column tile (80-key tiles,
+    // one Q buffer), causal up to 8k keys: H100, d = 256, median ms of 50 calls (BENCHMARKS.md
+    // "176-key tiles and persistent grids at d = 128 and 256") with a mask 0.225 / 0.392 / 0.729
+    // at 2k / 4k / 8k against 0.242 / 0.425 / 0.781, at 16k 1.488 against 1.401; without one
+    // 0.212 / 0.380 / 0.723 / 2.997 at 1k / 2k / 4k / 16k against 0.215 / 0.384 / 0.732 / 3.172.
+    // (d = 32 keeps its measured default below; the 192-column tile is unmeasured.)
+    const bool persistent_rows =
+        (tile <= 128 || tile == 256) && (!spec.causal || shape.n_k <= (tile == 256 ? 8192 : 4096));
+    if (!split && spec.head_dim > 32 && persistent_rows) {
       AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
       c.persistent = true;
       if (!check_attention_forward_config(spec, c, target)) return c;

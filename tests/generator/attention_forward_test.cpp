@@ -139,11 +139,20 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
       // d = 64: three consumers (192 rows), persistent up to 2k keys (causal: 4k).
       EXPECT_EQ(to_string(c), d == 64   ? (causal ? "ws:bm192:bn128:s2:pp1:persist" : "ws:bm192:bn128:s2:pp1")
                               : "ws:bm128:bn128:s2:pp1:persist");
-      // Causal rows past 4k keys keep one block per query tile.
+      // Causal rows past 4k keys keep one block per query tile; from 8k keys (causal: past 4k)
+      // d = 128 takes 176-key tiles, persistent without a mask.
       auto long_rows = attention_forward_default_config({DType::bf16, d, causal}, {1, 16, 16, 16384, 16384}, sm90a(), 132);
       EXPECT_EQ(long_rows.persistent, d == 128 && !causal) << d;
       EXPECT_EQ(long_rows.block_m, d == 64 ? 192 : 128) << d;
+      EXPECT_EQ(long_rows.block_n, d == 64 ? 128 : 176) << d;
+      auto rows_8k = attention_forward_default_config({DType::bf16, d, causal}, {2, 16, 16, 8192, 8192}, sm90a(), 132);
+      EXPECT_EQ(rows_8k.block_n, d == 64 ? 128 : 176) << d;
     }
+  // The 176-key tile serves the padded head dims of the 128-column tile as well, not split grids.
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, {1, 16, 16, 8192, 8192}, sm90a(), 132)),
+            "ws:bm128:bn176:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {1, 1, 1, 1, 16384}, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp1:split");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
             "ws:bm192:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 48, true}, {1, 16, 16, 8192, 8192}, sm90a(), 132)),
@@ -185,9 +194,16 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
             ForwardPath::fa2);
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 24, false}, big, sm90a(), 132).path, ForwardPath::fa2);
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
-  // The 256-column tile: 80-key tiles, except split-key grids, which keep 64.
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)), "ws:bm128:bn80:s2:pp1");
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 200, false}, big, sm90a(), 132)), "ws:bm128:bn80:s2:pp1");
+  // The 256-column tile: 80-key tiles, except split-key grids, which keep 64; persistent (one
+  // Q buffer) without a mask and with one up to 8k keys.
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)),
+            "ws:bm128:bn80:s2:pp1:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, {2, 8, 8, 8192, 8192}, sm90a(), 132)),
+            "ws:bm128:bn80:s2:pp1:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, {1, 8, 8, 16384, 16384}, sm90a(), 132)),
+            "ws:bm128:bn80:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 200, false}, big, sm90a(), 132)),
+            "ws:bm128:bn80:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, false}, {1, 8, 8, 1, 16384}, sm90a(), 132)),
             "ws:bm128:bn64:s2:pp1:split");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 128, false}, {4, 16, 16, 4096, 4096}, *parse_target("sm_90"), 132).path,
@@ -221,7 +237,7 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2"));
   // 176-key tiles: in the space on the 128-column tile; the three-consumer form needs the
   // 64-column tile and at most 128 keys. Persistent, two Q buffers and two 176-key stages would
-  // pass 227 KiB, so the grid keeps one Q buffer (an explicit form outside the space).
+  // pass 227 KiB, so the grid keeps one Q buffer.
   auto bn176 = ws;
   bn176.block_n = 176;
   EXPECT_EQ(why(bn176, spec, sm90a()), "valid");
@@ -236,16 +252,17 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   EXPECT_EQ(render_attention_forward(spec, bn176_persist).smem_bytes, 1024 + (128 + 2 * 2 * 176) * 128 * 2 + 256);
   const auto space = attention_forward_config_space(spec, sm90a());
   EXPECT_NE(std::ranges::find(space, bn176), space.end());
-  EXPECT_EQ(std::ranges::find(space, bn176_persist), space.end());
-  // d = 256: 80-key tiles in the space; persistent with one Q buffer only by name.
+  EXPECT_NE(std::ranges::find(space, bn176_persist), space.end());
+  // d = 256: 80-key tiles in the space, persistent (one Q buffer) and not; the persistent grid
+  // has no other tile there.
   const AttentionForwardConfig bn80{ForwardPath::ws, 128, 80, 2, 0, 8, 1};
   auto bn80_persist = bn80;
   bn80_persist.persistent = true;
   const auto space256 = attention_forward_config_space({DType::bf16, 256, true}, sm90a());
   EXPECT_NE(std::ranges::find(space256, bn80), space256.end());
-  EXPECT_EQ(std::ranges::find(space256, bn80_persist), space256.end());
+  EXPECT_NE(std::ranges::find(space256, bn80_persist), space256.end());
   EXPECT_EQ(why(bn80_persist, {DType::bf16, 256, true}, sm90a()), "valid");
-  for (const auto& c : space256) EXPECT_FALSE(c.persistent) << to_string(c);
+  for (const auto& c : space256) EXPECT_TRUE(!c.persistent || c == bn80_persist) << to_string(c);
   const auto space64 = attention_forward_config_space({DType::bf16, 64, false}, sm90a());
   EXPECT_EQ(std::ranges::find(space64, AttentionForwardConfig{ForwardPath::ws, 128, 176, 2, 0, 8, 1}), space64.end());
   auto bn160 = ws;

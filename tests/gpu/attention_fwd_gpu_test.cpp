@@ -140,7 +140,7 @@ TEST(AttentionForwardGpuWs, EveryWsConfigOnOddShapesAndTheDefaultsLarge) {
   if (check_hopper_family(ForwardPath::ws) == 0) GTEST_SKIP() << "the device has no wgmma";
 }
 
-// Persistent grids with one Q buffer (explicit forms outside the tuner's space): the 176-key
+// Persistent grids with one Q buffer (in the space, and defaults for long rows): the 176-key
 // tile on the 128-column tile and the 80-key tile on the 256-column one, on the odd shapes and
 // on more query tiles than SMs (blocks walk several tiles; causal with n_q > n_k, tiles with no
 // key), both layouts, both masks.
