@@ -21,7 +21,7 @@ struct ResourceUsage {
   int spill_loads = 0;     // bytes
   int stack_frame = 0;     // bytes
   int static_smem = 0;     // bytes
-  bool serialized_wgmma = false;  // ptxas warnings C7510/C7511/C7515
+  bool serialized_wgmma = false;  // ptxas: "wgmma.mma_async instructions are serialized" (C7510/11/15/20)
   bool parsed = false;
   // AMD only (0 on NVIDIA).
   int agprs = 0, sgprs = 0;

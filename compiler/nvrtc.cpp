@@ -139,9 +139,11 @@ ResourceUsage parse_ptxas_report(const std::string& log) {
   r.spill_stores = sum_ints(log, spill_st);
   r.spill_loads = sum_ints(log, spill_ld);
   r.static_smem = max_ints(log, smem);
-  r.serialized_wgmma = log.find("C7510") != std::string::npos ||
-                       log.find("C7511") != std::string::npos ||
-                       log.find("C7515") != std::string::npos;
+  // ptxas says why with a code (C7510 extern calls, C7511 accumulators defined inside a stage,
+  // C7515 registers, C7520 a divergent path, …) and always the same words.
+  r.serialized_wgmma = log.find("C7510") != std::string::npos || log.find("C7511") != std::string::npos ||
+                       log.find("C7515") != std::string::npos || log.find("C7520") != std::string::npos ||
+                       log.find("wgmma.mma_async instructions are serialized") != std::string::npos;
   return r;
 }
 

@@ -101,6 +101,15 @@ TEST(Compile, ParsesThePtxasReport) {
   EXPECT_EQ(r.spill_loads, 4);
   EXPECT_EQ(r.static_smem, 400);
   EXPECT_TRUE(parse_ptxas_report("ptxas warning : (C7510) Potential Performance Loss: wgmma.mma_async").serialized_wgmma);
+  // The divergent-path form, which a branch around a warpgroup's wgmma issue gives.
+  EXPECT_TRUE(parse_ptxas_report("ptxas info    : (C7520) Potential Performance Loss: wgmma.mma_async instructions are "
+                                 "serialized due to program dependence on compiler-inserted WG.AR in divergent path in "
+                                 "the function 'kgen_attention_fwd'")
+                  .serialized_wgmma);
+  EXPECT_TRUE(parse_ptxas_report("ptxas info    : (C7599) wgmma.mma_async instructions are serialized due to a "
+                                 "reason this version does not name")
+                  .serialized_wgmma);
+  EXPECT_FALSE(parse_ptxas_report("ptxas info    : Used 168 registers").serialized_wgmma);
 }
 
 // A module with several entries (or non-inlined functions): the report has a block per
