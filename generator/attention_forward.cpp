@@ -307,7 +307,19 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // d = 256 ran 0.213 / 0.729 / 2.93 ms at 1k / 4k / 16k against 0.230 / 0.792 / 3.16 with
     // 64-key tiles, causal 0.149 / 0.421 / 1.39 against 0.154 / 0.455 / 1.54. Split-key grids
     // keep 64-key tiles (their space has no 80-key form).
-    const int bn = tile == 64 ? (shape.n_k >= 4096 ? 192 : 128) : tile == 256 ? (split ? 64 : 80) : 128;
+    // The 128-column tile takes 176-key tiles for long rows: from 8k keys without a mask, above
+    // 4k with one (the persistent rule below then makes the first persistent with one Q buffer,
+    // the second one block per query tile). H100, d = 128, median ms of 50 calls, two runs
+    // (BENCHMARKS.md "176-key tiles and persistent grids at d = 128 and 256"): without a mask
+    // at 8k 1.535 / 1.539 against 1.726 / 1.640 (the persistent 128-key kernel, bimodal there),
+    // at 16k within 1 %, GQA (b = 1, h = 64 / 8) at 16k 12.91 / 12.93 against 13.31; with a mask
+    // at 8k 0.821 / 0.828 against 0.834 / 0.836, GQA 1.605 / 1.604 against 1.771 / 1.823, at 16k
+    // GQA 6.665 / 6.601 against 6.805 / 6.742. Shorter rows and split grids keep 128-key tiles
+    // (2k without a mask: 0.430 against 0.414).
+    const bool long_rows = spec.causal ? shape.n_k > 4096 : shape.n_k >= 8192;
+    const int bn = tile == 64    ? (shape.n_k >= 4096 ? 192 : 128)
+                   : tile == 256 ? (split ? 64 : 80)
+                                 : (tile == 128 && long_rows && !split ? 176 : 128);
     // Short rows on the 64-column tile with a mask: one warpgroup of 64 rows per block, several
     // blocks per SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64,
     // h = 16, BENCHMARKS.md "Short sequences"): causal d = 64 0.051 / 0.133 / 0.419 ms at 256 /
@@ -330,20 +342,7 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
       c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
-    // 176-key tiles on the 128-column tile for long rows: persistent (one Q buffer) without a
-    // mask from 8k keys, one block per query tile with a mask above 4k keys. H100, d = 128,
-    // median ms of 50 calls, two runs (BENCHMARKS.md "176-key tiles and persistent grids at
-    // d = 128 and 256"): without a mask at 8k 1.535 / 1.539 against 1.726 / 1.640 (the
-    // persistent 128-key kernel, bimodal there), at 16k within 1 %, GQA (b = 1, h = 64 / 8) at 16k
-    // 12.91 / 12.93 against 13.31; with a mask at 8k 0.821 / 0.828 against 0.834 / 0.836, GQA
-    // 1.605 / 1.604 against 1.771 / 1.823, at 16k GQA 6.665 / 6.601 against 6.805 / 6.742.
-    // Shorter rows keep 128-key tiles (2k without a mask: 0.430 against 0.414).
-    if (!split && tile == 128 && (spec.causal ? shape.n_k > 4096 : shape.n_k >= 8192)) {
-      AttentionForwardConfig c{ForwardPath::ws, 128, 176, 2, 0, 8, 1};
-      c.persistent = !spec.causal;
-      if (!check_attention_forward_config(spec, c, target)) return c;
-    }
-    // Then, up to 128 columns and at 256, a persistent grid (one block per SM over every query
+    // Up to 128 columns and at 256, a persistent grid (one block per SM over every query
     // tile, the next tile's loads under the current one's work; BENCHMARKS.md, "Persistent
     // forward grid"). Without a mask d = 128 ran 0.079 / 0.245 ms at n = 256 / 512 (b = 64,
     // h = 16) against 0.106 / 0.289, and 0.221 / 0.794 / 3.10 ms at 1k / 4k / 16k against
