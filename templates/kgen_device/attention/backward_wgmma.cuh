@@ -537,17 +537,24 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
 // boxes of `sm` at the places of the map's 128-byte swizzle (row r's 16-byte chunk c at c ^ r % 8).
 // Row warp·16 + g (+ 8h), columns 8jj + 2t: chunk 2(jj % 4) + t / 2 of its box, whose bits are
 // disjoint, so the swizzled chunk is (t / 2 ^ g) ^ 2(jj % 4): one base per thread, the rest
-// immediates.
+// immediates. A 64-bit store goes to the banks in two half-warps (g = 0..3, then 4..7), where
+// the chunks (t / 2) ^ g of one jj are only four: lanes of odd g store jj ^ 2 in jj's turn
+// (chunk ^ 4), so that each half-warp covers all eight chunks (one wavefront, not two). The
+// values land where they did; only the order of a lane's stores changes.
 template <int Cols, class Smem>
 __device__ __forceinline__ void write_dq_boxes(const Smem& sm, const float (&dq)[Cols / 2], int col0, int warp, int g,
                                                int t) {
-  const unsigned lane_base = sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1);
+  const bool odd = g & 1;
+  const unsigned lane_base =
+      (sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1)) ^ (odd ? 64u : 0u);
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int jj = 0; jj < Cols / 8; ++jj)
-      st_shared_8f((lane_base + (jj / 4) * Smem::kDqBoxBytes + h * 8 * 128) ^ (32u * (jj % 4)), dq[4 * jj + 2 * h],
-                   dq[4 * jj + 2 * h + 1]);
+    for (int jj = 0; jj < Cols / 8; ++jj) {
+      const int mine = 4 * jj + 2 * h, swapped = 4 * (jj ^ 2) + 2 * h;
+      st_shared_8f((lane_base + (jj / 4) * Smem::kDqBoxBytes + h * 8 * 128) ^ (32u * (jj % 4)),
+                   odd ? dq[swapped] : dq[mine], odd ? dq[swapped + 1] : dq[mine + 1]);
+    }
 }
 
 // TmaDQ: adds this warpgroup's dQ of query tile j of `walk` (Cols columns from col0, whole

@@ -96,7 +96,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   const int tid = threadIdx.x;
   // On the 64-column tile the warpgroup index, proven warp-uniform to ptxas, schedules 2–4.5 %
   // faster (H100); at D = 128 the same shuffle cost 0.4–1.7 %, so only D = 64 takes it.
-  const int wg = D == 64 ? __shfl_sync(0xffffffffu, tid / 128, 0) : tid / 128;
+  const int wg = D == 64 ? shfl32(tid / 128, 0) : tid / 128;
   int splits = 1;
   if constexpr (SplitKeys) splits = tp.splits;
   // The block's query tiles: one (blockIdx) or, persistent, rounds of the grid over every

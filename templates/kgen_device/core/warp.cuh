@@ -30,6 +30,7 @@ __device__ __forceinline__ double shfl_xor32(double x, int lane_mask) {
 __device__ __forceinline__ float shfl32(float x, int src_lane) {
   return __builtin_bit_cast(float, bpermute32(__builtin_bit_cast(int, x), src_lane));
 }
+__device__ __forceinline__ int shfl32(int x, int src_lane) { return bpermute32(x, src_lane); }
 __device__ __forceinline__ bool all32(bool pred) {
 #if __has_builtin(__builtin_amdgcn_ballot_w64)
   const unsigned long long ballot = __builtin_amdgcn_ballot_w64(pred);
@@ -50,6 +51,7 @@ __device__ __forceinline__ double shfl_xor32(double x, int lane_mask) {
 
 // x of lane src_lane.
 __device__ __forceinline__ float shfl32(float x, int src_lane) { return __shfl_sync(0xffffffffu, x, src_lane); }
+__device__ __forceinline__ int shfl32(int x, int src_lane) { return __shfl_sync(0xffffffffu, x, src_lane); }
 
 // Whether pred holds on all 32 lanes (the same answer on every lane).
 __device__ __forceinline__ bool all32(bool pred) { return __all_sync(0xffffffffu, pred); }
