@@ -123,9 +123,9 @@ def read_sass_csv(text: str) -> Sass:
             continue
         address = int(row[col["Address"]], 16)
         first = address if first is None else first
-        count = lambda name: int(row[col[name]].replace(",", "") or 0)
-        sass.rows.append((address - first, row[col["Source"]].strip(), count(SAMPLES),
-                          {r[len("stall_"):]: count(r) for r in reasons if count(r)}))
+        counts = {name: int(row[col[name]].replace(",", "") or 0) for name in (SAMPLES, *reasons)}
+        sass.rows.append((address - first, row[col["Source"]].strip(), counts[SAMPLES],
+                          {r[len("stall_"):]: counts[r] for r in reasons if counts[r]}))
     return sass
 
 
@@ -147,6 +147,22 @@ def by_line(sass: Sass, lines: dict[int, tuple[str, int, str]]):
     return samples.most_common(), reasons, sum(samples.values())
 
 
+def profile_lines(sass_csv: str, binary: str, nvdisasm: str):
+    """by_line of the ncu export `sass_csv` against `nvdisasm -g` of `binary` (cubin or cache
+    entry), and the export itself; OSError or ValueError says what went wrong."""
+    with open(sass_csv, encoding="utf-8") as f:
+        sass = read_sass_csv(f.read())
+    with open(binary, "rb") as f:
+        cubin = cubin_of(f.read())
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        disassembly = subprocess.run([nvdisasm, "-g", "-c", f.name], capture_output=True, check=False)
+    if disassembly.returncode != 0:
+        raise ValueError(f"nvdisasm failed: {disassembly.stderr.decode(errors='replace').strip()}")
+    return (*by_line(sass, lines_by_offset(disassembly.stdout.decode(), sass.kernel)), sass)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog=__doc__.split("\n", 2)[2],
@@ -163,35 +179,24 @@ def main(argv=None) -> int:
     if not args.nvdisasm:
         parser.error("no nvdisasm on PATH: pass --nvdisasm")
     try:
-        with open(args.sass_csv, encoding="utf-8") as f:
-            sass = read_sass_csv(f.read())
-        with open(args.binary, "rb") as f:
-            cubin = cubin_of(f.read())
+        ranked, reasons, total, sass = profile_lines(args.sass_csv, args.binary, args.nvdisasm)
     except (OSError, ValueError) as e:
         print(f"ncu_lines: {e}", file=sys.stderr)
         return 2
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        disassembly = subprocess.run([args.nvdisasm, "-g", "-c", f.name], capture_output=True, check=False)
-    if disassembly.returncode != 0:
-        print(f"ncu_lines: nvdisasm failed: {disassembly.stderr.decode(errors='replace').strip()}", file=sys.stderr)
-        return 2
-    try:
-        ranked, reasons, total = by_line(sass, lines_by_offset(disassembly.stdout.decode(), sass.kernel))
-    except ValueError as e:
-        print(f"ncu_lines: {e}", file=sys.stderr)
-        return 2
     print(f"{sass.kernel}: {len(sass.rows)} instructions, {total} warp samples")
+    sources: dict[str, list[str]] = {}
     for (path, line), count in ranked[:args.top]:
         main_reasons = ", ".join(f"{r} {n}" for r, n in reasons[(path, line)].most_common(3))
         print(f"{100 * count / max(total, 1):5.1f} %  {path}:{line}  ({main_reasons})")
         if args.templates:
-            try:
-                with open(f"{args.templates}/{path}", encoding="utf-8") as f:
-                    print(f"         {f.read().splitlines()[line - 1].strip()}")
-            except (OSError, IndexError):
-                pass
+            if path not in sources:
+                try:
+                    with open(f"{args.templates}/{path}", encoding="utf-8") as f:
+                        sources[path] = f.read().splitlines()
+                except OSError:
+                    sources[path] = []
+            if 0 < line <= len(sources[path]):
+                print(f"         {sources[path][line - 1].strip()}")
     return 0
 
 

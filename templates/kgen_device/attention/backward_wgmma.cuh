@@ -546,7 +546,7 @@ __device__ __forceinline__ void write_dq_boxes(const Smem& sm, const float (&dq)
                                                int t) {
   const bool odd = g & 1;
   const unsigned lane_base =
-      (sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1)) ^ (odd ? 64u : 0u);
+      (sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1)) ^ ((g & 1) << 6);
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
