@@ -410,16 +410,35 @@ __device__ __forceinline__ void issue_dv_dk(float (&dv)[D / 2], float (&dk)[D / 
   wgmma::commit();
 }
 
-// Writes this thread's dSᵀ values (dp: 64 keys of warpgroup wg × BM queries) rounded to 16 bits
+// Writes this warp's dSᵀ values (dp: 64 keys of warpgroup wg × BM queries) rounded to 16 bits
 // into the dSᵀ tile at `ds` (DsTile, rows = the block's keys), then fences them for wgmma.
-template <class T, int BM, class DsTile>
+// ByStmatrix: one stmatrix.x4 per two 16-byte chunks (16 queries) of the warp's 16 rows:
+// matrices 0 / 1 are rows 0–7 / 8–15 of chunk c, 2 / 3 those of chunk c + 1, so lane i
+// addresses row i % 8 (+ 8 for matrices 1 and 3) of chunk c + i / 16. c is even, so chunk c + x
+// is c ^ x and its swizzled place (c ^ x) ^ (row % 8): one base per lane, c by XOR of
+// immediates (ds is 1024-aligned). Measured (BENCHMARKS.md, "dSᵀ by stmatrix"): 1.0–1.8 %
+// faster on the 64-row tiles (d = 128) and on 128-row tiles with TMA loads; 1.5 % slower on
+// 128-row tiles with cp.async loads (d = 64, n = 1k), which keep the 32-bit stores, as does
+// the block-synchronous kernel (not measured).
+template <class T, int BM, class DsTile, bool ByStmatrix = true>
 __device__ __forceinline__ void store_ds_rows(unsigned ds, const float (&dp)[BM / 2], int wg, int warp, int g, int t) {
+  if constexpr (ByStmatrix) {
+    const int lane = 4 * g + t;
+    const int row = wg * 64 + warp * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+    const unsigned lane_base = ds + row * 128 + (((lane >> 4) ^ (row & 7)) << 4);
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = wg * 64 + warp * 16 + g + 8 * h;
+    for (int c = 0; c < BM / 8; c += 2)
+      wgmma::stmatrix_x4((lane_base + (c >> 3) * DsTile::kBlockBytes) ^ ((c & 7) << 4),
+                         pack2<T>(dp[4 * c], dp[4 * c + 1]), pack2<T>(dp[4 * c + 2], dp[4 * c + 3]),
+                         pack2<T>(dp[4 * c + 4], dp[4 * c + 5]), pack2<T>(dp[4 * c + 6], dp[4 * c + 7]));
+  } else {
 #pragma unroll
-    for (int j = 0; j < BM / 8; ++j)
-      st_shared_4(ds + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
+    for (int h = 0; h < 2; ++h) {
+      const int row = wg * 64 + warp * 16 + g + 8 * h;
+#pragma unroll
+      for (int j = 0; j < BM / 8; ++j)
+        st_shared_4(ds + DsTile::offset(row, j) + 4 * t, pack2<T>(dp[4 * j + 2 * h], dp[4 * j + 2 * h + 1]));
+    }
   }
   wgmma::fence_proxy_async();
 }
@@ -733,7 +752,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
     if constexpr (AtomicDQ) {
       // ---- dQ += dS·K through shared dSᵀ and fp32 atomics; warpgroup wg computes the columns
       // [wg·D/WGs, +D/WGs) over all BN keys, in passes of kDqCols ----
-      bwd_detail::store_ds_rows<T, BM, DsTile>(sm.ds(), dp, wg, warp, g, t);
+      bwd_detail::store_ds_rows<T, BM, DsTile, false>(sm.ds(), dp, wg, warp, g, t);
       named_barrier<1, kThreads>();  // all dSᵀ rows written
       float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
 #pragma unroll
@@ -895,7 +914,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
     // ---- dSᵀ(it) into its ring slot ----
     const int buf = it % kDsBufs;
     if (it >= kDsBufs) tma::wait(sm.ds_empty(buf), (it / kDsBufs - 1) & 1);
-    bwd_detail::store_ds_rows<T, BM, DsTile>(sm.ds(buf), dp, wg, warp, g, t);
+    bwd_detail::store_ds_rows<T, BM, DsTile, BM == 64 || TmaLoads>(sm.ds(buf), dp, wg, warp, g, t);
     tma::arrive(sm.ds_full(buf));
 
     // ---- dQ(it − 1) under dV and dK; the stage and the slot released; its rows added ----

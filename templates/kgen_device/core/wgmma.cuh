@@ -47,6 +47,14 @@ __device__ __forceinline__ void wait() {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// Stores four 8×8 matrices of 16-bit elements (stmatrix .x4): lane i gives the shared address of
+// row i % 8 of matrix i / 8; r[k] holds this lane's two elements of matrix k (row lane / 4,
+// columns 2·(lane % 4), +1): the layout of a wgmma accumulator's rows packed in pairs.
+__device__ __forceinline__ void stmatrix_x4(unsigned smem_addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
+}
 // Keeps the compiler from moving accesses to accumulator registers across an asynchronous
 // wgmma (the asm statements below look synchronous to it).
 template <int N>
