@@ -206,10 +206,11 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     const int tile = wgmma_tile_head_dim(spec.head_dim);
     if (c.block_m != 64 && c.block_m != 128)
       return std::string("wgmma block_m must be 64 (one wgmma M of query rows) or 128");
-    if (c.block_m == 128 && (c.async_wgs == 0 || tile != 64 || c.tma_dq || c.cluster != 1 || c.splits != 1))
+    if (c.block_m == 128 && (c.async_wgs == 0 || tile != 64 || (c.tma_dq && !c.warp_specialised) ||
+                             c.cluster != 1 || c.splits != 1))
       return std::string(
           "wgmma block_m 128 takes a decoupled kernel (a1, a2) on the 64-column tile (head dims up to 64), "
-          "with dQ by red_add2 (no t, no x2)");
+          "with dQ by red_add2 or, warp-specialised (w), by TMA (t); no x2");
     if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
     if (c.tma_loads && c.async_wgs == 0)
       return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
@@ -217,7 +218,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
       return std::string("wgmma key pairs take clusters of two (x2) and dQ by TMA (t): wg:bm64:bn128:a2:t:x2");
     if (c.warp_specialised && ((!c.tma_dq && c.block_m != 128) || !c.tma_loads || c.cluster != 1))
       return std::string("wgmma warp specialisation (w) takes loads by TMA (l), dQ by TMA (t) with 64-row tiles, "
-                         "and no key pairs: wg:bm64:bn128:a2:t:l:w or wg:bm128:bn128:a2:l:w");
+                         "and no key pairs: wg:bm64:bn128:a2:t:l:w, wg:bm128:bn128:a2:l:w or wg:bm128:bn128:a2:t:l:w");
     if (c.group_splits != 1 &&
         ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0 || c.cluster != 1))
       return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits, a decoupled kernel (a1, a2) and no key pairs");
@@ -271,7 +272,8 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     for (int a : {2, 1}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, true, true, 1, 1, true});
     for (int a : {2, 1})
       for (bool l : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, l});
-    for (int a : {2, 1}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, true, 1, 1, true});
+    for (int a : {2, 1})
+      for (bool t : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, t, true, 1, 1, true});
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
     keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
@@ -389,6 +391,16 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // keys: taken from d = 49 there.
       // Split grouped heads (hopper_group_split) take it from 1k keys.
       if (spec.head_dim > 48 && (shape.n_k >= 4096 || group_split > 1)) c.tma_loads = true, c.warp_specialised = true;
+      // And dQ through the staging boxes by the producer's dQ warp (:t, a two-stage ring; H100,
+      // bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "dQ by TMA on 128-row tiles", kgen bench, ms,
+      // n = 1k / 4k / 8k): d = 64 a2:t:l:w 0.938 / 2.787 / 5.707 against a2 1.191, a2:l:w 3.412 /
+      // 6.775; with a mask a1:t:l:w 0.729 / 1.713 / 3.011 against a2:l 0.813, a2:l:w 2.009 /
+      // 3.620 (a2:t:l:w 0.713 / 1.711 / 3.049 spills 16 bytes with a mask). Measured at d = 64
+      // from 1k keys without grouped heads: taken from d = 49 there.
+      if (spec.head_dim > 48 && shape.n_k >= 1024 && group_split == 1) {
+        c.tma_loads = true, c.warp_specialised = true, c.tma_dq = true;
+        c.async_wgs = spec.causal ? 1 : 2;
+      }
       c.group_splits = group_split;  // only above 48 columns, where async_wgs is already 2
     } else {
       // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
@@ -557,6 +569,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           shim.args = {targ_type("T", spec.dtype),       targ("D", tile),  targ("BM", c.block_m),
                        targ("Causal", spec.causal),       targ("Stagger", c.async_wgs == 2),
                        targ("HeadDim", d),                targ("GroupSplit", c.group_splits)};
+          if (c.block_m == 128 && c.tma_dq) shim.args.push_back(targ("TmaDQ", true));
           break;
         }
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
@@ -646,6 +659,9 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
   // mask a1:t spills 12 + 12 bytes and a2:t 12 + 24 (d = 104: a1:t none).
   if (c.async_wgs != 0 && spec.causal && spec.head_dim > 104 && spec.head_dim <= 112)
     c.async_wgs = 0, c.tma_dq = false, c.group_splits = 1;
+  // 128-row query tiles add dQ by TMA only warp-specialised: without, red_add2 from the staggered
+  // a2 (the measured cp.async form, BENCHMARKS.md "128-row query tiles").
+  if (c.block_m == 128 && c.tma_dq) c.tma_dq = false, c.async_wgs = 2;
   // With 128-row query tiles at d = 49-56 with a mask, a2 spills 12 bytes (d = 64 and up to 48:
   // none); the 64-row form does not.
   if (c.block_m == 128 && spec.causal && spec.head_dim > 48 && spec.head_dim <= 56) c.block_m = 64;

@@ -113,17 +113,19 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
       // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l and :t:l:w; at
-      // d = 64 also bm128:bn128:a1 and a2, each without :l, with :l and with :l:w.
-      EXPECT_EQ(wg90, d == 64 ? 18 : 12) << d;
+      // d = 64 also bm128:bn128:a1 and a2, each without :l, with :l, with :l:w and with :t:l:w.
+      EXPECT_EQ(wg90, d == 64 ? 20 : 12) << d;
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
-      // Decoupled warpgroups, staggered, with a producer warpgroup and the loads by TMA: 128-row
-      // query tiles on the 64-column tile, dQ by TMA on the 128-column tile. Below 4k keys the
-      // 64-column tile keeps the decoupled kernel (Q and dO by TMA with a mask).
+      // Decoupled warpgroups with a producer warpgroup, the loads and dQ by TMA: 128-row query
+      // tiles on the 64-column tile (unstaggered with a mask), 64-row ones on the 128-column
+      // tile; on the 64-column tile from 1k keys.
+      const char* wide = causal ? "wg:bm128:bn128:a1:t:l:w" : "wg:bm128:bn128:a2:t:l:w";
       EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
-                d == 64 ? "wg:bm128:bn128:a2:l:w" : "wg:bm64:bn128:a2:t:l:w");
+                d == 64 ? wide : "wg:bm64:bn128:a2:t:l:w");
       if (d == 64) {
-        EXPECT_EQ(to_string(attention_backward_default_config(spec, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
+        EXPECT_EQ(to_string(attention_backward_default_config(spec, {16, 16, 16, 1024, 1024}, sm90a(), 132)), wide);
+        EXPECT_EQ(to_string(attention_backward_default_config(spec, {32, 16, 16, 512, 512}, sm90a(), 132)),
                   causal ? "wg:bm128:bn128:a2:l" : "wg:bm128:bn128:a2");
       }
       // Short sequences keep the decoupled kernel on the 128-column tile (TMA loads except with a
@@ -213,11 +215,11 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   auto dflt = [&](int d, bool causal) {
     return to_string(attention_backward_default_config({DType::bf16, d, causal}, big, sm90a(), 132));
   };
-  EXPECT_EQ(dflt(64, false), "wg:bm128:bn128:a2:l:w");
-  EXPECT_EQ(dflt(56, false), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(dflt(64, false), "wg:bm128:bn128:a2:t:l:w");
+  EXPECT_EQ(dflt(56, false), "wg:bm128:bn128:a2:t:l:w");
   EXPECT_EQ(dflt(48, false), "wg:bm128:bn128:a1:l");
   EXPECT_EQ(dflt(48, true), "wg:bm128:bn128:a2:l");
-  EXPECT_EQ(dflt(64, true), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(dflt(64, true), "wg:bm128:bn128:a1:t:l:w");
   EXPECT_EQ(dflt(40, false), "wg:bm128:bn128:a1:l");
   EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l:w");
   EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l:w");
@@ -250,11 +252,11 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(grouped(112, true, {1, 64, 8, 4096, 4096}), "wg:bm64:bn128:a1:t:l:w:g4");
   EXPECT_EQ(grouped(64, true, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w:g4");
   EXPECT_EQ(grouped(64, true, {1, 32, 8, 16384, 16384}), "wg:bm128:bn128:a2:l:w:g4");
-  EXPECT_EQ(grouped(64, true, {1, 48, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w");
-  EXPECT_EQ(grouped(64, false, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(grouped(64, true, {1, 48, 8, 4096, 4096}), "wg:bm128:bn128:a1:t:l:w");
+  EXPECT_EQ(grouped(64, false, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:t:l:w");
   EXPECT_EQ(grouped(64, true, {16, 64, 8, 512, 512}), "wg:bm128:bn128:a2:l");
   EXPECT_EQ(grouped(64, false, {1, 64, 8, 2048, 2048}), "wg:bm128:bn128:a2:l:w:g4");
-  EXPECT_EQ(grouped(64, false, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l:w");
+  EXPECT_EQ(grouped(64, false, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:t:l:w");
   EXPECT_EQ(grouped(48, true, {1, 64, 8, 4096, 4096}), "wg:bm128:bn128:a2:l");
   // Small grids: split, the blocks of a grouped call fill the machine (1k keys, b = 1, 8 K/V
   // heads: 64 K/V blocks), where they took the one-warpgroup kernel before.
@@ -428,7 +430,8 @@ TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
 // mbarriers; the deterministic mode keeps the block-synchronous kernel.
 TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
   for (const char* text : {"wg:bm64:bn128:a2:t:l:w", "wg:bm64:bn128:a1:t:l:w", "wg:bm64:bn128:a1:t:l:w:g2",
-                           "wg:bm128:bn128:a2:l:w", "wg:bm128:bn128:a1:l:w"}) {
+                           "wg:bm128:bn128:a2:l:w", "wg:bm128:bn128:a1:l:w", "wg:bm128:bn128:a2:t:l:w",
+                           "wg:bm128:bn128:a1:t:l:w:g2"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
     EXPECT_TRUE(c->warp_specialised);
@@ -467,7 +470,19 @@ TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
             std::string::npos)
       << k128.source;
   EXPECT_EQ(k128.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(64, 128));  // no dQ writer barriers
-    const KernelSource det = render_attention_backward({DType::bf16, 96, true}, w, K::kv);
+  // 128-row tiles with dQ by TMA: the staging tile and the writer's barriers on a two-stage ring,
+  // under the limit where three stages would not be.
+  const auto t128 = *parse_attention_backward_config("wg:bm128:bn128:a2:t:l:w");
+  const KernelSource kt = render_attention_backward({DType::bf16, 64, false}, t128, K::kv_atomic);
+  EXPECT_NE(kt.source.find("attention_backward_wgmma_kv_ws</*T=*/kgen::bfloat16_t, /*D=*/64, /*BM=*/128, "
+                           "/*Causal=*/false, /*Stagger=*/true, /*HeadDim=*/64, /*GroupSplit=*/1, /*TmaDQ=*/true>"),
+            std::string::npos)
+      << kt.source;
+  EXPECT_EQ(attention_bwd::wgmma_kv_async_stages(128, true), 2);
+  EXPECT_EQ(kt.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(64, 128, true) + 4 * 8);
+  EXPECT_LE(kt.smem_bytes, sm90a().max_smem_per_block);
+  EXPECT_GT(kt.smem_bytes + 2 * 128 * 64 * 2 + 2 * 128 * 4 + 16, sm90a().max_smem_per_block);
+  const KernelSource det = render_attention_backward({DType::bf16, 96, true}, w, K::kv);
   EXPECT_EQ(det.threads, 256);
   EXPECT_NE(det.source.find("attention_backward_wgmma_kv</*T=*/kgen::bfloat16_t"), std::string::npos) << det.source;
 }
@@ -564,6 +579,7 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
         auto expected = chosen;
         expected.tma_loads = false;
         expected.warp_specialised = false;
+        if (chosen.block_m == 128 && chosen.tma_dq) expected.tma_dq = false, expected.async_wgs = 2;  // :t: only with :w
         EXPECT_EQ(to_string(without), to_string(expected)) << d << " " << causal;
       }
     }

@@ -287,7 +287,7 @@ TEST(TuningOpsDecision, BackwardPrecedence) {
   auto problem = attention_backward_tuning(attention_case(DType::bf16, 64, true, 2, 16, 4096), false);
   FakeDevice dev;
   const std::string heuristic = to_string(attention_backward_default_config(call.spec, call.shape, kSm90a, 132));
-  ASSERT_EQ(heuristic, "wg:bm128:bn128:a2:l:w");  // the Hopper kernel on sm_90a
+  ASSERT_EQ(heuristic, "wg:bm128:bn128:a1:t:l:w");  // the Hopper kernel on sm_90a
   EXPECT_EQ(to_string(choose_attention_backward_config(call, none, dev.context())), heuristic);
   dev.db = database(dev.dir, {record(*problem, "fa2:bm32:bn64:w4")});
   EXPECT_EQ(to_string(choose_attention_backward_config(call, none, dev.context())), "fa2:bm32:bn64:w4");
@@ -327,7 +327,7 @@ TEST(TuningOpsDecision, AnInvalidRecordIsIgnoredWithAWarning) {
   dev.db = database(dev.dir, {record(*problem, "fa2:bm32:bn64:w8")});  // 8 keys per warp: invalid
   std::string chosen;
   std::string log = captured_log([&] { chosen = to_string(choose_attention_backward_config(call, {}, dev.context())); });
-  EXPECT_EQ(chosen, "wg:bm128:bn128:a2:l:w");  // the heuristic
+  EXPECT_EQ(chosen, "wg:bm128:bn128:a1:t:l:w");  // the heuristic
   EXPECT_NE(log.find("tuning record fa2:bm32:bn64:w8"), std::string::npos) << log;
   EXPECT_NE(log.find("not valid here"), std::string::npos) << log;
 }

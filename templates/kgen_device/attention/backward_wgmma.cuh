@@ -115,20 +115,21 @@ __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_sme
 
 // Shared memory of attention_backward_wgmma_kv_async from a base rounded up to 1024 bytes: K and
 // V (Sw128<BN, D>), kStages stages of Q and dO (Sw128<BM, D>), kDsBufs dSᵀ tiles (Sw128<BN, BM>),
-// with TmaDQ the fp32 dQ staging tile (BM rows × D, kDqBoxBytes boxes of 32 columns, each
-// 128-byte swizzled), kStages stages of BM lse2 and BM delta values, then the mbarriers
+// with TmaDQ the fp32 dQ staging tile (BM rows × D in boxes of 64 rows × 32 columns, each
+// 128-byte swizzled: box c holds columns [32·c, +32), and with 128-row tiles box (D / 32)·r + c
+// those of the rows [64·r, +64)), kStages stages of BM lse2 and BM delta values, then the mbarriers
 // full[kStages], empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs]; with Pair then
 // dq_ready[2 warpgroups] and dq_pulled[2] (pair_tile_dq), with PairLoads peer_empty[kStages]
 // (load_stage_tma); with DqWriter (backward_ws.cuh) dq_full[2] and dq_empty[2] in the places of
 // dq_ready and dq_pulled.
 template <int D, int BM, int BN, bool TmaDQ = false, bool Pair = false, bool PairLoads = false, bool DqWriter = false>
 struct AsyncKvSmem {
-  static constexpr int kStages = attention_bwd::kWgmmaAsyncStages;
+  static constexpr int kStages = attention_bwd::wgmma_kv_async_stages(BM, TmaDQ);
   static constexpr int kDsBufs = attention_bwd::wgmma_kv_async_ds_bufs(D, BM, TmaDQ);
   using KVTile = wgmma::Sw128<BN, D>;
   using QTile = wgmma::Sw128<BM, D>;
   using DsTile = wgmma::Sw128<BN, BM>;
-  static constexpr int kDqBoxBytes = BM * 128;  // 32 fp32 columns
+  static constexpr int kDqBoxBytes = 64 * 128;  // 64 rows of 32 fp32 columns
   static constexpr int kDqOffset = 2 * KVTile::kBytes + 2 * kStages * QTile::kBytes + kDsBufs * DsTile::kBytes;
   static constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
   static constexpr int kBarrierOffset = kStatsOffset + kStages * 2 * BM * 4;
@@ -552,8 +553,8 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
   add_dq_rows<Cols, D, HeadDim>(acc_base, dq, walk.m0(j) + row0 + warp * 16, p.n_q, col0, Cols, g, t);
 }
 
-// Writes this thread's dQ values (a warpgroup's 64 rows × Cols columns from col0) into the staging
-// boxes of `sm` at the places of the map's 128-byte swizzle (row r's 16-byte chunk c at c ^ r % 8).
+// Writes this thread's dQ values (a warpgroup's 64 rows × Cols columns) into the staging boxes
+// [box0, +Cols / 32) of `sm` at the places of the map's 128-byte swizzle (row r's 16-byte chunk c at c ^ r % 8).
 // Row warp·16 + g (+ 8h), columns 8jj + 2t: chunk 2(jj % 4) + t / 2 of its box, whose bits are
 // disjoint, so the swizzled chunk is (t / 2 ^ g) ^ 2(jj % 4): one base per thread, the rest
 // immediates. A 64-bit store goes to the banks in two half-warps (g = 0..3, then 4..7), where
@@ -561,11 +562,11 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
 // (chunk ^ 4), so that each half-warp covers all eight chunks (one wavefront, not two). The
 // values land where they did; only the order of a lane's stores changes.
 template <int Cols, class Smem>
-__device__ __forceinline__ void write_dq_boxes(const Smem& sm, const float (&dq)[Cols / 2], int col0, int warp, int g,
+__device__ __forceinline__ void write_dq_boxes(const Smem& sm, const float (&dq)[Cols / 2], int box0, int warp, int g,
                                                int t) {
   const bool odd = g & 1;
   const unsigned lane_base =
-      (sm.dq_box(col0 / 32) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1)) ^ ((g & 1) << 6);
+      (sm.dq_box(box0) + (warp * 16 + g) * 128 + (((t >> 1) ^ g) << 4) + 8 * (t & 1)) ^ ((g & 1) << 6);
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -593,7 +594,7 @@ __device__ __forceinline__ void reduce_tile_dq(const AttentionBackwardParams& p,
   const bool leader = warp == 0 && lane == 0;
   if (leader) tma::store_wait_read();
   tma::barrier_sync(bar, 128);
-  write_dq_boxes<Cols>(sm, dq, col0, warp, g, t);
+  write_dq_boxes<Cols>(sm, dq, col0 / 32, warp, g, t);
   tma::fence_proxy_async();
   tma::barrier_sync(bar + 2, 128);
   if (leader) {
@@ -629,7 +630,7 @@ __device__ __forceinline__ void pair_tile_dq(const AttentionBackwardParams& p, c
     if (j >= 1) tma::wait<true>(sm.dq_pulled(wg), (j - 1) & 1);
   }
   tma::barrier_sync(bar, 128);
-  write_dq_boxes<Cols>(sm, dq, col0, warp, g, t);
+  write_dq_boxes<Cols>(sm, dq, col0 / 32, warp, g, t);
   cluster::arrive_remote(cluster::remote(sm.dq_ready(wg), peer));
   if (leader) tma::wait<true>(sm.dq_ready(wg), j & 1);
   tma::barrier_sync(bar, 128);

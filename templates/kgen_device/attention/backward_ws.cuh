@@ -1,6 +1,6 @@
-// Warp-specialised Hopper attention backward (sm_90a wgmma, configs "wg:bm64:bn128:a1:t:l:w" and
-// "wg:bm128:bn128:a2:l:w"): the decoupled key-major kernel of backward_wgmma.cuh
-// (attention_backward_wgmma_kv_async_body with TmaLoads, and with TmaDQ in 64-row tiles) with its
+// Warp-specialised Hopper attention backward (sm_90a wgmma, configs "wg:bm64:bn128:a1:t:l:w",
+// "wg:bm128:bn128:a2:l:w" and "wg:bm128:bn128:a2:t:l:w"): the decoupled key-major kernel of
+// backward_wgmma.cuh (attention_backward_wgmma_kv_async_body with TmaLoads and TmaDQ) with its
 // copies moved off the warpgroups that run the tensor cores.
 //
 // 384 threads. Warpgroup 0 is the producer and gives its registers to the consumers (setmaxnreg
@@ -9,7 +9,7 @@
 //     (empty), lane 0 issues the Q and dO boxes by TMA on full[stage] and every lane the rows'
 //     lse2 and delta by 4-byte cp.async (4 values a lane; rows >= n_q zero-filled), arriving on
 //     full[stage] as they land;
-//   warp 1 adds dQ (64-row tiles): per tile and consumer, once the consumer wrote its staging boxes
+//   warp 1 adds dQ (with TmaDQ): per tile and consumer, once the consumer wrote its staging boxes
 //     (dq_full[wg]), lane 0 issues their TMA reduce-adds into dq_accum and, once the previous
 //     consumer's boxes have been read, releases them (dq_empty of that consumer);
 //   the other warps exit.
@@ -18,12 +18,11 @@
 // issued, dSᵀ into its ring), then, once dV and dK are done, the dQ of the tile before over the
 // columns [wg·D/2, +D/2), which it writes into its staging boxes (after dq_empty[wg]) before
 // arriving on dq_full[wg]; with 128-row tiles the dQ of the rows [64·wg, +64) over every column,
-// added with red_add2. They never wait for a copy they issued, and hold no load addresses.
+// into the boxes the same way with TmaDQ (a two-stage ring), else added with red_add2. They never wait for a copy they issued, and hold no load addresses.
 // (The decoupled kernel keeps dQ's wgmma in flight under dV and dK's; within 240 registers that
 // overlap spills and serialises the wgmma, so here the other consumer fills the gap.)
 //
-// Shared memory: AsyncKvSmem, in 64-row tiles with TmaDQ and DqWriter (dq_full and dq_empty per
-// consumer).
+// Shared memory: AsyncKvSmem, with TmaDQ and DqWriter (dq_full and dq_empty per consumer).
 // Barrier counts: full 33 (lane 0's expect_tx, then the 32 lanes' cp.async arrivals), empty,
 // ds_full and ds_empty 256 (every consumer thread), dq_full 128 (the consumer's threads), dq_empty
 // 1 (the writer's lane 0). Masking, requirements and padded head dims: as
@@ -72,12 +71,13 @@ __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, 
 }
 
 // The producer's dQ warp (lane 0): per query tile and consumer, the consumer's staging boxes
-// (dQ columns [wg·D/2, +D/2)) reduce-added into dq_accum by TMA; each consumer's boxes released
-// once read, one reduce-add group late.
-template <int D, class Walk, class Smem>
+// reduce-added into dq_accum by TMA; each consumer's boxes released once read, one reduce-add
+// group late. 64-row tiles: consumer wg's boxes hold the dQ columns [wg·D/2, +D/2) of the tile's
+// rows; 128-row tiles: every column of the rows [64·wg, +64).
+template <int D, int BM, class Walk, class Smem>
 __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
                                           const Smem& sm, int kv_y, int batch) {
-  constexpr int kBoxes = D / 64;  // 32-column boxes per consumer
+  constexpr int kBoxes = D * BM / 4096;  // 64-row × 32-column boxes per consumer
   for (int j = 0; j < walk.total; ++j) {
     const int row_base = batch * p.heads_q + walk.head(kv_y, j);
     const int m0 = walk.m0(j);
@@ -85,8 +85,13 @@ __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, cons
     for (int wg = 0; wg < 2; ++wg) {
       tma::wait(sm.dq_full(wg), j & 1);
 #pragma unroll
-      for (int b = 0; b < kBoxes; ++b)
-        tma::reduce_add_3d(dq_map, sm.dq_box(wg * kBoxes + b), 32 * (wg * kBoxes + b), m0, row_base);
+      for (int b = 0; b < kBoxes; ++b) {
+        const int box = wg * kBoxes + b;
+        if constexpr (BM == 64)
+          tma::reduce_add_3d(dq_map, sm.dq_box(box), 32 * box, m0, row_base);
+        else
+          tma::reduce_add_3d(dq_map, sm.dq_box(box), 32 * b, m0 + 64 * wg, row_base);
+      }
       tma::store_commit();
       if (j > 0 || wg > 0) {
         tma::store_wait_read<1>();
@@ -102,8 +107,9 @@ __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, cons
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile, 64 or (on the 64-column tile)
 // 128. Causal: bottom-right mask. Stagger: the second consumer
 // starts once the first formed its first Pᵀ and dSᵀ (a2). GroupSplit: as
-// attention_backward_wgmma_kv_async_maps.
-template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1>
+// attention_backward_wgmma_kv_async_maps. TmaDQ: dQ through the staging boxes and the producer's
+// dQ warp (always with 64-row tiles; with 128-row tiles the form :t, on a two-stage ring).
+template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1, bool TmaDQ = BM == 64>
 __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBackwardTmaParams& tp) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   static_assert(GroupSplit == 1 || GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8,
@@ -112,10 +118,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 128;
   constexpr int kThreads = bwd_detail::kWsConsumerThreads;
-  // 64-row tiles: dQ through the staging boxes and the producer's dQ warp; 128-row tiles (the
-  // 64-column tile, no room for the staging tile): each consumer adds the dQ of its 64 rows
-  // with red_add2, as the decoupled kernel's 128-row form.
-  constexpr bool kTmaDQ = BM == 64;
+  // 64-row tiles: dQ through the staging boxes and the producer's dQ warp, each consumer over
+  // half the columns; 128-row tiles: each consumer the dQ of its 64 rows over every column,
+  // through the boxes with TmaDQ, else added with red_add2 as the decoupled kernel's 128-row form.
+  static_assert(TmaDQ || BM == 128, "64-row tiles add dQ by TMA");
+  constexpr bool kTmaDQ = TmaDQ;
   using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, kTmaDQ, false, false, kTmaDQ>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
@@ -123,7 +130,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
   static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, kTmaDQ, false, false, kTmaDQ),
                 "shared memory layout must match");
-  constexpr int kDqCols = kTmaDQ ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
+  constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
   const AttentionBackwardParams& p = tp.a;
 
   const auto [n0, kv_y, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
@@ -165,7 +172,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     if (warp == 0)
       bwd_detail::ws_load_tiles<QTile, BM, D>(p, &tp.q_map, &tp.do_map, walk, sm, kv_y, batch, lane);
     else if (kTmaDQ && warp == 1 && lane == 0)
-      bwd_detail::ws_add_dq<D>(p, &tp.dq_map, walk, sm, kv_y, batch);
+      bwd_detail::ws_add_dq<D, BM>(p, &tp.dq_map, walk, sm, kv_y, batch);
     return;
   }
 
@@ -184,8 +191,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
   const int key0 = n0 + wg * 64 + warp * 16;
-  const int col0 = kTmaDQ ? wg * kDqCols : 0;
-  const int row0 = kTmaDQ ? 0 : 64 * wg;
+  const int col0 = BM == 64 ? wg * kDqCols : 0;
+  const int row0 = BM == 64 ? 0 : 64 * wg;
+  // 128-row tiles: this consumer's first staging box. (64-row tiles pass col0 / 32 at the call,
+  // the same box: ptxas schedules the 64-row kernels differently when it is hoisted here.)
+  const int box0 = wg * kDqCols / 32;
 
   for (int it = 0; it < total; ++it) {
     // The decoupled kernel's first steps, written out again here: through a shared helper the
@@ -227,7 +237,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
       if constexpr (kTmaDQ) {  // into the staging boxes once the dQ warp read the last ones
         if (it > 1) tma::wait(sm.dq_empty(wg), (it - 2) & 1);
-        bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
+        bwd_detail::write_dq_boxes<kDqCols>(sm, dq, BM == 64 ? col0 / 32 : box0, warp, g, t);
         tma::fence_proxy_async();
         tma::arrive(sm.dq_full(wg));
       } else {
@@ -242,7 +252,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     wgmma::fence_operand(dq);
     if constexpr (kTmaDQ) {
       if (total > 1) tma::wait(sm.dq_empty(wg), (total - 2) & 1);
-      bwd_detail::write_dq_boxes<kDqCols>(sm, dq, col0, warp, g, t);
+      bwd_detail::write_dq_boxes<kDqCols>(sm, dq, BM == 64 ? col0 / 32 : box0, warp, g, t);
       tma::fence_proxy_async();
       tma::arrive(sm.dq_full(wg));
     } else {
