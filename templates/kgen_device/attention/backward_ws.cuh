@@ -18,7 +18,8 @@
 // issued, dSᵀ into its ring), then, once dV and dK are done, the dQ of the tile before over the
 // columns [wg·D/2, +D/2), which it writes into its staging boxes (after dq_empty[wg]) before
 // arriving on dq_full[wg]; with 128-row tiles the dQ of the rows [64·wg, +64) over every column,
-// into the boxes the same way with TmaDQ (a two-stage ring), else added with red_add2. They never wait for a copy they issued, and hold no load addresses.
+// into the boxes the same way with TmaDQ (a two-stage ring), else added with red_add2. They never
+// wait for a copy they issued, and hold no load addresses.
 // (The decoupled kernel keeps dQ's wgmma in flight under dV and dK's; within 240 registers that
 // overlap spills and serialises the wgmma, so here the other consumer fills the gap.)
 //
@@ -109,7 +110,8 @@ __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, cons
 // starts once the first formed its first Pᵀ and dSᵀ (a2). GroupSplit: as
 // attention_backward_wgmma_kv_async_maps. TmaDQ: dQ through the staging boxes and the producer's
 // dQ warp (always with 64-row tiles; with 128-row tiles the form :t, on a two-stage ring).
-template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1, bool TmaDQ = BM == 64>
+template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1,
+          bool TmaDQ = BM == 64>
 __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBackwardTmaParams& tp) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   static_assert(GroupSplit == 1 || GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8,
