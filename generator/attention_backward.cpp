@@ -388,16 +388,16 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // BENCHMARKS.md "Warp-specialised Hopper backward", kgen bench, ms, n = 4k / 16k): d = 64
       // a2:l:w 3.408 / 13.184 against a2's 3.629 / 13.627, with a mask 2.019 / 6.840 against
       // a2:l's 2.149 / 7.208 (a1:l:w 3.532 / 13.345, 2.062 / 7.114). Measured at d = 64 from 4k
-      // keys: taken from d = 49 there.
-      // Split grouped heads (hopper_group_split) take it from 1k keys.
-      if (spec.head_dim > 48 && (shape.n_k >= 4096 || group_split > 1)) c.tma_loads = true, c.warp_specialised = true;
-      // And dQ through the staging boxes by the producer's dQ warp (:t, a two-stage ring; H100,
-      // bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "dQ by TMA on 128-row tiles", kgen bench, ms,
-      // n = 1k / 4k / 8k): d = 64 a2:t:l:w 0.938 / 2.787 / 5.707 against a2 1.191, a2:l:w 3.412 /
-      // 6.775; with a mask a1:t:l:w 0.729 / 1.713 / 3.011 against a2:l 0.813, a2:l:w 2.009 /
-      // 3.620 (a2:t:l:w 0.713 / 1.711 / 3.049 spills 16 bytes with a mask). Measured at d = 64
-      // from 1k keys without grouped heads: taken from d = 49 there.
-      if (spec.head_dim > 48 && shape.n_k >= 1024 && group_split == 1) {
+      // keys: taken from d = 49 there. Split grouped heads (hopper_group_split) take it from 1k keys.
+      // Unsplit, dQ goes through the staging boxes to the producer's dQ warp as well (:t, a
+      // two-stage ring; H100, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "dQ by TMA on 128-row
+      // tiles", kgen bench, ms, n = 1k / 4k / 8k): d = 64 a2:t:l:w 0.938 / 2.787 / 5.707 against
+      // a2 1.191, a2:l:w 3.412 / 6.775; with a mask a1:t:l:w 0.729 / 1.713 / 3.011 against a2:l
+      // 0.813, a2:l:w 2.009 / 3.620 (a2:t:l:w 0.713 / 1.711 / 3.049 spills 16 bytes with a mask).
+      // Measured at d = 64 from 1k keys without grouped heads: taken from d = 49 there.
+      if (spec.head_dim > 48 && group_split > 1) {
+        c.tma_loads = true, c.warp_specialised = true;
+      } else if (spec.head_dim > 48 && shape.n_k >= 1024) {
         c.tma_loads = true, c.warp_specialised = true, c.tma_dq = true;
         c.async_wgs = spec.causal ? 1 : 2;
       }

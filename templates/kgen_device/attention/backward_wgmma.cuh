@@ -554,7 +554,8 @@ __device__ __forceinline__ void add_tile_dq(const AttentionBackwardParams& p, co
 }
 
 // Writes this thread's dQ values (a warpgroup's 64 rows × Cols columns) into the staging boxes
-// [box0, +Cols / 32) of `sm` at the places of the map's 128-byte swizzle (row r's 16-byte chunk c at c ^ r % 8).
+// [box0, +Cols / 32) of `sm` at the places of the map's 128-byte swizzle (row r's 16-byte chunk
+// c at c ^ r % 8).
 // Row warp·16 + g (+ 8h), columns 8jj + 2t: chunk 2(jj % 4) + t / 2 of its box, whose bits are
 // disjoint, so the swizzled chunk is (t / 2 ^ g) ^ 2(jj % 4): one base per thread, the rest
 // immediates. A 64-bit store goes to the banks in two half-warps (g = 0..3, then 4..7), where

@@ -124,13 +124,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   // half the columns; 128-row tiles: each consumer the dQ of its 64 rows over every column,
   // through the boxes with TmaDQ, else added with red_add2 as the decoupled kernel's 128-row form.
   static_assert(TmaDQ || BM == 128, "64-row tiles add dQ by TMA");
-  constexpr bool kTmaDQ = TmaDQ;
-  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, kTmaDQ, false, false, kTmaDQ>;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, false, false, TmaDQ>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
   using DsTile = typename Smem::DsTile;
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
-  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, kTmaDQ, false, false, kTmaDQ),
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, false, false, TmaDQ),
                 "shared memory layout must match");
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
   const AttentionBackwardParams& p = tp.a;
@@ -150,7 +149,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
       tma::barrier_init(sm.ds_full(i), kThreads);
       tma::barrier_init(sm.ds_empty(i), kThreads);
     }
-    if constexpr (kTmaDQ)
+    if constexpr (TmaDQ)
       for (int i = 0; i < 2; ++i) {
         tma::barrier_init(sm.dq_full(i), 128);
         tma::barrier_init(sm.dq_empty(i), 1);
@@ -173,7 +172,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (warp == 0)
       bwd_detail::ws_load_tiles<QTile, BM, D>(p, &tp.q_map, &tp.do_map, walk, sm, kv_y, batch, lane);
-    else if (kTmaDQ && warp == 1 && lane == 0)
+    else if (TmaDQ && warp == 1 && lane == 0)
       bwd_detail::ws_add_dq<D, BM>(p, &tp.dq_map, walk, sm, kv_y, batch);
     return;
   }
@@ -237,7 +236,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
       wgmma::wait<0>();
       wgmma::fence_operand(dq);
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
-      if constexpr (kTmaDQ) {  // into the staging boxes once the dQ warp read the last ones
+      if constexpr (TmaDQ) {  // into the staging boxes once the dQ warp read the last ones
         if (it > 1) tma::wait(sm.dq_empty(wg), (it - 2) & 1);
         bwd_detail::write_dq_boxes<kDqCols>(sm, dq, BM == 64 ? col0 / 32 : box0, warp, g, t);
         tma::fence_proxy_async();
@@ -252,7 +251,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, row0, col0);
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
-    if constexpr (kTmaDQ) {
+    if constexpr (TmaDQ) {
       if (total > 1) tma::wait(sm.dq_empty(wg), (total - 2) & 1);
       bwd_detail::write_dq_boxes<kDqCols>(sm, dq, BM == 64 ? col0 / 32 : box0, warp, g, t);
       tma::fence_proxy_async();
