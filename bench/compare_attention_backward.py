@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import math
 import sys
 from pathlib import Path
@@ -240,6 +241,7 @@ def bench_double(args, out):
                                 torch.cuda.empty_cache()
                                 second = double_backward_run(attn, q, k, v, d_o, g)
                                 torch.cuda.synchronize()
+                                gc.collect()  # else a collection during the call can free earlier rows' tensors
                                 base = torch.cuda.memory_allocated()
                                 torch.cuda.reset_peak_memory_stats()
                                 grads = second()

@@ -497,7 +497,7 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
-    case BackwardKernel::preprocess:
+    case BackwardKernel::preprocess: return {blocks(s.n_q, attention_bwd::preprocess_block_rows(kRowWarps, head_dim)), hq, b};
     case BackwardKernel::dq_convert: return {blocks(s.n_q, attention_bwd::row_block_rows(kRowWarps, head_dim)), hq, b};
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
@@ -912,7 +912,7 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
   const int rows = c.path == BackwardPath::wgmma ? c.block_n : c.block_m;  // rows per block of both passes
   switch (kernel) {
     case DoubleBackwardKernel::preprocess:
-      return {blocks(s.n_q, attention_bwd::row_block_rows(kRowWarps, head_dim)), hq, b};
+      return {blocks(s.n_q, attention_bwd::preprocess_block_rows(kRowWarps, head_dim)), hq, b};
     case DoubleBackwardKernel::q_stats:
       return {blocks(s.n_q, rows) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
               hq, b};

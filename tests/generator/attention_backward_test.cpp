@@ -594,24 +594,32 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
   EXPECT_EQ(to_string(attention_backward_config_without_tma_loads({DType::f16, 112, true}, t)), "wg:bm64:bn128:a1:t");
 }
 
-// The row-wise helper kernels (preprocess, dq_convert): one lane per 4 columns, a power of 2 up
-// to 32, and 32 / that rows per warp; their grids cover n_q rows with blocks of that many.
+// The row-wise helper kernels: dq_convert takes one lane per 4 columns, a power of 2 up to 32,
+// and 32 / that rows per warp; preprocess one lane per 8 columns and kPreprocessRows rows per
+// lane. Their grids cover n_q rows with blocks of that many.
 TEST(AttentionBackwardRender, RowKernelsTakeOneLanePerFourColumns) {
   const std::pair<int, int> lanes[] = {{1, 1}, {4, 1}, {8, 2}, {33, 16}, {40, 16}, {64, 16}, {80, 32}, {128, 32}, {256, 32}};
   for (auto [d, expected] : lanes) EXPECT_EQ(attention_bwd::row_lanes(d), expected) << d;
   EXPECT_EQ(attention_bwd::row_block_rows(4, 64), 8);
   EXPECT_EQ(attention_bwd::row_block_rows(4, 256), 4);
   EXPECT_EQ(attention_bwd::row_block_rows(4, 8), 64);
+  const std::pair<int, int> pre_lanes[] = {{1, 1}, {8, 1}, {9, 2}, {40, 8}, {64, 8}, {80, 16}, {128, 16}, {256, 32}, {512, 32}};
+  for (auto [d, expected] : pre_lanes) EXPECT_EQ(attention_bwd::preprocess_lanes(d), expected) << d;
+  static_assert(attention_bwd::kPreprocessRows == 4);
+  EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 64), 64);
+  EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 128), 32);
+  EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 256), 16);
   const AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
   const AttentionShape shape{2, 8, 4, 1000, 1337};
   for (BackwardKernel k : {BackwardKernel::preprocess, BackwardKernel::dq_convert}) {
     const LaunchGrid g = attention_backward_grid(c, k, shape, 64);
-    EXPECT_EQ(g.x, 125u);  // ceil(1000 / 8)
+    const bool pre = k == BackwardKernel::preprocess;
+    EXPECT_EQ(g.x, pre ? 16u : 125u);  // ceil(1000 / 64), ceil(1000 / 8)
     EXPECT_EQ(g.y, 8u);
     EXPECT_EQ(g.z, 2u);
-    EXPECT_EQ(attention_backward_grid(c, k, shape, 128).x, 250u);
+    EXPECT_EQ(attention_backward_grid(c, k, shape, 128).x, pre ? 32u : 250u);
   }
-  EXPECT_EQ(attention_double_backward_grid(c, DoubleBackwardKernel::preprocess, shape, 132, false, 40).x, 125u);
+  EXPECT_EQ(attention_double_backward_grid(c, DoubleBackwardKernel::preprocess, shape, 132, false, 40).x, 16u);
 }
 
 TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {

@@ -109,5 +109,18 @@ KGEN_HOST_DEVICE constexpr int row_lanes(int head_dim) {
 // Rows per block of the row-wise helper kernels.
 KGEN_HOST_DEVICE constexpr int row_block_rows(int warps, int head_dim) { return warps * (32 / row_lanes(head_dim)); }
 
+// The preprocess kernel reads two 16-bit rows (O and dO) per fp32 row it zeroes, so it takes one
+// lane per 8 columns (16 bytes of each input) and kPreprocessRows rows per lane, all loads issued
+// before the first sum, so that each thread keeps 2 · kPreprocessRows loads in flight.
+constexpr int kPreprocessRows = 4;
+KGEN_HOST_DEVICE constexpr int preprocess_lanes(int head_dim) {
+  int lanes = 1;
+  while (lanes < 32 && lanes * 8 < head_dim) lanes *= 2;
+  return lanes;
+}
+KGEN_HOST_DEVICE constexpr int preprocess_block_rows(int warps, int head_dim) {
+  return warps * (32 / preprocess_lanes(head_dim)) * kPreprocessRows;
+}
+
 }  // namespace attention_bwd
 }  // namespace kgen
