@@ -87,7 +87,7 @@ def kernel_times(fn):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", nargs="+", type=shape, default=[shape(s) for s in DEFAULT_SHAPES],
-                   help="b,h,n,d,causal|full (default: %(default)s)".replace("%(default)s", " ".join(DEFAULT_SHAPES)))
+                   help=f"b,h,n,d,causal|full (default: {' '.join(DEFAULT_SHAPES)})")
     p.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--reps", type=int, default=20, help="synchronised calls per median")
     args = p.parse_args()

@@ -98,12 +98,12 @@ KGEN_HOST_DEVICE constexpr int wgmma_dbl_kv_smem_bytes(int head_dim, int wgs, in
 // Row-wise helper kernels (preprocess, dQ conversion) and the general path: warps of 32 lanes.
 KGEN_HOST_DEVICE constexpr int row_threads(int warps) { return warps * 32; }
 
-// Lanes per row of the row-wise helper kernels: one per 4 columns (a 16-byte piece of the fp32
-// dQ row), rounded up to a power of 2, at most 32; a warp takes 32 / that rows at once, so at
-// d = 64 each lane moves 8 or 16 bytes per access instead of 2 and no lane idles.
-KGEN_HOST_DEVICE constexpr int row_lanes(int head_dim) {
+// Lanes per row of the row-wise helper kernels: one per `cols` columns (by default 4, a 16-byte
+// piece of the fp32 dQ row), rounded up to a power of 2, at most 32; a warp takes 32 / that rows
+// at once, so at d = 64 each lane moves 8 or 16 bytes per access instead of 2 and no lane idles.
+KGEN_HOST_DEVICE constexpr int row_lanes(int head_dim, int cols = 4) {
   int lanes = 1;
-  while (lanes < 32 && lanes * 4 < head_dim) lanes *= 2;
+  while (lanes < 32 && lanes * cols < head_dim) lanes *= 2;
   return lanes;
 }
 // Rows per block of the row-wise helper kernels.
@@ -113,11 +113,7 @@ KGEN_HOST_DEVICE constexpr int row_block_rows(int warps, int head_dim) { return 
 // lane per 8 columns (16 bytes of each input) and kPreprocessRows rows per lane, all loads issued
 // before the first sum, so that each thread keeps 2 · kPreprocessRows loads in flight.
 constexpr int kPreprocessRows = 4;
-KGEN_HOST_DEVICE constexpr int preprocess_lanes(int head_dim) {
-  int lanes = 1;
-  while (lanes < 32 && lanes * 8 < head_dim) lanes *= 2;
-  return lanes;
-}
+KGEN_HOST_DEVICE constexpr int preprocess_lanes(int head_dim) { return row_lanes(head_dim, 8); }
 KGEN_HOST_DEVICE constexpr int preprocess_block_rows(int warps, int head_dim) {
   return warps * (32 / preprocess_lanes(head_dim)) * kPreprocessRows;
 }

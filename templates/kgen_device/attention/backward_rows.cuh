@@ -72,10 +72,6 @@ __device__ __forceinline__ bool rows_aligned(const AttentionTensorArg& a) {
   return reinterpret_cast<unsigned long long>(a.data) % (N * sizeof(T)) == 0 && a.stride_n % N == 0 &&
          a.stride_h % N == 0 && a.stride_b % N == 0;
 }
-template <class T>
-__device__ __forceinline__ bool rows_aligned4(const AttentionTensorArg& a) {
-  return rows_aligned<T, 4>(a);
-}
 
 // out = scale · acc over d columns, this lane's columns of a row (RowPlace), 4 at a time when the
 // output rows are 4-element aligned (`four`; acc rows are whenever d % 4 == 0).
@@ -193,7 +189,7 @@ __device__ __forceinline__ void attention_backward_dq_convert(const AttentionBac
   if (row >= p.n_q) return;
   const float* acc = p.dq_accum + bwd_detail::stat_row(p, batch, head, row) * d;
   T* dq = bwd_detail::head_ptr<T>(p.dq, batch, head) + row * p.dq.stride_n;
-  bwd_detail::convert_row<T>(acc, dq, d, sub, lanes, p.scale, bwd_detail::rows_aligned4<T>(p.dq));
+  bwd_detail::convert_row<T>(acc, dq, d, sub, lanes, p.scale, bwd_detail::rows_aligned<T, 4>(p.dq));
 }
 
 template <class T, int Warps>
@@ -207,9 +203,9 @@ __device__ __forceinline__ void attention_backward_dkv_convert(const AttentionBa
   const long long dv_rows = static_cast<long long>(p.batch) * p.heads_kv * p.n_k;
   T* dk = bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + row * p.dk.stride_n;
   T* dv = bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + row * p.dv.stride_n;
-  bwd_detail::convert_row<T>(p.dkv_accum + kv_row * d, dk, d, sub, lanes, 1.f, bwd_detail::rows_aligned4<T>(p.dk));
+  bwd_detail::convert_row<T>(p.dkv_accum + kv_row * d, dk, d, sub, lanes, 1.f, bwd_detail::rows_aligned<T, 4>(p.dk));
   bwd_detail::convert_row<T>(p.dkv_accum + (dv_rows + kv_row) * d, dv, d, sub, lanes, 1.f,
-                             bwd_detail::rows_aligned4<T>(p.dv));
+                             bwd_detail::rows_aligned<T, 4>(p.dv));
 }
 
 }  // namespace kgen
