@@ -102,6 +102,7 @@ std::string to_string(const AttentionBackwardConfig& c) {
     if (c.tma_dq) s << ":t";
     if (c.tma_loads) s << ":l";
     if (c.warp_specialised) s << ":w";
+    if (c.persistent) s << ":p";
     if (c.cluster != 1) s << ":x" << c.cluster;
     if (c.group_splits != 1) s << ":g" << c.group_splits;
   }
@@ -128,12 +129,13 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
       if (parse_prefixed_int(parts[3], "c", c.splits))
         ok = c.splits != 1 && parts.size() == 4;
       else {
-        // a<k>, then in this order the flags t, l, w, x<k> and g<k>, each at most once
+        // a<k>, then in this order the flags t, l, w, p, x<k> and g<k>, each at most once
         ok = parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0;
         std::size_t i = 4;
         if (i < parts.size() && parts[i] == "t") c.tma_dq = true, ++i;
         if (i < parts.size() && parts[i] == "l") c.tma_loads = true, ++i;
         if (i < parts.size() && parts[i] == "w") c.warp_specialised = true, ++i;
+        if (i < parts.size() && parts[i] == "p") c.persistent = true, ++i;
         if (i < parts.size() && parse_prefixed_int(parts[i], "x", c.cluster) && c.cluster != 1) ++i;
         if (i < parts.size() && parse_prefixed_int(parts[i], "g", c.group_splits) && c.group_splits != 1) ++i;
         ok = ok && i == parts.size();
@@ -219,6 +221,8 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (c.warp_specialised && ((!c.tma_dq && c.block_m != 128) || !c.tma_loads || c.cluster != 1))
       return std::string("wgmma warp specialisation (w) takes loads by TMA (l), dQ by TMA (t) with 64-row tiles, "
                          "and no key pairs: wg:bm64:bn128:a2:t:l:w, wg:bm128:bn128:a2:l:w or wg:bm128:bn128:a2:t:l:w");
+    if (c.persistent && !c.warp_specialised)
+      return std::string("wgmma persistent grids (p) take the warp-specialised kernel (w): wg:bm64:bn128:a2:t:l:w:p");
     if (c.group_splits != 1 &&
         ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0 || c.cluster != 1))
       return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits, a decoupled kernel (a1, a2) and no key pairs");
@@ -270,6 +274,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
       for (bool t : {false, true})
         for (bool l : {false, true}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, t, l});
     for (int a : {2, 1}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, true, true, 1, 1, true});
+    keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, 2, true, true, 1, 1, true, true});  // persistent (:p)
     for (int a : {2, 1})
       for (bool l : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, l});
     for (int a : {2, 1})
@@ -442,10 +447,22 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
         c.tma_loads = true, c.warp_specialised = true;
         if (group_split > 1 && spec.head_dim >= 120) c.async_wgs = 2;
       }
+      // From 1k keys without group splits, the warp-specialised a2 form on a persistent grid:
+      // the next key block's K, V, Q and dO load under this one's last dQ and its dK and dV
+      // stores. H200, d = 128, b·n = 16k, median ms of 10 (BENCHMARKS.md "A persistent grid for
+      // the warp-specialised backward"): without a mask 0.808 / 1.358 / 2.458 at 1k / 2k / 4k
+      // against 0.818 / 1.377 / 2.494 (and the 1k default a2:t:l's 0.836), with one 0.892 /
+      // 1.491 / 2.694 at 2k / 4k / 8k against 0.896 / 1.509 / 2.717 (1k level); GQA (b = 1,
+      // h 64 / 8) without a mask at 4k 2.359 against 2.402. Group splits and the a1 forms keep
+      // one block per key block (the a1 forms spill on it; GQA with a mask at 16k ran 22.64
+      // with :p:g8 against :g8's 22.20); short rows keep the kernel below (b = 64, h = 16, with
+      // a mask at 256 / 512 keys :p ran 0.392 / 0.864 against 0.354 / 0.835).
+      if (shape.n_k >= 1024 && group_split == 1 && c.async_wgs == 2)
+        c.tma_loads = true, c.warp_specialised = true, c.persistent = true;
     }
     if (small)
       c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false,
-      c.group_splits = 1, c.warp_specialised = false;
+      c.group_splits = 1, c.warp_specialised = false, c.persistent = false;
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
@@ -493,7 +510,7 @@ std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardCo
 }
 
 LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKernel kernel, const AttentionShape& s,
-                                   int head_dim) {
+                                   int head_dim, int sm_count) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
   switch (kernel) {
@@ -509,6 +526,12 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
       const int cluster = kernel == BackwardKernel::kv_atomic ? c.cluster : 1;
       // Group splits (the atomic kernel): y = kv head · splits + part.
       const unsigned parts = kernel == BackwardKernel::kv_atomic ? static_cast<unsigned>(c.group_splits) : 1u;
+      // Persistent (the atomic kernel): at most one block per SM over every key block
+      // (backward_ws.cuh's KeyBlockRounds).
+      if (c.persistent && kernel == BackwardKernel::kv_atomic) {
+        const long long items = 1LL * blocks(s.n_k, c.block_n) * hkv * parts * b;
+        return {static_cast<unsigned>(std::clamp<long long>(items, 1, std::max(sm_count, 1))), 1, 1};
+      }
       return {blocks(s.n_k, c.block_n * cluster) * static_cast<unsigned>(cluster) * splits, hkv * parts, b};
     }
     case BackwardKernel::dkv_convert: return {blocks(s.n_k, attention_bwd::row_block_rows(kRowWarps, head_dim)), hkv, b};
@@ -564,7 +587,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           include = "kgen_device/attention/backward_ws.cuh";
           k.threads = attention_bwd::kWgmmaWsThreads;
           k.smem_bytes = async_smem_bytes(tile, c);
-          shim.function = "attention_backward_wgmma_kv_ws";
+          shim.function = c.persistent ? "attention_backward_wgmma_kv_ws_persistent" : "attention_backward_wgmma_kv_ws";
           shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
           shim.args = {targ_type("T", spec.dtype),       targ("D", tile),  targ("BM", c.block_m),
                        targ("Causal", spec.causal),       targ("Stagger", c.async_wgs == 2),
@@ -654,7 +677,7 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
                                                                     AttentionBackwardConfig c) {
   if (!c.tma_loads) return c;
   c.tma_loads = false;
-  c.warp_specialised = false;
+  c.warp_specialised = false, c.persistent = false;
   // Without TMA loads the decoupled kernels keep the cp.async addresses: at d = 105-112 with a
   // mask a1:t spills 12 + 12 bytes and a2:t 12 + 24 (d = 104: a1:t none).
   if (c.async_wgs != 0 && spec.causal && spec.head_dim > 104 && spec.head_dim <= 112)

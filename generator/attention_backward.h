@@ -64,6 +64,9 @@ struct AttentionBackwardConfig {
                                   // and (64-row tiles, TMA dQ) the dQ reduce-adds, the two warpgroups
                                   // of keys only compute (backward_ws.cuh; ":w",
                                   // "wg:bm64:bn128:a2:t:l:w", "wg:bm128:bn128:a2:l:w")
+  bool persistent = false;  // warp-specialised: a grid of at most one block per SM walks the key blocks,
+                            // the next one's K, V, Q and dO loading under this one's last dQ and
+                            // its dK and dV stores (":p", "wg:bm64:bn128:a2:t:l:w:p")
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 
@@ -113,9 +116,9 @@ int attention_double_backward_shape_class(const AttentionShape& shape, int sm_co
 std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardConfig& config, bool deterministic);
 
 // Grid of `kernel` for `shape` and `head_dim` (fa2 key-major blocks split the dK/dV columns in
-// two above 128).
+// two above 128) on a device of `sm_count` SMs (persistent grids: at most one block per SM).
 LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, BackwardKernel kernel,
-                                   const AttentionShape& shape, int head_dim);
+                                   const AttentionShape& shape, int head_dim, int sm_count);
 
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                        BackwardKernel kernel);

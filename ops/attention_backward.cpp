@@ -118,7 +118,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
     const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
     void* params = maps && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
-    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim), params, stream,
+    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim, device_info(call.device).sm_count), params, stream,
                   "launch(attention_bwd)");
   }
 }
@@ -128,9 +128,10 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
 // 64 bits in all: a field added needs another narrowed (tests/runtime/kernel_key_test.cpp).
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
-  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 9).add(c.block_n, 9);
+  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 8).add(c.block_n, 9);
   k.add(c.warps, 5).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
   k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(std::countr_zero(static_cast<unsigned>(c.group_splits)), 2).add(c.warp_specialised, 1);
+  k.add(c.persistent, 1);
   return k.value();
 }
 

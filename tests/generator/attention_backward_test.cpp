@@ -112,9 +112,10 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       int wg90 = 0, wg80 = 0;
       for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
       for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
-      // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l and :t:l:w; at
-      // d = 64 also bm128:bn128:a1 and a2, each without :l, with :l, with :l:w and with :t:l:w.
-      EXPECT_EQ(wg90, d == 64 ? 20 : 12) << d;
+      // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l and :t:l:w, and
+      // a2:t:l:w:p; at d = 64 also bm128:bn128:a1 and a2, each without :l, with :l, with :l:w
+      // and with :t:l:w.
+      EXPECT_EQ(wg90, d == 64 ? 21 : 13) << d;
       EXPECT_EQ(wg80, 0) << d;
       const AttentionShape big{4, 16, 16, 4096, 4096};
       // Decoupled warpgroups with a producer warpgroup, the loads and dQ by TMA: 128-row query
@@ -122,26 +123,26 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
       // tile; on the 64-column tile from 1k keys.
       const char* wide = causal ? "wg:bm128:bn128:a1:t:l:w" : "wg:bm128:bn128:a2:t:l:w";
       EXPECT_EQ(to_string(attention_backward_default_config(spec, big, sm90a(), 132)),
-                d == 64 ? wide : "wg:bm64:bn128:a2:t:l:w");
+                d == 64 ? wide : "wg:bm64:bn128:a2:t:l:w:p");
       if (d == 64) {
         EXPECT_EQ(to_string(attention_backward_default_config(spec, {16, 16, 16, 1024, 1024}, sm90a(), 132)), wide);
         EXPECT_EQ(to_string(attention_backward_default_config(spec, {32, 16, 16, 512, 512}, sm90a(), 132)),
                   causal ? "wg:bm128:bn128:a2:l" : "wg:bm128:bn128:a2");
       }
       // Short sequences keep the decoupled kernel on the 128-column tile (TMA loads except with a
-      // mask): up to 512 keys with a mask, up to 1k without.
+      // mask) up to 512 keys; from 1k the persistent warp-specialised one.
       if (d == 128) {
         EXPECT_EQ(to_string(attention_backward_default_config(spec, {64, 16, 16, 512, 512}, sm90a(), 132)),
                   causal ? "wg:bm64:bn128:a2:t" : "wg:bm64:bn128:a2:t:l");
         EXPECT_EQ(to_string(attention_backward_default_config(spec, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
-                  causal ? "wg:bm64:bn128:a2:t:l:w" : "wg:bm64:bn128:a2:t:l");
+                  "wg:bm64:bn128:a2:t:l:w:p");
       }
       EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
       // Too few key blocks to fill the machine: one warpgroup per block.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
     }
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 80, false}, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a2:t:l:w");
+            "wg:bm64:bn128:a2:t:l:w:p");
   // d = 32 on sm_90a: the padded wgmma tile (64-key fa2 blocks with a mask in small grids); sm_80 as before.
   const AttentionShape d32_big{4, 64, 64, 4096, 4096};
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, false}, d32_big, sm90a(), 132)), "wg:bm128:bn128:a1:l");
@@ -221,12 +222,12 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(dflt(48, true), "wg:bm128:bn128:a2:l");
   EXPECT_EQ(dflt(64, true), "wg:bm128:bn128:a1:t:l:w");
   EXPECT_EQ(dflt(40, false), "wg:bm128:bn128:a1:l");
-  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(dflt(96, true), "wg:bm64:bn128:a2:t:l:w:p");
   EXPECT_EQ(dflt(104, true), "wg:bm64:bn128:a1:t:l:w");
   EXPECT_EQ(dflt(112, true), "wg:bm64:bn128:a1:t:l:w");
-  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t:l:w");
-  EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t:l:w");
-  EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(dflt(112, false), "wg:bm64:bn128:a2:t:l:w:p");
+  EXPECT_EQ(dflt(120, true), "wg:bm64:bn128:a2:t:l:w:p");
+  EXPECT_EQ(dflt(128, true), "wg:bm64:bn128:a2:t:l:w:p");
   // Grouped heads with a mask at d = 128: with the producer warpgroup (from 1k keys), the
   // group's query heads split over as many blocks as it has heads (up to 8) when it is even
   // from 4; below 1k keys unstaggered, with TMA loads, over two blocks; not without a mask, nor
@@ -245,7 +246,7 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, true}, {1, 32, 16, 4096, 4096}, sm90a(), 132)),
             "wg:bm64:bn128:a1:t:l:w");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 128, false}, {1, 64, 8, 4096, 4096}, sm90a(), 132)),
-            "wg:bm64:bn128:a2:t:l:w");
+            "wg:bm64:bn128:a2:t:l:w:p");
   // On the 128-column tile below d = 120 as well (d = 104-112 keep a1). On the 64-column tile
   // over four blocks with the producer warpgroup (from 4k keys), in groups of a multiple of 4.
   EXPECT_EQ(grouped(96, true, {1, 64, 8, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:g4");
@@ -265,7 +266,7 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(grouped(128, true, {1, 64, 8, 1024, 1024}), "wg:bm64:bn128:a2:t:l:w:g4");
   EXPECT_EQ(grouped(128, true, {1, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w:g4");
   EXPECT_EQ(grouped(128, true, {2, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w:g8");
-  EXPECT_EQ(grouped(128, false, {1, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(grouped(128, false, {1, 64, 8, 2048, 2048}), "wg:bm64:bn128:a2:t:l:w:p");
   EXPECT_EQ(grouped(64, true, {1, 64, 8, 1024, 1024}), "wg:bm128:bn128:a2:l:w:g4");
   EXPECT_EQ(grouped(128, false, {1, 16, 16, 1024, 1024}), "wg:bm64:bn64");
 }
@@ -322,12 +323,12 @@ TEST(AttentionBackwardConfig, KeyPairsTextRulesGridAndRender) {
   EXPECT_EQ(det.substr(det.find("extern")), det_t.substr(det_t.find("extern")));
   for (int n_k : {1, 128, 129, 256, 257, 4096, 4097}) {
     const AttentionShape shape{2, 8, 4, 1000, n_k};
-    const LaunchGrid g = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 80);
+    const LaunchGrid g = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 80, 132);
     EXPECT_EQ(g.x % 2, 0u) << n_k;
     EXPECT_EQ(g.x, 2u * ((n_k + 255) / 256)) << n_k;
     EXPECT_EQ(g.y, 4u);
     EXPECT_EQ(g.z, 2u);
-    EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv, shape, 80).x, static_cast<unsigned>((n_k + 127) / 128)) << n_k;
+    EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv, shape, 80, 132).x, static_cast<unsigned>((n_k + 127) / 128)) << n_k;
   }
 }
 
@@ -487,6 +488,86 @@ TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
   EXPECT_NE(det.source.find("attention_backward_wgmma_kv</*T=*/kgen::bfloat16_t"), std::string::npos) << det.source;
 }
 
+// Persistent grids (":p"): the warp-specialised kernel only, between w and x/g in the text; at
+// most one block per SM over every key block (atomic mode); the deterministic mode keeps its
+// block-synchronous kernel and grid; the default from 1k keys on the 128-column tile.
+TEST(AttentionBackwardConfig, PersistentTextRulesGridRenderAndDefaults) {
+  for (const char* text : {"wg:bm64:bn128:a2:t:l:w:p", "wg:bm64:bn128:a2:t:l:w:p:g8", "wg:bm128:bn128:a2:t:l:w:p"}) {
+    const auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_TRUE(c->persistent);
+    EXPECT_EQ(to_string(*c), text);
+    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->block_m == 128 ? 64 : 128, true}, *c, sm90a())) << text;
+  }
+  for (const char* bad : {"wg:bm64:bn128:a2:t:l:w:g8:p", "wg:bm64:bn128:a2:t:l:w:p:p", "wg:bm64:bn128:p"})
+    EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
+  const auto unspecialised = parse_attention_backward_config("wg:bm64:bn128:a2:t:l:p");
+  ASSERT_TRUE(unspecialised);
+  const auto why = check_attention_backward_config({DType::bf16, 128, false}, *unspecialised, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("(p)"), std::string::npos) << *why;
+
+  using K = BackwardKernel;
+  const auto p = *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w:p");
+  const AttentionShape s{2, 16, 16, 4096, 4096};  // 32 key blocks × 16 heads × 2
+  EXPECT_EQ(attention_backward_kernels(p, false), (std::vector<K>{K::preprocess, K::kv_atomic, K::dq_convert}));
+  for (auto [sm_count, x] : {std::pair{132, 132u}, {2000, 1024u}, {0, 1u}}) {
+    const LaunchGrid g = attention_backward_grid(p, K::kv_atomic, s, 128, sm_count);
+    EXPECT_EQ(g.x, x) << sm_count;
+    EXPECT_EQ(g.y, 1u);
+    EXPECT_EQ(g.z, 1u);
+  }
+  EXPECT_EQ(attention_backward_grid(p, K::kv_atomic, {1, 1, 1, 100, 100}, 128, 132).x, 1u);
+  const LaunchGrid det = attention_backward_grid(p, K::kv, s, 128, 132);  // deterministic: one block per key block
+  EXPECT_EQ(det.x, 32u);
+  EXPECT_EQ(det.y, 16u);
+  EXPECT_EQ(det.z, 2u);
+  const auto pg = *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w:p:g8");
+  EXPECT_EQ(attention_backward_grid(pg, K::kv_atomic, {1, 64, 8, 1024, 1024}, 128, 132).x, 132u);  // 8 · 8 · 8 items
+  EXPECT_EQ(attention_backward_grid(pg, K::kv_atomic, {1, 64, 8, 1024, 256}, 128, 132).x, 128u);   // 2 · 8 · 8
+
+  const KernelSource k = render_attention_backward({DType::bf16, 96, true}, p, K::kv_atomic);
+  EXPECT_EQ(k.threads, 384);
+  EXPECT_NE(k.source.find("attention_backward_wgmma_kv_ws_persistent</*T=*/kgen::bfloat16_t, /*D=*/128, /*BM=*/64, "
+                          "/*Causal=*/true, /*Stagger=*/true, /*HeadDim=*/96, /*GroupSplit=*/1>"),
+            std::string::npos)
+      << k.source;
+  EXPECT_EQ(k.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true) + 4 * 8);
+  EXPECT_NE(render_attention_backward({DType::bf16, 96, true}, p, K::kv).source.find("attention_backward_wgmma_kv</*T=*/"),
+            std::string::npos);
+  // Distinct kernels, distinct names: the one-block-per-key-block kernel keeps its entry.
+  const auto w = *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w");
+  EXPECT_EQ(render_attention_backward({DType::bf16, 96, true}, w, K::kv_atomic).source.find("_ws_persistent"),
+            std::string::npos);
+
+  auto texts = [](const std::vector<AttentionBackwardConfig>& space) {
+    std::vector<std::string> out;
+    for (const auto& c : space) out.push_back(to_string(c));
+    return out;
+  };
+  const auto space = texts(attention_backward_config_space({DType::bf16, 128, true}, sm90a()));
+  EXPECT_EQ(std::count(space.begin(), space.end(), "wg:bm64:bn128:a2:t:l:w:p"), 1);
+  EXPECT_EQ(std::count(space.begin(), space.end(), "wg:bm64:bn128:a1:t:l:w:p"), 0);
+  const auto grouped = texts(attention_backward_config_space({DType::bf16, 128, true}, sm90a(), 8));
+  EXPECT_EQ(std::count(grouped.begin(), grouped.end(), "wg:bm64:bn128:a2:t:l:w:p:g8"), 1);
+
+  // Defaults: the 128-column tile from 1k keys without group splits; short rows, the 64-column
+  // tile, group splits and the a1 forms keep one block per key block.
+  const auto def = [](int d, bool causal, AttentionShape shape) {
+    return to_string(attention_backward_default_config({DType::bf16, d, causal}, shape, sm90a(), 132));
+  };
+  for (bool causal : {false, true}) {
+    EXPECT_EQ(def(128, causal, {16, 16, 16, 1024, 1024}), "wg:bm64:bn128:a2:t:l:w:p") << causal;
+    EXPECT_EQ(def(128, causal, {1, 16, 16, 16384, 16384}), "wg:bm64:bn128:a2:t:l:w:p") << causal;
+    EXPECT_EQ(def(96, causal, {8, 16, 16, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:p") << causal;
+    EXPECT_EQ(def(128, causal, {64, 16, 16, 512, 512}).find(":p"), std::string::npos) << causal;
+    EXPECT_EQ(def(64, causal, {8, 16, 16, 4096, 4096}).find(":p"), std::string::npos) << causal;
+  }
+  EXPECT_EQ(def(112, true, {8, 16, 16, 4096, 4096}), "wg:bm64:bn128:a1:t:l:w");
+  EXPECT_EQ(def(128, true, {1, 64, 8, 8192, 8192}).find(":p"), std::string::npos);  // a group split
+  EXPECT_EQ(def(128, false, {1, 64, 8, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:p");
+}
+
 // Group splits (":g2"): decoupled kernels only, no key pairs; the atomic mode adds a dK/dV
 // conversion and doubles the key-major grid's y; the general entry with GroupSplit.
 TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
@@ -539,12 +620,12 @@ TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
   EXPECT_EQ(attention_backward_kernels(g, false), (std::vector<K>{K::preprocess, K::kv_atomic, K::dq_convert, K::dkv_convert}));
   EXPECT_EQ(attention_backward_kernels(g, true), (std::vector<K>{K::preprocess, K::kv, K::dq}));
   const AttentionShape s{2, 64, 8, 4096, 1000};
-  const LaunchGrid kv = attention_backward_grid(g, K::kv_atomic, s, 128);
+  const LaunchGrid kv = attention_backward_grid(g, K::kv_atomic, s, 128, 132);
   EXPECT_EQ(kv.x, 8u);
   EXPECT_EQ(kv.y, 16u);
   EXPECT_EQ(kv.z, 2u);
-  EXPECT_EQ(attention_backward_grid(g, K::kv, s, 128).y, 8u);  // deterministic: unsplit
-  const LaunchGrid conv = attention_backward_grid(g, K::dkv_convert, s, 128);
+  EXPECT_EQ(attention_backward_grid(g, K::kv, s, 128, 132).y, 8u);  // deterministic: unsplit
+  const LaunchGrid conv = attention_backward_grid(g, K::dkv_convert, s, 128, 132);
   EXPECT_EQ(conv.x, (1000u + attention_bwd::row_block_rows(4, 128) - 1) / attention_bwd::row_block_rows(4, 128));
   EXPECT_EQ(conv.y, 8u);
   const KernelSource k = render_attention_backward({DType::bf16, 128, true}, g, K::kv_atomic);
@@ -578,7 +659,7 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
       } else {
         auto expected = chosen;
         expected.tma_loads = false;
-        expected.warp_specialised = false;
+        expected.warp_specialised = false, expected.persistent = false;
         if (chosen.block_m == 128 && chosen.tma_dq) expected.tma_dq = false, expected.async_wgs = 2;  // :t: only with :w
         EXPECT_EQ(to_string(without), to_string(expected)) << d << " " << causal;
       }
@@ -612,12 +693,12 @@ TEST(AttentionBackwardRender, RowKernelsTakeOneLanePerFourColumns) {
   const AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
   const AttentionShape shape{2, 8, 4, 1000, 1337};
   for (BackwardKernel k : {BackwardKernel::preprocess, BackwardKernel::dq_convert}) {
-    const LaunchGrid g = attention_backward_grid(c, k, shape, 64);
+    const LaunchGrid g = attention_backward_grid(c, k, shape, 64, 132);
     const bool pre = k == BackwardKernel::preprocess;
     EXPECT_EQ(g.x, pre ? 16u : 125u);  // ceil(1000 / 64), ceil(1000 / 8)
     EXPECT_EQ(g.y, 8u);
     EXPECT_EQ(g.z, 2u);
-    EXPECT_EQ(attention_backward_grid(c, k, shape, 128).x, pre ? 32u : 250u);
+    EXPECT_EQ(attention_backward_grid(c, k, shape, 128, 132).x, pre ? 32u : 250u);
   }
   EXPECT_EQ(attention_double_backward_grid(c, DoubleBackwardKernel::preprocess, shape, 132, false, 40).x, 16u);
 }
@@ -659,7 +740,7 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
         << kv.source;
     EXPECT_EQ(kv.threads, 256);
     EXPECT_EQ(kv.smem_bytes, attention_bwd::wgmma_cols_smem_bytes(192, 64));
-    EXPECT_EQ(attention_backward_grid(*c, kernels[1], {2, 8, 4, 1000, 1337}, 160).x, 21u);
+    EXPECT_EQ(attention_backward_grid(*c, kernels[1], {2, 8, 4, 1000, 1337}, 160, 132).x, 21u);
   }
   EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(256, 64), 215040);  // within sm_90a's 227 KiB
 }
@@ -669,8 +750,8 @@ TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsI
   const AttentionBackwardConfig c{BackwardPath::fa2, 32, 64, 4, 0};
   const auto k256 = render_attention_backward({DType::bf16, 256, true}, c, BackwardKernel::kv_atomic);
   EXPECT_NE(k256.source.find("/*Splits=*/2"), std::string::npos) << k256.source;
-  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 256).x, 2u * 16u);
-  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 128).x, 16u);
+  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 256, 132).x, 2u * 16u);
+  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 128, 132).x, 16u);
   const auto k200 = render_attention_backward({DType::bf16, 200, false}, c, BackwardKernel::kv);
   EXPECT_NE(k200.source.find("/*D=*/224"), std::string::npos) << k200.source;
   EXPECT_NE(k200.source.find("/*HeadDim=*/200"), std::string::npos) << k200.source;
@@ -690,7 +771,7 @@ TEST(AttentionBackwardRender, WgmmaKernelsUseTheWarpgroupTemplate) {
         << kv.source;
     EXPECT_EQ(kv.threads, 256);
     EXPECT_EQ(kv.smem_bytes, attention_bwd::wgmma_kv_smem_bytes(128, 64, 2, !deterministic));
-    EXPECT_EQ(attention_backward_grid(wg, kernels[1], {2, 8, 4, 1000, 1337}, 128).x, 11u);
+    EXPECT_EQ(attention_backward_grid(wg, kernels[1], {2, 8, 4, 1000, 1337}, 128, 132).x, 11u);
   }
 }
 

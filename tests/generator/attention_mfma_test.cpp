@@ -134,8 +134,8 @@ TEST(AttentionMfma, ColumnSplitsRoundTripAndDoubleTheKeyMajorGrid) {
   EXPECT_NE(kv.source.find("/*Splits=*/2"), std::string::npos) << kv.source;
   EXPECT_NE(kv.variant.find(":c2"), std::string::npos) << kv.variant;
   const AttentionShape shape{2, 8, 2, 1000, 777};
-  EXPECT_EQ(attention_backward_grid(*c, BackwardKernel::kv_atomic, shape, 128).x, 2 * ((777u + 63) / 64));
-  EXPECT_EQ(attention_backward_grid(one, BackwardKernel::kv_atomic, shape, 128).x, (777u + 63) / 64);
+  EXPECT_EQ(attention_backward_grid(*c, BackwardKernel::kv_atomic, shape, 128, 132).x, 2 * ((777u + 63) / 64));
+  EXPECT_EQ(attention_backward_grid(one, BackwardKernel::kv_atomic, shape, 128, 132).x, (777u + 63) / 64);
 }
 
 // The launch grids the runtime computes match the tiles the kernels were rendered for.
@@ -145,13 +145,13 @@ TEST(AttentionMfma, GridsMatchTheRenderedTiles) {
   const AttentionBackwardConfig c{BackwardPath::mfma, 32, 64, 2, 0};
   const KernelSource kv = render_attention_backward(spec, c, BackwardKernel::kv_atomic);
   EXPECT_EQ(kv.threads, 128);
-  const LaunchGrid kv_grid = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 128);
+  const LaunchGrid kv_grid = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 128, 132);
   EXPECT_EQ(kv_grid.x, (777u + 63) / 64);
   EXPECT_EQ(kv_grid.y, 2u);
   const KernelSource dq = render_attention_backward(spec, c, BackwardKernel::dq);
   EXPECT_NE(dq.source.find("attention_backward_mfma_dq"), std::string::npos);
   const int dq_rows = dq.threads / 64 * attention_mfma::kWaveRows;
-  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::dq, shape, 128).x, static_cast<unsigned>((1000 + dq_rows - 1) / dq_rows));
+  EXPECT_EQ(attention_backward_grid(c, BackwardKernel::dq, shape, 128, 132).x, static_cast<unsigned>((1000 + dq_rows - 1) / dq_rows));
   const AttentionForwardConfig f{ForwardPath::mfma, 64, 32, 1, 0, 2};
   EXPECT_EQ(attention_forward_grid(f, shape).x, (1000u + 63) / 64);
 }

@@ -175,7 +175,9 @@ TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
 // Decoupled forms outside the tuner's space, or new in it, on the grid of check_wgmma_config:
 // 128-row query tiles (wg:bm128, the 64-column tile) at the tile's head dim and padded ones;
 // group splits (":g2", ":g4", ":g8": each K/V head's query heads over 2, 4 or 8 blocks, dK and
-// dV summed in fp32) on both tiles; 128-row tiles with dQ by TMA (":t:l:w", a two-stage ring).
+// dV summed in fp32) on both tiles; 128-row tiles with dQ by TMA (":t:l:w", a two-stage ring);
+// persistent grids (":p", alone and with group splits: key blocks of several heads and batches
+// per block, the rings' phases running on across them).
 // Both masks (the causal diagonal cuts a 128-key block by 128-row tiles), plus the
 // odd key-block shape (GQA 4) with d_o expanded (a zero stride) for the forms without TMA loads
 // (a config named with :l refuses such a view), and a group of 3 (group splits run unsplit).
@@ -211,7 +213,8 @@ INSTANTIATE_TEST_SUITE_P(AttentionBackwardGpuWgmma, DecoupledForms,
                                            "wg:bm64:bn128:a1:t:l:w:g2", "wg:bm128:bn128:a2:l:w",
                                            "wg:bm64:bn128:a2:t:l:w:g8", "wg:bm64:bn128:a2:t:g4",
                                            "wg:bm128:bn128:a2:l:w:g4", "wg:bm128:bn128:a2:t:l:w",
-                                           "wg:bm128:bn128:a1:t:l:w:g2"),
+                                           "wg:bm128:bn128:a1:t:l:w:g2", "wg:bm64:bn128:a2:t:l:w:p",
+                                           "wg:bm64:bn128:a2:t:l:w:p:g8"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            std::string name = info.param;
                            for (char& ch : name)

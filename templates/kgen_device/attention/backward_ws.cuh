@@ -28,6 +28,8 @@
 // ds_full and ds_empty 256 (every consumer thread), dq_full 128 (the consumer's threads), dq_empty
 // 1 (the writer's lane 0). Masking, requirements and padded head dims: as
 // attention_backward_wgmma_kv; GroupSplit as attention_backward_wgmma_kv_async_maps.
+//
+// attention_backward_wgmma_kv_ws_persistent (":p") runs the same blocks on a persistent grid.
 #pragma once
 
 #include "kgen_device/attention/backward_wgmma.cuh"
@@ -40,14 +42,17 @@ constexpr int kWsProducerRegisters = 24;
 constexpr int kWsConsumerRegisters = 240;
 
 // The producer's load warp: the query tiles of `walk` into the ring of `sm`, each stage once both
-// consumers released it.
+// consumers released it. ring0: the ring's uses before this walk (persistent blocks); drain: wait
+// for the statistics' copies at the end.
 template <class QTile, int BM, int D, class Walk, class Smem>
 __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, const void* q_map, const void* do_map,
-                                              const Walk& walk, const Smem& sm, int kv_y, int batch, int lane) {
+                                              const Walk& walk, const Smem& sm, int kv_y, int batch, int lane,
+                                              int ring0 = 0, bool drain = true) {
   constexpr int kStages = Smem::kStages;
   for (int j = 0; j < walk.total; ++j) {
-    const int stage = j % kStages;
-    if (j >= kStages) tma::wait(sm.empty(stage), (j / kStages - 1) & 1);
+    const int use = ring0 + j;  // the ring's use count (persistent blocks: over all key blocks)
+    const int stage = use % kStages;
+    if (use >= kStages) tma::wait(sm.empty(stage), (use / kStages - 1) & 1);
     const int head = walk.head(kv_y, j);
     const int m0 = walk.m0(j);
     if (lane == 0) {
@@ -68,23 +73,24 @@ __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, 
     }
     tma::cp_async_arrive(sm.full(stage));
   }
-  cp_async_wait<0>();
+  if (drain) cp_async_wait<0>();
 }
 
 // The producer's dQ warp (lane 0): per query tile and consumer, the consumer's staging boxes
 // reduce-added into dq_accum by TMA; each consumer's boxes released once read, one reduce-add
-// group late. 64-row tiles: consumer wg's boxes hold the dQ columns [wg·D/2, +D/2) of the tile's
+// group late (ring0 and drain as ws_load_tiles'). 64-row tiles: consumer wg's boxes hold the dQ columns [wg·D/2, +D/2) of the tile's
 // rows; 128-row tiles: every column of the rows [64·wg, +64).
 template <int D, int BM, class Walk, class Smem>
 __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
-                                          const Smem& sm, int kv_y, int batch) {
+                                          const Smem& sm, int kv_y, int batch, int ring0 = 0, bool drain = true) {
   constexpr int kBoxes = D * BM / 4096;  // 64-row × 32-column boxes per consumer
   for (int j = 0; j < walk.total; ++j) {
+    const int use = ring0 + j;  // the tiles' count (persistent blocks: over all key blocks)
     const int row_base = batch * p.heads_q + walk.head(kv_y, j);
     const int m0 = walk.m0(j);
 #pragma unroll
     for (int wg = 0; wg < 2; ++wg) {
-      tma::wait(sm.dq_full(wg), j & 1);
+      tma::wait(sm.dq_full(wg), use & 1);
 #pragma unroll
       for (int b = 0; b < kBoxes; ++b) {
         const int box = wg * kBoxes + b;
@@ -94,14 +100,53 @@ __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, cons
           tma::reduce_add_3d(dq_map, sm.dq_box(box), 32 * b, m0 + 64 * wg, row_base);
       }
       tma::store_commit();
-      if (j > 0 || wg > 0) {
+      if (use > 0 || wg > 0) {
         tma::store_wait_read<1>();
         tma::arrive(sm.dq_empty(wg ^ 1));
       }
     }
   }
-  tma::store_wait_read();  // the boxes read before the block exits
+  if (drain) tma::store_wait_read();  // the boxes read before the block exits
 }
+
+// The key blocks of a persistent block: rounds of a grid of gridDim.x blocks over every
+// (key block, kv lane, batch), kv lane = kv head · GroupSplit + part.
+// Without a mask round r takes item r·gridDim.x + blockIdx.x, key blocks fastest (the blocks at
+// work at one time share a few heads' Q and dO in L2). With one, key blocks x and
+// key_blocks − 1 − x of one lane form a pair of about the same number of query tiles together
+// (x from the diagonal on has the most): the block takes pair (r / 2)·gridDim.x + blockIdx.x,
+// the heavier key block in round r and the lighter in round r + 1, so every block gets about
+// the same work (the middle key block of an odd count has no partner). Where the grid holds
+// every key block at once, each block takes one, as without a mask.
+template <bool Causal, int GroupSplit>
+struct KeyBlockRounds {
+  int round = 0;
+  // Sets kb to the block's next key block; false when there is none.
+  __device__ __forceinline__ bool next(const AttentionBackwardParams& p, int bn, KeyBlock& kb) {
+    const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    const int key_blocks = (p.n_k + bn - 1) / bn, lanes = p.heads_kv * GroupSplit;
+    int x, lane;
+    if (Causal && key_blocks * lanes * p.batch > grid) {
+      const int pairs = (key_blocks + 1) / 2;
+      for (;; ++round) {
+        const int pair = (round >> 1) * grid + b;
+        if (pair >= pairs * lanes * p.batch) return false;
+        const int heavier = pair % pairs;
+        x = round & 1 ? key_blocks - 1 - heavier : heavier;
+        if ((round & 1) && x == heavier) continue;  // the middle key block has no partner
+        lane = pair / pairs;
+        break;
+      }
+    } else {
+      const int w = round * grid + b;
+      if (w >= key_blocks * lanes * p.batch) return false;
+      x = w % key_blocks, lane = w / key_blocks;
+    }
+    ++round;
+    kb = {x * bn, lane % lanes, lane / lanes, p.n_q, p.n_k, p.n_k - p.n_q};
+    return true;
+  }
+};
 
 }  // namespace bwd_detail
 
@@ -266,6 +311,225 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
   else
     bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+#endif
+}
+
+// The kernel above on a persistent grid (":p", "wg:bm64:bn128:a2:t:l:w:p"): at most one block per
+// SM walks the key blocks of KeyBlockRounds, the same template arguments. The rings' use counts
+// (Q/dO stages, dSᵀ slots, dQ boxes) run on from one key block to the next, so their barrier
+// phases do too. Once both consumers' last dQ wgmma has read K, they load the next key block's K
+// and V (cp.async) and then store this one's dK and dV, while the load warp already fills the ring
+// with the next key block's first Q and dO tiles. A separate function, so that the kernel above
+// keeps its machine code: written as one with a persistent switch, the one-block-per-key-block
+// kernels ran 0.7–1.4 % slower (H200, d = 64), and with the per-tile steps in a helper that both
+// call, both kernels' machine code changed (replay table); so those steps are written out in
+// each. The consumers keep the key block's coordinates in shared memory: held in registers
+// through the main loop, they spilled at d = 128 with a mask.
+template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1,
+          bool TmaDQ = BM == 64>
+__device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const AttentionBackwardTmaParams& tp) {
+  static_assert(D == 64 || D == 128, "D must be 64 or 128");
+  static_assert(GroupSplit == 1 || GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8,
+                "a K/V head's query heads in 1, 2, 4 or 8 blocks");
+  bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BN = 128;
+  constexpr int kThreads = bwd_detail::kWsConsumerThreads;
+  // 64-row tiles: dQ through the staging boxes and the producer's dQ warp, each consumer over
+  // half the columns; 128-row tiles: each consumer the dQ of its 64 rows over every column,
+  // through the boxes with TmaDQ, else added with red_add2 as the decoupled kernel's 128-row form.
+  static_assert(TmaDQ || BM == 128, "64-row tiles add dQ by TMA");
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, false, false, TmaDQ>;
+  using KVTile = typename Smem::KVTile;
+  using QTile = typename Smem::QTile;
+  using DsTile = typename Smem::DsTile;
+  constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, false, false, TmaDQ),
+                "shared memory layout must match");
+  constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
+  const AttentionBackwardParams& p = tp.a;
+  const Smem sm = Smem::at(dynamic_smem());
+  bwd_detail::KeyBlockRounds<Causal, GroupSplit> rounds;
+  bwd_detail::KeyBlock kb;
+  bool more = rounds.next(p, BN, kb);
+  // K and V of key block kb by the consumers (ctid: 0 .. kThreads − 1).
+  auto load_kv = [&](const bwd_detail::KeyBlock& b, int ctid) {
+    const int kv_head = b.kv_head / GroupSplit;
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(
+        sm.k(), bwd_detail::head_ptr<const T>(p.k, b.batch, kv_head), p.k.stride_n, b.n0, b.n_k, ctid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(
+        sm.v(), bwd_detail::head_ptr<const T>(p.v, b.batch, kv_head), p.v.stride_n, b.n0, b.n_k, ctid);
+    cp_async_commit();
+  };
+  auto walk_of = [&](const bwd_detail::KeyBlock& b) {
+    return bwd_detail::QueryTileWalk<BM, Causal>(b.n0, b.n_q, b.n_k, p.head_group / GroupSplit);
+  };
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      tma::barrier_init(sm.full(i), 33);
+      tma::barrier_init(sm.empty(i), kThreads);
+    }
+    for (int i = 0; i < kDsBufs; ++i) {
+      tma::barrier_init(sm.ds_full(i), kThreads);
+      tma::barrier_init(sm.ds_empty(i), kThreads);
+    }
+    if constexpr (TmaDQ)
+      for (int i = 0; i < 2; ++i) {
+        tma::barrier_init(sm.dq_full(i), 128);
+        tma::barrier_init(sm.dq_empty(i), 1);
+      }
+    tma::fence_barrier_init();
+  }
+  if (threadIdx.x >= 128 && more) load_kv(kb, threadIdx.x - 128);  // K and V by the consumers
+  __syncthreads();  // the barriers initialised
+
+  if (threadIdx.x < 128) {
+    // ---- producer ----
+    tma::release_registers<bwd_detail::kWsProducerRegisters>();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (warp == 0) {
+      for (int ring = 0; more; more = rounds.next(p, BN, kb)) {
+        const auto walk = walk_of(kb);
+        bwd_detail::ws_load_tiles<QTile, BM, D>(p, &tp.q_map, &tp.do_map, walk, sm, kb.kv_head, kb.batch, lane, ring, false);
+        ring += walk.total;
+      }
+      cp_async_wait<0>();
+    } else if (TmaDQ && warp == 1 && lane == 0) {
+      for (int ring = 0; more; more = rounds.next(p, BN, kb)) {
+        const auto walk = walk_of(kb);
+        bwd_detail::ws_add_dq<D, BM>(p, &tp.dq_map, walk, sm, kb.kv_head, kb.batch, ring, false);
+        ring += walk.total;
+      }
+      tma::store_wait_read();  // the boxes read before the block exits
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  tma::claim_registers<bwd_detail::kWsConsumerRegisters>();
+  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
+  const int ctid = threadIdx.x - 128;
+  // The consumers' key block (n0, kv lane, batch) and round in shared memory, the next one's
+  // written by the first consumer thread (in the main loop with a mask the registers are at
+  // their limit: kept there, they spilled).
+  __shared__ int slots[3], slot_round;
+  if (ctid == 0) {  // read after the first barrier below
+    slots[0] = kb.n0, slots[1] = kb.kv_head, slots[2] = kb.batch;
+    slot_round = rounds.round;
+  }
+  const float scale_log2 = p.scale_log2;
+  const unsigned wg_rows = wg * 64 * 128;
+  const unsigned long long k_a = wgmma::desc_sw128(sm.k() + wg_rows, 16, 1024);
+  const unsigned long long v_a = wgmma::desc_sw128(sm.v() + wg_rows, 16, 1024);
+  const int col0 = BM == 64 ? wg * kDqCols : 0;
+  const int row0 = BM == 64 ? 0 : 64 * wg;
+  // 128-row tiles: this consumer's first staging box. (64-row tiles pass col0 / 32 at the call,
+  // the same box: ptxas schedules the 64-row kernels differently when it is hoisted here.)
+  const int box0 = wg * kDqCols / 32;
+
+  for (int ring = 0; more;) {
+    const int n0 = kb.n0, n_k = p.n_k, diag = p.n_k - p.n_q;
+    int kv_y = kb.kv_head, batch = kb.batch;
+    const int kv_head = kv_y / GroupSplit;
+    const auto walk = walk_of(kb);
+    const int total = walk.total;
+    cp_async_wait<0>();  // K and V
+    wgmma::fence_proxy_async();
+    named_barrier<1, kThreads>();
+
+    float dk[D / 2], dv[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+    const int key0 = n0 + wg * 64 + warp * 16;
+
+    for (int it = 0; it < total; ++it) {
+      // The decoupled kernel's first steps, written out again here: through a shared helper the
+      // decoupled kernel's key-pair forms (:x2) spilled 4 bytes at d = 128 with a mask.
+      const int use = ring + it;  // the rings' use count
+      const int stage = use % kStages;
+      const int m0 = walk.m0(it);
+      tma::wait(sm.full(stage), (use / kStages) & 1);
+      if (Stagger && use == 0 && wg == 1) tma::barrier_sync(2, kThreads);
+
+      // ---- Sᵀ = K_wg·Qᵀ, dPᵀ = V_wg·dOᵀ; Pᵀ, dSᵀ ----
+      float s[BM / 2], dp[BM / 2];
+      bwd_detail::issue_sdp<T, BM, HeadDim, KVTile::kBlockBytes, QTile::kBlockBytes, false>(
+          s, dp, k_a, v_a, wgmma::desc_sw128(sm.q(stage), 16, 1024), wgmma::desc_sw128(sm.d_o(stage), 16, 1024));
+      wgmma::wait<0>();
+      wgmma::fence_operand(s);
+      wgmma::fence_operand(dp);
+      const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+      bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
+      if (Stagger && use == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
+
+      // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
+      bwd_detail::issue_dv_dk<T, D, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
+
+      // ---- dSᵀ(it) into its ring slot ----
+      const int buf = use % kDsBufs;
+      if (use >= kDsBufs) tma::wait(sm.ds_empty(buf), (use / kDsBufs - 1) & 1);
+      bwd_detail::store_ds_rows<T, BM, DsTile>(sm.ds(buf), dp, wg, warp, g, t);
+      tma::arrive(sm.ds_full(buf));
+
+
+      // ---- dV and dK done, the stage released; dQ(it − 1), its slot released, dQ to the writer ----
+      float dq[kDqCols / 2];
+      bwd_detail::end_query_tile(dv, dk);
+      tma::arrive(sm.empty(stage));
+      if (it > 0) {
+        bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, use - 1, row0, col0);
+        wgmma::wait<0>();
+        wgmma::fence_operand(dq);
+        tma::arrive(sm.ds_empty((use - 1) % kDsBufs));
+        if constexpr (TmaDQ) {  // into the staging boxes once the dQ warp read the last ones
+          if (use > 1) tma::wait(sm.dq_empty(wg), (use - 2) & 1);
+          bwd_detail::write_dq_boxes<kDqCols>(sm, dq, BM == 64 ? col0 / 32 : box0, warp, g, t);
+          tma::fence_proxy_async();
+          tma::arrive(sm.dq_full(wg));
+        } else {
+          bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_y, batch, it - 1, row0, col0, warp, g, t);
+        }
+      }
+    }
+    ring += total;
+    if (total > 0) {
+      float dq[kDqCols / 2];
+      bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, ring - 1, row0, col0);
+      wgmma::wait<0>();
+      wgmma::fence_operand(dq);
+      tma::arrive(sm.ds_empty((ring - 1) % kDsBufs));  // the ring runs on
+      if constexpr (TmaDQ) {
+        if (ring > 1) tma::wait(sm.dq_empty(wg), (ring - 2) & 1);
+        bwd_detail::write_dq_boxes<kDqCols>(sm, dq, BM == 64 ? col0 / 32 : box0, warp, g, t);
+        tma::fence_proxy_async();
+        tma::arrive(sm.dq_full(wg));
+      } else {
+        bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_y, batch, total - 1, row0, col0, warp, g, t);
+      }
+    }
+    // ---- both consumers' last wgmma read K and V: the next key block's ----
+    const volatile int* slot = slots;
+    kv_y = slot[1], batch = slot[2];  // this key block's, for the epilogue
+    named_barrier<1, kThreads>();
+    if (ctid == 0) {
+      bwd_detail::KeyBlockRounds<Causal, GroupSplit> r{slot_round};
+      bwd_detail::KeyBlock next;
+      slots[0] = r.next(p, BN, next) ? next.n0 : -1;
+      slots[1] = next.kv_head, slots[2] = next.batch;
+      slot_round = r.round;
+    }
+    named_barrier<1, kThreads>();
+    more = slot[0] >= 0;
+    kb = {slot[0], slot[1], slot[2], p.n_q, p.n_k, p.n_k - p.n_q};
+    if (more) load_kv(kb, ctid);
+
+    // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
+    if constexpr (GroupSplit > 1)
+      bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
+    else
+      bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+  }
 #endif
 }
 
