@@ -114,11 +114,12 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
       gpu_driver().encode_tensor_map(&tp.do_map, loads[1], "cuTensorMapEncodeTiled(attention_bwd d_o)");
     }
   }
+  const int sm_count = device_info(call.device).sm_count;
   for (BackwardKernel kernel : kernels) {
     const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
     void* params = maps && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
-    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim, device_info(call.device).sm_count), params, stream,
+    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim, sm_count), params, stream,
                   "launch(attention_bwd)");
   }
 }
