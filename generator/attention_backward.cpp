@@ -438,27 +438,25 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // before it at n = 4k / 16k): d = 128 2.713 / 10.787 against a2:t:l's 2.890 / 11.417, with a
       // mask 1.603 / 5.528 against a2:t's 1.735 / 5.742 (1k 0.669 against 0.697); d = 80 3.815 /
       // 14.424 against 4.238 / 15.774, d = 96 with a mask 1.994 / 6.919 against 2.157 / 7.523;
-      // GQA 64/8 without a mask 2.611 against 2.943 at 4k. Left out: 1k keys without a mask
-      // (0.939 against 0.933), n ≤ 512 with one (b = 64, h = 16: 0.482 against 0.472 at 256,
-      // level at 512).
+      // GQA 64/8 without a mask 2.611 against 2.943 at 4k. Left out then: 1k keys without a mask
+      // (0.939 against 0.933; the persistent form below takes them), n ≤ 512 with one (b = 64,
+      // h = 16: 0.482 against 0.472 at 256, level at 512).
       // Grouped heads, split (hopper_group_split): from 1k keys with or without a mask, the
       // stagger as without grouped heads from d = 120.
-      if (shape.n_k >= (spec.causal || group_split > 1 ? 1024 : 2048)) {
-        c.tma_loads = true, c.warp_specialised = true;
-        if (group_split > 1 && spec.head_dim >= 120) c.async_wgs = 2;
-      }
-      // From 1k keys without group splits, the warp-specialised a2 form on a persistent grid:
-      // the next key block's K, V, Q and dO load under this one's last dQ and its dK and dV
-      // stores. H200, d = 128, b·n = 16k, median ms of 10 (BENCHMARKS.md "A persistent grid for
+      // Without group splits, the a2 form on a persistent grid (:p): the next key block's K, V,
+      // Q and dO load under this one's last dQ and its dK and dV stores. H200, d = 128, b·n = 16k, median ms of 10 (BENCHMARKS.md "A persistent grid for
       // the warp-specialised backward"): without a mask 0.808 / 1.358 / 2.458 at 1k / 2k / 4k
       // against 0.818 / 1.377 / 2.494 (and the 1k default a2:t:l's 0.836), with one 0.892 /
       // 1.491 / 2.694 at 2k / 4k / 8k against 0.896 / 1.509 / 2.717 (1k level); GQA (b = 1,
       // h 64 / 8) without a mask at 4k 2.359 against 2.402. Group splits and the a1 forms keep
       // one block per key block (the a1 forms spill on it; GQA with a mask at 16k ran 22.64
-      // with :p:g8 against :g8's 22.20); short rows keep the kernel below (b = 64, h = 16, with
-      // a mask at 256 / 512 keys :p ran 0.392 / 0.864 against 0.354 / 0.835).
-      if (shape.n_k >= 1024 && group_split == 1 && c.async_wgs == 2)
-        c.tma_loads = true, c.warp_specialised = true, c.persistent = true;
+      // with :p:g8 against :g8's 22.20); rows under 1k keys keep the decoupled kernel (b = 64,
+      // h = 16, with a mask at 256 / 512 keys :p ran 0.392 / 0.864 against 0.354 / 0.835).
+      if (shape.n_k >= 1024) {
+        c.tma_loads = true, c.warp_specialised = true;
+        if (group_split > 1 && spec.head_dim >= 120) c.async_wgs = 2;
+        c.persistent = group_split == 1 && c.async_wgs == 2;
+      }
     }
     if (small)
       c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false,

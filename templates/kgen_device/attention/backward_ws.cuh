@@ -78,8 +78,8 @@ __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, 
 
 // The producer's dQ warp (lane 0): per query tile and consumer, the consumer's staging boxes
 // reduce-added into dq_accum by TMA; each consumer's boxes released once read, one reduce-add
-// group late (ring0 and drain as ws_load_tiles'). 64-row tiles: consumer wg's boxes hold the dQ columns [wg·D/2, +D/2) of the tile's
-// rows; 128-row tiles: every column of the rows [64·wg, +64).
+// group late (ring0 and drain as ws_load_tiles'). 64-row tiles: consumer wg's boxes hold the dQ
+// columns [wg·D/2, +D/2) of the tile's rows; 128-row tiles: every column of the rows [64·wg, +64).
 template <int D, int BM, class Walk, class Smem>
 __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
                                           const Smem& sm, int kv_y, int batch, int ring0 = 0, bool drain = true) {
