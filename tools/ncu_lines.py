@@ -17,6 +17,9 @@ names the entries; the file is <cache dir>/v1/<first two hex digits>/<key>.kgen)
 nvdisasm (CUDA toolkit, or PyPI's nvidia-cuda-nvdisasm wheel):
 
     python3 tools/ncu_lines.py sass.csv <entry.kgen or kernel.cubin> --templates templates
+
+With --count instructions it sums the executed (warp-level) instructions per line instead, with
+each line's commonest opcodes: where a kernel issues more instructions than it needs.
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 
 ENTRY_MAGIC = b"KGEN\x01"
 SAMPLES = "Warp Stall Sampling (All Samples)"
+EXECUTED = "Instructions Executed"
 
 
 def cubin_of(data: bytes) -> bytes:
@@ -103,6 +107,8 @@ class Sass:
     kernel: str
     # (offset from the first instruction, SASS text, samples, {reason: samples})
     rows: list[tuple[int, str, int, dict[str, int]]] = field(default_factory=list)
+    # warp-level instructions executed per offset (empty when the export has no such column)
+    executed: dict[int, int] = field(default_factory=dict)
 
 
 def read_sass_csv(text: str) -> Sass:
@@ -126,6 +132,8 @@ def read_sass_csv(text: str) -> Sass:
         counts = {name: int(row[col[name]].replace(",", "") or 0) for name in (SAMPLES, *reasons)}
         sass.rows.append((address - first, row[col["Source"]].strip(), counts[SAMPLES],
                           {r[len("stall_"):]: counts[r] for r in reasons if counts[r]}))
+        if EXECUTED in col:
+            sass.executed[address - first] = int(row[col[EXECUTED]].replace(",", "") or 0)
     return sass
 
 
@@ -147,9 +155,26 @@ def by_line(sass: Sass, lines: dict[int, tuple[str, int, str]]):
     return samples.most_common(), reasons, sum(samples.values())
 
 
-def profile_lines(sass_csv: str, binary: str, nvdisasm: str):
-    """by_line of the ncu export `sass_csv` against `nvdisasm -g` of `binary` (cubin or cache
-    entry), and the export itself; OSError or ValueError says what went wrong."""
+def executed_by_line(sass: Sass, lines: dict[int, tuple[str, int, str]]):
+    """Executed instructions summed per (file, line), most first, with each line's count per
+    opcode (without modifiers: IMAD.MOV.U32 counts as IMAD), and the total; the same checks as
+    by_line, and the export must have the executed-instructions column."""
+    by_line(sass, lines)  # the same binary?
+    if not sass.executed:
+        raise ValueError(f"the CSV has no '{EXECUTED}' column (profile with --section SourceCounters)")
+    counts: collections.Counter = collections.Counter()
+    opcodes: dict = collections.defaultdict(collections.Counter)
+    for offset, n in sass.executed.items():
+        key = lines[offset][:2]
+        counts[key] += n
+        opcodes[key][lines[offset][2].split(".")[0]] += n
+    return counts.most_common(), opcodes, sum(counts.values())
+
+
+def profile_lines(sass_csv: str, binary: str, nvdisasm: str, count: str = "samples"):
+    """by_line (count "samples") or executed_by_line ("instructions") of the ncu export
+    `sass_csv` against `nvdisasm -g` of `binary` (cubin or cache entry), and the export itself;
+    OSError or ValueError says what went wrong."""
     with open(sass_csv, encoding="utf-8") as f:
         sass = read_sass_csv(f.read())
     with open(binary, "rb") as f:
@@ -160,7 +185,8 @@ def profile_lines(sass_csv: str, binary: str, nvdisasm: str):
         disassembly = subprocess.run([nvdisasm, "-g", "-c", f.name], capture_output=True, check=False)
     if disassembly.returncode != 0:
         raise ValueError(f"nvdisasm failed: {disassembly.stderr.decode(errors='replace').strip()}")
-    return (*by_line(sass, lines_by_offset(disassembly.stdout.decode(), sass.kernel)), sass)
+    lines = lines_by_offset(disassembly.stdout.decode(), sass.kernel)
+    return (*(executed_by_line if count == "instructions" else by_line)(sass, lines), sass)
 
 
 def main(argv=None) -> int:
@@ -173,21 +199,26 @@ def main(argv=None) -> int:
                         help="nvdisasm executable (default: the one on PATH)")
     parser.add_argument("--top", type=int, default=25, help="lines to print (default 25)")
     parser.add_argument("--templates", help="kgen's templates/ directory: print each line's text")
+    parser.add_argument("--count", choices=("samples", "instructions"), default="samples",
+                        help="what to sum per line: warp stall samples with their main reasons (default), "
+                             "or executed instructions with their main opcodes")
     args = parser.parse_args(argv)
     if args.top < 1:
         parser.error("--top must be at least 1")
     if not args.nvdisasm:
         parser.error("no nvdisasm on PATH: pass --nvdisasm")
     try:
-        ranked, reasons, total, sass = profile_lines(args.sass_csv, args.binary, args.nvdisasm)
+        ranked, reasons, total, sass = profile_lines(args.sass_csv, args.binary, args.nvdisasm, args.count)
     except (OSError, ValueError) as e:
         print(f"ncu_lines: {e}", file=sys.stderr)
         return 2
-    print(f"{sass.kernel}: {len(sass.rows)} instructions, {total} warp samples")
+    what = "warp samples" if args.count == "samples" else "instructions executed (warp-level)"
+    print(f"{sass.kernel}: {len(sass.rows)} instructions, {total} {what}")
     sources: dict[str, list[str]] = {}
     for (path, line), count in ranked[:args.top]:
         main_reasons = ", ".join(f"{r} {n}" for r, n in reasons[(path, line)].most_common(3))
-        print(f"{100 * count / max(total, 1):5.1f} %  {path}:{line}  ({main_reasons})")
+        executed = f"{count:>12}  " if args.count == "instructions" else ""
+        print(f"{100 * count / max(total, 1):5.1f} %  {executed}{path}:{line}  ({main_reasons})")
         if args.templates:
             if path not in sources:
                 try:

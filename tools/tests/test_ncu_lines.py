@@ -84,6 +84,30 @@ def test_samples_summed_per_line_with_reasons():
                             ("kgen_device/attention/backward_ws.cuh", 195): 10}
 
 
+EXECUTED_HEADER = HEADER + ',"Instructions Executed"'
+
+
+def executed_csv(counts):
+    lines = ['"Kernel Name","kgen_k",', EXECUTED_HEADER]
+    lines += [f'"{a}","{s}","{n}","{b}","{l}","0","{e:,}"' for (a, s, n, b, l), e in zip(ROWS, counts)]
+    return "\n".join(lines) + "\n"
+
+
+def test_executed_instructions_summed_per_line_with_opcodes():
+    lines = ncu_lines.lines_by_offset(LISTING, "kgen_k")
+    sass = ncu_lines.read_sass_csv(executed_csv([1, 2000, 3000, 500]))
+    assert sass.executed == {0: 1, 0x10: 2000, 0x20: 3000, 0x30: 500}
+    ranked, opcodes, total = ncu_lines.executed_by_line(sass, lines)
+    assert total == 5501
+    assert ranked == [(("kgen_device/core/wgmma.cuh", 43), 5000), (("kgen_device/attention/backward_ws.cuh", 195), 500),
+                      (("/work/tree/kgen_k.cu", 4), 1)]
+    assert opcodes[("kgen_device/core/wgmma.cuh", 43)] == {"BRA": 3000, "WARPGROUP": 2000}
+    assert opcodes[("kgen_device/attention/backward_ws.cuh", 195)] == {"SYNCS": 500}
+    # an export without the column says which section it needs
+    with pytest.raises(ValueError, match="SourceCounters"):
+        ncu_lines.executed_by_line(ncu_lines.read_sass_csv(csv_text(ROWS)), lines)
+
+
 def test_a_different_binary_is_refused():
     lines = ncu_lines.lines_by_offset(LISTING, "kgen_k")
     swapped = [ROWS[0], (ROWS[1][0],) + ROWS[2][1:], (ROWS[2][0],) + ROWS[1][1:], ROWS[3]]  # two opcodes moved
@@ -100,18 +124,24 @@ def test_csv_without_its_columns_is_refused():
         ncu_lines.read_sass_csv('"Kernel Name","k",\n"Source","x"\n"a","b"\n')
 
 
-def test_main_end_to_end_with_a_stand_in_nvdisasm(tmp_path, capsys):
+def stand_in_inputs(tmp_path, csv: str) -> str:
+    """sass.csv (`csv`) and k.kgen in tmp_path, and an nvdisasm there that prints LISTING; its path."""
     listing = tmp_path / "listing.txt"
     listing.write_text(LISTING)
     tool = tmp_path / "nvdisasm"
     tool.write_text(f"#!/bin/sh\ncat '{listing}'\n")
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
-    (tmp_path / "sass.csv").write_text(csv_text(ROWS))
+    (tmp_path / "sass.csv").write_text(csv)
     (tmp_path / "k.kgen").write_bytes(entry(b"\x7fELF" + bytes(60)))
+    return str(tool)
+
+
+def test_main_end_to_end_with_a_stand_in_nvdisasm(tmp_path, capsys):
+    tool = stand_in_inputs(tmp_path, csv_text(ROWS))
     templates = tmp_path / "templates" / "kgen_device" / "core"
     templates.mkdir(parents=True)
     (templates / "wgmma.cuh").write_text("\n" * 42 + "asm volatile(wait);\n")
-    rc = ncu_lines.main([str(tmp_path / "sass.csv"), str(tmp_path / "k.kgen"), "--nvdisasm", str(tool),
+    rc = ncu_lines.main([str(tmp_path / "sass.csv"), str(tmp_path / "k.kgen"), "--nvdisasm", tool,
                          "--templates", str(tmp_path / "templates"), "--top", "2"])
     out = capsys.readouterr().out
     assert rc == 0
@@ -119,6 +149,17 @@ def test_main_end_to_end_with_a_stand_in_nvdisasm(tmp_path, capsys):
     assert "80.0 %  kgen_device/core/wgmma.cuh:43  (barrier 48, long_sb 25)" in out
     assert "asm volatile(wait);" in out
     assert out.count(" %  ") == 2
+
+
+def test_main_counts_instructions(tmp_path, capsys):
+    tool = stand_in_inputs(tmp_path, executed_csv([0, 600, 300, 100]))
+    rc = ncu_lines.main([str(tmp_path / "sass.csv"), str(tmp_path / "k.kgen"), "--nvdisasm", tool,
+                         "--count", "instructions"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "kgen_k: 4 instructions, 1000 instructions executed (warp-level)" in out
+    assert " 90.0 %           900  kgen_device/core/wgmma.cuh:43  (WARPGROUP 600, BRA 300)" in out
+    assert " 10.0 %           100  kgen_device/attention/backward_ws.cuh:195  (SYNCS 100)" in out
 
 
 def test_main_reports_bad_input_without_a_traceback(tmp_path, capsys):

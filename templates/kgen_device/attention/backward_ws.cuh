@@ -224,7 +224,14 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
 
   // ---- consumers ----
   tma::claim_registers<bwd_detail::kWsConsumerRegisters>();
-  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
+  // The warpgroup index through a shuffle, which ptxas knows to be warp-uniform: the wgmma
+  // descriptors derived from it then stay in uniform registers, instead of being formed per
+  // thread and moved over (R2UR) before every wgmma. With the two steps below (the Pᵀ/dSᵀ step
+  // in two copies, with and without the mask; in the persistent kernel the ring stage counted
+  // on, not formed by a division) the backward runs 2–12 % faster (H200, BENCHMARKS.md
+  // "Uniform wgmma descriptors in the backward").
+  const auto [wg_t, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
+  const int wg = shfl32(wg_t, 0);
   cp_async_wait<0>();  // K and V
   wgmma::fence_proxy_async();
   named_barrier<1, kThreads>();
@@ -258,8 +265,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     wgmma::wait<0>();
     wgmma::fence_operand(s);
     wgmma::fence_operand(dp);
+    // Two copies of the step, one without the mask's per-element select (a run-time flag kept
+    // it in every tile).
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
-    bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
+    if (needs_mask)
+      bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, true, key0, n_k, m0, diag, g, t);
+    else
+      bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, false, key0, n_k, m0, diag, g, t);
     if (Stagger && it == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
 
     // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
@@ -408,7 +420,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
 
   // ---- consumers ----
   tma::claim_registers<bwd_detail::kWsConsumerRegisters>();
-  const auto [wg, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
+  const auto [wg_t, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
+  const int wg = shfl32(wg_t, 0);  // warp-uniform to ptxas (the kernel above says why)
   const int ctid = threadIdx.x - 128;
   // The consumers' key block (n0, kv lane, batch) and round in shared memory, the next one's
   // written by the first consumer thread (in the main loop with a mask the registers are at
@@ -428,6 +441,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
   // the same box: ptxas schedules the 64-row kernels differently when it is hoisted here.)
   const int box0 = wg * kDqCols / 32;
 
+  // The Q/dO ring's stage and its barriers' phase, counted on from tile to tile: formed from the
+  // use count (a division by three), the stage, the Q and dO descriptors derived from it went
+  // through per-thread registers. The key block's coordinates come out of shared memory through
+  // a shuffle for the same reason.
+  int stage = 0, stage_phase = 0;
   for (int ring = 0; more;) {
     const int n0 = kb.n0, n_k = p.n_k, diag = p.n_k - p.n_q;
     int kv_y = kb.kv_head, batch = kb.batch;
@@ -443,13 +461,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
     const int key0 = n0 + wg * 64 + warp * 16;
 
+    const int m_begin = walk.tile_begin * BM, m_end = (walk.tile_begin + walk.tiles_per_head) * BM;
+    int m0 = m_begin;  // walk.m0(it), counted on
     for (int it = 0; it < total; ++it) {
       // The decoupled kernel's first steps, written out again here: through a shared helper the
       // decoupled kernel's key-pair forms (:x2) spilled 4 bytes at d = 128 with a mask.
       const int use = ring + it;  // the rings' use count
-      const int stage = use % kStages;
-      const int m0 = walk.m0(it);
-      tma::wait(sm.full(stage), (use / kStages) & 1);
+      tma::wait(sm.full(stage), stage_phase);
       if (Stagger && use == 0 && wg == 1) tma::barrier_sync(2, kThreads);
 
       // ---- Sᵀ = K_wg·Qᵀ, dPᵀ = V_wg·dOᵀ; Pᵀ, dSᵀ ----
@@ -460,7 +478,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
       wgmma::fence_operand(s);
       wgmma::fence_operand(dp);
       const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
-      bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, needs_mask, key0, n_k, m0, diag, g, t);
+      if (needs_mask)
+        bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, true, key0, n_k, m0, diag, g, t);
+      else
+        bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, false, key0, n_k, m0, diag, g, t);
       if (Stagger && use == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
 
       // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
@@ -491,6 +512,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
           bwd_detail::add_tile_dq<kDqCols, D, HeadDim>(p, walk, dq, kv_y, batch, it - 1, row0, col0, warp, g, t);
         }
       }
+      if (++stage == kStages) stage = 0, stage_phase ^= 1;
+      m0 = m0 + BM == m_end ? m_begin : m0 + BM;
     }
     ring += total;
     if (total > 0) {
@@ -520,8 +543,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
       slot_round = r.round;
     }
     named_barrier<1, kThreads>();
-    more = slot[0] >= 0;
-    kb = {slot[0], slot[1], slot[2], p.n_q, p.n_k, p.n_k - p.n_q};
+    kb = {shfl32(slot[0], 0), shfl32(slot[1], 0), shfl32(slot[2], 0), p.n_q, p.n_k, p.n_k - p.n_q};
+    more = kb.n0 >= 0;
     if (more) load_kv(kb, ctid);
 
     // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
