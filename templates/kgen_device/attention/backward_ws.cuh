@@ -228,7 +228,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   // descriptors derived from it then stay in uniform registers, instead of being formed per
   // thread and moved over (R2UR) before every wgmma. With the two steps below (the Pᵀ/dSᵀ step
   // in two copies, with and without the mask; in the persistent kernel the ring stage counted
-  // on, not formed by a division) the backward runs 2–12 % faster (H200, BENCHMARKS.md
+  // on, not formed by a division) the backward runs 1–12 % faster (H200, BENCHMARKS.md
   // "Uniform wgmma descriptors in the backward").
   const auto [wg_t, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
   const int wg = shfl32(wg_t, 0);
