@@ -1,6 +1,6 @@
 #include "check/harness_support.h"
 
-#include <cmath>
+#include <utility>
 
 namespace kgen {
 
@@ -23,14 +23,7 @@ Timing time_runs(const std::function<void(int)>& run, int warmup, int reps, GpuS
   gpu.synchronize(stream, "timed runs");
   std::vector<double> ms(reps);
   for (int r = 0; r < reps; ++r) ms[r] = gpu.elapsed_ms(events.e[2 * r], events.e[2 * r + 1]);
-  std::sort(ms.begin(), ms.end());
-  double mean = 0, var = 0;
-  for (double x : ms) mean += x / reps;
-  for (double x : ms) var += (x - mean) * (x - mean) / std::max(1, reps - 1);
-  Timing t;
-  t.median_ms = ms[ms.size() / 2], t.p20_ms = ms[ms.size() / 5], t.p80_ms = ms[(ms.size() * 4) / 5];
-  t.mean_ms = mean, t.std_ms = std::sqrt(var), t.reps = reps;
-  return t;
+  return timing_of(std::move(ms));
 }
 
 }  // namespace kgen

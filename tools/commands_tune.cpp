@@ -53,6 +53,7 @@ void print_candidates(const TuningProblem& p, const TuneResult& r) {
     const CandidateResult& c = r.candidates[i];
     std::string note = r.winner && *r.winner == i ? "WINNER" : (r.runner_up && *r.runner_up == i ? "runner-up" : "");
     if (c.compiled) note += (note.empty() ? "" : ", ") + std::string("GPU ") + std::to_string(c.device);
+    if (c.final_round) note += ", final";
     if (!c.error.empty()) {
       std::string first_line = c.error.substr(0, c.error.find('\n'));
       std::printf("| %s | – | – | – | – | %d | %d | %s |\n", c.config.c_str(), c.resources.registers, c.resources.spill_stores,
@@ -93,8 +94,11 @@ int run_tune(const SweepOptions& sweep, const TuneCliOptions& o) {
   if (!o.no_record)
     writer = std::make_unique<TuningShardWriter>(o.db_dir.empty() ? default_tuning_shard_dir() : std::filesystem::path(o.db_dir), ctx);
   const DeviceInfo& dev = device_info(opts.devices[0]);
-  std::printf("kgen tune --op %s on %s (%s, %d SMs); %d warm-up + %d timed runs per candidate; every candidate checked first\n",
-              op.c_str(), dev.name.c_str(), dev.target.arch.c_str(), dev.sm_count, opts.warmup, opts.reps);
+  std::printf("kgen tune --op %s on %s (%s, %d SMs); %d warm-up + %d timed runs per candidate; every candidate checked first; "
+              "the candidates within %.0f %% of the fastest (at most %d) timed again, interleaved on GPU %d (\"final\"), "
+              "and the winner chosen among them\n",
+              op.c_str(), dev.name.c_str(), dev.target.arch.c_str(), dev.sm_count, opts.warmup, opts.reps, 100 * kFinalBand,
+              kMaxFinalists, opts.devices[0]);
 
   int failed = 0, tuned = 0, skipped = 0;
   for (const auto& p : problems) {
@@ -149,7 +153,10 @@ void add_tune_commands(CLI::App& app, int& exit_code) {
   tune->add_flag("--no-record", o->no_record, "Do not write the winners");
   tune->footer(
       "Per shape: every candidate is compiled in parallel, checked against the fp64 reference on NaN-poisoned outputs "
-      "(a failing one is listed and never wins), the survivors timed; the winner is appended to the tuning database. " +
+      "(a failing one is listed and never wins), the survivors timed; those within " +
+      std::to_string(static_cast<int>(100 * kFinalBand)) + " % of the fastest are timed again, "
+      "interleaved in rounds so that they meet the same clock (a GPU's power cap lowers it under sustained load), and the "
+      "winner, chosen among them, is appended to the tuning database. " +
       sweep_footer(SweepCommand::tune) + " attention_bwd --deterministic tunes that mode.");
   add_tune_db_commands(*tune, exit_code);
   tune->callback([tune, sweep, o, &exit_code] {

@@ -41,10 +41,14 @@ double noise_band(const Timing& a, const Timing& b) {
 void choose_winner(TuneResult& r) {
   r.winner.reset();
   r.runner_up.reset();
+  const bool final_ran = std::ranges::any_of(r.candidates, [](const CandidateResult& c) { return c.final_round; });
+  auto eligible = [&](const CandidateResult& c) {
+    return c.check.pass && c.timing.reps > 0 && (c.final_round || !final_ran);
+  };
   std::optional<std::size_t> fastest;
   for (std::size_t i = 0; i < r.candidates.size(); ++i) {
     const auto& c = r.candidates[i];
-    if (!c.check.pass || c.timing.reps == 0) continue;
+    if (!eligible(c)) continue;
     if (!fastest || c.timing.median_ms < r.candidates[*fastest].timing.median_ms) fastest = i;
   }
   if (!fastest) return;
@@ -52,11 +56,11 @@ void choose_winner(TuneResult& r) {
   // The earliest candidate inside the fastest one's noise band wins.
   for (std::size_t i = 0; i < r.candidates.size() && !r.winner; ++i) {
     const auto& c = r.candidates[i];
-    if (c.check.pass && c.timing.reps && c.timing.median_ms - best.median_ms <= noise_band(c.timing, best)) r.winner = i;
+    if (eligible(c) && c.timing.median_ms - best.median_ms <= noise_band(c.timing, best)) r.winner = i;
   }
   for (std::size_t i = 0; i < r.candidates.size(); ++i) {
     const auto& c = r.candidates[i];
-    if (i == *r.winner || !c.check.pass || !c.timing.reps) continue;
+    if (i == *r.winner || !eligible(c)) continue;
     if (!r.runner_up || c.timing.median_ms < r.candidates[*r.runner_up].timing.median_ms) r.runner_up = i;
   }
   if (r.runner_up) {
@@ -64,6 +68,33 @@ void choose_winner(TuneResult& r) {
     const Timing& u = r.candidates[*r.runner_up].timing;
     r.margin = u.median_ms / w.median_ms - 1;
     r.within_noise = std::abs(u.median_ms - w.median_ms) <= noise_band(u, w);
+  }
+}
+
+void refine_finalists(CandidateBench& bench, TuneResult& r, int reps, const TuneProgress& progress) {
+  std::vector<std::size_t> order;  // passing, timed candidates, fastest first
+  for (std::size_t i = 0; i < r.candidates.size(); ++i)
+    if (r.candidates[i].check.pass && r.candidates[i].timing.reps > 0) order.push_back(i);
+  std::ranges::stable_sort(order, {}, [&](std::size_t i) { return r.candidates[i].timing.median_ms; });
+  std::vector<std::size_t> finalists;
+  for (std::size_t i : order)
+    if (finalists.size() < kMaxFinalists &&
+        r.candidates[i].timing.median_ms <= (1 + kFinalBand) * r.candidates[order.front()].timing.median_ms)
+      finalists.push_back(i);
+  if (finalists.size() < 2) return;
+  const std::size_t n = finalists.size();
+  const int rounds = std::max(3, (reps + kTurnReps - 1) / kTurnReps);
+  std::vector<std::vector<double>> turns(n);
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t f = (k + static_cast<std::size_t>(round)) % n;  // who goes first moves on every round
+      turns[f].push_back(bench.time(r.candidates[finalists[f]].config, 0, kTurnReps).median_ms);
+      if (progress) progress("final", round * n + k + 1, rounds * n, &r.candidates[finalists[f]]);
+    }
+  for (std::size_t f = 0; f < n; ++f) {
+    CandidateResult& c = r.candidates[finalists[f]];
+    c.timing = timing_of(turns[f]);
+    c.final_round = true;
   }
 }
 
@@ -138,9 +169,10 @@ TuneResult tune(const TuningProblem& problem, const TuneOptions& options, const 
     if (result.candidates[i].compiled) todo.push_back(i);
   std::mutex mutex;
   std::size_t done = 0;
+  std::vector<std::unique_ptr<CandidateBench>> benches(options.devices.size());
   auto worker = [&](std::size_t slot) {
     const int device = options.devices[slot];
-    std::unique_ptr<CandidateBench> bench;
+    std::unique_ptr<CandidateBench>& bench = benches[slot];
     for (std::size_t t = slot; t < todo.size(); t += options.devices.size()) {
       CandidateResult& c = result.candidates[todo[t]];
       c.device = device;
@@ -162,6 +194,18 @@ TuneResult tune(const TuningProblem& problem, const TuneOptions& options, const 
   std::vector<std::thread> workers;
   for (std::size_t s = 0; s < options.devices.size(); ++s) workers.emplace_back(worker, s);
   for (auto& w : workers) w.join();
+
+  // 3. The finalists again, interleaved on the first device (refine_finalists). A final that
+  //    fails leaves the first pass's timings (refine_finalists writes them only at its end).
+  if (benches[0]) {
+    try {
+      refine_finalists(*benches[0], result, options.reps, progress);
+      for (CandidateResult& c : result.candidates)
+        if (c.final_round) c.device = options.devices[0];
+    } catch (const std::exception& e) {
+      log(LogLevel::warn, std::string("tuning: the interleaved final failed, first-pass timings kept: ") + e.what());
+    }
+  }
   choose_winner(result);
   return result;
 }

@@ -81,7 +81,8 @@ struct CandidateResult {
   bool compiled = false;
   ResourceUsage resources;  // the most registers and spills over the candidate's kernels
   CandidateCheck check;     // pass == false: never timed, never wins
-  Timing timing;
+  Timing timing;            // the final's when final_round (refine_finalists), else the first pass's
+  bool final_round = false;  // timed again, interleaved with the other finalists
   double rate = 0;          // TuningProblem::rate_unit()
   std::string error;        // invalid, compile or launch error
 };
@@ -94,7 +95,7 @@ struct TuneResult {
   bool within_noise = false;                // the runner-up was inside the winner's noise band
 };
 
-// Progress: (stage "compile" | "check+time", done, total, candidate or nullptr).
+// Progress: (stage "compile" | "check+time" | "final", done, total, candidate or nullptr).
 using TuneProgress = std::function<void(const char*, std::size_t, std::size_t, const CandidateResult*)>;
 
 // Tunes `problem`. Throws Error(no_device) without a GPU, Error(invalid_argument) for a problem
@@ -104,8 +105,23 @@ TuneResult tune(const TuningProblem& problem, const TuneOptions& options, const 
 // Picks the winner among timed, passing candidates: the fastest median, except that candidates
 // whose median is within the noise band of the fastest (two standard errors of the difference
 // of the medians, at least 1 %) tie, and ties go to the earliest in canonical order, so two
-// runs agree.
+// runs agree. When some candidates ran the interleaved final (final_round), the winner and the
+// runner-up are chosen among them alone: their timings were taken under the same conditions.
 void choose_winner(TuneResult& result);
+
+// The final round of tune(). Sustained work meets a GPU's power cap within a fraction of a
+// second (on an H200 the SM clock falls from 1980 to about 1770 MHz, BENCHMARKS.md "Uniform
+// wgmma descriptors in the backward"), so candidates timed one after another need not have run
+// at the same clock, and a 5–10 % slower kernel timed first can look the fastest. The passing
+// candidates whose median is within kFinalBand of the fastest (at most kMaxFinalists, fastest
+// first; none unless two qualify) are timed again on `bench`, in rounds of kTurnReps runs each,
+// the finalists' order rotating from round to round, until each has about `reps` runs; each
+// one's timing becomes that of its turns' medians and final_round is set. `progress` as tune's
+// ("final" stage).
+inline constexpr double kFinalBand = 0.05;
+inline constexpr int kMaxFinalists = 4;
+inline constexpr int kTurnReps = 3;
+void refine_finalists(CandidateBench& bench, TuneResult& result, int reps, const TuneProgress& progress = {});
 
 // The database record of `result`'s winner for `problem` (tuned_at and device left empty: the
 // writer stamps them). Requires result.winner.
