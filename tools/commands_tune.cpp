@@ -145,8 +145,8 @@ void add_tune_commands(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<TuneCliOptions>();
   tune->add_option("--jobs,-j", o->jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
   tune->add_option("--devices", o->devices,
-                   "Comma-separated GPUs to spread candidates over, one worker each; their timings are compared "
-                   "directly, so use identical GPUs")
+                   "Comma-separated GPUs to spread candidates over, one worker each (use identical GPUs: their first "
+                   "timings are compared directly); the finalists are timed again on the first")
       ->capture_default_str();
   tune->add_option("--db-dir", o->db_dir, "Directory for this run's shard (default: KGEN_TUNE_DB's directory or ~/.cache/kgen/tuning)");
   tune->add_flag("--force", o->force, "Re-tune shapes that already have a record");

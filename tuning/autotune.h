@@ -71,7 +71,7 @@ struct TuneOptions {
   int warmup = 10;
   int reps = 50;
   int jobs = 0;                        // parallel compiles (0 = all cores)
-  std::vector<int> devices = {0};      // candidates are spread over these GPUs, one worker each
+  std::vector<int> devices = {0};      // candidates are spread over these GPUs, one worker each; the final runs on the first
   std::vector<std::string> candidates;  // empty = the whole config space
 };
 
