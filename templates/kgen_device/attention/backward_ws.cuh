@@ -226,10 +226,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   tma::claim_registers<bwd_detail::kWsConsumerRegisters>();
   // The warpgroup index through a shuffle, which ptxas knows to be warp-uniform: the wgmma
   // descriptors derived from it then stay in uniform registers, instead of being formed per
-  // thread and moved over (R2UR) before every wgmma. With the two steps below (the Pᵀ/dSᵀ step
-  // in two copies, with and without the mask; in the persistent kernel the ring stage counted
-  // on, not formed by a division) the backward runs 1–12 % faster (H200, BENCHMARKS.md
-  // "Uniform wgmma descriptors in the backward").
+  // thread and moved over (R2UR) before every wgmma. With the Pᵀ/dSᵀ step in two copies (with
+  // and without the mask) and, in the persistent kernel, the ring stage counted on, the backward
+  // runs 1–12 % faster (H200, BENCHMARKS.md "Uniform wgmma descriptors in the backward").
   const auto [wg_t, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
   const int wg = shfl32(wg_t, 0);
   cp_async_wait<0>();  // K and V
@@ -441,10 +440,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
   // the same box: ptxas schedules the 64-row kernels differently when it is hoisted here.)
   const int box0 = wg * kDqCols / 32;
 
-  // The Q/dO ring's stage and its barriers' phase, counted on from tile to tile: formed from the
-  // use count (a division by three), the stage, the Q and dO descriptors derived from it went
-  // through per-thread registers. The key block's coordinates come out of shared memory through
-  // a shuffle for the same reason.
+  // The Q/dO ring's stage and its barriers' phase, counted on from tile to tile instead of formed
+  // from the use count (a division by three per tile). The key block's coordinates come out of
+  // shared memory through a shuffle, warp-uniform like the warpgroup index.
   int stage = 0, stage_phase = 0;
   for (int ring = 0; more;) {
     const int n0 = kb.n0, n_k = p.n_k, diag = p.n_k - p.n_q;
