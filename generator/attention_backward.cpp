@@ -444,8 +444,9 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // Grouped heads, split (hopper_group_split): from 1k keys with or without a mask, the
       // stagger as without grouped heads from d = 120.
       // Without group splits, the a2 form on a persistent grid (:p): the next key block's K, V,
-      // Q and dO load under this one's last dQ and its dK and dV stores. H200, d = 128, b·n = 16k, median ms of 10 (BENCHMARKS.md "A persistent grid for
-      // the warp-specialised backward"): without a mask 0.808 / 1.358 / 2.458 at 1k / 2k / 4k
+      // Q and dO load under this one's last dQ and its dK and dV stores. H200, d = 128,
+      // b·n = 16k, median ms of 10 (BENCHMARKS.md "A persistent grid for the warp-specialised
+      // backward"): without a mask 0.808 / 1.358 / 2.458 at 1k / 2k / 4k
       // against 0.818 / 1.377 / 2.494 (and the 1k default a2:t:l's 0.836), with one 0.892 /
       // 1.491 / 2.694 at 2k / 4k / 8k against 0.896 / 1.509 / 2.717 (1k level); GQA (b = 1,
       // h 64 / 8) without a mask at 4k 2.359 against 2.402. Group splits and the a1 forms keep

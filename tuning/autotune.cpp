@@ -36,6 +36,9 @@ double noise_band(const Timing& a, const Timing& b) {
   return std::max(2 * se, kMinNoise * std::min(a.median_ms, b.median_ms));
 }
 
+// Checked, passed and timed: a candidate that can win.
+bool timed_pass(const CandidateResult& c) { return c.check.pass && c.timing.reps > 0; }
+
 }  // namespace
 
 void choose_winner(TuneResult& r) {
@@ -43,7 +46,7 @@ void choose_winner(TuneResult& r) {
   r.runner_up.reset();
   const bool final_ran = std::ranges::any_of(r.candidates, [](const CandidateResult& c) { return c.final_round; });
   auto eligible = [&](const CandidateResult& c) {
-    return c.check.pass && c.timing.reps > 0 && (c.final_round || !final_ran);
+    return timed_pass(c) && (c.final_round || !final_ran);
   };
   std::optional<std::size_t> fastest;
   for (std::size_t i = 0; i < r.candidates.size(); ++i) {
@@ -74,7 +77,7 @@ void choose_winner(TuneResult& r) {
 void refine_finalists(CandidateBench& bench, TuneResult& r, int reps, const TuneProgress& progress) {
   std::vector<std::size_t> order;  // passing, timed candidates, fastest first
   for (std::size_t i = 0; i < r.candidates.size(); ++i)
-    if (r.candidates[i].check.pass && r.candidates[i].timing.reps > 0) order.push_back(i);
+    if (timed_pass(r.candidates[i])) order.push_back(i);
   std::ranges::stable_sort(order, {}, [&](std::size_t i) { return r.candidates[i].timing.median_ms; });
   std::vector<std::size_t> finalists;
   for (std::size_t i : order)

@@ -265,7 +265,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     wgmma::fence_operand(s);
     wgmma::fence_operand(dp);
     // Two copies of the step, one without the mask's per-element select (a run-time flag kept
-    // it in every tile).
+    // it in every tile). Written out here and in the persistent kernel: as a shared helper it
+    // changed the persistent kernel's machine code with a mask (replay table).
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
     if (needs_mask)
       bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, true, key0, n_k, m0, diag, g, t);
