@@ -75,7 +75,11 @@ constexpr int kSmemBytes = attention_fwd::fa2_smem_bytes(D, BM, BN, Stages);
 // Cols ≤ D is the tensor's head dim (a multiple of 8) when the tile is padded to the kernel's
 // width D: only the columns up to Cols rounded up to 16 (the mma's k) are written, [Cols, that)
 // zero-filled like rows ≥ row_end, so they add nothing to any product; the rest is never read.
-template <class T, int Rows, int D, int Threads, class Layout = Swizzle16B<D / 8>, int Cols = D>
+// InBoundsFastPath adds a second copy of the loop for a tile whose rows all lie below row_end
+// (and Cols == D): no row test and no clamped address per 16-byte copy. It costs registers and
+// code size, so only kernels that measured a gain ask for it.
+template <class T, int Rows, int D, int Threads, class Layout = Swizzle16B<D / 8>, int Cols = D,
+          bool InBoundsFastPath = false>
 __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, long long row_stride,
                                                 int row0, int row_end, int tid) {
   static_assert(Cols % 8 == 0 && Cols > 0 && Cols <= D, "Cols must be a multiple of 8 in (0, D]");
@@ -92,6 +96,17 @@ __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, lon
     const int c = tid % kChunks;
     const T* g = src + static_cast<long long>(row0 + r0) * row_stride + c * 8;
     const long long step = kRowsPerPass * row_stride;
+    if constexpr (InBoundsFastPath && Cols == D) {
+      if (row0 + Rows <= row_end) {
+#pragma unroll
+        for (int pass = 0; pass < kPasses; ++pass) {
+          const int r = r0 + pass * kRowsPerPass;
+          if (Rows % kRowsPerPass == 0 || r < Rows) cp_async_16(smem + Swz::offset(r, c), g, true);
+          g += step;
+        }
+        return;
+      }
+    }
 #pragma unroll
     for (int pass = 0; pass < kPasses; ++pass) {
       const int r = r0 + pass * kRowsPerPass;
