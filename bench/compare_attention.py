@@ -29,7 +29,6 @@ import datetime
 import json
 import math
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -45,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import kgen  # noqa: E402
 import kgen.torch  # noqa: E402
 from kgen.testing import TOLERANCE, REL_L2_BOUND, attention_reference, check_attention, compare  # noqa: E402
+from rounds import interleaved  # noqa: E402
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -295,9 +295,9 @@ def run_checks(o, lse, refs, flash_o, dtype):
 # --- timing ------------------------------------------------------------------------------------
 
 def time_gpu(run, sets, reps, warmup):
-    """Median GPU ms per call over `reps` calls rotating through `sets`, measured by CUDA events
-    while a spin kernel holds the GPU until every call is queued (host overhead not counted;
-    it is returned separately as host µs per call)."""
+    """GPU ms of each of `reps` calls rotating through `sets`, measured by CUDA events while a
+    spin kernel holds the GPU until every call is queued (host overhead not counted; it is
+    returned separately as host µs per call)."""
     for i in range(warmup):
         run(*sets[i % len(sets)])
     torch.cuda.synchronize()
@@ -315,7 +315,7 @@ def time_gpu(run, sets, reps, warmup):
         run(*sets[i % len(sets)])
         end.record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in events), host_s * 1e6
+    return [s.elapsed_time(e) for s, e in events], host_s * 1e6
 
 
 # --- one configuration ---------------------------------------------------------------------------
@@ -361,10 +361,11 @@ def bench_config(cfg, args, dtype, log):
         for c in r.checks:
             if not c.ok:
                 log(f"      {c}")
-    for impl in args.impls:
-        if results[impl].ok:
-            results[impl].ms, results[impl].host_us = time_gpu(
-                outputs[impl][0], sets, args.reps, args.warmup)
+    runs = {impl: outputs[impl][0] for impl in args.impls if results[impl].ok}
+    timings = interleaved(runs, lambda run, reps, warmup: time_gpu(run, sets, reps, warmup), args.reps,
+                          args.warmup, args.rounds)
+    for impl, (ms, host_us) in timings.items():
+        results[impl].ms, results[impl].host_us = ms, host_us
     return results
 
 
@@ -411,7 +412,7 @@ def metadata(args):
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]),
         "dtype": args.dtype, "layout": args.layout, "shape": shape_text(args),
-        "reps": args.reps, "warmup": args.warmup,
+        "reps": args.reps, "warmup": args.warmup, "rounds": args.rounds,
     }
 
 
@@ -447,7 +448,8 @@ def markdown(meta, rows, impls, itemsize):
     lines += [f"- {k}: `{v}`" if k == "command" else f"- {k}: {v}" for k, v in meta.items()]
     lines += ["- b×h: batch × query heads, h_q/h_kv where K and V have fewer heads (grouped-query "
               "attention)",
-              "- cells: median GPU time of one call (CUDA events, inputs rotated) · TFLOPS "
+              "- cells: median GPU time of one call (CUDA events, inputs rotated; the reps in rounds, "
+              "the implementations' order rotating from round to round) · TFLOPS "
               "(4·b·h_q·n²·d / t, causal halved), or with n_q (decode-like rows) · GB/s (q, k, v "
               "and o bytes once / t); FAIL = output check failed, so no time",
               "- the first call per configuration (kgen: JIT compile; flex: torch.compile) is "
@@ -510,6 +512,8 @@ def main():
                    help=f"comma-separated subset of {','.join(IMPLS)}")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--rounds", type=positive, default=3,
+                   help="rounds the reps are split into, the implementations' order rotating (default 3)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--q-len", type=positive, metavar="N_Q",
                    help="query rows of every row against its n keys (decode-like shapes); "

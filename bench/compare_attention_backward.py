@@ -27,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import gc
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -39,8 +41,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import kgen.torch  # noqa: E402
 from kgen.testing import attention_math, compare  # noqa: E402
-from compare_attention import (add_shape_args, check_kv_heads, gqa_kwargs, heads_text, kv_heads,  # noqa: E402
-                               kv_text, refusals, row_heads, row_shape, shape_text)
+from rounds import interleaved  # noqa: E402
+from compare_attention import (add_shape_args, check_kv_heads, gqa_kwargs, heads_text,  # noqa: E402
+                               kv_heads, kv_text, positive, refusals, row_heads, row_shape, shape_text)
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -51,8 +54,8 @@ REF_HEADS = 2         # query heads of batch 0 that the fp32 reference recompute
 DOUBLE_MATMULS = 22   # n×n×d matmuls of kgen's double backward (q pass 14, kv pass 8)
 
 
-def timed(fn, warmup, reps):
-    """Median ms of `reps` CUDA-event-timed calls after `warmup`."""
+def timed_calls(fn, reps, warmup):
+    """(ms of each of `reps` CUDA-event-timed calls after `warmup`, None: no host figure)."""
     for _ in range(warmup):
         fn()
     times = []
@@ -63,8 +66,12 @@ def timed(fn, warmup, reps):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
+    return times, 0.0
+
+
+def timed(fn, warmup, reps):
+    """Median ms of `reps` CUDA-event-timed calls after `warmup`."""
+    return statistics.median(timed_calls(fn, reps, warmup)[0])
 
 
 def checks_ok(checks):
@@ -136,7 +143,7 @@ def bench_backward(args, out):
                                 for heads in (h, h_kv, h_kv, h))
                 flops = 2.5 * 4 * b * h * n * n * d / (2 if causal else 1)
                 ref = backward_reference(q, k, v, d_o, causal)
-                cells, ms = [], {}
+                cells, runs = {}, {}  # runs: the implementations that passed, timed together below
                 for impl in impls:
                     try:
                         if impl.startswith("kgen"):
@@ -145,9 +152,8 @@ def bench_backward(args, out):
                             cfg = None if det else cfg
                             o, lse = kgen.torch.attention_forward(q, k, v, causal=causal, return_lse=True)
                             bufs = [torch.full_like(t, math.nan) for t in (q, k, v)]
-                            fn = lambda: kgen.torch.attention_backward(q, k, v, o, lse, d_o, causal=causal,  # noqa: E731
-                                                                       dq=bufs[0], dk=bufs[1], dv=bufs[2],
-                                                                       config=cfg, deterministic=det)
+                            fn = functools.partial(kgen.torch.attention_backward, q, k, v, o, lse, d_o, causal=causal,
+                                                   dq=bufs[0], dk=bufs[1], dv=bufs[2], config=cfg, deterministic=det)
                             fn()
                             grads = bufs
                         else:
@@ -162,23 +168,25 @@ def bench_backward(args, out):
                             else:
                                 with sdpa_kernel([PEERS[impl]]), refusals():  # SDPA's warnings say why not
                                     o = F.scaled_dot_product_attention(*ins, is_causal=causal, **gqa)
-                            fn = lambda: torch.autograd.grad(o, ins, d_o, retain_graph=True)  # noqa: E731
+                            fn = functools.partial(torch.autograd.grad, o, ins, d_o, retain_graph=True)
                             grads = fn()
                         torch.cuda.synchronize()
                         checks = [compare(nm, g[:1, :r.shape[1]].double(), r.double(), bound=BOUND)
                                   for nm, g, r in zip(("dq", "dk", "dv"), grads, ref)]
                         if not checks_ok(checks):
-                            cells.append("FAIL")
+                            cells[impl] = "FAIL"
                             notes.append(f"{impl} n={n} d={d} causal={causal}: {fmt_checks(checks)}")
                             continue
-                        t = timed(fn, args.warmup, args.reps)
-                        ms[impl] = t
-                        cells.append(f"{t:.3f} · {flops / t / 1e9:.0f}")
+                        del grads
+                        runs[impl] = fn
                     except Exception as e:  # noqa: BLE001
-                        cells.append("–")
+                        cells[impl] = "–"
                         notes.append(f"{impl} n={n} d={d} causal={causal}: {type(e).__name__}: {str(e)[:320]}")
-                    finally:
-                        torch.cuda.empty_cache()
+                ms = {impl: t for impl, (t, _) in interleaved(runs, timed_calls, args.reps, args.warmup,
+                                                             args.rounds).items()}
+                del runs
+                torch.cuda.empty_cache()
+                cells = [cells.get(impl) or f"{ms[impl]:.3f} · {flops / ms[impl] / 1e9:.0f}" for impl in impls]
                 ratio = lambda p: f"×{ms[p] / ms['kgen']:.2f}" if "kgen" in ms and p in ms else "–"  # noqa: E731
                 out.append(f"| {n} | {d} | {'yes' if causal else 'no'} | {b}×{heads_text(h, h_kv)} | " + " | ".join(cells) +
                            f" | {ratio('flash')} | {ratio('cudnn')} |")
@@ -300,6 +308,8 @@ def main():
     p.add_argument("--ref-max-n", type=int, default=16384, help="largest n checked against the fp32 reference")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--reps", type=int, default=10)
+    p.add_argument("--rounds", type=positive, default=3,
+                   help="backward table: rounds the reps are split into, the implementations' order rotating")
     p.add_argument("--out", help="also write the tables (markdown) here")
     args = p.parse_args()
     if args.only in (None, "backward"):

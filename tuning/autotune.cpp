@@ -204,7 +204,7 @@ TuneResult tune(const TuningProblem& problem, const TuneOptions& options, const 
     try {
       refine_finalists(*benches[0], result, options.reps, progress);
       for (CandidateResult& c : result.candidates)
-        if (c.final_round) c.device = options.devices[0];
+        if (c.final_round) c.device = options.devices[0], c.rate = problem.rate(c.timing.median_ms);
     } catch (const std::exception& e) {
       log(LogLevel::warn, std::string("tuning: the interleaved final failed, first-pass timings kept: ") + e.what());
     }

@@ -83,7 +83,7 @@ struct CandidateResult {
   CandidateCheck check;     // pass == false: never timed, never wins
   Timing timing;            // the final's when final_round (refine_finalists), else the first pass's
   bool final_round = false;  // timed again, interleaved with the other finalists
-  double rate = 0;          // TuningProblem::rate_unit()
+  double rate = 0;          // of `timing` (TuningProblem::rate_unit())
   std::string error;        // invalid, compile or launch error
 };
 

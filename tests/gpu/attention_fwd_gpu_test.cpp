@@ -251,6 +251,9 @@ void expect_tuned(const TuningProblem& problem, std::size_t min_candidates) {
     if (!cand.error.empty()) continue;
     EXPECT_TRUE(cand.check.pass) << cand.config << ": " << cand.check.detail;
     EXPECT_GT(cand.timing.median_ms, 0) << cand.config;
+    if (cand.check.pass) {  // the rate of the timing shown (the final's for finalists)
+      EXPECT_DOUBLE_EQ(cand.rate, problem.rate(cand.timing.median_ms)) << cand.config;
+    }
   }
   EXPECT_TRUE(r.candidates[*r.winner].check.pass);
   TuningRecord rec = winner_record(problem, r);

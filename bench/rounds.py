@@ -1,0 +1,30 @@
+"""Timing several implementations of one row so that they meet the same GPU clock.
+
+Under sustained load a power-capped GPU lowers its SM clock within a second (docs/attention.md
+§6), so an implementation timed after another one's reps runs at a lower clock than the first.
+interleaved() splits each implementation's reps into rounds and rotates their order from round
+to round. No torch here: the compare scripts pass their own timers.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+
+
+def interleaved(runs, time_round, reps, warmup, rounds):
+    """{name: (median ms, median host µs)} of the callables `runs` ({name: run}): `rounds` rounds
+    of ⌈reps / rounds⌉ timed calls each, the implementations' order rotating from round to round,
+    so that each meets the GPU's clock at the same points of the row (under sustained load a
+    power-capped clock falls within a second: docs/attention.md §6). time_round(run, reps,
+    warmup) gives (ms of each call, host µs per call); round 0 warms up `warmup` calls, later
+    rounds ⌈warmup / rounds⌉."""
+    names = list(runs)
+    samples, host = {name: [] for name in names}, {name: [] for name in names}
+    per_round = max(1, math.ceil(reps / rounds))
+    for r in range(rounds):
+        shift = r % max(1, len(names))
+        for name in names[shift:] + names[:shift]:
+            ms, us = time_round(runs[name], per_round, warmup if r == 0 else math.ceil(warmup / rounds))
+            samples[name] += ms
+            host[name].append(us)
+    return {name: (statistics.median(samples[name]), statistics.median(host[name])) for name in names}
