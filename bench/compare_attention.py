@@ -3,6 +3,8 @@
 
 Every implementation's output is checked against a reference (docs/attention.md §5) before
 anything is timed; one that fails gets FAIL and no time, one that raises gets "–" and a footnote.
+A row's implementations are timed in --rounds rounds (default 3) whose order rotates, so that a
+power-capped clock (docs/attention.md §6) meets them alike.
 Standard sweep (docs/attention.md §6): b·n = 16k tokens, h·d = 2048, n = 512…16k, d = 64/128, causal and not.
 --batch and --heads fix b and h_q instead; --heads-kv (or --gqa, query heads per K/V head) gives
 K and V fewer heads than q (grouped-query attention): kgen takes them as they are, SDPA and flex

@@ -3,6 +3,8 @@
 
 Every implementation's gradients are checked against an fp32 math-path reference (on sampled
 heads for large shapes, docs/attention.md §5) before it is timed; a failing one gets FAIL and no time.
+The backward table times a row's implementations in --rounds rounds (default 3) whose order
+rotates, so that a power-capped clock (docs/attention.md §6) meets them alike.
 
   backward         kgen (kernels only, o/lse from kgen's forward) vs SDPA flash, cuDNN, efficient
                    and FlexAttention (torch.autograd.grad of their forward's output), bf16,
