@@ -57,7 +57,8 @@ DOUBLE_MATMULS = 22   # n×n×d matmuls of kgen's double backward (q pass 14, kv
 
 
 def timed_calls(fn, reps, warmup):
-    """(ms of each of `reps` CUDA-event-timed calls after `warmup`, None: no host figure)."""
+    """(ms of each of `reps` CUDA-event-timed calls after `warmup`, 0.0: no host figure), the
+    timer bench/rounds.py's interleaved() takes."""
     for _ in range(warmup):
         fn()
     times = []
