@@ -381,6 +381,51 @@ TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
             std::string::npos);
 }
 
+TEST(AttentionForwardConfig, StreamKTextRulesSpaceAndRender) {
+  const AttentionForwardSpec spec{DType::bf16, 128, false}, causal{DType::bf16, 128, true};
+  AttentionForwardConfig sk{ForwardPath::ws, 128, 128, 2, 0, 8, 1};
+  sk.persistent = sk.stream_k = true;
+  EXPECT_EQ(to_string(sk), "ws:bm128:bn128:s2:pp1:persist:sk");
+  EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist:sk"), sk);
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:sk"));
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:split:sk"));
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist:sk:sk"));
+  auto why = [&](const AttentionForwardConfig& c, const AttentionForwardSpec& sp) {
+    return check_attention_forward_config(sp, c, sm90a()).value_or("valid");
+  };
+  EXPECT_EQ(why(sk, spec), "valid");
+  EXPECT_EQ(why(sk, causal), "sk applies to calls without a mask only");
+  auto plain = sk;
+  plain.persistent = false;
+  EXPECT_EQ(why(plain, spec), "sk applies to persist configs only");
+  // Every persistent form of a spec without a mask comes in stream-K too; none with a mask.
+  for (const auto& sp : {spec, causal, AttentionForwardSpec{DType::f16, 64, false}, AttentionForwardSpec{DType::bf16, 256, false}}) {
+    const auto space = attention_forward_config_space(sp, sm90a());
+    int persistent = 0, streamed = 0;
+    for (const auto& c : space) {
+      persistent += c.persistent && !c.stream_k;
+      streamed += c.stream_k;
+      if (c.stream_k) {
+        auto base = c;
+        base.stream_k = false;
+        EXPECT_NE(std::ranges::find(space, base), space.end()) << to_string(c);
+      }
+    }
+    EXPECT_GT(persistent, 0) << to_string(sp);
+    EXPECT_EQ(streamed, sp.causal ? 0 : persistent) << to_string(sp);
+  }
+  // The kernel takes AttentionForwardStreamParams and StreamK after Consumers; the same shared
+  // memory and grid as the plain persistent form.
+  auto base = sk;
+  base.stream_k = false;
+  const KernelSource k = render_attention_forward(spec, sk);
+  EXPECT_NE(k.source.find("AttentionForwardStreamParams"), std::string::npos);
+  EXPECT_NE(k.source.find("/*Consumers=*/2, /*StreamK=*/true"), std::string::npos);
+  EXPECT_EQ(k.smem_bytes, render_attention_forward(spec, base).smem_bytes);
+  EXPECT_EQ(render_attention_forward(spec, base).source.find("StreamK"), std::string::npos);
+  EXPECT_EQ(attention_forward_grid(sk, {64, 16, 16, 256, 256}, 1, 132).x, attention_forward_grid(base, {64, 16, 16, 256, 256}, 1, 132).x);
+}
+
 TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {
   const AttentionForwardSpec spec{DType::bf16, 128, false};
   EXPECT_FALSE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a()));

@@ -56,4 +56,15 @@ struct AttentionForwardSplitParams : AttentionForwardTmaParams {
   int splits;
 };
 
+// Parameters of a stream-K launch (the persistent warp-specialised forward with StreamK): the
+// key tiles of every query tile are laid end to end and cut evenly over the grid's blocks, so a
+// query tile may begin in one block and end in the next. The later block writes its part's O / l
+// (fp32) and lse2 to its slot of the workspace, (grid, block_m, D) and (grid, block_m), and
+// publishes `epoch` in its consumers' flags (grid, consumers); the earlier block waits for them
+// and merges. `epoch` is new for every launch, so flags left by earlier launches never match.
+struct AttentionForwardStreamParams : AttentionForwardSplitParams {
+  unsigned long long* flags;
+  unsigned long long epoch;
+};
+
 }  // namespace kgen
