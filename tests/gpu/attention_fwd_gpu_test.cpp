@@ -167,6 +167,36 @@ TEST(AttentionForwardGpuWs, PersistentWithOneQBuffer) {
       }
 }
 
+// Stream-K forms (":persist:sk", no mask): query tiles cut between blocks wherever the key tiles
+// of all query tiles do not divide evenly over the grid. Shapes with just more query tiles than
+// SMs (nearly every tile cut), many tiles with a partial last key tile, one and two key tiles,
+// partial query tiles, GQA, both layouts and both 16-bit types, and the plain fallback without
+// keys' cuts (one key tile).
+TEST(AttentionForwardGpuWs, StreamKCutsQueryTilesBetweenBlocks) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma";
+  const Shape shapes[] = {{1, 133, 133, 128, 1000}, {2, 67, 67, 100, 300}, {3, 20, 5, 1000, 1337},
+                          {1, 140, 35, 200, 129},   {1, 200, 200, 64, 64},  {2, 8, 2, 1337, 7}};
+  std::uint64_t seed = 8800;
+  int tested = 0;
+  for (int d : {64, 128, 256, 96, 200})
+    for (const auto& config : attention_forward_config_space({DType::bf16, d, false}, target)) {
+      if (!config.stream_k) continue;
+      ++tested;
+      int i = 0;
+      for (const Shape& s : shapes) {
+        AttentionCase c;
+        c.dtype = i % 3 == 2 ? DType::f16 : DType::bf16, c.head_dim = d, c.causal = false;
+        c.layout = i++ % 2 ? Layout::bnhd : Layout::bhnd, c.config = to_string(config), c.seed = seed++;
+        c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+        auto r = check_attention_forward(c);
+        EXPECT_TRUE(r.pass) << describe(c, r);
+      }
+    }
+  EXPECT_GT(tested, 0);
+}
+
 // Decode-like calls on the launch path's own choice: grids of a few blocks, whose keys a Hopper
 // device splits over several blocks and merges in a second kernel (shape class 2). GQA calls
 // with one query row pack their heads first; n_k from one key to 16k, causal and not, both

@@ -415,6 +415,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
               lse_slot[slot_row0 + 8 * h] =
                   l > 0.f ? row_max[h] * scale_log2 + log2_approx(l) : -infinity_f32();
           }
+          fence_gpu();
           tma::barrier_sync(1 + kConsumers + cw, 128);
           if (tid % 128 == 0) {
             flag_publish(flag, tp.epoch);

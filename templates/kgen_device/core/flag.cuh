@@ -7,6 +7,10 @@
 
 namespace kgen {
 
+// Orders this thread's earlier stores before its later ones at GPU scope (each writer of the data
+// runs it before the barrier that precedes flag_publish).
+__device__ __forceinline__ void fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+
 // *flag = value, after every earlier store of this thread (and of the threads a barrier ordered
 // before it) is visible to the GPU.
 __device__ __forceinline__ void flag_publish(unsigned long long* flag, unsigned long long value) {
