@@ -1,9 +1,6 @@
 #include "ops/attention_forward.h"
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -29,16 +26,6 @@ namespace kgen {
 namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
-
-// A stream-K launch's epoch: new for every launch in this process, and unlike any value a flag
-// left by another process or left unwritten is likely to hold (the counter starts from the clock
-// and the process's addresses).
-unsigned long long next_stream_epoch() {
-  static std::atomic<unsigned long long> next{
-      (static_cast<unsigned long long>(std::chrono::steady_clock::now().time_since_epoch().count()) << 20) ^
-      reinterpret_cast<std::uintptr_t>(&next)};
-  return next.fetch_add(1, std::memory_order_relaxed) | 1ULL << 63;
-}
 
 // The forward's packing of its kernel identity for jit/kernel_table.
 std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionForwardConfig& c) {
@@ -277,7 +264,6 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     launch.stream_k = true;
     static_cast<AttentionForwardTmaParams&>(launch.stream_params) = launch.tma_params;
     launch.stream_params.splits = 1;
-    launch.stream_params.epoch = next_stream_epoch();
     launch.stream_rows = config.block_m;
     launch.stream_cols = attention_fwd::wgmma_tile_head_dim(call.spec.head_dim);
   }
@@ -287,7 +273,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
 std::size_t AttentionForwardLaunch::stream_workspace_bytes() const {
   const std::size_t slots = grid.x, rows = slots * stream_rows;
   return Workspace::aligned(rows * stream_cols * 4) + Workspace::aligned(rows * 4) +
-         Workspace::aligned(slots * (stream_rows / 64) * sizeof(unsigned long long));
+         Workspace::aligned(stream_flags() * sizeof(unsigned long long));
 }
 
 void AttentionForwardLaunch::set_stream_workspace(void* base) {
@@ -308,6 +294,8 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
   if (launch.stream_k) {
     Workspace ws(nullptr, 0, launch.stream_workspace_bytes(), q.device, stream, "the stream-K parts of cut query tiles");
     launch.set_stream_workspace(ws.take(launch.stream_workspace_bytes()));
+    gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(launch.stream_params.flags), 0, launch.stream_flags() * 2,
+                              stream);
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
     return;
   }

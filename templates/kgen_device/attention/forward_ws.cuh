@@ -42,8 +42,8 @@
 // tile) units are laid end to end, tile-major, and block b takes units [b·T·K / G, (b+1)·T·K / G)
 // (when T >= G, so that every block's range holds at least K units and a query tile spans at most
 // two blocks). A block's range can begin inside a query tile (keys [j, K)): that first part's
-// O / l and lse2 go to the block's slot of the workspace, and each consumer publishes the launch's
-// epoch in its flag. A range can end inside one (keys [0, j)): after that last part the block
+// O / l and lse2 go to the block's slot of the workspace, and each consumer sets its flag (zeroed
+// by the host before the launch). A range can end inside one (keys [0, j)): after that last part the block
 // waits for the next block's flags and merges its slot into the rows before the epilogue. The
 // next block wrote that slot first of all, and waits on nobody before it, so no block waits long
 // or forever.
@@ -418,13 +418,13 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
           fence_gpu();
           tma::barrier_sync(1 + kConsumers + cw, 128);
           if (tid % 128 == 0) {
-            flag_publish(flag, tp.epoch);
+            flag_publish(flag, 1);
             tma::arrive(q_empty(buf));
           }
           continue;
         }
         // Merge the next block's part: both parts rescaled to the larger of their lse2.
-        if (tid % 128 == 0) flag_wait(flag, tp.epoch);
+        if (tid % 128 == 0) flag_wait(flag, 1);
         tma::barrier_sync(1 + kConsumers + cw, 128);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
