@@ -34,7 +34,7 @@ bench() { dist/bin/kgen bench --op attention_fwd --dtypes bf16 --causal no --war
 bench --head-dims 128 --seqlens 1024,2048,4096 \
   --configs ws:bm128:bn128:s2:pp1:persist,ws:bm128:bn128:s2:pp1:persist:sk
 bench --head-dims 64 --seqlens 1024,2048 \
-  --configs ws:bm192:bn128:s2:pp1:persist,ws:bm192:bn128:s2:pp1:persist:sk
+  --configs ws:bm192:bn128:s2:pp1:persist,ws:bm192:bn128:s2:pp1:persist:sk,ws:bm128:bn128:s2:pp1:persist:sk
 bench --head-dims 128 --seqlens 4096,8192 --batch 1 --heads 64 --heads-kv 8 \
   --configs ws:bm128:bn128:s2:pp1:persist,ws:bm128:bn128:s2:pp1:persist:sk,ws:bm128:bn176:s2:pp1:persist,ws:bm128:bn176:s2:pp1:persist:sk
 clock after
