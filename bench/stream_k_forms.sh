@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # One device batch for the forward's stream-K forms (`ws:…:persist:sk`, ARCHITECTURE.md
-# "Stream-K"): correctness first, then time, then the grid against cuDNN.
+# "Stream-K"): correctness first, then time.
 #   1. the GPU tests that run them: StreamKCutsQueryTilesBetweenBlocks (every stream-K form of
-#      the space at d = 64, 128, 256, 96, 200 on shapes that cut query tiles between blocks) and
+#      the space at d = 64, 48, 128, 256, 96, 200 on shapes that cut query tiles between blocks),
+#      StreamKReplaysInACudaGraph, and
 #      EveryWsConfigOnOddShapesAndTheDefaultsLarge (every ws form, in 4 parts alongside);
 #   2. `kgen bench` of the cells where the last round of whole tiles idles SMs (bf16, no mask:
-#      d = 128 at 1k/2k/4k, d = 64 at 1k, GQA h 64/8 at 4k/8k), each stream-K form beside the
+#      d = 128 at 1k/2k/4k, d = 64 at 1k/2k, GQA h 64/8 at 4k/8k), each stream-K form beside the
 #      plain persistent form it cuts, every row checked before it is timed;
 #   3. the SM clock before and after.
 # A failing step stops the batch: nothing is timed that did not pass.
@@ -26,7 +27,7 @@ for i in 0 1 2 3; do
     --gtest_filter='AttentionForwardGpuWs.EveryWsConfigOnOddShapesAndTheDefaultsLarge' >"$out/ws_test_$i.log" 2>&1 &
   pids+=($!)
 done
-dist/bin/kgen_gpu_tests --gtest_filter='AttentionForwardGpuWs.StreamKCutsQueryTilesBetweenBlocks' 2>&1 |
+dist/bin/kgen_gpu_tests --gtest_filter='AttentionForwardGpuWs.StreamK*' 2>&1 |
   tee "$out/sk_test.log"
 for pid in "${pids[@]}"; do wait "$pid"; done
 tail -n 3 "$out"/ws_test_*.log

@@ -351,6 +351,11 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     if (three_consumers) {
       AttentionForwardConfig c{ForwardPath::ws, 192, 128, 2, 0, 12, 1};
       c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
+      // Without a mask, stream-K: H200, d = 64, median ms of 50 calls (BENCHMARKS.md
+      // "Stream-K") 0.313 / 0.527 at 1k / 2k against 0.324 / 0.561. (At d = 128 it only ties
+      // the plain persistent grid: 0.234 / 0.424 / 0.812 against 0.227 / 0.423 / 0.812 at
+      // 1k / 2k / 4k, so the rule below keeps that.)
+      c.stream_k = c.persistent && !spec.causal;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
     // Up to 128 columns and at 256, a persistent grid (one block per SM over every query

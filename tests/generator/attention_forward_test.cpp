@@ -154,18 +154,19 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {1, 1, 1, 1, 16384}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:split");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
-            "ws:bm192:bn128:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 48, true}, {1, 16, 16, 8192, 8192}, sm90a(), 132)),
             "ws:bm192:bn128:s2:pp1");
   // Up to 128 columns from d = 40 the grid is persistent (causal: up to 4k keys), and on the
-  // 64-column tile it has three consumers from 1k query rows (causal: above 2k keys). Causal, up
+  // 64-column tile it has three consumers from 1k query rows (causal: above 2k keys), their
+  // persistent grid without a mask in stream-K. Causal, up
   // to 1k keys, the one-warpgroup wgmma kernel (every head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
   // 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and registers, and keep
   // one block per query tile); 32 joins from 4k keys or with three consumers and keeps the fa2
   // kernel otherwise, as do smaller head dims; sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
-            "ws:bm192:bn128:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   for (int d : {40, 64})
@@ -189,7 +190,7 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132)), "ws:bm192:bn128:s2:pp1");
   // d = 32 below 4k keys: three consumers where they apply, else fa2.
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
-            "ws:bm192:bn128:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, true}, {16, 16, 16, 2048, 2048}, sm90a(), 132).path,
             ForwardPath::fa2);
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 24, false}, big, sm90a(), 132).path, ForwardPath::fa2);

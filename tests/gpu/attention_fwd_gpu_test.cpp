@@ -175,7 +175,8 @@ TEST(AttentionForwardGpuWs, PersistentWithOneQBuffer) {
 
 // Stream-K forms (":persist:sk", no mask): query tiles cut between blocks wherever the key tiles
 // of all query tiles do not divide evenly over the grid. Shapes with just more query tiles than
-// SMs (nearly every tile cut), many tiles with a partial last key tile, one and two key tiles,
+// SMs (nearly every tile cut), several rounds of whole tiles before the cut ones (888 tiles),
+// many tiles with a partial last key tile, one and two key tiles,
 // partial query tiles, GQA, both layouts and both 16-bit types, and the plain fallback without
 // keys' cuts (one key tile).
 TEST(AttentionForwardGpuWs, StreamKCutsQueryTilesBetweenBlocks) {
@@ -183,10 +184,11 @@ TEST(AttentionForwardGpuWs, StreamKCutsQueryTilesBetweenBlocks) {
   const Target& target = device_info(0).target;
   if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma";
   const Shape shapes[] = {{1, 133, 133, 128, 1000}, {2, 67, 67, 100, 300}, {3, 20, 5, 1000, 1337},
-                          {1, 140, 35, 200, 129},   {1, 200, 200, 64, 64},  {2, 8, 2, 1337, 7}};
+                          {1, 140, 35, 200, 129},   {1, 200, 200, 64, 64},  {2, 8, 2, 1337, 7},
+                          {3, 37, 37, 1000, 700}};
   std::uint64_t seed = 8800;
   int tested = 0;
-  for (int d : {64, 128, 256, 96, 200})
+  for (int d : {64, 48, 128, 256, 96, 200})
     for (const auto& config : attention_forward_config_space({DType::bf16, d, false}, target)) {
       if (!config.stream_k) continue;
       ++tested;
