@@ -42,6 +42,7 @@ namespace kgen {
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2")                                    \
   X(cuMemsetD8, "cuMemsetD8_v2")                                        \
   X(cuMemsetD32, "cuMemsetD32_v2")                                      \
+  X(cuMemsetD32Async, "cuMemsetD32Async")                               \
   X(cuPointerGetAttribute, "cuPointerGetAttribute")                     \
   X(cuStreamCreate, "cuStreamCreate")                                   \
   X(cuStreamDestroy, "cuStreamDestroy_v2")                              \

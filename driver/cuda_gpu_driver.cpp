@@ -169,6 +169,9 @@ class CudaGpuDriver final : public GpuDriver {
   void fill32(DevicePtr dst, std::uint32_t value, std::size_t count) const override {
     cuda_check(cuda_driver().cuMemsetD32(dst, value, count), "cuMemsetD32");
   }
+  void fill32_async(DevicePtr dst, std::uint32_t value, std::size_t count, GpuStream stream) const override {
+    cuda_check(cuda_driver().cuMemsetD32Async(dst, value, count, cu_stream(stream)), "cuMemsetD32Async");
+  }
 
   GpuStream create_stream() const override {
     CUstream s = nullptr;

@@ -91,6 +91,8 @@ class GpuDriver {
   virtual void copy_async(DevicePtr dst, DevicePtr src, std::size_t bytes, GpuStream stream) const = 0;
   // Sets `count` 32-bit words at `dst` to `value`.
   virtual void fill32(DevicePtr dst, std::uint32_t value, std::size_t count) const = 0;
+  // The same, ordered on `stream` (and captured by a CUDA/HIP graph like a kernel).
+  virtual void fill32_async(DevicePtr dst, std::uint32_t value, std::size_t count, GpuStream stream) const = 0;
 
   // A stream that does not synchronise with the default stream.
   virtual GpuStream create_stream() const = 0;

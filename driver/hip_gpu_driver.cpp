@@ -56,6 +56,7 @@ enum HipAttribute : int {
   X(hipMemcpyDtoH, hipError_t (*)(void*, hipDeviceptr_t, std::size_t))                        \
   X(hipMemcpyDtoDAsync, hipError_t (*)(hipDeviceptr_t, hipDeviceptr_t, std::size_t, hipStream_t)) \
   X(hipMemsetD32, hipError_t (*)(hipDeviceptr_t, int, std::size_t))                           \
+  X(hipMemsetD32Async, hipError_t (*)(hipDeviceptr_t, int, std::size_t, hipStream_t))         \
   X(hipStreamCreateWithFlags, hipError_t (*)(hipStream_t*, unsigned))                         \
   X(hipStreamDestroy, hipError_t (*)(hipStream_t))                                            \
   X(hipStreamSynchronize, hipError_t (*)(hipStream_t))                                        \
@@ -226,6 +227,10 @@ class HipGpuDriver final : public GpuDriver {
   }
   void fill32(DevicePtr dst, std::uint32_t value, std::size_t count) const override {
     hip_check(usable().hipMemsetD32(ptr(dst), static_cast<int>(value), count), "hipMemsetD32");
+  }
+  void fill32_async(DevicePtr dst, std::uint32_t value, std::size_t count, GpuStream stream) const override {
+    hip_check(usable().hipMemsetD32Async(ptr(dst), static_cast<int>(value), count, hip_stream(stream)),
+              "hipMemsetD32Async");
   }
 
   GpuStream create_stream() const override {

@@ -80,7 +80,7 @@ std::string to_string(const AttentionForwardConfig& c) {
     s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
   else if (c.path == ForwardPath::ws)
     s << "ws:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << ":pp" << c.ping_pong
-      << (c.split_keys ? ":split" : "") << (c.persistent ? ":persist" : "");
+      << (c.split_keys ? ":split" : "") << (c.persistent ? ":persist" : "") << (c.stream_k ? ":sk" : "");
   else if (c.path == ForwardPath::mfma)
     s << "mfma:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
   else
@@ -93,11 +93,13 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   AttentionForwardConfig c;
   if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
   else if (parts.size() == 4 && parts[0] == "wg") c.path = ForwardPath::wgmma;
-  else if ((parts.size() == 5 || (parts.size() == 6 && (parts[5] == "split" || parts[5] == "persist"))) &&
+  else if ((parts.size() == 5 || (parts.size() == 6 && (parts[5] == "split" || parts[5] == "persist")) ||
+            (parts.size() == 7 && parts[5] == "persist" && parts[6] == "sk")) &&
            parts[0] == "ws") {
     c.path = ForwardPath::ws;
     c.split_keys = parts.size() == 6 && parts[5] == "split";
-    c.persistent = parts.size() == 6 && parts[5] == "persist";
+    c.persistent = parts.size() >= 6 && parts[5] == "persist";
+    c.stream_k = parts.size() == 7;
   }
   else if (parts.size() == 4 && parts[0] == "simt") c.path = ForwardPath::simt;
   else if (parts.size() == 4 && parts[0] == "mfma") c.path = ForwardPath::mfma;
@@ -158,6 +160,8 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
   if (c.split_keys && c.path != ForwardPath::ws) return std::string("split applies to ws configs only");
   if (c.persistent && c.path != ForwardPath::ws) return std::string("persist applies to ws configs only");
   if (c.persistent && c.split_keys) return std::string("a ws config is split or persist, not both");
+  if (c.stream_k && !c.persistent) return std::string("sk applies to persist configs only");
+  if (c.stream_k && spec.causal) return std::string("sk applies to calls without a mask only");
   if (c.path == ForwardPath::mfma) return check_mfma_forward_config(spec, c, target);
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
@@ -248,25 +252,32 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
           if (pp == 1 || (bn == 128 && stages == 2)) keep({ForwardPath::ws, 128, bn, stages, 0, 8, pp});
     for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
     // Persistent grids (one block per SM over every query tile) on the same tiles, where two Q
-    // buffers fit.
+    // buffers fit. Without a mask each persistent form also comes in stream-K (":sk").
     const int tile = wgmma_tile_head_dim(spec.head_dim);
     auto two_q_buffers = [&](int bn, int bm) { return attention_fwd::ws_q_buffers(tile, bn, 2, bm, true) == 2; };
+    auto keep_ws = [&](AttentionForwardConfig c) {
+      keep(c);
+      if (c.persistent && !spec.causal) {
+        c.stream_k = true;
+        keep(c);
+      }
+    };
     for (int bn : {128, 64, 192})
-      if (two_q_buffers(bn, 128)) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
+      if (two_q_buffers(bn, 128)) keep_ws({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
     // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages fit shared
     // memory with one Q buffer, so their persistent grid keeps one: ws_q_buffers), and 80-key
     // tiles on the 256-column tile (S, P and O in 228 of the 240 registers, two stages with Q in
     // 230,656 of the 232,448 bytes of shared memory; persistent with one Q buffer too). Both
     // one block per query tile and persistent; the defaults below take them for long rows.
     for (bool persistent : {false, true}) {
-      if (tile == 128) keep({ForwardPath::ws, 128, 176, 2, 0, 8, 1, false, persistent});
-      if (tile == 256) keep({ForwardPath::ws, 128, 80, 2, 0, 8, 1, false, persistent});
+      if (tile == 128) keep_ws({ForwardPath::ws, 128, 176, 2, 0, 8, 1, false, persistent});
+      if (tile == 256) keep_ws({ForwardPath::ws, 128, 80, 2, 0, 8, 1, false, persistent});
     }
     // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
     // persistent.
     for (int bn : {128, 64})
       for (bool persistent : {false, true})
-        if (!persistent || two_q_buffers(bn, 192)) keep({ForwardPath::ws, 192, bn, 2, 0, 12, 1, false, persistent});
+        if (!persistent || two_q_buffers(bn, 192)) keep_ws({ForwardPath::ws, 192, bn, 2, 0, 12, 1, false, persistent});
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
         for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
@@ -340,6 +351,11 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     if (three_consumers) {
       AttentionForwardConfig c{ForwardPath::ws, 192, 128, 2, 0, 12, 1};
       c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
+      // Without a mask, stream-K: H200, d = 64, median ms of 50 calls (BENCHMARKS.md
+      // "Stream-K") 0.313 / 0.527 at 1k / 2k against 0.324 / 0.561. (At d = 128 it only ties
+      // the plain persistent grid: 0.234 / 0.424 / 0.812 against 0.227 / 0.423 / 0.812 at
+      // 1k / 2k / 4k, so the rule below keeps that.)
+      c.stream_k = c.persistent && !spec.causal;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
     // Up to 128 columns and at 256, a persistent grid (one block per SM over every query
@@ -449,7 +465,9 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     k.smem_bytes = attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent);
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
-    shim.params = c.split_keys ? "AttentionForwardSplitParams" : "AttentionForwardTmaParams";
+    shim.params = c.stream_k     ? "AttentionForwardStreamParams"
+                  : c.split_keys ? "AttentionForwardSplitParams"
+                                 : "AttentionForwardTmaParams";
     shim.grid_constant = true;
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("Stages", c.stages),
                                        targ("Causal", spec.causal)});
@@ -457,9 +475,9 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.args.push_back(targ("PingPong", c.ping_pong == 1));
     // The trailing template arguments, up to the last one that differs from its default.
     const TemplateArg tail[] = {targ("SplitKeys", c.split_keys), targ("Persistent", c.persistent),
-                                targ("Consumers", c.block_m / 64)};
-    const bool differs[] = {c.split_keys, c.persistent, c.block_m != 128};
-    int used = 3;
+                                targ("Consumers", c.block_m / 64), targ("StreamK", c.stream_k)};
+    const bool differs[] = {c.split_keys, c.persistent, c.block_m != 128, c.stream_k};
+    int used = 4;
     while (used > 0 && !differs[used - 1]) --used;
     shim.args.insert(shim.args.end(), tail, tail + used);
   } else if (c.path == ForwardPath::mfma) {

@@ -49,6 +49,9 @@ struct AttentionForwardConfig {
                             // partial results a second kernel merges ("...:split")
   bool persistent = false;  // ws: one block per SM walks the query tiles, the next tile's loads
                             // under the current one's work ("...:persist")
+  bool stream_k = false;    // ws, persistent, no mask: the key tiles of every query tile laid end
+                            // to end and cut evenly over the blocks; a tile cut between two blocks
+                            // is merged by the first ("...:persist:sk")
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 
@@ -68,7 +71,7 @@ inline constexpr int kMaxHeadDim = 256;
 // (0 above 256).
 int attention_simt_bucket(int head_dim);
 
-// "fa2:bm128:bn64:w4:s2", "wg:bm128:bn128:s2", "ws:bm128:bn128:s2:pp1[:split]", "mfma:bm128:bn64:w4" or
+// "fa2:bm128:bn64:w4:s2", "wg:bm128:bn128:s2", "ws:bm128:bn128:s2:pp1[:split|:persist[:sk]]", "mfma:bm128:bn64:w4" or
 // "simt:bm4:bn32:dmax128".
 std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);

@@ -8,6 +8,7 @@
 #include <optional>
 #include <sstream>
 
+#include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/params.h"
 #include "driver/device.h"
 #include "jit/kernel_table.h"
@@ -31,7 +32,7 @@ std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionF
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 3).add(c.block_m, 10).add(c.block_n, 10);
   k.add(c.stages, 4).add(c.max_head_dim, 10).add(c.warps, 6).add(c.ping_pong, 1).add(c.split_keys, 1);
-  k.add(c.persistent, 1);
+  k.add(c.persistent, 1).add(c.stream_k, 1);
   return k.value();
 }
 
@@ -220,6 +221,14 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
       launch.tma = false;
     }
   }
+  if (config.stream_k) {
+    // Stream-K cuts key tiles: a call without keys, or with 2^31 (query tile, key tile) units or
+    // more, runs the same tiles in plain persistent rounds.
+    const long long units = 1LL * call.shape.batch * call.shape.heads_q *
+                            ((call.shape.n_q + config.block_m - 1) / config.block_m) *
+                            ((call.shape.n_k + config.block_n - 1) / config.block_n);
+    if (units == 0 || units >= (1LL << 31)) config.stream_k = false;
+  }
   launch.kernel = loaded_kernel({"attention_fwd", forward_kernel_key(call.spec, config), call.device},
                                 [&] { return render_attention_forward(call.spec, config); });
   AttentionForwardParams& p = launch.params;
@@ -251,7 +260,30 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
                                    [&] { return render_attention_forward_combine(call.spec.dtype); });
     launch.combine_grid = attention_forward_combine_grid(call.shape);
   }
+  if (config.stream_k) {
+    launch.stream_k = true;
+    static_cast<AttentionForwardTmaParams&>(launch.stream_params) = launch.tma_params;
+    launch.stream_params.splits = 1;
+    launch.stream_rows = config.block_m;
+    launch.stream_cols = attention_fwd::wgmma_tile_head_dim(call.spec.head_dim);
+  }
   return launch;
+}
+
+std::size_t AttentionForwardLaunch::stream_workspace_bytes() const {
+  const std::size_t slots = grid.x, rows = slots * stream_rows;
+  return Workspace::aligned(rows * stream_cols * 4) + Workspace::aligned(rows * 4) +
+         Workspace::aligned(stream_flags() * sizeof(unsigned long long));
+}
+
+void AttentionForwardLaunch::set_stream_workspace(void* base) {
+  const std::size_t slots = grid.x, rows = slots * stream_rows;
+  auto* bytes = static_cast<unsigned char*>(base);
+  stream_params.o_partial = reinterpret_cast<float*>(bytes);
+  bytes += Workspace::aligned(rows * stream_cols * 4);
+  stream_params.lse_partial = reinterpret_cast<float*>(bytes);
+  bytes += Workspace::aligned(rows * 4);
+  stream_params.flags = reinterpret_cast<unsigned long long*>(bytes);
 }
 
 void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -259,6 +291,14 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
   if (!launch.tma) use_primary_context(q.device);  // prepare made it current for the tensor maps
+  if (launch.stream_k) {
+    Workspace ws(nullptr, 0, launch.stream_workspace_bytes(), q.device, stream, "the stream-K parts of cut query tiles");
+    launch.set_stream_workspace(ws.take(launch.stream_workspace_bytes()));
+    gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(launch.stream_params.flags), 0, launch.stream_flags() * 2,
+                              stream);
+    launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
+    return;
+  }
   if (!launch.split) {
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
     return;

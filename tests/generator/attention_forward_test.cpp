@@ -154,18 +154,19 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {1, 1, 1, 1, 16384}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:split");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
-            "ws:bm192:bn128:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 48, true}, {1, 16, 16, 8192, 8192}, sm90a(), 132)),
             "ws:bm192:bn128:s2:pp1");
   // Up to 128 columns from d = 40 the grid is persistent (causal: up to 4k keys), and on the
-  // 64-column tile it has three consumers from 1k query rows (causal: above 2k keys). Causal, up
+  // 64-column tile it has three consumers from 1k query rows (causal: above 2k keys), their
+  // persistent grid without a mask in stream-K. Causal, up
   // to 1k keys, the one-warpgroup wgmma kernel (every head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
   // 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and registers, and keep
   // one block per query tile); 32 joins from 4k keys or with three consumers and keeps the fa2
   // kernel otherwise, as do smaller head dims; sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
-            "ws:bm192:bn128:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   for (int d : {40, 64})
@@ -189,7 +190,7 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, big, sm90a(), 132)), "ws:bm192:bn128:s2:pp1");
   // d = 32 below 4k keys: three consumers where they apply, else fa2.
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 32, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
-            "ws:bm192:bn128:s2:pp1:persist");
+            "ws:bm192:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, true}, {16, 16, 16, 2048, 2048}, sm90a(), 132).path,
             ForwardPath::fa2);
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 24, false}, big, sm90a(), 132).path, ForwardPath::fa2);
@@ -379,6 +380,51 @@ TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
   EXPECT_EQ(k.smem_bytes, attention_fwd::ws_smem_bytes(128, 128, 2, 2));
   EXPECT_EQ(render_attention_forward(spec, {ForwardPath::ws, 128, 128, 2, 0, 8, 1}).source.find("Persistent"),
             std::string::npos);
+}
+
+TEST(AttentionForwardConfig, StreamKTextRulesSpaceAndRender) {
+  const AttentionForwardSpec spec{DType::bf16, 128, false}, causal{DType::bf16, 128, true};
+  AttentionForwardConfig sk{ForwardPath::ws, 128, 128, 2, 0, 8, 1};
+  sk.persistent = sk.stream_k = true;
+  EXPECT_EQ(to_string(sk), "ws:bm128:bn128:s2:pp1:persist:sk");
+  EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist:sk"), sk);
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:sk"));
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:split:sk"));
+  EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist:sk:sk"));
+  auto why = [&](const AttentionForwardConfig& c, const AttentionForwardSpec& sp) {
+    return check_attention_forward_config(sp, c, sm90a()).value_or("valid");
+  };
+  EXPECT_EQ(why(sk, spec), "valid");
+  EXPECT_EQ(why(sk, causal), "sk applies to calls without a mask only");
+  auto plain = sk;
+  plain.persistent = false;
+  EXPECT_EQ(why(plain, spec), "sk applies to persist configs only");
+  // Every persistent form of a spec without a mask comes in stream-K too; none with a mask.
+  for (const auto& sp : {spec, causal, AttentionForwardSpec{DType::f16, 64, false}, AttentionForwardSpec{DType::bf16, 256, false}}) {
+    const auto space = attention_forward_config_space(sp, sm90a());
+    int persistent = 0, streamed = 0;
+    for (const auto& c : space) {
+      persistent += c.persistent && !c.stream_k;
+      streamed += c.stream_k;
+      if (c.stream_k) {
+        auto base = c;
+        base.stream_k = false;
+        EXPECT_NE(std::ranges::find(space, base), space.end()) << to_string(c);
+      }
+    }
+    EXPECT_GT(persistent, 0) << to_string(sp);
+    EXPECT_EQ(streamed, sp.causal ? 0 : persistent) << to_string(sp);
+  }
+  // The kernel takes AttentionForwardStreamParams and StreamK after Consumers; the same shared
+  // memory and grid as the plain persistent form.
+  auto base = sk;
+  base.stream_k = false;
+  const KernelSource k = render_attention_forward(spec, sk);
+  EXPECT_NE(k.source.find("AttentionForwardStreamParams"), std::string::npos);
+  EXPECT_NE(k.source.find("/*Consumers=*/2, /*StreamK=*/true"), std::string::npos);
+  EXPECT_EQ(k.smem_bytes, render_attention_forward(spec, base).smem_bytes);
+  EXPECT_EQ(render_attention_forward(spec, base).source.find("StreamK"), std::string::npos);
+  EXPECT_EQ(attention_forward_grid(sk, {64, 16, 16, 256, 256}, 1, 132).x, attention_forward_grid(base, {64, 16, 16, 256, 256}, 1, 132).x);
 }
 
 TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {

@@ -1,7 +1,11 @@
 // attention_fwd on the GPU against the fp64 reference, NaN-poisoned outputs (docs/attention.md §5).
 // Labelled `gpu`; every test skips cleanly on a machine without one.
+#include <cuda.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -11,6 +15,8 @@
 #include "ops/tuning_problems.h"
 #include "tests/gpu/require_gpu.h"
 #include "driver/device.h"
+#include "driver/gpu_driver.h"
+#include "kgen/kgen.hpp"
 
 namespace kgen {
 namespace {
@@ -165,6 +171,107 @@ TEST(AttentionForwardGpuWs, PersistentWithOneQBuffer) {
         for (const Shape& s : kShapes) run(s);
         for (const Shape& s : kManyTiles) run(s);
       }
+}
+
+// Stream-K forms (":persist:sk", no mask): query tiles cut between blocks wherever the key tiles
+// of all query tiles do not divide evenly over the grid. Shapes with just more query tiles than
+// SMs (nearly every tile cut), several rounds of whole tiles before the cut ones (888 tiles),
+// many tiles with a partial last key tile, one and two key tiles,
+// partial query tiles, GQA, both layouts and both 16-bit types, and the plain fallback without
+// keys' cuts (one key tile).
+TEST(AttentionForwardGpuWs, StreamKCutsQueryTilesBetweenBlocks) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma";
+  const Shape shapes[] = {{1, 133, 133, 128, 1000}, {2, 67, 67, 100, 300}, {3, 20, 5, 1000, 1337},
+                          {1, 140, 35, 200, 129},   {1, 200, 200, 64, 64},  {2, 8, 2, 1337, 7},
+                          {3, 37, 37, 1000, 700}};
+  std::uint64_t seed = 8800;
+  int tested = 0;
+  for (int d : {64, 48, 128, 256, 96, 200})
+    for (const auto& config : attention_forward_config_space({DType::bf16, d, false}, target)) {
+      if (!config.stream_k) continue;
+      ++tested;
+      int i = 0;
+      for (const Shape& s : shapes) {
+        AttentionCase c;
+        c.dtype = i % 3 == 2 ? DType::f16 : DType::bf16, c.head_dim = d, c.causal = false;
+        c.layout = i++ % 2 ? Layout::bnhd : Layout::bhnd, c.config = to_string(config), c.seed = seed++;
+        c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+        auto r = check_attention_forward(c);
+        EXPECT_TRUE(r.pass) << describe(c, r);
+      }
+    }
+  EXPECT_GT(tested, 0);
+}
+
+// A stream-K launch captured in a CUDA graph and replayed with new inputs: the flags are zeroed
+// inside the graph, so each replay waits for its own cut tiles' parts and gives the same bits as
+// an eager call on the same inputs. 133 heads of one 128-row query tile and 8 key tiles over at
+// most 132 blocks: nearly every tile is cut.
+TEST(AttentionForwardGpuWs, StreamKReplaysInACudaGraph) {
+  KGEN_REQUIRE_GPU();
+  if (device_info(0).target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma";
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr);
+  auto begin_capture = reinterpret_cast<decltype(&::cuStreamBeginCapture_v2)>(dlsym(lib, "cuStreamBeginCapture_v2"));
+  auto end_capture = reinterpret_cast<decltype(&::cuStreamEndCapture)>(dlsym(lib, "cuStreamEndCapture"));
+  auto instantiate = reinterpret_cast<decltype(&::cuGraphInstantiateWithFlags)>(dlsym(lib, "cuGraphInstantiateWithFlags"));
+  auto graph_launch = reinterpret_cast<decltype(&::cuGraphLaunch)>(dlsym(lib, "cuGraphLaunch"));
+  auto exec_destroy = reinterpret_cast<decltype(&::cuGraphExecDestroy)>(dlsym(lib, "cuGraphExecDestroy"));
+  auto graph_destroy = reinterpret_cast<decltype(&::cuGraphDestroy)>(dlsym(lib, "cuGraphDestroy"));
+  ASSERT_TRUE(begin_capture && end_capture && instantiate && graph_launch && exec_destroy && graph_destroy);
+
+  const GpuDriver& gpu = gpu_driver();
+  use_primary_context(0);
+  const std::int64_t shape[4] = {1, 133, 128, 128}, kv_shape[4] = {1, 133, 1000, 128}, lse_shape[3] = {1, 133, 128};
+  const std::size_t q_elems = 133 * 128 * 128, kv_elems = 133 * 1000 * 128;
+  DevicePtr q = gpu.alloc(q_elems * 2, "q"), k = gpu.alloc(kv_elems * 2, "k"), v = gpu.alloc(kv_elems * 2, "v");
+  DevicePtr o_graph = gpu.alloc(q_elems * 2, "o"), o_eager = gpu.alloc(q_elems * 2, "o"), lse = gpu.alloc(133 * 128 * 4, "lse");
+  std::mt19937 rng(77);
+  std::normal_distribution<float> normal;
+  auto fill = [&](DevicePtr dst, std::size_t n) {  // bf16 from N(0, 1)
+    std::vector<std::uint16_t> host(n);
+    for (auto& x : host) {
+      const float f = normal(rng);
+      std::uint32_t bits;
+      std::memcpy(&bits, &f, 4);
+      x = static_cast<std::uint16_t>(bits >> 16);
+    }
+    gpu.copy_to_device(dst, host.data(), n * 2);
+  };
+  fill(q, q_elems), fill(k, kv_elems), fill(v, kv_elems);
+  auto view = [&](DevicePtr p, const std::int64_t* s) {
+    return make_contiguous_view(reinterpret_cast<void*>(p), DType::bf16, 4, s, 0);
+  };
+  const TensorView lse_view = make_contiguous_view(reinterpret_cast<void*>(lse), DType::f32, 3, lse_shape, 0);
+  AttentionOptions options;
+  options.config = "ws:bm128:bn128:s2:pp1:persist:sk";
+  GpuStream stream = gpu.create_stream();
+  auto call = [&](DevicePtr o) { attention_forward(view(q, shape), view(k, kv_shape), view(v, kv_shape), view(o, shape), &lse_view, options, stream); };
+  call(o_eager);  // compiles and loads the kernel outside the capture
+  gpu.synchronize(stream, "warm-up");
+
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  ASSERT_EQ(begin_capture(static_cast<CUstream>(stream), CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  call(o_graph);
+  ASSERT_EQ(end_capture(static_cast<CUstream>(stream), &graph), CUDA_SUCCESS);
+  ASSERT_EQ(instantiate(&exec, graph, 0), CUDA_SUCCESS);
+  std::vector<std::uint16_t> from_graph(q_elems), from_eager(q_elems);
+  for (int replay = 0; replay < 3; ++replay) {
+    fill(q, q_elems);
+    ASSERT_EQ(graph_launch(exec, static_cast<CUstream>(stream)), CUDA_SUCCESS);
+    call(o_eager);
+    gpu.synchronize(stream, "replay");
+    gpu.copy_to_host(from_graph.data(), o_graph, q_elems * 2);
+    gpu.copy_to_host(from_eager.data(), o_eager, q_elems * 2);
+    EXPECT_EQ(from_graph, from_eager) << "replay " << replay;
+  }
+  exec_destroy(exec);
+  graph_destroy(graph);
+  gpu.destroy_stream(stream);
+  for (DevicePtr p : {q, k, v, o_graph, o_eager, lse}) gpu.free(p);
 }
 
 // Decode-like calls on the launch path's own choice: grids of a few blocks, whose keys a Hopper

@@ -37,6 +37,21 @@
 // TMA store has read its rows of the buffer. The ping-pong turns pass from one tile to the next
 // without a break.
 //
+// Stream-K (StreamK, persistent without a mask): a grid of G blocks over T query tiles of K key
+// tiles each leaves the last round of tiles to T mod G blocks. Instead each block first takes
+// ⌊T / G⌋ − 1 rounds of whole tiles, strided as in the plain persistent grid (so the blocks at
+// work at one time share a few heads' K and V in L2), and the (query tile, key tile) units of
+// the G + T mod G tiles left are laid end to end, tile-major, and cut into G even ranges
+// (⌊U / G⌋ of those U units each, one more for the first U mod G blocks). Every block's range
+// holds at least K units, so a query tile spans at most two blocks. (Cutting all T·K units evenly instead gave each block a
+// contiguous run of tiles, 132 heads' K and V at once: 30 % slower at d = 128 on an H200.)
+// A block's range can begin inside a query tile (keys [j, K)): that first part's O / l and
+// lse2 go to the block's slot of the workspace, and each consumer sets its flag (zeroed by the
+// host before the launch). A range can end inside one (keys [0, j)): after that last part the
+// block waits for the next block's flags and merges its slot into the rows before the
+// epilogue. The next block wrote that slot first in its range and waits on nobody before it,
+// so no block waits long or forever.
+//
 // SplitKeys (AttentionForwardSplitParams): the grid has tp.splits blocks per query tile, and
 // block x walks the x % splits-th of ceil(num_tiles / splits) consecutive key tiles (the last
 // ranges may be short or empty). Its epilogue writes the rows' O / l in fp32 and lse2 (log2
@@ -52,6 +67,7 @@
 #include "kgen_device/attention/forward_wgmma.cuh"
 #include "kgen_device/attention/params.h"
 #include "kgen_device/core/block.cuh"
+#include "kgen_device/core/flag.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/memory.cuh"
 #include "kgen_device/core/tma.cuh"
@@ -67,8 +83,10 @@ namespace kgen {
 // range per block, partial results to the workspace (Params = AttentionForwardSplitParams).
 // Persistent: the grid's blocks walk the query tiles (not with SplitKeys). Consumers: 2 or 3
 // warpgroups of 64 query rows (three only where 160 registers hold a consumer: the 64-column tile).
+// StreamK: a persistent grid without a mask cuts the key tiles of all query tiles evenly over its
+// blocks (Params = AttentionForwardStreamParams; see "Stream-K" above).
 template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
-          bool Persistent = false, int Consumers = 2, class Params>
+          bool Persistent = false, int Consumers = 2, bool StreamK = false, class Params>
 __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the warp-specialised kernel takes half_t or bfloat16_t");
@@ -78,6 +96,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
   static_assert(!(Persistent && SplitKeys), "a persistent grid does not split keys");
   static_assert(Consumers == 2 || Consumers == 3, "two or three consumer warpgroups");
+  static_assert(!StreamK || (Persistent && !Causal), "stream-K runs on a persistent grid without a mask");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
@@ -108,9 +127,37 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   // at one time share a few heads' K and V in L2.
   const int q_tiles = (p.n_q + BM - 1) / BM;
   wgmma_fwd_detail::QueryBlock qb;
+  // Stream-K: the current part's key tiles [part_first, part_first + part_tiles).
+  int part_first = 0, part_tiles = 0;
   // Sets qb to the block's next query tile and advances `round`; false when there is none.
   auto next_tile = [&](int& round) {
-    if constexpr (!Persistent) {
+    if constexpr (StreamK) {
+      // `round` counts the units this block has done: first dp_rounds whole tiles, strided as
+      // in the plain persistent grid, then its even share of the U units of the tiles left after
+      // them (⌊U / G⌋, one more for the first U mod G blocks).
+      // The host keeps T·K below 2^31 (a call with more runs plain persistent rounds).
+      const int key_tiles = (p.n_k + BN - 1) / BN, grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+      const int tiles = q_tiles * p.heads_q * p.batch, dp_rounds = imax(tiles / grid - 1, 0);
+      int w;
+      if (round < dp_rounds * key_tiles) {
+        w = round / key_tiles * grid + b;
+        part_first = 0, part_tiles = key_tiles;
+        round += key_tiles;
+      } else {
+        const int base = dp_rounds * grid * key_tiles, units = tiles * key_tiles - base;
+        const int per_block = units / grid, extra = units - per_block * grid;  // the first `extra` take one more
+        const int begin = base + b * per_block + imin(b, extra), end = begin + per_block + (b < extra);
+        const int unit = begin + round - dp_rounds * key_tiles;
+        if (unit >= end) return false;
+        w = unit / key_tiles;
+        part_first = unit - w * key_tiles;
+        part_tiles = imin(key_tiles - part_first, end - unit);
+        round += part_tiles;
+      }
+      qb = wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, w % q_tiles, w / q_tiles % p.heads_q,
+                                                           w / q_tiles / p.heads_q);
+      return true;
+    } else if constexpr (!Persistent) {
       qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
       return round++ == 0;
     } else {
@@ -142,6 +189,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   if constexpr (SplitKeys) split = blockIdx.x % splits;
   auto key_range = [&](const wgmma_fwd_detail::QueryBlock& qb, int& first_tile, int& num_tiles) {
     first_tile = 0, num_tiles = qb.num_tiles;
+    if constexpr (StreamK) first_tile = part_first, num_tiles = part_tiles;
     if constexpr (SplitKeys) {
       const int per_split = (qb.num_tiles + splits - 1) / splits;
       first_tile = imin(split * per_split, qb.num_tiles);
@@ -356,6 +404,63 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
       if constexpr (Persistent) release(v_empty(stage));
     }
     ring += num_tiles;
+
+    if constexpr (StreamK) {
+      // A part that begins inside its query tile (keys [j, K)) writes the slot; one that ends
+      // inside it (keys [0, j)) merges the next block's.
+      const bool part_writes = first_tile > 0, part_merges = first_tile == 0 && num_tiles < qb.num_tiles;
+      if (part_writes || part_merges) {
+        // ---- a query tile cut between two blocks: this block's slot (a range that begins inside
+        // the tile) or the next block's (one that ends inside it), rows of the tile, D columns ----
+        const unsigned slot = blockIdx.x + (part_merges ? 1u : 0u);
+        float* const o_slot = tp.o_partial + static_cast<long long>(slot) * BM * D;
+        float* const lse_slot = tp.lse_partial + static_cast<long long>(slot) * BM;
+        unsigned long long* flag = tp.flags + slot * kConsumers + cw;
+        const int slot_row0 = cw * 64 + warp * 16 + g;
+        if (part_writes) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float l = quad_sum(row_sum[h]);
+            const float inv_l = l > 0.f ? 1.f / l : 0.f;
+            float* out = o_slot + (slot_row0 + 8 * h) * D;
+#pragma unroll
+            for (int j = 0; j < kORegs / 4; ++j)
+              *reinterpret_cast<float2*>(out + 8 * j + 2 * t) =
+                  make_float2(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l);
+            if (t == 0)
+              lse_slot[slot_row0 + 8 * h] =
+                  l > 0.f ? row_max[h] * scale_log2 + log2_approx(l) : -infinity_f32();
+          }
+          fence_gpu();
+          tma::barrier_sync(1 + kConsumers + cw, 128);
+          if (tid % 128 == 0) {
+            flag_publish(flag, 1);
+            tma::arrive(q_empty(buf));
+          }
+          continue;
+        }
+        // Merge the next block's part: both parts rescaled to the larger of their lse2.
+        if (tid % 128 == 0) flag_wait(flag, 1);
+        tma::barrier_sync(1 + kConsumers + cw, 128);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = slot_row0 + 8 * h;
+          const float own = row_max[h] * scale_log2, other = ld_global_gpu_f1(lse_slot + r);
+          const float top = fmaxf(own, other);
+          const bool none = top == -infinity_f32();
+          const float keep = none ? 0.f : exp2_approx(own - top), take = none ? 0.f : exp2_approx(other - top);
+          row_sum[h] = row_sum[h] * keep + (t == 0 ? take : 0.f);
+#pragma unroll
+          for (int j = 0; j < kORegs / 4; ++j) {
+            float x, y;
+            ld_global_gpu_f2(o_slot + r * D + 8 * j + 2 * t, x, y);
+            o[4 * j + 2 * h] = o[4 * j + 2 * h] * keep + x * take;
+            o[4 * j + 2 * h + 1] = o[4 * j + 2 * h + 1] * keep + y * take;
+          }
+          if (!none) row_max[h] = top / scale_log2;
+        }
+      }
+    }
 
     if constexpr (SplitKeys) {
       // ---- split epilogue: this range's O / l and lse2 of the rows below n_q, fp32 ----
