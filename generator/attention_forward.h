@@ -49,9 +49,9 @@ struct AttentionForwardConfig {
                             // partial results a second kernel merges ("...:split")
   bool persistent = false;  // ws: one block per SM walks the query tiles, the next tile's loads
                             // under the current one's work ("...:persist")
-  bool stream_k = false;    // ws, persistent, no mask: the key tiles of every query tile laid end
-                            // to end and cut evenly over the blocks; a tile cut between two blocks
-                            // is merged by the first ("...:persist:sk")
+  bool stream_k = false;    // ws, persistent, no mask: whole rounds of query tiles, then the key
+                            // tiles of the tiles left cut evenly over the blocks; a tile cut
+                            // between two blocks is merged by the first ("...:persist:sk")
   bool operator==(const AttentionForwardConfig&) const = default;
 };
 

@@ -270,30 +270,20 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   return launch;
 }
 
-std::size_t AttentionForwardLaunch::stream_workspace_bytes() const {
-  const std::size_t slots = grid.x, rows = slots * stream_rows;
-  return Workspace::aligned(rows * stream_cols * 4) + Workspace::aligned(rows * 4) +
-         Workspace::aligned(stream_flags() * sizeof(unsigned long long));
-}
-
-void AttentionForwardLaunch::set_stream_workspace(void* base) {
-  const std::size_t slots = grid.x, rows = slots * stream_rows;
-  auto* bytes = static_cast<unsigned char*>(base);
-  stream_params.o_partial = reinterpret_cast<float*>(bytes);
-  bytes += Workspace::aligned(rows * stream_cols * 4);
-  stream_params.lse_partial = reinterpret_cast<float*>(bytes);
-  bytes += Workspace::aligned(rows * 4);
-  stream_params.flags = reinterpret_cast<unsigned long long*>(bytes);
-}
-
 void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& o, const TensorView* lse, const AttentionOptions& options,
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
   if (!launch.tma) use_primary_context(q.device);  // prepare made it current for the tensor maps
   if (launch.stream_k) {
-    Workspace ws(nullptr, 0, launch.stream_workspace_bytes(), q.device, stream, "the stream-K parts of cut query tiles");
-    launch.set_stream_workspace(ws.take(launch.stream_workspace_bytes()));
+    const std::size_t rows = std::size_t{launch.grid.x} * launch.stream_rows;
+    const std::size_t o_bytes = rows * launch.stream_cols * 4, lse_bytes = rows * 4,
+                      flag_bytes = launch.stream_flags() * sizeof(unsigned long long);
+    Workspace ws(nullptr, 0, Workspace::aligned(o_bytes) + Workspace::aligned(lse_bytes) + Workspace::aligned(flag_bytes),
+                 q.device, stream, "the stream-K parts of cut query tiles");
+    launch.stream_params.o_partial = ws.take(o_bytes);
+    launch.stream_params.lse_partial = ws.take(lse_bytes);
+    launch.stream_params.flags = reinterpret_cast<unsigned long long*>(ws.take(flag_bytes));
     gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(launch.stream_params.flags), 0, launch.stream_flags() * 2,
                               stream);
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");

@@ -39,16 +39,13 @@ struct AttentionForwardLaunch {
   LaunchGrid combine_grid;
   std::size_t partial_rows = 0;  // splits · batch · heads_q · n_q
   // A stream-K launch (a ":persist:sk" config): the kernel takes stream_params, whose workspace
-  // pointers the caller fills (stream_workspace_bytes: grid.x slots of block_m rows of the tile's
-  // head dim and an lse2 each, then stream_flags() 8-byte flags, which must be zero at launch).
+  // pointers the caller fills: grid.x slots of stream_rows rows of stream_cols fp32 values and an
+  // lse2 each, then stream_flags() 8-byte flags, which must be zero at launch.
   bool stream_k = false;
   AttentionForwardStreamParams stream_params;
   int stream_rows = 0;  // block_m
   int stream_cols = 0;  // the tile's head dim
-  // The stream-K workspace's bytes, and its three parts (o, lse2, flags) from `base`.
-  std::size_t stream_workspace_bytes() const;
   std::size_t stream_flags() const { return std::size_t{grid.x} * (stream_rows / 64); }
-  void set_stream_workspace(void* base);
   // The kernel's one parameter, as launch_kernel takes it.
   void* kernel_params() {
     if (stream_k) return &stream_params;

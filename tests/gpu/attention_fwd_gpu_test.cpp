@@ -4,13 +4,13 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <random>
 #include <utility>
 #include <vector>
 
 #include "generator/attention_forward.h"
 #include "check/attention_harness.h"
+#include "check/host_tensor.h"
 #include "tuning/autotune.h"
 #include "ops/tuning_problems.h"
 #include "tests/gpu/require_gpu.h"
@@ -224,31 +224,26 @@ TEST(AttentionForwardGpuWs, StreamKReplaysInACudaGraph) {
 
   const GpuDriver& gpu = gpu_driver();
   use_primary_context(0);
-  const std::int64_t shape[4] = {1, 133, 128, 128}, kv_shape[4] = {1, 133, 1000, 128}, lse_shape[3] = {1, 133, 128};
-  const std::size_t q_elems = 133 * 128 * 128, kv_elems = 133 * 1000 * 128;
-  DevicePtr q = gpu.alloc(q_elems * 2, "q"), k = gpu.alloc(kv_elems * 2, "k"), v = gpu.alloc(kv_elems * 2, "v");
-  DevicePtr o_graph = gpu.alloc(q_elems * 2, "o"), o_eager = gpu.alloc(q_elems * 2, "o"), lse = gpu.alloc(133 * 128 * 4, "lse");
-  std::mt19937 rng(77);
-  std::normal_distribution<float> normal;
-  auto fill = [&](DevicePtr dst, std::size_t n) {  // bf16 from N(0, 1)
-    std::vector<std::uint16_t> host(n);
-    for (auto& x : host) {
-      const float f = normal(rng);
-      std::uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      x = static_cast<std::uint16_t>(bits >> 16);
-    }
-    gpu.copy_to_device(dst, host.data(), n * 2);
+  HostTensor hq = make_host(1, 133, 128, 128, Layout::bhnd, DType::bf16);
+  HostTensor hk = make_host(1, 133, 1000, 128, Layout::bhnd, DType::bf16), hv = hk;
+  DevicePtr q = gpu.alloc(hq.bytes.size(), "q"), k = gpu.alloc(hk.bytes.size(), "k"), v = gpu.alloc(hv.bytes.size(), "v");
+  DevicePtr o_graph = gpu.alloc(hq.bytes.size(), "o"), o_eager = gpu.alloc(hq.bytes.size(), "o");
+  DevicePtr lse = gpu.alloc(133 * 128 * 4, "lse");
+  std::mt19937_64 rng(77);
+  auto upload = [&](HostTensor& t, DevicePtr dst) {  // new N(0, 1) values
+    fill_random(t, rng);
+    gpu.copy_to_device(dst, t.bytes.data(), t.bytes.size());
   };
-  fill(q, q_elems), fill(k, kv_elems), fill(v, kv_elems);
-  auto view = [&](DevicePtr p, const std::int64_t* s) {
-    return make_contiguous_view(reinterpret_cast<void*>(p), DType::bf16, 4, s, 0);
-  };
+  upload(hq, q), upload(hk, k), upload(hv, v);
+  const std::int64_t lse_shape[3] = {1, 133, 128};
   const TensorView lse_view = make_contiguous_view(reinterpret_cast<void*>(lse), DType::f32, 3, lse_shape, 0);
   AttentionOptions options;
   options.config = "ws:bm128:bn128:s2:pp1:persist:sk";
   GpuStream stream = gpu.create_stream();
-  auto call = [&](DevicePtr o) { attention_forward(view(q, shape), view(k, kv_shape), view(v, kv_shape), view(o, shape), &lse_view, options, stream); };
+  auto call = [&](DevicePtr o) {
+    auto at = [](const HostTensor& t, DevicePtr p) { return t.view(reinterpret_cast<void*>(p), 0); };
+    attention_forward(at(hq, q), at(hk, k), at(hv, v), at(hq, o), &lse_view, options, stream);
+  };
   call(o_eager);  // compiles and loads the kernel outside the capture
   gpu.synchronize(stream, "warm-up");
 
@@ -258,14 +253,14 @@ TEST(AttentionForwardGpuWs, StreamKReplaysInACudaGraph) {
   call(o_graph);
   ASSERT_EQ(end_capture(static_cast<CUstream>(stream), &graph), CUDA_SUCCESS);
   ASSERT_EQ(instantiate(&exec, graph, 0), CUDA_SUCCESS);
-  std::vector<std::uint16_t> from_graph(q_elems), from_eager(q_elems);
+  std::vector<std::uint8_t> from_graph(hq.bytes.size()), from_eager(hq.bytes.size());
   for (int replay = 0; replay < 3; ++replay) {
-    fill(q, q_elems);
+    upload(hq, q);
     ASSERT_EQ(graph_launch(exec, static_cast<CUstream>(stream)), CUDA_SUCCESS);
     call(o_eager);
     gpu.synchronize(stream, "replay");
-    gpu.copy_to_host(from_graph.data(), o_graph, q_elems * 2);
-    gpu.copy_to_host(from_eager.data(), o_eager, q_elems * 2);
+    gpu.copy_to_host(from_graph.data(), o_graph, from_graph.size());
+    gpu.copy_to_host(from_eager.data(), o_eager, from_eager.size());
     EXPECT_EQ(from_graph, from_eager) << "replay " << replay;
   }
   exec_destroy(exec);

@@ -43,8 +43,9 @@
 // work at one time share a few heads' K and V in L2), and the (query tile, key tile) units of
 // the G + T mod G tiles left are laid end to end, tile-major, and cut into G even ranges
 // (⌊U / G⌋ of those U units each, one more for the first U mod G blocks). Every block's range
-// holds at least K units, so a query tile spans at most two blocks. (Cutting all T·K units evenly instead gave each block a
-// contiguous run of tiles, 132 heads' K and V at once: 30 % slower at d = 128 on an H200.)
+// holds at least K units, so a query tile spans at most two blocks. (Cutting all T·K units
+// evenly instead gave each block a contiguous run of tiles, 132 heads' K and V at once: 30 %
+// slower at d = 128 on an H200.)
 // A block's range can begin inside a query tile (keys [j, K)): that first part's O / l and
 // lse2 go to the block's slot of the workspace, and each consumer sets its flag (zeroed by the
 // host before the launch). A range can end inside one (keys [0, j)): after that last part the
@@ -83,8 +84,8 @@ namespace kgen {
 // range per block, partial results to the workspace (Params = AttentionForwardSplitParams).
 // Persistent: the grid's blocks walk the query tiles (not with SplitKeys). Consumers: 2 or 3
 // warpgroups of 64 query rows (three only where 160 registers hold a consumer: the 64-column tile).
-// StreamK: a persistent grid without a mask cuts the key tiles of all query tiles evenly over its
-// blocks (Params = AttentionForwardStreamParams; see "Stream-K" above).
+// StreamK: a persistent grid without a mask cuts the key tiles of its last query tiles evenly over
+// its blocks (Params = AttentionForwardStreamParams; see "Stream-K" above).
 template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
           bool Persistent = false, int Consumers = 2, bool StreamK = false, class Params>
 __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
