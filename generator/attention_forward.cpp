@@ -264,6 +264,11 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     };
     for (int bn : {128, 64, 192})
       if (two_q_buffers(bn, 128)) keep_ws({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
+    // Ping-pong off on the persistent 128-key grid, for the tuner: H200, d = 128 without a mask,
+    // median ms of 50 calls (BENCHMARKS.md "Ping-pong off on the persistent grid") 0.223 / 0.414 /
+    // 0.797 at 1k / 2k / 4k against 0.225 / 0.419 / 0.804 with turns; GQA (h 64 / 8) at 4k
+    // bimodal, 0.79–0.86. Its stream-K form gained nothing (0.230 / 0.419 / 0.801), so none.
+    if (two_q_buffers(128, 128)) keep({ForwardPath::ws, 128, 128, 2, 0, 8, 0, false, true});
     // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages fit shared
     // memory with one Q buffer, so their persistent grid keeps one: ws_q_buffers), and 80-key
     // tiles on the 256-column tile (S, P and O in 228 of the 240 registers, two stages with Q in
@@ -376,6 +381,11 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     if (!split && spec.head_dim > 32 && persistent_rows) {
       AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
       c.persistent = true;
+      // The 64-column tile with a mask, 1k to 2k keys (shorter rows took wg:bm64:bn64 above):
+      // without ping-pong turns. H200, d = 64, b·n = 16k, n = 2k, median ms (BENCHMARKS.md
+      // "Ping-pong off on the persistent grid"): 0.360 against 0.364 with turns in `kgen bench`,
+      // and 1.8 % ahead in `kgen tune`'s interleaved final. d = 40–56 follow unmeasured.
+      if (tile == 64 && spec.causal && shape.n_k <= 2048 && shape.n_q >= 1024 && bn == 128) c.ping_pong = 0;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
     AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1, split};

@@ -167,7 +167,14 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm192:bn128:s2:pp1:persist:sk");
+  // With a mask from 1k to 2k keys: no ping-pong turns (from 1k query rows; fewer keep them).
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp0:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 48, true}, {8, 16, 16, 1536, 1536}, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp0:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 512, 2048}, sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp1:persist");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   for (int d : {40, 64})
     for (int n : {256, 512, 1024}) {
@@ -254,6 +261,15 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   const auto space = attention_forward_config_space(spec, sm90a());
   EXPECT_NE(std::ranges::find(space, bn176), space.end());
   EXPECT_NE(std::ranges::find(space, bn176_persist), space.end());
+  // Ping-pong off on the persistent grid: 128-key tiles only, both masks, no stream-K form.
+  for (int d : {64, 96, 128})
+    for (bool causal : {false, true}) {
+      const auto s = attention_forward_config_space({DType::bf16, d, causal}, sm90a());
+      const auto pp0 = *parse_attention_forward_config("ws:bm128:bn128:s2:pp0:persist");
+      EXPECT_NE(std::ranges::find(s, pp0), s.end()) << d << causal;
+      for (const auto& c : s)
+        EXPECT_TRUE(c.ping_pong || !c.persistent || c == pp0) << to_string(c);
+    }
   // d = 256: 80-key tiles in the space, persistent (one Q buffer) and not; the persistent grid
   // has no other tile there.
   const AttentionForwardConfig bn80{ForwardPath::ws, 128, 80, 2, 0, 8, 1};
@@ -399,12 +415,13 @@ TEST(AttentionForwardConfig, StreamKTextRulesSpaceAndRender) {
   auto plain = sk;
   plain.persistent = false;
   EXPECT_EQ(why(plain, spec), "sk applies to persist configs only");
-  // Every persistent form of a spec without a mask comes in stream-K too; none with a mask.
+  // Every persistent form of a spec without a mask comes in stream-K too (but the one without
+  // ping-pong turns); none with a mask.
   for (const auto& sp : {spec, causal, AttentionForwardSpec{DType::f16, 64, false}, AttentionForwardSpec{DType::bf16, 256, false}}) {
     const auto space = attention_forward_config_space(sp, sm90a());
     int persistent = 0, streamed = 0;
     for (const auto& c : space) {
-      persistent += c.persistent && !c.stream_k;
+      persistent += c.persistent && !c.stream_k && c.ping_pong;
       streamed += c.stream_k;
       if (c.stream_k) {
         auto base = c;
