@@ -381,11 +381,12 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     if (!split && spec.head_dim > 32 && persistent_rows) {
       AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
       c.persistent = true;
-      // The 64-column tile with a mask, 1k to 2k keys (shorter rows took wg:bm64:bn64 above):
-      // without ping-pong turns. H200, d = 64, b·n = 16k, n = 2k, median ms (BENCHMARKS.md
-      // "Ping-pong off on the persistent grid"): 0.360 against 0.364 with turns in `kgen bench`,
-      // and 1.8 % ahead in `kgen tune`'s interleaved final. d = 40–56 follow unmeasured.
-      if (tile == 64 && spec.causal && shape.n_k <= 2048 && shape.n_q >= 1024 && bn == 128) c.ping_pong = 0;
+      // The 64-column tile with a mask, 1k to 2k keys (128-key tiles there; shorter rows took
+      // wg:bm64:bn64 above): without ping-pong turns. H200, d = 64, b·n = 16k, n = 2k, median ms
+      // (BENCHMARKS.md "Ping-pong off on the persistent grid"): 0.360 against 0.364 with turns in
+      // `kgen bench`, and 1.8 % ahead in `kgen tune`'s interleaved final. d = 40–56 follow
+      // unmeasured.
+      if (tile == 64 && spec.causal && shape.n_k <= 2048 && shape.n_q >= 1024) c.ping_pong = 0;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
     AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1, split};

@@ -262,10 +262,10 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   EXPECT_NE(std::ranges::find(space, bn176), space.end());
   EXPECT_NE(std::ranges::find(space, bn176_persist), space.end());
   // Ping-pong off on the persistent grid: 128-key tiles only, both masks, no stream-K form.
+  const auto pp0 = *parse_attention_forward_config("ws:bm128:bn128:s2:pp0:persist");
   for (int d : {64, 96, 128})
     for (bool causal : {false, true}) {
       const auto s = attention_forward_config_space({DType::bf16, d, causal}, sm90a());
-      const auto pp0 = *parse_attention_forward_config("ws:bm128:bn128:s2:pp0:persist");
       EXPECT_NE(std::ranges::find(s, pp0), s.end()) << d << causal;
       for (const auto& c : s)
         EXPECT_TRUE(c.ping_pong || !c.persistent || c == pp0) << to_string(c);

@@ -58,10 +58,11 @@ struct AttentionForwardSplitParams : AttentionForwardTmaParams {
 
 // Parameters of a stream-K launch (the persistent warp-specialised forward with StreamK): after
 // whole rounds of query tiles, the key tiles of the tiles left are cut evenly over the grid's
-// blocks, so a query tile may begin in one block and end in the next. The later block writes its part's O / l
-// (fp32) and lse2 to its slot of the workspace, (grid, block_m, D) and (grid, block_m), and sets
-// its consumers' flags (grid, consumers) to 1; the earlier block waits for them and merges. The
-// host zeroes the flags on the stream before every launch (graph replays included).
+// blocks, so a query tile may begin in one block and end in the next. The later block writes
+// its part's O / l (fp32) and lse2 to its slot of the workspace, (grid, block_m, D) and
+// (grid, block_m), and sets its consumers' flags (grid, consumers) to 1; the earlier block waits
+// for them and merges. The host zeroes the flags on the stream before every launch (graph
+// replays included).
 struct AttentionForwardStreamParams : AttentionForwardSplitParams {
   unsigned long long* flags;
 };
