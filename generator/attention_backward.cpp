@@ -834,7 +834,7 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
     return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
   if (c.block_m != 32 && c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 32, 64 or 128");
   if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64) return std::string("fa2 block_n must be 16, 32 or 64");
-  if (c.warps * 16 != c.block_m) return std::string("fa2 warps must be block_m / 16");
+  if (c.warps != c.block_m / 16) return std::string("fa2 warps must be block_m / 16");
   if (dbl_register_estimate(split_columns(spec.head_dim), c.block_n) > kMaxRegistersPerThread)
     return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
            " exceeds the register budget";

@@ -31,7 +31,8 @@ std::optional<std::string> check_common(DType dtype, int head_dim, int rows, int
   if (target.vendor != Vendor::amd) return "the mfma path needs an AMD CDNA target (gfx90a, gfx942, gfx950), not " + target.arch;
   if (dtype == DType::f32) return std::string("mfma path needs fp16 or bf16 inputs");
   if (head_dim != 64 && head_dim != 128) return "mfma path has no head_dim=" + number(head_dim) + " specialisation (64 or 128)";
-  if (waves < 1 || rows != waves * attention_mfma::kWaveRows)
+  // Divided, not multiplied: a config's wave count may be any number it parses to.
+  if (waves < 1 || rows % attention_mfma::kWaveRows != 0 || rows / attention_mfma::kWaveRows != waves)
     return std::string("mfma ") + rows_name + " must be 32 per wave (" + rows_name + " = 32·w)";
   return std::nullopt;
 }

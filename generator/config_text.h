@@ -18,13 +18,23 @@ inline std::vector<std::string> split_fields(const std::string& text, char sep) 
   return parts;
 }
 
-// Parses "<prefix><integer>" (e.g. "bm64") into `out`; false if the field has another form.
+// The largest number a config or spec field may hold. Fields are tile sizes, warp and thread
+// counts, stages, splits and head dims, all far below it; the bound keeps the checks' products
+// of two fields (warps·32, rows·fold, block_n/16·splits, occupancy·threads) within int.
+inline constexpr int kMaxConfigNumber = 4096;
+
+// Parses "<prefix><digits>" (e.g. "bm64") into `out`; false if the field has another form (a
+// sign, no digits, trailing text) or its number is above kMaxConfigNumber.
 inline bool parse_prefixed_int(std::string_view field, std::string_view prefix, int& out) {
   if (!field.starts_with(prefix)) return false;
   const char* b = field.data() + prefix.size();
   const char* e = field.data() + field.size();
-  auto [ptr, ec] = std::from_chars(b, e, out);
-  return ec == std::errc() && ptr == e && b != e;
+  if (b == e || *b < '0' || *b > '9') return false;
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(b, e, value);
+  if (ec != std::errc() || ptr != e || value > kMaxConfigNumber) return false;
+  out = value;
+  return true;
 }
 
 }  // namespace kgen

@@ -3,9 +3,9 @@
 #include "generator/entry_shim.h"
 
 #include <algorithm>
-#include <charconv>
 #include <sstream>
 
+#include "generator/config_text.h"
 #include "kgen_device/lrpe/params.h"
 
 namespace kgen {
@@ -18,21 +18,6 @@ constexpr int kMaxSplits = 1024;
 constexpr long long kMaxGridZ = 65535;
 constexpr int kFolds[] = {1, 2, 3, 4, 6, 8, 12, 16};
 
-std::vector<std::string> split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  std::stringstream in(text);
-  for (std::string p; std::getline(in, p, sep);) parts.push_back(p);
-  return parts;
-}
-
-// "t256" with prefix "t" → 256.
-bool prefixed_int(const std::string& field, std::string_view prefix, int& out) {
-  if (!field.starts_with(prefix)) return false;
-  const char* b = field.data() + prefix.size();
-  const char* e = field.data() + field.size();
-  auto [ptr, ec] = std::from_chars(b, e, out);
-  return ec == std::errc() && ptr == e && b != e;
-}
 
 int ceil_div(long long a, long long b) { return static_cast<int>((a + b - 1) / b); }
 
@@ -66,7 +51,7 @@ std::string to_string(const LrpeSpec& s) {
 }
 
 std::optional<LrpeSpec> parse_lrpe_spec(const std::string& text) {
-  auto parts = split(text, '.');
+  auto parts = split_fields(text, '.');
   if (parts.size() != 4) return std::nullopt;
   LrpeSpec s;
   if (parts[0] == "lrpe_cosine") s.op = LrpeOp::cosine;
@@ -103,23 +88,23 @@ std::string to_string(const LrpeConfig& c) {
 }
 
 std::optional<LrpeConfig> parse_lrpe_config(const std::string& text) {
-  auto parts = split(text, ':');
+  auto parts = split_fields(text, ':');
   LrpeConfig c;
   if (parts.size() > 4 && parts.back() == "cache") c.cache = true, parts.pop_back();
   if (parts.size() > 4 && parts.back().starts_with("o")) {  // ":o<k>", written only when k != 1
-    if (!prefixed_int(parts.back(), "o", c.occupancy) || c.occupancy == 1) return std::nullopt;
+    if (!parse_prefixed_int(parts.back(), "o", c.occupancy) || c.occupancy == 1) return std::nullopt;
     parts.pop_back();
   }
   if (parts.size() == 5) {  // ":b<fold>", written only when fold != 1
-    if (!prefixed_int(parts[4], "b", c.fold) || c.fold == 1) return std::nullopt;
+    if (!parse_prefixed_int(parts[4], "b", c.fold) || c.fold == 1) return std::nullopt;
     parts.pop_back();
   }
   if (parts.size() != 4) return std::nullopt;
   if (parts[0] == "sp") c.strategy = LrpeStrategy::sp;
   else if (parts[0] == "bp") c.strategy = LrpeStrategy::bp;
   else return std::nullopt;
-  if (!prefixed_int(parts[1], "t", c.threads) || !prefixed_int(parts[2], "r", c.rows) ||
-      !prefixed_int(parts[3], "v", c.vec))
+  if (!parse_prefixed_int(parts[1], "t", c.threads) || !parse_prefixed_int(parts[2], "r", c.rows) ||
+      !parse_prefixed_int(parts[3], "v", c.vec))
     return std::nullopt;
   return c;
 }
@@ -135,7 +120,7 @@ std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeCon
   if (std::ranges::find(kFolds, c.fold) == std::end(kFolds))
     return std::string("fold (b<k>) must be one of 1, 2, 3, 4, 6, 8, 12, 16 slices per block");
   if (c.rows * c.fold > kLrpeMaxFold) return std::string("rows × fold must stay <= 16 rows of x in flight per thread");
-  if (c.occupancy < 1 || c.occupancy * c.threads > 2048)
+  if (c.occupancy < 1 || c.occupancy > 2048 / c.threads)
     return std::string("occupancy (o<k>) must be 1 to 2048 / threads resident blocks per SM");
   if (spec.act == LrpeAct::softmax_seq && c.fold > kLrpeMaxFoldSoftmaxSeq)
     return std::string("softmax over the sequence keeps 3·vec·fold running statistics per thread: fold must be <= 4");

@@ -29,6 +29,19 @@ TEST(AttentionMfma, ConfigTextRoundTrips) {
   EXPECT_FALSE(parse_attention_backward_config("mfma:bm32:bn64:x2"));
 }
 
+// 134217730 waves of 32 rows are 4294967360 rows, which wrapped in int to a valid 64: the text
+// is refused by the parser, the config built in code by the check.
+TEST(AttentionMfma, WaveCountsWhoseRowsOverflowAreRefused) {
+  EXPECT_FALSE(parse_attention_forward_config("mfma:bm64:bn64:w134217730"));
+  EXPECT_FALSE(parse_attention_backward_config("mfma:bm32:bn64:w134217730"));
+  const AttentionForwardConfig fwd{ForwardPath::mfma, 64, 64, 1, 0, 134217730};
+  EXPECT_TRUE(check_attention_forward_config({DType::bf16, 128, false}, fwd, target("gfx942")));
+  const AttentionBackwardConfig bwd{BackwardPath::mfma, 32, 64, 134217730, 0};
+  EXPECT_TRUE(check_attention_backward_config({DType::f16, 64, false}, bwd, target("gfx942")));
+  EXPECT_FALSE(check_attention_forward_config({DType::bf16, 128, false}, {ForwardPath::mfma, 64, 64, 1, 0, 2},
+                                              target("gfx942")));
+}
+
 TEST(AttentionMfma, InvalidOnNvidiaAndForFp32OrOtherHeadDims) {
   const AttentionForwardConfig c{ForwardPath::mfma, 128, 64, 1, 0, 4};
   auto why = check_attention_forward_config({DType::bf16, 128, false}, c, target("sm_90a"));
