@@ -42,13 +42,24 @@ int run_warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int job
 void require_device();
 // One line naming device 0, its SM count and clock, and kgen's version.
 void print_device_header();
-// Parses "bf16,fp16" (option --dtypes); throws Error(invalid_argument) naming an unknown one.
+// Parses "bf16,fp16" (option --dtypes); throws Error(invalid_argument) naming an unknown one or
+// an empty list.
 std::vector<DType> parse_dtypes(const std::string& text);
 
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> split_list(const std::string& text);
 
-// Parses "1,2,3" as integers >= `min`; throws kgen::Error(invalid_argument) naming `option`.
+// split_list of an option's value; throws Error(invalid_argument) naming `option` when the list
+// has no item: an empty value never stands for "all" or "the default".
+std::vector<std::string> parse_list(const std::string& text, const char* option);
+
+// Parses "1,2,3" as integers >= `min` (at least one); throws kgen::Error(invalid_argument) naming `option`.
 std::vector<int> parse_int_list(const std::string& text, const char* option, int min = 1);
+
+// CLI11 checks for options whose empty value would otherwise read as "not given" (all operators,
+// the default cache): a value with no character, and a comma-separated list with no item. The
+// usage error names the option.
+CLI::Validator non_empty_value();
+CLI::Validator non_empty_list();
 
 }  // namespace kgen::cli

@@ -1,22 +1,79 @@
 // `kgen cache ls|stat|verify|gc|clear|export|import`.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <system_error>
 
+#include "base/size.h"
 #include "cache/archive.h"
 #include "cache/binary_cache.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {
+namespace {
+
+// Why `root` cannot serve `kgen cache <command>` (nullopt when it can): it must be a directory
+// whose entries can be read. With `create` (import), a missing root is created first.
+std::optional<std::string> unusable_root(const std::filesystem::path& root, bool create) {
+  std::error_code ec;
+  if (create && !std::filesystem::exists(root, ec) && !ec && !std::filesystem::create_directories(root, ec) && ec)
+    return "cache root '" + root.string() + "' cannot be created: " + ec.message();
+  const auto status = std::filesystem::status(root, ec);
+  if (status.type() == std::filesystem::file_type::not_found) return "cache root '" + root.string() + "' does not exist";
+  if (ec) return "cache root '" + root.string() + "' cannot be read: " + ec.message();
+  if (!std::filesystem::is_directory(status)) return "cache root '" + root.string() + "' is not a directory";
+  std::filesystem::directory_iterator entries(root, ec);
+  if (ec) return "cache root '" + root.string() + "' cannot be read: " + ec.message();
+  return std::nullopt;
+}
+
+// The cache root of `kgen cache <command>`, or nullopt after printing why it cannot serve
+// (exit_code set to kFailed).
+std::optional<std::filesystem::path> usable_root(const std::filesystem::path& root, const char* command, int& exit_code,
+                                                 bool create = false) {
+  if (auto why = unusable_root(root, create)) {
+    std::fprintf(stderr, "kgen cache %s: %s\n", command, why->c_str());
+    exit_code = kFailed;
+    return std::nullopt;
+  }
+  return root;
+}
+
+// The size `kgen cache gc` shrinks to: --max-bytes, else KGEN_CACHE_MAX_BYTES; nullopt after
+// printing why neither gives one (exit_code set to kUsage).
+std::optional<std::uint64_t> gc_limit(const std::string& option, int& exit_code) {
+  std::string why;
+  std::optional<std::uint64_t> limit;
+  if (!option.empty()) {
+    limit = parse_byte_size(option, "--max-bytes", &why);
+    if (limit == 0u) why = "--max-bytes: 0 would remove every entry; `kgen cache clear` does that";
+  } else if (const char* env = std::getenv("KGEN_CACHE_MAX_BYTES"); env && *env) {
+    limit = parse_byte_size(env, "KGEN_CACHE_MAX_BYTES", &why);
+    if (limit == 0u) why = "KGEN_CACHE_MAX_BYTES: 0 sets no size cap; give --max-bytes";
+  } else {
+    why = "give --max-bytes or set KGEN_CACHE_MAX_BYTES";
+  }
+  if (limit && *limit != 0) return limit;
+  std::fprintf(stderr, "kgen cache gc: %s\n", why.c_str());
+  exit_code = kUsage;
+  return std::nullopt;
+}
+
+}  // namespace
 
 void add_cache_commands(CLI::App& app, int& exit_code) {
   auto* cache_cmd = app.add_subcommand("cache", "Inspect and maintain the on-disk binary cache");
   cache_cmd->require_subcommand(1);
   auto dir = std::make_shared<std::string>();
-  cache_cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
+  cache_cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)")
+      ->check(non_empty_value());
   auto root = [dir] { return dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir); };
 
   cache_cmd->add_subcommand("ls", "List entries (key, size, variant, target)")->callback([root, &exit_code] {
-    cache::BinaryCache c(root());
+    const auto path = usable_root(root(), "ls", exit_code);
+    if (!path) return;
+    cache::BinaryCache c(*path);
     for (const auto& e : c.list()) {
       std::string variant = e.metadata.is_object() ? e.metadata.value("variant", "?") : "?";
       std::string target = e.metadata.is_object() ? e.metadata.value("target", "?") : "?";
@@ -26,33 +83,36 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
     exit_code = kOk;
   });
   cache_cmd->add_subcommand("stat", "Print the entry count and total size")->callback([root, &exit_code] {
-    cache::BinaryCache c(root());
+    const auto path = usable_root(root(), "stat", exit_code);
+    if (!path) return;
+    cache::BinaryCache c(*path);
     std::printf("root     %s\nentries  %zu\nbytes    %llu\n", c.root().c_str(), c.list().size(),
                 static_cast<unsigned long long>(c.total_bytes()));
     exit_code = kOk;
   });
   cache_cmd->add_subcommand("verify", "Read every entry, remove corrupt ones; non-zero exit if any were corrupt")
       ->callback([root, &exit_code] {
-        cache::BinaryCache c(root());
+        const auto path = usable_root(root(), "verify", exit_code);
+        if (!path) return;
+        cache::BinaryCache c(*path);
         auto r = c.verify();
         std::printf("entries %llu, corrupt %llu\n", static_cast<unsigned long long>(r.checked),
                     static_cast<unsigned long long>(r.corrupt_removed));
         exit_code = r.corrupt_removed ? kFailed : kOk;
       });
-  auto max_bytes = std::make_shared<std::uint64_t>(0);
+  auto max_bytes = std::make_shared<std::string>();
   auto* gc = cache_cmd->add_subcommand("gc", "Evict least recently used entries down to a size");
-  gc->add_option("--max-bytes", *max_bytes, "Size to shrink to (default: KGEN_CACHE_MAX_BYTES)");
+  gc->add_option("--max-bytes", *max_bytes,
+                 "Size to shrink to: bytes, or with K, M, G or T (powers of 1024) (default: KGEN_CACHE_MAX_BYTES)")
+      ->type_name("SIZE")
+      ->check(non_empty_value());
   gc->callback([root, max_bytes, &exit_code] {
-    std::uint64_t limit = *max_bytes;
-    if (!limit)
-      if (const char* env = std::getenv("KGEN_CACHE_MAX_BYTES")) limit = std::strtoull(env, nullptr, 10);
-    if (!limit) {
-      std::fprintf(stderr, "kgen cache gc: give --max-bytes or set KGEN_CACHE_MAX_BYTES\n");
-      exit_code = kUsage;
-      return;
-    }
-    cache::BinaryCache c(root());
-    auto r = c.gc(limit);
+    const auto limit = gc_limit(*max_bytes, exit_code);
+    if (!limit) return;
+    const auto path = usable_root(root(), "gc", exit_code);
+    if (!path) return;
+    cache::BinaryCache c(*path);
+    auto r = c.gc(*limit);
     std::printf("removed %llu entries, %llu -> %llu bytes\n", static_cast<unsigned long long>(r.removed),
                 static_cast<unsigned long long>(r.bytes_before), static_cast<unsigned long long>(r.bytes_after));
     exit_code = kOk;
@@ -61,7 +121,9 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
   auto* exp = cache_cmd->add_subcommand("export", "Write every verified entry to one archive file (format: cache/archive.h)");
   exp->add_option("FILE", *export_file, "Archive to write (replaced atomically)")->required();
   exp->callback([root, export_file, &exit_code] {
-    cache::BinaryCache c(root());
+    const auto path = usable_root(root(), "export", exit_code);
+    if (!path) return;
+    cache::BinaryCache c(*path);
     const auto r = cache::export_archive(c, *export_file);
     if (!r.error.empty()) {
       std::fprintf(stderr, "kgen cache export: %s\n", r.error.c_str());
@@ -83,7 +145,9 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
       exit_code = kUsage;
       return;
     }
-    cache::BinaryCache c(root());
+    const auto path = usable_root(root(), "import", exit_code, /*create=*/true);
+    if (!path) return;
+    cache::BinaryCache c(*path);
     const auto r = cache::import_archive(c, *import_file);
     for (const auto& p : r.problems) std::fprintf(stderr, "kgen cache import: %s\n", p.c_str());
     if (!r.error.empty()) std::fprintf(stderr, "kgen cache import: %s\n", r.error.c_str());
@@ -93,7 +157,9 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
     exit_code = r.ok() ? kOk : kFailed;
   });
   cache_cmd->add_subcommand("clear", "Delete every entry")->callback([root, &exit_code] {
-    cache::BinaryCache c(root());
+    const auto path = usable_root(root(), "clear", exit_code);
+    if (!path) return;
+    cache::BinaryCache c(*path);
     std::printf("removed %llu entries\n", static_cast<unsigned long long>(c.clear()));
     exit_code = kOk;
   });

@@ -25,7 +25,7 @@ namespace kgen::cli {
 
 std::vector<DType> parse_dtypes(const std::string& text) {
   std::vector<DType> out;
-  for (const auto& s : split_list(text)) {
+  for (const auto& s : parse_list(text, "--dtypes")) {
     auto t = parse_dtype(s);
     if (!t) throw Error(Status::invalid_argument, "--dtypes: unknown dtype '" + s + "'");
     out.push_back(*t);

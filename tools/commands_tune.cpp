@@ -147,8 +147,10 @@ void add_tune_commands(CLI::App& app, int& exit_code) {
   tune->add_option("--devices", o->devices,
                    "Comma-separated GPUs to spread candidates over, one worker each (use identical GPUs: their first "
                    "timings are compared directly); the finalists are timed again on the first")
-      ->capture_default_str();
-  tune->add_option("--db-dir", o->db_dir, "Directory for this run's shard (default: KGEN_TUNE_DB's directory or ~/.cache/kgen/tuning)");
+      ->capture_default_str()
+      ->check(non_empty_list());
+  tune->add_option("--db-dir", o->db_dir, "Directory for this run's shard (default: KGEN_TUNE_DB's directory or ~/.cache/kgen/tuning)")
+      ->check(non_empty_value());
   tune->add_flag("--force", o->force, "Re-tune shapes that already have a record");
   tune->add_flag("--no-record", o->no_record, "Do not write the winners");
   tune->footer(

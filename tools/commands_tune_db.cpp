@@ -46,8 +46,8 @@ void add_merge(CLI::App& tune, int& exit_code) {
   auto* cmd = tune.add_subcommand("merge", "Merge tuning db shards into one file (newest record per key wins)");
   auto out = std::make_shared<std::string>();
   auto in = std::make_shared<std::vector<std::string>>();
-  cmd->add_option("OUT", *out, "Output file (written atomically; may also be an input)")->required();
-  cmd->add_option("IN", *in, "Input shards or directories of *.jsonl shards")->required();
+  cmd->add_option("OUT", *out, "Output file (written atomically; may also be an input)")->required()->check(non_empty_value());
+  cmd->add_option("IN", *in, "Input shards or directories of *.jsonl shards")->required()->check(non_empty_value());
   cmd->callback([out, in, &exit_code] {
     std::vector<fs::path> paths(in->begin(), in->end());
     auto files = expand_tuning_db_paths(paths);
@@ -60,7 +60,8 @@ void add_merge(CLI::App& tune, int& exit_code) {
 void add_show(CLI::App& tune, int& exit_code) {
   auto* cmd = tune.add_subcommand("show", "Print the tuning database as a table (newest record per key)");
   auto db = std::make_shared<std::vector<std::string>>();
-  cmd->add_option("--db", *db, "Shards or directories (default: KGEN_TUNE_DB or ~/.cache/kgen/tuning)");
+  cmd->add_option("--db", *db, "Shards or directories (default: KGEN_TUNE_DB or ~/.cache/kgen/tuning)")
+      ->check(non_empty_value());
   cmd->callback([db, &exit_code] {
     std::vector<fs::path> files;
     if (db->empty()) {

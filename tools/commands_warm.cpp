@@ -167,16 +167,21 @@ void add_warm_command(CLI::App& app, int& exit_code) {
   auto verbose = std::make_shared<bool>(false);
   auto manifest = std::make_shared<std::string>();
   auto db = std::make_shared<std::vector<std::string>>();
-  cmd->add_option("--arch", *archs, "Comma-separated targets (" + std::string(known_targets()) + ")")->capture_default_str();
-  auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)");
+  cmd->add_option("--arch", *archs, "Comma-separated targets (" + std::string(known_targets()) + ")")
+      ->capture_default_str()
+      ->check(non_empty_list());
+  auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)")->check(non_empty_list());
   cmd->add_option("--manifest", *manifest,
                   "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see jit/manifest.h)")
-      ->excludes(ops_opt);
+      ->excludes(ops_opt)
+      ->check(non_empty_value());
   cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus each "
                                "recorded spec's default, instead of whole config spaces")
-      ->excludes(ops_opt);
+      ->excludes(ops_opt)
+      ->check(non_empty_value());
   cmd->add_option("--jobs,-j", *jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
+  cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)")
+      ->check(non_empty_value());
   auto* quiet_opt = cmd->add_flag("--quiet,-q", *quiet, "Print only errors and the summary line");
   cmd->add_flag("--verbose,-v", *verbose,
                 "Log every kernel built: variant, compile time, key, registers, spills (as KGEN_LOG_LEVEL=debug)")
@@ -188,12 +193,13 @@ void add_warm_command(CLI::App& app, int& exit_code) {
     if (*quiet) set_log_level(LogLevel::error);
     if (*verbose) set_log_level(LogLevel::debug);
     std::vector<WarmItem> items;
-    if (!manifest->empty()) items = read_manifest(*manifest, split_list(*archs));
+    const std::vector<std::string> targets = parse_list(*archs, "--arch");
+    if (!manifest->empty()) items = read_manifest(*manifest, targets);
     if (!db->empty()) {
-      auto from_db = tuning_db_warm_items(*db, split_list(*archs));
+      auto from_db = tuning_db_warm_items(*db, targets);
       items.insert(items.end(), std::make_move_iterator(from_db.begin()), std::make_move_iterator(from_db.end()));
     }
-    if (manifest->empty() && db->empty()) items = warm_items(split_list(*ops), split_list(*archs));
+    if (manifest->empty() && db->empty()) items = warm_items(split_list(*ops), targets);
     KernelBuilder builder(dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir));
     exit_code = run_warm(builder, items, *jobs);
   });

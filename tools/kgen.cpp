@@ -27,9 +27,15 @@ std::vector<std::string> split_list(const std::string& text) {
   return out;
 }
 
+std::vector<std::string> parse_list(const std::string& text, const char* option) {
+  std::vector<std::string> out = split_list(text);
+  if (out.empty()) throw Error(Status::invalid_argument, std::string(option) + ": empty list '" + text + "'");
+  return out;
+}
+
 std::vector<int> parse_int_list(const std::string& text, const char* option, int min) {
   std::vector<int> out;
-  for (const auto& s : split_list(text)) {
+  for (const auto& s : parse_list(text, option)) {
     std::size_t used = 0;
     int v = min - 1;
     try {
@@ -41,6 +47,15 @@ std::vector<int> parse_int_list(const std::string& text, const char* option, int
     out.push_back(v);
   }
   return out;
+}
+
+CLI::Validator non_empty_value() {
+  return CLI::Validator([](std::string& v) { return v.empty() ? std::string("empty value") : std::string(); }, "");
+}
+
+CLI::Validator non_empty_list() {
+  return CLI::Validator(
+      [](std::string& v) { return split_list(v).empty() ? "empty list '" + v + "'" : std::string(); }, "");
 }
 
 namespace {
@@ -116,12 +131,14 @@ void add_inspect(CLI::App& app, int& exit_code) {
   cmd->add_option("--op", o->op, "Operator (kgen show-config lists them)")->capture_default_str();
   cmd->add_option("--variant", o->variant,
                   "Variant key, as in tuning records (e.g. attention_bwd.bf16.d128.causal, "
-                  "lrpe_cosine.fwd.bf16.softmax_seq); attention_fwd: built from --dtype, --head-dim, --causal when absent");
+                  "lrpe_cosine.fwd.bf16.softmax_seq); attention_fwd: built from --dtype, --head-dim, --causal when absent")
+      ->check(non_empty_value());
   cmd->add_option("--dtype", o->dtype, "attention_fwd without --variant: fp16, bf16 or fp32")->capture_default_str();
   cmd->add_option("--head-dim,-d", o->head_dim, "attention_fwd without --variant: head dimension")->capture_default_str();
   cmd->add_flag("--causal", o->causal, "attention_fwd without --variant: causal variant");
   cmd->add_option("--arch", o->arch, "Target (" + std::string(known_targets()) + ")")->capture_default_str();
-  cmd->add_option("--config", o->config, "Config (default: the variant's heuristic for a b=1, h=16, n=4096 shape)");
+  cmd->add_option("--config", o->config, "Config (default: the variant's heuristic for a b=1, h=16, n=4096 shape)")
+      ->check(non_empty_value());
   cmd->add_option("--show", o->what, "source | ptx (NVIDIA) | isa (AMD: llvm-objdump -d) | resources | key")
       ->check(CLI::IsMember({"source", "ptx", "isa", "resources", "key"}))->capture_default_str();
   cmd->callback([o, &exit_code] {

@@ -168,7 +168,7 @@ std::vector<bool> parse_causal(const std::string& text) {
 
 std::vector<LrpeAct> parse_acts(const std::string& text) {
   std::vector<LrpeAct> out;
-  for (const auto& s : split_list(text)) {
+  for (const auto& s : parse_list(text, "--acts")) {
     // "softmax-1" / "softmax-2": the reference reports' dims.
     auto act = parse_lrpe_act(s == "softmax-1" ? "softmax" : s == "softmax-2" ? "softmax_seq" : s);
     if (!act) throw Error(Status::invalid_argument, "--acts: unknown act '" + s + "' (none, relu, sigmoid, silu, softmax, softmax_seq)");
@@ -179,7 +179,7 @@ std::vector<LrpeAct> parse_acts(const std::string& text) {
 
 std::vector<LrpeDirection> parse_directions(const std::string& text) {
   std::vector<LrpeDirection> out;
-  for (const auto& d : split_list(text)) {
+  for (const auto& d : parse_list(text, "--directions")) {
     if (d != "fwd" && d != "bwd") throw Error(Status::invalid_argument, "--directions: expected fwd and/or bwd, got '" + d + "'");
     out.push_back(d == "fwd" ? LrpeDirection::forward : LrpeDirection::backward);
   }
@@ -213,7 +213,7 @@ std::vector<std::vector<int>> md_grids(const SweepOptions& o) {
   if (!explicit_shapes || o.given("seqlens"))
     for (int n : parse_int_list(o.value("seqlens"), "--seqlens")) grids.push_back({n});
   if (!explicit_shapes || o.given("grids"))
-    for (const auto& g : split_list(o.value("grids"))) grids.push_back(parse_grid(g));
+    for (const auto& g : parse_list(o.value("grids"), "--grids")) grids.push_back(parse_grid(g));
   if (o.given("dims")) {
     const auto dims = parse_int_list(o.value("dims"), "--dims");
     for (int m : dims)
@@ -297,7 +297,7 @@ std::shared_ptr<SweepOptions> add_sweep_options(CLI::App& app, SweepCommand comm
     // The old `bench lrpe|md_lrpe` sub-commands took one feature count as --dim.
     if (!fixed_op.empty() && command == SweepCommand::bench && names == "--head-dims") names += ",--dim";
     o->options_[spec.name] = spec.flag ? app.add_flag(names, o->flags_[spec.name], help)
-                                       : app.add_option(names, o->values_[spec.name], help);
+                                       : app.add_option(names, o->values_[spec.name], help)->check(non_empty_list());
   }
   return o;
 }
@@ -441,9 +441,12 @@ std::vector<LrpeCase> lrpe_cases(const SweepOptions& o) {
 }
 
 std::vector<std::string> sweep_configs(const SweepOptions& o) {
-  std::string text = o.value("configs");
+  const std::string given = o.value("configs");
+  std::string text = given;
   std::replace(text.begin(), text.end(), '|', ',');
-  return split_list(text);
+  std::vector<std::string> configs = split_list(text);
+  if (configs.empty() && o.given("configs")) throw Error(Status::invalid_argument, "--configs: no config in '" + given + "'");
+  return configs;
 }
 
 std::vector<int> parse_grid(const std::string& text) {
@@ -454,7 +457,7 @@ std::vector<int> parse_grid(const std::string& text) {
       part += text[i];
       continue;
     }
-    auto v = parse_int_list(part, "--grids");
+    auto v = part.empty() ? std::vector<int>{} : parse_int_list(part, "--grids");
     if (v.size() != 1) throw Error(Status::invalid_argument, "--grids: '" + text + "' is not a grid like 64x64");
     sizes.push_back(v[0]);
     part.clear();
