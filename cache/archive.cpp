@@ -1,8 +1,11 @@
 #include "cache/archive.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -16,10 +19,81 @@ namespace {
 constexpr char kArchiveMagic[8] = {'K', 'G', 'E', 'N', 'A', 'R', 'C', '\n'};
 constexpr std::uint32_t kMaxKeyBytes = 128;
 
-void put_le(std::ostream& out, std::uint64_t v, int width) {
-  char b[8];
-  for (int i = 0; i < width; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
-  out.write(b, width);
+// Buffered writes to a descriptor; ok() is false after the first failed write.
+class FdWriter {
+ public:
+  explicit FdWriter(int fd) : fd_(fd) {}
+  void write(const void* data, std::size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    if (buffer_.size() + n > kBuffer) flush();
+    if (n >= kBuffer) write_through(p, n);
+    else buffer_.append(p, n);
+  }
+  void put(char c) { write(&c, 1); }
+  void put_le(std::uint64_t v, int width) {
+    char b[8];
+    for (int i = 0; i < width; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
+    write(b, static_cast<std::size_t>(width));
+  }
+  bool flush() {
+    write_through(buffer_.data(), buffer_.size());
+    buffer_.clear();
+    return ok_;
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  static constexpr std::size_t kBuffer = 1 << 20;
+  void write_through(const char* p, std::size_t n) {
+    while (ok_ && n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        ok_ = false;
+        return;
+      }
+      p += w;
+      n -= static_cast<std::size_t>(w);
+    }
+  }
+  int fd_;
+  bool ok_ = true;
+  std::string buffer_;
+};
+
+// A new, unnamed file in `dir` (O_TMPFILE: nothing is left behind if the process dies before
+// it is named), or, where the file system has no O_TMPFILE, a fresh mkstemp file whose name goes
+// to *named. Never follows or truncates an existing file.
+int open_staging_file(const fs::path& dir, const fs::path& archive, fs::path* named) {
+  const int fd = ::open(dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd >= 0 || (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)) return fd;
+  std::string templ = archive.string() + ".tmp.XXXXXX";
+  const int named_fd = ::mkostemp(templ.data(), O_CLOEXEC);
+  if (named_fd >= 0) {
+    ::fchmod(named_fd, 0644);
+    *named = templ;
+  }
+  return named_fd;
+}
+
+// Gives the unnamed staging file `fd` the name `archive`, replacing what is there (a link
+// there is replaced, not followed): linked under a fresh temporary name, then renamed.
+std::string publish_staging_file(int fd, const fs::path& archive) {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::string tmp = archive.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(attempt);
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+    if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+      if (errno == EEXIST) continue;
+      return "cannot name the archive " + tmp + ": " + std::strerror(errno);
+    }
+    if (::rename(tmp.c_str(), archive.c_str()) != 0) {
+      const std::string why = "cannot rename to " + archive.string() + ": " + std::strerror(errno);
+      ::unlink(tmp.c_str());
+      return why;
+    }
+    return "";
+  }
+  return "cannot name the archive next to " + archive.string() + ": every temporary name is taken";
 }
 
 bool get_le(std::istream& in, int width, std::uint64_t* v) {
@@ -34,16 +108,17 @@ bool get_le(std::istream& in, int width, std::uint64_t* v) {
 
 ExportReport export_archive(BinaryCache& cache, const fs::path& archive) {
   ExportReport report;
-  fs::path tmp = archive;
-  tmp += ".tmp." + std::to_string(::getpid());
+  const fs::path dir = archive.has_parent_path() ? archive.parent_path() : fs::path(".");
+  fs::path named;  // set only where the staging file has a name (no O_TMPFILE)
+  const int fd = open_staging_file(dir, archive, &named);
+  if (fd < 0) {
+    report.error = "cannot write in " + dir.string() + ": " + std::strerror(errno);
+    return report;
+  }
   try {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      report.error = "cannot write " + tmp.string() + ": " + std::strerror(errno);
-      return report;
-    }
+    FdWriter out(fd);
     out.write(kArchiveMagic, sizeof kArchiveMagic);
-    put_le(out, kArchiveVersion, 4);
+    out.put_le(kArchiveVersion, 4);
     for (const std::string& key : cache.keys()) {
       auto file = cache.read_verified_file(key);
       if (!file) {
@@ -51,33 +126,33 @@ ExportReport export_archive(BinaryCache& cache, const fs::path& archive) {
         continue;
       }
       out.put('M');
-      put_le(out, key.size(), 4);
-      out.write(key.data(), static_cast<std::streamsize>(key.size()));
-      put_le(out, file->size(), 8);
-      out.write(reinterpret_cast<const char*>(file->data()), static_cast<std::streamsize>(file->size()));
+      out.put_le(key.size(), 4);
+      out.write(key.data(), key.size());
+      out.put_le(file->size(), 8);
+      out.write(file->data(), file->size());
       const Sha256Digest digest = Sha256().update(*file).finish();
-      out.write(reinterpret_cast<const char*>(digest.data()), digest.size());
+      out.write(digest.data(), digest.size());
       ++report.exported;
     }
     out.put('E');
-    put_le(out, report.exported, 8);
-    out.flush();
-    if (!out) {
-      report.error = "cannot write " + tmp.string() + ": " + std::strerror(errno);
+    out.put_le(report.exported, 8);
+    if (!out.flush() || ::fsync(fd) != 0) {
+      report.error = "cannot write the archive " + archive.string() + ": " + std::strerror(errno);
+    } else if (!named.empty()) {
+      if (::rename(named.c_str(), archive.c_str()) != 0)
+        report.error = "cannot rename to " + archive.string() + ": " + std::strerror(errno);
     } else {
-      out.close();
+      report.error = publish_staging_file(fd, archive);
+    }
+    if (report.error.empty()) {
       std::error_code ec;
-      fs::rename(tmp, archive, ec);
-      if (ec) report.error = "cannot rename to " + archive.string() + ": " + ec.message();
-      else report.bytes = fs::file_size(archive, ec);
+      report.bytes = fs::file_size(archive, ec);
     }
   } catch (const std::exception& e) {
     report.error = e.what();
   }
-  if (!report.error.empty()) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-  }
+  ::close(fd);
+  if (!report.error.empty() && !named.empty()) ::unlink(named.c_str());
   return report;
 }
 

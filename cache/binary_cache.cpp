@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cache/entry_format.h"
+#include "cache/fs_guard.h"
 
 namespace kgen::cache {
 namespace fs = std::filesystem;
@@ -96,21 +97,30 @@ struct ReadResult {
   CacheEntry entry;
 };
 
-// Reads and fully verifies the entry at `path` for `key`; a corrupt file is unlinked here.
+// Reads and fully verifies the entry at `path` for `key`; a corrupt file is unlinked here. A
+// symbolic link, FIFO, device or directory at the path is damage: removed, never followed or
+// read (it would block or read another file).
 ReadResult read_entry(const fs::path& path, std::string_view key, bool touch_stamp) {
   ReadResult result;
-  const int raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int raw_fd = open_regular_file(path);
   if (raw_fd < 0) {
     const int err = errno;
+    if (err == ELOOP || err == EINVAL) {
+      const bool removed = remove_anything(path);
+      result.status = ReadStatus::kCorrupt;
+      result.why = std::string(err == ELOOP ? "a symbolic link" : "not a regular file") +
+                   (removed ? "" : " (could not delete it)");
+      return result;
+    }
     result.status = (err == ENOENT || err == ENOTDIR) ? ReadStatus::kMissing : ReadStatus::kUnreadable;
     result.why = errno_text(err);
     return result;
   }
   Fd fd(raw_fd);
   struct stat st {};
-  if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd.fd, &st) != 0) {
     result.status = ReadStatus::kUnreadable;
-    result.why = "not a regular file";
+    result.why = errno_text(errno);
     return result;
   }
   const auto size = static_cast<std::uint64_t>(st.st_size);
@@ -121,6 +131,7 @@ ReadResult read_entry(const fs::path& path, std::string_view key, bool touch_sta
     return std::move(result);
   };
   if (size < detail::kMinEntryBytes) return corrupt("file shorter than the smallest entry");
+  if (size > kMaxEntryBytes) return corrupt("file larger than the largest entry kgen writes");
 
   std::vector<std::byte> bytes(size);
   if (!read_exact(fd.fd, bytes.data(), size, 0)) {
@@ -154,13 +165,16 @@ ReadResult read_entry(const fs::path& path, std::string_view key, bool touch_sta
   return result;
 }
 
-// Calls fn(path, key) for every file named like an entry under <version_dir>/<shard>/.
+// Calls fn(path, key) for every name like an entry's under <version_dir>/<shard>/, in shard
+// directories only (a symbolic link in place of a shard is not followed).
 template <typename Fn>
 void for_each_entry_file(const fs::path& version_dir, Fn&& fn) {
   std::error_code ec;
   for (fs::directory_iterator shard(version_dir, ec), end; !ec && shard != end; shard.increment(ec)) {
     const std::string name = shard->path().filename().string();
     if (name == "tmp" || name == "locks") continue;
+    std::error_code type_ec;
+    if (shard->symlink_status(type_ec).type() != fs::file_type::directory) continue;
     std::error_code ec2;
     for (fs::directory_iterator it(shard->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
       std::string key;
@@ -192,6 +206,26 @@ fs::path default_cache_root() {
 
 BinaryCache::BinaryCache(fs::path root) : root_(std::move(root)) {}
 
+std::string BinaryCache::problem() const {
+  {
+    std::lock_guard lock(problem_mutex_);
+    if (problem_checked_) return problem_;
+  }
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(root_, ec))) return "";  // made by the first publish
+  std::string why = check_directory(root_, DirRule{.follow_link = true, .root_may_own = true});
+  if (why.empty() && fs::exists(fs::symlink_status(version_dir(), ec)))
+    why = check_directory(version_dir(), DirRule{.root_may_own = true});
+  std::lock_guard lock(problem_mutex_);
+  if (!problem_checked_) {
+    problem_checked_ = true;
+    problem_ = why;
+    // A root that is no directory at all fails every publish, which logs; the rest is said here.
+    if (!why.empty() && fs::is_directory(root_, ec)) log_line("not using the cache at " + root_.string() + ": " + why);
+  }
+  return problem_;
+}
+
 fs::path BinaryCache::version_dir() const { return root_ / "v1"; }
 
 fs::path BinaryCache::entry_path(std::string_view key) const {
@@ -206,6 +240,10 @@ std::optional<CacheEntry> BinaryCache::load(std::string_view key) {
   try {
     if (!is_valid_key(key)) {
       log_line("load: invalid key '" + std::string(key) + "'");
+      misses_.fetch_add(1, std::memory_order_relaxed);
+      return std::nullopt;
+    }
+    if (!problem().empty()) {
       misses_.fetch_add(1, std::memory_order_relaxed);
       return std::nullopt;
     }
@@ -241,7 +279,7 @@ bool BinaryCache::reject(std::string_view key, std::string_view why) {
   if (!is_valid_key(key)) return false;
   std::error_code ec;
   const fs::path path = entry_path(key);
-  const bool removed = fs::remove(path, ec);
+  const bool removed = problem().empty() && fs::exists(fs::symlink_status(path, ec)) && remove_anything(path);
   count_corrupt();
   log_line("corrupt entry " + path.string() + ": " + std::string(why) +
            (removed ? "" : " (could not delete it)"));
@@ -250,7 +288,7 @@ bool BinaryCache::reject(std::string_view key, std::string_view why) {
 
 std::optional<std::vector<std::byte>> BinaryCache::read_verified_file(std::string_view key) {
   try {
-    if (!is_valid_key(key)) return std::nullopt;
+    if (!is_valid_key(key) || !problem().empty()) return std::nullopt;
     const fs::path path = entry_path(key);
     ReadResult r = read_entry(path, key, /*touch_stamp=*/false);
     if (r.status == ReadStatus::kOk) {
@@ -277,16 +315,19 @@ bool BinaryCache::publish_quiet(std::string_view key, const CacheEntry& entry, s
     if (!is_valid_key(key)) return fail("invalid key");
     const fs::path final_path = entry_path(key);
     std::error_code ec;
-    if (fs::exists(final_path, ec)) return true;  // Content-addressed: keep the existing file.
+    const auto existing = fs::symlink_status(final_path, ec).type();
+    if (existing == fs::file_type::regular) return true;  // Content-addressed: keep the existing file.
+    if (existing != fs::file_type::not_found && !remove_anything(final_path))
+      return fail(final_path.string() + " is not a regular file and cannot be removed");
 
+    if (std::string why = make_directories(); !why.empty()) return fail(why);
     const fs::path tmp_dir = version_dir() / "tmp";
-    if (fs::create_directories(tmp_dir, ec); ec) return fail(tmp_dir.string() + ": " + ec.message());
-    const bool new_shard = fs::create_directories(final_path.parent_path(), ec);
-    if (ec) return fail(final_path.parent_path().string() + ": " + ec.message());
+    const bool new_shard = !fs::exists(fs::symlink_status(final_path.parent_path(), ec));
+    if (std::string why = ensure_directory(final_path.parent_path()); !why.empty()) return fail(why);
     const std::vector<std::byte> bytes = detail::encode_entry(key, entry.metadata.dump(), entry.binary);
 
     const fs::path tmp_path = tmp_dir / unique_temp_name(key);
-    const int fd = ::open(tmp_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int fd = create_new_file(tmp_path);
     if (fd < 0) return fail(tmp_path.string() + ": " + errno_text(errno));
     // Marks the staging file as owned by a live writer until close (or death) releases it.
     ::flock(fd, LOCK_EX | LOCK_NB);
@@ -327,7 +368,18 @@ bool BinaryCache::remove(std::string_view key) {
 bool BinaryCache::contains(std::string_view key) const {
   if (!is_valid_key(key)) return false;
   std::error_code ec;
-  return fs::is_regular_file(entry_path(key), ec);
+  return fs::symlink_status(entry_path(key), ec).type() == fs::file_type::regular;
+}
+
+std::string BinaryCache::make_directories() const {
+  std::error_code ec;
+  if (!root_.parent_path().empty()) fs::create_directories(root_.parent_path(), ec);
+  if (std::string why = ensure_directory(root_, DirRule{.follow_link = true, .root_may_own = true}); !why.empty())
+    return why;
+  for (const fs::path& dir : {version_dir(), version_dir() / "tmp", version_dir() / "locks"})
+    if (std::string why = ensure_directory(dir, DirRule{.root_may_own = dir == version_dir()}); !why.empty())
+      return why;
+  return "";
 }
 
 std::uint64_t BinaryCache::clear() {
@@ -346,8 +398,11 @@ std::uint64_t BinaryCache::clear() {
       for (fs::directory_iterator it(shard->path(), ec2); !ec2 && it != end; it.increment(ec2)) {
         // Only unheld locks are removed, and only while holding them; KeyLock re-checks the
         // inode after locking, so a waiter on the unlinked file retries on a fresh one.
-        const int fd = ::open(it->path().c_str(), O_RDONLY | O_CLOEXEC);
-        if (fd < 0) continue;
+        const int fd = ::open(it->path().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) {
+          if (errno == ELOOP) ::unlink(it->path().c_str());  // a planted link: removed, not followed
+          continue;
+        }
         if (::flock(fd, LOCK_EX | LOCK_NB) == 0) ::unlink(it->path().c_str());
         ::close(fd);
       }
@@ -355,21 +410,24 @@ std::uint64_t BinaryCache::clear() {
   }
   for_each_entry_file(version_dir(), [&](const fs::path& path, const std::string&) {
     std::error_code rm_ec;
-    if (fs::remove(path, rm_ec)) ++removed;
+    const bool there = fs::exists(fs::symlink_status(path, rm_ec));
+    if (there && remove_anything(path)) ++removed;
   });
   return removed;
 }
 
 std::vector<EntryInfo> BinaryCache::list() const {
   std::vector<EntryInfo> out;
+  if (!problem().empty()) return out;
   for_each_entry_file(version_dir(), [&](const fs::path& path, const std::string& key) {
-    const int raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int raw_fd = open_regular_file(path);
     if (raw_fd < 0) return;
     Fd fd(raw_fd);
     struct stat st {};
     if (::fstat(fd.fd, &st) != 0) return;
     const auto size = static_cast<std::uint64_t>(st.st_size);
     // Read the header and metadata only: binaries can be large and list() skips checksums.
+    if (size > kMaxEntryBytes) return;
     std::vector<std::byte> prefix(std::min<std::uint64_t>(size, 64 * 1024));
     detail::EntryLayout layout;
     std::uint64_t need = 0;
@@ -398,6 +456,17 @@ std::vector<EntryInfo> BinaryCache::list() const {
 VerifyReport BinaryCache::verify() {
   VerifyReport report;
   try {
+    if (!problem().empty()) return report;
+    // A link or file in place of a shard directory is damage (entries would land elsewhere).
+    std::error_code ec;
+    for (fs::directory_iterator shard(version_dir(), ec), end; !ec && shard != end; shard.increment(ec)) {
+      std::error_code type_ec;
+      if (shard->symlink_status(type_ec).type() == fs::file_type::directory) continue;
+      ++report.corrupt_removed;
+      count_corrupt();
+      log_line("verify: " + shard->path().string() + " is not a directory: removed");
+      remove_anything(shard->path());
+    }
     for_each_entry_file(version_dir(), [&](const fs::path& path, const std::string& key) {
       const ReadResult r = read_entry(path, key, /*touch_stamp=*/false);
       if (r.status == ReadStatus::kMissing) return;  // Removed concurrently.
@@ -421,6 +490,7 @@ std::uint64_t BinaryCache::total_bytes() const {
   std::uint64_t total = 0;
   for_each_entry_file(version_dir(), [&](const fs::path& path, const std::string&) {
     std::error_code ec;
+    if (fs::symlink_status(path, ec).type() != fs::file_type::regular) return;
     const auto size = fs::file_size(path, ec);
     if (!ec) total += size;
   });
@@ -449,8 +519,10 @@ GcReport BinaryCache::gc(std::uint64_t max_bytes) {
   GcReport report;
   try {
     std::vector<Item> items;
+    if (!problem().empty()) return report;
     for_each_entry_file(version_dir(), [&](const fs::path& path, const std::string&) {
       std::error_code ec1, ec2;
+      if (fs::symlink_status(path, ec1).type() != fs::file_type::regular) return;
       const auto size = fs::file_size(path, ec1);
       const auto stamp = fs::last_write_time(path, ec2);
       if (!ec1 && !ec2) items.push_back({path, size, stamp});
@@ -479,9 +551,14 @@ std::uint64_t BinaryCache::remove_stale_temps() {
   const auto cutoff = now - kStaleTempAge;
   const auto grace_cutoff = now - kUnlockedTempGrace;
   std::error_code ec;
+  if (!check_directory(version_dir() / "tmp").empty()) return 0;
   for (fs::directory_iterator it(version_dir() / "tmp", ec), end; !ec && it != end; it.increment(ec)) {
     std::error_code ec2;
     const fs::path path = it->path();
+    if (fs::symlink_status(path, ec2).type() != fs::file_type::regular) {
+      if (remove_anything(path)) ++removed;  // nothing kgen stages is anything but a file
+      continue;
+    }
     const auto stamp = fs::last_write_time(path, ec2);
     if (ec2 || stamp >= grace_cutoff) continue;  // Gone, or young enough to be a live writer's.
     if (stamp < cutoff) {
@@ -489,7 +566,7 @@ std::uint64_t BinaryCache::remove_stale_temps() {
       continue;
     }
     // Between the grace period and kStaleTempAge: delete only if no live writer holds its lock.
-    const int raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const int raw_fd = open_regular_file(path);
     if (raw_fd < 0) continue;
     Fd fd(raw_fd);
     if (::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) continue;  // A live writer: keep it.

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -88,6 +89,9 @@ inline constexpr std::chrono::seconds kUnlockedTempGrace{2};
 // entries are not rewritten on every load. atime is not used: noatime/relatime mounts lie.
 inline constexpr std::chrono::minutes kStampInterval{10};
 
+// The largest entry file the cache reads; a larger file at an entry's path is damage.
+inline constexpr std::uint64_t kMaxEntryBytes = std::uint64_t{1} << 30;
+
 // Returns true if `key` is usable as an entry name: 2 to 128 lowercase hex digits.
 bool is_valid_key(std::string_view key);
 
@@ -104,6 +108,14 @@ class BinaryCache {
 
   // Returns the root directory given at construction.
   const std::filesystem::path& root() const { return root_; }
+  // Why this cache must not be used ("" if it may): its root or v1/ is a symbolic link where one
+  // is not allowed, owned by another user, or writable by others (fs_guard.h). Checked once per
+  // object when the root exists; a cache with a problem misses every load, fails every publish
+  // and lists nothing, and the problem is logged once.
+  std::string problem() const;
+  // Makes (and checks) the root, v1/, v1/tmp and v1/locks with private modes; "" or why they
+  // cannot be used.
+  std::string make_directories() const;
   // Returns where the entry for `key` lives (whether or not it exists).
   std::filesystem::path entry_path(std::string_view key) const;
   // Returns where KeyLock keeps the lock file for `key`.
@@ -162,10 +174,14 @@ class BinaryCache {
 
  private:
   std::filesystem::path version_dir() const;
+
   std::uint64_t remove_stale_temps();
   void count_corrupt() { corrupt_removed_.fetch_add(1, std::memory_order_relaxed); }
 
   std::filesystem::path root_;
+  mutable std::mutex problem_mutex_;
+  mutable bool problem_checked_ = false;
+  mutable std::string problem_;
   std::atomic<std::uint64_t> hits_{0};
   std::atomic<std::uint64_t> misses_{0};
   std::atomic<std::uint64_t> corrupt_removed_{0};
@@ -203,13 +219,17 @@ class KeyLock {
   bool held() const { return state_ == State::kHeld; }
   // Releases the lock now (idempotent).
   void release() noexcept;
+  // Removes the lock file (if this object holds it) and releases the lock: for a key whose work
+  // is done, so lock files do not pile up.
+  void release_and_remove() noexcept;
 
  private:
   KeyLock() = default;
-  void acquire(const std::filesystem::path& path, bool blocking);
+  void acquire(const BinaryCache& cache, const std::filesystem::path& path, bool blocking);
 
   int fd_ = -1;
   State state_ = State::kUnavailable;
+  std::filesystem::path path_;
 };
 
 }  // namespace kgen::cache

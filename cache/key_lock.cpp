@@ -8,18 +8,27 @@
 #include <thread>
 
 #include "cache/binary_cache.h"
+#include "cache/fs_guard.h"
 
 namespace kgen::cache {
 namespace fs = std::filesystem;
 namespace {
 
-// Opens (creating if needed) the lock file; -1 if that is impossible.
-int open_lock_file(const fs::path& path) {
-  std::error_code ec;
-  fs::create_directories(path.parent_path(), ec);
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+// Opens (creating if needed) the lock file; -1 if that is impossible. Neither a symbolic link
+// at the lock's path nor one in place of the locks directory is followed, and anything but a
+// regular file is refused, so a planted link cannot make kgen create or lock a file elsewhere.
+int open_lock_file(const BinaryCache& cache, const fs::path& path) {
+  if (!cache.problem().empty()) return -1;
+  if (!check_directory(path.parent_path()).empty() && !cache.make_directories().empty()) return -1;
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, private_file_mode());
   // flock works on read-only descriptors too: a read-only cache with existing lock files.
-  if (fd < 0) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 && errno != ELOOP) fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return -1;
+  }
   return fd;
 }
 
@@ -33,9 +42,9 @@ bool still_linked(int fd, const fs::path& path) {
 
 }  // namespace
 
-void KeyLock::acquire(const fs::path& path, bool blocking) {
+void KeyLock::acquire(const BinaryCache& cache, const fs::path& path, bool blocking) {
   for (int attempt = 0; attempt < 16; ++attempt) {
-    const int fd = open_lock_file(path);
+    const int fd = open_lock_file(cache, path);
     if (fd < 0) {
       state_ = State::kUnavailable;
       return;
@@ -51,6 +60,7 @@ void KeyLock::acquire(const fs::path& path, bool blocking) {
     }
     if (still_linked(fd, path)) {
       fd_ = fd;
+      path_ = path;
       state_ = State::kHeld;
       return;
     }
@@ -60,12 +70,12 @@ void KeyLock::acquire(const fs::path& path, bool blocking) {
 }
 
 KeyLock::KeyLock(const BinaryCache& cache, std::string_view key) {
-  if (is_valid_key(key)) acquire(cache.lock_path(key), /*blocking=*/true);
+  if (is_valid_key(key)) acquire(cache, cache.lock_path(key), /*blocking=*/true);
 }
 
 KeyLock KeyLock::try_acquire(const BinaryCache& cache, std::string_view key) {
   KeyLock lock;
-  if (is_valid_key(key)) lock.acquire(cache.lock_path(key), /*blocking=*/false);
+  if (is_valid_key(key)) lock.acquire(cache, cache.lock_path(key), /*blocking=*/false);
   return lock;
 }
 
@@ -81,7 +91,7 @@ KeyLock KeyLock::acquire_for(const BinaryCache& cache, std::string_view key,
   }
 }
 
-KeyLock::KeyLock(KeyLock&& other) noexcept : fd_(other.fd_), state_(other.state_) {
+KeyLock::KeyLock(KeyLock&& other) noexcept : fd_(other.fd_), state_(other.state_), path_(std::move(other.path_)) {
   other.fd_ = -1;
   other.state_ = State::kUnavailable;
 }
@@ -91,6 +101,7 @@ KeyLock& KeyLock::operator=(KeyLock&& other) noexcept {
     release();
     fd_ = other.fd_;
     state_ = other.state_;
+    path_ = std::move(other.path_);
     other.fd_ = -1;
     other.state_ = State::kUnavailable;
   }
@@ -98,6 +109,13 @@ KeyLock& KeyLock::operator=(KeyLock&& other) noexcept {
 }
 
 KeyLock::~KeyLock() { release(); }
+
+void KeyLock::release_and_remove() noexcept {
+  // Unlinked while held: a process waiting on this inode finds it unlinked after its flock and
+  // retries on a fresh file (still_linked), so nobody is left locking an orphan.
+  if (fd_ >= 0 && still_linked(fd_, path_)) ::unlink(path_.c_str());
+  release();
+}
 
 void KeyLock::release() noexcept {
   if (fd_ >= 0) {

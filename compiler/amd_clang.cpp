@@ -70,43 +70,41 @@ std::chrono::milliseconds compile_timeout() {
   return std::chrono::seconds(s > 0 ? s : 300);
 }
 
-// The embedded templates as files: <tmp>/kgen-templates-<digest prefix>, made once (another
-// process may race: each writes a private copy and renames it into place, the first one wins).
-fs::path template_tree() {
-  static const fs::path root = [] {
-    const fs::path final_dir = fs::temp_directory_path() / ("kgen-templates-" + std::string(generator::templates_digest()).substr(0, 16));
-    if (fs::exists(final_dir / ".complete")) return final_dir;
-    const fs::path staging = final_dir.string() + "." + std::to_string(getpid()) + ".tmp";
-    fs::remove_all(staging);
-    for (const auto& t : generator::embedded_templates()) {
-      const fs::path file = staging / t.name;
-      fs::create_directories(file.parent_path());
-      std::ofstream(file, std::ios::binary) << t.text;
-    }
-    std::ofstream(staging / ".complete") << "";
-    std::error_code ec;
-    fs::rename(staging, final_dir, ec);
-    if (ec) fs::remove_all(staging);
-    if (!fs::exists(final_dir / ".complete"))
-      throw Error(Status::compile_error, "cannot write kgen's templates under " + final_dir.string());
-    return final_dir;
-  }();
-  return root;
-}
-
-// A private directory for one compile, removed with this object.
+// A private directory (mkdtemp: 0700, a fresh name), removed with this object by the process
+// that made it (a forked child that exits normally leaves its parent's directory alone).
 struct WorkDir {
   fs::path path;
-  WorkDir() {
-    std::string templ = (fs::temp_directory_path() / "kgen-clang-XXXXXX").string();
+  pid_t owner = ::getpid();
+  explicit WorkDir(const char* prefix) {
+    std::string templ = (fs::temp_directory_path() / (std::string(prefix) + "XXXXXX")).string();
     if (!mkdtemp(templ.data())) throw Error(Status::compile_error, "cannot create a temporary directory for clang");
     path = templ;
   }
   ~WorkDir() {
     std::error_code ec;
-    fs::remove_all(path, ec);
+    if (::getpid() == owner) fs::remove_all(path, ec);
   }
+  WorkDir(const WorkDir&) = delete;
+  WorkDir& operator=(const WorkDir&) = delete;
 };
+
+// The embedded templates as files, written once per process into a directory of its own: a tree
+// at a predictable shared path could be planted by another user and its headers compiled into
+// this user's kernels.
+fs::path template_tree() {
+  static const WorkDir tree("kgen-templates-");
+  static std::once_flag written;
+  std::call_once(written, [] {  // a throw leaves the flag unset: the next compile tries again
+    for (const auto& t : generator::embedded_templates()) {
+      const fs::path file = tree.path / t.name;
+      fs::create_directories(file.parent_path());
+      std::ofstream out(file, std::ios::binary | std::ios::trunc);
+      out << t.text;
+      if (!out.flush()) throw Error(Status::compile_error, "cannot write kgen's templates under " + tree.path.string());
+    }
+  });
+  return tree.path;
+}
 
 // Sorted, as cache keys want them.
 std::vector<std::string> clang_options(const Target& target) {
@@ -119,7 +117,7 @@ std::vector<std::string> clang_options(const Target& target) {
 CompiledBinary clang_compile(const KernelSource& source, const Target& target) {
   const ClangTool& t = usable_tool();
   const fs::path templates = template_tree();
-  WorkDir dir;
+  WorkDir dir("kgen-clang-");
   const fs::path input = dir.path / "kernel.hip", output = dir.path / "kernel.co";
   std::ofstream(input, std::ios::binary) << source.source;
   std::vector<std::string> argv = {t.path};

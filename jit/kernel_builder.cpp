@@ -76,6 +76,23 @@ std::uint64_t max_bytes_from_env() {
   return n;
 }
 
+// Why an entry's metadata cannot be served under a key whose record is `record` (nullopt if it
+// can): it must be an object with the fields this file writes, of the types it writes them with,
+// and name the same key record, which ties the binary to its source, compiler, options and
+// target.
+std::optional<std::string> metadata_problem(const nlohmann::json& m, const std::string& record) {
+  if (!m.is_object()) return "metadata is not a JSON object";
+  for (const char* field : {"target", "entry", "key_record", "log"})
+    if (!m.contains(field) || !m[field].is_string()) return std::string("metadata field '") + field + "' is missing or not a string";
+  if (!m.contains("resources") || !m["resources"].is_object()) return "metadata field 'resources' is missing or not an object";
+  for (const auto& [name, value] : m["resources"].items())
+    if (name == "serialized_wgmma" ? !value.is_boolean() : !value.is_number_integer())
+      return "metadata resource '" + name + "' has the wrong type";
+  if (m["key_record"].get<std::string>() != record)
+    return "metadata names other compile inputs than the key was computed from";
+  return std::nullopt;
+}
+
 std::vector<std::filesystem::path> layers_from_env() {
   const char* v = std::getenv("KGEN_CACHE_PATH");
   return v ? parse_cache_path(v) : std::vector<std::filesystem::path>{};
@@ -87,8 +104,8 @@ std::vector<std::filesystem::path> with_root(std::vector<std::filesystem::path> 
   return layers;
 }
 
-// Why the CUBIN `image` cannot be for `target` (nullopt if it can, or if its header is of an
-// ELF ABI this check does not know). CUDA ELF: EI_OSABI 0x41, e_machine 190 (EM_CUDA); the SM
+// Why the CUBIN `image` cannot be for `target` (nullopt if it can); an ELF ABI version this
+// check does not know is refused, since the target cannot be read from it. CUDA ELF: EI_OSABI 0x41, e_machine 190 (EM_CUDA); the SM
 // is e_flags & 0xff up to ABI version 7 and (e_flags >> 8) & 0xff from version 8.
 std::optional<std::string> cubin_target_mismatch(const std::vector<std::byte>& image, const Target& target) {
   auto u8 = [&](std::size_t i) { return std::to_integer<unsigned>(image[i]); };
@@ -99,7 +116,7 @@ std::optional<std::string> cubin_target_mismatch(const std::vector<std::byte>& i
   int sm = -1;
   if (abi == 8) sm = static_cast<int>((flags >> 8) & 0xff);
   else if (abi >= 4 && abi <= 7) sm = static_cast<int>(flags & 0xff);
-  if (sm < 0) return std::nullopt;
+  if (sm < 0) return "CUBIN has ELF ABI version " + std::to_string(abi) + ", which kgen cannot check against " + target.arch;
   if (sm != target.sm) return "CUBIN is for sm_" + std::to_string(sm) + ", not " + target.arch;
   return std::nullopt;
 }
@@ -166,11 +183,12 @@ std::optional<cache::CacheEntry> KernelBuilder::load_checked(const std::string& 
     std::size_t index = 0;
     auto entry = layers_.load(key, &index, first);
     if (!entry) return std::nullopt;
-    std::optional<std::string> why;
+    std::optional<std::string> why = metadata_problem(entry->metadata, key_record(source, target));
     const nlohmann::json& m = entry->metadata;
-    const std::string meta_target = m.is_object() ? m.value("target", "") : "";
-    const std::string meta_entry = m.is_object() ? m.value("entry", "") : "";
-    if (meta_target != target.arch) {
+    const std::string meta_target = !why ? m.value("target", "") : "";
+    const std::string meta_entry = !why ? m.value("entry", "") : "";
+    if (why) {
+    } else if (meta_target != target.arch) {
       why = "metadata names target '" + meta_target + "' under a key computed for " + target.arch;
     } else if (meta_entry != source.entry) {
       why = "metadata names entry point '" + meta_entry + "', not " + source.entry;
@@ -280,8 +298,9 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
       {"target", target.arch},    {"compiler", compiler_for(target).version()},   {"kgen_version", KGEN_VERSION},
       {"threads", source.threads}, {"smem_bytes", source.smem_bytes},
       {"compile_ms", bin.compile_ms}, {"resources", resources_json(bin.resources)},
-      {"source", source.source},  {"log", bin.log}};
+      {"source", source.source},  {"log", bin.log}, {"key_record", key_record(source, target)}};
   out.stored = layers_.publish(key, cache::CacheEntry{out.image, meta}, &out.store_error);
+  lock.release_and_remove();
   if (!options.log_compile) return out;
   std::ostringstream line;
   line << "compiled " << source.variant << " for " << target.arch << " in "

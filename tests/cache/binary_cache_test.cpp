@@ -240,15 +240,20 @@ TEST(BinaryCache, UnwritableRootPublishFailsWithoutThrowing) {
   EXPECT_EQ(log.lines().size(), 1u);
 }
 
-TEST(BinaryCache, UnreadableEntryIsAMissNotCorrupt) {
+TEST(BinaryCache, DirectoryInPlaceOfAnEntryIsDamageAndIsRepaired) {
   ScratchDir dir;
   LogCapture log;
   BinaryCache cache(dir.path());
   const std::string key = key_for("dir-in-the-way");
-  fs::create_directories(cache.entry_path(key));  // a directory where the file should be
+  fs::create_directories(cache.entry_path(key) / "inner");  // a directory where the file should be
   EXPECT_FALSE(cache.load(key).has_value());
-  EXPECT_EQ(cache.stats().corrupt_removed, 0u);
-  EXPECT_TRUE(fs::exists(cache.entry_path(key)));
+  EXPECT_EQ(cache.stats().corrupt_removed, 1u);
+  EXPECT_FALSE(fs::exists(cache.entry_path(key)));
+  // The next publish stores the entry, and the key is served.
+  fs::create_directories(cache.entry_path(key));
+  EXPECT_TRUE(cache.publish(key, sample_entry()));
+  EXPECT_TRUE(cache.contains(key));
+  EXPECT_TRUE(cache.load(key).has_value());
 }
 
 TEST(BinaryCache, DefaultRootFollowsEnvironment) {

@@ -131,6 +131,7 @@ TEST_F(BuilderReliability, ForgedMetadataOverAWrongArchCubinIsCaughtByTheElfHead
   auto e = b.cache().load(sm80.key);
   ASSERT_TRUE(e.has_value());
   e->metadata["target"] = "sm_90a";  // metadata lies; the CUBIN is sm_80
+  e->metadata["key_record"] = b.key_record(source_, sm90a_);
   ASSERT_TRUE(b.cache().publish(key90, *e));
   KernelBuilder fresh(root, {});
   const BuildOutcome out = fresh.build(source_, sm90a_);
@@ -157,6 +158,79 @@ TEST_F(BuilderReliability, NonCubinOrWrongEntryPointIsNeverServed) {
     EXPECT_EQ(fresh.stats().corrupt_removed, 1u) << variant;
     EXPECT_EQ(out.image, first.image);
   }
+}
+
+// A binary is tied to its compile inputs: another kernel's binary, with metadata that names the
+// same target and entry point, is not served under this kernel's key.
+TEST_F(BuilderReliability, AnotherKernelsBinaryUnderThisKeyIsNeverServed) {
+  const fs::path root = dir_ / "root";
+  const BuildOutcome mine = prime(root, sm80_);
+  const KernelSource other = render_attention_forward({DType::f32, 64, true}, {ForwardPath::simt, 4, 32, 1, 64});
+  ASSERT_EQ(other.entry, source_.entry);
+  KernelBuilder b(root, {});
+  const BuildOutcome theirs = b.build(other, sm80_);
+  ASSERT_NE(theirs.image, mine.image);
+  auto e = b.cache().load(theirs.key);
+  ASSERT_TRUE(e.has_value());
+  ASSERT_TRUE(b.cache().remove(mine.key));
+  ASSERT_TRUE(b.cache().publish(mine.key, *e));  // self-consistent file, another kernel's code
+  KernelBuilder fresh(root, {});
+  const BuildOutcome out = fresh.build(source_, sm80_);
+  EXPECT_FALSE(out.from_cache);
+  EXPECT_EQ(fresh.stats().corrupt_removed, 1u);
+  EXPECT_EQ(out.image, mine.image);
+}
+
+// Metadata of the wrong JSON types (a hand-edited or foreign entry) is rebuilt, never fatal.
+TEST_F(BuilderReliability, MetadataOfTheWrongTypesIsRebuiltNotFatal) {
+  const fs::path root = dir_ / "root";
+  const BuildOutcome first = prime(root, sm80_);
+  KernelBuilder b(root, {});
+  auto good = b.cache().load(first.key);
+  ASSERT_TRUE(good.has_value());
+  const std::vector<std::pair<std::string, nlohmann::json>> damage = {
+      {"log", 5}, {"resources", "none"}, {"target", nullptr}, {"key_record", 1}};
+  for (const auto& [field, value] : damage) {
+    cache::CacheEntry bad = *good;
+    bad.metadata[field] = value;
+    ASSERT_TRUE(b.cache().remove(first.key));
+    ASSERT_TRUE(b.cache().publish(first.key, bad));
+    KernelBuilder fresh(root, {});
+    BuildOutcome out;
+    ASSERT_NO_THROW(out = fresh.build(source_, sm80_)) << field;
+    EXPECT_FALSE(out.from_cache) << field;
+    EXPECT_EQ(out.image, first.image) << field;
+    EXPECT_TRUE(fresh.build(source_, sm80_).from_cache) << field << ": the rebuilt entry is served";
+  }
+  cache::CacheEntry bad = *good;
+  bad.metadata["resources"]["registers"] = "many";
+  ASSERT_TRUE(b.cache().remove(first.key));
+  ASSERT_TRUE(b.cache().publish(first.key, bad));
+  KernelBuilder fresh(root, {});
+  EXPECT_FALSE(fresh.build(source_, sm80_).from_cache);
+}
+
+TEST_F(BuilderReliability, ACubinOfAnUnknownElfAbiIsNeverServed) {
+  const fs::path root = dir_ / "root";
+  const BuildOutcome first = prime(root, sm80_);
+  KernelBuilder b(root, {});
+  auto e = b.cache().load(first.key);
+  ASSERT_TRUE(e.has_value());
+  e->binary.at(8) = std::byte{0x2a};  // EI_ABIVERSION: no SM can be read from e_flags
+  ASSERT_TRUE(b.cache().remove(first.key));
+  ASSERT_TRUE(b.cache().publish(first.key, *e));
+  KernelBuilder fresh(root, {});
+  EXPECT_FALSE(fresh.build(source_, sm80_).from_cache);
+  EXPECT_EQ(fresh.stats().corrupt_removed, 1u);
+}
+
+TEST_F(BuilderReliability, NoLockFileOutlivesItsBuild) {
+  const fs::path root = dir_ / "root";
+  prime(root, sm80_);
+  prime(root, sm90a_);
+  std::size_t locks = 0;
+  for ([[maybe_unused]] const auto& f : fs::directory_iterator(root / "v1" / "locks")) ++locks;
+  EXPECT_EQ(locks, 0u);
 }
 
 TEST_F(BuilderReliability, PrewarmedLayerIsReadFirstAndNeverWritten) {

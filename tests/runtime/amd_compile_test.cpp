@@ -3,11 +3,15 @@
 // its refusals, and the cache's wrong-target guard for AMD code objects.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "compiler/amd_code_object.h"
 #include "compiler/amd_compilers.h"
+#include "generator/embedded_templates.h"
 #include "generator/registry.h"
 #include "jit/warm.h"
 
@@ -73,6 +77,34 @@ TEST(AmdCompile, HiprtcRefusesATargetItsRocmDoesNotKnowInsteadOfAborting) {
     EXPECT_NE(std::string(e.what()).find("gfx90a"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("gfx942"), std::string::npos) << e.what();
   }
+}
+
+// Another local user may create the shared path earlier versions wrote the templates to, with
+// headers of their own: clang must never include them (issue: planted device code).
+TEST(AmdCompile, APlantedTemplateTreeInTheTempDirectoryIsNeverIncluded) {
+  if (!have_clang()) GTEST_SKIP() << amd_clang_description();
+  namespace fs = std::filesystem;
+  const fs::path tmp = fs::temp_directory_path() / ("kgen-planted-" + std::to_string(::getpid()));
+  fs::remove_all(tmp);
+  const fs::path planted = tmp / ("kgen-templates-" + std::string(generator::templates_digest()).substr(0, 16));
+  fs::create_directories(planted / "kgen_device" / "core");
+  std::ofstream(planted / ".complete") << "";
+  std::ofstream(planted / "kgen_device" / "core" / "warp.cuh") << "#error planted header included\n";
+  const char* saved = std::getenv("TMPDIR");
+  const std::string saved_value = saved ? saved : "";
+  ::setenv("TMPDIR", tmp.c_str(), 1);
+  const Target gfx942 = *parse_target("gfx942");
+  EXPECT_NO_THROW(amd_clang_compiler().compile(small_kernel(), gfx942));
+  saved ? ::setenv("TMPDIR", saved_value.c_str(), 1) : ::unsetenv("TMPDIR");
+  // The compile's own tree is private: nothing of it was left at a predictable name.
+  std::size_t trees = 0;
+  for (const auto& e : fs::directory_iterator(tmp))
+    if (e.path().filename().string().starts_with("kgen-templates-") && e.path() != planted) {
+      ++trees;
+      EXPECT_EQ(fs::status(e.path()).permissions() & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
+    }
+  EXPECT_EQ(trees, 1u);
+  fs::remove_all(tmp);
 }
 
 TEST(AmdCompile, ReportsCompilerErrorsWithTheLogFromBothBackends) {
