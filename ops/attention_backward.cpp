@@ -73,6 +73,13 @@ AttentionBackwardParams base_params(const AttentionBackwardCall& call, const Ten
   return p;
 }
 
+// A workspace size is arithmetic on q's shape alone (no data pointer, strides or device), for
+// the shapes a call can serve: within the launch limits and head_dim <= kMaxHeadDim.
+void check_workspace_query(const TensorView& q) {
+  check_tensor_shape(q, "q", 4);
+  check_head_dim(q);
+}
+
 std::size_t stat_rows(const TensorView& q) {
   return static_cast<std::size_t>(q.shape[0]) * q.shape[1] * q.shape[2];
 }
@@ -243,7 +250,7 @@ AttentionBackwardConfig choose_attention_double_backward_config(const AttentionB
 }
 
 std::size_t attention_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options) {
-  if (q.ndim != 4) invalid_argument("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
+  check_workspace_query(q);
   return backward_workspace_bytes(q, !options.deterministic);
 }
 
@@ -299,7 +306,7 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
 }
 
 std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions&) {
-  if (q.ndim != 4) invalid_argument("q: expected 4 dimensions, got " + std::to_string(q.ndim) + " " + shape_string(q));
+  check_workspace_query(q);
   return 4 * Workspace::aligned(stat_rows(q) * 4);
 }
 

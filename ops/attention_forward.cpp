@@ -63,9 +63,16 @@ TensorView make_contiguous_view(void* data, DType dtype, int ndim, const std::in
   for (int i = ndim - 1; i >= 0; --i) {
     t.shape[i] = shape[i];
     t.strides[i] = stride;
-    stride *= shape[i];
+    // Wraps (never overflows) on a shape that the operators' check_shape then rejects.
+    stride = static_cast<std::int64_t>(static_cast<std::uint64_t>(stride) * static_cast<std::uint64_t>(shape[i]));
   }
   return t;
+}
+
+void check_head_dim(const TensorView& q) {
+  if (q.shape[3] > kMaxHeadDim)
+    invalid_argument("q: head_dim=" + std::to_string(q.shape[3]) + " is unsupported (kgen serves head_dim <= " +
+                     std::to_string(kMaxHeadDim) + ")");
 }
 
 AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
@@ -90,8 +97,7 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   for (int i = 0; i < 4; ++i)
     if (o.shape[i] != q.shape[i]) invalid_argument("o: shape " + shape_string(o) + " differs from q " + shape_string(q));
   if (hq % hkv) invalid_argument("k: heads_kv=" + std::to_string(hkv) + " does not divide q's heads=" + std::to_string(hq));
-  if (d > kMaxHeadDim)
-    invalid_argument("q: head_dim=" + std::to_string(d) + " is unsupported (kgen serves head_dim <= " + std::to_string(kMaxHeadDim) + ")");
+  check_head_dim(q);
   if (lse) {
     check_tensor(*lse, "lse", 3);
     if (lse->dtype != DType::f32) invalid_argument("lse: dtype must be fp32");

@@ -18,6 +18,9 @@ struct AttentionForwardCall {
   int device = 0;
 };
 
+// Throws Error(invalid_argument) naming q when its head_dim (q.shape[3]) is above kMaxHeadDim.
+void check_head_dim(const TensorView& q);
+
 // Checks the tensors and options; throws Error(invalid_argument) naming the argument.
 AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
                                                 const TensorView& v, const TensorView& o,

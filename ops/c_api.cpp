@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kgen/kgen.hpp"
+#include "ops/tensor_checks.h"
 
 namespace {
 
@@ -33,12 +34,16 @@ kgen::TensorView to_view(const DLTensor* t, const char* name) {
                                               std::to_string(t->device.device_type) + ")");
   if (t->ndim < 1 || t->ndim > 4)
     throw Error(Status::invalid_argument, std::string(name) + ": " + std::to_string(t->ndim) + " dimensions are not supported");
+  if (!t->shape) throw Error(Status::invalid_argument, std::string(name) + ": shape pointer is null");
   v.ndim = t->ndim;
   v.device = t->device.device_id;
-  v.data = static_cast<char*>(t->data) + t->byte_offset;
+  // A null data pointer stays null whatever byte_offset says, so that check_view names it.
+  v.data = t->data ? static_cast<char*>(t->data) + t->byte_offset : nullptr;
+  for (int i = 0; i < t->ndim; ++i) v.shape[i] = t->shape[i];
+  // Sizes >= 1 and a bounded element count, so the compact strides below cannot overflow.
+  kgen::check_shape(v, name, v.ndim);
   std::int64_t stride = 1;
   for (int i = t->ndim - 1; i >= 0; --i) {
-    v.shape[i] = t->shape[i];
     v.strides[i] = t->strides ? t->strides[i] : stride;
     stride *= t->shape[i];
   }

@@ -21,18 +21,35 @@ constexpr std::int64_t kMaxExactPosition = 1LL << 24;  // positions stay exact i
 std::string dtype_text(DType t) { return std::string(dtype_name(t)); }
 
 // The (batch, heads, n, width) view of a 4-d tensor, or of a 3-d (batch, n, width) one as a
-// single head.
-TensorView logical4(const TensorView& t, const char* name) {
-  if (t.ndim == 4) {
-    check_view(t, name, 4);
-    return t;
-  }
-  check_view(t, name, 3);
+// single head; reads only ndim, shape and strides.
+TensorView as4(const TensorView& t) {
+  if (t.ndim == 4) return t;
   TensorView v = t;
   v.ndim = 4;
   v.shape[0] = t.shape[0], v.shape[1] = 1, v.shape[2] = t.shape[1], v.shape[3] = t.shape[2];
   v.strides[0] = t.strides[0], v.strides[1] = 0, v.strides[2] = t.strides[1], v.strides[3] = t.strides[2];
   return v;
+}
+
+// as4 of a tensor that passes check_view.
+TensorView logical4(const TensorView& t, const char* name) {
+  check_view(t, name, t.ndim == 4 ? 4 : 3);
+  return as4(t);
+}
+
+// x's ndim, sizes, head dim and kgen's launch limits (its shape only): what every lrpe call and
+// workspace size needs of x.
+void check_x_shape(const TensorView& x_in) {
+  if (x_in.ndim != 3 && x_in.ndim != 4)
+    invalid_argument("x: expected (batch, heads, n, d) or (batch, n, d), got " + std::to_string(x_in.ndim) + " dimensions");
+  check_shape(x_in, "x", x_in.ndim);
+  const TensorView x = as4(x_in);
+  const std::int64_t b = x.shape[0], h = x.shape[1], n = x.shape[2], d = x.shape[3];
+  if (d > kLrpeMaxHeadDim)
+    invalid_argument("x: head dim d=" + std::to_string(d) + " is unsupported (kgen serves d <= " +
+                     std::to_string(kLrpeMaxHeadDim) + ")");
+  if (b > kMaxGridYZ || h > kMaxGridYZ || n >= (1LL << 31))
+    invalid_argument("x: shape " + shape_string(x_in) + " exceeds kgen's launch limits (batch, heads <= 65535, n < 2^31)");
 }
 
 void check_like(const TensorView& t, const char* name, const TensorView& x, std::int64_t width, const char* what) {
@@ -107,15 +124,9 @@ LrpeLaunch validate_lrpe(const LrpeRequest& r, const TensorView& x_in, const Ten
   const bool fwd = r.direction == LrpeDirection::forward;
   if (static_cast<int>(r.act) < 0 || static_cast<int>(r.act) > static_cast<int>(LrpeAct::softmax_seq))
     invalid_argument("act: unknown activation " + std::to_string(static_cast<int>(r.act)));
-  if (x_in.ndim != 3 && x_in.ndim != 4)
-    invalid_argument("x: expected (batch, heads, n, d) or (batch, n, d), got " + std::to_string(x_in.ndim) + " dimensions");
+  check_x_shape(x_in);
   const TensorView x = logical4(x_in, "x");
   const std::int64_t b = x.shape[0], h = x.shape[1], n = x.shape[2], d = x.shape[3];
-  if (d > kLrpeMaxHeadDim)
-    invalid_argument("x: head dim d=" + std::to_string(d) + " is unsupported (kgen serves d <= " +
-                     std::to_string(kLrpeMaxHeadDim) + ")");
-  if (b > kMaxGridYZ || h > kMaxGridYZ || n >= (1LL << 31))
-    invalid_argument("x: shape " + shape_string(x_in) + " exceeds kgen's launch limits (batch, heads <= 65535, n < 2^31)");
   TensorView d_o;
   if (!fwd) {
     if (!d_o_in) invalid_argument("d_o: is null");
@@ -160,8 +171,8 @@ LrpeLaunch validate_lrpe(const LrpeRequest& r, const TensorView& x_in, const Ten
   p.batch = l.shape.batch, p.heads = l.shape.heads, p.n = l.shape.n, p.d = l.shape.d;
 
   if (!md) {
-    const std::int64_t magnitude = r.offset < 0 ? -r.offset : r.offset;
-    if (magnitude >= kMaxExactPosition - n)
+    // Compared without negating the offset, which would overflow for INT64_MIN.
+    if (r.offset >= kMaxExactPosition - n || r.offset <= n - kMaxExactPosition)
       invalid_argument("offset: |offset| + n must stay below 2^24 (positions are exact fp32 integers), got offset " +
                        std::to_string(r.offset) + " with n=" + std::to_string(n));
     if (angles) invalid_argument("angles: the angle cache exists for md_lrpe_cosine only");
@@ -301,9 +312,9 @@ void md_lrpe_cosine_backward(const TensorView& x, const TensorView& theta, const
 }
 
 std::size_t lrpe_workspace_bytes(const TensorView& x, LrpeAct act, bool backward) {
+  check_x_shape(x);
   if (act != LrpeAct::softmax_seq) return 0;
-  if (x.ndim != 3 && x.ndim != 4) invalid_argument("x: expected (batch, heads, n, d) or (batch, n, d)");
-  const TensorView v = logical4(x, "x");
+  const TensorView v = logical4(x, "x");  // the device's SM count bounds the splits
   LrpeShape shape{static_cast<int>(v.shape[0]), static_cast<int>(v.shape[1]), static_cast<int>(v.shape[2]),
                   static_cast<int>(v.shape[3])};
   LrpeLaunchPlan bound;

@@ -1,5 +1,6 @@
 #include "ops/tensor_checks.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
 
@@ -15,24 +16,41 @@ void invalid_argument(const std::string& message) { throw Error(Status::invalid_
 std::string shape_string(const TensorView& t) {
   std::ostringstream s;
   s << "(";
-  for (int i = 0; i < t.ndim; ++i) s << (i ? ", " : "") << t.shape[i];
+  for (int i = 0; i < std::min(t.ndim, 4); ++i) s << (i ? ", " : "") << t.shape[i];
   s << ")";
   return s.str();
+}
+
+void check_shape(const TensorView& t, const char* name, int ndim) {
+  const std::string n(name);
+  if (t.ndim != ndim)
+    invalid_argument(n + ": expected " + std::to_string(ndim) + " dimensions, got " + std::to_string(t.ndim) + " " +
+                     shape_string(t));
+  std::int64_t elements = 1;
+  for (int i = 0; i < ndim; ++i) {
+    if (t.shape[i] <= 0)
+      invalid_argument(n + ": dimension " + std::to_string(i) + " is " + std::to_string(t.shape[i]) +
+                       (t.shape[i] ? " (sizes must be positive)" : " (empty tensors are not supported)"));
+    if (__builtin_mul_overflow(elements, t.shape[i], &elements) || elements > kMaxElements)
+      invalid_argument(n + ": shape " + shape_string(t) + " has more than 2^56 elements");
+  }
 }
 
 void check_view(const TensorView& t, const char* name, int ndim) {
   const std::string n(name);
   if (!t.data) invalid_argument(n + ": data pointer is null");
   if (t.device < 0) invalid_argument(n + ": tensor is in host memory; kgen needs CUDA device memory");
-  if (t.ndim != ndim)
-    invalid_argument(n + ": expected " + std::to_string(ndim) + " dimensions, got " + std::to_string(t.ndim) + " " +
-                     shape_string(t));
+  check_shape(t, name, ndim);
+  // The byte offset of the last element; its sum of products must not overflow.
+  std::int64_t last = 0;
   for (int i = 0; i < ndim; ++i) {
-    if (t.shape[i] <= 0)
-      invalid_argument(n + ": dimension " + std::to_string(i) + " is " + std::to_string(t.shape[i]) +
-                       " (empty tensors are not supported)");
     if (t.strides[i] < 0) invalid_argument(n + ": negative strides are not supported");
+    std::int64_t step = 0;
+    if (__builtin_mul_overflow(t.shape[i] - 1, t.strides[i], &step) || __builtin_add_overflow(last, step, &last))
+      invalid_argument(n + ": strides reach past 2^63 elements");
   }
+  if (__builtin_mul_overflow(last, std::int64_t{dtype_bytes(t.dtype)}, &last))
+    invalid_argument(n + ": strides reach past 2^63 bytes");
   if (t.shape[ndim - 1] > 1 && t.strides[ndim - 1] != 1)
     invalid_argument(n + ": the last dimension must be contiguous (stride 1), got stride " +
                      std::to_string(t.strides[ndim - 1]));
@@ -40,11 +58,16 @@ void check_view(const TensorView& t, const char* name, int ndim) {
     invalid_argument(n + ": data pointer is not aligned to its element size");
 }
 
-void check_tensor(const TensorView& t, const char* name, int ndim) {
-  check_view(t, name, ndim);
+void check_tensor_shape(const TensorView& t, const char* name, int ndim) {
+  check_shape(t, name, ndim);
   if (t.shape[0] > kMaxGridYZ || t.shape[1] > kMaxGridYZ || t.shape[2] > (1LL << 31) - 1)
     invalid_argument(std::string(name) + ": shape " + shape_string(t) +
-                     " exceeds kgen's launch limits (batch, heads <= 65535)");
+                     " exceeds kgen's launch limits (batch, heads <= 65535, n < 2^31)");
+}
+
+void check_tensor(const TensorView& t, const char* name, int ndim) {
+  check_view(t, name, ndim);
+  check_tensor_shape(t, name, ndim);
 }
 
 bool aligned16(const TensorView& t) {

@@ -164,5 +164,112 @@ TEST(CApi, ReportsStatusAndMessage) {
   EXPECT_STREQ(kgen_version(), kgen::version());
 }
 
+// The message of the last call starts with `name` (an argument: "q:", "bytes:").
+void expect_names(const char* name) {
+  EXPECT_EQ(std::string(kgen_last_error()).rfind(name, 0), 0u) << "message should start with '" << name << "': "
+                                                              << kgen_last_error();
+}
+
+TEST(CApi, NullShapeAndDataPointersAreInvalidArgumentsNotCrashes) {
+  std::int64_t qs[4] = {1, 2, 16, 64};
+  DLTensor q = dl(fake(0x1000), kDLBfloat, 16, 4, qs), k = q, v = q, o = q;
+  DLTensor no_shape = q;
+  no_shape.shape = nullptr;
+  EXPECT_EQ(kgen_attention_forward(&no_shape, &k, &v, &o, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("q:");
+  EXPECT_EQ(kgen_attention_forward(&q, &k, &v, &no_shape, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("o:");
+  std::size_t bytes = 0;
+  EXPECT_EQ(kgen_attention_backward_workspace_bytes(&no_shape, nullptr, 0, &bytes), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("q:");
+  EXPECT_EQ(kgen_lrpe_workspace_bytes(&no_shape, KGEN_LRPE_ACT_NONE, 0, &bytes), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("x:");
+  // A null data pointer stays null with a byte offset.
+  DLTensor no_data = q;
+  no_data.data = nullptr;
+  no_data.byte_offset = 4096;
+  EXPECT_EQ(kgen_attention_forward(&q, &no_data, &v, &o, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("k:");
+  no_data.byte_offset = 0;
+  EXPECT_EQ(kgen_attention_forward(&q, &k, &no_data, &o, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("v:");
+}
+
+TEST(CApi, NegativeAndOverflowingDimensionsAreNamedAsSuch) {
+  std::int64_t qs[4] = {1, 2, 16, 64}, negative[4] = {1, 2, -16, 64}, huge[4] = {1LL << 40, 1LL << 40, 1LL << 40, 64};
+  DLTensor q = dl(fake(0x1000), kDLBfloat, 16, 4, qs), k = q, v = q, o = q;
+  DLTensor bad = dl(fake(0x1000), kDLBfloat, 16, 4, negative);
+  EXPECT_EQ(kgen_attention_forward(&bad, &k, &v, &o, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("q: dimension 2 is -16");
+  bad.shape = huge;  // compact strides would overflow int64
+  EXPECT_EQ(kgen_attention_forward(&q, &bad, &v, &o, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("k: shape");
+  EXPECT_NE(std::string(kgen_last_error()).find("2^56 elements"), std::string::npos) << kgen_last_error();
+  // Explicit strides whose last element lies past 2^63 bytes.
+  std::int64_t strides[4] = {1, 1LL << 62, 64, 1};  // the second head 2^62 elements (2^63 bytes) in
+  DLTensor strided = dl(fake(0x1000), kDLBfloat, 16, 4, qs);
+  strided.strides = strides;
+  EXPECT_EQ(kgen_attention_forward(&q, &k, &v, &strided, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("o: strides reach past");
+  DLTensor zero_d = dl(fake(0x1000), kDLBfloat, 16, 0, qs);
+  EXPECT_EQ(kgen_attention_forward(&zero_d, &k, &v, &o, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  expect_names("q:");
+}
+
+// A size that no call can use is an error, not a number: 1.8e19 bytes for a negative dim, or a
+// size for a shape past the launch limits or the head dims kgen serves.
+TEST(CApi, WorkspaceSizesFailOnShapesNoCallServes) {
+  std::size_t bytes = 0;
+  std::int64_t good[4] = {2, 8, 1024, 64};
+  DLTensor q = dl(fake(0x1000), kDLBfloat, 16, 4, good);
+  for (int dbl : {0, 1}) {
+    bytes = 0;
+    EXPECT_EQ(kgen_attention_backward_workspace_bytes(&q, nullptr, dbl, &bytes), KGEN_OK) << kgen_last_error();
+    EXPECT_GT(bytes, 0u);
+    EXPECT_LT(bytes, 1u << 30);
+  }
+  std::int64_t bad_shapes[][4] = {{2, 8, -1024, 64}, {-1, 8, 1024, 64}, {2, 8, 1024, 0},
+                                  {65536, 8, 1024, 64},           // batch past the grid's 65535
+                                  {2, 8, 1LL << 31, 64},          // n past 2^31 - 1
+                                  {2, 8, 1024, 1LL << 40},        // head_dim
+                                  {65535, 65535, (1LL << 31) - 1, 256}};  // 2^71 elements
+  for (auto& shape : bad_shapes) {
+    q.shape = shape;
+    for (int dbl : {0, 1}) {
+      bytes = 7;
+      EXPECT_EQ(kgen_attention_backward_workspace_bytes(&q, nullptr, dbl, &bytes), KGEN_ERROR_INVALID_ARGUMENT)
+          << shape[0] << " " << shape[1] << " " << shape[2] << " " << shape[3] << ": " << bytes;
+      expect_names("q:");
+      EXPECT_EQ(bytes, 7u) << "nothing written on failure";
+    }
+  }
+  // lrpe: checked whatever the act (the size is 0 without softmax over the sequence).
+  std::int64_t lrpe_bad[][4] = {{2, 8, -1024, 64}, {2, 8, 1024, 512}, {70000, 1, 16, 64}, {1, 1, 1LL << 31, 64}};
+  for (auto& shape : lrpe_bad) {
+    DLTensor x = dl(fake(0x1000), kDLBfloat, 16, 4, shape);
+    for (int act : {KGEN_LRPE_ACT_NONE, KGEN_LRPE_ACT_SOFTMAX_SEQ}) {
+      bytes = 7;
+      EXPECT_EQ(kgen_lrpe_workspace_bytes(&x, act, 1, &bytes), KGEN_ERROR_INVALID_ARGUMENT) << shape[2] << " " << act;
+      expect_names("x:");
+    }
+  }
+}
+
+TEST(AttentionBackwardApi, WorkspaceSizesCheckTheShapeWithoutReadingData) {
+  std::int64_t shape[4] = {2, 8, 1024, 64};
+  TensorView q = make_contiguous_view(nullptr, DType::bf16, 4, shape, -1);  // shape alone: no data, no device
+  EXPECT_GT(attention_backward_workspace_bytes(q, {}), 0u);
+  q.shape[2] = -5;
+  EXPECT_THROW(attention_backward_workspace_bytes(q, {}), Error);
+  q.shape[2] = 1024, q.ndim = 7;  // shape_string must not read past shape[3]
+  try {
+    attention_double_backward_workspace_bytes(q, {});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::invalid_argument);
+    EXPECT_EQ(std::string(e.what()).rfind("q: expected 4 dimensions, got 7", 0), 0u) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kgen

@@ -4,6 +4,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <cstdint>
 #include <functional>
 
 #include "kgen/c_api.h"
@@ -82,6 +83,16 @@ TEST(LrpeApi, RejectsBadArgumentsNamingThem) {
   expect_invalid([](Call& c) { c.use_md = true, c.with_angles = true, c.angles.dtype = DType::bf16; }, "angles:");
   expect_invalid([](Call& c) { c.use_md = true, c.md.config = "sp:t256:r4:v8:cache"; }, "config:");
   expect_invalid([](Call& c) { c.use_md = true, c.with_angles = true, c.md.config = "sp:t256:r4:v8"; }, "config:");
+}
+
+// Sizes and offsets at the ends of their types: refused by name, never overflowed into range.
+TEST(LrpeApi, ExtremeShapesAndOffsetsAreRefused) {
+  expect_invalid([](Call& c) { c.options.offset = INT64_MIN; }, "offset:");
+  expect_invalid([](Call& c) { c.options.offset = INT64_MAX; }, "offset:");
+  expect_invalid([](Call& c) { c.options.offset = -(1 << 24); }, "offset:");
+  expect_invalid([](Call& c) { c.x.shape[2] = -30; }, "x: dimension 2 is -30");
+  expect_invalid([](Call& c) { c.x.shape[0] = 1LL << 62, c.x.shape[1] = 1LL << 62; }, "x: shape");
+  expect_invalid([](Call& c) { c.x.strides[0] = INT64_MAX; }, "x: strides reach past");
 }
 
 TEST(LrpeApi, ValidCallsWithoutAGpuFailWithNoDevice) {
