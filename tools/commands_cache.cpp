@@ -8,23 +8,25 @@
 #include "base/size.h"
 #include "cache/archive.h"
 #include "cache/binary_cache.h"
+#include "cache/fs_guard.h"
 #include "tools/commands.h"
 
 namespace kgen::cli {
 namespace {
 
-// Why `root` cannot serve `kgen cache <command>` (nullopt when it can): it must be a directory
-// whose entries can be read. With `create` (import), a missing root is created first.
+// Why `root` cannot serve `kgen cache <command>` (nullopt when it can): it must be a readable
+// directory that the cache's rules accept (cache/fs_guard.h: owned by this user or root, not
+// writable by others). With `create` (import), a missing root is created first, private.
 std::optional<std::string> unusable_root(const std::filesystem::path& root, bool create) {
+  constexpr cache::DirRule kRootRule{.follow_link = true, .root_may_own = true};
   std::error_code ec;
-  if (create && !std::filesystem::exists(root, ec) && !ec && !std::filesystem::create_directories(root, ec) && ec)
-    return "cache root '" + root.string() + "' cannot be created: " + ec.message();
-  const auto status = std::filesystem::status(root, ec);
-  if (status.type() == std::filesystem::file_type::not_found) return "cache root '" + root.string() + "' does not exist";
-  if (ec) return "cache root '" + root.string() + "' cannot be read: " + ec.message();
-  if (!std::filesystem::is_directory(status)) return "cache root '" + root.string() + "' is not a directory";
+  if (create && !root.parent_path().empty()) std::filesystem::create_directories(root.parent_path(), ec);
+  if (!create && std::filesystem::status(root, ec).type() == std::filesystem::file_type::not_found)
+    return "cache root " + root.string() + " does not exist";
+  const std::string why = create ? cache::ensure_directory(root, kRootRule) : cache::check_directory(root, kRootRule);
+  if (!why.empty()) return "cache root " + why;
   std::filesystem::directory_iterator entries(root, ec);
-  if (ec) return "cache root '" + root.string() + "' cannot be read: " + ec.message();
+  if (ec) return "cache root " + root.string() + " cannot be read: " + ec.message();
   return std::nullopt;
 }
 

@@ -54,17 +54,20 @@ expect 2 "variant: empty value" -- inspect --op attention_bwd --variant ''
 # Cache roots: missing, a regular file, unreadable.
 for cmd in ls stat verify clear "gc --max-bytes 1G" "export $scratch/out.kgenarc"; do
   # shellcheck disable=SC2086
-  expect 1 "cache root '$scratch/missing' does not exist" -- cache --cache-dir "$scratch/missing" $cmd
+  expect 1 "cache root $scratch/missing does not exist" -- cache --cache-dir "$scratch/missing" $cmd
   # shellcheck disable=SC2086
-  expect 1 "cache root '$scratch/one.jsonl' is not a directory" -- cache --cache-dir "$scratch/one.jsonl" $cmd
+  expect 1 "cache root $scratch/one.jsonl is not a directory" -- cache --cache-dir "$scratch/one.jsonl" $cmd
 done
 [ -e "$scratch/missing" ] && { echo "FAIL: a cache command created the missing root"; fails=$((fails + 1)); }
 expect 0 "exported 1 entries" -- cache --cache-dir "$cache" export "$scratch/a.kgenarc"
-expect 1 "cache root '$scratch/one.jsonl' is not a directory" -- cache --cache-dir "$scratch/one.jsonl" import "$scratch/a.kgenarc"
-expect 0 "imported 1 entries" -- cache --cache-dir "$scratch/new" import "$scratch/a.kgenarc"
+expect 1 "cache root $scratch/one.jsonl is not a directory" -- cache --cache-dir "$scratch/one.jsonl" import "$scratch/a.kgenarc"
+expect 0 "imported 1 entries" -- cache --cache-dir "$scratch/new/root" import "$scratch/a.kgenarc"
+expect 0 "entries 1, corrupt 0" -- cache --cache-dir "$scratch/new/root" verify
+chmod 777 "$scratch/new/root"
+expect 1 "cache root $scratch/new/root is writable by every user" -- cache --cache-dir "$scratch/new/root" ls
 if [ "$(id -u)" != 0 ]; then  # root reads any directory
   mkdir "$scratch/locked" && chmod 000 "$scratch/locked"
-  expect 1 "cache root '$scratch/locked' cannot be read" -- cache --cache-dir "$scratch/locked" ls
+  expect 1 "cache root $scratch/locked cannot be read" -- cache --cache-dir "$scratch/locked" ls
   chmod 700 "$scratch/locked"
 fi
 [ "$fails" = 0 ] && echo "all input validation checks passed"
