@@ -11,6 +11,7 @@
 #include "generator/embedded_templates.h"
 #include "kgen/types.hpp"
 #include "base/log.h"
+#include "base/size.h"
 
 namespace kgen {
 namespace {
@@ -64,17 +65,7 @@ void route_cache_log() {
   });
 }
 
-std::uint64_t max_bytes_from_env() {
-  const char* v = std::getenv("KGEN_CACHE_MAX_BYTES");
-  if (!v || !*v) return 0;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0') {
-    log(LogLevel::warn, "KGEN_CACHE_MAX_BYTES='" + std::string(v) + "' is not a byte count; no size cap");
-    return 0;
-  }
-  return n;
-}
+std::uint64_t max_bytes_from_env() { return byte_size_from_env("KGEN_CACHE_MAX_BYTES"); }
 
 // Why an entry's metadata cannot be served under a key whose record is `record` (nullopt if it
 // can): it must be an object with the fields this file writes, of the types it writes them with,

@@ -64,6 +64,28 @@ std::optional<std::uint64_t> gc_limit(const std::string& option, int& exit_code)
 
 }  // namespace
 
+namespace {
+
+// A string field of an entry's metadata as it may reach a terminal: control characters and
+// escape sequences written into the entry print as \xNN; "?" when the field is missing or not a
+// string.
+std::string printable_field(const nlohmann::json& metadata, const char* name) {
+  if (!metadata.is_object() || !metadata.contains(name) || !metadata[name].is_string()) return "?";
+  std::string out;
+  for (unsigned char c : metadata[name].get<std::string>()) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 void add_cache_commands(CLI::App& app, int& exit_code) {
   auto* cache_cmd = app.add_subcommand("cache", "Inspect and maintain the on-disk binary cache");
   cache_cmd->require_subcommand(1);
@@ -77,8 +99,8 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
     if (!path) return;
     cache::BinaryCache c(*path);
     for (const auto& e : c.list()) {
-      std::string variant = e.metadata.is_object() ? e.metadata.value("variant", "?") : "?";
-      std::string target = e.metadata.is_object() ? e.metadata.value("target", "?") : "?";
+      const std::string variant = printable_field(e.metadata, "variant");
+      const std::string target = printable_field(e.metadata, "target");
       std::printf("%.16s  %8llu  %-8s %s\n", e.key.c_str(), static_cast<unsigned long long>(e.size_bytes),
                   target.c_str(), variant.c_str());
     }

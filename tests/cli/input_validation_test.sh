@@ -70,5 +70,25 @@ if [ "$(id -u)" != 0 ]; then  # root reads any directory
   expect 1 "cache root $scratch/locked cannot be read" -- cache --cache-dir "$scratch/locked" ls
   chmod 700 "$scratch/locked"
 fi
+# Entry contents never reach the terminal raw: an escape sequence written into an entry's
+# metadata prints escaped in `cache ls`.
+python3 - "$scratch/esc" <<'PY'
+import hashlib, json, os, struct, sys
+key = hashlib.sha256(b"escape").hexdigest()
+meta = json.dumps({"target": "sm_80", "variant": "v\x1b]0;owned\x07\x1b[2J"}).encode()
+body = b"KGEN\x01" + struct.pack("<I", 1)
+for part in (key.encode(), meta, b"\0" * 64):
+    body += struct.pack("<Q", len(part)) + part
+os.makedirs(f"{sys.argv[1]}/v1/{key[:2]}", mode=0o700)
+os.chmod(sys.argv[1], 0o700)
+open(f"{sys.argv[1]}/v1/{key[:2]}/{key}.kgen", "wb").write(body + hashlib.sha256(body).digest())
+PY
+listing=$("$kgen" cache --cache-dir "$scratch/esc" ls)
+if printf '%s' "$listing" | grep -q $'\x1b'; then
+  echo "FAIL: cache ls printed an entry's escape sequence raw"; fails=$((fails + 1))
+elif ! printf '%s' "$listing" | grep -qF 'v\x1b]0;owned\x07\x1b[2J'; then
+  echo "FAIL: cache ls did not print the escaped variant: $listing"; fails=$((fails + 1))
+fi
+
 [ "$fails" = 0 ] && echo "all input validation checks passed"
 exit "$fails"

@@ -303,6 +303,9 @@ TEST_F(BuilderReliability, SizeCapFromTheEnvironment) {
   ::setenv("KGEN_CACHE_MAX_BYTES", "lots", 1);
   KernelBuilder c(dir_ / "root", {});
   EXPECT_EQ(c.layered().max_bytes(), 0u) << "not a number: no cap (and a warning)";
+  ::setenv("KGEN_CACHE_MAX_BYTES", "1G", 1);  // the same parser as `kgen cache gc` (gc read this as 1 byte)
+  KernelBuilder g(dir_ / "root", {});
+  EXPECT_EQ(g.layered().max_bytes(), std::uint64_t{1} << 30);
   ::setenv("KGEN_CACHE_MAX_BYTES", "1", 1);
   KernelBuilder tiny(dir_ / "root", {});
   const BuildOutcome out = tiny.build(source_, sm80_);  // publish, then evicted by the cap
