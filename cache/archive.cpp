@@ -217,6 +217,11 @@ ImportReport import_archive(BinaryCache& cache, const fs::path& archive) {
         report.error = where + ": length runs past the end of the archive (truncated or damaged; import stopped)";
         return report;
       }
+      if (entry_size > kMaxEntryBytes) {
+        report.error = where + ": a member of " + std::to_string(entry_size) +
+                       " bytes is larger than any entry kgen writes (damaged; import stopped)";
+        return report;
+      }
       std::vector<std::byte> entry(entry_size);
       Sha256Digest digest{};
       if (!in.read(reinterpret_cast<char*>(entry.data()), static_cast<std::streamsize>(entry_size)) ||

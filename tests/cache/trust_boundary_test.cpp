@@ -264,5 +264,28 @@ TEST(TrustBoundary, ExportNeverWritesThroughAPlantedLinkAndLeavesNoStagingFile) 
   EXPECT_EQ(import_archive(imported, archive).imported, 1u);
 }
 
+TEST(TrustBoundary, AnArchiveMemberLargerThanAnyEntryIsRefusedBeforeItIsRead) {
+  ScratchDir dir;
+  const fs::path archive = dir.path() / "huge.kgenarc";
+  {
+    std::ofstream out(archive, std::ios::binary);
+    out.write("KGENARC\n", 8);
+    const std::uint32_t version = kArchiveVersion;
+    out.write(reinterpret_cast<const char*>(&version), 4);
+    const std::string key = key_for("huge-member");
+    const std::uint32_t key_size = static_cast<std::uint32_t>(key.size());
+    const std::uint64_t member_size = kMaxEntryBytes + 1;
+    out.put('M');
+    out.write(reinterpret_cast<const char*>(&key_size), 4);
+    out.write(key.data(), static_cast<std::streamsize>(key.size()));
+    out.write(reinterpret_cast<const char*>(&member_size), 8);
+  }
+  fs::resize_file(archive, 2 * kMaxEntryBytes);  // sparse: the claimed bytes "are there"
+  BinaryCache cache(dir.path() / "cache");
+  const ImportReport r = import_archive(cache, archive);
+  EXPECT_NE(r.error.find("larger than any entry"), std::string::npos) << r.error;
+  EXPECT_EQ(r.imported, 0u);
+}
+
 }  // namespace
 }  // namespace kgen::cache
