@@ -695,22 +695,39 @@ std::vector<AttentionShape> attention_backward_default_shapes() {
           AttentionShape{1, 64, 8, 16384, 16384}, AttentionShape{1, 64, 8, 1024, 1024}};
 }
 
+namespace {
+
+// Appends the kernels of `spec`'s defaults for attention_backward_default_shapes() on `target`:
+// both modes, and what serves views without tensor maps in their place.
+void add_backward_defaults(std::vector<KernelSource>& out, const AttentionBackwardSpec& spec, const Target& target) {
+  for (const AttentionShape& shape : attention_backward_default_shapes()) {
+    const auto c = attention_backward_default_config(spec, shape, target, 132);
+    for (bool deterministic : {false, true})
+      for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
+        add_unique(out, render_attention_backward(spec, c, kernel));
+    // TMA loads serve the atomic mode only.
+    const auto without = attention_backward_config_without_tma_loads(spec, c);
+    for (BackwardKernel kernel : attention_backward_kernels(without, false))
+      add_unique(out, render_attention_backward(spec, without, kernel));
+  }
+}
+
+// What `add` appends for each spec of `kgen warm --defaults`: fp16 and bf16,
+// kAttentionDefaultWarmHeadDims, both masks.
+std::vector<KernelSource> default_spec_variants(
+    void (*add)(std::vector<KernelSource>&, const AttentionBackwardSpec&, const Target&), const Target& target) {
+  std::vector<KernelSource> out;
+  for (DType t : {DType::f16, DType::bf16})
+    for (int d : kAttentionDefaultWarmHeadDims)
+      for (bool causal : {false, true}) add(out, {t, d, causal}, target);
+  return out;
+}
+
+}  // namespace
+
 std::vector<KernelSource> attention_backward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
-  // The defaults of both shape classes, and of grouped heads, both modes, and what serves views
-  // without tensor maps in their place.
-  auto add_defaults = [&](const AttentionBackwardSpec& spec) {
-    for (const AttentionShape& shape : attention_backward_default_shapes()) {
-      const auto c = attention_backward_default_config(spec, shape, target, 132);
-      for (bool deterministic : {false, true})
-        for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
-          add_unique(out, render_attention_backward(spec, c, kernel));
-      // TMA loads serve the atomic mode only.
-      const auto without = attention_backward_config_without_tma_loads(spec, c);
-      for (BackwardKernel kernel : attention_backward_kernels(without, false))
-        add_unique(out, render_attention_backward(spec, without, kernel));
-    }
-  };
+  auto add_defaults = [&](const AttentionBackwardSpec& spec) { add_backward_defaults(out, spec, target); };
   // The tile head dims: the whole config space, and the defaults outside it (group splits).
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : {32, 64, 96, 128, 256})
@@ -727,6 +744,10 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
     for (int d : attention_default_only_head_dims())
       for (bool causal : {false, true}) add_defaults({t, d, causal});
   return out;
+}
+
+std::vector<KernelSource> attention_backward_default_variants(const Target& target) {
+  return default_spec_variants(add_backward_defaults, target);
 }
 
 // ---- double backward ----
@@ -1012,6 +1033,20 @@ std::vector<AttentionShape> attention_double_backward_default_shapes() {
   return {AttentionShape{1, 1, 1, 8192, 8192}, AttentionShape{1, 1, 1, 128, 128}};
 }
 
+namespace {
+
+// Appends the kernels of `spec`'s defaults for attention_double_backward_default_shapes() on
+// `target`, without the preprocess kernel (attention_bwd's).
+void add_double_backward_defaults(std::vector<KernelSource>& out, const AttentionBackwardSpec& spec, const Target& target) {
+  for (const AttentionShape& shape : attention_double_backward_default_shapes()) {
+    const auto c = attention_double_backward_default_config(spec, shape, target, 132);
+    for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c))
+      if (kernel != DoubleBackwardKernel::preprocess) add_unique(out, render_attention_double_backward(spec, c, kernel));
+  }
+}
+
+}  // namespace
+
 std::vector<KernelSource> attention_double_backward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
   for (DType t : {DType::f16, DType::bf16, DType::f32})
@@ -1026,18 +1061,13 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
       }
   // Every other tensor-core head dim: the defaults of both shape classes.
   for (DType t : {DType::f16, DType::bf16})
-    for (int d : attention_default_only_head_dims()) {
-      for (bool causal : {false, true})
-        for (const AttentionShape& shape : attention_double_backward_default_shapes()) {
-          const AttentionBackwardSpec spec{t, d, causal};
-          const auto c = attention_double_backward_default_config(spec, shape, target, 132);
-          for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c)) {
-            if (kernel == DoubleBackwardKernel::preprocess) continue;
-            add_unique(out, render_attention_double_backward(spec, c, kernel));
-          }
-        }
-    }
+    for (int d : attention_default_only_head_dims())
+      for (bool causal : {false, true}) add_double_backward_defaults(out, {t, d, causal}, target);
   return out;
+}
+
+std::vector<KernelSource> attention_double_backward_default_variants(const Target& target) {
+  return default_spec_variants(add_double_backward_defaults, target);
 }
 
 }  // namespace kgen

@@ -138,6 +138,10 @@ std::vector<AttentionShape> attention_backward_default_shapes();
 
 // Every kernel of every valid config of every spec, for `kgen warm`.
 std::vector<KernelSource> attention_backward_all_variants(const Target& target);
+// The kernels of the defaults for attention_backward_default_shapes() of fp16 and bf16,
+// kAttentionDefaultWarmHeadDims and both masks, in both modes and without TMA loads (`kgen warm
+// --defaults`).
+std::vector<KernelSource> attention_backward_default_variants(const Target& target);
 
 // ---- attention_double_bwd (docs/attention.md §4) ----
 // A call runs preprocess (the backward's), then q_stats (r, c; query-major), then fused: the
@@ -179,6 +183,9 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
 std::vector<AttentionShape> attention_double_backward_default_shapes();
 
 std::vector<KernelSource> attention_double_backward_all_variants(const Target& target);
+// The kernels of the defaults for attention_double_backward_default_shapes() of fp16 and bf16,
+// kAttentionDefaultWarmHeadDims and both masks (`kgen warm --defaults`).
+std::vector<KernelSource> attention_double_backward_default_variants(const Target& target);
 
 // Query-major dQ kernel tile of the deterministic fa2 backward (block_m, block_n, warps).
 struct DqTile {

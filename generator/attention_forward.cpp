@@ -529,31 +529,55 @@ std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwar
   return out;
 }
 
+namespace {
+
+// Appends the kernels of `c` for `spec` whose variant names are not in `out` yet.
+void add_forward_kernels(std::vector<KernelSource>& out, const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
+  for (KernelSource& k : render_attention_forward_kernels(spec, c))
+    if (std::ranges::none_of(out, [&](const KernelSource& e) { return e.variant == k.variant; })) out.push_back(std::move(k));
+}
+
+}  // namespace
+
 std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
-  std::vector<std::string> seen;
-  auto add = [&](const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
-    for (KernelSource& k : render_attention_forward_kernels(spec, c)) {
-      if (std::ranges::find(seen, k.variant) != seen.end()) continue;
-      seen.push_back(k.variant);
-      out.push_back(std::move(k));
-    }
-  };
+  auto add = [&](const AttentionForwardSpec& spec, const AttentionForwardConfig& c) { add_forward_kernels(out, spec, c); };
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : kAttentionWarmHeadDims)
       for (bool causal : {false, true}) {
         AttentionForwardSpec spec{t, d, causal};
         for (const auto& c : attention_forward_config_space(spec, target)) add(spec, c);
       }
-  // Every other tensor-core head dim: the defaults of each shape class (a machine-filling grid,
-  // one too small to fill it once, and a decode-like call, non-causal: packed GQA decode is).
+  // Every other tensor-core head dim: the defaults of each shape class (machine-filling grids at
+  // each key count where the default changes its tiles, one too small to fill the machine once,
+  // and a decode-like call, non-causal: packed GQA decode is).
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims()) {
-      for (bool causal : {false, true})
-        for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 128, 128}})
-          add({t, d, causal}, attention_forward_default_config({t, d, causal}, shape, target, 132));
+      for (bool causal : {false, true}) {
+        for (int n : {1024, 2048, 4096, 8192, 16384})
+          add({t, d, causal}, attention_forward_default_config({t, d, causal}, {16384 / n, 16, 16, n, n}, target, 132));
+        add({t, d, causal}, attention_forward_default_config({t, d, causal}, {1, 1, 1, 128, 128}, target, 132));
+      }
       add({t, d, false}, attention_forward_default_config({t, d, false}, AttentionShape{1, 8, 8, 4, 4096}, target, 132));
     }
+  return out;
+}
+
+std::vector<KernelSource> attention_forward_default_variants(const Target& target) {
+  // Training and prefill grids (b·n = 16k query rows of 16 heads) at each key count where the
+  // default changes its tiles, a grid too small to fill the machine, and a decode-like call.
+  std::vector<AttentionShape> shapes;
+  for (int n : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({16384 / n, 16, 16, n, n});
+  shapes.push_back({1, 1, 1, 128, 128});
+  shapes.push_back({1, 8, 8, 4, 4096});
+  std::vector<KernelSource> out;
+  for (DType t : {DType::f16, DType::bf16})
+    for (int d : kAttentionDefaultWarmHeadDims)
+      for (bool causal : {false, true})
+        for (const AttentionShape& shape : shapes) {
+          const AttentionForwardSpec spec{t, d, causal};
+          add_forward_kernels(out, spec, attention_forward_default_config(spec, shape, target, 132));
+        }
   return out;
 }
 

@@ -60,6 +60,12 @@ struct AttentionForwardConfig {
 inline constexpr int kAttentionWarmHeadDims[] = {32, 64, 96, 128, 256};
 // The other tensor-core head dims (multiples of 8 up to 256), built with their defaults only.
 std::vector<int> attention_default_only_head_dims();
+// The head dims whose defaults `kgen warm --defaults` (and `kgen demo` without a GPU) builds for
+// every attention operator: 64 and 128, those of most deployed models. Each more head dim would
+// add about 110 kernels for sm_80 and sm_90a, half again the attention operators' share of the
+// main job's compile time; calls at other head dims compile their kernels on first use. Each is
+// also in kAttentionWarmHeadDims, so every default is a variant that `kgen warm` builds too.
+inline constexpr int kAttentionDefaultWarmHeadDims[] = {64, 128};
 // Appends the template arguments a padded tile needs: HeadDim (the tensors' head dim) when it
 // differs from the tile's or when the kernel splits its columns, then Splits when above 1. Tiles
 // of the exact head dim get neither, so their sources stay as they were.
@@ -133,5 +139,10 @@ std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwar
 // Every (spec, config) that `kgen warm` compiles for `target`: all dtypes, head dims and
 // causal flags, each with its whole config space.
 std::vector<KernelSource> attention_forward_all_variants(const Target& target);
+
+// The kernels the built-in defaults run for a deployment's common calls on `target` (`kgen warm
+// --defaults`): fp16 and bf16, kAttentionDefaultWarmHeadDims, both masks, at machine-filling
+// grids of 1k to 16k keys, a grid too small to fill the machine once, and a decode-like call.
+std::vector<KernelSource> attention_forward_default_variants(const Target& target);
 
 }  // namespace kgen

@@ -291,20 +291,39 @@ KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& c) {
   return k;
 }
 
+namespace {
+
+// Appends the kernel of `c` for `spec` unless a variant of the same name is in `out`.
+void add_lrpe_kernel(std::vector<KernelSource>& out, const LrpeSpec& spec, const LrpeConfig& c) {
+  KernelSource k = render_lrpe(spec, c);
+  if (std::ranges::none_of(out, [&](const KernelSource& e) { return e.variant == k.variant; })) out.push_back(std::move(k));
+}
+
+}  // namespace
+
 std::vector<KernelSource> lrpe_all_variants(LrpeOp op) {
   std::vector<KernelSource> out;
-  std::vector<std::string> seen;
   for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward})
     for (DType t : {DType::f16, DType::bf16, DType::f32})
       for (LrpeAct act : kActs)
         for (bool cache : {false, true}) {
           LrpeSpec spec{op, dir, t, act};
-          for (const auto& c : lrpe_config_space(spec, cache)) {
-            KernelSource k = render_lrpe(spec, c);
-            if (std::ranges::find(seen, k.variant) != seen.end()) continue;
-            seen.push_back(k.variant);
-            out.push_back(std::move(k));
-          }
+          for (const auto& c : lrpe_config_space(spec, cache)) add_lrpe_kernel(out, spec, c);
+        }
+  return out;
+}
+
+std::vector<KernelSource> lrpe_default_variants(LrpeOp op) {
+  std::vector<KernelSource> out;
+  for (LrpeDirection dir : {LrpeDirection::forward, LrpeDirection::backward})
+    for (DType t : {DType::f16, DType::bf16})
+      for (LrpeAct act : kActs)
+        for (bool cache : {false, true}) {
+          const LrpeSpec spec{op, dir, t, act};
+          if (lrpe_config_space(spec, cache).empty()) continue;  // no angle cache for this op
+          // A batch that fills the default's fold (training), and a batch of one (inference).
+          for (int batch : {kLrpeMaxFold, 1})
+            add_lrpe_kernel(out, spec, lrpe_default_config(spec, LrpeShape{batch, 16, 4096, 128}, cache));
         }
   return out;
 }

@@ -127,4 +127,9 @@ KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& config);
 // with its config space (md: with and without the angle cache).
 std::vector<KernelSource> lrpe_all_variants(LrpeOp op);
 
+// The kernels the built-in defaults run for a deployment's common calls (`kgen warm --defaults`):
+// both directions, fp16 and bf16, every act, md with and without the angle cache, at a batch
+// that fills the default's fold and at a batch of one.
+std::vector<KernelSource> lrpe_default_variants(LrpeOp op);
+
 }  // namespace kgen

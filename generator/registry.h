@@ -35,6 +35,10 @@ struct OperatorInfo {
   std::string_view summary;  // one line for --help and show-config
   // Every variant `kgen warm` compiles for a target.
   std::function<std::vector<KernelSource>(const Target&)> all_variants;
+  // The kernels of the built-in defaults a deployment's common calls run on a target (`kgen warm
+  // --defaults`, `kgen demo` without a GPU): fp16 and bf16, the common head dims, both masks and
+  // the shape classes each default chooser tells apart. Each is also one of all_variants.
+  std::function<std::vector<KernelSource>(const Target&)> default_variants;
   // The kernels of `config` (empty: the variant's built-in default for a b=1, h=16, n=4096 shape
   // on 132 SMs) of the variant with key `variant` on `target` (`kgen inspect`).
   std::function<ConfigKernels(const std::string& variant, const std::string& config, const Target&)> config_kernels;
