@@ -9,21 +9,27 @@
 
 namespace kgen {
 
-WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
-                 const WarmProgress& progress, const BuildOptions& build_options) {
+WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, const WarmOptions& options) {
   WarmSummary summary;
   summary.results.resize(items.size());
+  int jobs = options.jobs;
   if (jobs <= 0) jobs = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   jobs = std::min<int>(jobs, std::max<std::size_t>(1, items.size()));
   std::atomic<std::size_t> next{0};
+  std::atomic<bool> cancelled{false};
   std::mutex mutex;
   std::size_t done = 0;
+  const WarmProgress& progress = options.progress;
   auto worker = [&] {
-    for (std::size_t i; (i = next.fetch_add(1)) < items.size();) {
+    while (true) {
+      if (options.cancelled && !cancelled && options.cancelled()) cancelled = true;
+      if (cancelled) return;
+      const std::size_t i = next.fetch_add(1);
+      if (i >= items.size()) return;
       WarmResult r;
       r.item = &items[i];
       try {
-        BuildOutcome b = builder.build(items[i].source, items[i].target, build_options);
+        BuildOutcome b = builder.build(items[i].source, items[i].target, options.build);
         r.ok = true;
         r.from_cache = b.from_cache;
         r.stored = b.stored;
@@ -44,6 +50,7 @@ WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int
   std::vector<std::thread> pool;
   for (int t = 0; t < jobs; ++t) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  summary.cancelled = done < items.size();
   // A size cap below what was warmed evicts entries published earlier in this run.
   for (WarmResult& r : summary.results) {
     if (r.ok && r.stored && !builder.layered().contains(r.key)) {
@@ -56,6 +63,11 @@ WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int
     if (r.ok && !r.stored) ++summary.not_stored;
   }
   return summary;
+}
+
+WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs, const WarmProgress& progress,
+                 const BuildOptions& build_options) {
+  return warm(builder, items, WarmOptions{jobs, progress, build_options, {}});
 }
 
 std::vector<Target> warm_targets(const std::vector<std::string>& archs) {
@@ -82,6 +94,14 @@ std::vector<WarmItem> warm_items(const std::vector<std::string>& ops, const std:
   for (const Target& target : warm_targets(archs))
     for (const OperatorInfo* op : chosen)
       for (auto& src : op->all_variants(target)) items.push_back({std::move(src), target});
+  return items;
+}
+
+std::vector<WarmItem> default_warm_items(const std::vector<std::string>& archs) {
+  std::vector<WarmItem> items;
+  for (const Target& target : warm_targets(archs))
+    for (const OperatorInfo& op : operators())
+      for (auto& src : op.default_variants(target)) items.push_back({std::move(src), target});
   return items;
 }
 

@@ -32,6 +32,9 @@ struct WarmResult {
 
 struct WarmSummary {
   int compiled = 0, cached = 0, failed = 0;
+  // WarmOptions::cancelled stopped the workers before every item was taken: the results of the
+  // items not taken keep item == nullptr.
+  bool cancelled = false;
   // Built (compiled or cached) but not in the cache when warm() returned: the publish failed,
   // or the entry was evicted again. `evicted` counts the latter.
   int not_stored = 0, evicted = 0;
@@ -42,8 +45,19 @@ struct WarmSummary {
 // `result.stored` is the publish's outcome; evictions are known only when warm() returns.
 using WarmProgress = std::function<void(const WarmResult&, std::size_t, std::size_t)>;
 
-// Builds every item through `builder` on `jobs` threads (0 = hardware concurrency), then checks
-// that each built item's entry is still in the cache.
+struct WarmOptions {
+  int jobs = 0;  // threads; 0 = hardware concurrency
+  WarmProgress progress;
+  BuildOptions build;
+  // Asked before each item is taken: once it returns true the workers take no more items and
+  // warm() returns when the builds under way have ended. Called from worker threads.
+  std::function<bool()> cancelled;
+};
+
+// Builds every item through `builder` on `options.jobs` threads, then checks that each built
+// item's entry is still in the cache.
+WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, const WarmOptions& options);
+// The same, with only the thread count, progress and build options.
 WarmSummary warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
                  const WarmProgress& progress = {}, const BuildOptions& build_options = {});
 
@@ -54,5 +68,10 @@ std::vector<Target> warm_targets(const std::vector<std::string>& archs);
 // Every variant of the named operators (all registered ones if `ops` is empty) for each target.
 // Throws Error(invalid_argument) naming an unknown operator or target.
 std::vector<WarmItem> warm_items(const std::vector<std::string>& ops, const std::vector<std::string>& archs);
+
+// The kernels of every registered operator's built-in defaults for each target
+// (OperatorInfo::default_variants): what a deployment's common calls run, a small part of
+// warm_items({}, archs). Throws Error(invalid_argument) naming an unknown target.
+std::vector<WarmItem> default_warm_items(const std::vector<std::string>& archs);
 
 }  // namespace kgen
