@@ -3,17 +3,25 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
+#include "cache/cache_key.h"
 #include "cache/sha256.h"
+#include "compiler/compiler.h"
+#include "generator/embedded_templates.h"
 #include "kgen/types.hpp"
 
 namespace kgen {
 namespace {
 
 constexpr std::uint64_t kShfExecInstr = 0x4;
-constexpr const char* kHeader = "target\top\tvariant\tentry\tcode_sha256\tregisters\tspill_bytes\tstatic_smem\tdynamic_smem\tthreads";
+constexpr const char* kHeader =
+    "target\top\tvariant\tentry\tcode_sha256\tregisters\tspill_bytes\tstatic_smem\tdynamic_smem\tthreads\tstack_bytes\t"
+    "serialized_wgmma\tinputs_sha256";
+constexpr std::size_t kFields = 13;
 
 std::uint64_t read_le(const std::vector<std::byte>& image, std::size_t at, int bytes) {
   if (at + bytes > image.size()) throw Error(Status::internal, "binary is truncated inside its ELF headers");
@@ -27,8 +35,24 @@ auto row_key(const ReplayRow& r) { return std::tie(r.target, r.op, r.variant); }
 std::string format_row(const ReplayRow& r) {
   std::ostringstream s;
   s << r.target << '\t' << r.op << '\t' << r.variant << '\t' << r.entry << '\t' << r.code_sha256 << '\t' << r.registers
-    << '\t' << r.spill_bytes << '\t' << r.static_smem << '\t' << r.dynamic_smem << '\t' << r.threads;
+    << '\t' << r.spill_bytes << '\t' << r.static_smem << '\t' << r.dynamic_smem << '\t' << r.threads << '\t'
+    << r.stack_bytes << '\t' << (r.serialized_wgmma ? 1 : 0) << '\t' << r.inputs_sha256;
   return s.str();
+}
+
+// The embedded headers named by `#include "kgen_device/…"` lines of `text` (every such line,
+// whatever preprocessor branch it sits in: an over-approximation costs a compile, never a miss).
+void add_included_headers(std::string_view text, const std::map<std::string_view, std::string_view>& headers,
+                          std::set<std::string_view>& seen) {
+  for (std::size_t at = text.find("#include"); at != std::string_view::npos; at = text.find("#include", at + 8)) {
+    const std::size_t open = text.find_first_of("\"<\n", at + 8);
+    if (open == std::string_view::npos || text[open] == '\n') continue;
+    const std::size_t close = text.find_first_of(text[open] == '"' ? "\"\n" : ">\n", open + 1);
+    if (close == std::string_view::npos || text[close] == '\n') continue;
+    auto it = headers.find(text.substr(open + 1, close - open - 1));
+    if (it == headers.end() || !seen.insert(it->first).second) continue;
+    add_included_headers(it->second, headers, seen);
+  }
 }
 
 }  // namespace
@@ -58,21 +82,65 @@ std::string code_digest(const std::vector<std::byte>& image) {
   return h.finish_hex();
 }
 
+std::string inputs_digest(const KernelSource& source, const Target& target) {
+  static const auto headers = [] {
+    std::map<std::string_view, std::string_view> m;
+    for (const auto& t : generator::embedded_templates()) m.emplace(t.name, t.text);
+    return m;
+  }();
+  std::set<std::string_view> included;
+  add_included_headers(source.source, headers, included);
+  const Compiler& compiler = compiler_for(target);
+  cache::CacheKeyBuilder k;
+  k.add("source", cache::sha256_hex(source.source))
+      .add("entry", source.entry)
+      .add("compiler", compiler.version())
+      .add("target", target.arch)
+      .add_sorted("options", compiler.options(target, false));
+  for (std::string_view name : included) k.add(std::string(name), cache::sha256_hex(headers.at(name)));
+  return cache::sha256_hex(k.record());
+}
+
 std::vector<ReplayRow> replay_rows(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
-                                   const WarmProgress& progress) {
-  WarmSummary summary = warm(builder, items, jobs, progress);
-  for (const auto& r : summary.results)
-    if (!r.ok) throw Error(Status::compile_error, r.item->source.variant + " for " + r.item->target.arch + ": " + r.error);
+                                   const WarmProgress& progress, const std::vector<ReplayRow>& known,
+                                   std::size_t* built) {
+  std::map<std::tuple<std::string, std::string, std::string>, const ReplayRow*> by_key;
+  for (const auto& r : known) by_key[row_key(r)] = &r;
   std::vector<ReplayRow> rows;
   rows.reserve(items.size());
+  std::vector<WarmItem> to_build;
+  std::vector<std::string> to_build_inputs;
   for (const auto& item : items) {
+    std::string inputs = inputs_digest(item.source, item.target);
+    auto it = by_key.find({item.target.arch, item.source.op, item.source.variant});
+    if (it != by_key.end() && it->second->inputs_sha256 == inputs) {
+      rows.push_back(*it->second);
+      continue;
+    }
+    to_build.push_back(item);
+    to_build_inputs.push_back(std::move(inputs));
+  }
+  if (built) *built = to_build.size();
+  WarmSummary summary = warm(builder, to_build, jobs, progress);
+  for (const auto& r : summary.results)
+    if (!r.ok) throw Error(Status::compile_error, r.item->source.variant + " for " + r.item->target.arch + ": " + r.error);
+  for (std::size_t i = 0; i < to_build.size(); ++i) {
+    const WarmItem& item = to_build[i];
     BuildOutcome b = builder.build(item.source, item.target);  // a cache hit: warm just published it
-    ReplayRow row{item.target.arch, item.source.op, item.source.variant, item.source.entry, code_digest(b.image)};
+    ReplayRow row;
+    row.target = item.target.arch;
+    row.op = item.source.op;
+    row.variant = item.source.variant;
+    row.entry = item.source.entry;
+    row.code_sha256 = code_digest(b.image);
     row.registers = b.resources.registers;
     row.spill_bytes = b.resources.spill_stores + b.resources.spill_loads;
     row.static_smem = b.resources.static_smem;
     row.dynamic_smem = item.source.smem_bytes;
     row.threads = item.source.threads;
+    row.stack_bytes = b.resources.stack_frame;
+    row.serialized_wgmma = b.resources.serialized_wgmma;
+    row.inputs_sha256 = to_build_inputs[i];
     rows.push_back(std::move(row));
   }
   std::sort(rows.begin(), rows.end(), [](const ReplayRow& a, const ReplayRow& b) { return row_key(a) < row_key(b); });
@@ -103,17 +171,27 @@ std::vector<ReplayRow> parse_replay_table(const std::string& text, const std::st
     std::vector<std::string> f;
     std::istringstream fields(line);
     for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
-    if (f.size() != 10) throw bad("expected 10 tab-separated fields, found " + std::to_string(f.size()));
-    ReplayRow r{f[0], f[1], f[2], f[3], f[4]};
+    if (f.size() != kFields)
+      throw bad("expected " + std::to_string(kFields) + " tab-separated fields, found " + std::to_string(f.size()));
+    ReplayRow r;
+    r.target = f[0];
+    r.op = f[1];
+    r.variant = f[2];
+    r.entry = f[3];
+    r.code_sha256 = f[4];
     try {
       r.registers = std::stoi(f[5]);
       r.spill_bytes = std::stoi(f[6]);
       r.static_smem = std::stoi(f[7]);
       r.dynamic_smem = std::stoi(f[8]);
       r.threads = std::stoi(f[9]);
+      r.stack_bytes = std::stoi(f[10]);
     } catch (const std::exception&) {
       throw bad("a resource field is not an integer");
     }
+    if (f[11] != "0" && f[11] != "1") throw bad("serialized_wgmma is not 0 or 1");
+    r.serialized_wgmma = f[11] == "1";
+    r.inputs_sha256 = f[12];
     rows.push_back(std::move(r));
   }
   if (number == 0) throw bad("empty file");

@@ -3,6 +3,11 @@
 // (tests/replay/table.tsv) and regenerated in CI, so any change to a generated kernel shows up as
 // a diff that must be committed with the change; a refactor that means to change nothing shows
 // none. `kgen replay` writes or checks it.
+//
+// Each row also records a digest of the kernel's compile inputs (inputs_digest): its source, the
+// template headers it includes, entry, compiler version, target and options. A check compiles
+// only the rows whose inputs changed (or that are new) and takes the others from the table, since
+// the same inputs give the same machine code; `kgen replay --check FILE --full` compiles all.
 #pragma once
 
 #include <cstddef>
@@ -25,7 +30,16 @@ struct ReplayRow {
   int static_smem = 0;
   int dynamic_smem = 0;
   int threads = 0;
+  int stack_bytes = 0;            // the compiler's stack frame
+  bool serialized_wgmma = false;  // ptxas serialised the kernel's wgmma instructions
+  std::string inputs_sha256;      // inputs_digest() of the kernel
 };
+
+// SHA-256 over everything that decides a kernel's machine code: the source, every embedded
+// template header it includes (directly or through other headers, by name and text), the entry
+// point, the compiler's version and options, and the target. Changes to headers the kernel does
+// not include, to kgen's version or to the host leave it unchanged.
+std::string inputs_digest(const KernelSource& source, const Target& target);
 
 // SHA-256 over the executable sections (the machine code) of an ELF image, in section order,
 // each as (size, bytes). Line tables and other debug sections are left out, so moving a comment
@@ -33,10 +47,13 @@ struct ReplayRow {
 // Error(internal) when `image` is not a 64-bit little-endian ELF file.
 std::string code_digest(const std::vector<std::byte>& image);
 
-// Builds `items` through `builder` (cache hits count) and returns their rows, sorted by
-// (target, op, variant). A failed build throws Error naming the variant.
+// Rows of `items`, sorted by (target, op, variant). An item with a row in `known` (same target,
+// op and variant) whose inputs_sha256 equals the item's inputs_digest() takes that row as is; the
+// others are built through `builder` (cache hits count). A failed build throws Error naming the
+// variant. `*built`, when given, receives how many items were built rather than taken from `known`.
 std::vector<ReplayRow> replay_rows(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
-                                   const WarmProgress& progress = {});
+                                   const WarmProgress& progress = {}, const std::vector<ReplayRow>& known = {},
+                                   std::size_t* built = nullptr);
 
 // The table as text: a header line, then one tab-separated line per row.
 std::string format_replay_table(const std::vector<ReplayRow>& rows);

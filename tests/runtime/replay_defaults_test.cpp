@@ -1,7 +1,9 @@
 // The defaults the dispatcher picks on the NVIDIA targets, looked up in the replay table
 // (tests/replay/table.tsv, which the replay.table test checks against real compiles): every one
 // is there, so `kgen warm` builds it, and compiles without spills (issue "no performance cliffs":
-// no spills on defaults).
+// no spills on defaults). Also the resource rules of whole config spaces (the forward's fa2
+// configs, LRPE), read from the same rows: every variant `kgen warm` builds is in the table, so
+// it compiled when its row was written, and the check rebuilds any row whose inputs changed.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -13,6 +15,7 @@
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
 #include "jit/replay.h"
+#include "jit/warm.h"
 
 namespace kgen {
 namespace {
@@ -31,12 +34,27 @@ Table replay_table() {
   return table;
 }
 
+const Table& table() {
+  static const Table t = replay_table();
+  return t;
+}
+
+// The row of `variant` for `arch`, or nullptr (and a failure) when the table has none.
+const ReplayRow* row_of(const std::string& arch, const std::string& variant) {
+  auto it = table().find({arch, variant});
+  if (it != table().end()) return &it->second;
+  ADD_FAILURE() << variant << " for " << arch << " is not in the replay table (not warmed)";
+  return nullptr;
+}
+
 // Checks that every kernel `sources(spec, shape, target)` lists is a row of the table for its
-// target (so `kgen warm` builds it) with no spill bytes: 16-bit specs of every multiple-of-8 head
-// dim, both masks, each of `shapes`, on sm_80 and sm_90a. Returns how many rows it checked.
+// target (so `kgen warm` builds it) with no spill bytes (and, if `no_local_memory`, no stack
+// frame and no serialised wgmma): 16-bit specs of every multiple-of-8 head dim, both masks, each
+// of `shapes`, on sm_80 and sm_90a. Returns how many rows it checked.
 template <class Sources>
-int expect_warmed_and_spill_free(const std::vector<AttentionShape>& shapes, Sources sources) {
-  static const Table table = replay_table();
+int expect_warmed_and_spill_free(const std::vector<AttentionShape>& shapes, Sources sources,
+                                 bool no_local_memory = false) {
+  const Table& table = kgen::table();
   EXPECT_FALSE(table.empty()) << KGEN_REPLAY_TABLE;
   int checked = 0;
   for (const char* arch : {"sm_80", "sm_90a"}) {
@@ -46,16 +64,59 @@ int expect_warmed_and_spill_free(const std::vector<AttentionShape>& shapes, Sour
         for (bool causal : {false, true})
           for (const AttentionShape& shape : shapes)
             for (const KernelSource& source : sources(AttentionBackwardSpec{t, d, causal}, shape, target)) {
-              auto it = table.find({arch, source.variant});
-              if (it == table.end()) {
-                ADD_FAILURE() << source.variant << " for " << arch << " is not in the replay table (not warmed)";
-                continue;
+              const ReplayRow* row = row_of(arch, source.variant);
+              if (!row) continue;
+              EXPECT_EQ(row->spill_bytes, 0) << source.variant << " for " << arch;
+              if (no_local_memory) {
+                EXPECT_EQ(row->stack_bytes, 0) << source.variant << " for " << arch;
+                EXPECT_FALSE(row->serialized_wgmma) << source.variant << " for " << arch;
               }
-              EXPECT_EQ(it->second.spill_bytes, 0) << source.variant << " for " << arch;
               ++checked;
             }
   }
   return checked;
+}
+
+// The forward's defaults for the benchmark and check shapes: no spills, no local memory, no
+// serialised wgmma.
+TEST(ReplayDefaults, ForwardDefaultsAreWarmedAndFreeOfLocalMemory) {
+  const int checked = expect_warmed_and_spill_free(
+      {AttentionShape{8, 16, 16, 2048, 2048}, AttentionShape{1, 1, 1, 64, 64}},
+      [](const AttentionBackwardSpec& spec, const AttentionShape& shape, const Target& target) {
+        const AttentionForwardSpec forward{spec.dtype, spec.head_dim, spec.causal};
+        return std::vector{render_attention_forward(forward, attention_forward_default_config(forward, shape, target, 132))};
+      },
+      /*no_local_memory=*/true);
+  EXPECT_EQ(checked, 2 * 2 * (kMaxHeadDim / 8) * 2 * 2);
+}
+
+// Every variant `kgen warm` builds for the named operators is a row; `rule(row)` holds for each.
+template <class Rule>
+void expect_every_variant_in_the_table(const std::vector<std::string>& ops, Rule rule) {
+  const auto items = warm_items(ops, {"sm_80", "sm_90a"});
+  ASSERT_GT(items.size(), 100u);
+  for (const WarmItem& item : items)
+    if (const ReplayRow* row = row_of(item.target.arch, item.source.variant)) rule(*row);
+}
+
+// The fa2 register estimate admits only configs that compile without spills.
+TEST(ReplayDefaults, EveryForwardVariantIsWarmedAndItsFa2ConfigsAreSpillFree) {
+  expect_every_variant_in_the_table({"attention_fwd"}, [](const ReplayRow& row) {
+    if (row.variant.find(".fa2:") != std::string::npos) {
+      EXPECT_EQ(row.spill_bytes, 0) << row.variant << " " << row.target;
+    }
+  });
+}
+
+// Memory-bound kernels: a spill or a stack frame is local-memory traffic on the hot path. A
+// config that forces an occupancy (":o<k>", a register cap) trades a few spilled bytes for
+// resident warps where the sweep measured it faster (BENCHMARKS.md, LRPE occupancy), up to 128.
+TEST(ReplayDefaults, EveryLrpeVariantIsWarmedWithoutSpillsBeyondItsOccupancyCap) {
+  expect_every_variant_in_the_table({"lrpe_cosine", "md_lrpe_cosine"}, [](const ReplayRow& row) {
+    const bool capped = row.variant.find(":o") != std::string::npos;
+    EXPECT_LE(row.spill_bytes, capped ? 2 * 128 : 0) << row.variant << " " << row.target;
+    EXPECT_LE(row.stack_bytes, capped ? 128 : 0) << row.variant << " " << row.target;
+  });
 }
 
 TEST(ReplayDefaults, FirstOrderBackwardDefaultsAreWarmedAndSpillFree) {
