@@ -12,8 +12,8 @@ struct WarmItem;
 
 namespace kgen::cli {
 
-// Exit codes scripts can rely on.
-enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNoDevice = 3 };
+// Exit codes scripts can rely on. kInterrupted: Ctrl-C stopped `kgen warm` (128 + SIGINT, as shells say).
+enum ExitCode { kOk = 0, kFailed = 1, kUsage = 2, kNoDevice = 3, kInterrupted = 130 };
 
 void add_warm_command(CLI::App& app, int& exit_code);
 void add_cache_commands(CLI::App& app, int& exit_code);
@@ -34,8 +34,11 @@ int run_lrpe_bench(const SweepOptions& o);
 void add_lrpe_aliases(CLI::App& check, CLI::App& bench, int& exit_code);
 
 // Builds `items` through `builder` on `jobs` threads as `kgen warm` does (per-kernel lines at debug
-// level, a progress line on a terminal, errors for kernels not built or not stored, the summary
-// line on stdout); returns kOk, or kFailed if any kernel failed or is not in the cache.
+// level, a progress line rewritten in place on a terminal and printed every few seconds
+// otherwise, errors for kernels not built or not stored, the summary line on stdout); returns
+// kOk, or kFailed if any kernel failed or is not in the cache. SIGINT stops it after the
+// compiles under way: it prints "interrupted: compiled N, cached M of T (...)" and returns
+// kInterrupted.
 int run_warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs);
 
 // Throws Error(no_device) with the driver's reason when no GPU is usable.

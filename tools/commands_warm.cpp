@@ -1,5 +1,8 @@
 // `kgen warm`: compile kernel variants into the cache without a GPU, and say truthfully what
 // ended up in the cache.
+#include <signal.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <set>
@@ -56,13 +59,17 @@ std::string duration_text(double seconds) {
   return buf;
 }
 
-// Reports each built kernel of a warm: one debug line per kernel, an error per failure, and on a
-// terminal one progress line rewritten in place (done/total, counts, rate, ETA).
+// Reports each built kernel of a warm: one debug line per kernel, an error per failure, and a
+// progress line (done/total, elapsed time, ETA, counts): on a terminal one line rewritten in
+// place, otherwise one line every kPlainProgressEvery.
 class WarmReporter {
  public:
-  explicit WarmReporter(bool progress_line) : progress_line_(progress_line) {}
+  enum class Progress { none, terminal, plain };
+  static constexpr std::chrono::seconds kPlainProgressEvery{5};
+
+  explicit WarmReporter(Progress progress) : progress_(progress) {}
   ~WarmReporter() {
-    if (progress_line_) set_status_line("");
+    if (progress_ == Progress::terminal) set_status_line("");
   }
 
   // Called by warm() after each item, serialised.
@@ -86,30 +93,60 @@ class WarmReporter {
         log(LogLevel::debug, line + ")");
       }
     }
-    if (progress_line_) draw(done, total);
+    if (progress_ != Progress::none) draw(done, total);
   }
 
  private:
   void draw(std::size_t done, std::size_t total) {
     const auto now = std::chrono::steady_clock::now();
-    if (done < total && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    if (progress_ == Progress::terminal) {
+      if (done < total && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    } else if (done == total || now - last_draw_ < kPlainProgressEvery) {
+      return;  // the summary line follows the last item
+    }
     last_draw_ = now;
     const double elapsed = std::chrono::duration<double>(now - start_).count();
-    std::string line = "warm [" + std::to_string(done) + "/" + std::to_string(total) + "] compiled " +
-                       std::to_string(compiled_) + ", cached " + std::to_string(cached_) + ", failed " +
-                       std::to_string(failed_) + ", not stored " + std::to_string(not_stored_);
-    if (done > 0 && elapsed > 0) {
-      char rate[32];
-      std::snprintf(rate, sizeof rate, " | %.1f/s", done / elapsed);
-      line += rate;
-      line += " | ETA " + duration_text(elapsed / done * (total - done));
-    }
-    set_status_line(line);
+    // Times first: a narrow terminal cuts the line's end.
+    std::string line = "warm [" + std::to_string(done) + "/" + std::to_string(total) + "] " + duration_text(elapsed);
+    if (done > 0) line += ", ETA " + duration_text(elapsed / done * (total - done));
+    line += " | compiled " + std::to_string(compiled_) + ", cached " + std::to_string(cached_) + ", failed " +
+            std::to_string(failed_) + ", not stored " + std::to_string(not_stored_);
+    if (progress_ == Progress::terminal) set_status_line(line);
+    else print_above_status(stderr, line + "\n");
   }
 
-  bool progress_line_;
+  Progress progress_;
   int compiled_ = 0, cached_ = 0, failed_ = 0, not_stored_ = 0;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_draw_{};
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now(), last_draw_ = start_;
+};
+
+// Set by SIGINT during run_warm(): the workers take no more items.
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_interrupt(int) { g_interrupted = true; }
+
+// Catches SIGINT while alive (unless it was ignored, as for a background job): the first stops
+// the warm after the compiles under way, a second one ends the process as before.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    g_interrupted = false;
+    struct sigaction action = {};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    if (sigaction(SIGINT, nullptr, &previous_) == 0 && previous_.sa_handler != SIG_IGN)
+      installed_ = sigaction(SIGINT, &action, nullptr) == 0;
+  }
+  ~InterruptGuard() {
+    if (installed_) sigaction(SIGINT, &previous_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction previous_ = {};
+  bool installed_ = false;
 };
 
 // One error line per cause of kernels missing from the cache, with the first reason given.
@@ -142,13 +179,30 @@ int run_warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int job
   }
   WarmSummary summary;
   {
-    WarmReporter reporter(log_level() >= LogLevel::info && stderr_is_terminal());
-    summary = warm(
-        builder, items, jobs,
-        [&](const WarmResult& r, std::size_t done, std::size_t total) { reporter.report(r, done, total); },
-        BuildOptions{.log_compile = false});
+    InterruptGuard guard;
+    using Progress = WarmReporter::Progress;
+    WarmReporter reporter(log_level() < LogLevel::info ? Progress::none
+                          : stderr_is_terminal()       ? Progress::terminal
+                                                       : Progress::plain);
+    std::atomic<bool> told{false};
+    WarmOptions options{
+        .jobs = jobs,
+        .progress = [&](const WarmResult& r, std::size_t done, std::size_t total) { reporter.report(r, done, total); },
+        .build = BuildOptions{.log_compile = false},
+        .cancelled = [&] {
+          if (!g_interrupted) return false;
+          if (!told.exchange(true)) log(LogLevel::warn, "interrupted: finishing the compiles under way (Ctrl-C again to stop now)");
+          return true;
+        }};
+    summary = warm(builder, items, options);
   }
   explain_not_stored(summary);
+  if (summary.cancelled) {
+    std::printf("interrupted: compiled %d, cached %d of %zu (failed %d, not stored %d)\n", summary.compiled,
+                summary.cached, items.size(), summary.failed, summary.not_stored);
+    std::fflush(stdout);
+    return kInterrupted;
+  }
   std::printf("compiled %d, cached %d, failed %d, not stored %d\n", summary.compiled, summary.cached, summary.failed,
               summary.not_stored);
   std::fflush(stdout);
@@ -167,18 +221,28 @@ void add_warm_command(CLI::App& app, int& exit_code) {
   auto verbose = std::make_shared<bool>(false);
   auto manifest = std::make_shared<std::string>();
   auto db = std::make_shared<std::vector<std::string>>();
+  auto defaults = std::make_shared<bool>(false);
+  auto all = std::make_shared<bool>(false);  // the callback holds it, as every option's variable
   cmd->add_option("--arch", *archs, "Comma-separated targets (" + std::string(known_targets()) + ")")
       ->capture_default_str()
       ->check(non_empty_list());
   auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)")->check(non_empty_list());
-  cmd->add_option("--manifest", *manifest,
-                  "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see jit/manifest.h)")
-      ->excludes(ops_opt)
-      ->check(non_empty_value());
-  cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus each "
-                               "recorded spec's default, instead of whole config spaces")
-      ->excludes(ops_opt)
-      ->check(non_empty_value());
+  auto* manifest_opt =
+      cmd->add_option("--manifest", *manifest,
+                      "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see jit/manifest.h)")
+          ->excludes(ops_opt)
+          ->check(non_empty_value());
+  auto* db_opt = cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus "
+                                              "each recorded spec's default, instead of whole config spaces")
+                     ->excludes(ops_opt)
+                     ->check(non_empty_value());
+  auto* defaults_opt =
+      cmd->add_flag("--defaults", *defaults,
+                    "Only the built-in defaults of every operator for common calls (fp16/bf16, head dims 64 and 128, "
+                    "both masks, each shape class the defaults tell apart): what `kgen demo` warms without a GPU")
+          ->excludes(ops_opt, manifest_opt, db_opt);
+  cmd->add_flag("--all", *all, "Every variant of every operator (or of --ops): the whole config space; the default")
+      ->excludes(defaults_opt, manifest_opt, db_opt);
   cmd->add_option("--jobs,-j", *jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--cache-dir", *dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)")
       ->check(non_empty_value());
@@ -187,8 +251,10 @@ void add_warm_command(CLI::App& app, int& exit_code) {
                 "Log every kernel built: variant, compile time, key, registers, spills (as KGEN_LOG_LEVEL=debug)")
       ->excludes(quiet_opt);
   cmd->footer(
-      "Ends with 'compiled N, cached M, failed F, not stored S'. On a terminal a progress line (done/total, counts, "
-      "ETA) is rewritten in place.");
+      "Without --ops, --manifest, --db or --defaults: every variant of every operator, thousands of kernels (about "
+      "ten times --defaults). Ends with 'compiled N, cached M, failed F, not stored S'. A progress line (done/total, "
+      "elapsed, ETA, counts) is rewritten in place on a terminal, printed every 5 s otherwise. Ctrl-C stops after "
+      "the compiles under way, prints 'interrupted: compiled N, cached M of T (...)' and exits 130.");
   cmd->callback([=, &exit_code] {
     if (*quiet) set_log_level(LogLevel::error);
     if (*verbose) set_log_level(LogLevel::debug);
@@ -199,7 +265,8 @@ void add_warm_command(CLI::App& app, int& exit_code) {
       auto from_db = tuning_db_warm_items(*db, targets);
       items.insert(items.end(), std::make_move_iterator(from_db.begin()), std::make_move_iterator(from_db.end()));
     }
-    if (manifest->empty() && db->empty()) items = warm_items(split_list(*ops), targets);
+    if (*defaults) items = default_warm_items(targets);
+    else if (*all || (manifest->empty() && db->empty())) items = warm_items(split_list(*ops), targets);
     KernelBuilder builder(dir->empty() ? cache::default_cache_root() : std::filesystem::path(*dir));
     exit_code = run_warm(builder, items, *jobs);
   });

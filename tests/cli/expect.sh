@@ -15,3 +15,9 @@ expect() {
     echo "ok: kgen $*"
   fi
 }
+# ok MESSAGE / fail MESSAGE: one result line of a check made by hand; fail counts in `fails`.
+ok() { echo "ok: $*"; }
+fail() {
+  echo "FAIL: $*"
+  fails=$((fails + 1))
+}
