@@ -251,7 +251,7 @@ void add_warm_command(CLI::App& app, int& exit_code) {
                 "Log every kernel built: variant, compile time, key, registers, spills (as KGEN_LOG_LEVEL=debug)")
       ->excludes(quiet_opt);
   cmd->footer(
-      "Without --ops, --manifest, --db or --defaults: every variant of every operator, thousands of kernels (about "
+      "Without --ops, --manifest, --db or --defaults: every variant of every operator, thousands of kernels (over "
       "ten times --defaults). Ends with 'compiled N, cached M, failed F, not stored S'. A progress line (done/total, "
       "elapsed, ETA, counts) is rewritten in place on a terminal, printed every 5 s otherwise. Ctrl-C stops after "
       "the compiles under way, prints 'interrupted: compiled N, cached M of T (...)' and exits 130.");
