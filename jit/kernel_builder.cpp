@@ -126,6 +126,19 @@ std::optional<std::string> code_object_target_mismatch(const std::vector<std::by
   return std::nullopt;
 }
 
+// Why an AMD code object cannot be launched as `source` says (nullopt if it can, and on NVIDIA):
+// kgen launches wave64 blocks of source.threads threads, so the code object must be built for
+// wave64 and for exactly that block size (__launch_bounds__), or the launch fails or runs with
+// the wrong register budget.
+std::optional<std::string> amd_launch_mismatch(const ResourceUsage& r, const KernelSource& source, const Target& target) {
+  if (target.vendor != Vendor::amd || !r.parsed || source.threads <= 0) return std::nullopt;
+  if (r.wave_size != 64) return "code object is built for wave" + std::to_string(r.wave_size) + ", kgen launches wave64";
+  if (r.max_threads != source.threads)
+    return "code object is built for blocks of " + std::to_string(r.max_threads) + " threads, launched with " +
+           std::to_string(source.threads) + " (__launch_bounds__ not honoured)";
+  return std::nullopt;
+}
+
 // Why the binary `image` cannot be for `target`, by the vendor's ELF header.
 std::optional<std::string> binary_target_mismatch(const std::vector<std::byte>& image, const Target& target) {
   auto u8 = [&](std::size_t i) { return std::to_integer<unsigned>(image[i]); };
@@ -275,6 +288,8 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
     if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
 
   CompiledBinary bin = compiler_for(target).compile(source, target);
+  if (auto why = amd_launch_mismatch(bin.resources, source, target))
+    throw Error(Status::compile_error, source.variant + " for " + target.arch + ": " + *why);
   if (!bin.resources.parsed)
     log(LogLevel::warn, "no ptxas report for " + source.variant + " (registers and spills unknown): the compiler "
                         "log holds no 'Used N registers' line");

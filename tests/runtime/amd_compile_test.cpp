@@ -1,6 +1,7 @@
-// Deviceless AMD compiles: every AMD variant builds for gfx90a (hiprtc where ROCm 5.2's is
-// installed, else clang) and for gfx942 and gfx950 (clang), without scratch; the compiler choice,
-// its refusals, and the cache's wrong-target guard for AMD code objects.
+// Deviceless AMD compiles: every AMD variant is in the AMD replay table (built for gfx90a by
+// hiprtc where ROCm 5.2's is installed, else clang, and for gfx942 and gfx950 by clang), without
+// scratch; the compiler choice, its refusals, the builder's launch-bounds check, and the cache's
+// wrong-target guard for AMD code objects.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -8,11 +9,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
 
 #include "compiler/amd_code_object.h"
 #include "compiler/amd_compilers.h"
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
+#include "jit/replay.h"
 #include "jit/warm.h"
 
 namespace kgen {
@@ -29,54 +33,55 @@ KernelSource small_kernel() {
           "k", 64, 0};
 }
 
-TEST(AmdCompile, EveryVariantCompilesForGfx90aGfx942Gfx950WithoutScratch) {
-  if (!have_clang()) GTEST_SKIP() << amd_clang_description();
-  KernelBuilder builder(test_cache());
+// Every AMD variant `kgen warm` builds is a row of the AMD replay table (tests/replay/amd.tsv,
+// which the replay.amd test checks against real compiles of every kernel whose inputs changed):
+// no scratch, no VGPR spills, shared memory within the target's limit. The kernel builder itself
+// refuses a code object not built for wave64 and the launched block size.
+TEST(AmdCompile, EveryVariantIsInTheAmdReplayTableWithoutScratch) {
+  std::ifstream in(KGEN_AMD_REPLAY_TABLE);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::map<std::pair<std::string, std::string>, ReplayRow> table;
+  for (auto& row : parse_replay_table(text.str(), KGEN_AMD_REPLAY_TABLE)) {
+    auto key = std::make_pair(row.target, row.variant);
+    table.emplace(std::move(key), std::move(row));
+  }
   const auto items = warm_items({}, {"gfx90a", "gfx942", "gfx950"});
   ASSERT_GT(items.size(), 100u);
-  const WarmSummary summary = warm(builder, items, 0);
-  EXPECT_EQ(summary.failed, 0);
-  for (const WarmResult& r : summary.results) {
-    const std::string where = r.item->source.variant + " " + r.item->target.arch;
-    ASSERT_TRUE(r.ok) << where << ": " << r.error;
-    EXPECT_TRUE(r.resources.parsed) << where;
-    EXPECT_EQ(r.resources.stack_frame, 0) << where << ": scratch";
-    EXPECT_EQ(r.resources.spill_stores, 0) << where << ": VGPR spills";
-    EXPECT_EQ(r.resources.wave_size, 64) << where;
-    EXPECT_EQ(r.resources.max_threads, r.item->source.threads) << where << ": __launch_bounds__ not honoured";
-    EXPECT_LE(r.resources.static_smem + r.item->source.smem_bytes, r.item->target.max_smem_per_block) << where;
+  for (const WarmItem& item : items) {
+    const std::string where = item.source.variant + " " + item.target.arch;
+    auto it = table.find({item.target.arch, item.source.variant});
+    if (it == table.end()) {
+      ADD_FAILURE() << where << " is not in the AMD replay table (`kgen replay --arch gfx90a,gfx942,gfx950 --write "
+                    << KGEN_AMD_REPLAY_TABLE << "`)";
+      continue;
+    }
+    const ReplayRow& row = it->second;
+    EXPECT_EQ(row.stack_bytes, 0) << where << ": scratch";
+    EXPECT_EQ(row.spill_bytes, 0) << where << ": VGPR spills";
+    EXPECT_EQ(row.threads, item.source.threads) << where;
+    EXPECT_LE(row.static_smem + row.dynamic_smem, item.target.max_smem_per_block) << where;
   }
 }
 
-TEST(AmdCompile, SelectionIsHiprtcWhereItAllowsTheTargetElseClang) {
-  ::unsetenv("KGEN_AMD_COMPILER");
-  const Target gfx90a = *parse_target("gfx90a"), gfx942 = *parse_target("gfx942"), gfx950 = *parse_target("gfx950");
-  EXPECT_EQ(&amd_compiler_for(gfx942), &amd_clang_compiler()) << hiprtc_description();
-  EXPECT_EQ(&amd_compiler_for(gfx950), &amd_clang_compiler());
-  if (have_hiprtc()) {
-    EXPECT_EQ(&amd_compiler_for(gfx90a), &hiprtc_compiler());
-  }
-  ::setenv("KGEN_AMD_COMPILER", "clang", 1);
-  EXPECT_EQ(&compiler_for(gfx90a), &amd_clang_compiler());
-  ::setenv("KGEN_AMD_COMPILER", "hiprtc", 1);
-  EXPECT_EQ(&compiler_for(gfx942), &hiprtc_compiler());
-  ::setenv("KGEN_AMD_COMPILER", "nvcc", 1);
-  EXPECT_THROW(compiler_for(gfx942), Error);
-  ::unsetenv("KGEN_AMD_COMPILER");
-}
-
-TEST(AmdCompile, HiprtcRefusesATargetItsRocmDoesNotKnowInsteadOfAborting) {
-  if (!have_hiprtc()) GTEST_SKIP() << hiprtc_description();
-  const Target gfx942 = *parse_target("gfx942");
-  if (hiprtc_refusal(gfx942).empty()) GTEST_SKIP() << "this hiprtc serves gfx942: " << hiprtc_description();
+// The builder's own check: a code object built for another block size than the launch's is not
+// served (or stored).
+TEST(AmdCompile, ACodeObjectForAnotherBlockSizeIsRefused) {
+  if (!have_clang()) GTEST_SKIP() << amd_clang_description();
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("kgen-amd-bounds-" + std::to_string(::getpid()));
+  KernelBuilder builder(dir, {});
+  KernelSource wrong = small_kernel();
+  wrong.threads = 128;  // __launch_bounds__(64)
   try {
-    hiprtc_compiler().compile(small_kernel(), gfx942);
-    FAIL() << "expected a refusal";
+    builder.build(wrong, *parse_target("gfx942"));
+    ADD_FAILURE() << "a code object for 64-thread blocks was accepted for a 128-thread launch";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::compile_error);
-    EXPECT_NE(std::string(e.what()).find("gfx90a"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("gfx942"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("blocks of 64 threads"), std::string::npos) << e.what();
   }
+  EXPECT_NO_THROW(builder.build(small_kernel(), *parse_target("gfx942")));
+  fs::remove_all(dir);
 }
 
 // Another local user may create the shared path earlier versions wrote the templates to, with
