@@ -531,6 +531,18 @@ std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwar
 
 namespace {
 
+// The shapes whose defaults `kgen warm` builds at the head dims outside the config space and
+// `kgen warm --defaults` builds at kAttentionDefaultWarmHeadDims: machine-filling grids (b·n = 16k
+// query rows of 16 heads) at each key count where the default changes its tiles, and one too
+// small to fill the machine once. Decode-like calls are kDecodeShape.
+std::vector<AttentionShape> forward_default_shapes() {
+  std::vector<AttentionShape> shapes;
+  for (int n : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({16384 / n, 16, 16, n, n});
+  shapes.push_back({1, 1, 1, 128, 128});
+  return shapes;
+}
+constexpr AttentionShape kDecodeShape{1, 8, 8, 4, 4096};
+
 // Appends the kernels of `c` for `spec` whose variant names are not in `out` yet.
 void add_forward_kernels(std::vector<KernelSource>& out, const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
   for (KernelSource& k : render_attention_forward_kernels(spec, c))
@@ -548,28 +560,21 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
         AttentionForwardSpec spec{t, d, causal};
         for (const auto& c : attention_forward_config_space(spec, target)) add(spec, c);
       }
-  // Every other tensor-core head dim: the defaults of each shape class (machine-filling grids at
-  // each key count where the default changes its tiles, one too small to fill the machine once,
+  // Every other tensor-core head dim: the defaults of each shape class (forward_default_shapes(),
   // and a decode-like call, non-causal: packed GQA decode is).
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims()) {
-      for (bool causal : {false, true}) {
-        for (int n : {1024, 2048, 4096, 8192, 16384})
-          add({t, d, causal}, attention_forward_default_config({t, d, causal}, {16384 / n, 16, 16, n, n}, target, 132));
-        add({t, d, causal}, attention_forward_default_config({t, d, causal}, {1, 1, 1, 128, 128}, target, 132));
-      }
-      add({t, d, false}, attention_forward_default_config({t, d, false}, AttentionShape{1, 8, 8, 4, 4096}, target, 132));
+      for (bool causal : {false, true})
+        for (const AttentionShape& shape : forward_default_shapes())
+          add({t, d, causal}, attention_forward_default_config({t, d, causal}, shape, target, 132));
+      add({t, d, false}, attention_forward_default_config({t, d, false}, kDecodeShape, target, 132));
     }
   return out;
 }
 
 std::vector<KernelSource> attention_forward_default_variants(const Target& target) {
-  // Training and prefill grids (b·n = 16k query rows of 16 heads) at each key count where the
-  // default changes its tiles, a grid too small to fill the machine, and a decode-like call.
-  std::vector<AttentionShape> shapes;
-  for (int n : {1024, 2048, 4096, 8192, 16384}) shapes.push_back({16384 / n, 16, 16, n, n});
-  shapes.push_back({1, 1, 1, 128, 128});
-  shapes.push_back({1, 8, 8, 4, 4096});
+  std::vector<AttentionShape> shapes = forward_default_shapes();
+  shapes.push_back(kDecodeShape);
   std::vector<KernelSource> out;
   for (DType t : {DType::f16, DType::bf16})
     for (int d : kAttentionDefaultWarmHeadDims)
