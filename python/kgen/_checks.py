@@ -123,7 +123,8 @@ def check_view(t: View, ndim: int) -> None:
         invalid(f"{n}: expected {ndim} dimensions, got {t.ndim} {shape_text(t.shape)}")
     for i in range(ndim):
         if t.shape[i] <= 0:
-            invalid(f"{n}: dimension {i} is {t.shape[i]} (empty tensors are not supported)")
+            why = "sizes must be positive" if t.shape[i] else "empty tensors are not supported"
+            invalid(f"{n}: dimension {i} is {t.shape[i]} ({why})")
         if t.strides[i] < 0:
             invalid(f"{n}: negative strides are not supported")
     if t.shape[-1] > 1 and t.strides[-1] != 1:
@@ -133,7 +134,7 @@ def check_view(t: View, ndim: int) -> None:
 def check_tensor(t: View, ndim: int) -> None:
     check_view(t, ndim)
     if t.shape[0] > MAX_GRID_YZ or t.shape[1] > MAX_GRID_YZ or t.shape[2] > (1 << 31) - 1:
-        invalid(f"{t.name}: shape {shape_text(t.shape)} exceeds kgen's launch limits (batch, heads <= 65535)")
+        invalid(f"{t.name}: shape {shape_text(t.shape)} exceeds kgen's launch limits (batch, heads <= 65535, n < 2^31)")
 
 
 def check_like(t: View, ref: View) -> None:
