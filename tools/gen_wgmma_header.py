@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-# Writes templates/kgen_device/core/wgmma.cuh: the wgmma wrappers need one inline-asm operand list per
-# accumulator width N, spelled out; this script is their source. Usage (from the repository
-# root): python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
-Ns = [32, 64, 128, 192, 256]
-def acc_list(k):
-    items = [f"%{i}" for i in range(k)]
-    lines = []
-    for i in range(0, k, 16):
-        lines.append(",".join(items[i:i+16]))
-    return lines
-def outs(k):
-    return ", ".join(f"KGEN_WG_ACC8(d, {i})" for i in range(0, k, 8))
-o = []
-o.append("""// wgmma (sm_90a only): warpgroup-wide asynchronous matrix multiply-accumulate.
+"""Writes templates/kgen_device/core/wgmma.cuh: the wgmma wrappers need one inline-asm operand list
+per accumulator width N, spelled out; this script is the header's source. The test
+tools/tests/test_gen_wgmma_header.py checks that the checked-in header equals its output.
+
+Usage (from the repository root): python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
+"""
+
+# The accumulator widths kgen's kernels use (wgmma m64nNk16), each with the narrower width whose
+# operand list it extends (None: the first).
+BASE = {32: None, 64: 32, 80: 64, 128: 64, 176: 128, 192: 176, 256: 192}
+NS = list(BASE)
+
+# Everything before the operand lists: the header's comment, the fragment helpers, the
+# descriptor and KGEN_WG_ACC8.
+PREFIX = r'''// wgmma (sm_90a only): warpgroup-wide asynchronous matrix multiply-accumulate.
 // Written by tools/gen_wgmma_header.py (the per-N operand lists): edit the script, not this file.
 // NVIDIA only (see mma_sm80.cuh): a second vendor provides nothing here.
 //
@@ -60,6 +61,14 @@ __device__ __forceinline__ void wait() {
 // reads (wgmma operands) once a barrier has been passed.
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// Stores four 8×8 matrices of 16-bit elements (stmatrix .x4): lane i gives the shared address of
+// row i % 8 of matrix i / 8; r[k] holds this lane's two elements of matrix k (row lane / 4,
+// columns 2·(lane % 4), +1): the layout of a wgmma accumulator's rows packed in pairs.
+__device__ __forceinline__ void stmatrix_x4(unsigned smem_addr, unsigned r0, unsigned r1, unsigned r2, unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr), "r"(r0), "r"(r1),
+               "r"(r2), "r"(r3)
+               : "memory");
 }
 // Keeps the compiler from moving accesses to accumulator registers across an asynchronous
 // wgmma (the asm statements below look synchronous to it).
@@ -115,66 +124,98 @@ __device__ __forceinline__ unsigned long long desc_sw128(unsigned addr, unsigned
          static_cast<unsigned long long>((stride_bytes & 0x3FFFFu) >> 4) << 32 | 1ull << 62;
 }
 
-#define KGEN_WG_ACC8(d, i)                                                                   \\
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \\
+#define KGEN_WG_ACC8(d, i)                                                                   \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 
 // One m64nNk16 shape: ss (A by descriptor; TransA = 1 reads A M-major, laid out like an MN-major
 // B) and rs (A in 4 registers), fp32 accumulators; `accumulate` = 0 overwrites D.
 template <int N>
 struct Mma;
-""")
-for n in Ns:
-    k = n // 2
-    acc = acc_list(k)
-    accs = "\n".join(f'      "{l}{"," if i < len(acc)-1 else ""}"' for i, l in enumerate(acc))
-    o.append(f"#define KGEN_WG_ACC_{n} \\")
-    o.append('  "{" \\')
-    for i, l in enumerate(acc):
-        o.append(f'  "{l}{"," if i < len(acc)-1 else ""}" \\')
-    o.append('  "}"')
-    o.append(f"#define KGEN_WG_OUT_{n}(d) \\\n  {outs(k)}")
-    o.append("")
-o.append("""#define KGEN_WG_SS(N, TY, A, B, P, TA, TB)                                                     \\
-  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, " P ", 0;\\nwgmma.mma_async.sync.aligned.m64n" #N  \\
-               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TA ", " TB ";\\n}\\n" \\
-               : KGEN_WG_OUT_##N(d)                                                            \\
+
+'''
+
+# The asm wrappers and the per-shape specialisation, written once for every N.
+SHAPE_MACROS = r'''#define KGEN_WG_SS(N, TY, A, B, P, TA, TB)                                                     \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
+               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TA ", " TB ";\n}\n" \
+               : KGEN_WG_OUT_##N(d)                                                            \
                : "l"(a), "l"(b), "r"(accumulate), "n"(TransA), "n"(TransB))
-#define KGEN_WG_RS(N, TY, A, B, P, TB)                                                     \\
-  asm volatile("{\\n.reg .pred p;\\nsetp.ne.b32 p, " P ", 0;\\nwgmma.mma_async.sync.aligned.m64n" #N  \\
-               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TB ";\\n}\\n"    \\
-               : KGEN_WG_OUT_##N(d)                                                            \\
+#define KGEN_WG_RS(N, TY, A, B, P, TB)                                                     \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
+               "k16.f32." TY "." TY " " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1, " TB ";\n}\n"    \
+               : KGEN_WG_OUT_##N(d)                                                            \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate), "n"(TransB))
-#define KGEN_WG_SHAPE(N, A_SS, B_SS, P_SS, TA_SS, TB_SS, A_RS, B_RS, P_RS, TB_RS)                       \\
-  template <>                                                                                  \\
-  struct Mma<N> {                                                                              \\
-    template <class T, int TransA, int TransB>                                                 \\
-    __device__ __forceinline__ static void ss(float (&d)[N / 2], unsigned long long a,         \\
-                                              unsigned long long b, int accumulate) {          \\
-      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_SS(N, "bf16", A_SS, B_SS, P_SS, TA_SS, TB_SS); \\
-      else KGEN_WG_SS(N, "f16", A_SS, B_SS, P_SS, TA_SS, TB_SS);                                       \\
-    }                                                                                          \\
-    template <class T, int TransB>                                                             \\
-    __device__ __forceinline__ static void rs(float (&d)[N / 2], const unsigned (&a)[4],       \\
-                                              unsigned long long b, int accumulate) {          \\
-      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_RS(N, "bf16", A_RS, B_RS, P_RS, TB_RS); \\
-      else KGEN_WG_RS(N, "f16", A_RS, B_RS, P_RS, TB_RS);                                       \\
-    }                                                                                          \\
+#define KGEN_WG_SHAPE(N, A_SS, B_SS, P_SS, TA_SS, TB_SS, A_RS, B_RS, P_RS, TB_RS)                       \
+  template <>                                                                                  \
+  struct Mma<N> {                                                                              \
+    template <class T, int TransA, int TransB>                                                 \
+    __device__ __forceinline__ static void ss(float (&d)[N / 2], unsigned long long a,         \
+                                              unsigned long long b, int accumulate) {          \
+      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_SS(N, "bf16", A_SS, B_SS, P_SS, TA_SS, TB_SS); \
+      else KGEN_WG_SS(N, "f16", A_SS, B_SS, P_SS, TA_SS, TB_SS);                                       \
+    }                                                                                          \
+    template <class T, int TransB>                                                             \
+    __device__ __forceinline__ static void rs(float (&d)[N / 2], const unsigned (&a)[4],       \
+                                              unsigned long long b, int accumulate) {          \
+      if constexpr (is_same<T, bfloat16_t>::value) KGEN_WG_RS(N, "bf16", A_RS, B_RS, P_RS, TB_RS); \
+      else KGEN_WG_RS(N, "f16", A_RS, B_RS, P_RS, TB_RS);                                       \
+    }                                                                                          \
   };
-""")
-for n in Ns:
-    k = n // 2
-    ss = [f'"%{k}"', f'"%{k+1}"', f'"%{k+2}"', f'"%{k+3}"', f'"%{k+4}"']
-    rs = [f'"{{%{k},%{k+1},%{k+2},%{k+3}}}"', f'"%{k+4}"', f'"%{k+5}"', f'"%{k+6}"']
-    o.append(f"KGEN_WG_SHAPE({n}, {', '.join(ss)},\n              {', '.join(rs)})")
-o.append("""
-#undef KGEN_WG_SHAPE
-#undef KGEN_WG_RS
-#undef KGEN_WG_SS
-#undef KGEN_WG_ACC8""")
-for n in Ns:
-    o.append(f"#undef KGEN_WG_ACC_{n}\n#undef KGEN_WG_OUT_{n}")
-o.append("""
-}  // namespace wgmma
-}  // namespace kgen""")
-print("\n".join(o))
+
+'''
+
+SUFFIX = r'''}  // namespace wgmma
+}  // namespace kgen
+'''
+
+
+def groups(n):
+    """Number of eight-register groups of an N-column fp32 accumulator (N / 2 registers)."""
+    return n // 16
+
+
+def operand_lists():
+    out = ["// The accumulator operands %0 .. %(N/2 \u2212 1) of an m64nNk16 shape, in groups of eight.\n"]
+    for g in range(groups(max(NS))):
+        regs = ",".join(f"%{i}" for i in range(8 * g, 8 * g + 8))
+        out.append(f'#define KGEN_WG_R8_{g} "{regs}"\n')
+    out.append("\n")
+    out.append('// KGEN_WG_REGS_N: those operands for N columns; KGEN_WG_OUT_N(d): the matching "+f" outputs.\n')
+    for n in NS:
+        prev = BASE[n]
+        first = groups(prev) if prev else 0
+        new = range(first, groups(n))
+        regs = [f"KGEN_WG_REGS_{prev}"] if prev else []
+        regs += [f"KGEN_WG_R8_{g}" for g in new]
+        outs = [f"KGEN_WG_OUT_{prev}(d)"] if prev else []
+        outs += [f"KGEN_WG_ACC8(d, {8 * g})" for g in new]
+        out.append(f"#define KGEN_WG_REGS_{n} " + ' "," '.join(regs) + "\n")
+        out.append(f'#define KGEN_WG_ACC_{n} "{{" KGEN_WG_REGS_{n} "}}"\n')
+        out.append(f"#define KGEN_WG_OUT_{n}(d) " + ", ".join(outs) + "\n")
+    out.append("\n")
+    return "".join(out)
+
+
+def shapes():
+    out = []
+    for n in NS:
+        a = n // 2  # the first operand after the accumulators
+        ss = ", ".join(f'"%{a + i}"' for i in range(5))
+        rs = f'"{{%{a},%{a + 1},%{a + 2},%{a + 3}}}", "%{a + 4}", "%{a + 5}", "%{a + 6}"'
+        out.append(f"KGEN_WG_SHAPE({n}, {ss},\n              {rs})\n")
+    out.append("\n")
+    for name in ["KGEN_WG_SHAPE", "KGEN_WG_RS", "KGEN_WG_SS", "KGEN_WG_ACC8"]:
+        out.append(f"#undef {name}\n")
+    for n in NS:
+        out.append(f"#undef KGEN_WG_ACC_{n}\n#undef KGEN_WG_OUT_{n}\n")
+    out.append("\n")
+    return "".join(out)
+
+
+def header():
+    return PREFIX + operand_lists() + SHAPE_MACROS + shapes() + SUFFIX
+
+
+if __name__ == "__main__":
+    print(header(), end="")

@@ -1,0 +1,22 @@
+"""templates/kgen_device/core/wgmma.cuh is generated: it must equal tools/gen_wgmma_header.py's
+output, so an edit to the header alone (lost at the next generation) fails here."""
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import gen_wgmma_header  # noqa: E402
+
+
+def test_the_checked_in_header_is_the_scripts_output():
+    header = (ROOT / "templates" / "kgen_device" / "core" / "wgmma.cuh").read_text()
+    assert gen_wgmma_header.header() == header, (
+        "templates/kgen_device/core/wgmma.cuh differs from tools/gen_wgmma_header.py's output: edit the script and "
+        "regenerate with `python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh`"
+    )
+
+
+def test_every_width_extends_a_narrower_one_by_whole_groups():
+    for n, base in gen_wgmma_header.BASE.items():
+        assert n % 16 == 0
+        assert base is None or (base < n and base in gen_wgmma_header.BASE)
