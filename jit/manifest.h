@@ -24,7 +24,7 @@ namespace kgen {
 // Throws Error(invalid_argument, "manifest:LINE: \"FIELD\": reason") for a bad value (unknown
 // operator, variant key or config, a config invalid for a target), "manifest:LINE: reason" for a
 // line that is not a JSON object of the known keys, "manifest: …" for an unreadable file and
-// "--arch: …" for a bad target.
+// "--archs: …" for a bad target.
 std::vector<WarmItem> read_manifest(const std::filesystem::path& path, const std::vector<std::string>& archs);
 
 }  // namespace kgen

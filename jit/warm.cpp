@@ -74,10 +74,10 @@ std::vector<Target> warm_targets(const std::vector<std::string>& archs) {
   std::vector<Target> targets;
   for (const auto& arch : archs) {
     auto target = parse_target(arch);
-    if (!target) throw Error(Status::invalid_argument, "--arch: unknown target '" + arch + "' (known: " + std::string(known_targets()) + ")");
+    if (!target) throw Error(Status::invalid_argument, "--archs: unknown target '" + arch + "' (known: " + std::string(known_targets()) + ")");
     targets.push_back(*target);
   }
-  if (targets.empty()) throw Error(Status::invalid_argument, "--arch: no target given");
+  if (targets.empty()) throw Error(Status::invalid_argument, "--archs: no target given");
   return targets;
 }
 

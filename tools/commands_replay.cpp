@@ -21,8 +21,8 @@ void add_replay_command(CLI::App& app, int& exit_code) {
     bool full = false;
   };
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--arch", o->archs, "Comma-separated targets")->capture_default_str();
-  cmd->add_option("--ops", o->ops, "Comma-separated operators (default: all); --check then compares only their rows");
+  cmd->add_option("--archs,--arch", o->archs, "Comma-separated targets")->capture_default_str();
+  cmd->add_option("--ops,--op", o->ops, "Comma-separated operators (default: all); --check then compares only their rows");
   auto* write = cmd->add_option("--write", o->write, "Write the table to this file");
   cmd->add_option("--check", o->check, "Compare with the table in this file; exit 1 on any difference")->excludes(write);
   cmd->add_option("--jobs,-j", o->jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
@@ -71,7 +71,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       exit_code = kOk;
       return;
     }
-    // With --ops or --arch, only the rows of those operators and targets are compared.
+    // With --ops or --archs, only the rows of those operators and targets are compared.
     std::vector<ReplayRow> compared;
     auto ops = split_list(o->ops), archs = split_list(o->archs);
     auto named = [](const std::vector<std::string>& names, const std::string& x) {

@@ -144,7 +144,7 @@ void add_tune_commands(CLI::App& app, int& exit_code) {
   auto sweep = add_sweep_options(*tune, SweepCommand::tune);
   auto o = std::make_shared<TuneCliOptions>();
   tune->add_option("--jobs,-j", o->jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
-  tune->add_option("--devices", o->devices,
+  tune->add_option("--devices,--device", o->devices,
                    "Comma-separated GPUs to spread candidates over, one worker each (use identical GPUs: their first "
                    "timings are compared directly); the finalists are timed again on the first")
       ->capture_default_str()

@@ -223,10 +223,10 @@ void add_warm_command(CLI::App& app, int& exit_code) {
   auto db = std::make_shared<std::vector<std::string>>();
   auto defaults = std::make_shared<bool>(false);
   auto all = std::make_shared<bool>(false);  // the callback holds it, as every option's variable
-  cmd->add_option("--arch", *archs, "Comma-separated targets (" + std::string(known_targets()) + ")")
+  cmd->add_option("--archs,--arch", *archs, "Comma-separated targets (" + std::string(known_targets()) + ")")
       ->capture_default_str()
       ->check(non_empty_list());
-  auto* ops_opt = cmd->add_option("--ops", *ops, "Comma-separated operators (default: all)")->check(non_empty_list());
+  auto* ops_opt = cmd->add_option("--ops,--op", *ops, "Comma-separated operators (default: all)")->check(non_empty_list());
   auto* manifest_opt =
       cmd->add_option("--manifest", *manifest,
                       "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see jit/manifest.h)")
@@ -259,7 +259,7 @@ void add_warm_command(CLI::App& app, int& exit_code) {
     if (*quiet) set_log_level(LogLevel::error);
     if (*verbose) set_log_level(LogLevel::debug);
     std::vector<WarmItem> items;
-    const std::vector<std::string> targets = parse_list(*archs, "--arch");
+    const std::vector<std::string> targets = parse_list(*archs, "--archs");
     if (!manifest->empty()) items = read_manifest(*manifest, targets);
     if (!db->empty()) {
       auto from_db = tuning_db_warm_items(*db, targets);

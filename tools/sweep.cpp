@@ -1,6 +1,8 @@
 #include "tools/sweep.h"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include "generator/registry.h"
 #include "tools/commands.h"
@@ -78,6 +80,13 @@ constexpr OptionSpec kOptions[] = {
     {"dims", kMd, kBench, false, true, "Only the grids of these dims m (1, 2, 3)"},
     {"list", kAll, kEvery, true, false, "Print the cases (tune: the problems) instead of running them; no GPU needed"},
 };
+
+// The singular spellings of the list options, accepted as aliases (README: a plural option takes a
+// comma-separated list and also answers to its singular). Not --dims: `bench md_lrpe`'s --dim is
+// its --head-dims.
+constexpr std::pair<const char*, const char*> kSingulars[] = {
+    {"dtypes", "dtype"}, {"head-dims", "head-dim"}, {"seqlens", "seqlen"}, {"acts", "act"},
+    {"directions", "direction"}, {"grids", "grid"}, {"extras", "extra"}, {"configs", "config"}};
 
 // The default of an option for some operators and commands.
 struct DefaultSpec {
@@ -296,6 +305,8 @@ std::shared_ptr<SweepOptions> add_sweep_options(CLI::App& app, SweepCommand comm
     std::string names = "--" + std::string(spec.name);
     // The old `bench lrpe|md_lrpe` sub-commands took one feature count as --dim.
     if (!fixed_op.empty() && command == SweepCommand::bench && names == "--head-dims") names += ",--dim";
+    for (const auto& [plural, singular] : kSingulars)
+      if (spec.name == std::string_view(plural)) names += ",--" + std::string(singular);
     o->options_[spec.name] = spec.flag ? app.add_flag(names, o->flags_[spec.name], help)
                                        : app.add_option(names, o->values_[spec.name], help)->check(non_empty_list());
   }

@@ -11,7 +11,7 @@ for cmd in warm show-config inspect check bench demo "cache ls" "cache verify" "
   # shellcheck disable=SC2086
   expect 0 "Usage" -- $cmd --help
 done
-expect 2 "arch: unknown target 'sm_99'" -- warm --arch sm_99 --cache-dir "$cache"
+expect 2 "archs: unknown target 'sm_99'" -- warm --arch sm_99 --cache-dir "$cache"
 expect 2 "ops: unknown operator 'nope'" -- warm --ops nope --cache-dir "$cache"
 expect 2 "jobs" -- warm --jobs -3
 expect 2 "dtype: unknown dtype 'fp8'" -- inspect --dtype fp8

@@ -33,7 +33,7 @@ expect 0 "entries +1$" -- cache --cache-dir "$cache" stat
 # Empty lists and paths.
 expect 2 "ops: empty list" -- warm --ops '' --cache-dir "$cache"
 expect 2 "ops: empty list" -- warm --ops , --cache-dir "$cache"
-expect 2 "arch: empty list" -- warm --arch '' --cache-dir "$cache"
+expect 2 "archs: empty list" -- warm --arch '' --cache-dir "$cache"
 expect 2 "manifest: empty value" -- warm --manifest '' --cache-dir "$cache"
 expect 2 "db: empty value" -- warm --db '' --cache-dir "$cache"
 expect 2 "cache-dir: empty value" -- warm --ops attention_fwd --cache-dir ''
