@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "kgen/types.hpp"
 
@@ -27,7 +28,29 @@ class SweepOptions;
 // of tools/sweep.h; the lrpe tables of `kgen bench` (tools/commands_lrpe.cpp).
 int run_sweep_check(const SweepOptions& o);
 int run_sweep_bench(const SweepOptions& o);
-int run_lrpe_bench(const SweepOptions& o);
+
+// The rows of `kgen bench`'s tables: printed as they come ("| a | b |"), or with --json kept and
+// printed by finish() as one JSON array of objects, one per row, keyed by its table's column
+// names ("–" cells are null, numeric cells numbers, the others strings). Titles, notes and table
+// headers are the caller's, printed only when !json().
+class BenchRows {
+ public:
+  explicit BenchRows(bool json) : json_(json) {}
+  bool json() const { return json_; }
+  // The columns of the rows that follow; `table`, when given, is each JSON row's "table" field.
+  void columns(std::vector<std::string> names, std::string table = "");
+  void row(const std::vector<std::string>& cells);
+  // Prints the JSON array (with --json).
+  void finish() const;
+
+ private:
+  bool json_;
+  std::vector<std::string> columns_;
+  std::string table_;
+  nlohmann::ordered_json rows_ = nlohmann::ordered_json::array();
+};
+
+int run_lrpe_bench(const SweepOptions& o, BenchRows& rows);
 
 // The aliases `kgen check lrpe|md_lrpe` and `kgen bench lrpe|md_lrpe` of `--op lrpe_cosine` and
 // `--op md_lrpe_cosine` (tools/commands_lrpe.cpp), as sub-commands of `check` and `bench`.

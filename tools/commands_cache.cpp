@@ -106,12 +106,20 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
     }
     exit_code = kOk;
   });
-  cache_cmd->add_subcommand("stat", "Print the entry count and total size")->callback([root, &exit_code] {
+  auto stat_json = std::make_shared<bool>(false);
+  auto* stat = cache_cmd->add_subcommand("stat", "Print the entry count and total size");
+  stat->add_flag("--json", *stat_json, "Print {\"root\", \"entries\", \"bytes\"} as one JSON object instead");
+  stat->callback([root, stat_json, &exit_code] {
     const auto path = usable_root(root(), "stat", exit_code);
     if (!path) return;
     cache::BinaryCache c(*path);
-    std::printf("root     %s\nentries  %zu\nbytes    %llu\n", c.root().c_str(), c.list().size(),
-                static_cast<unsigned long long>(c.total_bytes()));
+    const std::size_t entries = c.list().size();
+    const std::uint64_t bytes = c.total_bytes();
+    if (*stat_json)
+      std::printf("%s\n", nlohmann::ordered_json{{"root", c.root().string()}, {"entries", entries}, {"bytes", bytes}}.dump().c_str());
+    else
+      std::printf("root     %s\nentries  %zu\nbytes    %llu\n", c.root().c_str(), entries,
+                  static_cast<unsigned long long>(bytes));
     exit_code = kOk;
   });
   cache_cmd->add_subcommand("verify", "Read every entry, remove corrupt ones; non-zero exit if any were corrupt")

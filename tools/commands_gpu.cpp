@@ -45,7 +45,54 @@ void print_device_header() {
               d.cc_minor, d.sm_count, d.sm_clock_khz / 1000, kgen::version());
 }
 
+void BenchRows::columns(std::vector<std::string> names, std::string table) {
+  columns_ = std::move(names);
+  table_ = std::move(table);
+  if (json_) return;
+  std::string header = "|", rule = "|";
+  for (const std::string& c : columns_) header += " " + c + " |", rule += "---|";
+  std::printf("%s\n%s\n", header.c_str(), rule.c_str());
+}
+
+void BenchRows::row(const std::vector<std::string>& cells) {
+  if (!json_) {
+    std::string line = "|";
+    for (const std::string& c : cells) line += " " + c + " |";
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+    return;
+  }
+  nlohmann::ordered_json r = nlohmann::ordered_json::object();
+  if (!table_.empty()) r["table"] = table_;
+  for (std::size_t i = 0; i < cells.size(); ++i) {
+    const std::string name = i < columns_.size() ? columns_[i] : "column " + std::to_string(i);
+    const std::string& cell = cells[i];
+    std::size_t used = 0;
+    double number = 0;
+    try {
+      number = std::stod(cell, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (cell == "–") r[name] = nullptr;
+    else if (!cell.empty() && used == cell.size()) r[name] = number;
+    else r[name] = cell;
+  }
+  rows_.push_back(std::move(r));
+}
+
+void BenchRows::finish() const {
+  if (json_) std::printf("%s\n", rows_.dump(2).c_str());
+}
+
 namespace {
+
+// printf into a string: one table cell.
+std::string cell(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
 
 // One case of `kgen check` for any operator: its title, how to make its harness bench (inputs
 // and reference), and the configs to check on it ("" = the default choice, first).
@@ -130,50 +177,51 @@ int run_check(const SweepOptions& o) {
   return failed ? kFailed : kOk;
 }
 
-// "| bf16 | 128 | no | 4096 | 4 | 16 | ": the problem columns of a bench row.
-std::string row_prefix(const AttentionCase& c) {
-  return "| " + std::string(dtype_name(c.dtype)) + " | " + std::to_string(c.head_dim) + " | " +
-         (c.causal ? "yes" : "no") + " | " + std::to_string(c.n_q) + " | " + std::to_string(c.batch) + " | " +
-         std::to_string(c.heads_q) + " | ";
+// bf16, 128, no, 4096, 4, 16 and then `more`: a bench row, the problem columns first.
+std::vector<std::string> row_cells(const AttentionCase& c, std::vector<std::string> more) {
+  std::vector<std::string> cells = {std::string(dtype_name(c.dtype)), std::to_string(c.head_dim), c.causal ? "yes" : "no",
+                                    std::to_string(c.n_q), std::to_string(c.batch), std::to_string(c.heads_q)};
+  cells.insert(cells.end(), more.begin(), more.end());
+  return cells;
 }
 
 // One row of `kgen bench --op attention_bwd|attention_double_bwd` per config: check, then time.
 int bench_gradients(const std::string& op, const AttentionCase& c, const SweepOptions& o,
-                    const std::vector<std::string>& configs) {
+                    const std::vector<std::string>& configs, BenchRows& rows) {
   const bool dbl = op == "attention_double_bwd";
   BackwardBenchOptions b;
   b.deterministic = o.flag("deterministic");
   std::unique_ptr<AttentionGradientBench> bench;
   if (dbl) bench = std::make_unique<AttentionDoubleBackwardBench>(c, b);
   else bench = std::make_unique<AttentionBackwardBench>(c, b);
-  const std::string row = row_prefix(c);
   int failed = 0;
   for (const std::string& config : configs) {
     const std::string name = config.empty() ? "default" : config;
     try {  // a config invalid for this case is its own ERROR row; the others still run
       HarnessCheck check = bench->check(config);
       if (!check.pass) {
-        std::printf("%s%s | FAIL | – | – | – |\n%s\n", row.c_str(), name.c_str(), to_string(check).c_str());
+        rows.row(row_cells(c, {name, "FAIL", "–", "–", "–"}));
+        std::fprintf(rows.json() ? stderr : stdout, "%s\n", to_string(check).c_str());
         ++failed;
         continue;
       }
       Timing t = bench->time(config, o.integer("warmup", 0), o.integer("reps", 1));
       const double flops = dbl ? attention_double_backward_flops(c) : attention_backward_flops(c);
-      std::printf("%s%s | pass (rel_l2 ≤ %.1e) | %.3f | %.3f–%.3f | %.1f |\n", row.c_str(), name.c_str(),
-                  check.worst_rel_l2(), t.median_ms, t.p20_ms, t.p80_ms, flops / (t.median_ms * 1e-3) / 1e12);
+      rows.row(row_cells(c, {name, cell("pass (rel_l2 ≤ %.1e)", check.worst_rel_l2()), cell("%.3f", t.median_ms),
+                             cell("%.3f", t.p20_ms) + "–" + cell("%.3f", t.p80_ms),
+                             cell("%.1f", flops / (t.median_ms * 1e-3) / 1e12)}));
     } catch (const Error& e) {
-      std::printf("%s%s | ERROR %s | – | – | – |\n", row.c_str(), name.c_str(), e.what());
+      rows.row(row_cells(c, {name, std::string("ERROR ") + e.what(), "–", "–", "–"}));
       ++failed;
     }
-    std::fflush(stdout);
   }
   return failed;
 }
 
 // Times every config ("" = the launch's own choice) on the forward case `c`, each checked first;
 // one table row each. Returns the number of failed rows.
-int bench_forward_case(const AttentionCase& c, const SweepOptions& o, const std::vector<std::string>& configs) {
-  const std::string row = row_prefix(c);
+int bench_forward_case(const AttentionCase& c, const SweepOptions& o, const std::vector<std::string>& configs,
+                       BenchRows& rows) {
   int failed = 0;
   std::unique_ptr<AttentionForwardBench> bench;
   for (const std::string& forced : configs) {
@@ -188,7 +236,7 @@ int bench_forward_case(const AttentionCase& c, const SweepOptions& o, const std:
       }
       HarnessCheck check = bench->check(forced);
       if (!check.pass) {
-        std::printf("%s%s | FAIL (%s) | – | – | – | – | – | – |\n", row.c_str(), config.c_str(), check.failure().c_str());
+        rows.row(row_cells(c, {config, "FAIL (" + check.failure() + ")", "–", "–", "–", "–", "–", "–"}));
         ++failed;
         continue;
       }
@@ -198,14 +246,14 @@ int bench_forward_case(const AttentionCase& c, const SweepOptions& o, const std:
       const double e = dtype_bytes(c.dtype);
       double mib = (2.0 * c.batch * c.heads_q * c.n_q * c.head_dim * e + 2.0 * c.batch * c.heads_kv * c.n_k * c.head_dim * e +
                     4.0 * c.batch * c.heads_q * c.n_q) / (1 << 20);
-      std::printf("%s%s | pass (rel_l2 %.1e) | %.3f | %.3f | %.3f | %.3f–%.3f | %.1f | %.0f |\n", row.c_str(), config.c_str(),
-                  check.get("o").rel_l2, timing.mean_ms, timing.std_ms, timing.median_ms, timing.p20_ms, timing.p80_ms,
-                  tflops, mib);
+      rows.row(row_cells(c, {config, cell("pass (rel_l2 %.1e)", check.get("o").rel_l2), cell("%.3f", timing.mean_ms),
+                             cell("%.3f", timing.std_ms), cell("%.3f", timing.median_ms),
+                             cell("%.3f", timing.p20_ms) + "–" + cell("%.3f", timing.p80_ms), cell("%.1f", tflops),
+                             cell("%.0f", mib)}));
     } catch (const Error& e) {
-      std::printf("%s%s | ERROR %s | – | – | – | – | – | – |\n", row.c_str(), config.empty() ? "–" : config.c_str(), e.what());
+      rows.row(row_cells(c, {config.empty() ? "–" : config, std::string("ERROR ") + e.what(), "–", "–", "–", "–", "–", "–"}));
       ++failed;
     }
-    std::fflush(stdout);
   }
   return failed;
 }
@@ -218,38 +266,40 @@ std::string attention_sweep_shape(const SweepOptions& o) {
   return s;
 }
 
-int run_attention_bench(const SweepOptions& o) {
+int run_attention_bench(const SweepOptions& o, BenchRows& rows) {
   // Arguments first, so a typo is named even on a machine without a GPU.
   const std::vector<AttentionCase> cases = attention_cases(o);
   std::vector<std::string> configs = {""};
   for (const std::string& c : sweep_configs(o)) configs.push_back(c);
   const int warmup = o.integer("warmup", 0), reps = o.integer("reps", 1);
   require_device();
-  print_device_header();
+  if (!rows.json()) print_device_header();
   const std::string op = o.op();
+  std::vector<std::string> columns = {"dtype", "d", "causal", "n", "b", "h", "config", "check"};
   if (op != "attention_fwd") {
     const bool dbl = op == "attention_double_bwd";
-    std::printf("%s%s, %s; median of %d reps after %d warm-up; every row checked first (%s)\n\n", op.c_str(),
-                o.flag("deterministic") ? " (deterministic)" : "", attention_sweep_shape(o).c_str(), reps, warmup,
-                dbl ? attention_double_backward_flops_convention().c_str() : "backward FLOPs = 2.5 × forward");
-    std::printf("| dtype | d | causal | n | b | h | config | check | median ms | p20–p80 ms | TFLOPS |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    if (!rows.json())
+      std::printf("%s%s, %s; median of %d reps after %d warm-up; every row checked first (%s)\n\n", op.c_str(),
+                  o.flag("deterministic") ? " (deterministic)" : "", attention_sweep_shape(o).c_str(), reps, warmup,
+                  dbl ? attention_double_backward_flops_convention().c_str() : "backward FLOPs = 2.5 × forward");
+    columns.insert(columns.end(), {"median ms", "p20–p80 ms", "TFLOPS"});
   } else {
-    std::printf("attention_fwd, %s; median of %d reps after %d warm-up; every row checked first\n\n",
-                attention_sweep_shape(o).c_str(), reps, warmup);
-    std::printf("| dtype | d | causal | n | b | h | config | check | fwd mean ms | fwd std ms | median ms | p20–p80 ms | TFLOPS | live MiB |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    if (!rows.json())
+      std::printf("attention_fwd, %s; median of %d reps after %d warm-up; every row checked first\n\n",
+                  attention_sweep_shape(o).c_str(), reps, warmup);
+    columns.insert(columns.end(), {"fwd mean ms", "fwd std ms", "median ms", "p20–p80 ms", "TFLOPS", "live MiB"});
   }
+  rows.columns(columns);
   int failed = 0;
   for (const AttentionCase& c : cases) {
     if (op == "attention_fwd") {
-      failed += bench_forward_case(c, o, configs);
+      failed += bench_forward_case(c, o, configs, rows);
       continue;
     }
     try {
-      failed += bench_gradients(op, c, o, configs);
+      failed += bench_gradients(op, c, o, configs, rows);
     } catch (const Error& e) {
-      std::printf("%s– | ERROR %s | – | – | – |\n", row_prefix(c).c_str(), e.what());
+      rows.row(row_cells(c, {"–", std::string("ERROR ") + e.what(), "–", "–", "–"}));
       ++failed;
     }
   }
@@ -276,9 +326,9 @@ double median_host_us(Fn&& fn, CUstream stream, int calls) {
 
 // First-call cost (cold compile, disk-cache hit, in-memory hit) and the host overhead of a hot
 // kgen launch against a bare cuLaunchKernel of the same kernel with the same arguments.
-int run_launch_bench(int calls) {
+int run_launch_bench(int calls, BenchRows& rows) {
   require_device();
-  print_device_header();
+  if (!rows.json()) print_device_header();
   const CudaDriver& cu = cuda_driver();
   use_primary_context(0);
   const Target target = device_info(0).target;
@@ -339,14 +389,18 @@ int run_launch_bench(int calls) {
   cu.cuStreamDestroy(stream);
   for (auto b : buf) cu.cuMemFree(b);
 
-  std::printf("\nfirst call of %s (%s), fresh cache directory:\n", src.variant.c_str(), target.arch.c_str());
-  std::printf("| path | build ms | module load ms | total ms |\n|---|---|---|---|\n");
-  std::printf("| cold compile (NVRTC) + publish | %.1f | %.2f | %.1f |\n", cold_build, cold_load, cold_build + cold_load);
-  std::printf("| disk-cache hit | %.2f | %.2f | %.2f |\n", disk_build, disk_load, disk_build + disk_load);
-  std::printf("| first kgen::attention_forward in this process (decision, cache lookup, load, launch) | – | – | %.2f |\n", first_api_ms);
-  std::printf("\nhost time per launch (median of 5 rounds of %d calls each, b=h=1 n=16 d=128):\n", calls / 5);
-  std::printf("| launch | µs/call |\n|---|---|\n| bare cuLaunchKernel (same kernel, same args) | %.2f |\n", bare_us[2]);
-  std::printf("| kgen::attention_forward, hot (in-memory hit) | %.2f |\n| kgen overhead | %.2f |\n", kgen_us[2], kgen_us[2] - bare_us[2]);
+  if (!rows.json()) std::printf("\nfirst call of %s (%s), fresh cache directory:\n", src.variant.c_str(), target.arch.c_str());
+  rows.columns({"path", "build ms", "module load ms", "total ms"}, rows.json() ? "first call" : "");
+  rows.row({"cold compile (NVRTC) + publish", cell("%.1f", cold_build), cell("%.2f", cold_load), cell("%.1f", cold_build + cold_load)});
+  rows.row({"disk-cache hit", cell("%.2f", disk_build), cell("%.2f", disk_load), cell("%.2f", disk_build + disk_load)});
+  rows.row({"first kgen::attention_forward in this process (decision, cache lookup, load, launch)", "–", "–",
+            cell("%.2f", first_api_ms)});
+  if (!rows.json())
+    std::printf("\nhost time per launch (median of 5 rounds of %d calls each, b=h=1 n=16 d=128):\n", calls / 5);
+  rows.columns({"launch", "µs/call"}, rows.json() ? "host time per launch" : "");
+  rows.row({"bare cuLaunchKernel (same kernel, same args)", cell("%.2f", bare_us[2])});
+  rows.row({"kgen::attention_forward, hot (in-memory hit)", cell("%.2f", kgen_us[2])});
+  rows.row({"kgen overhead", cell("%.2f", kgen_us[2] - bare_us[2])});
   return kOk;
 }
 
@@ -366,11 +420,18 @@ int run_sweep_bench(const SweepOptions& o) {
     for (const std::string& c : sweep_configs(o)) std::printf("config %s\n", c.c_str());
     return kOk;
   }
-  if (o.flag("launch")) return run_launch_bench(10000);
-  if (o.family() == OpFamily::lrpe) return run_lrpe_bench(o);
-  const int rc = run_attention_bench(o);
-  // attention_fwd --warmup 0 asks for the cost of first calls too: cold compile, disk hit, in-memory hit.
-  if (o.op() == "attention_fwd" && o.integer("warmup", 0) == 0 && rc == kOk) return run_launch_bench(10000);
+  BenchRows rows(o.flag("json"));
+  int rc = kOk;
+  if (o.flag("launch")) {
+    rc = run_launch_bench(10000, rows);
+  } else if (o.family() == OpFamily::lrpe) {
+    rc = run_lrpe_bench(o, rows);
+  } else {
+    rc = run_attention_bench(o, rows);
+    // attention_fwd --warmup 0 asks for the cost of first calls too: cold compile, disk hit, in-memory hit.
+    if (o.op() == "attention_fwd" && o.integer("warmup", 0) == 0 && rc == kOk) rc = run_launch_bench(10000, rows);
+  }
+  rows.finish();
   return rc;
 }
 
@@ -397,7 +458,8 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
     std::string why;
     if (cuda_available(&why)) {
       int rc = run_check(*sweep_options_from(SweepCommand::check, "--dtypes bf16,fp16 --head-dims 64,128 --quick"));
-      int rc2 = run_attention_bench(*sweep_options_from(SweepCommand::bench, "--dtypes bf16 --seqlens 2048,8192"));
+      BenchRows rows(/*json=*/false);
+      int rc2 = run_attention_bench(*sweep_options_from(SweepCommand::bench, "--dtypes bf16 --seqlens 2048,8192"), rows);
       exit_code = rc || rc2 ? kFailed : kOk;
       return;
     }

@@ -81,7 +81,19 @@ std::string row_label(const LrpeCase& c) {
 
 using Rows = std::vector<std::pair<std::string, std::vector<std::string>>>;
 
-void print_table(const std::string& title, const std::vector<std::string>& columns, const Rows& rows) {
+// One table in the reference reports' format, or with --json its rows ("table", "n", a field per column).
+void print_table(const std::string& title, const std::vector<std::string>& columns, const Rows& rows, BenchRows& out) {
+  if (out.json()) {
+    std::vector<std::string> names = {"n"};
+    names.insert(names.end(), columns.begin(), columns.end());
+    out.columns(names, title);
+    for (const auto& [label, cells] : rows) {
+      std::vector<std::string> row = {label};
+      row.insert(row.end(), cells.begin(), cells.end());
+      out.row(row);
+    }
+    return;
+  }
   std::printf("%s:\n%10s", title.c_str(), "n");
   for (const auto& c : columns) std::printf("  %18s", c.c_str());
   std::printf("\n");
@@ -96,7 +108,7 @@ void print_table(const std::string& title, const std::vector<std::string>& colum
 
 }  // namespace
 
-int run_lrpe_bench(const SweepOptions& o) {
+int run_lrpe_bench(const SweepOptions& o, BenchRows& out) {
   // Arguments first, so a typo is named even on a machine without a GPU.
   const std::vector<LrpeCase> cases = lrpe_cases(o);
   const bool md = o.op() == "md_lrpe_cosine";
@@ -110,19 +122,21 @@ int run_lrpe_bench(const SweepOptions& o) {
   const std::vector<std::string> memory_columns = md ? std::vector<std::string>{"kgen", "kgen cache"} : std::vector<std::string>{"kgen"};
   const int warmup = o.integer("warmup", 0), reps = o.integer("reps", 1), copy_mib = o.integer("copy-mib", 1);
   require_device();
-  print_device_header();
   const double copy_rate = measure_copy_bandwidth(static_cast<std::size_t>(copy_mib) << 20, 0);
-  std::printf("device copy rate %.3f TB/s (cuMemcpyDtoDAsync of %d MiB, bytes read + written, median of 20; this run)\n",
-              copy_rate / 1e12, copy_mib);
-  std::printf("cells: kernel-only median ms of %d reps after %d warm-up (CUDA events, inputs rotated beyond L2), each "
-              "checked first on NaN-poisoned outputs against the fp64 reference; (%%) = floor time / measured time, floor = "
-              "bytes of docs/lrpe.md §5 at the copy rate. bwd is the kgen backward alone (no autograd accumulation).\n",
-              reps, warmup);
-  std::printf("memory tables: MiB (2^20 bytes) of device memory one call holds, counted as the reference reports count "
-              "their kernels' peak of live allocations: fwd x + theta (fp32) + o, bwd x + theta + dO + dx, plus the md "
-              "angle cache (h, n, d) fp32 and the softmax-over-the-sequence statistics scratch; kgen allocates nothing "
-              "else on the call path (the reports' bwd also counts o and autograd's x.grad accumulation: "
-              "bench/compare_lrpe.py measures that under PyTorch).\n\n");
+  if (!out.json()) {
+    print_device_header();
+    std::printf("device copy rate %.3f TB/s (cuMemcpyDtoDAsync of %d MiB, bytes read + written, median of 20; this run)\n",
+                copy_rate / 1e12, copy_mib);
+    std::printf("cells: kernel-only median ms of %d reps after %d warm-up (CUDA events, inputs rotated beyond L2), each "
+                "checked first on NaN-poisoned outputs against the fp64 reference; (%%) = floor time / measured time, floor = "
+                "bytes of docs/lrpe.md §5 at the copy rate. bwd is the kgen backward alone (no autograd accumulation).\n",
+                reps, warmup);
+    std::printf("memory tables: MiB (2^20 bytes) of device memory one call holds, counted as the reference reports count "
+                "their kernels' peak of live allocations: fwd x + theta (fp32) + o, bwd x + theta + dO + dx, plus the md "
+                "angle cache (h, n, d) fp32 and the softmax-over-the-sequence statistics scratch; kgen allocates nothing "
+                "else on the call path (the reports' bwd also counts o and autograd's x.grad accumulation: "
+                "bench/compare_lrpe.py measures that under PyTorch).\n\n");
+  }
   const std::string head = md ? "md_lrpe_cosine-" : "lrpe_cosine-";
   int failed = 0;
   std::vector<std::string> notes;
@@ -130,8 +144,8 @@ int run_lrpe_bench(const SweepOptions& o) {
   Rows rows, memory_rows;
   auto flush = [&] {
     if (rows.empty()) return;
-    print_table(head + "speed-" + tail, columns, rows);
-    print_table(head + "memory-" + tail, memory_columns, memory_rows);
+    print_table(head + "speed-" + tail, columns, rows, out);
+    print_table(head + "memory-" + tail, memory_columns, memory_rows, out);
     rows.clear(), memory_rows.clear();
   };
   for (const LrpeCase& base : cases) {
@@ -151,7 +165,7 @@ int run_lrpe_bench(const SweepOptions& o) {
     memory_rows.emplace_back(row_label(base), memory);
   }
   flush();
-  for (const auto& n : notes) std::printf("%s\n", n.c_str());
+  for (const auto& n : notes) std::fprintf(out.json() ? stderr : stdout, "%s\n", n.c_str());
   return failed ? kFailed : kOk;
 }
 

@@ -4,6 +4,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "cache/binary_cache.h"
 #include "generator/attention_forward.h"
 #include "generator/embedded_templates.h"
@@ -60,62 +62,106 @@ CLI::Validator non_empty_list() {
 
 namespace {
 
+// What `kgen show-config` reports, as one JSON object: version, templates digest, compilers,
+// targets (the AMD targets' compiler), devices, cache layers, tuning databases, operators and
+// the environment variables kgen reads.
+nlohmann::ordered_json show_config() {
+  nlohmann::ordered_json j;
+  j["version"] = kgen::version();
+  j["templates_digest"] = std::string(generator::templates_digest());
+  try {
+    j["compilers"]["nvrtc"] = nvrtc_version();
+  } catch (const std::exception& e) {
+    j["compilers"]["nvrtc"] = std::string("unavailable: ") + e.what();
+  }
+  j["compilers"]["hiprtc"] = hiprtc_description();
+  j["compilers"]["amd_clang"] = amd_clang_description();
+  j["targets"] = nlohmann::ordered_json::object();
+  for (const Target& t : {*parse_target("gfx90a"), *parse_target("gfx942"), *parse_target("gfx950")}) {
+    std::string compiler;
+    try {
+      compiler = amd_compiler_for(t).version();
+    } catch (const std::exception& e) {
+      compiler = std::string("none: ") + e.what();
+    }
+    j["targets"][t.arch] = compiler;
+  }
+  j["devices"] = nlohmann::ordered_json::array();
+  const int n = device_count();
+  if (n == 0) {
+    // One process uses one vendor's GPUs: the first driver that sees a GPU.
+    std::string cuda_why, hip_why;
+    cuda_gpu_driver().available(&cuda_why);
+    hip_gpu_driver().available(&hip_why);
+    j["no_device"] = "CUDA: " + cuda_why + "; HIP: " + hip_why;
+  }
+  for (int i = 0; i < n; ++i) {
+    const DeviceInfo& d = device_info(i);
+    j["devices"].push_back({{"index", i}, {"name", d.name}, {"sm", d.cc_major * 10 + d.cc_minor},
+                            {"target", d.target.arch}, {"sm_count", d.sm_count},
+                            {"smem_per_block_bytes", d.max_smem_optin}, {"memory_bytes", d.total_memory}});
+  }
+  if (n > 0) j["driver"] = gpu_driver().version();
+  // Read-only layers first (KGEN_CACHE_PATH), the writable root last; first hit wins.
+  j["cache_layers"] = nlohmann::ordered_json::array();
+  for (const auto& layer : KernelBuilder::global().layers())
+    j["cache_layers"].push_back({{"path", layer.path.string()}, {"exists", layer.exists}, {"writable", layer.writable},
+                                 {"entries", layer.entries}, {"bytes", layer.bytes}});
+  j["tuning_dbs"] = nlohmann::ordered_json::array();
+  for (const auto& f : default_tuning_db_files()) j["tuning_dbs"].push_back(f);
+  j["tuning_shard_dir"] = default_tuning_shard_dir();
+  j["autotune"] = std::string(to_string(autotune_mode()));
+  j["operators"] = nlohmann::ordered_json::array();
+  for (const auto& op : operators()) j["operators"].push_back(std::string(op.name));
+  j["env"] = nlohmann::ordered_json::object();
+  for (const char* var : {"KGEN_CACHE_DIR", "KGEN_CACHE_PATH", "KGEN_CACHE_MAX_BYTES", "KGEN_NO_JIT", "KGEN_TUNE_DB",
+                          "KGEN_AUTOTUNE", "KGEN_LOG_LEVEL", "KGEN_NVRTC_PATH", "CUDA_HOME", "KGEN_AMD_COMPILER",
+                          "KGEN_CLANG", "KGEN_AMD_COMPILE_TIMEOUT"}) {
+    const char* v = std::getenv(var);
+    j["env"][var] = v ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+  }
+  return j;
+}
+
+void print_show_config(const nlohmann::ordered_json& j) {
+  auto str = [](const nlohmann::ordered_json& v) { return v.get<std::string>(); };
+  std::printf("kgen          %s\n", str(j["version"]).c_str());
+  std::printf("templates     %.16s…\n", str(j["templates_digest"]).c_str());
+  std::printf("compiler      %s\n", str(j["compilers"]["nvrtc"]).c_str());
+  std::printf("amd hiprtc    %s\n", str(j["compilers"]["hiprtc"]).c_str());
+  std::printf("amd clang     %s\n", str(j["compilers"]["amd_clang"]).c_str());
+  for (const auto& [arch, compiler] : j["targets"].items())
+    std::printf("amd %-9s builds with %s\n", arch.c_str(), str(compiler).c_str());
+  if (j.contains("no_device")) std::printf("devices       none (%s)\n", str(j["no_device"]).c_str());
+  for (const auto& d : j["devices"])
+    std::printf("device %d      %s, sm_%d (target %s), %d SMs, %d KB smem/block, %.1f GB\n", d["index"].get<int>(),
+                str(d["name"]).c_str(), d["sm"].get<int>(), str(d["target"]).c_str(), d["sm_count"].get<int>(),
+                d["smem_per_block_bytes"].get<int>() / 1024, d["memory_bytes"].get<double>() / 1e9);
+  if (j.contains("driver")) std::printf("driver        %s\n", str(j["driver"]).c_str());
+  for (const auto& l : j["cache_layers"])
+    std::printf("cache layer   %s (%s, %s, %llu entries, %.1f MB)\n", str(l["path"]).c_str(),
+                l["exists"].get<bool>() ? "exists" : "not created yet", l["writable"].get<bool>() ? "writable" : "read-only",
+                l["entries"].get<unsigned long long>(), l["bytes"].get<double>() / 1e6);
+  if (j["tuning_dbs"].empty()) std::printf("tuning db     none yet (shards go to %s)\n", str(j["tuning_shard_dir"]).c_str());
+  for (const auto& f : j["tuning_dbs"]) std::printf("tuning db     %s\n", str(f).c_str());
+  std::printf("autotune      %s (KGEN_AUTOTUNE)\n", str(j["autotune"]).c_str());
+  std::printf("operators    ");
+  for (const auto& op : j["operators"]) std::printf(" %s", str(op).c_str());
+  std::printf("\n");
+  for (const auto& [var, v] : j["env"].items())
+    std::printf("env %-21s %s\n", var.c_str(), v.is_null() ? "(unset)" : str(v).c_str());
+}
+
 void add_show_config(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("show-config", "Print versions, devices, cache and environment");
-  cmd->callback([&exit_code] {
-    std::printf("kgen          %s\n", kgen::version());
-    std::printf("templates     %.16s…\n", std::string(generator::templates_digest()).c_str());
-    try {
-      std::printf("compiler      %s\n", nvrtc_version().c_str());
-    } catch (const std::exception& e) {
-      std::printf("compiler      unavailable: %s\n", e.what());
-    }
-    std::printf("amd hiprtc    %s\n", hiprtc_description().c_str());
-    std::printf("amd clang     %s\n", amd_clang_description().c_str());
-    for (const Target& t : {*parse_target("gfx90a"), *parse_target("gfx942"), *parse_target("gfx950")}) {
-      std::string compiler;
-      try {
-        compiler = amd_compiler_for(t).version();
-      } catch (const std::exception& e) {
-        compiler = std::string("none: ") + e.what();
-      }
-      std::printf("amd %-9s builds with %s\n", t.arch.c_str(), compiler.c_str());
-    }
-    int n = device_count();
-    if (n == 0) {
-      // One process uses one vendor's GPUs: the first driver that sees a GPU.
-      std::string cuda_why, hip_why;
-      cuda_gpu_driver().available(&cuda_why);
-      hip_gpu_driver().available(&hip_why);
-      std::printf("devices       none (CUDA: %s; HIP: %s)\n", cuda_why.c_str(), hip_why.c_str());
-    }
-    for (int i = 0; i < n; ++i) {
-      const DeviceInfo& d = device_info(i);
-      std::printf("device %d      %s, sm_%d%d (target %s), %d SMs, %d KB smem/block, %.1f GB\n", i,
-                  d.name.c_str(), d.cc_major, d.cc_minor, d.target.arch.c_str(), d.sm_count,
-                  d.max_smem_optin / 1024, d.total_memory / 1e9);
-    }
-    if (n > 0) {
-      std::printf("driver        %s\n", gpu_driver().version().c_str());
-    }
-    // Read-only layers first (KGEN_CACHE_PATH), the writable root last; first hit wins.
-    for (const auto& layer : KernelBuilder::global().layers())
-      std::printf("cache layer   %s (%s, %s, %llu entries, %.1f MB)\n", layer.path.c_str(),
-                  layer.exists ? "exists" : "not created yet", layer.writable ? "writable" : "read-only",
-                  static_cast<unsigned long long>(layer.entries), layer.bytes / 1e6);
-    auto db_files = default_tuning_db_files();
-    if (db_files.empty()) std::printf("tuning db     none yet (shards go to %s)\n", default_tuning_shard_dir().c_str());
-    for (const auto& f : db_files) std::printf("tuning db     %s\n", f.c_str());
-    std::printf("autotune      %s (KGEN_AUTOTUNE)\n", std::string(to_string(autotune_mode())).c_str());
-    std::printf("operators    ");
-    for (const auto& op : operators()) std::printf(" %s", std::string(op.name).c_str());
-    std::printf("\n");
-    for (const char* var : {"KGEN_CACHE_DIR", "KGEN_CACHE_PATH", "KGEN_CACHE_MAX_BYTES", "KGEN_NO_JIT", "KGEN_TUNE_DB",
-                            "KGEN_AUTOTUNE", "KGEN_LOG_LEVEL", "KGEN_NVRTC_PATH", "CUDA_HOME", "KGEN_AMD_COMPILER",
-                            "KGEN_CLANG", "KGEN_AMD_COMPILE_TIMEOUT"}) {
-      const char* v = std::getenv(var);
-      std::printf("env %-21s %s\n", var, v ? v : "(unset)");
-    }
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json,
+                "Print one JSON object (version, templates_digest, compilers, targets, devices, cache_layers, "
+                "tuning_dbs, autotune, operators, env) instead of text");
+  cmd->callback([json, &exit_code] {
+    const nlohmann::ordered_json j = show_config();
+    if (*json) std::printf("%s\n", j.dump(2).c_str());
+    else print_show_config(j);
     exit_code = kOk;
   });
 }

@@ -79,6 +79,9 @@ constexpr OptionSpec kOptions[] = {
      "Measure first-call cost (cold compile, disk hit, in-memory hit) and hot launch overhead instead"},
     {"dims", kMd, kBench, false, true, "Only the grids of these dims m (1, 2, 3)"},
     {"list", kAll, kEvery, true, false, "Print the cases (tune: the problems) instead of running them; no GPU needed"},
+    {"json", kAll, kBench, true, false,
+     "Print the rows as one JSON array of objects, one per row, with the tables' columns as fields (lrpe and the "
+     "first-call tables: also \"table\"), instead of the tables"},
 };
 
 // The singular spellings of the list options, accepted as aliases (README: a plural option takes a

@@ -21,3 +21,8 @@ fail() {
   echo "FAIL: $*"
   fails=$((fails + 1))
 }
+# use_scratch: a fresh temporary directory in `scratch`, removed when the script exits.
+use_scratch() {
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+}
