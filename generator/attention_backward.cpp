@@ -269,22 +269,22 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   };
   for (const auto& c : mfma_backward_config_space(spec, target)) out.push_back(c);
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
-    for (int bn : {128, 64}) keep({BackwardPath::wgmma, 64, bn, bn / 16, 0});
+    for (int bn : {128, 64}) keep({.path = BackwardPath::wgmma, .block_n = bn, .warps = bn / 16});
     for (int a : {2, 1})
       for (bool t : {false, true})
-        for (bool l : {false, true}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, t, l});
-    for (int a : {2, 1}) keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, a, true, true, 1, 1, true});
-    keep({BackwardPath::wgmma, 64, 128, 8, 0, 1, 2, true, true, 1, 1, true, true});  // persistent (:p)
+        for (bool l : {false, true}) keep({.path = BackwardPath::wgmma, .async_wgs = a, .tma_dq = t, .tma_loads = l});
+    for (int a : {2, 1}) keep({.path = BackwardPath::wgmma, .async_wgs = a, .tma_dq = true, .tma_loads = true, .warp_specialised = true});
+    keep({.path = BackwardPath::wgmma, .async_wgs = 2, .tma_dq = true, .tma_loads = true, .warp_specialised = true, .persistent = true});  // persistent (:p)
     for (int a : {2, 1})
-      for (bool l : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, false, l});
+      for (bool l : {false, true}) keep({.path = BackwardPath::wgmma, .block_m = 128, .async_wgs = a, .tma_loads = l});
     for (int a : {2, 1})
-      for (bool t : {false, true}) keep({BackwardPath::wgmma, 128, 128, 8, 0, 1, a, t, true, 1, 1, true});
+      for (bool t : {false, true}) keep({.path = BackwardPath::wgmma, .block_m = 128, .async_wgs = a, .tma_dq = t, .tma_loads = true, .warp_specialised = true});
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
-    keep({BackwardPath::wgmma, 64, 64, 8, 0, 2});
+    keep({.path = BackwardPath::wgmma, .block_n = 64, .splits = 2});
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
-      for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep({BackwardPath::fa2, bm, bn, warps, 0});
+      for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep({.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = warps});
   keep(attention_backward_general_config(spec));
   return out;
 }
@@ -375,7 +375,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // Hopper: two warpgroups of 64 keys against query tiles, decoupled (a1, a2); one warpgroup of
     // 64 keys per block against 64-row tiles when the blocks would not fill the machine.
     const bool grouped = shape.heads_q != shape.heads_kv;
-    AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
+    AttentionBackwardConfig c{.path = BackwardPath::wgmma};
     if (tile64) {
       // The 64-column tile: 128-row query tiles (H100, bf16, b·n = 16k, h·d = 2048, `kgen bench
       // --op attention_bwd`, BENCHMARKS.md "128-row query tiles", against the 64-row defaults
@@ -466,7 +466,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
     // Above 128 columns: two warpgroups share 64 keys and split the dK, dV and dQ columns.
-    const AttentionBackwardConfig c{BackwardPath::wgmma, 64, 64, 8, 0, 2};
+    const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_n = 64, .splits = 2};
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
@@ -478,7 +478,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     for (int bn : {128, 64}) {
       if ((small || causal_d32) && bn == 128) continue;
       for (int bm : {64, 32}) {
-        const AttentionBackwardConfig c{BackwardPath::fa2, bm, bn, bn / 16, 0};
+        const AttentionBackwardConfig c{.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = bn / 16};
         if (!check_attention_backward_config(spec, c, target)) return c;
       }
     }
@@ -497,7 +497,7 @@ int attention_double_backward_shape_class(const AttentionShape& shape, int sm_co
 }
 
 AttentionBackwardConfig attention_backward_general_config(const AttentionBackwardSpec& spec) {
-  return {BackwardPath::simt, 4, 0, 0, attention_simt_bucket(spec.head_dim)};
+  return {.path = BackwardPath::simt, .block_m = 4, .block_n = 0, .warps = 0, .max_head_dim = attention_simt_bucket(spec.head_dim)};
 }
 
 std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardConfig& c, bool deterministic) {
@@ -874,12 +874,12 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
   };
   if (spec.dtype != DType::f32 && has_wgmma(target)) {
     for (int bn : {64, 128})
-      for (int bm : {64, 32}) keep({BackwardPath::wgmma, bm, bn, bn / 16, 0});
-    keep({BackwardPath::wgmma, 32, 64, 8, 0, 2});
+      for (int bm : {64, 32}) keep({.path = BackwardPath::wgmma, .block_m = bm, .block_n = bn, .warps = bn / 16});
+    keep({.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .splits = 2});
   }
   if (spec.dtype != DType::f32)
     for (int bm : {64, 32})
-      for (int bn : {16, 32, 64}) keep({BackwardPath::fa2, bm, bn, bm / 16, 0});
+      for (int bn : {16, 32, 64}) keep({.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = bm / 16});
   keep(attention_backward_general_config(spec));
   return out;
 }
@@ -894,7 +894,7 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   // d = 32 0.325 against 0.481 (causal 0.276 against 0.391).
   if (spec.dtype != DType::f32 && spec.head_dim >= 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 32;
-    const AttentionBackwardConfig c{BackwardPath::wgmma, tile, 64, 4, 0};
+    const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_m = tile, .block_n = 64, .warps = 4};
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }
   // Above 128 columns: the 256-column tile, two warpgroups sharing 64 rows and splitting the
@@ -902,13 +902,13 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   // 6.77 (3.45) for fa2, d = 192 1.96 (1.08) against 5.04 (2.50), d = 160 1.79 (0.97) against
   // 4.49 (2.17).
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
-    const AttentionBackwardConfig c{BackwardPath::wgmma, 32, 64, 8, 0, 2};
+    const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .splits = 2};
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }
   // 32-row tiles only where 64 do not fit (large head dims on sm_80's shared memory).
   for (int bm : {64, 32})
     for (int bn : {64, 32, 16}) {
-      AttentionBackwardConfig c{BackwardPath::fa2, bm, bn, bm / 16, 0};
+      AttentionBackwardConfig c{.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = bm / 16};
       if (!check_attention_double_backward_config(spec, c, target)) return c;
     }
   return attention_backward_general_config(spec);
@@ -923,7 +923,7 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   // d = 128 n = 2048 gains 10 %, n = 4096 ties, n = 8192 (128 tiles) loses 19 %, where the
   // 64-row tiles' larger K/V reuse wins over the fuller grid.
   if (c.path == BackwardPath::fa2 && attention_double_backward_shape_class(shape, sm_count) == 1) {
-    AttentionBackwardConfig small{BackwardPath::fa2, 32, c.block_n, 2, 0};
+    AttentionBackwardConfig small{.path = BackwardPath::fa2, .block_m = 32, .block_n = c.block_n, .warps = 2};
     if (!check_attention_double_backward_config(spec, small, target)) return small;
   }
   return c;

@@ -249,8 +249,8 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     for (int bn : {128, 64, 192})
       for (int stages : {2, 3})
         for (int pp : {1, 0})
-          if (pp == 1 || (bn == 128 && stages == 2)) keep({ForwardPath::ws, 128, bn, stages, 0, 8, pp});
-    for (int bn : {128, 64, 192}) keep({ForwardPath::ws, 128, bn, 2, 0, 8, 1, true});
+          if (pp == 1 || (bn == 128 && stages == 2)) keep({.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .stages = stages, .warps = 8, .ping_pong = pp});
+    for (int bn : {128, 64, 192}) keep({.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .warps = 8, .ping_pong = 1, .split_keys = true});
     // Persistent grids (one block per SM over every query tile) on the same tiles, where two Q
     // buffers fit. Without a mask each persistent form also comes in stream-K (":sk").
     const int tile = wgmma_tile_head_dim(spec.head_dim);
@@ -263,37 +263,37 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
       }
     };
     for (int bn : {128, 64, 192})
-      if (two_q_buffers(bn, 128)) keep_ws({ForwardPath::ws, 128, bn, 2, 0, 8, 1, false, true});
+      if (two_q_buffers(bn, 128)) keep_ws({.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .warps = 8, .ping_pong = 1, .persistent = true});
     // Ping-pong off on the persistent 128-key grid, for the tuner: H200, d = 128 without a mask,
     // median ms of 50 calls (BENCHMARKS.md "Ping-pong off on the persistent grid") 0.223 / 0.414 /
     // 0.797 at 1k / 2k / 4k against 0.225 / 0.419 / 0.804 with turns; GQA (h 64 / 8) at 4k
     // bimodal, 0.79–0.86. Its stream-K form gained nothing (0.230 / 0.419 / 0.801), so none.
-    if (two_q_buffers(128, 128)) keep({ForwardPath::ws, 128, 128, 2, 0, 8, 0, false, true});
+    if (two_q_buffers(128, 128)) keep({.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .persistent = true});
     // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages fit shared
     // memory with one Q buffer, so their persistent grid keeps one: ws_q_buffers), and 80-key
     // tiles on the 256-column tile (S, P and O in 228 of the 240 registers, two stages with Q in
     // 230,656 of the 232,448 bytes of shared memory; persistent with one Q buffer too). Both
     // one block per query tile and persistent; the defaults below take them for long rows.
     for (bool persistent : {false, true}) {
-      if (tile == 128) keep_ws({ForwardPath::ws, 128, 176, 2, 0, 8, 1, false, persistent});
-      if (tile == 256) keep_ws({ForwardPath::ws, 128, 80, 2, 0, 8, 1, false, persistent});
+      if (tile == 128) keep_ws({.path = ForwardPath::ws, .block_m = 128, .block_n = 176, .warps = 8, .ping_pong = 1, .persistent = persistent});
+      if (tile == 256) keep_ws({.path = ForwardPath::ws, .block_m = 128, .block_n = 80, .warps = 8, .ping_pong = 1, .persistent = persistent});
     }
     // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
     // persistent.
     for (int bn : {128, 64})
       for (bool persistent : {false, true})
-        if (!persistent || two_q_buffers(bn, 192)) keep_ws({ForwardPath::ws, 192, bn, 2, 0, 12, 1, false, persistent});
+        if (!persistent || two_q_buffers(bn, 192)) keep_ws({.path = ForwardPath::ws, .block_m = 192, .block_n = bn, .warps = 12, .ping_pong = 1, .persistent = persistent});
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
-        for (int stages : {2, 3}) keep({ForwardPath::wgmma, bm, bn, stages, 0, bm / 16});
+        for (int stages : {2, 3}) keep({.path = ForwardPath::wgmma, .block_m = bm, .block_n = bn, .stages = stages, .warps = bm / 16});
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
     for (int bm : {64, 128})
       for (int warps : {8, 4})
-        for (int bn : {32, 64, 128}) keep({ForwardPath::fa2, bm, bn, 2, 0, warps});
+        for (int bn : {32, 64, 128}) keep({.path = ForwardPath::fa2, .block_m = bm, .block_n = bn, .warps = warps});
   }
   for (int warps : {4, 8})
-    for (int bn : {32, 64}) keep({ForwardPath::simt, warps, bn, 1, simt_bucket(spec.head_dim)});
+    for (int bn : {32, 64}) keep({.path = ForwardPath::simt, .block_m = warps, .block_n = bn, .stages = 1, .max_head_dim = simt_bucket(spec.head_dim)});
   return out;
 }
 
@@ -354,7 +354,7 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // 0.380 at 2k), as do calls of under 1k query rows (not measured with three consumers) and
     // split-key grids.
     if (three_consumers) {
-      AttentionForwardConfig c{ForwardPath::ws, 192, 128, 2, 0, 12, 1};
+      AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 192, .block_n = 128, .warps = 12, .ping_pong = 1};
       c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
       // Without a mask, stream-K: H200, d = 64, median ms of 50 calls (BENCHMARKS.md
       // "Stream-K") 0.313 / 0.527 at 1k / 2k against 0.324 / 0.561. (At d = 128 it only ties
@@ -379,7 +379,7 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     const bool persistent_rows =
         (tile <= 128 || tile == 256) && (!spec.causal || shape.n_k <= (tile == 256 ? 8192 : 4096));
     if (!split && spec.head_dim > 32 && persistent_rows) {
-      AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1};
+      AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .warps = 8, .ping_pong = 1};
       c.persistent = true;
       // The 64-column tile with a mask, 1k to 2k keys (128-key tiles there; shorter rows took
       // wg:bm64:bn64 above): without ping-pong turns. H200, d = 64, b·n = 16k, n = 2k, median ms
@@ -389,7 +389,7 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
       if (tile == 64 && spec.causal && shape.n_k <= 2048 && shape.n_q >= 1024) c.ping_pong = 0;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
-    AttentionForwardConfig c{ForwardPath::ws, 128, bn, 2, 0, 8, 1, split};
+    AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .warps = 8, .ping_pong = 1, .split_keys = split};
     while (check_attention_forward_config(spec, c, target) && c.block_n > 64) c.block_n -= 64;
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
@@ -400,7 +400,7 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
     // Other head dims take the rule of the mma width they round up to.
     const int dc = mma_head_dim(spec.head_dim);
     const int bn = dc <= 64 || dc == 128 ? 64 : 32;
-    AttentionForwardConfig c{ForwardPath::fa2, 128, bn, 2, 0, 4};
+    AttentionForwardConfig c{.path = ForwardPath::fa2, .block_m = 128, .block_n = bn, .warps = 4};
     if (dc > 128) c.block_n = 32, c.warps = 8;  // 16 rows per warp
     if (dc > 192) c.block_m = 64, c.warps = 4;
     // Too few blocks to fill the machine once: halve the query tile.
@@ -425,7 +425,7 @@ int attention_forward_key_splits(const AttentionForwardConfig& c, const Attentio
 }
 
 AttentionForwardConfig attention_forward_general_config(const AttentionForwardSpec& spec) {
-  return {ForwardPath::simt, 4, 32, 1, simt_bucket(spec.head_dim)};
+  return {.path = ForwardPath::simt, .block_m = 4, .block_n = 32, .stages = 1, .max_head_dim = simt_bucket(spec.head_dim)};
 }
 
 LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const AttentionShape& shape, int splits,

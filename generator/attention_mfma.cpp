@@ -62,7 +62,7 @@ std::vector<AttentionForwardConfig> mfma_forward_config_space(const AttentionFor
   if (!mfma_serves(spec.dtype, spec.head_dim, target)) return out;
   for (int bm : {128, 64})
     for (int bn : {64, 32, 128}) {
-      const AttentionForwardConfig c{ForwardPath::mfma, bm, bn, 1, 0, bm / attention_mfma::kWaveRows};
+      const AttentionForwardConfig c{.path = ForwardPath::mfma, .block_m = bm, .block_n = bn, .stages = 1, .warps = bm / attention_mfma::kWaveRows};
       if (!check_mfma_forward_config(spec, c, target)) out.push_back(c);
     }
   return out;
@@ -71,7 +71,7 @@ std::vector<AttentionForwardConfig> mfma_forward_config_space(const AttentionFor
 std::optional<AttentionForwardConfig> mfma_forward_default_config(const AttentionForwardSpec& spec, const Target& target) {
   // 4 waves of 32 query rows against 64-key tiles (32 KiB of LDS at d = 128): unmeasured, no AMD
   // GPU has run it; the tuner can pick another where one exists.
-  const AttentionForwardConfig c{ForwardPath::mfma, 128, 64, 1, 0, 4};
+  const AttentionForwardConfig c{.path = ForwardPath::mfma, .block_m = 128, .stages = 1, .warps = 4};
   if (check_mfma_forward_config(spec, c, target)) return std::nullopt;
   return c;
 }
@@ -108,7 +108,7 @@ std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionB
   // Column splits only where one block's accumulators do not fit (gfx90a, d = 128).
   for (int bn : {64, 128})
     for (int bm : {32, 64}) {
-      AttentionBackwardConfig c{BackwardPath::mfma, bm, bn, bn / attention_mfma::kWaveRows, 0};
+      AttentionBackwardConfig c{.path = BackwardPath::mfma, .block_m = bm, .block_n = bn, .warps = bn / attention_mfma::kWaveRows};
       if (check_mfma_backward_config(spec, c, target)) c.splits = 2;
       if (!check_mfma_backward_config(spec, c, target)) out.push_back(c);
     }
@@ -119,7 +119,7 @@ std::optional<AttentionBackwardConfig> mfma_backward_default_config(const Attent
   // 2 waves of 32 keys against 32-row query tiles: fits the 64 KiB of gfx90a/gfx942 with the
   // atomic-dQ tiles at d = 128. Unmeasured.
   // gfx90a at d = 128: two column splits (its registers).
-  AttentionBackwardConfig c{BackwardPath::mfma, 32, 64, 2, 0};
+  AttentionBackwardConfig c{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
   if (check_mfma_backward_config(spec, c, target)) c.splits = 2;
   if (check_mfma_backward_config(spec, c, target)) return std::nullopt;
   return c;

@@ -223,7 +223,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     if (!fill_tensor_maps(launch.tma_params, q, k, v, o, config.block_n)) {
       if (!options.config.empty())
         invalid_argument("config: " + options.config + " needs views without zero strides (TMA); use a wg: config");
-      config = {ForwardPath::wgmma, 128, config.block_n, 2, 0, 8};
+      config = {.path = ForwardPath::wgmma, .block_m = 128, .block_n = config.block_n, .warps = 8};
       launch.tma = false;
     }
   }

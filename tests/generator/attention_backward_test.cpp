@@ -27,7 +27,7 @@ TEST(AttentionBackwardConfig, WgmmaTextRoundTripsAndRejectsMalformed) {
 }
 
 TEST(AttentionBackwardConfig, WgmmaOnlyOnSm90aForSixteenBitD64AndD128) {
-  const AttentionBackwardConfig wg{BackwardPath::wgmma, 64, 128, 8, 0};
+  const AttentionBackwardConfig wg{.path = BackwardPath::wgmma};
   EXPECT_FALSE(check_attention_backward_config({DType::bf16, 128, true}, wg, sm90a()));
   EXPECT_FALSE(check_attention_backward_config({DType::f16, 64, false}, wg, sm90a()));
   auto why = check_attention_backward_config({DType::bf16, 128, false}, wg, sm80());
@@ -40,14 +40,14 @@ TEST(AttentionBackwardConfig, WgmmaOnlyOnSm90aForSixteenBitD64AndD128) {
   why = check_attention_backward_config({DType::bf16, 136, false}, wg, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("head_dim=136"), std::string::npos) << *why;
-  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 32, 128, 8, 0}, sm90a()));
-  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {BackwardPath::wgmma, 64, 192, 12, 0}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {.path = BackwardPath::wgmma, .block_m = 32}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {.path = BackwardPath::wgmma, .block_n = 192, .warps = 12}, sm90a()));
 }
 
 // The wgmma double backward: 64 rows per warpgroup (block_n 64 or 128), score tiles of block_m
 // (32 or 64, and 32 where D = 128 would not fit the registers), sm_90a, 16-bit, up to 128 columns.
 TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
-  const AttentionBackwardConfig bm32{BackwardPath::wgmma, 32, 64, 4, 0}, bm64{BackwardPath::wgmma, 64, 128, 8, 0};
+  const AttentionBackwardConfig bm32{.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .warps = 4}, bm64{.path = BackwardPath::wgmma};
   EXPECT_FALSE(check_attention_double_backward_config({DType::bf16, 128, true}, bm32, sm90a()));
   EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 64, false}, bm64, sm90a()));
   EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 80, false}, bm32, sm90a()));  // padded to 128
@@ -63,8 +63,8 @@ TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
   why = check_attention_double_backward_config({DType::bf16, 160, false}, bm32, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("head_dim=160"), std::string::npos) << *why;
-  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::wgmma, 16, 64, 4, 0}, sm90a()));
-  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::wgmma, 32, 192, 12, 0}, sm90a()));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {.path = BackwardPath::wgmma, .block_m = 16, .block_n = 64, .warps = 4}, sm90a()));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {.path = BackwardPath::wgmma, .block_m = 32, .block_n = 192, .warps = 12}, sm90a()));
 
   int wg90 = 0, wg80 = 0;
   for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm90a())) wg90 += c.path == BackwardPath::wgmma;
@@ -73,7 +73,7 @@ TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
   int c2 = 0;
   for (const auto& c : attention_double_backward_config_space({DType::bf16, 200, true}, sm90a())) c2 += c.splits == 2;
   EXPECT_EQ(c2, 1);
-  const AttentionBackwardConfig wide{BackwardPath::wgmma, 32, 64, 8, 0, 2};
+  const AttentionBackwardConfig wide{.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .splits = 2};
   EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 136, false}, wide, sm90a()));
   why = check_attention_double_backward_config({DType::f16, 128, false}, wide, sm90a());
   ASSERT_TRUE(why);
@@ -208,7 +208,7 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   // The deterministic mode's key-major kernel is the same (only the variant comment names :t).
   const std::string t_plain = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv).source;
   EXPECT_EQ(t_plain.substr(t_plain.find("extern")), plain.source.substr(plain.source.find("extern")));
-  auto why = check_attention_backward_config({DType::bf16, 96, false}, {BackwardPath::wgmma, 64, 128, 8, 0, 1, 0, true}, sm90a());
+  auto why = check_attention_backward_config({DType::bf16, 96, false}, {.path = BackwardPath::wgmma, .tma_dq = true}, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("decoupled"), std::string::npos) << *why;
   // Defaults on sm_90a in grids that fill the machine; the exceptions where a decoupled kernel spills.
@@ -690,7 +690,7 @@ TEST(AttentionBackwardRender, RowKernelsTakeOneLanePerFourColumns) {
   EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 64), 64);
   EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 128), 32);
   EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 256), 16);
-  const AttentionBackwardConfig c{BackwardPath::wgmma, 64, 128, 8, 0};
+  const AttentionBackwardConfig c{.path = BackwardPath::wgmma};
   const AttentionShape shape{2, 8, 4, 1000, 1337};
   for (BackwardKernel k : {BackwardKernel::preprocess, BackwardKernel::dq_convert}) {
     const LaunchGrid g = attention_backward_grid(c, k, shape, 64, 132);
@@ -717,10 +717,10 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   auto why = check_attention_backward_config({DType::bf16, 128, false}, *c, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("above 128"), std::string::npos) << *why;
-  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, {BackwardPath::wgmma, 64, 128, 16, 0, 2}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, {.path = BackwardPath::wgmma, .warps = 16, .splits = 2}, sm90a()));
   EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, *c, sm80()));
   EXPECT_TRUE(check_attention_backward_config({DType::f32, 256, false}, *c, sm90a()));
-  why = check_attention_backward_config({DType::bf16, 256, false}, {BackwardPath::wgmma, 64, 128, 8, 0}, sm90a());
+  why = check_attention_backward_config({DType::bf16, 256, false}, {.path = BackwardPath::wgmma}, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("c2"), std::string::npos) << *why;
   // The space holds it beside fa2 above 128 columns, and the wg kernels below.
@@ -747,7 +747,7 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
 
 TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {
   // d = 256: two blocks per key block, each with 128 dK/dV columns; d = 200 on a 224 tile.
-  const AttentionBackwardConfig c{BackwardPath::fa2, 32, 64, 4, 0};
+  const AttentionBackwardConfig c{.path = BackwardPath::fa2, .block_m = 32, .block_n = 64, .warps = 4};
   const auto k256 = render_attention_backward({DType::bf16, 256, true}, c, BackwardKernel::kv_atomic);
   EXPECT_NE(k256.source.find("/*Splits=*/2"), std::string::npos) << k256.source;
   EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 256, 132).x, 2u * 16u);
@@ -760,7 +760,7 @@ TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsI
 }
 
 TEST(AttentionBackwardRender, WgmmaKernelsUseTheWarpgroupTemplate) {
-  const AttentionBackwardConfig wg{BackwardPath::wgmma, 64, 128, 8, 0};
+  const AttentionBackwardConfig wg{.path = BackwardPath::wgmma};
   for (bool deterministic : {false, true}) {
     const auto kernels = attention_backward_kernels(wg, deterministic);
     ASSERT_EQ(kernels.size(), 3u);
@@ -808,7 +808,7 @@ TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
   for (int d : {136, 160, 192, 256})
     EXPECT_EQ(to_string(attention_double_backward_default_config({DType::bf16, d, false}, sm90a)), "wg:bm32:bn64:c2") << d;
   EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 256, false}, sm80).path, BackwardPath::fa2);
-  auto why = check_attention_double_backward_config({DType::bf16, 64, false}, {BackwardPath::fa2, 16, 32, 1, 0}, sm90a);
+  auto why = check_attention_double_backward_config({DType::bf16, 64, false}, {.path = BackwardPath::fa2, .block_m = 16, .block_n = 32, .warps = 1}, sm90a);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("block_m"), std::string::npos) << *why;
 }
@@ -820,7 +820,7 @@ namespace kgen {
 namespace {
 
 TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
-  const AttentionBackwardConfig bm32{BackwardPath::fa2, 32, 16, 2, 0};
+  const AttentionBackwardConfig bm32{.path = BackwardPath::fa2, .block_m = 32, .block_n = 16, .warps = 2};
   // b = h = 1, n = 8192: 256 blocks of 32 rows -> two key ranges each (512 blocks).
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 8192, 8192}, 132), 2);
   EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132, false, 128).x, 512u);
@@ -833,8 +833,8 @@ TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
   EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132, true, 128).x, 256u);
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 64}, 132), 1);
   // Large grids and the general path: none.
-  EXPECT_EQ(attention_double_backward_stats_splits({BackwardPath::fa2, 64, 16, 4, 0}, {1, 16, 16, 8192, 8192}, 132), 1);
-  EXPECT_EQ(attention_double_backward_stats_splits({BackwardPath::simt, 4, 0, 0, 128}, {1, 1, 1, 8192, 8192}, 132), 1);
+  EXPECT_EQ(attention_double_backward_stats_splits({.path = BackwardPath::fa2, .block_n = 16, .warps = 4}, {1, 16, 16, 8192, 8192}, 132), 1);
+  EXPECT_EQ(attention_double_backward_stats_splits({.path = BackwardPath::simt, .block_m = 4, .block_n = 0, .warps = 0, .max_head_dim = 128}, {1, 1, 1, 8192, 8192}, 132), 1);
 }
 
 }  // namespace

@@ -75,39 +75,39 @@ TEST(AttentionForwardRender, PaddedTilesNameTheTensorsHeadDim) {
   // d = 80: the fa2 tile is 96 columns wide and the wgmma tile 128; the exact head dim is passed
   // as HeadDim so the kernel zero-fills and never stores past it. Tile-sized head dims do not
   // pass it (their sources are those of before).
-  const auto fa2 = render_attention_forward({DType::bf16, 80, false}, {ForwardPath::fa2, 128, 32, 2, 0, 4});
+  const auto fa2 = render_attention_forward({DType::bf16, 80, false}, {.path = ForwardPath::fa2, .block_m = 128, .block_n = 32, .warps = 4});
   EXPECT_NE(fa2.source.find("/*D=*/96"), std::string::npos) << fa2.source;
   EXPECT_NE(fa2.source.find("/*HeadDim=*/80"), std::string::npos) << fa2.source;
   EXPECT_EQ(fa2.smem_bytes, attention_fwd::fa2_smem_bytes(96, 128, 32, 2));
-  const auto wg = render_attention_forward({DType::bf16, 80, true}, {ForwardPath::wgmma, 128, 128, 2, 0, 8});
+  const auto wg = render_attention_forward({DType::bf16, 80, true}, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8});
   EXPECT_NE(wg.source.find("/*D=*/128"), std::string::npos) << wg.source;
   EXPECT_NE(wg.source.find("/*HeadDim=*/80"), std::string::npos) << wg.source;
-  const auto exact = render_attention_forward({DType::bf16, 128, false}, {ForwardPath::fa2, 128, 64, 2, 0, 4});
+  const auto exact = render_attention_forward({DType::bf16, 128, false}, {.path = ForwardPath::fa2, .block_m = 128, .warps = 4});
   EXPECT_EQ(exact.source.find("HeadDim"), std::string::npos) << exact.source;
 }
 
 TEST(AttentionForwardConfig, ValidityRulesNameTheReason) {
   AttentionForwardSpec spec{DType::bf16, 256, false};
-  auto why = check_attention_forward_config(spec, {ForwardPath::fa2, 128, 128, 2, 0, 8}, sm80());
+  auto why = check_attention_forward_config(spec, {.path = ForwardPath::fa2, .block_m = 128, .block_n = 128, .warps = 8}, sm80());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("register"), std::string::npos) << *why;
-  auto smem = check_attention_forward_config({DType::f32, 256, false}, {ForwardPath::simt, 4, 64, 1, 256},
+  auto smem = check_attention_forward_config({DType::f32, 256, false}, {.path = ForwardPath::simt, .block_m = 4, .stages = 1, .max_head_dim = 256},
                                              *parse_target("sm_86"));
   ASSERT_TRUE(smem);
   EXPECT_NE(smem->find("shared memory"), std::string::npos) << *smem;
   EXPECT_TRUE(check_attention_forward_spec({DType::bf16, 257, false}));
   EXPECT_TRUE(check_attention_forward_spec({DType::bf16, 0, false}));
-  EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::fa2, 64, 64, 2, 0, 4}, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, {.path = ForwardPath::fa2, .warps = 4}, sm90a()));
 }
 
 TEST(AttentionForwardConfig, RegisterBudgetAdmitsD128With64KeyTilesOnFourWarps) {
   // FA2's own d = 128 tile: 32 rows per warp, 64-key tiles (the Q·Kᵀ k-loop stays rolled).
   for (DType t : {DType::f16, DType::bf16})
     for (const Target& target : {sm80(), sm90a()}) {
-      EXPECT_FALSE(check_attention_forward_config({t, 128, true}, {ForwardPath::fa2, 128, 64, 2, 0, 4}, target));
-      EXPECT_TRUE(check_attention_forward_config({t, 128, true}, {ForwardPath::fa2, 128, 128, 2, 0, 4}, target));
-      EXPECT_TRUE(check_attention_forward_config({t, 96, true}, {ForwardPath::fa2, 128, 128, 2, 0, 4}, target));
-      EXPECT_TRUE(check_attention_forward_config({t, 256, true}, {ForwardPath::fa2, 64, 128, 2, 0, 4}, target));
+      EXPECT_FALSE(check_attention_forward_config({t, 128, true}, {.path = ForwardPath::fa2, .block_m = 128, .warps = 4}, target));
+      EXPECT_TRUE(check_attention_forward_config({t, 128, true}, {.path = ForwardPath::fa2, .block_m = 128, .block_n = 128, .warps = 4}, target));
+      EXPECT_TRUE(check_attention_forward_config({t, 96, true}, {.path = ForwardPath::fa2, .block_m = 128, .block_n = 128, .warps = 4}, target));
+      EXPECT_TRUE(check_attention_forward_config({t, 256, true}, {.path = ForwardPath::fa2, .block_n = 128, .warps = 4}, target));
     }
 }
 
@@ -220,7 +220,7 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
 
 TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   const AttentionForwardSpec spec{DType::bf16, 128, false};
-  const AttentionForwardConfig ws{ForwardPath::ws, 128, 128, 2, 0, 8, 1};
+  const AttentionForwardConfig ws{.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1};
   EXPECT_FALSE(check_attention_forward_config(spec, ws, sm90a()));
   EXPECT_EQ(parse_attention_forward_config(to_string(ws)), ws);
   EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp0")->ping_pong, 0);
@@ -272,7 +272,7 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
     }
   // d = 256: 80-key tiles in the space, persistent (one Q buffer) and not; the persistent grid
   // has no other tile there.
-  const AttentionForwardConfig bn80{ForwardPath::ws, 128, 80, 2, 0, 8, 1};
+  const AttentionForwardConfig bn80{.path = ForwardPath::ws, .block_m = 128, .block_n = 80, .warps = 8, .ping_pong = 1};
   auto bn80_persist = bn80;
   bn80_persist.persistent = true;
   const auto space256 = attention_forward_config_space({DType::bf16, 256, true}, sm90a());
@@ -281,11 +281,11 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   EXPECT_EQ(why(bn80_persist, {DType::bf16, 256, true}, sm90a()), "valid");
   for (const auto& c : space256) EXPECT_TRUE(!c.persistent || c == bn80_persist) << to_string(c);
   const auto space64 = attention_forward_config_space({DType::bf16, 64, false}, sm90a());
-  EXPECT_EQ(std::ranges::find(space64, AttentionForwardConfig{ForwardPath::ws, 128, 176, 2, 0, 8, 1}), space64.end());
+  EXPECT_EQ(std::ranges::find(space64, AttentionForwardConfig{.path = ForwardPath::ws, .block_m = 128, .block_n = 176, .warps = 8, .ping_pong = 1}), space64.end());
   auto bn160 = ws;
   bn160.block_n = 160;
   EXPECT_NE(why(bn160, spec, sm90a()).find("block_n"), std::string::npos);
-  const AttentionForwardConfig three{ForwardPath::ws, 192, 128, 2, 0, 12, 1};
+  const AttentionForwardConfig three{.path = ForwardPath::ws, .block_m = 192, .block_n = 128, .warps = 12, .ping_pong = 1};
   EXPECT_EQ(why(three, {DType::bf16, 64, true}, sm90a()), "valid");
   EXPECT_EQ(parse_attention_forward_config("ws:bm192:bn128:s2:pp1"), three);
   EXPECT_EQ(render_attention_forward({DType::bf16, 64, true}, three).threads, 512);
@@ -298,13 +298,13 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
 
 TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   const AttentionForwardSpec spec{DType::bf16, 128, false};
-  const AttentionForwardConfig split{ForwardPath::ws, 128, 128, 2, 0, 8, 1, true};
+  const AttentionForwardConfig split{.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1, .split_keys = true};
   EXPECT_EQ(to_string(split), "ws:bm128:bn128:s2:pp1:split");
   EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:split"), split);
   EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:splat"));
   EXPECT_FALSE(parse_attention_forward_config("wg:bm64:bn64:s2:split"));
   EXPECT_FALSE(check_attention_forward_config(spec, split, sm90a()));
-  AttentionForwardConfig fa2_split{ForwardPath::fa2, 128, 64, 2, 0, 4};
+  AttentionForwardConfig fa2_split{.path = ForwardPath::fa2, .block_m = 128, .warps = 4};
   fa2_split.split_keys = true;
   EXPECT_EQ(check_attention_forward_config(spec, fa2_split, sm90a()).value_or("valid"), "split applies to ws configs only");
   const auto space = attention_forward_config_space(spec, sm90a());
@@ -334,7 +334,7 @@ TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   EXPECT_EQ(attention_forward_key_splits(split, {1, 1, 1, 1, 1 << 20}, 132), 128);
   EXPECT_EQ(attention_forward_key_splits(split, {64, 8, 8, 4, 4096}, 132), 1);
   EXPECT_EQ(attention_forward_key_splits(split, {1, 2, 2, 300, 1337}, 132), 11);  // 3 query tiles x 2 heads
-  EXPECT_EQ(attention_forward_key_splits({ForwardPath::ws, 128, 128, 2, 0, 8, 1}, decode, 132), 1);
+  EXPECT_EQ(attention_forward_key_splits({.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1}, decode, 132), 1);
   EXPECT_EQ(attention_forward_grid(split, {1, 2, 2, 300, 1337}, 11).x, 33u);
   EXPECT_EQ(attention_forward_combine_grid({3, 5, 5, 7, 9}).x, 2u);
   EXPECT_EQ(attention_forward_combine_grid({3, 5, 5, 7, 9}).y, 5u);
@@ -347,12 +347,12 @@ TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   EXPECT_EQ(kernels[1].entry, "kgen_attention_fwd_combine");
   EXPECT_EQ(kernels[1].variant, "attention_fwd.bf16.combine");
   EXPECT_EQ(kernels[1].threads, 32 * attention_fwd::kCombineRows);
-  EXPECT_EQ(render_attention_forward_kernels(spec, {ForwardPath::ws, 128, 128, 2, 0, 8, 1}).size(), 1u);
+  EXPECT_EQ(render_attention_forward_kernels(spec, {.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1}).size(), 1u);
 }
 
 TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
   const AttentionForwardSpec spec{DType::bf16, 128, false};
-  AttentionForwardConfig persist{ForwardPath::ws, 128, 128, 2, 0, 8, 1};
+  AttentionForwardConfig persist{.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1};
   persist.persistent = true;
   EXPECT_EQ(to_string(persist), "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist"), persist);
@@ -364,7 +364,7 @@ TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
   auto why = [&](const AttentionForwardConfig& c, const AttentionForwardSpec& sp) {
     return check_attention_forward_config(sp, c, sm90a()).value_or("valid");
   };
-  AttentionForwardConfig fa2{ForwardPath::fa2, 128, 64, 2, 0, 4};
+  AttentionForwardConfig fa2{.path = ForwardPath::fa2, .block_m = 128, .warps = 4};
   fa2.persistent = true;
   EXPECT_EQ(why(fa2, spec), "persist applies to ws configs only");
   auto both = persist;
@@ -374,7 +374,7 @@ TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
   // keeps one Q buffer (128 KiB of K/V stages + 64 KiB of Q) and stays out of the space.
   auto d256 = persist;
   d256.block_n = 64;
-  EXPECT_EQ(why({ForwardPath::ws, 128, 64, 2, 0, 8, 1}, {DType::bf16, 256, false}), "valid");
+  EXPECT_EQ(why({.path = ForwardPath::ws, .block_m = 128, .warps = 8, .ping_pong = 1}, {DType::bf16, 256, false}), "valid");
   EXPECT_EQ(attention_fwd::ws_q_buffers(256, 64, 2, 128, true), 1);
   EXPECT_EQ(why(d256, {DType::bf16, 256, false}), "valid");
   EXPECT_EQ(render_attention_forward({DType::bf16, 256, false}, d256).smem_bytes, attention_fwd::ws_smem_bytes(256, 64, 2, 1));
@@ -394,13 +394,13 @@ TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {
   const KernelSource k = render_attention_forward(spec, persist);
   EXPECT_NE(k.source.find("/*SplitKeys=*/false, /*Persistent=*/true"), std::string::npos);
   EXPECT_EQ(k.smem_bytes, attention_fwd::ws_smem_bytes(128, 128, 2, 2));
-  EXPECT_EQ(render_attention_forward(spec, {ForwardPath::ws, 128, 128, 2, 0, 8, 1}).source.find("Persistent"),
+  EXPECT_EQ(render_attention_forward(spec, {.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1}).source.find("Persistent"),
             std::string::npos);
 }
 
 TEST(AttentionForwardConfig, StreamKTextRulesSpaceAndRender) {
   const AttentionForwardSpec spec{DType::bf16, 128, false}, causal{DType::bf16, 128, true};
-  AttentionForwardConfig sk{ForwardPath::ws, 128, 128, 2, 0, 8, 1};
+  AttentionForwardConfig sk{.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1};
   sk.persistent = sk.stream_k = true;
   EXPECT_EQ(to_string(sk), "ws:bm128:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist:sk"), sk);
@@ -446,24 +446,24 @@ TEST(AttentionForwardConfig, StreamKTextRulesSpaceAndRender) {
 
 TEST(AttentionForwardConfig, WgmmaRulesNameTheOffendingField) {
   const AttentionForwardSpec spec{DType::bf16, 128, false};
-  EXPECT_FALSE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a()));
-  auto on_sm80 = check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm80());
+  EXPECT_FALSE(check_attention_forward_config(spec, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}, sm90a()));
+  auto on_sm80 = check_attention_forward_config(spec, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}, sm80());
   ASSERT_TRUE(on_sm80);
   EXPECT_NE(on_sm80->find("sm_90a"), std::string::npos) << *on_sm80;
-  auto fp32 = check_attention_forward_config({DType::f32, 128, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
+  auto fp32 = check_attention_forward_config({DType::f32, 128, false}, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}, sm90a());
   ASSERT_TRUE(fp32);
   EXPECT_NE(fp32->find("fp16 or bf16"), std::string::npos) << *fp32;
-  EXPECT_FALSE(check_attention_forward_config({DType::bf16, 96, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a()));
-  auto d33 = check_attention_forward_config({DType::bf16, 33, false}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, sm90a());
+  EXPECT_FALSE(check_attention_forward_config({DType::bf16, 96, false}, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}, sm90a()));
+  auto d33 = check_attention_forward_config({DType::bf16, 33, false}, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}, sm90a());
   ASSERT_TRUE(d33);
   EXPECT_NE(d33->find("head_dim=33"), std::string::npos) << *d33;
   // Three warpgroups leave 168 registers per thread: not enough for 128 keys at d = 128.
-  auto regs = check_attention_forward_config(spec, {ForwardPath::wgmma, 192, 128, 2, 0, 12}, sm90a());
+  auto regs = check_attention_forward_config(spec, {.path = ForwardPath::wgmma, .block_m = 192, .block_n = 128, .warps = 12}, sm90a());
   ASSERT_TRUE(regs);
   EXPECT_NE(regs->find("register budget"), std::string::npos) << *regs;
-  EXPECT_TRUE(check_attention_forward_config(spec, {ForwardPath::wgmma, 96, 128, 2, 0, 6}, sm90a()));
-  EXPECT_FALSE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 3, 0, 8}, sm90a()));
-  EXPECT_TRUE(check_attention_forward_config(spec, {ForwardPath::wgmma, 128, 128, 4, 0, 8}, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config(spec, {.path = ForwardPath::wgmma, .block_m = 96, .block_n = 128, .warps = 6}, sm90a()));
+  EXPECT_FALSE(check_attention_forward_config(spec, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .stages = 3, .warps = 8}, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config(spec, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .stages = 4, .warps = 8}, sm90a()));
 }
 
 TEST(AttentionForwardConfig, WgmmaConfigTextRoundTrips) {
@@ -483,10 +483,10 @@ TEST(AttentionForwardRender, MatchesGoldenSources) {
   // Regenerate with KGEN_UPDATE_GOLDENS=1 when a change is intended.
   struct Golden { const char* file; AttentionForwardSpec spec; AttentionForwardConfig config; };
   const Golden goldens[] = {
-      {"attention_fwd.bf16.d128.causal.fa2.cu", {DType::bf16, 128, true}, {ForwardPath::fa2, 128, 64, 2, 0, 8}},
-      {"attention_fwd.fp16.d64.full.fa2.cu", {DType::f16, 64, false}, {ForwardPath::fa2, 64, 128, 2, 0, 4}},
-      {"attention_fwd.fp32.d80.full.simt.cu", {DType::f32, 80, false}, {ForwardPath::simt, 4, 32, 1, 128}},
-      {"attention_fwd.bf16.d128.causal.wg.cu", {DType::bf16, 128, true}, {ForwardPath::wgmma, 128, 128, 2, 0, 8}},
+      {"attention_fwd.bf16.d128.causal.fa2.cu", {DType::bf16, 128, true}, {.path = ForwardPath::fa2, .block_m = 128, .warps = 8}},
+      {"attention_fwd.fp16.d64.full.fa2.cu", {DType::f16, 64, false}, {.path = ForwardPath::fa2, .block_n = 128, .warps = 4}},
+      {"attention_fwd.fp32.d80.full.simt.cu", {DType::f32, 80, false}, {.path = ForwardPath::simt, .block_m = 4, .block_n = 32, .stages = 1, .max_head_dim = 128}},
+      {"attention_fwd.bf16.d128.causal.wg.cu", {DType::bf16, 128, true}, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}},
   };
   for (const auto& g : goldens) {
     std::string path = std::string(KGEN_GOLDEN_DIR) + "/" + g.file;
@@ -501,12 +501,12 @@ TEST(AttentionForwardRender, MatchesGoldenSources) {
 }
 
 TEST(AttentionForwardRender, LaunchGeometryFollowsTheSharedTileFunctions) {
-  auto k = render_attention_forward({DType::bf16, 128, false}, {ForwardPath::fa2, 128, 64, 2, 0, 8});
+  auto k = render_attention_forward({DType::bf16, 128, false}, {.path = ForwardPath::fa2, .block_m = 128, .warps = 8});
   EXPECT_EQ(k.threads, attention_fwd::fa2_threads(8));
   EXPECT_EQ(k.smem_bytes, attention_fwd::fa2_smem_bytes(128, 128, 64, 2));
   EXPECT_NE(k.source.find("extern \"C\" __global__"), std::string::npos);
   EXPECT_NE(k.source.find(k.entry), std::string::npos);
-  auto grid = attention_forward_grid({ForwardPath::fa2, 128, 64, 2, 0, 8}, {3, 5, 1, 1000, 7});
+  auto grid = attention_forward_grid({.path = ForwardPath::fa2, .block_m = 128, .warps = 8}, {3, 5, 1, 1000, 7});
   EXPECT_EQ(grid.x, 8u);
   EXPECT_EQ(grid.y, 5u);
   EXPECT_EQ(grid.z, 3u);

@@ -34,25 +34,25 @@ TEST(AttentionMfma, ConfigTextRoundTrips) {
 TEST(AttentionMfma, WaveCountsWhoseRowsOverflowAreRefused) {
   EXPECT_FALSE(parse_attention_forward_config("mfma:bm64:bn64:w134217730"));
   EXPECT_FALSE(parse_attention_backward_config("mfma:bm32:bn64:w134217730"));
-  const AttentionForwardConfig fwd{ForwardPath::mfma, 64, 64, 1, 0, 134217730};
+  const AttentionForwardConfig fwd{.path = ForwardPath::mfma, .stages = 1, .warps = 134217730};
   EXPECT_TRUE(check_attention_forward_config({DType::bf16, 128, false}, fwd, target("gfx942")));
-  const AttentionBackwardConfig bwd{BackwardPath::mfma, 32, 64, 134217730, 0};
+  const AttentionBackwardConfig bwd{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 134217730};
   EXPECT_TRUE(check_attention_backward_config({DType::f16, 64, false}, bwd, target("gfx942")));
-  EXPECT_FALSE(check_attention_forward_config({DType::bf16, 128, false}, {ForwardPath::mfma, 64, 64, 1, 0, 2},
+  EXPECT_FALSE(check_attention_forward_config({DType::bf16, 128, false}, {.path = ForwardPath::mfma, .stages = 1, .warps = 2},
                                               target("gfx942")));
 }
 
 TEST(AttentionMfma, InvalidOnNvidiaAndForFp32OrOtherHeadDims) {
-  const AttentionForwardConfig c{ForwardPath::mfma, 128, 64, 1, 0, 4};
+  const AttentionForwardConfig c{.path = ForwardPath::mfma, .block_m = 128, .stages = 1, .warps = 4};
   auto why = check_attention_forward_config({DType::bf16, 128, false}, c, target("sm_90a"));
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("AMD"), std::string::npos) << *why;
   EXPECT_TRUE(check_attention_forward_config({DType::f32, 128, false}, c, target("gfx942")));
   EXPECT_TRUE(check_attention_forward_config({DType::bf16, 96, false}, c, target("gfx942")));
   EXPECT_FALSE(check_attention_forward_config({DType::bf16, 128, false}, c, target("gfx942")));
-  EXPECT_TRUE(check_attention_forward_config({DType::bf16, 128, false}, {ForwardPath::mfma, 128, 64, 1, 0, 2}, target("gfx942")))
+  EXPECT_TRUE(check_attention_forward_config({DType::bf16, 128, false}, {.path = ForwardPath::mfma, .block_m = 128, .stages = 1, .warps = 2}, target("gfx942")))
       << "32 query rows per wave";
-  const AttentionBackwardConfig b{BackwardPath::mfma, 32, 64, 2, 0};
+  const AttentionBackwardConfig b{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
   EXPECT_TRUE(check_attention_backward_config({DType::f16, 64, false}, b, target("sm_80")));
   EXPECT_FALSE(check_attention_backward_config({DType::f16, 64, false}, b, target("gfx90a")));
   EXPECT_TRUE(check_attention_double_backward_config({DType::f16, 64, false}, b, target("gfx942")));
@@ -68,7 +68,7 @@ TEST(AttentionMfma, InvalidOnNvidiaAndForFp32OrOtherHeadDims) {
 // gfx950's 160 KiB of LDS admit the tiles that gfx90a/gfx942's 64 KiB do not.
 TEST(AttentionMfma, LdsLimitsArePerTarget) {
   const AttentionForwardSpec fwd{DType::bf16, 128, false};
-  const AttentionForwardConfig wide{ForwardPath::mfma, 128, 128, 1, 0, 4};
+  const AttentionForwardConfig wide{.path = ForwardPath::mfma, .block_m = 128, .block_n = 128, .stages = 1, .warps = 4};
   ASSERT_GT(attention_mfma::kv_tiles_lds_bytes(128, 128), 64 * 1024);
   for (const char* arch : {"gfx90a", "gfx942"}) {
     auto why = check_attention_forward_config(fwd, wide, target(arch));
@@ -77,7 +77,7 @@ TEST(AttentionMfma, LdsLimitsArePerTarget) {
   }
   EXPECT_FALSE(check_attention_forward_config(fwd, wide, target("gfx950")));
   const AttentionBackwardSpec bwd{DType::bf16, 128, true};
-  const AttentionBackwardConfig big{BackwardPath::mfma, 64, 128, 4, 0};
+  const AttentionBackwardConfig big{.path = BackwardPath::mfma, .warps = 4};
   ASSERT_GT(attention_mfma::kv_lds_bytes(128, 64, 128, true), 64 * 1024);
   EXPECT_TRUE(check_attention_backward_config(bwd, big, target("gfx942")));
   EXPECT_FALSE(check_attention_backward_config(bwd, big, target("gfx950")));
@@ -132,7 +132,7 @@ TEST(AttentionMfma, ColumnSplitsRoundTripAndDoubleTheKeyMajorGrid) {
   for (const char* bad : {"mfma:bm32:bn64:w2:c1", "mfma:bm32:bn64:w2:x2", "fa2:bm64:bn128:w8:c2"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
   const AttentionBackwardSpec d128{DType::f16, 128, false}, d64{DType::f16, 64, false};
-  const AttentionBackwardConfig one{BackwardPath::mfma, 32, 64, 2, 0};
+  const AttentionBackwardConfig one{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
   auto why = check_attention_backward_config(d128, one, target("gfx90a"));
   ASSERT_TRUE(why);
   EXPECT_NE(why->find(":c2"), std::string::npos) << *why;
@@ -155,7 +155,7 @@ TEST(AttentionMfma, ColumnSplitsRoundTripAndDoubleTheKeyMajorGrid) {
 TEST(AttentionMfma, GridsMatchTheRenderedTiles) {
   const AttentionShape shape{2, 8, 2, 1000, 777};
   const AttentionBackwardSpec spec{DType::bf16, 128, true};
-  const AttentionBackwardConfig c{BackwardPath::mfma, 32, 64, 2, 0};
+  const AttentionBackwardConfig c{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
   const KernelSource kv = render_attention_backward(spec, c, BackwardKernel::kv_atomic);
   EXPECT_EQ(kv.threads, 128);
   const LaunchGrid kv_grid = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 128, 132);
@@ -165,7 +165,7 @@ TEST(AttentionMfma, GridsMatchTheRenderedTiles) {
   EXPECT_NE(dq.source.find("attention_backward_mfma_dq"), std::string::npos);
   const int dq_rows = dq.threads / 64 * attention_mfma::kWaveRows;
   EXPECT_EQ(attention_backward_grid(c, BackwardKernel::dq, shape, 128, 132).x, static_cast<unsigned>((1000 + dq_rows - 1) / dq_rows));
-  const AttentionForwardConfig f{ForwardPath::mfma, 64, 32, 1, 0, 2};
+  const AttentionForwardConfig f{.path = ForwardPath::mfma, .block_n = 32, .stages = 1, .warps = 2};
   EXPECT_EQ(attention_forward_grid(f, shape).x, (1000u + 63) / 64);
 }
 

@@ -49,7 +49,7 @@ TEST(ConfigText, ChecksRefuseFieldsWhoseProductsOverflow) {
   LrpeConfig c;
   c.threads = 256, c.rows = 1, c.vec = 8, c.fold = 1, c.occupancy = 8388608;  // · 256 = 2^31
   EXPECT_TRUE(check_lrpe_config({LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::none}, c));
-  const AttentionBackwardConfig dbl{BackwardPath::fa2, 64, 32, 268435460, 0};  // · 16 wraps to 64
+  const AttentionBackwardConfig dbl{.path = BackwardPath::fa2, .block_n = 32, .warps = 268435460};  // · 16 wraps to 64
   EXPECT_TRUE(check_attention_double_backward_config({DType::f16, 64, false}, dbl, *parse_target("sm_80")));
 }
 

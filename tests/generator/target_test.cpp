@@ -39,15 +39,15 @@ std::vector<Target> amd_targets() { return {*parse_target("gfx90a"), *parse_targ
 TEST(Target, NvidiaOnlyFamiliesAreInvalidOnAmdWithTheReason) {
   const Target gfx942 = *parse_target("gfx942");
   const AttentionForwardSpec fwd{DType::bf16, 128, false};
-  auto why = check_attention_forward_config(fwd, {ForwardPath::fa2, 128, 64, 2, 0, 4}, gfx942);
+  auto why = check_attention_forward_config(fwd, {.path = ForwardPath::fa2, .block_m = 128, .warps = 4}, gfx942);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("NVIDIA-only"), std::string::npos) << *why;
   EXPECT_NE(why->find("gfx942"), std::string::npos) << *why;
-  EXPECT_TRUE(check_attention_forward_config(fwd, {ForwardPath::wgmma, 128, 128, 2, 0, 8}, gfx942));
+  EXPECT_TRUE(check_attention_forward_config(fwd, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}, gfx942));
   const AttentionBackwardSpec bwd{DType::bf16, 128, false};
-  EXPECT_TRUE(check_attention_backward_config(bwd, {BackwardPath::fa2, 64, 128, 8, 0}, gfx942));
-  EXPECT_TRUE(check_attention_backward_config(bwd, {BackwardPath::wgmma, 64, 128, 8, 0}, gfx942));
-  EXPECT_TRUE(check_attention_double_backward_config(bwd, {BackwardPath::fa2, 64, 64, 4, 0}, gfx942));
+  EXPECT_TRUE(check_attention_backward_config(bwd, {.path = BackwardPath::fa2}, gfx942));
+  EXPECT_TRUE(check_attention_backward_config(bwd, {.path = BackwardPath::wgmma}, gfx942));
+  EXPECT_TRUE(check_attention_double_backward_config(bwd, {.path = BackwardPath::fa2, .block_n = 64, .warps = 4}, gfx942));
 }
 
 TEST(Target, AmdConfigSpacesAndDefaultsAreMfmaForFp16Bf16D64D128ElseSimt) {

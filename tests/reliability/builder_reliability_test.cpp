@@ -46,7 +46,7 @@ class BuilderReliability : public ::testing::Test {
   fs::path dir_;
   Target sm80_ = *parse_target("sm_80");
   Target sm90a_ = *parse_target("sm_90a");
-  KernelSource source_ = render_attention_forward({DType::f32, 64, false}, {ForwardPath::simt, 4, 32, 1, 64});
+  KernelSource source_ = render_attention_forward({DType::f32, 64, false}, {.path = ForwardPath::simt, .block_m = 4, .block_n = 32, .stages = 1, .max_head_dim = 64});
 };
 
 enum class Damage { truncate_half, truncate_to_header, flip_header, flip_metadata, flip_binary, flip_checksum, empty };
@@ -165,7 +165,7 @@ TEST_F(BuilderReliability, NonCubinOrWrongEntryPointIsNeverServed) {
 TEST_F(BuilderReliability, AnotherKernelsBinaryUnderThisKeyIsNeverServed) {
   const fs::path root = dir_ / "root";
   const BuildOutcome mine = prime(root, sm80_);
-  const KernelSource other = render_attention_forward({DType::f32, 64, true}, {ForwardPath::simt, 4, 32, 1, 64});
+  const KernelSource other = render_attention_forward({DType::f32, 64, true}, {.path = ForwardPath::simt, .block_m = 4, .block_n = 32, .stages = 1, .max_head_dim = 64});
   ASSERT_EQ(other.entry, source_.entry);
   KernelBuilder b(root, {});
   const BuildOutcome theirs = b.build(other, sm80_);

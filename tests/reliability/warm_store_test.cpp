@@ -29,7 +29,7 @@ class WarmStore : public ::testing::Test {
     // Cheap general-path kernels: a fraction of a second each.
     for (int d : {32, 64})
       for (bool causal : {false, true})
-        items_.push_back({render_attention_forward({DType::f32, d, causal}, {ForwardPath::simt, 4, 32, 1, d}), sm80});
+        items_.push_back({render_attention_forward({DType::f32, d, causal}, {.path = ForwardPath::simt, .block_m = 4, .block_n = 32, .stages = 1, .max_head_dim = d}), sm80});
   }
   void TearDown() override { fs::remove_all(dir_); }
 

@@ -101,14 +101,15 @@ TEST(AmdCompile, APlantedTemplateTreeInTheTempDirectoryIsNeverIncluded) {
   const Target gfx942 = *parse_target("gfx942");
   EXPECT_NO_THROW(amd_clang_compiler().compile(small_kernel(), gfx942));
   saved ? ::setenv("TMPDIR", saved_value.c_str(), 1) : ::unsetenv("TMPDIR");
-  // The compile's own tree is private: nothing of it was left at a predictable name.
+  // The compile's own tree is private (mkdtemp). It is made once per process, so it is here only
+  // when no earlier test of this process compiled with clang (ctest runs each test alone).
   std::size_t trees = 0;
   for (const auto& e : fs::directory_iterator(tmp))
     if (e.path().filename().string().starts_with("kgen-templates-") && e.path() != planted) {
       ++trees;
       EXPECT_EQ(fs::status(e.path()).permissions() & (fs::perms::group_all | fs::perms::others_all), fs::perms::none);
     }
-  EXPECT_EQ(trees, 1u);
+  EXPECT_LE(trees, 1u);
   fs::remove_all(tmp);
 }
 

@@ -20,7 +20,7 @@ class BuilderTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::filesystem::path dir_;
   Target target_ = *parse_target("sm_80");
-  KernelSource source_ = render_attention_forward({DType::f32, 64, false}, {ForwardPath::simt, 4, 32, 1, 64});
+  KernelSource source_ = render_attention_forward({DType::f32, 64, false}, {.path = ForwardPath::simt, .block_m = 4, .block_n = 32, .stages = 1, .max_head_dim = 64});
 };
 
 TEST_F(BuilderTest, KeyIsStableAndSensitiveToEveryInput) {

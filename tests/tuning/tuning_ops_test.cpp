@@ -163,7 +163,7 @@ TEST(TuningOpsProblems, CandidatesParseCheckAndRenderWithoutAGpu) {
   // Atomic dQ: preprocess, kv_atomic, dq_convert; deterministic: preprocess, kv, dq.
   EXPECT_EQ(attention_backward_tuning(c, false)->kernels("fa2:bm32:bn128:w8").size(), 3u);
   EXPECT_EQ(attention_backward_tuning(c, true)->kernels("fa2:bm32:bn128:w8")[1].variant,
-            render_attention_backward({DType::bf16, 128, false}, {BackwardPath::fa2, 32, 128, 8, 0}, BackwardKernel::kv).variant);
+            render_attention_backward({DType::bf16, 128, false}, {.path = BackwardPath::fa2, .block_m = 32}, BackwardKernel::kv).variant);
   EXPECT_TRUE(attention_backward_tuning(c, false)->check_config("fa2:bm64:bn128:w4", kSm90a));  // over the register budget
   EXPECT_TRUE(attention_double_backward_tuning(c)->check_config("fa2:bm64:bn128:w8", kSm90a));
   // lrpe: the angle cache must match the problem, and vec must cover d.
