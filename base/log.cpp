@@ -15,14 +15,7 @@ constexpr int kUnset = -1;
 std::atomic<int> g_override{kUnset};
 
 LogLevel level_from_env() {
-  static const LogLevel level = [] {
-    const char* v = std::getenv("KGEN_LOG_LEVEL");
-    std::string s = v ? v : "";
-    if (s == "error") return LogLevel::error;
-    if (s == "warn" || s == "warning") return LogLevel::warn;
-    if (s == "debug") return LogLevel::debug;
-    return LogLevel::info;
-  }();
+  static const LogLevel level = parse_log_level(std::getenv("KGEN_LOG_LEVEL"));
   return level;
 }
 
@@ -59,6 +52,14 @@ void draw_status_locked() {
 }
 
 }  // namespace
+
+LogLevel parse_log_level(const char* value) {
+  const std::string_view s = value ? value : "";
+  if (s == "error") return LogLevel::error;
+  if (s == "warn" || s == "warning") return LogLevel::warn;
+  if (s == "debug") return LogLevel::debug;
+  return LogLevel::info;
+}
 
 LogLevel log_level() {
   const int v = g_override.load(std::memory_order_relaxed);

@@ -12,7 +12,12 @@ namespace kgen {
 
 enum class LogLevel { error = 0, warn = 1, info = 2, debug = 3 };
 
-// The level in force: the one set by set_log_level, else KGEN_LOG_LEVEL (read once).
+// The level a KGEN_LOG_LEVEL value names: error, warn (or warning), info or debug; anything else,
+// and no value (nullptr), is info.
+LogLevel parse_log_level(const char* value);
+
+// The level in force: the one set by set_log_level, else KGEN_LOG_LEVEL (read once). Every line
+// kgen logs goes through here, the cache's too (cache/log.h).
 LogLevel log_level();
 
 // Overrides KGEN_LOG_LEVEL for the rest of the process (the CLI's --quiet and --verbose).

@@ -1,9 +1,9 @@
 #include "cache/log.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <mutex>
 #include <string>
+
+#include "base/log.h"
 
 namespace kgen::cache {
 namespace {
@@ -19,11 +19,9 @@ LogSink& current_sink() {
 }
 
 void default_sink(std::string_view line) {
-  const char* level = std::getenv("KGEN_LOG_LEVEL");
-  if (level == nullptr) return;
-  const std::string_view lv(level);
-  if (lv != "debug" && lv != "info") return;
-  std::fprintf(stderr, "kgen cache: %.*s\n", static_cast<int>(line.size()), line.data());
+  const bool warn = line.find("corrupt") != std::string_view::npos || line.find("failed") != std::string_view::npos ||
+                    line.find("cannot") != std::string_view::npos;
+  log(warn ? LogLevel::warn : LogLevel::info, "cache: " + std::string(line));
 }
 
 }  // namespace

@@ -51,20 +51,6 @@ ResourceUsage resources_from_json(const nlohmann::json& j) {
   return r;
 }
 
-// Routes the cache library's log lines into kgen's log, once per process: corrupt entries and
-// failed publishes are warnings (they cost a compile), the rest informational.
-void route_cache_log() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    cache::set_log_sink([](std::string_view line) {
-      const bool warn = line.find("corrupt") != std::string_view::npos ||
-                        line.find("failed") != std::string_view::npos ||
-                        line.find("cannot") != std::string_view::npos;
-      log(warn ? LogLevel::warn : LogLevel::info, "cache: " + std::string(line));
-    });
-  });
-}
-
 std::uint64_t max_bytes_from_env() { return byte_size_from_env("KGEN_CACHE_MAX_BYTES"); }
 
 // Why an entry's metadata cannot be served under a key whose record is `record` (nullopt if it
@@ -177,7 +163,6 @@ KernelBuilder::KernelBuilder(std::filesystem::path cache_root)
 
 KernelBuilder::KernelBuilder(std::filesystem::path cache_root, std::vector<std::filesystem::path> read_layers)
     : layers_(with_root(std::move(read_layers), std::move(cache_root))) {
-  route_cache_log();
   layers_.set_max_bytes(max_bytes_from_env());
 }
 
