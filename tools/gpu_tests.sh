@@ -5,6 +5,8 @@
 # on two H200s with 32 cores. Logs go to $1 (default ./gpu-tests), one per process, with a
 # summary at the end; the exit status is 1 when any process failed.
 # Usage: tools/gpu_tests.sh [log-dir]   (SPLIT=n parts per whole-space test, LIMIT=seconds each)
+# The tree must hold the GPU test binaries: configure with -DKGEN_INSTALL_GPU_TESTS=ON before
+# `cmake --install build --prefix dist`.
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-gpu-tests}

@@ -8,6 +8,8 @@
 #             installed tree (BEFORE=dist-old by default; skipped when absent), alternating the
 #             two so clock drift hits both
 # Logs go to $OUT (or ./gpu-out). Usage: tools/gpu_verify.sh [step,...]
+# The tree must hold the GPU test binaries: configure with -DKGEN_INSTALL_GPU_TESTS=ON before
+# `cmake --install build --prefix dist`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 steps=,${1:-warm,cpp,python,check,bench},
