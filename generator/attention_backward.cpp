@@ -111,6 +111,37 @@ std::string to_string(const AttentionBackwardConfig& c) {
   return s.str();
 }
 
+std::vector<ConfigField> explain(const AttentionBackwardConfig& c) {
+  const auto n = [](int v) { return std::to_string(v); };
+  std::vector<ConfigField> f;
+  if (c.path == BackwardPath::simt) {
+    f.push_back({"simt", "general path: plain fp32 arithmetic, any head dim and dtype"});
+    f.push_back({"w" + n(c.block_m), n(c.block_m) + " warps per block"});
+    f.push_back({"dmax" + n(c.max_head_dim), "head dims up to " + n(c.max_head_dim) + " in registers"});
+    return f;
+  }
+  if (c.path == BackwardPath::fa2) f.push_back({"fa2", "tensor-core path with mma.sync m16n8k16 (sm_80 and later)"});
+  if (c.path == BackwardPath::mfma) f.push_back({"mfma", "AMD matrix-core path (MFMA, wave64)"});
+  if (c.path == BackwardPath::wgmma) f.push_back({"wg", "Hopper path: wgmma, one block per key block (sm_90a)"});
+  f.push_back({"bm" + n(c.block_m), n(c.block_m) + " query rows per tile of the key-major kernel"});
+  f.push_back({"bn" + n(c.block_n), n(c.block_n) + " keys per block of the key-major kernel"});
+  if (c.path == BackwardPath::fa2) f.push_back({"w" + n(c.warps), n(c.warps) + " warps, " + n(c.block_n / std::max(1, c.warps)) + " keys each"});
+  if (c.path == BackwardPath::mfma) f.push_back({"w" + n(c.warps), n(c.warps) + " waves, 32 keys each"});
+  if (c.splits != 1)
+    f.push_back({"c" + n(c.splits), n(c.splits) + " blocks (mfma) or warpgroups (wgmma) share a key block, each with 1/" + n(c.splits) +
+                                         " of the columns"});
+  if (c.async_wgs == 1) f.push_back({"a1", "warpgroups decoupled: no block barrier per query tile, dQ added a tile late"});
+  if (c.async_wgs == 2) f.push_back({"a2", "warpgroups decoupled and staggered by one tile's exponentials"});
+  if (c.tma_dq) f.push_back({"t", "dQ added from shared memory by TMA reduce-adds"});
+  if (c.tma_loads) f.push_back({"l", "Q and dO tiles loaded by TMA"});
+  if (c.warp_specialised) f.push_back({"w", "a producer warpgroup issues the loads (and dQ's reduce-adds); the others only compute"});
+  if (c.persistent) f.push_back({"p", "persistent grid: one block per SM walks the key blocks"});
+  if (c.cluster != 1) f.push_back({"x" + n(c.cluster), n(c.cluster) + " neighbouring key blocks sum their dQ tiles in shared memory first"});
+  if (c.group_splits != 1)
+    f.push_back({"g" + n(c.group_splits), n(c.group_splits) + " blocks per K/V head and key block split the group's query heads"});
+  return f;
+}
+
 std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text) {
   const std::vector<std::string> parts = split_fields(text, ':');
   AttentionBackwardConfig c;

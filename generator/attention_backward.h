@@ -82,6 +82,8 @@ enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, 
 // "simt:w4:dmax128".
 std::string to_string(const AttentionBackwardConfig& c);
 std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text);
+// Each field of to_string(c), in order, with its meaning.
+std::vector<ConfigField> explain(const AttentionBackwardConfig& c);
 // "attention_bwd.bf16.d128.causal".
 std::string to_string(const AttentionBackwardSpec& s);
 std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text);

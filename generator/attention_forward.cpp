@@ -88,6 +88,39 @@ std::string to_string(const AttentionForwardConfig& c) {
   return s.str();
 }
 
+std::vector<ConfigField> explain(const AttentionForwardConfig& c) {
+  const std::string bm = std::to_string(c.block_m), bn = std::to_string(c.block_n);
+  std::vector<ConfigField> f;
+  switch (c.path) {
+    case ForwardPath::fa2: f.push_back({"fa2", "tensor-core path with mma.sync m16n8k16 (sm_80 and later)"}); break;
+    case ForwardPath::wgmma: f.push_back({"wg", "Hopper path: wgmma from shared memory, K/V tiles by TMA (sm_90a)"}); break;
+    case ForwardPath::ws:
+      f.push_back({"ws", "Hopper warp-specialised path: a producer warp loads K/V by TMA, consumer warpgroups compute (sm_90a)"});
+      break;
+    case ForwardPath::mfma: f.push_back({"mfma", "AMD matrix-core path (MFMA, wave64)"}); break;
+    case ForwardPath::simt: f.push_back({"simt", "general path: plain fp32 arithmetic, any head dim and dtype"}); break;
+  }
+  f.push_back({"bm" + bm, c.path == ForwardPath::simt ? bm + " query rows per block, one per warp" : bm + " query rows per block"});
+  f.push_back({"bn" + bn, bn + " keys per K/V tile"});
+  if (c.path == ForwardPath::fa2)
+    f.push_back({"w" + std::to_string(c.warps), std::to_string(c.warps) + " warps per block, " +
+                                                    std::to_string(c.block_m / std::max(1, c.warps)) + " query rows each"});
+  if (c.path == ForwardPath::mfma)
+    f.push_back({"w" + std::to_string(c.warps), std::to_string(c.warps) + " waves per block"});
+  if (c.path == ForwardPath::fa2 || c.path == ForwardPath::wgmma || c.path == ForwardPath::ws)
+    f.push_back({"s" + std::to_string(c.stages), std::to_string(c.stages) + " K/V tile buffers in shared memory (loads run ahead)"});
+  if (c.path == ForwardPath::ws)
+    f.push_back({"pp" + std::to_string(c.ping_pong),
+                 c.ping_pong ? "consumer warpgroups take turns: one's exponentials under the other's matrix products"
+                             : "consumer warpgroups run without turns"});
+  if (c.split_keys) f.push_back({"split", "a query tile's keys are cut over several blocks; a second kernel merges their partial results"});
+  if (c.persistent) f.push_back({"persist", "persistent grid: one block per SM walks the query tiles, the next tile loading under this one"});
+  if (c.stream_k) f.push_back({"sk", "stream-K: whole rounds of query tiles, then the last round's keys cut evenly over the blocks"});
+  if (c.path == ForwardPath::simt)
+    f.push_back({"dmax" + std::to_string(c.max_head_dim), "head dims up to " + std::to_string(c.max_head_dim) + " in registers"});
+  return f;
+}
+
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text) {
   const std::vector<std::string> parts = split_fields(text, ':');
   AttentionForwardConfig c;

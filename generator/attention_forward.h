@@ -81,6 +81,8 @@ int attention_simt_bucket(int head_dim);
 // "simt:bm4:bn32:dmax128".
 std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
+// Each field of to_string(c), in order, with its meaning.
+std::vector<ConfigField> explain(const AttentionForwardConfig& c);
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name).
 std::string to_string(const AttentionForwardSpec& s);
 

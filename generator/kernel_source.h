@@ -14,6 +14,12 @@ struct KernelSource {
   int smem_bytes = 0;   // dynamic shared memory per block
 };
 
+// One field of a config's text form and what it means for the kernel (`kgen inspect --explain`).
+struct ConfigField {
+  std::string text;     // as written in the config, e.g. "bm128"
+  std::string meaning;  // one line, with the field's value in words
+};
+
 // Grid of one launch (blocks along x, y, z).
 struct LaunchGrid {
   unsigned x = 1, y = 1, z = 1;

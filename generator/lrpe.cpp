@@ -87,6 +87,21 @@ std::string to_string(const LrpeConfig& c) {
   return s.str();
 }
 
+std::vector<ConfigField> explain(const LrpeConfig& c) {
+  const auto n = [](int v) { return std::to_string(v); };
+  std::vector<ConfigField> f;
+  f.push_back(c.strategy == LrpeStrategy::sp ? ConfigField{"sp", "blocks own a few rows each"}
+                                             : ConfigField{"bp", "blocks own a (batch, head) slice and walk a stretch of the sequence"});
+  f.push_back({"t" + n(c.threads), n(c.threads) + " threads per block"});
+  f.push_back({"r" + n(c.rows), n(c.rows) + " rows loaded per thread before computing (bytes in flight)"});
+  f.push_back({"v" + n(c.vec), n(c.vec) + " features per thread in 16-byte pieces (head dims up to " + n(32 * c.vec) + ")"});
+  if (c.fold != 1) f.push_back({"b" + n(c.fold), n(c.fold) + " (batch, head) slices per block share each angle's sin and cos"});
+  if (c.occupancy != 1)
+    f.push_back({"o" + n(c.occupancy), n(c.occupancy) + " blocks per SM kept resident (registers capped to fit)"});
+  if (c.cache) f.push_back({"cache", "md only: the forward writes the angles, the backward reads them"});
+  return f;
+}
+
 std::optional<LrpeConfig> parse_lrpe_config(const std::string& text) {
   auto parts = split_fields(text, ':');
   LrpeConfig c;

@@ -78,6 +78,8 @@ std::optional<std::pair<LrpeSpec, bool>> parse_lrpe_variant_key(const std::strin
 // "sp:t256:r4:v8", "bp:t256:r1:v8:b4", "bp:t256:r2:v8:cache" (":b1" is implied: not written).
 std::string to_string(const LrpeConfig& c);
 std::optional<LrpeConfig> parse_lrpe_config(const std::string& text);
+// Each field of to_string(c), in order, with its meaning.
+std::vector<ConfigField> explain(const LrpeConfig& c);
 
 // Why `config` cannot compile for `spec` (nullopt when it can): names the offending field.
 std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeConfig& config);

@@ -117,28 +117,41 @@ ConfigKernels lrpe_kernels(LrpeOp op, const std::string& variant, const std::str
       [&](const LrpeConfig& c) { return std::vector<KernelSource>{render_lrpe(spec, c)}; });
 }
 
+// The explanation of `config` parsed by `parse` (nullopt when it does not parse).
+template <class Parse>
+std::optional<std::vector<ConfigField>> explain_with(const std::string& config, Parse parse) {
+  auto c = parse(config);
+  if (!c) return std::nullopt;
+  return explain(*c);
+}
+
+std::optional<std::vector<ConfigField>> explain_forward(const std::string& c) { return explain_with(c, parse_attention_forward_config); }
+std::optional<std::vector<ConfigField>> explain_backward(const std::string& c) { return explain_with(c, parse_attention_backward_config); }
+std::optional<std::vector<ConfigField>> explain_lrpe(const std::string& c) { return explain_with(c, parse_lrpe_config); }
+
 }  // namespace
 
 std::span<const OperatorInfo> operators() {
   static const OperatorInfo kOperators[] = {
       {"attention_fwd", "flash attention forward (O, LSE); fp16/bf16 tensor cores, fp32 general path",
-       attention_forward_all_variants, attention_forward_default_variants, forward_kernels, forward_space},
+       attention_forward_all_variants, attention_forward_default_variants, forward_kernels, forward_space, explain_forward},
       {"attention_bwd", "flash attention backward (dQ, dK, dV); fp16/bf16 tensor cores, fp32 general path",
-       attention_backward_all_variants, attention_backward_default_variants, backward_kernels, backward_space},
+       attention_backward_all_variants, attention_backward_default_variants, backward_kernels, backward_space,
+       explain_backward},
       {"attention_double_bwd",
        "flash attention double backward (Q̄, K̄, V̄, dŌ), O(n·d) memory; fp16/bf16 tensor cores, fp32 general path",
        attention_double_backward_all_variants, attention_double_backward_default_variants,
-       double_backward_kernels, double_backward_space},
+       double_backward_kernels, double_backward_space, explain_backward},
       {"lrpe_cosine", "LRPE-cosine o = [act(x)·cos Θ, act(x)·sin Θ], forward and backward, every act",
        [](const Target&) { return lrpe_all_variants(LrpeOp::cosine); },
        [](const Target&) { return lrpe_default_variants(LrpeOp::cosine); },
        [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::cosine, v, c); },
-       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::cosine, v); }},
+       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::cosine, v); }, explain_lrpe},
       {"md_lrpe_cosine", "multi-dimensional LRPE-cosine (1d/2d/3d grids, extra tokens, angle cache), forward and backward",
        [](const Target&) { return lrpe_all_variants(LrpeOp::md_cosine); },
        [](const Target&) { return lrpe_default_variants(LrpeOp::md_cosine); },
        [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::md_cosine, v, c); },
-       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::md_cosine, v); }},
+       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::md_cosine, v); }, explain_lrpe},
   };
   return kOperators;
 }

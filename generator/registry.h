@@ -45,6 +45,9 @@ struct OperatorInfo {
   // Every config of the variant with key `variant` valid on `target` (`kgen warm --manifest` lines
   // without a config).
   std::function<ConfigSpace(const std::string& variant, const Target&)> config_space;
+  // The fields of a config text of this operator with their meanings (`kgen inspect --explain`),
+  // or nullopt when `config` does not parse as one.
+  std::function<std::optional<std::vector<ConfigField>>(const std::string& config)> explain_config;
 };
 
 // The registered operator names, ", "-separated ("attention_fwd, attention_bwd, …"), for messages.

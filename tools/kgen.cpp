@@ -169,7 +169,7 @@ void add_show_config(CLI::App& app, int& exit_code) {
 void add_inspect(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("inspect", "Show the rendered source, PTX or ISA, or resource usage of one variant's kernels");
   struct Opts {
-    std::string op = "attention_fwd", variant, dtype = "bf16", arch = "sm_90a", config, what = "resources";
+    std::string op = "attention_fwd", variant, dtype = "bf16", arch = "sm_90a", config, what = "resources", explain;
     int head_dim = 128;
     bool causal = false;
   };
@@ -185,11 +185,22 @@ void add_inspect(CLI::App& app, int& exit_code) {
   cmd->add_option("--arch", o->arch, "Target (" + std::string(known_targets()) + ")")->capture_default_str();
   cmd->add_option("--config", o->config, "Config (default: the variant's heuristic for a b=1, h=16, n=4096 shape)")
       ->check(non_empty_value());
+  cmd->add_option("--explain", o->explain, "Print what each field of the config CONFIG of --op means, then exit")
+      ->check(non_empty_value());
   cmd->add_option("--show", o->what, "source | ptx (NVIDIA) | isa (AMD: llvm-objdump -d) | resources | key")
       ->check(CLI::IsMember({"source", "ptx", "isa", "resources", "key"}))->capture_default_str();
   cmd->callback([o, &exit_code] {
     const OperatorInfo* op = find_operator(o->op);
     if (!op) throw Error(Status::invalid_argument, "--op: unknown operator '" + o->op + "'");
+    if (!o->explain.empty()) {
+      const auto fields = op->explain_config(o->explain);
+      if (!fields)
+        throw Error(Status::invalid_argument, "--explain: '" + o->explain + "' is not a config of " + o->op);
+      std::printf("%s (%s)\n", o->explain.c_str(), o->op.c_str());
+      for (const ConfigField& f : *fields) std::printf("  %-8s %s\n", f.text.c_str(), f.meaning.c_str());
+      exit_code = kOk;
+      return;
+    }
     auto target = parse_target(o->arch);
     if (!target)
       throw Error(Status::invalid_argument, "--arch: unknown target '" + o->arch + "' (known: " + std::string(known_targets()) + ")");

@@ -49,6 +49,9 @@ expect 0 "__grid_constant__ kgen::AttentionForwardTmaParams" -- inspect --show s
 expect 0 "^#include \"kgen_device/attention/forward_wgmma.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --config wg:bm128:bn128:s2
 expect 0 "^#include \"kgen_device/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal --arch sm_80
 expect 0 "key +[0-9a-f]{64}" -- inspect --show key --dtype fp16 --head-dim 64
+expect 0 "pp0 +consumer warpgroups run without turns" -- inspect --explain ws:bm128:bn128:s2:pp0:persist
+expect 0 "t +dQ added from shared memory by TMA" -- inspect --op attention_bwd --explain wg:bm64:bn128:a2:t:l
+expect 2 "explain: 'fast' is not a config of lrpe_cosine" -- inspect --op lrpe_cosine --explain fast
 expect 0 "kgen_lrpe_stats" -- inspect --op lrpe_cosine --variant lrpe_cosine.bwd.fp16.softmax_seq --config bp:t128:r2:v8 --show source
 expect 0 "// ===== attention_bwd.bf16.d64.causal" -- inspect --op attention_bwd --variant attention_bwd.bf16.d64.causal --show key
 # One operator's whole variant set (every variant of every operator compiles: the replay table's

@@ -38,3 +38,42 @@ TEST(Registry, DefaultVariantsAreVariantsThatWarmBuildsAndStayWithinTheBudget) {
 
 }  // namespace
 }  // namespace kgen
+
+namespace kgen {
+namespace {
+
+// `kgen inspect --explain`: every config of every operator's space, on each vendor's targets,
+// is explained field by field, the fields spelling the config back in order; a non-config is
+// refused.
+TEST(Registry, ExplainedConfigsSpellThemselvesFieldByField) {
+  const std::vector<std::pair<std::string, std::string>> variants = {
+      {"attention_fwd", "attention_fwd.bf16.d128.causal"},   {"attention_fwd", "attention_fwd.fp32.d80.full"},
+      {"attention_bwd", "attention_bwd.bf16.d128.causal"},   {"attention_bwd", "attention_bwd.fp16.d64.full.deterministic"},
+      {"attention_double_bwd", "attention_double_bwd.bf16.d64.full"},
+      {"lrpe_cosine", "lrpe_cosine.fwd.bf16.softmax_seq"},  {"md_lrpe_cosine", "md_lrpe_cosine.bwd.bf16.none.cache"}};
+  int explained = 0;
+  for (const auto& [name, variant] : variants) {
+    const OperatorInfo* op = find_operator(name);
+    ASSERT_TRUE(op) << name;
+    for (const char* arch : {"sm_80", "sm_90a", "gfx942"}) {
+      const ConfigSpace space = op->config_space(variant, *parse_target(arch));
+      ASSERT_TRUE(space.error.empty()) << variant << ": " << space.error;
+      for (const std::string& config : space.configs) {
+        const auto fields = op->explain_config(config);
+        ASSERT_TRUE(fields) << name << " " << config;
+        std::string spelled;
+        for (const ConfigField& f : *fields) {
+          EXPECT_FALSE(f.meaning.empty()) << config << " " << f.text;
+          spelled += (spelled.empty() ? "" : ":") + f.text;
+        }
+        EXPECT_EQ(spelled, config) << name;
+        ++explained;
+      }
+    }
+    EXPECT_FALSE(op->explain_config("fast")) << name;
+  }
+  EXPECT_GT(explained, 100);
+}
+
+}  // namespace
+}  // namespace kgen
