@@ -1,7 +1,7 @@
 // The device core's primitives on the GPU, each against a host model: every lane's result of the
 // warp shuffles, votes and reductions; the hardware approximations within the error bounds their
-// headers state; round-to-nearest-even 16-bit conversions and pair packing; atomic adds; and the
-// 16-byte swizzle's row permutation and bank spread. One translation unit of small kernels is
+// headers state; round-to-nearest-even 16-bit conversions and pair packing; atomic adds; ldmatrix
+// fragments, plain and transposed; and the 16-byte swizzle's row permutation and bank spread. One translation unit of small kernels is
 // compiled for the device's target through the kernel builder (a scratch cache).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -25,6 +25,8 @@ namespace {
 
 constexpr const char* kSource = R"(
 #include "kgen_device/core/atomic.cuh"
+#include "kgen_device/core/ldmatrix.cuh"
+#include "kgen_device/core/memory.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/swizzle.cuh"
 #include "kgen_device/core/types.cuh"
@@ -80,6 +82,24 @@ extern "C" __global__ void core_atomic(float* acc, float* pairs, int slots) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   kgen::red_add(acc + i % slots, 1.f);
   kgen::red_add2(pairs + 2 * (i % slots), 1.f, 2.f);
+}
+
+// One warp: four 8x8 matrices of 16-bit values m·64 + row·8 + column in shared memory; per lane,
+// the registers of ldmatrix x4, x4.trans, x2 and x2.trans (12 words).
+extern "C" __global__ void core_ldmatrix(unsigned* out) {
+  __shared__ __align__(16) unsigned short tiles[4 * 64];
+  const int lane = threadIdx.x;
+  for (int i = lane; i < 4 * 64; i += 32) tiles[i] = static_cast<unsigned short>(i);
+  __syncwarp();
+  const unsigned addr = kgen::smem_u32(&tiles[(lane / 8) * 64 + (lane % 8) * 8]);
+  unsigned r4[4], t4[4], r2[2], t2[2];
+  kgen::ldmatrix_x4(r4, addr);
+  kgen::ldmatrix_x4_trans(t4, addr);
+  kgen::ldmatrix_x2(r2, addr);
+  kgen::ldmatrix_x2_trans(t2, addr);
+  unsigned* o = out + 12 * lane;
+  for (int j = 0; j < 4; ++j) o[j] = r4[j], o[4 + j] = t4[j];
+  for (int j = 0; j < 2; ++j) o[8 + j] = r2[j], o[10 + j] = t2[j];
 }
 
 // The swizzle's byte offset of (row, chunk) for rows 0..63 and every chunk of 8- and 4-chunk rows.
@@ -273,6 +293,27 @@ TEST_F(CorePrimitives, AtomicAddsLoseNoUpdate) {
     EXPECT_EQ(a[s], static_cast<float>(hits)) << "slot " << s;
     EXPECT_EQ(p[2 * s], static_cast<float>(hits)) << "pair " << s;
     EXPECT_EQ(p[2 * s + 1], static_cast<float>(2 * hits)) << "pair " << s;
+  }
+}
+
+// ldmatrix: register j of lane l holds row l / 4, columns 2(l % 4) and +1 of matrix j (low half
+// first); .trans holds column l / 4, rows 2(l % 4) and +1.
+TEST_F(CorePrimitives, LdmatrixGivesEachLaneItsFragmentPlainAndTransposed) {
+  Buffer out(32 * 12 * 4);
+  launch("core_ldmatrix", 1, 32, {&out.ptr});
+  const auto o = out.get<std::uint32_t>(32 * 12);
+  const auto value = [](int m, int row, int col) { return static_cast<std::uint32_t>(m * 64 + row * 8 + col); };
+  for (int l = 0; l < 32; ++l) {
+    SCOPED_TRACE("lane " + std::to_string(l));
+    const int r = l / 4, c = 2 * (l % 4);
+    for (int j = 0; j < 4; ++j) {
+      EXPECT_EQ(o[12 * l + j], value(j, r, c) | value(j, r, c + 1) << 16) << "x4, matrix " << j;
+      EXPECT_EQ(o[12 * l + 4 + j], value(j, c, r) | value(j, c + 1, r) << 16) << "x4.trans, matrix " << j;
+    }
+    for (int j = 0; j < 2; ++j) {
+      EXPECT_EQ(o[12 * l + 8 + j], value(j, r, c) | value(j, r, c + 1) << 16) << "x2, matrix " << j;
+      EXPECT_EQ(o[12 * l + 10 + j], value(j, c, r) | value(j, c + 1, r) << 16) << "x2.trans, matrix " << j;
+    }
   }
 }
 
