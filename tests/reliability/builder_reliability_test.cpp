@@ -39,6 +39,11 @@ class BuilderReliability : public ::testing::Test {
     EXPECT_FALSE(out.from_cache);
     return out;
   }
+  // Puts `entry` in place of the entry under `key` (a self-consistent file: own key, checksum).
+  static void replace_entry(KernelBuilder& b, const std::string& key, const cache::CacheEntry& entry) {
+    ASSERT_TRUE(b.cache().remove(key));
+    ASSERT_TRUE(b.cache().publish(key, entry));
+  }
   static int elf_sm(const std::vector<std::byte>& image) {
     return static_cast<int>(std::to_integer<unsigned>(image.at(49)));  // ELF ABI 8: e_flags bits 8..15
   }
@@ -150,8 +155,7 @@ TEST_F(BuilderReliability, NonCubinOrWrongEntryPointIsNeverServed) {
     cache::CacheEntry bad = *good;
     if (variant == 0) bad.binary.assign(4096, std::byte{0x41});
     else bad.metadata["entry"] = "some_other_kernel";
-    ASSERT_TRUE(b.cache().remove(first.key));
-    ASSERT_TRUE(b.cache().publish(first.key, bad));
+    ASSERT_NO_FATAL_FAILURE(replace_entry(b, first.key, bad));
     KernelBuilder fresh(root, {});
     const BuildOutcome out = fresh.build(source_, sm80_);
     EXPECT_FALSE(out.from_cache) << variant;
@@ -193,8 +197,7 @@ TEST_F(BuilderReliability, MetadataOfTheWrongTypesIsRebuiltNotFatal) {
   for (const auto& [field, value] : damage) {
     cache::CacheEntry bad = *good;
     bad.metadata[field] = value;
-    ASSERT_TRUE(b.cache().remove(first.key));
-    ASSERT_TRUE(b.cache().publish(first.key, bad));
+    ASSERT_NO_FATAL_FAILURE(replace_entry(b, first.key, bad));
     KernelBuilder fresh(root, {});
     BuildOutcome out;
     ASSERT_NO_THROW(out = fresh.build(source_, sm80_)) << field;
@@ -204,8 +207,7 @@ TEST_F(BuilderReliability, MetadataOfTheWrongTypesIsRebuiltNotFatal) {
   }
   cache::CacheEntry bad = *good;
   bad.metadata["resources"]["registers"] = "many";
-  ASSERT_TRUE(b.cache().remove(first.key));
-  ASSERT_TRUE(b.cache().publish(first.key, bad));
+  ASSERT_NO_FATAL_FAILURE(replace_entry(b, first.key, bad));
   KernelBuilder fresh(root, {});
   EXPECT_FALSE(fresh.build(source_, sm80_).from_cache);
 }
@@ -217,8 +219,7 @@ TEST_F(BuilderReliability, ACubinOfAnUnknownElfAbiIsNeverServed) {
   auto e = b.cache().load(first.key);
   ASSERT_TRUE(e.has_value());
   e->binary.at(8) = std::byte{0x2a};  // EI_ABIVERSION: no SM can be read from e_flags
-  ASSERT_TRUE(b.cache().remove(first.key));
-  ASSERT_TRUE(b.cache().publish(first.key, *e));
+  ASSERT_NO_FATAL_FAILURE(replace_entry(b, first.key, *e));
   KernelBuilder fresh(root, {});
   EXPECT_FALSE(fresh.build(source_, sm80_).from_cache);
   EXPECT_EQ(fresh.stats().corrupt_removed, 1u);
