@@ -1,0 +1,21 @@
+// Run-time inputs of an attention variant (generator/variant.h): its scalars, its tensors and
+// the attention sinks. A variant kernel takes them as a second kernel parameter after its params
+// struct; the generated variant struct reads them. Included by device templates and host code
+// alike, so it uses only built-in types: the layout is identical on both sides.
+#pragma once
+
+namespace kgen {
+
+struct VariantArgs {
+  float real[8];                // scalar i when declared real
+  int integer[8];               // scalar i when declared integer
+  const void* tensor[4];        // tensor j: int32 or fp32 elements
+  long long stride[4][4];       // tensor j's strides in elements
+  float* grad[4];               // ∂L/∂tensor j (fp32) of a learnable tensor in the backward; else null
+  long long grad_stride[4][4];  // its strides in elements
+  const float* sinks;           // sinks: one logit per query head (natural-log units) that joins
+                                // each row's softmax denominator; null without sinks
+  float* sinks_grad;            // ∂L/∂sinks (fp32, per query head) in the backward; else null
+};
+
+}  // namespace kgen
