@@ -3,6 +3,7 @@
 
 #include <exception>
 #include <string>
+#include <utility>
 
 #include "kgen/kgen.hpp"
 #include "ops/tensor_checks.h"
@@ -16,8 +17,9 @@ kgen_status fail(kgen_status s, const std::string& message) {
   return s;
 }
 
-// Converts a DLTensor into a TensorView; throws Error(invalid_argument) naming `name`.
-kgen::TensorView to_view(const DLTensor* t, const char* name) {
+// Converts a DLTensor into a TensorView; throws Error(invalid_argument) naming `name`. `index_ok`
+// also accepts int32 (kDLInt, 32 bits): the variants' index and integer tensors.
+kgen::TensorView to_view(const DLTensor* t, const char* name, bool index_ok = false) {
   using kgen::Error;
   using kgen::Status;
   if (!t) throw Error(Status::invalid_argument, std::string(name) + ": tensor descriptor is null");
@@ -26,9 +28,11 @@ kgen::TensorView to_view(const DLTensor* t, const char* name) {
   if (t->dtype.code == kDLFloat && t->dtype.bits == 16) v.dtype = kgen::DType::f16;
   else if (t->dtype.code == kDLBfloat && t->dtype.bits == 16) v.dtype = kgen::DType::bf16;
   else if (t->dtype.code == kDLFloat && t->dtype.bits == 32) v.dtype = kgen::DType::f32;
+  else if (index_ok && t->dtype.code == kDLInt && t->dtype.bits == 32) v.dtype = kgen::DType::i32;
   else
     throw Error(Status::invalid_argument, std::string(name) + ": dtype (code " + std::to_string(t->dtype.code) + ", " +
-                                              std::to_string(t->dtype.bits) + " bits) is not float16, bfloat16 or float32");
+                                              std::to_string(t->dtype.bits) + " bits) is not float16, bfloat16" +
+                                              (index_ok ? ", float32 or int32" : " or float32"));
   if (t->device.device_type != kDLCUDA)
     throw Error(Status::invalid_argument, std::string(name) + ": tensor is not in CUDA device memory (DLPack device type " +
                                               std::to_string(t->device.device_type) + ")");
@@ -93,6 +97,83 @@ kgen::MdLrpeOptions md_lrpe_options(const kgen_lrpe_options* o) {
   return opts;
 }
 
+kgen::AttentionOptions forward_options(const kgen_attention_options* o) {
+  kgen::AttentionOptions opts;
+  if (o) {
+    opts.scale = o->scale;
+    opts.causal = o->causal != 0;
+  }
+  return opts;
+}
+
+// The views a variant's TensorView pointers refer to, and the variant itself; built in place
+// (the variant points into it), so it is neither copied nor moved.
+struct VariantViews {
+  kgen::TensorView alibi_slopes, document_ids, sinks, sinks_grad;
+  kgen::AttentionVariant variant;
+  VariantViews() = default;
+  VariantViews(const VariantViews&) = delete;
+  VariantViews& operator=(const VariantViews&) = delete;
+};
+
+// An optional variant tensor: `slot` filled and returned, or null for a null descriptor.
+const kgen::TensorView* optional_view(const DLTensor* t, const char* name, bool index_ok, kgen::TensorView& slot) {
+  if (!t) return nullptr;
+  slot = to_view(t, name, index_ok);
+  return &slot;
+}
+
+// variant.`name` (a C array) and variant.`count_name` (its length): non-negative, and the array
+// not null unless empty.
+void check_array(const void* data, int count, const char* name, const char* count_name) {
+  using kgen::Error;
+  using kgen::Status;
+  if (count < 0)
+    throw Error(Status::invalid_argument,
+                std::string("variant.") + count_name + ": " + std::to_string(count) + " is negative");
+  if (!data && count > 0)
+    throw Error(Status::invalid_argument,
+                std::string("variant.") + name + ": NULL with " + count_name + "=" + std::to_string(count));
+}
+
+// Converts `c` (not null) into out.variant, its fields in struct order; `backward` also converts
+// the gradient descriptors (the forward ignores them).
+void convert_variant(const kgen_attention_variant* c, bool backward, VariantViews& out) {
+  using kgen::Error;
+  using kgen::Status;
+  kgen::AttentionVariant& v = out.variant;
+  v.causal_top_left = c->causal_top_left != 0;
+  v.window_left = c->window_left;
+  v.window_right = c->window_right;
+  v.softcap = c->softcap;
+  v.alibi_slopes = optional_view(c->alibi_slopes, "variant.alibi_slopes", false, out.alibi_slopes);
+  v.prefix = c->prefix;
+  v.chunk = c->chunk;
+  v.document_ids = optional_view(c->document_ids, "variant.document_ids", true, out.document_ids);
+  v.sinks = optional_view(c->sinks, "variant.sinks", false, out.sinks);
+  if (backward) v.sinks_grad = optional_view(c->sinks_grad, "variant.sinks_grad", false, out.sinks_grad);
+  if (c->score_mod) v.score_mod = c->score_mod;
+  if (c->mask_mod) v.mask_mod = c->mask_mod;
+  check_array(c->scalars, c->num_scalars, "scalars", "num_scalars");
+  for (int i = 0; i < c->num_scalars; ++i) {
+    const kgen_variant_scalar& s = c->scalars[i];
+    if (!s.name) throw Error(Status::invalid_argument, "variant.scalars[" + std::to_string(i) + "].name: NULL");
+    v.scalars.push_back({s.name, s.value, s.integer != 0});
+  }
+  check_array(c->tensors, c->num_tensors, "tensors", "num_tensors");
+  for (int i = 0; i < c->num_tensors; ++i) {
+    const kgen_variant_tensor& t = c->tensors[i];
+    if (!t.name) throw Error(Status::invalid_argument, "variant.tensors[" + std::to_string(i) + "].name: NULL");
+    const std::string name = "variant.tensors[" + std::string(t.name) + "]";
+    kgen::VariantTensorArg arg;
+    arg.name = t.name;
+    arg.tensor = to_view(t.tensor, name.c_str(), true);
+    arg.learnable = t.learnable != 0;
+    if (backward && t.grad) arg.grad = to_view(t.grad, (name + ".grad").c_str());
+    v.tensors.push_back(std::move(arg));
+  }
+}
+
 kgen::AttentionBackwardOptions backward_options(const kgen_attention_backward_options* o) {
   kgen::AttentionBackwardOptions opts;
   if (o) {
@@ -117,10 +198,29 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
     const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o");
     kgen::TensorView lse_view;
     if (lse) lse_view = to_view(lse, "lse");
-    kgen::AttentionOptions opts;
-    if (options) {
-      opts.scale = options->scale;
-      opts.causal = options->causal != 0;
+    kgen::attention_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, forward_options(options), stream);
+  });
+}
+
+void kgen_attention_variant_init(kgen_attention_variant* v) {
+  if (!v) return;
+  *v = kgen_attention_variant{};
+  v->window_left = v->window_right = -1;
+  v->prefix = -1;
+}
+
+kgen_status kgen_attention_forward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
+                                           DLTensor* lse, const kgen_attention_options* options,
+                                           const kgen_attention_variant* variant, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o");
+    kgen::TensorView lse_view;
+    if (lse) lse_view = to_view(lse, "lse");
+    kgen::AttentionOptions opts = forward_options(options);
+    VariantViews views;
+    if (variant) {
+      convert_variant(variant, false, views);
+      opts.variant = std::move(views.variant);  // its view pointers still refer to `views`
     }
     kgen::attention_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, opts, stream);
   });

@@ -46,6 +46,63 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
                                    DLTensor* o, DLTensor* lse,
                                    const kgen_attention_options* options, void* stream);
 
+/* --- Attention variants (docs/attention.md §7 and "Variants from C and Python") ---------------------
+ * Presets and a user's score/mask modification, composed, for kgen_attention_forward_variant.
+ * Fill the struct with kgen_attention_variant_init first: a zeroed struct is not plain attention
+ * (a window side or a prefix of 0 keys is a valid size). Every preset keys off kgen's bottom-right
+ * alignment: query q sits at key position q' = q + n_k - n_q. Variant tensors live on q's device,
+ * any non-negative strides; integer ones are DLPack int32 (kDLInt, 32 bits). */
+
+typedef struct kgen_variant_scalar {
+  const char* name; /* as the expressions spell it */
+  double value;
+  int integer;      /* nonzero: an integer scalar (an integral value within int32); else real */
+} kgen_variant_scalar;
+
+typedef struct kgen_variant_tensor {
+  const char* name;       /* as the expressions spell it: bias[h][q - k] */
+  const DLTensor* tensor; /* float32 or int32, rank 1..4 */
+  int learnable;          /* nonzero: float32 with a gradient (read by the backward only) */
+  DLTensor* grad;         /* the backward's ∂L/∂tensor (float32, same shape); NULL in the forward */
+} kgen_variant_tensor;
+
+typedef struct kgen_attention_variant {
+  int causal_top_left;          /* nonzero: key k visible to query q only if k <= q (top-left aligned) */
+  int window_left;              /* sliding window: q' - window_left <= k <= q' + window_right; */
+  int window_right;             /*   -1 leaves a side open; -1/-1 = no window */
+  double softcap;               /* > 0: score' = softcap·tanh(score / softcap); 0 = none */
+  const DLTensor* alibi_slopes; /* float32 (h_q): score' -= slope[h]·|q' - k|; NULL = none */
+  int prefix;                   /* >= 0: prefix-LM, k < prefix or k <= q'; -1 = none */
+  int chunk;                    /* > 0: chunked attention, q' / chunk == k / chunk; 0 = none */
+  const DLTensor* document_ids; /* int32 (b, n_k): doc[b][q'] == doc[b][k]; NULL = none */
+  const DLTensor* sinks;        /* float32 (h_q), contiguous: exp(sinks[h]) joins each row's softmax
+                                   denominator; NULL = none */
+  DLTensor* sinks_grad;         /* the backward's ∂L/∂sinks (float32 (h_q)); NULL in the forward */
+  const char* score_mod;        /* expression of score, b, h, q, k, n_q, n_k, scalars, tensors; NULL or
+                                   "" = none */
+  const char* mask_mod;         /* boolean expression of b, h, q, k, n_q, n_k, scalars, tensors */
+  const kgen_variant_scalar* scalars; /* num_scalars entries (NULL when 0) */
+  int num_scalars;
+  const kgen_variant_tensor* tensors; /* num_tensors entries (NULL when 0) */
+  int num_tensors;
+} kgen_attention_variant;
+
+/* Sets *v to plain attention: window -1/-1, prefix -1, every other field 0 or NULL. */
+void kgen_attention_variant_init(kgen_attention_variant* v);
+
+/* kgen_attention_forward with a variant: masked keys get probability 0, the score modification
+ * applies to the scaled logits of visible keys, and lse is the logsumexp of the modified scores
+ * (with sinks: including the sink's logit; a row that sees no key then has o = 0 and lse = its
+ * sink's logit). variant == NULL is plain attention (exactly kgen_attention_forward). options->
+ * causal (bottom-right) composes with the variant's masks. Arguments are checked in parameter
+ * order, the variant's fields in struct order: an error names the field ("variant.alibi_slopes:
+ * ...", "variant.scalars: NULL with num_scalars=2") or the expression with its column. A kernel
+ * is compiled once per distinct variant (presets and expressions), then cached; the scalars'
+ * values and the tensors' contents do not change the kernel. */
+kgen_status kgen_attention_forward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
+                                           DLTensor* lse, const kgen_attention_options* options,
+                                           const kgen_attention_variant* variant, void* stream);
+
 typedef struct kgen_attention_backward_options {
   double scale;          /* as the forward's; must match it */
   int causal;            /* as the forward's; must match it */
