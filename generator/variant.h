@@ -1,4 +1,4 @@
-// Attention variants as expressions (docs/attention.md §7): a score modification
+// Attention variants as expressions (docs/attention.md §8): a score modification
 // s' = f(score, b, h, q, k, n_q, n_k, scalars, tensors) and a mask m(b, h, q, k, …) → bool,
 // parsed and type-checked here, differentiated symbolically (∂f/∂score, ∂²f/∂score², and ∂f/∂t
 // for every learnable tensor read), emitted as a device struct that the kernels' score step
