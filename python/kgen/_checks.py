@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import warnings
+from typing import NamedTuple, Sequence
 
 import torch
 
@@ -218,6 +219,142 @@ def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_
                        ("do_bar", "q")):
         if a[name] is not None:
             _gradient_output(a, name, like)
+
+
+# --- attention variants (ops/c_api.cpp convert_variant, ops/attention_variant.cpp) -----------------------
+
+class Variant(NamedTuple):
+    """An attention variant as torch.ops.kgen.attention_forward_variant takes it: the fields of
+    kgen_attention_variant (c_api.h) in its order, scalars as three lists and tensors as two."""
+    causal_top_left: bool = False
+    window_left: int = -1
+    window_right: int = -1
+    softcap: float = 0.0
+    alibi_slopes: torch.Tensor | None = None
+    prefix: int = -1
+    chunk: int = 0
+    document_ids: torch.Tensor | None = None
+    sinks: torch.Tensor | None = None
+    score_mod: str | None = None
+    mask_mod: str | None = None
+    scalar_names: Sequence[str] = ()
+    scalar_values: Sequence[float] = ()
+    scalar_integer: Sequence[bool] = ()
+    tensor_names: Sequence[str] = ()
+    tensors: Sequence[torch.Tensor] = ()
+
+
+_VARIANT_NAMES = {**_NAMES, torch.int32: "int32"}
+_MAX_VARIANT_INTEGER = 1 << 30
+
+
+def _variant_view(t: torch.Tensor, name: str, index_ok: bool) -> View:
+    """to_view (c_api.cpp) of a variant tensor: as given (no layout swap); `index_ok` accepts int32."""
+    v = View(t, name)
+    if v.dtype not in _NAMES and not (index_ok and v.dtype == torch.int32):
+        code, bits = dl_dtype(v.dtype)
+        kinds = "float16, bfloat16, float32 or int32" if index_ok else "float16, bfloat16 or float32"
+        invalid(f"{name}: dtype (code {code}, {bits} bits) is not {kinds}")
+    if v.device_type != _lib.kDLCUDA:
+        invalid(f"{name}: tensor is not in CUDA device memory (DLPack device type {v.device_type})")
+    if not 1 <= v.ndim <= 4:
+        invalid(f"{name}: {v.ndim} dimensions are not supported")
+    for i, size in enumerate(v.shape):
+        if size <= 0:
+            why = "sizes must be positive" if size else "empty tensors are not supported"
+            invalid(f"{name}: dimension {i} is {size} ({why})")
+    return v
+
+
+def _variant_views(variant: Variant) -> dict:
+    """The variant's tensors converted in kgen_attention_variant's order (None stays None)."""
+    out = {}
+    for field, index_ok in (("alibi_slopes", False), ("document_ids", True), ("sinks", False)):
+        t = getattr(variant, field)
+        out[field] = None if t is None else _variant_view(t, f"variant.{field}", index_ok)
+    out["tensors"] = [_variant_view(t, f"variant.tensors[{name}]", True)
+                      for name, t in zip(variant.tensor_names, variant.tensors)]
+    return out
+
+
+def _variant_tensor(t: View, dtype: torch.dtype, ndim: int, q: View) -> None:
+    """check_variant_tensor (ops/attention_variant.cpp), less the pointer checks."""
+    if t.device != q.device:
+        invalid(f"{t.name}: on device {t.device}, q is on device {q.device}")
+    if t.dtype != dtype:
+        invalid(f"{t.name}: dtype {_VARIANT_NAMES[t.dtype]} must be {_VARIANT_NAMES[dtype]}")
+    if t.ndim != ndim:
+        invalid(f"{t.name}: expected {ndim} dimensions, got {t.ndim} {shape_text(t.shape)}")
+    if any(s < 0 for s in t.strides):
+        invalid(f"{t.name}: negative strides are not supported")
+
+
+def _variant_shape(t: View, want: tuple, meaning: str) -> None:
+    if t.shape != want:
+        invalid(f"{t.name}: shape {shape_text(t.shape)} must be {meaning} = {shape_text(want)}")
+
+
+def _variant_range(name: str, x: int, low: int) -> None:
+    if not low <= x <= _MAX_VARIANT_INTEGER:
+        invalid(f"variant.{name}: {x} must be in [{low}, 2^30]")
+
+
+def _variant(variant: Variant, views: dict, q: View, k: View) -> None:
+    """resolve_attention_variant's checks (ops/attention_variant.cpp) of a forward, in its order;
+    what needs the expression parser (names, types, syntax) is left to the library."""
+    batch, heads_q, n_k = q.shape[0], q.shape[1], k.shape[2]
+    left, right = variant.window_left, variant.window_right
+    requested = (variant.causal_top_left or left >= 0 or right >= 0 or variant.softcap != 0 or
+                 variant.alibi_slopes is not None or variant.prefix >= 0 or variant.chunk != 0 or
+                 variant.document_ids is not None or variant.sinks is not None or variant.score_mod or
+                 variant.mask_mod or variant.scalar_names or variant.tensor_names)
+    if not requested:  # variant_requested: plain attention, nothing else is read
+        return
+    if left >= 0 or right >= 0:
+        _variant_range("window_left", left, -1)
+        _variant_range("window_right", right, -1)
+    elif left < -1 or right < -1:
+        invalid(f"variant.window_left: -1 (open) or a key count >= 0, got {min(left, right)}")
+    if variant.softcap != 0 and not (variant.softcap > 0 and math.isfinite(variant.softcap)):
+        invalid(f"variant.softcap: must be a finite number > 0 (or 0 for none), got {variant.softcap:f}")
+    if views["alibi_slopes"] is not None:
+        _variant_tensor(views["alibi_slopes"], torch.float32, 1, q)
+        _variant_shape(views["alibi_slopes"], (heads_q,), "(heads_q)")
+    if variant.prefix != -1:
+        _variant_range("prefix", variant.prefix, 0)
+    if variant.chunk != 0:
+        _variant_range("chunk", variant.chunk, 1)
+    if views["document_ids"] is not None:
+        _variant_tensor(views["document_ids"], torch.int32, 2, q)
+        _variant_shape(views["document_ids"], (batch, n_k), "(batch, n_k)")
+    sinks = views["sinks"]
+    if sinks is not None:
+        _variant_tensor(sinks, torch.float32, 1, q)
+        _variant_shape(sinks, (heads_q,), "(heads_q)")
+        if sinks.shape[0] > 1 and sinks.strides[0] != 1:
+            invalid("variant.sinks: must be contiguous")
+    for name, value, integer in zip(variant.scalar_names, variant.scalar_values, variant.scalar_integer):
+        if not math.isfinite(value):
+            invalid(f"variant.scalars[{name}]: value must be finite")
+        if integer and (value != math.floor(value) or abs(value) > 2147483647.0):
+            invalid(f"variant.scalars[{name}]: an integer scalar needs an integral value within int32, got {value:f}")
+    for t in views["tensors"]:
+        if t.dtype not in (torch.float32, torch.int32):
+            invalid(f"{t.name}: dtype {_NAMES[t.dtype]} must be fp32 or int32")
+        _variant_tensor(t, t.dtype, t.ndim, q)
+    presets = (variant.causal_top_left or left >= 0 or right >= 0 or variant.softcap != 0 or
+               views["alibi_slopes"] is not None or variant.prefix != -1 or variant.chunk != 0 or
+               views["document_ids"] is not None)
+    if not (variant.score_mod or variant.mask_mod or presets) and (variant.scalar_names or variant.tensor_names):
+        invalid("variant.scalars: inputs were given but no score_mod or mask_mod reads them")
+
+
+def attention_forward_variant(q, k, v, o, lse, scale: float, swap: bool, variant: Variant) -> None:
+    """kgen_attention_forward_variant's checks (lse may be None)."""
+    a = views(dict(q=q, k=k, v=v, o=o, lse=lse), swap)
+    variant_views = _variant_views(variant)
+    _attention_forward(a["q"], a["k"], a["v"], a["o"], a["lse"], scale)
+    _variant(variant, variant_views, a["q"], a["k"])
 
 
 # --- LRPE-cosine (ops/lrpe.cpp validate_lrpe) ----------------------------------------------------------

@@ -165,6 +165,102 @@ def attention_forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse
     return o, lse
 
 
+# --- attention variants ----------------------------------------------------------------------------
+
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_LIST_FIELDS = ("scalar_names", "scalar_values", "scalar_integer", "tensor_names", "tensors")
+
+
+def _variant(args: tuple, named: dict) -> _checks.Variant:
+    """The variant of an operator call's trailing arguments (positional or by name, as the
+    dispatcher passes them), its form checked: the integers fit the C API's int, the scalar and
+    tensor lists pair up. The library checks the values."""
+    variant = _checks.Variant(*args, **named)
+    lists = {f: () for f in _LIST_FIELDS if getattr(variant, f) is None}
+    if lists:
+        variant = variant._replace(**lists)
+    for field in ("window_left", "window_right", "prefix", "chunk"):
+        value = getattr(variant, field)
+        if not _INT32[0] <= value <= _INT32[1]:
+            raise ValueError(f"{field} must fit in int32, got {value}")
+    if not len(variant.scalar_names) == len(variant.scalar_values) == len(variant.scalar_integer):
+        raise ValueError(f"scalar_names, scalar_values and scalar_integer must have one entry per scalar, got "
+                         f"{len(variant.scalar_names)}, {len(variant.scalar_values)} and "
+                         f"{len(variant.scalar_integer)}")
+    if len(variant.tensor_names) != len(variant.tensors):
+        raise ValueError(f"tensor_names and tensors must have one entry per tensor, got {len(variant.tensor_names)} "
+                         f"and {len(variant.tensors)}")
+    return variant
+
+
+def _variant_tensor(t) -> _lib.DLTensor:
+    """The DLTensor of a variant tensor, as given (no layout swap)."""
+    device = t.get_device()
+    device_type = _checks.DL_CUDA if device >= 0 else (_lib.kDLCPU if t.is_cpu else _lib.kDLExtDev)
+    return _lib.dltensor(t.data_ptr(), t.shape, t.stride(), _checks.dl_dtype(t.dtype), (device_type, max(device, 0)))
+
+
+def _variant_struct(variant: _checks.Variant):
+    """(kgen_attention_variant, what must live until the call returns)."""
+    keep = []
+
+    def address(t):
+        if t is None:
+            return None
+        d = _variant_tensor(t)
+        keep.append(d)
+        return ctypes.addressof(d)
+
+    c = _lib.AttentionVariant(causal_top_left=int(variant.causal_top_left), window_left=variant.window_left,
+                              window_right=variant.window_right, softcap=float(variant.softcap),
+                              alibi_slopes=address(variant.alibi_slopes), prefix=variant.prefix,
+                              chunk=variant.chunk, document_ids=address(variant.document_ids),
+                              sinks=address(variant.sinks),
+                              score_mod=variant.score_mod.encode() if variant.score_mod else None,
+                              mask_mod=variant.mask_mod.encode() if variant.mask_mod else None)
+    if variant.scalar_names:
+        scalars = (_lib.VariantScalar * len(variant.scalar_names))(
+            *[_lib.VariantScalar(name.encode(), float(value), int(bool(integer)))
+              for name, value, integer in zip(variant.scalar_names, variant.scalar_values, variant.scalar_integer)])
+        keep.append(scalars)
+        c.scalars, c.num_scalars = ctypes.addressof(scalars), len(scalars)
+    if variant.tensor_names:
+        tensors = (_lib.VariantTensor * len(variant.tensor_names))(
+            *[_lib.VariantTensor(name.encode(), address(t), 0, None)
+              for name, t in zip(variant.tensor_names, variant.tensors)])
+        keep.append(tensors)
+        c.tensors, c.num_tensors = ctypes.addressof(tensors), len(tensors)
+    return c, keep
+
+
+def variant_forward_out(q, k, v, out, lse, scale, causal, layout, variant: _checks.Variant) -> None:
+    """kgen_attention_forward_variant on the current stream: writes out (and lse unless None)."""
+    swap = _swap(layout)
+    c, keep_variant = _variant_struct(variant)
+    frame, addresses, keep = _pack(_lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, k, v, out, lse), swap)
+    status = _lib.function("kgen_attention_forward_variant")(*addresses, frame.options, ctypes.addressof(c),
+                                                             _stream(q.get_device()))
+    del keep, keep_variant  # the descriptors, read by the call
+    if status:
+        _lib.raise_error("kgen_attention_forward_variant", status)
+
+
+def variant_forward(q, k, v, scale, causal, layout, variant: _checks.Variant, with_lse: bool = True):
+    """(o, lse) of a variant; lse is None unless with_lse."""
+    o, lse = _forward_outputs(q, _swap(layout), with_lse)
+    variant_forward_out(q, k, v, o, lse, scale, causal, layout, variant)
+    return o, lse
+
+
+def attention_forward_variant_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd", *variant, **named):
+    """The operator's kernel: the variant's fields follow layout (_checks.Variant's order)."""
+    variant_forward_out(q, k, v, out, lse, scale, causal, layout, _variant(variant, named))
+
+
+def attention_forward_variant(q, k, v, scale=None, causal=False, layout="bhnd", *variant, **named):
+    return variant_forward(q, k, v, scale, causal, layout, _variant(variant, named))
+
+
 def _gradient_scratch(q, swap: bool, deterministic: bool, double: bool):
     def query(size):
         frame, (q_address,), keep = _pack(_lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,),

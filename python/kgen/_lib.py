@@ -94,6 +94,31 @@ class LrpeOptions(ctypes.Structure):
                 ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t)]
 
 
+class VariantScalar(ctypes.Structure):
+    """kgen_variant_scalar of c_api.h."""
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_double), ("integer", ctypes.c_int)]
+
+
+class VariantTensor(ctypes.Structure):
+    """kgen_variant_tensor of c_api.h."""
+    _fields_ = [("name", ctypes.c_char_p), ("tensor", ctypes.c_void_p), ("learnable", ctypes.c_int),
+                ("grad", ctypes.c_void_p)]
+
+
+class AttentionVariant(ctypes.Structure):
+    """kgen_attention_variant of c_api.h. A fresh one is plain attention (what
+    kgen_attention_variant_init sets): window -1/-1, prefix -1, the rest 0 or NULL."""
+    _fields_ = [("causal_top_left", ctypes.c_int), ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
+                ("softcap", ctypes.c_double), ("alibi_slopes", ctypes.c_void_p), ("prefix", ctypes.c_int),
+                ("chunk", ctypes.c_int), ("document_ids", ctypes.c_void_p), ("sinks", ctypes.c_void_p),
+                ("sinks_grad", ctypes.c_void_p), ("score_mod", ctypes.c_char_p), ("mask_mod", ctypes.c_char_p),
+                ("scalars", ctypes.c_void_p), ("num_scalars", ctypes.c_int), ("tensors", ctypes.c_void_p),
+                ("num_tensors", ctypes.c_int)]
+
+    def __init__(self, **fields):
+        super().__init__(**{"window_left": -1, "window_right": -1, "prefix": -1, **fields})
+
+
 # kgen_lrpe_act codes
 LRPE_ACTS = {"none": 0, "relu": 1, "sigmoid": 2, "silu": 3, "softmax": 4, "softmax_seq": 5}
 
@@ -112,6 +137,8 @@ class KgenError(RuntimeError):
 _P, _SIZE = ctypes.c_void_p, ctypes.c_void_p
 _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_forward": (ctypes.c_int, [_P] * 7),
+    "kgen_attention_forward_variant": (ctypes.c_int, [_P] * 8),
+    "kgen_attention_variant_init": (None, [_P]),
     "kgen_attention_backward": (ctypes.c_int, [_P] * 11),
     "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),
     "kgen_attention_backward_workspace_bytes": (ctypes.c_int, [_P, _P, ctypes.c_int, _SIZE]),

@@ -14,6 +14,8 @@ torch.compile traces them as leaves of the forward and backward graphs.
     attention_backward_out(q, k, v, o, lse, d_o, dq!, dk!, dv!, scale, causal, layout, deterministic, config) -> ()
     attention_double_backward(q, k, v, o, lse, d_o, gq?, gk?, gv?, scale, causal, layout, deterministic,
                               config) -> (q_bar, k_bar, v_bar, do_bar)
+    attention_forward_variant(q, k, v, scale, causal, layout, <variant>) -> (o, lse)
+    attention_forward_variant_out(q, k, v, out!, lse!?, scale, causal, layout, <variant>) -> ()
     lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None) -> o
     lrpe_cosine_backward(x, theta, d_o, offset, act, layout, config) -> dx
     md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None) -> o
@@ -23,7 +25,11 @@ torch.compile traces them as leaves of the forward and backward graphs.
 Attention tensors are (b, h, n, d) for layout "bhnd" or (b, n, h, d) for "bnhd" (any strides
 with a contiguous last dim), LRPE tensors also (b, n, d). scale None means 1/sqrt(d). act is the
 library's name: none, relu, sigmoid, silu, softmax (over the features) or softmax_seq (over the
-sequence). theta is float32 (h or 1, d or 1), or (h or 1, e) for md. config None lets kgen
+sequence). <variant> is an attention variant, the fields of c_api.h's kgen_attention_variant
+in its order (_checks.Variant; the forward only): causal_top_left=False, window_left=-1,
+window_right=-1, softcap=0.0, alibi_slopes?, prefix=-1, chunk=0, document_ids?, sinks?,
+score_mod?, mask_mod?, str[]? scalar_names, float[]? scalar_values, bool[]? scalar_integer,
+str[]? tensor_names, Tensor[]? tensors (None = none). theta is float32 (h or 1, d or 1), or (h or 1, e) for md. config None lets kgen
 choose. Outputs are allocated like the tensor they mirror (o like q, dk like k); lse is float32
 (b, h, n_q); angles float32 (h, n, d). `!` marks a written argument, `?` an optional one.
 
@@ -41,6 +47,11 @@ _LIB = torch.library.Library("kgen", "DEF")
 _ATTENTION = 'float? scale=None, bool causal=False, str layout="bhnd"'
 _GRADIENT = _ATTENTION + ", bool deterministic=False, str? config=None"
 _LRPE = 'str act="none", str layout="bhnd", str? config=None'
+# _checks.Variant's fields, in its order (test_ops.py checks that they agree)
+_VARIANT = ("bool causal_top_left=False, int window_left=-1, int window_right=-1, float softcap=0.0, "
+            "Tensor? alibi_slopes=None, int prefix=-1, int chunk=0, Tensor? document_ids=None, Tensor? sinks=None, "
+            "str? score_mod=None, str? mask_mod=None, str[]? scalar_names=None, float[]? scalar_values=None, "
+            "bool[]? scalar_integer=None, str[]? tensor_names=None, Tensor[]? tensors=None")
 _AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCUDA)
 
 
@@ -114,10 +125,25 @@ def _fake_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None
     return outputs
 
 
+def _fake_attention_forward_variant_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd", *variant,
+                                        **named):
+    _checks.attention_forward_variant(q, k, v, out, lse, K._scale(scale), K._swap(layout), K._variant(variant, named))
+
+
+def _fake_attention_forward_variant(q, k, v, scale=None, causal=False, layout="bhnd", *variant, **named):
+    o, lse = K._forward_outputs(q, K._swap(layout))
+    _fake_attention_forward_variant_out(q, k, v, o, lse, scale, causal, layout, *variant, **named)
+    return o, lse
+
+
 _register(f"attention_forward(Tensor q, Tensor k, Tensor v, {_ATTENTION}) -> (Tensor, Tensor)",
           K.attention_forward, _fake_attention_forward, cast=(0, 1, 2))
 _register(f"attention_forward_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}) -> ()",
           K.attention_forward_out, _fake_attention_forward_out)
+_register(f"attention_forward_variant(Tensor q, Tensor k, Tensor v, {_ATTENTION}, {_VARIANT}) -> (Tensor, Tensor)",
+          K.attention_forward_variant, _fake_attention_forward_variant, cast=(0, 1, 2))
+_register(f"attention_forward_variant_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}, "
+          f"{_VARIANT}) -> ()", K.attention_forward_variant_out, _fake_attention_forward_variant_out)
 _register("attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
           f"{_GRADIENT}) -> (Tensor, Tensor, Tensor)", K.attention_backward, _fake_attention_backward)
 _register("attention_backward_out(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, Tensor(a!) dq, "

@@ -3,6 +3,8 @@
 `attention` is the differentiable attention: an autograd Function whose backward runs kgen's
 backward kernels and is itself differentiable through kgen's double-backward kernels.
 attention_forward/backward/double_backward are the raw operators (autograd does not see them).
+attention and attention_forward also take attention variants (sliding windows, softcap, ALiBi,
+sinks, prefix-LM, chunks, documents and score/mask expressions), forward only so far.
 lrpe_cosine and md_lrpe_cosine are autograd Functions whose backward runs kgen's backward kernels
 (theta gets no gradient, as in the reference library).
 
@@ -20,9 +22,12 @@ kernels with the same messages; Python checks argument types, layout and act nam
 """
 from __future__ import annotations
 
+import inspect
+import math
+
 import torch
 
-from . import _kernels, _ops
+from . import _checks, _kernels, _ops
 from ._lib import KgenError
 
 __all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward",
@@ -48,6 +53,7 @@ def _op(name: str):
 _FORWARD, _FORWARD_OUT = _op("attention_forward"), _op("attention_forward_out")
 _BACKWARD, _BACKWARD_OUT = _op("attention_backward"), _op("attention_backward_out")
 _DOUBLE_BACKWARD = _op("attention_double_backward")
+_FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("attention_forward_variant_out")
 _LRPE_FORWARD, _LRPE_BACKWARD = _op("lrpe_cosine_forward"), _op("lrpe_cosine_backward")
 _MD_LRPE_FORWARD, _MD_LRPE_FORWARD_CACHED = _op("md_lrpe_cosine_forward"), _op("md_lrpe_cosine_forward_cached")
 _MD_LRPE_BACKWARD = _op("md_lrpe_cosine_backward")
@@ -79,8 +85,114 @@ def _check_types(names: str, *tensors) -> None:
             return
 
 
+# --- attention variants (docs/attention.md, "Variants from C and Python") ---------------------------
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _variant(*, window: tuple[int, int] | None = None, softcap: float = 0, alibi_slopes: torch.Tensor | None = None,
+             sinks: torch.Tensor | None = None, causal_top_left: bool = False, prefix: int | None = None,
+             chunk: int | None = None, document_ids: torch.Tensor | None = None, score_mod: str | None = None,
+             mask_mod: str | None = None, scalars: dict[str, int | float] | None = None,
+             tensors: dict[str, torch.Tensor] | None = None) -> _checks.Variant:
+    """The operators' variant of kgen.torch's variant keywords, their forms checked (the library
+    checks the values: dtypes, shapes, devices, expressions)."""
+    if window is None:
+        window = (-1, -1)
+    if not (isinstance(window, (tuple, list)) and len(window) == 2 and all(_is_int(w) and w >= -1 for w in window)):
+        raise ValueError(f"window must be None or (left, right), two ints >= -1 (-1 = an open side), got {window!r}")
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (0 <= softcap < math.inf):
+        raise ValueError(f"softcap must be a finite number >= 0 (0 = none), got {softcap!r}")
+    if prefix is not None and not (_is_int(prefix) and prefix >= 0):
+        raise ValueError(f"prefix must be None or an int >= 0 (the keys every query sees), got {prefix!r}")
+    if chunk is not None and not (_is_int(chunk) and chunk >= 1):
+        raise ValueError(f"chunk must be None or an int >= 1 (the chunk length), got {chunk!r}")
+    for name, text in (("score_mod", score_mod), ("mask_mod", mask_mod)):
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"{name} must be a str (an expression), got {type(text).__name__}")
+    _check_types("alibi_slopes sinks document_ids", alibi_slopes, sinks, document_ids)
+    scalars = {} if scalars is None else scalars
+    tensors = {} if tensors is None else tensors
+    if not isinstance(scalars, dict) or not isinstance(tensors, dict):
+        raise TypeError("scalars and tensors must be dicts keyed by the names the expressions use")
+    for name, value in scalars.items():
+        if not isinstance(name, str) or isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"scalars: {name!r} must map a str to an int (integer scalar) or a float (real), "
+                            f"got {type(value).__name__}")
+    for name, t in tensors.items():
+        if not isinstance(name, str):
+            raise TypeError(f"tensors: the name {name!r} must be a str")
+        _check_types(f"tensors[{name}]", t)
+    return _checks.Variant(
+        causal_top_left=bool(causal_top_left), window_left=window[0], window_right=window[1], softcap=float(softcap),
+        alibi_slopes=alibi_slopes, prefix=-1 if prefix is None else prefix, chunk=0 if chunk is None else chunk,
+        document_ids=document_ids, sinks=sinks, score_mod=score_mod, mask_mod=mask_mod,
+        scalar_names=list(scalars), scalar_values=[float(x) for x in scalars.values()],
+        scalar_integer=[_is_int(x) for x in scalars.values()], tensor_names=list(tensors),
+        tensors=list(tensors.values()))
+
+
+def _variant_forward(q, k, v, causal, scale, layout, variant: _checks.Variant, out, lse, return_lse: bool):
+    """attention_forward's variant path (q, k, v already autocast)."""
+    if out is None and lse is None:
+        if _eager(q):
+            o, lse = _kernels.variant_forward(q, k, v, scale, causal, layout, variant, return_lse)
+        else:
+            o, lse = _FORWARD_VARIANT[1](q, k, v, scale, causal, layout, *variant)
+        return (o, lse) if return_lse else o
+    if out is None:
+        out = _kernels._forward_outputs(q, _kernels._swap(layout), False)[0]
+    if lse is None and return_lse:
+        lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
+    if _eager(q):
+        _kernels.variant_forward_out(q, k, v, out, lse, scale, causal, layout, variant)
+    else:
+        _FORWARD_VARIANT_OUT[1](q, k, v, out, lse, scale, causal, layout, *variant)
+    return (out, lse) if return_lse else out
+
+
+def _variant_asked(variant: _checks.Variant) -> str:
+    """The variant's keyword arguments as a caller wrote them, for messages."""
+    asked = []
+    if variant.window_left != -1 or variant.window_right != -1:
+        asked.append(f"window=({variant.window_left}, {variant.window_right})")
+    for field, plain in (("softcap", 0.0), ("causal_top_left", False), ("prefix", -1), ("chunk", 0),
+                         ("score_mod", None), ("mask_mod", None)):
+        if getattr(variant, field) != plain:
+            asked.append(f"{field}={getattr(variant, field)!r}")
+    asked += [f"{field}=<tensor>" for field in ("alibi_slopes", "document_ids", "sinks")
+              if getattr(variant, field) is not None]
+    if variant.scalar_names:
+        asked.append(f"scalars={dict(zip(variant.scalar_names, variant.scalar_values))}")
+    if variant.tensor_names:
+        asked.append(f"tensors={list(variant.tensor_names)}")
+    return ", ".join(asked) or "no variant"
+
+
+_VARIANT_KEYWORDS = frozenset(inspect.signature(_variant).parameters)
+
+
+def _variant_of(function: str, keywords: dict) -> _checks.Variant:
+    """The variant of a call's variant keywords (**variant of `function`)."""
+    unknown = keywords.keys() - _VARIANT_KEYWORDS
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {min(unknown)!r}")
+    return _variant(**keywords)
+
+
+def _with_variant_keywords(function):
+    """`function` whose signature (help, inspect) lists the variant keywords its **variant takes."""
+    signature = inspect.signature(function)
+    parameters = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    function.__signature__ = signature.replace(
+        parameters=parameters + list(inspect.signature(_variant).parameters.values()))
+    return function
+
+
+@_with_variant_keywords
 def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
-                      layout: str = "bhnd", out=None, lse=None, return_lse: bool = False):
+                      layout: str = "bhnd", out=None, lse=None, return_lse: bool = False, **variant):
     """o = softmax(scale·q·kᵀ + mask)·v, computed asynchronously on the current CUDA stream.
 
     q is (b, h_q, n_q, d) for layout "bhnd" or (b, n_q, h_q, d) for "bnhd"; k and v likewise
@@ -88,16 +200,25 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     dtypes float16/bfloat16 (tensor cores, fp32 accumulation) or float32 (fp32 math, no tf32);
     under torch.autocast("cuda"), floating q, k, v are cast to the autocast dtype.
     scale defaults to 1/sqrt(d). causal masks key j for j > i + (n_k - n_q) (bottom-right
-    aligned, like FlashAttention-2 and SDPA); rows with every key masked give o = 0, lse = -inf.
+    aligned, like FlashAttention-2; SDPA's is_causal=True is top-left aligned, so the two agree
+    only when n_q == n_k: causal_top_left=True gives SDPA's mask); rows with every key masked
+    give o = 0, lse = -inf.
 
     out (same layout and shape as q) is written in place if given, else allocated contiguous in
     q's layout. lse is the fp32 natural-log logsumexp of the scaled scores, shape (b, h_q, n_q)
     in either layout, unit stride along n_q; it is computed only if `lse` is given or
     return_lse is True (the operator torch.ops.kgen.attention_forward, which torch.compile
     traces, always computes it). Returns out, or (out, lse) if return_lse.
+
+    Variants (the remaining keywords, any combination; see `attention`) run the operator
+    torch.ops.kgen.attention_forward_variant; lse is then the logsumexp of the modified scores
+    (and of the sink's logit, with sinks).
     """
     _check_types("q k v out lse", q, k, v, out, lse)
     q, k, v = _autocast(q, k, v)
+    if variant:  # the plain path's one extra step
+        return _variant_forward(q, k, v, causal, scale, layout, _variant_of("attention_forward", variant), out, lse,
+                                return_lse)
     if out is None and lse is None:
         o, lse = _forward(q, k, v, scale, causal, layout, return_lse)
         return (o, lse) if return_lse else o
@@ -185,17 +306,46 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
+@_with_variant_keywords
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhnd",
-              deterministic: bool = False):
+              deterministic: bool = False, **variant):
     """Differentiable attention: o = softmax(scale·q·kᵀ + mask)·v on kgen's kernels.
 
     Arguments as attention_forward (BHND or BNHD, GQA, fp16/bf16/fp32, autocast, current stream).
     Its backward runs kgen's backward kernels and is differentiable again through kgen's double
     backward, so torch.autograd.grad(..., create_graph=True) followed by a second grad runs on
     kgen kernels with O(n·d) memory. torch.compile(fullgraph=True) traces the forward and the
-    backward; the double backward runs in eager mode only (aot_autograd refuses double backward)."""
+    backward; the double backward runs in eager mode only (aot_autograd refuses double backward).
+
+    Variants (docs/attention.md §7), composable with each other and with `causal`. Each one keys
+    off kgen's bottom-right alignment, query i sitting at key position i' = i + n_k - n_q:
+    - window=(left, right): keys i' - left <= j <= i' + right (FlashAttention's window_size;
+      -1 leaves a side open, None = no window);
+    - softcap=c > 0: score' = c·tanh(score / c), applied last;
+    - alibi_slopes: fp32 (h_q,), score' -= slope[h]·|i' - j|;
+    - sinks: fp32 (h_q,), exp(sinks[h]) joins every row's softmax denominator (lse includes it;
+      a row that sees no key gets o = 0 and lse = sinks[h]);
+    - causal_top_left=True: j <= i (SDPA's is_causal=True, also when n_q != n_k);
+    - prefix=p: j < p or j <= i' (prefix-LM); chunk=c: i' // c == j // c (chunked attention);
+    - document_ids: int32 (b, n_k), doc[b][i'] == doc[b][j] (packed documents);
+    - score_mod / mask_mod: expressions of score (the scaled logit; score_mod only), b, h, q, k,
+      n_q, n_k, the `scalars` (a dict of names to ints, integer scalars, or floats, reals) and
+      the `tensors` (a dict of names to fp32 or int32 tensors on q's device, indexed t[i][j]),
+      e.g. score_mod="score + bias[h][q - k + 4095]", mask_mod="doc[b][q] == doc[b][k]".
+    A kernel is compiled once per distinct variant, then cached; scalar values and tensor
+    contents do not recompile. Only the forward runs variants yet: a call with a variant that
+    autograd would record (grad mode on and an input that requires grad) raises
+    NotImplementedError; use it under torch.no_grad() or torch.inference_mode()."""
     _check_types("q k v", q, k, v)
     q, k, v = _autocast(q, k, v)
+    if variant:  # the plain path's one extra step
+        variant = _variant_of("attention", variant)
+        inputs = (q, k, v, variant.alibi_slopes, variant.sinks, *variant.tensors)
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+            raise NotImplementedError(f"kgen.torch.attention: the backward of attention variants is not available "
+                                      f"yet, and gradients were asked through {_variant_asked(variant)}; run the "
+                                      f"forward under torch.no_grad() or drop the variant")
+        return _variant_forward(q, k, v, causal, scale, layout, variant, None, None, False)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _Attention.apply(q, k, v, causal, scale, layout, deterministic)
     return _forward(q, k, v, scale, causal, layout, False)[0]  # no autograd bookkeeping when none is recorded
