@@ -46,7 +46,7 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
                                    DLTensor* o, DLTensor* lse,
                                    const kgen_attention_options* options, void* stream);
 
-/* --- Attention variants (docs/attention.md §7 and "Variants from C and Python") ---------------------
+/* --- Attention variants (docs/attention.md §8 and its "Variants from C and Python") ---------------------
  * Presets and a user's score/mask modification, composed, for kgen_attention_forward_variant.
  * Fill the struct with kgen_attention_variant_init first: a zeroed struct is not plain attention
  * (a window side or a prefix of 0 keys is a valid size). Every preset keys off kgen's bottom-right

@@ -317,7 +317,7 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     kgen kernels with O(n·d) memory. torch.compile(fullgraph=True) traces the forward and the
     backward; the double backward runs in eager mode only (aot_autograd refuses double backward).
 
-    Variants (docs/attention.md §7), composable with each other and with `causal`. Each one keys
+    Variants (docs/attention.md §8), composable with each other and with `causal`. Each one keys
     off kgen's bottom-right alignment, query i sitting at key position i' = i + n_k - n_q:
     - window=(left, right): keys i' - left <= j <= i' + right (FlashAttention's window_size;
       -1 leaves a side open, None = no window);
