@@ -1,0 +1,358 @@
+"""GPU tests of attention variants through kgen.torch: o and lse of every preset and of user
+expressions against a float64 reference built here from the formulas (docs/attention.md §8), with
+the pass rule of docs/attention.md §5.2 including the row rule, on NaN-poisoned outputs; and
+kgen's error against PyTorch FlexAttention's for the same variant where FlexAttention runs.
+Skipped unless PyTorch with CUDA and libkgen.so are available."""
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+import kgen  # noqa: E402
+import kgen.torch  # noqa: E402
+from kgen.testing import REL_L2_BOUND, TOLERANCE, check_attention  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("kgen_library")
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+SHAPES = [(100, 300), (257, 257), (1000, 1000)]  # (n_q, n_k)
+BATCH, HEADS_Q, HEADS_KV = 2, 8, 2
+ROW_ERROR_MULTIPLE, ROW_NORM_FLOOR = 20.0, 0.5  # check/metrics.h kRowErrorMultiple, kRowNormFloor
+DEVICE = "cuda"
+
+
+# --- variants: kgen's keywords and the same formulas on index grids ------------------------------------
+
+@dataclass
+class Case:
+    """One variant for one shape: kgen.torch's keywords, and the score modification and mask as
+    functions of the scaled score and the index grids b, h, q, k (broadcastable tensors) with the
+    variant's tensors `t` (float64 copies of the float ones for the reference)."""
+    keywords: dict
+    score: Callable | None = None  # (s, b, h, q, k, t) -> s'
+    mask: Callable | None = None  # (b, h, q, k, t) -> bool
+    tensors: dict = field(default_factory=dict)
+    causal: bool = False
+    sinks: torch.Tensor | None = None
+
+
+def _trunc(x, y):
+    return torch.div(x, y, rounding_mode="trunc")  # C's integer division, as the language's /
+
+
+def _generator(seed):
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def _documents(b, n, seed):
+    """int32 (b, n): 3 to 8 packed documents per sequence, as contiguous runs."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(b):
+        docs = int(torch.randint(3, 9, (1,), generator=g))
+        cuts = torch.sort(torch.randperm(n - 1, generator=g)[:docs - 1] + 1).values
+        row = torch.zeros(n, dtype=torch.int32)
+        for c in cuts:
+            row[c:] += 1
+        rows.append(row)
+    return torch.stack(rows).to(DEVICE)
+
+
+def _alibi_slopes(h):
+    return torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)], dtype=torch.float32, device=DEVICE)
+
+
+def make_case(name, n_q, n_k):
+    """The Case `name` for (n_q, n_k); query q sits at key position q' = q + n_k - n_q."""
+    diag = n_k - n_q
+    h = HEADS_Q
+    if name == "window_left":
+        return Case(dict(window=(64, -1)), mask=lambda b, hh, q, k, t: k >= q + diag - 64)
+    if name == "window_both":
+        return Case(dict(window=(32, 16)), mask=lambda b, hh, q, k, t: (k >= q + diag - 32) & (k <= q + diag + 16))
+    if name == "window_open_left":
+        return Case(dict(window=(-1, 8)), mask=lambda b, hh, q, k, t: k <= q + diag + 8)
+    if name in ("softcap30", "softcap50"):
+        c = float(name[7:])
+        return Case(dict(softcap=c), score=lambda s, b, hh, q, k, t: c * torch.tanh(s / c))
+    if name == "alibi":
+        slopes = _alibi_slopes(h)
+        return Case(dict(alibi_slopes=slopes), score=lambda s, b, hh, q, k, t: s - t["slopes"][hh] * (q + diag - k).abs(),
+                    tensors={"slopes": slopes})
+    if name == "sinks":
+        sinks = torch.randn(h, generator=_generator(5), device=DEVICE)
+        return Case(dict(sinks=sinks), sinks=sinks)
+    if name == "window_softcap_sinks":
+        sinks = torch.randn(h, generator=_generator(6), device=DEVICE) + 1.0
+        return Case(dict(window=(48, 0), softcap=30.0, sinks=sinks), sinks=sinks,
+                    score=lambda s, b, hh, q, k, t: 30.0 * torch.tanh(s / 30.0),
+                    mask=lambda b, hh, q, k, t: (k >= q + diag - 48) & (k <= q + diag))
+    if name == "prefix_lm":
+        return Case(dict(prefix=37), mask=lambda b, hh, q, k, t: (k < 37) | (k <= q + diag))
+    if name == "chunked":
+        return Case(dict(chunk=64), mask=lambda b, hh, q, k, t: _trunc(q + diag, 64) == _trunc(k, 64))
+    if name == "documents":
+        doc = _documents(BATCH, n_k, n_q + n_k)
+        return Case(dict(document_ids=doc), mask=lambda b, hh, q, k, t: t["doc"][b, q + diag] == t["doc"][b, k],
+                    tensors={"doc": doc})
+    if name == "causal_top_left":
+        return Case(dict(causal_top_left=True), mask=lambda b, hh, q, k, t: k <= q)
+    if name == "causal_window":
+        return Case(dict(window=(40, -1)), causal=True, mask=lambda b, hh, q, k, t: k >= q + diag - 40)
+    if name == "relative_bias":
+        bias = 0.5 * torch.randn(h, 8191, generator=_generator(7), device=DEVICE)
+        return Case(dict(score_mod="score + bias[h][q - k + 4095]", tensors={"bias": bias}),
+                    score=lambda s, b, hh, q, k, t: s + t["bias"][hh, q - k + 4095], tensors={"bias": bias})
+    if name == "t5_buckets":
+        # T5's log-spaced relative buckets, continuous (the language has no real-to-int rounding)
+        w = -0.1 * torch.rand(h, generator=_generator(8), device=DEVICE)
+        text = ("score + w[h] * where(abs(q - k) < 8, float(abs(q - k)), "
+                "min(15.0, 8.0 + log(float(abs(q - k)) / 8.0) / log(16.0) * 8.0))")
+
+        def t5(s, b, hh, q, k, t):
+            d = (q - k).abs().to(s.dtype)
+            far = torch.clamp(8.0 + torch.log(d / 8.0) / math.log(16.0) * 8.0, max=15.0)
+            return s + t["w"][hh] * torch.where(d < 8, d, far)
+        return Case(dict(score_mod=text, tensors={"w": w}), score=t5, tensors={"w": w})
+    if name == "tanh_bias":
+        b2 = torch.randn(h, generator=_generator(9), device=DEVICE)
+        return Case(dict(score_mod="tanh(score / c) * c + b2[h]", scalars={"c": 20.0}, tensors={"b2": b2}),
+                    score=lambda s, b, hh, q, k, t: torch.tanh(s / 20.0) * 20.0 + t["b2"][hh], tensors={"b2": b2})
+    if name == "document_mask_mod":
+        doc = _documents(BATCH, n_k, 3 * n_k)
+        return Case(dict(mask_mod="doc[b][q] == doc[b][k]", tensors={"doc": doc}),
+                    mask=lambda b, hh, q, k, t: t["doc"][b, q] == t["doc"][b, k], tensors={"doc": doc})
+    if name == "sigmoid_score":
+        return Case(dict(score_mod="sigmoid(score) * score"), score=lambda s, b, hh, q, k, t: torch.sigmoid(s) * s)
+    if name == "integer_scalar_mask":
+        return Case(dict(mask_mod="k <= q + shift", scalars={"shift": 5}), mask=lambda b, hh, q, k, t: k <= q + 5)
+    raise ValueError(name)
+
+
+CASES = ["window_left", "window_both", "window_open_left", "softcap30", "softcap50", "alibi", "sinks",
+         "window_softcap_sinks", "prefix_lm", "chunked", "documents", "causal_top_left", "causal_window",
+         "relative_bias", "t5_buckets", "tanh_bias", "document_mask_mod", "sigmoid_score", "integer_scalar_mask"]
+
+
+# --- the float64 reference ------------------------------------------------------------------------------
+
+def _grids(n_q, n_k):
+    arange = lambda n: torch.arange(n, device=DEVICE)  # noqa: E731
+    return (arange(BATCH)[:, None, None, None], arange(HEADS_Q)[None, :, None, None], arange(n_q)[None, None, :, None],
+            arange(n_k)[None, None, None, :])
+
+
+def reference(q, k, v, case: Case, scale):
+    """(o, lse) in float64 of logical (b, h, n, d) q, k, v: scores scale·q·kᵀ, the modification,
+    the masks (causal bottom-right, the variant's), softmax with the sink as one more logit per
+    row; a row that sees nothing gets o = 0 and lse = -inf, or lse = its sink with sinks."""
+    n_q, n_k = q.shape[2], k.shape[2]
+    group = q.shape[1] // k.shape[1]
+    q64 = q.double()
+    k64, v64 = (t.double().repeat_interleave(group, dim=1) for t in (k, v))
+    t = {name: x.double() if x.is_floating_point() else x for name, x in case.tensors.items()}
+    b, h, qi, ki = _grids(n_q, n_k)
+    s = (q64 @ k64.transpose(-1, -2)) * scale
+    if case.score is not None:
+        s = case.score(s, b, h, qi, ki, t)
+    visible = torch.ones(s.shape, dtype=torch.bool, device=s.device)
+    if case.causal:
+        visible &= ki <= qi + (n_k - n_q)
+    if case.mask is not None:
+        visible &= case.mask(b, h, qi, ki, t)
+    s = s.masked_fill(~visible, -math.inf)
+    if case.sinks is not None:
+        sink = case.sinks.double()[None, :, None, None].expand(s.shape[0], -1, n_q, 1)
+        s = torch.cat([s, sink], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
+    o = p[..., :n_k] @ v64
+    return o, lse
+
+
+def row_errors(out, ref):
+    """e_r of docs/attention.md §5.2 per row (the last dim): ‖out_r − ref_r‖ / max(‖ref_r‖, 0.5·rms)."""
+    out, ref = out.double().reshape(-1, out.shape[-1]), ref.double().reshape(-1, ref.shape[-1])
+    norms = torch.linalg.vector_norm(ref, dim=-1)
+    rms = float(torch.linalg.vector_norm(ref)) / math.sqrt(ref.shape[0])
+    if rms == 0:
+        return torch.zeros_like(norms)
+    return torch.linalg.vector_norm(out - ref, dim=-1) / torch.clamp(norms, min=ROW_NORM_FLOOR * rms)
+
+
+def check(o, lse, o_ref, lse_ref, dtype, what):
+    """The §5.2 rule: rel_l2, cosine, finiteness, masked rows, the row rule on o and each lse value
+    within the dtype's atol + rtol·|ref|."""
+    checks = check_attention(o, lse, o_ref, lse_ref, dtype)
+    assert all(c.ok for c in checks), f"{what}\n" + "\n".join(map(str, checks))
+    errors = row_errors(o, o_ref)
+    limit = ROW_ERROR_MULTIPLE * REL_L2_BOUND[dtype]
+    worst = int(torch.argmax(errors))
+    assert float(errors[worst]) <= limit, (f"{what}: o row {worst} of {errors.numel()}: its error "
+                                           f"{float(errors[worst]):.2e} is above {limit:.2e}")
+    atol, rtol = TOLERANCE[dtype]
+    finite = torch.isfinite(lse_ref)
+    diff = (lse.double() - lse_ref)[finite].abs()
+    allowed = atol + rtol * lse_ref[finite].abs()
+    assert bool((diff <= allowed).all()), f"{what}: lse off by up to {float(diff.max()):.2e}"
+
+
+# --- kgen against the reference -----------------------------------------------------------------------
+
+def randn(shape, dtype, seed):
+    return torch.randn(shape, generator=_generator(seed), device=DEVICE).to(dtype)
+
+
+def run_kgen(case: Case, dtype, d, n_q, n_k, layout, seed):
+    """(logical q, k, v, o, lse) of kgen on NaN-poisoned outputs."""
+    def shaped(heads, n):
+        return (BATCH, n, heads, d) if layout == "bnhd" else (BATCH, heads, n, d)
+    q = randn(shaped(HEADS_Q, n_q), dtype, seed)
+    k = randn(shaped(HEADS_KV, n_k), dtype, seed + 1)
+    v = randn(shaped(HEADS_KV, n_k), dtype, seed + 2)
+    out = torch.full_like(q, math.nan)
+    lse = torch.full((BATCH, HEADS_Q, n_q), math.nan, dtype=torch.float32, device=DEVICE)
+    o, l = kgen.torch.attention_forward(q, k, v, causal=case.causal, layout=layout, out=out, lse=lse,
+                                        return_lse=True, **case.keywords)
+    assert o is out and l is lse
+    torch.cuda.synchronize()
+    logical = (lambda t: t.transpose(1, 2)) if layout == "bnhd" else (lambda t: t)
+    return logical(q), logical(k), logical(v), logical(o), l
+
+
+def head_dims(dtype):
+    return [64, 128, 80] + ([72] if dtype == torch.float32 else [])
+
+
+@pytest.mark.parametrize("n_q,n_k", SHAPES, ids=[f"{a}x{b}" for a, b in SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("name", CASES)
+def test_variant_forward(name, dtype, n_q, n_k):
+    """Every head dim of the dtype, alternating BHND and BNHD, GQA 4 (8 query heads, 2 kv heads)."""
+    case = make_case(name, n_q, n_k)
+    for i, d in enumerate(head_dims(dtype)):
+        layout = ("bhnd", "bnhd")[(i + CASES.index(name) + SHAPES.index((n_q, n_k))) % 2]
+        q, k, v, o, lse = run_kgen(case, dtype, d, n_q, n_k, layout, seed=17 * i + n_q)
+        o_ref, lse_ref = reference(q, k, v, case, d ** -0.5)
+        check(o, lse, o_ref, lse_ref, dtype, f"{name} {dtype} d={d} {layout} {n_q}x{n_k}")
+
+
+def test_masked_rows():
+    """Rows that see no key: o = 0 and lse = -inf, or lse = the sink's logit with sinks."""
+    n_q, n_k = 64, 64
+    for sinks in (None, torch.randn(HEADS_Q, generator=_generator(3), device=DEVICE)):
+        keywords = dict(mask_mod="q >= 10")
+        if sinks is not None:
+            keywords["sinks"] = sinks
+        case = Case(keywords, mask=lambda b, h, q, k, t: (q >= 10) & (k >= 0), sinks=sinks)
+        q, k, v, o, lse = run_kgen(case, torch.bfloat16, 64, n_q, n_k, "bhnd", seed=1)
+        assert bool((o[:, :, :10] == 0).all())
+        expected = torch.full_like(lse[:, :, :10], -math.inf) if sinks is None else \
+            sinks[None, :, None].expand(BATCH, -1, 10)
+        assert torch.equal(lse[:, :, :10], expected)
+        o_ref, lse_ref = reference(q, k, v, case, 64 ** -0.5)
+        check(o, lse, o_ref, lse_ref, torch.bfloat16, f"masked rows, sinks {sinks is not None}")
+
+
+def test_causal_top_left_is_sdpa_is_causal():
+    q, k, v = (randn((1, 4, n, 64), torch.bfloat16, s) for n, s in ((100, 1), (300, 2), (300, 3)))
+    o = kgen.torch.attention_forward(q, k, v, causal_top_left=True)
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+        sdpa = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+    assert float((o.double() - sdpa).abs().max()) < 2e-2
+
+
+def test_scalar_values_and_tensor_contents_are_run_time_inputs():
+    """Two calls of one variant with other scalar values and tensor contents: each is right (the
+    kernel is reused, its inputs are not baked in)."""
+    for c, seed in ((10.0, 1), (40.0, 2)):
+        b2 = torch.randn(HEADS_Q, generator=_generator(seed), device=DEVICE)
+        case = Case(dict(score_mod="tanh(score / c) * c + b2[h]", scalars={"c": c}, tensors={"b2": b2}),
+                    score=lambda s, b, h, q, k, t, c=c: torch.tanh(s / c) * c + t["b2"][h], tensors={"b2": b2})
+        q, k, v, o, lse = run_kgen(case, torch.float16, 64, 257, 257, "bhnd", seed=seed)
+        o_ref, lse_ref = reference(q, k, v, case, 64 ** -0.5)
+        check(o, lse, o_ref, lse_ref, torch.float16, f"tanh_bias c={c}")
+
+
+def test_compiled_equals_eager():
+    q, k, v = (randn((2, 8 if i == 0 else 2, 257, 64), torch.bfloat16, i) for i in range(3))
+    slopes = _alibi_slopes(8)
+
+    def f(q, k, v):
+        return kgen.torch.attention(q, k, v, causal=True, window=(64, 0), alibi_slopes=slopes, softcap=30.0)
+
+    with torch.no_grad():
+        torch._dynamo.reset()
+        compiled = torch.compile(f, fullgraph=True)(q, k, v)
+        assert torch.equal(compiled, f(q, k, v))
+
+
+# --- against FlexAttention ----------------------------------------------------------------------------
+
+FLEX_FLOOR = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 4e-3}
+_flex = {}
+
+
+def flex_attention():
+    """(flex_attention, create_block_mask), compiled where torch.compile works here, or None."""
+    if "fn" not in _flex:
+        try:
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention as flex
+        except ImportError:
+            _flex["fn"] = None
+            return None
+        try:
+            compiled = torch.compile(flex, dynamic=False)
+        except Exception:  # noqa: BLE001 - no compiler here: the eager FlexAttention
+            compiled = flex
+        _flex["fn"] = (compiled, flex, create_block_mask)
+    return _flex["fn"]
+
+
+@pytest.mark.parametrize("n_q,n_k", SHAPES[:2], ids=[f"{a}x{b}" for a, b in SHAPES[:2]])
+@pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
+@pytest.mark.parametrize("name", [c for c in CASES if "sinks" not in c])  # FlexAttention has no sinks
+def test_variant_error_against_flex_attention(name, dtype, n_q, n_k):
+    """kgen's max-abs error on o against the float64 reference is at most 1.5× FlexAttention's for
+    the same inputs and variant (plus a small absolute floor)."""
+    functions = flex_attention()
+    if functions is None:
+        pytest.skip("torch.nn.attention.flex_attention is not available")
+    compiled, eager, create_block_mask = functions
+    torch._dynamo.reset()  # each case's closures as constants, not as dynamic values of one traced code
+    case = make_case(name, n_q, n_k)
+    d = 64
+    q, k, v, o, lse = run_kgen(case, dtype, d, n_q, n_k, "bhnd", seed=n_q + 5)
+    o_ref, _ = reference(q, k, v, case, d ** -0.5)
+    t = case.tensors
+    diag = n_k - n_q
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return case.score(score, b, h, q_idx, kv_idx, t)
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        visible = kv_idx <= q_idx + diag if case.causal else kv_idx >= 0
+        return visible & case.mask(b, h, q_idx, kv_idx, t) if case.mask is not None else visible
+
+    block_mask = None
+    if case.mask is not None or case.causal:
+        block_mask = create_block_mask(mask_mod, BATCH, HEADS_Q, n_q, n_k, device=DEVICE)
+    kwargs = dict(score_mod=score_mod if case.score is not None else None, block_mask=block_mask,
+                  scale=d ** -0.5, enable_gqa=True)
+    try:
+        o_flex = compiled(q, k, v, **kwargs)
+    except Exception:  # noqa: BLE001 - this shape or dtype is not compiled here: eager FlexAttention
+        try:
+            o_flex = eager(q, k, v, **kwargs)
+        except Exception as e:  # noqa: BLE001
+            pytest.skip(f"FlexAttention does not run this case: {type(e).__name__}: {e}")
+    torch.cuda.synchronize()
+    kgen_error = float((o.double() - o_ref).abs().max())
+    flex_error = float((o_flex.double() - o_ref).abs().max())
+    assert kgen_error <= 1.5 * flex_error + FLEX_FLOOR[dtype], \
+        f"{name} {dtype}: kgen's max-abs error {kgen_error:.2e}, FlexAttention's {flex_error:.2e}"
