@@ -12,6 +12,7 @@ Tolerance tolerance_for(DType dtype) {
     case DType::f32: return {1e-5, 1e-5, 1e-5};
     case DType::f16: return {1e-2, 1e-2, 1e-2};
     case DType::bf16: return {1e-2, 2e-2, 2e-2};
+    case DType::i32: break;
   }
   return {1e-2, 1e-2, 1e-2};
 }

@@ -7,7 +7,7 @@
 
 namespace kgen {
 
-AttentionForwardReference attention_forward_cpu(const AttentionProblem& p) {
+AttentionForwardReference attention_forward_cpu(const AttentionProblem& p, const ReferenceVariant* variant) {
   const int d = p.head_dim;
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(double(d));
   const double neg_inf = -std::numeric_limits<double>::infinity();
@@ -24,14 +24,31 @@ AttentionForwardReference attention_forward_cpu(const AttentionProblem& p) {
       const double* v = &p.v[((std::size_t(b) * p.heads_kv + hk) * p.n_k) * d];
       double* o = &r.o[((std::size_t(b) * p.heads_q + h) * p.n_q) * d];
       double* lse = &r.lse[(std::size_t(b) * p.heads_q + h) * p.n_q];
+      const bool has_sink = variant && !variant->sinks.empty();
+      const double sink = has_sink ? variant->sinks[h] : neg_inf;
       for (int i = 0; i < p.n_q; ++i) {
         double m = neg_inf;
         for (int j = 0; j < p.n_k; ++j) {
           bool masked = p.causal && j > i + (p.n_k - p.n_q);
+          const VariantIndex at{b, h, i, j, p.n_q, p.n_k};
+          if (variant && variant->variant && !masked) masked = !variant->variant->mask(variant->values, at);
           double dot = 0;
           for (int c = 0; c < d; ++c) dot += q[std::size_t(i) * d + c] * k[std::size_t(j) * d + c];
           s[j] = masked ? neg_inf : scale * dot;
+          if (variant && variant->variant && !masked) s[j] = variant->variant->score(variant->values, s[j], at);
           m = std::max(m, s[j]);
+        }
+        if (has_sink) {  // the sink joins the denominator and carries no value
+          const double top = std::max(m, sink);
+          double l = std::exp(sink - top);
+          for (int j = 0; j < p.n_k; ++j) {
+            const double e = s[j] == neg_inf ? 0.0 : std::exp(s[j] - top);
+            l += e;
+            for (int c = 0; c < d; ++c) o[std::size_t(i) * d + c] += e * v[std::size_t(j) * d + c];
+          }
+          for (int c = 0; c < d; ++c) o[std::size_t(i) * d + c] /= l;
+          lse[i] = top + std::log(l);
+          continue;
         }
         if (m == neg_inf) continue;  // fully masked row: o = 0, lse = -inf
         double l = 0;
@@ -121,15 +138,58 @@ struct HeadBackward {
   Mat q, k, v, d_o;
   Mat p, dp, ds;          // P, dP = dO·vᵀ, dS = P∘(dP − D·1ᵀ); (n_q, n_k)
   std::vector<double> d;  // D_i = Σ_j P_ij·dP_ij = dO_i·O_i
+  // With a variant: the scaled scores s (before f), G = P∘(dP − D·1ᵀ) (before f'), each row's
+  // sink probability.
+  Mat s, g;
+  std::vector<double> p_sink;
 };
 
-HeadBackward head_backward(const AttentionProblem& p, const std::vector<double>& d_o, int b, int h, ReferenceFault fault) {
+// The variant's rows of head (b, h): P from f(s) under the mask and the sink, then dS = G∘f'(s).
+void variant_head_backward(const AttentionProblem& p, const ReferenceVariant& var, int b, int h, HeadBackward& r) {
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  const double sink = var.sinks.empty() ? neg_inf : var.sinks[h];
+  r.p_sink.assign(p.n_q, 0.0);
+  std::vector<double> sm(p.n_k);
+  for (int i = 0; i < p.n_q; ++i) {
+    double m = sink;
+    for (int j = 0; j < p.n_k; ++j) {
+      const VariantIndex at{b, h, i, j, p.n_q, p.n_k};
+      bool masked = p.causal && j > i + (p.n_k - p.n_q);
+      if (var.variant && !masked) masked = !var.variant->mask(var.values, at);
+      sm[j] = masked ? neg_inf : var.variant ? var.variant->score(var.values, r.s(i, j), at) : r.s(i, j);
+      m = std::max(m, sm[j]);
+    }
+    if (m == neg_inf) continue;  // fully masked, no sink: P row = 0
+    double l = sink == neg_inf ? 0.0 : std::exp(sink - m);
+    for (int j = 0; j < p.n_k; ++j) l += (r.p(i, j) = sm[j] == neg_inf ? 0.0 : std::exp(sm[j] - m));
+    for (int j = 0; j < p.n_k; ++j) r.p(i, j) /= l;
+    if (sink != neg_inf) r.p_sink[i] = std::exp(sink - m) / l;
+  }
+  r.dp = mul_nt(r.d_o, r.v);
+  r.d = row_dot(r.p, r.dp);
+  r.g = r.p;
+  for (int i = 0; i < p.n_q; ++i)
+    for (int j = 0; j < p.n_k; ++j) r.g(i, j) *= r.dp(i, j) - r.d[i];
+  r.ds = r.g;
+  if (var.variant)
+    for (int i = 0; i < p.n_q; ++i)
+      for (int j = 0; j < p.n_k; ++j)
+        if (r.p(i, j) != 0) r.ds(i, j) *= var.variant->dscore(var.values, r.s(i, j), {b, h, i, j, p.n_q, p.n_k});
+}
+
+HeadBackward head_backward(const AttentionProblem& p, const std::vector<double>& d_o, int b, int h, ReferenceFault fault,
+                           const ReferenceVariant* var = nullptr) {
   const int d = p.head_dim, hk = h / (p.heads_q / p.heads_kv);
   HeadBackward r{head_slice(p.q, b, h, p.heads_q, p.n_q, d), head_slice(p.k, b, hk, p.heads_kv, p.n_k, d),
                  head_slice(p.v, b, hk, p.heads_kv, p.n_k, d), head_slice(d_o, b, h, p.heads_q, p.n_q, d),
-                 Mat(p.n_q, p.n_k), Mat(0, 0), Mat(0, 0), {}};
+                 Mat(p.n_q, p.n_k), Mat(0, 0), Mat(0, 0), {}, Mat(0, 0), Mat(0, 0), {}};
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(double(d));
   const Mat s = mul_nt(r.q, r.k);
+  if (var) {
+    r.s = scaled(scale, s);
+    variant_head_backward(p, *var, b, h, r);
+    return r;
+  }
   for (int i = 0; i < p.n_q; ++i) {
     const int visible = p.causal ? std::min(p.n_k, i + (p.n_k - p.n_q) + 1) : p.n_k;
     if (visible <= 0) continue;  // fully masked row: P row = 0
@@ -156,14 +216,40 @@ void for_each_head(const AttentionProblem& p, F f) {
 }  // namespace
 
 AttentionBackwardReference attention_backward_cpu(const AttentionProblem& p, const std::vector<double>& d_o,
-                                                  ReferenceFault fault) {
+                                                  ReferenceFault fault, const ReferenceVariant* variant) {
   const double scale = p.scale > 0 ? p.scale : 1.0 / std::sqrt(double(p.head_dim));
   require_size(d_o, p.q.size(), false, "d_o");
   AttentionBackwardReference r;
   r.dq.assign(p.q.size(), 0.0), r.dk.assign(p.k.size(), 0.0), r.dv.assign(p.v.size(), 0.0);
   r.d.assign(std::size_t(p.batch) * p.heads_q * p.n_q, 0.0);
+  if (variant) {
+    r.sinks_grad.assign(variant->sinks.size(), 0.0);
+    if (variant->variant) {
+      r.tensor_grads.resize(variant->values.tensors.size());
+      for (std::size_t t = 0; t < r.tensor_grads.size(); ++t)
+        if (variant->variant->decl().tensors[t].learnable) {
+          std::int64_t extent = 1;
+          const VariantTensorValue& tv = variant->values.tensors[t];
+          for (int dim = 0; dim < variant->variant->decl().tensors[t].rank; ++dim)
+            extent += (tv.shape[dim] - 1) * tv.strides[dim];
+          r.tensor_grads[t].assign(static_cast<std::size_t>(extent), 0.0);
+        }
+    }
+  }
   for_each_head(p, [&](int b, int h, int hk) {
-    const HeadBackward hb = head_backward(p, d_o, b, h, fault);
+    const HeadBackward hb = head_backward(p, d_o, b, h, fault, variant);
+    if (variant) {
+      for (int i = 0; i < p.n_q; ++i) {
+        if (!r.sinks_grad.empty()) r.sinks_grad[h] -= hb.p_sink[i] * hb.d[i];
+        if (!variant->variant || !variant->variant->has_learnable_tensors()) continue;
+        for (int j = 0; j < p.n_k; ++j)
+          if (hb.p(i, j) != 0)
+            variant->variant->tensor_partials(variant->values, hb.s(i, j), {b, h, i, j, p.n_q, p.n_k},
+                                              [&](int t, std::int64_t e, double partial) {
+                                                r.tensor_grads[t][static_cast<std::size_t>(e)] += hb.g(i, j) * partial;
+                                              });
+      }
+    }
     add_slice(r.dq, scaled(scale, mul(hb.ds, hb.k)), b, h, p.heads_q);
     add_slice(r.dk, scaled(scale, mul_tn(hb.ds, hb.q)), b, hk, p.heads_kv);
     add_slice(r.dv, mul_tn(hb.p, hb.d_o), b, hk, p.heads_kv);

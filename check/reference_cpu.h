@@ -3,6 +3,8 @@
 
 #include <vector>
 
+#include "generator/variant.h"
+
 namespace kgen {
 
 // Dense attention problem in fp64, contiguous (b, h, n, d) tensors.
@@ -18,9 +20,20 @@ struct AttentionForwardReference {
   std::vector<double> lse;  // (b, h_q, n_q), natural log; -inf for fully masked rows
 };
 
+// An attention variant for the references (docs/attention.md §8): its checked expressions and
+// their host inputs (evaluated in fp64 by Variant's evaluator), and the sinks' logits (one per
+// query head; empty = none).
+struct ReferenceVariant {
+  const Variant* variant = nullptr;
+  VariantValues values;
+  std::vector<double> sinks;
+};
+
 // Two-pass softmax (max, then sum) per row in fp64; causal is bottom-right aligned:
-// key j is masked for j > i + (n_k - n_q).
-AttentionForwardReference attention_forward_cpu(const AttentionProblem& p);
+// key j is masked for j > i + (n_k - n_q). With a variant, key j is also masked where its mask is
+// false, visible scores are f(scale·q·k), and each sink joins its rows' denominator (a row that
+// sees no key then has o = 0 and lse = the sink).
+AttentionForwardReference attention_forward_cpu(const AttentionProblem& p, const ReferenceVariant* variant = nullptr);
 
 }  // namespace kgen
 
@@ -30,6 +43,10 @@ struct AttentionBackwardReference {
   std::vector<double> dq;      // like q
   std::vector<double> dk, dv;  // like k, v: summed over the query heads of each kv group
   std::vector<double> d;       // D = rowsum(dO∘O), (b, h_q, n_q); 0 for fully masked rows
+  // With a variant: ∂L/∂t of each declared tensor (elements at its host strides; empty for the
+  // tensors that are not learnable) and ∂L/∂sinks (h_q).
+  std::vector<std::vector<double>> tensor_grads;
+  std::vector<double> sinks_grad;
 };
 
 struct AttentionDoubleBackwardReference {
@@ -49,8 +66,11 @@ enum class ReferenceFault {
 // Gradients of attention_forward_cpu's o under the loss ⟨d_o, o⟩ (docs/attention.md §3), fp64, from
 // q, k, v of `p` and d_o (shaped like q): P rebuilt exactly, dS = P∘(dO·vᵀ − D·1ᵀ),
 // dq = s·dS·k, dk = s·dSᵀ·q, dv = Pᵀ·dO. Fully masked rows contribute nothing.
+// With a variant (docs/attention.md §8): P from the modified, masked scores and the sinks,
+// dS = P∘(dP − D·1ᵀ)∘f'(s), ∂L/∂t = Σ P∘(dP − D·1ᵀ)·∂f/∂t and ∂L/∂σ_h = −Σ_i P_sink,i·D_i.
 AttentionBackwardReference attention_backward_cpu(const AttentionProblem& p, const std::vector<double>& d_o,
-                                                  ReferenceFault fault = ReferenceFault::none);
+                                                  ReferenceFault fault = ReferenceFault::none,
+                                                  const ReferenceVariant* variant = nullptr);
 
 // Second-order gradients (docs/attention.md §4) of ℒ = ⟨gq, dq⟩ + ⟨gk, dk⟩ + ⟨gv, dv⟩ with (dq, dk, dv)
 // = attention_backward_cpu(p, d_o), w.r.t. q, k, v and d_o. gq is shaped like q, gk and gv like

@@ -52,6 +52,7 @@ std::string kernel_name(BackwardKernel k) {
     case BackwardKernel::simt_dq: return "simt_dq";
     case BackwardKernel::simt_dkdv: return "simt_dkdv";
     case BackwardKernel::dkv_convert: return "dkv_convert";
+    case BackwardKernel::sinks: return "sinks";
   }
   return "?";
 }
@@ -185,17 +186,28 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
 
 std::string to_string(const AttentionBackwardSpec& s) {
   std::ostringstream o;
-  o << "attention_bwd." << dtype_name(s.dtype) << ".d" << s.head_dim << (s.causal ? ".causal" : ".full");
+  o << "attention_bwd." << dtype_name(s.dtype) << ".d" << s.head_dim << (s.causal ? ".causal" : ".full")
+    << (s.sinks ? ".sinks" : "");
+  if (!s.variant.empty()) o << ".var{" << s.variant << "}";
   return o.str();
 }
 
 std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text) {
-  const std::vector<std::string> parts = split_fields(text, '.');
+  std::string head = text, variant;
+  if (const std::size_t at = text.find(".var{"); at != std::string::npos) {
+    if (text.back() != '}') return std::nullopt;
+    head = text.substr(0, at);
+    variant = text.substr(at + 5, text.size() - at - 6);
+    if (variant.empty()) return std::nullopt;
+  }
+  std::vector<std::string> parts = split_fields(head, '.');
+  bool sinks = false;
+  if (parts.size() == 5 && parts[4] == "sinks") sinks = true, parts.pop_back();
   if (parts.size() != 4 || parts[0] != "attention_bwd") return std::nullopt;
   auto dtype = parse_dtype(parts[1]);
   int d = 0;
   if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
-  return AttentionBackwardSpec{*dtype, d, parts[3] == "causal"};
+  return AttentionBackwardSpec{*dtype, d, parts[3] == "causal", variant, sinks};
 }
 
 std::string attention_backward_variant_key(const AttentionBackwardSpec& s, bool deterministic) {
@@ -214,6 +226,10 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
                                                            const AttentionBackwardConfig& c,
                                                            const Target& target) {
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
+  if (auto why = check_variant_path(spec.has_variant(), c.path == BackwardPath::wgmma  ? "wg"
+                                                        : c.path == BackwardPath::mfma ? "mfma"
+                                                                                       : ""))
+    return why;
   if (c.path == BackwardPath::mfma) return check_mfma_backward_config(spec, c, target);
   int smem = 0;
   if (c.path == BackwardPath::fa2) {
@@ -382,7 +398,26 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
-  if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
+  // Variants run on the fa2 kernels (NVIDIA) or the general path: the wgmma and MFMA kernels
+  // do not serve them yet.
+  if (spec.has_variant() && target.arch == "sm_90a")
+    return attention_backward_default_config(spec, shape, *parse_target("sm_80"), sm_count);
+  if (spec.has_variant()) {
+    // A variant's score step keeps more values live per element: 32-row query tiles and 16 keys
+    // per warp keep the fa2 key-major kernel within its registers (ptxas, d = 64: 64-row tiles
+    // spill 108–144 bytes with a tensor-indexed mask).
+    AttentionBackwardSpec plain = spec;
+    plain.variant.clear(), plain.sinks = false;
+    AttentionBackwardConfig c = attention_backward_default_config(plain, shape, target, sm_count);
+    if (c.path != BackwardPath::fa2) return attention_backward_general_config(spec);
+    AttentionBackwardConfig narrow = c;
+    narrow.block_m = 32;
+    if (narrow.block_n / narrow.warps == 32) narrow.warps = narrow.block_n / 16;
+    if (!check_attention_backward_config(spec, narrow, target)) return narrow;
+    return check_attention_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
+  }
+  if (!spec.has_variant())
+    if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
   // d = 32 on sm_90a (H200, bf16, b·n = 16k, h = 64, `kgen bench --op attention_bwd --head-dims 32`,
   // BENCHMARKS.md "d = 32 backward"): without a mask the padded 64-column wgmma tile ran 165 / 204 /
   // 217 TFLOPS at n = 1k / 4k / 16k against 147 / 184 / 198 for fa2:bm64:bn128:w8; causal,
@@ -568,6 +603,7 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
     case BackwardKernel::simt_dq: return {blocks(s.n_q, c.block_m), hq, b};
     case BackwardKernel::simt_dkdv: return {blocks(s.n_k, c.block_m), hkv, b};
+    case BackwardKernel::sinks: return {blocks(s.n_q, 32 * kRowWarps), hq, b};
   }
   return {};
 }
@@ -581,6 +617,15 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   EntryShim shim{"", 0, 1, "AttentionBackwardParams", "", {}};
   std::string include;
   switch (kernel) {
+    case BackwardKernel::sinks:
+      // Independent of dtype, head_dim and causal: one kernel.
+      include = "kgen_device/attention/backward_sinks.cuh";
+      k.threads = 32 * kRowWarps;
+      k.variant = "attention_bwd.sinks";
+      shim.function = "attention_backward_sinks";
+      shim.args = {targ("Warps", kRowWarps)};
+      shim.variant_args = true;
+      break;
     case BackwardKernel::preprocess:
     case BackwardKernel::dq_convert:
     case BackwardKernel::dkv_convert:
@@ -663,7 +708,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.function = "attention_backward_fa2_kv";
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
-      add_head_dim_args(shim, tile, d, column_splits(d));
+      if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d)), shim.args.push_back(targ("Splits", column_splits(d)));
+      else add_head_dim_args(shim, tile, d, column_splits(d));
       break;
     }
     case BackwardKernel::dq: {
@@ -681,7 +727,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.function = "attention_backward_fa2_dq";
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),      targ("BM", t.block_m),
                    targ("BN", t.block_n),      targ("Warps", t.warps), targ("Causal", spec.causal)};
-      add_head_dim_args(shim, tile, d);
+      if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d));
+      else add_head_dim_args(shim, tile, d);
       break;
     }
     case BackwardKernel::simt_dq:
@@ -699,7 +746,17 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   }
   shim.entry = k.entry;
   shim.threads = k.threads;
-  k.source = render_entry_shims(include, k.variant, std::span(&shim, 1));
+  // The kernels that compute scores take the variant; the row kernels are the plain ones.
+  std::string prelude;
+  const bool scores = kernel == BackwardKernel::kv_atomic || kernel == BackwardKernel::kv ||
+                      kernel == BackwardKernel::dq || kernel == BackwardKernel::simt_dq ||
+                      kernel == BackwardKernel::simt_dkdv;
+  if (scores && spec.has_variant()) {
+    shim.args.push_back(targ("Variant", std::string("KgenVariant")));
+    shim.variant_args = true;
+    prelude = render_variant_prelude(spec.variant, spec.sinks);
+  }
+  k.source = render_entry_shims(include, k.variant, std::span(&shim, 1), prelude);
   return k;
 }
 

@@ -24,7 +24,11 @@ struct AttentionBackwardSpec {
   DType dtype = DType::bf16;
   int head_dim = 128;
   bool causal = false;
+  // A variant's canonical text (generator/variant.h; empty = none) and whether rows have sinks.
+  std::string variant;
+  bool sinks = false;
   bool operator==(const AttentionBackwardSpec&) const = default;
+  bool has_variant() const { return !variant.empty() || sinks; }
 };
 
 // fa2: tensor cores, fp16/bf16, head dims 32/64/96/128. simt: any dtype, head_dim <= 256.
@@ -71,7 +75,8 @@ struct AttentionBackwardConfig {
 };
 
 // The kernels of a backward call.
-enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv, dkv_convert };
+// `sinks`: the sinks' gradient (backward_sinks.cuh), after preprocess in a call with sinks.
+enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv, dkv_convert, sinks };
 
 // "fa2:bm64:bn128:w8", "wg:bm64:bn128" ("wg:bm64:bn128:a1" decoupled, ":a2:t" with dQ by TMA,
 // ":a2:t:x2" with it summed over key pairs first, ":l" with Q and dO loaded by TMA, ":g2" with

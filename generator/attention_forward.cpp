@@ -1,6 +1,8 @@
 #include "generator/attention_forward.h"
 
 #include "generator/entry_shim.h"
+#include "generator/variant.h"
+#include "kgen/types.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -166,23 +168,56 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
 std::string to_string(const AttentionForwardSpec& s) {
   std::ostringstream o;
   o << "attention_fwd." << dtype_name(s.dtype) << ".d" << s.head_dim
-    << (s.causal ? ".causal" : ".full");
+    << (s.causal ? ".causal" : ".full") << (s.sinks ? ".sinks" : "");
+  if (!s.variant.empty()) o << ".var{" << s.variant << "}";
   return o.str();
 }
 
 std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::string& text) {
-  const std::vector<std::string> parts = split_fields(text, '.');
+  std::string head = text, variant;
+  if (const std::size_t at = text.find(".var{"); at != std::string::npos) {
+    if (text.back() != '}') return std::nullopt;
+    head = text.substr(0, at);
+    variant = text.substr(at + 5, text.size() - at - 6);
+    if (variant.empty()) return std::nullopt;
+  }
+  std::vector<std::string> parts = split_fields(head, '.');
+  bool sinks = false;
+  if (parts.size() == 5 && parts[4] == "sinks") sinks = true, parts.pop_back();
   if (parts.size() != 4 || parts[0] != "attention_fwd") return std::nullopt;
   auto dtype = parse_dtype(parts[1]);
   int d = 0;
   if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
-  return AttentionForwardSpec{*dtype, d, parts[3] == "causal"};
+  return AttentionForwardSpec{*dtype, d, parts[3] == "causal", variant, sinks};
 }
 
 std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec) {
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." +
            std::to_string(kMaxHeadDim);
+  if (!spec.variant.empty()) {
+    try {
+      Variant::from_canonical(spec.variant);
+    } catch (const Error& e) {
+      return std::string("variant: ") + e.what();
+    }
+  }
+  return std::nullopt;
+}
+
+std::string render_variant_prelude(const std::string& canonical, bool sinks) {
+  const Variant variant = canonical.empty() ? Variant() : Variant::from_canonical(canonical);
+  return "#include \"kgen_device/core/atomic.cuh\"\n#include \"kgen_device/core/expr_math.cuh\"\n\n" +
+         variant.device_struct("KgenVariantExpr") +
+         "\nstruct KgenVariant : KgenVariantExpr {\n  static constexpr bool kSinks = " + (sinks ? "true" : "false") +
+         ";\n};\n\n";
+}
+
+std::optional<std::string> check_variant_path(bool has_variant, std::string_view path) {
+  if (has_variant && (path == "wg" || path == "mfma"))
+    return "the " + std::string(path) +
+           " kernels do not serve variants (window, softcap, alibi, sinks, masks, score_mod) yet; the ws:, fa2: "
+           "and simt: kernels do";
   return std::nullopt;
 }
 
@@ -195,6 +230,12 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
   if (c.persistent && c.split_keys) return std::string("a ws config is split or persist, not both");
   if (c.stream_k && !c.persistent) return std::string("sk applies to persist configs only");
   if (c.stream_k && spec.causal) return std::string("sk applies to calls without a mask only");
+  if (c.stream_k && spec.has_variant()) return std::string("sk applies to plain attention only, not to a variant");
+  if (c.split_keys && spec.sinks) return std::string("split does not add sinks; a ws config without split does");
+  if (auto why = check_variant_path(spec.has_variant(), c.path == ForwardPath::wgmma  ? "wg"
+                                                        : c.path == ForwardPath::mfma ? "mfma"
+                                                                                      : ""))
+    return why;
   if (c.path == ForwardPath::mfma) return check_mfma_forward_config(spec, c, target);
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
@@ -330,10 +371,33 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
   return out;
 }
 
+namespace {
+AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& spec, const AttentionShape& shape,
+                                                    const Target& target, int sm_count);
+}  // namespace
+
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
-  if (auto c = mfma_forward_default_config(spec, target)) return *c;  // AMD matrix cores
+  AttentionForwardConfig c = plain_forward_default_config(spec, shape, target, sm_count);
+  if (!spec.has_variant()) return c;
+  // A variant's score step keeps more values live per score element: the plain defaults' widest
+  // tiles would spill (ptxas, d = 128: ws 128-key tiles 12–216 bytes, persistent 80-key tiles 196,
+  // fa2 32 rows per warp 16–260 bytes with a tensor-indexed mask), their one-block-per-tile
+  // 80-key and 16-rows-per-warp forms do not.
+  AttentionForwardConfig narrow = c;
+  if (c.path == ForwardPath::ws && c.block_n > 80) narrow.block_n = 80;
+  if (c.path == ForwardPath::fa2 && c.block_m / c.warps == 32) narrow.block_m = 16 * c.warps;
+  if (c.path == ForwardPath::ws && c.block_m == 192) narrow.block_m = 128, narrow.warps = 8;
+  narrow.persistent = narrow.stream_k = false;  // the persistent grid's state spills beside a variant's
+  return check_attention_forward_config(spec, narrow, target) ? c : narrow;
+}
+
+namespace {
+AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& spec, const AttentionShape& shape,
+                                                    const Target& target, int sm_count) {
+  if (!spec.has_variant())
+    if (auto c = mfma_forward_default_config(spec, target)) return *c;  // AMD matrix cores
   // d = 32 joins from 4k keys: 245 / 263 TFLOPS at 4k / 16k with 192-key tiles against 217 / 222
   // for the fa2 kernel, which keeps shorter rows (204 against 196 at 1k); and wherever it takes
   // three consumers (below): H100, without a mask at 1k 0.586 ms against fa2's 0.672.
@@ -443,6 +507,7 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
   }
   return attention_forward_general_config(spec);
 }
+}  // namespace
 
 int attention_forward_shape_class(const AttentionShape& shape, int sm_count) {
   const long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + 127) / 128);
@@ -493,7 +558,8 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.function = "attention_forward_fa2";
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BM", c.block_m), targ("BN", c.block_n),
                                        targ("Warps", c.warps), targ("Stages", c.stages), targ("Causal", spec.causal)});
-    add_head_dim_args(shim, tile, spec.head_dim);
+    if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim));
+    else add_head_dim_args(shim, tile, spec.head_dim);
   } else if (c.path == ForwardPath::wgmma) {
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
@@ -522,7 +588,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                 targ("Consumers", c.block_m / 64), targ("StreamK", c.stream_k)};
     const bool differs[] = {c.split_keys, c.persistent, c.block_m != 128, c.stream_k};
     int used = 4;
-    while (used > 0 && !differs[used - 1]) --used;
+    while (used > 0 && !differs[used - 1] && !spec.has_variant()) --used;
     shim.args.insert(shim.args.end(), tail, tail + used);
   } else if (c.path == ForwardPath::mfma) {
     header = render_mfma_forward(spec, c, k, shim);
@@ -539,7 +605,13 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                        targ("Causal", spec.causal)});
   }
   shim.threads = k.threads;
-  k.source = render_entry_shims(header, k.variant, std::span(&shim, 1));
+  std::string prelude;
+  if (spec.has_variant()) {
+    shim.args.push_back(targ("Variant", std::string("KgenVariant")));
+    shim.variant_args = true;
+    prelude = render_variant_prelude(spec.variant, spec.sinks);
+  }
+  k.source = render_entry_shims(header, k.variant, std::span(&shim, 1), prelude);
   return k;
 }
 

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "generator/entry_shim.h"
@@ -17,7 +18,11 @@ struct AttentionForwardSpec {
   DType dtype = DType::bf16;
   int head_dim = 128;
   bool causal = false;
+  // A variant's canonical text (generator/variant.h; empty = none) and whether rows have sinks.
+  std::string variant;
+  bool sinks = false;
   bool operator==(const AttentionForwardSpec&) const = default;
+  bool has_variant() const { return !variant.empty() || sinks; }
 };
 
 // Run-time shape of one call (strides and pointers are not part of it).
@@ -83,8 +88,15 @@ std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
 // Each field of to_string(c), in order, with its meaning.
 std::vector<ConfigField> explain(const AttentionForwardConfig& c);
-// "attention_fwd.bf16.d128.causal" (spec part of a variant name).
+// "attention_fwd.bf16.d128.causal" (spec part of a variant name); a variant appends ".sinks"
+// and ".var{CANONICAL}".
 std::string to_string(const AttentionForwardSpec& s);
+
+// The code a variant kernel's translation unit carries after its template's #include: the
+// headers of the generated expressions and `struct KgenVariant` (its expressions and kSinks).
+std::string render_variant_prelude(const std::string& canonical, bool sinks);
+// Why `path` cannot run the variant (nullopt when it can, or when there is none).
+std::optional<std::string> check_variant_path(bool has_variant, std::string_view path);
 
 // Parses to_string(spec) ("attention_fwd.bf16.d128.causal"), the variant key of tuning records.
 std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::string& text);

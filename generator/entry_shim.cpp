@@ -12,18 +12,21 @@ TemplateArg targ_type(std::string name, DType dtype) {
   return {std::move(name), std::string(dtype_cxx(dtype))};
 }
 
-std::string render_entry_shims(std::string_view header, std::string_view variant, std::span<const EntryShim> shims) {
+std::string render_entry_shims(std::string_view header, std::string_view variant, std::span<const EntryShim> shims,
+                               std::string_view prelude) {
   std::string src = "#include \"" + std::string(header) + "\"\n\n// kgen variant " + std::string(variant) + "\n";
+  src += prelude;
   for (const EntryShim& s : shims) {
     src += "extern \"C\" __global__ void ";
     if (s.cluster_x > 1) src += "__cluster_dims__(" + std::to_string(s.cluster_x) + ", 1, 1) ";
     src += "__launch_bounds__(" + std::to_string(s.threads);
     if (s.min_blocks > 0) src += ", " + std::to_string(s.min_blocks);
     src += ") " + s.entry + "(const " + (s.grid_constant ? "__grid_constant__ " : "") + "kgen::" + s.params +
-           " p) {\n  kgen::" + s.function + "<";
+           " p" + (s.variant_args ? ", KGEN_VARIANT_ARGS va" : "") + ") {\n  kgen::" +
+           s.function + "<";
     for (std::size_t i = 0; i < s.args.size(); ++i)
       src += (i ? ", /*" : "/*") + s.args[i].name + "=*/" + s.args[i].value;
-    src += ">(p);\n}\n";
+    src += s.variant_args ? ">(p, &va);\n}\n" : ">(p);\n}\n";
   }
   return src;
 }

@@ -37,9 +37,15 @@ struct EntryShim {
   std::vector<TemplateArg> args;
   bool grid_constant = false;  // pass it as a __grid_constant__ (the kernel takes its address: TMA maps)
   int cluster_x = 1;           // blocks per cluster along x; above 1 the entry declares __cluster_dims__
+  // An attention variant's kernel: the entry takes a second parameter, `KGEN_VARIANT_ARGS va`
+  // (kgen_device/attention/variant.cuh: a const __grid_constant__ VariantArgs on NVIDIA), and
+  // passes `&va` after p.
+  bool variant_args = false;
 };
 
-// The translation unit: `#include "header"`, a comment naming `variant`, then each shim.
-std::string render_entry_shims(std::string_view header, std::string_view variant, std::span<const EntryShim> shims);
+// The translation unit: `#include "header"`, a comment naming `variant`, then `prelude` (code at
+// namespace scope that the shims may name, e.g. a variant's struct), then each shim.
+std::string render_entry_shims(std::string_view header, std::string_view variant, std::span<const EntryShim> shims,
+                               std::string_view prelude = {});
 
 }  // namespace kgen

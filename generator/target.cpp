@@ -7,6 +7,7 @@ std::string_view dtype_name(DType t) {
     case DType::f16: return "fp16";
     case DType::bf16: return "bf16";
     case DType::f32: return "fp32";
+    case DType::i32: return "int32";
   }
   return "?";
 }
@@ -18,13 +19,14 @@ std::optional<DType> parse_dtype(std::string_view n) {
   return std::nullopt;
 }
 
-int dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+int dtype_bytes(DType t) { return t == DType::f32 || t == DType::i32 ? 4 : 2; }
 
 std::string_view dtype_cxx(DType t) {
   switch (t) {
     case DType::f16: return "kgen::half_t";
     case DType::bf16: return "kgen::bfloat16_t";
     case DType::f32: return "float";
+    case DType::i32: return "int";
   }
   return "void";
 }

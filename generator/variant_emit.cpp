@@ -33,12 +33,14 @@ std::string expr(const Node& n);
 
 std::string real_arg(const Node& n, int i) { return real(*n.args[i], expr(*n.args[i])); }
 
-// The element offset of a tensor read with the strides `strides` ("stride" or "grad_stride").
+// The element offset of a tensor read with the strides `strides` ("stride" or "grad_stride"), in
+// 32-bit arithmetic: the host refuses variant tensors whose elements lie 2^31 or more apart, and
+// 64-bit products per score element cost registers the tensor-core kernels do not have.
 std::string offset(const Node& read, const char* strides) {
   std::string s;
   for (std::size_t d = 0; d < read.args.size(); ++d)
-    s += (d ? " + " : "") + std::string("static_cast<long long>(") + expr(*read.args[d]) + ") * kgv_a." + strides + "[" +
-         std::to_string(read.value) + "][" + std::to_string(d) + "]";
+    s += (d ? " + " : "") + std::string("(") + expr(*read.args[d]) + ") * static_cast<int>(kgv_a." + strides + "[" +
+         std::to_string(read.value) + "][" + std::to_string(d) + "])";
   return s;
 }
 

@@ -47,7 +47,12 @@ const LoadedKernel& loaded_kernel(const KernelKey& key, const std::function<Kern
 }
 
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what) {
-  void* args[] = {params};
+  launch_kernel(k, grid, params, nullptr, stream, what);
+}
+
+void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* second, void* stream,
+                   const char* what) {
+  void* args[] = {params, second};
   gpu_driver().launch(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
 }
 

@@ -51,5 +51,9 @@ const LoadedKernel& loaded_kernel(const KernelKey& key, const std::function<Kern
 // Launches `k` on `stream` over `grid` with one by-value parameter struct (the kernels' only
 // argument); `what` names the launch in the error of a failed launch.
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what);
+// The same with a second by-value parameter after the struct (an attention variant's VariantArgs);
+// null `second` launches with the struct alone.
+void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* second, void* stream,
+                   const char* what);
 
 }  // namespace kgen

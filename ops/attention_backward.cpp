@@ -33,7 +33,7 @@ AttentionTensorArg arg(const TensorView* t) {
 // q, k, v, o and lse (required), plus d_o shaped like q.
 AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, const TensorView& v,
                                       const TensorView& o, const TensorView& lse, const TensorView& d_o,
-                                      const AttentionBackwardOptions& options) {
+                                      const AttentionBackwardOptions& options, bool double_backward) {
   AttentionOptions fwd;
   fwd.scale = options.scale;
   fwd.causal = options.causal;
@@ -42,6 +42,14 @@ AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, 
   check_like(d_o, "d_o", q, "q");
   AttentionBackwardCall call;
   call.spec = {f.spec.dtype, f.spec.head_dim, f.spec.causal};
+  if (variant_requested(options.variant)) {
+    if (double_backward)
+      invalid_argument("variant: the double backward of attention variants is not available yet (plain and causal "
+                       "attention have one)");
+    call.variant = resolve_attention_variant(options.variant, q, k, "attention_bwd", true);
+    call.spec.variant = call.variant.canonical;
+    call.spec.sinks = call.variant.sinks;
+  }
   call.shape = f.shape;
   call.aligned16 = f.aligned16 && aligned16(d_o);
   call.device = f.device;
@@ -122,12 +130,24 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
     }
   }
   const int sm_count = device_info(call.device).sm_count;
+  // A variant: its gradient buffers zeroed before the kernels add into them, its kernels under
+  // their own op name, its inputs as the second parameter, and the sinks' kernel after preprocess.
+  VariantArgs variant_args = call.variant.args;
+  const bool variant = call.variant.active();
+  for (const auto& [ptr, bytes] : call.variant.grads)
+    gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(ptr), 0, bytes / 4, stream);
+  std::vector<BackwardKernel> order;
   for (BackwardKernel kernel : kernels) {
-    const KernelKey key{"attention_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
+    order.push_back(kernel);
+    if (kernel == BackwardKernel::preprocess && call.spec.sinks) order.push_back(BackwardKernel::sinks);
+  }
+  for (BackwardKernel kernel : order) {
+    const KernelKey key{variant ? call.variant.op_name : std::string_view("attention_bwd"),
+                        gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
     void* params = maps && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
-    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim, sm_count), params, stream,
-                  "launch(attention_bwd)");
+    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim, sm_count), params,
+                  variant ? &variant_args : nullptr, stream, "launch(attention_bwd)");
   }
 }
 
@@ -175,6 +195,10 @@ AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall
                                const AttentionBackwardOptions& options, const DecisionContext& ctx) {
   if (!options.config.empty()) return explicit_config(op, call, options, ctx.target);
   if (!call.aligned16) return attention_backward_general_config(call.spec);
+  // Variants run the heuristic's config (the tuner and its database serve plain attention).
+  if (call.spec.has_variant())
+    return op.double_backward ? attention_double_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count)
+                              : attention_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count);
   AttentionCase c;
   c.dtype = call.spec.dtype, c.head_dim = call.spec.head_dim, c.causal = call.spec.causal;
   c.batch = call.shape.batch, c.heads_q = call.shape.heads_q, c.heads_kv = call.shape.heads_kv;
@@ -207,7 +231,7 @@ AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackw
   const int shape_class = op.double_backward ? attention_double_backward_shape_class(s, sm_count)
                                              : attention_backward_shape_class(s, sm_count);
   const DecisionKey key{KeyPacker().add(int(call.spec.dtype), 4).add(call.spec.head_dim, 10).add(call.spec.causal, 1)
-                            .add(deterministic, 1).value(),
+                            .add(deterministic, 1).add(call.variant.id, 24).value(),
                         attention_bucket(s).values,
                         call.device, shape_class};
   return tables[op.double_backward].get(key, [&] { return decide(op, call, options, decision_context(call.device)); });
@@ -257,7 +281,7 @@ std::size_t attention_backward_workspace_bytes(const TensorView& q, const Attent
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                         const TensorView& lse, const TensorView& d_o, const TensorView& dq, const TensorView& dk,
                         const TensorView& dv, const AttentionBackwardOptions& options, void* stream) {
-  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options);
+  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, false);
   check_output(dq, "dq", q, "q", call);
   check_output(dk, "dk", k, "k", call);
   check_output(dv, "dv", k, "k", call);
@@ -315,7 +339,7 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
                                const TensorView* gk, const TensorView* gv, const TensorView& q_bar,
                                const TensorView& k_bar, const TensorView& v_bar, const TensorView& do_bar,
                                const AttentionBackwardOptions& options, void* stream) {
-  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options);
+  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, true);
   if (gq) check_output(*gq, "gq", q, "q", call);
   if (gk) check_output(*gk, "gk", k, "k", call);
   if (gv) check_output(*gv, "gv", k, "k", call);

@@ -7,6 +7,7 @@
 #include "ops/buckets.h"
 #include "generator/attention_backward.h"
 #include "kgen/kgen.hpp"
+#include "ops/attention_variant.h"
 
 namespace kgen {
 
@@ -18,6 +19,7 @@ struct AttentionBackwardCall {
   AttentionShape shape;
   bool aligned16 = true;  // every tensor allows 16-byte loads (tensor-core path)
   int device = 0;
+  ResolvedVariant variant;  // options.variant with its gradient buffers (spec.variant, spec.sinks follow)
 };
 
 // The config a backward call runs with: options.config if given (checked; throws

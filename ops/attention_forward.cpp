@@ -108,6 +108,9 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   if (!std::isfinite(options.scale)) invalid_argument("scale: must be finite");
   AttentionForwardCall call;
   call.spec = {q.dtype, static_cast<int>(d), options.causal};
+  call.variant = resolve_attention_variant(options.variant, q, k, "attention_fwd", false);
+  call.spec.variant = call.variant.canonical;
+  call.spec.sinks = call.variant.sinks;
   call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
   call.aligned16 = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o);
   call.device = q.device;
@@ -143,6 +146,8 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   if (!options.config.empty()) return explicit_config(call, options, ctx.target);
   // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
   if (!call.aligned16) return attention_forward_general_config(call.spec);
+  // Variants run the heuristic's config (the tuner and its database serve plain attention).
+  if (call.spec.has_variant()) return attention_forward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count);
   auto problem = attention_forward_tuning(tuning_case(call));
   DecisionRequest request;
   request.problem = problem.get();
@@ -165,7 +170,12 @@ AttentionForwardConfig cached_forward_config(const AttentionForwardCall& call, c
   if (!call.aligned16) return attention_forward_general_config(call.spec);
   static DecisionTable<AttentionForwardConfig> decisions;
   const AttentionShape& s = call.shape;
-  const DecisionKey key{KeyPacker().add(int(call.spec.dtype), 4).add(call.spec.head_dim, 10).add(call.spec.causal, 1).value(),
+  const DecisionKey key{KeyPacker()
+                            .add(int(call.spec.dtype), 4)
+                            .add(call.spec.head_dim, 10)
+                            .add(call.spec.causal, 1)
+                            .add(call.variant.id, 24)
+                            .value(),
                         attention_bucket(s).values,
                         call.device,
                         attention_forward_shape_class(s, device_info(call.device).sm_count)};
@@ -186,7 +196,9 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
 
 bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const TensorView& k, AttentionOptions& options) {
   const std::int64_t hq = q.shape[1], nq = q.shape[2], hkv = k.shape[1];
-  if (!options.config.empty() || hq == hkv || (options.causal && nq != 1) || hq / hkv * nq > kMaxPackedQueryRows) return false;
+  if (!options.config.empty() || hq == hkv || (options.causal && nq != 1) || hq / hkv * nq > kMaxPackedQueryRows ||
+      variant_requested(options.variant))
+    return false;
   const std::int64_t group = hq / hkv;
   for (const TensorView* t : {&q, &o})
     if (nq != 1 && t->strides[1] != nq * t->strides[2]) return false;
@@ -224,6 +236,10 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
       if (!options.config.empty())
         invalid_argument("config: " + options.config + " needs views without zero strides (TMA); use a wg: config");
       config = {.path = ForwardPath::wgmma, .block_m = 128, .block_n = config.block_n, .warps = 8};
+      // The wgmma kernels do not serve variants: the fa2 kernels (sm_80 code) run them here.
+      if (call.spec.has_variant())
+        config = attention_forward_default_config(call.spec, call.shape, *parse_target("sm_80"),
+                                                  device_info(call.device).sm_count);
       launch.tma = false;
     }
   }
@@ -235,7 +251,10 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
                             ((call.shape.n_k + config.block_n - 1) / config.block_n);
     if (units == 0 || units >= (1LL << 31)) config.stream_k = false;
   }
-  launch.kernel = loaded_kernel({"attention_fwd", forward_kernel_key(call.spec, config), call.device},
+  const std::string_view op = call.variant.active() ? call.variant.op_name : std::string_view("attention_fwd");
+  launch.variant = call.variant.active();
+  launch.variant_args = call.variant.args;
+  launch.kernel = loaded_kernel({op, forward_kernel_key(call.spec, config), call.device},
                                 [&] { return render_attention_forward(call.spec, config); });
   AttentionForwardParams& p = launch.params;
   std::memset(&p, 0, sizeof p);
@@ -292,11 +311,11 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
     launch.stream_params.flags = reinterpret_cast<unsigned long long*>(ws.take(flag_bytes));
     gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(launch.stream_params.flags), 0, launch.stream_flags() * 2,
                               stream);
-    launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
+    launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
     return;
   }
   if (!launch.split) {
-    launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
+    launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
     return;
   }
   const std::size_t o_bytes = launch.partial_rows * launch.params.head_dim * 4, lse_bytes = launch.partial_rows * 4;
@@ -304,7 +323,7 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                "the key ranges' partial results");
   launch.split_params.o_partial = ws.take(o_bytes);
   launch.split_params.lse_partial = ws.take(lse_bytes);
-  launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), stream, "launch(attention_fwd)");
+  launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
   launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)");
 }
 

@@ -5,6 +5,7 @@
 #include "kgen_device/attention/params.h"
 #include "kgen/kgen.hpp"
 #include "driver/device.h"
+#include "ops/attention_variant.h"
 
 namespace kgen {
 
@@ -16,6 +17,7 @@ struct AttentionForwardCall {
   AttentionShape shape;
   bool aligned16 = true;  // every base pointer and row/head/batch stride allows 16-byte loads
   int device = 0;
+  ResolvedVariant variant;  // options.variant, resolved (spec.variant and spec.sinks follow it)
 };
 
 // Throws Error(invalid_argument) naming q when its head_dim (q.shape[3]) is above kMaxHeadDim.
@@ -49,6 +51,10 @@ struct AttentionForwardLaunch {
   int stream_rows = 0;  // block_m
   int stream_cols = 0;  // the tile's head dim
   std::size_t stream_flags() const { return std::size_t{grid.x} * (stream_rows / 64); }
+  // An attention variant's kernel takes its inputs as a second parameter.
+  bool variant = false;
+  VariantArgs variant_args{};
+  void* variant_params() { return variant ? &variant_args : nullptr; }
   // The kernel's one parameter, as launch_kernel takes it.
   void* kernel_params() {
     if (stream_k) return &stream_params;

@@ -40,6 +40,7 @@ void check_view(const TensorView& t, const char* name, int ndim) {
   const std::string n(name);
   if (!t.data) invalid_argument(n + ": data pointer is null");
   if (t.device < 0) invalid_argument(n + ": tensor is in host memory; kgen needs CUDA device memory");
+  if (t.dtype == DType::i32) invalid_argument(n + ": dtype int32 is not float16, bfloat16 or float32");
   check_shape(t, name, ndim);
   // The byte offset of the last element; its sum of products must not overflow.
   std::int64_t last = 0;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kgen/types.hpp"
 
@@ -26,10 +27,53 @@ struct TensorView {
 TensorView make_contiguous_view(void* data, DType dtype, int ndim, const std::int64_t* shape,
                                 int device);
 
+// A named run-time scalar of a variant expression.
+struct VariantScalarArg {
+  std::string name;
+  double value = 0;
+  bool integer = false;  // an integer scalar (window sizes, offsets); else real
+};
+
+// A named tensor of a variant expression: int32 or fp32 on q's device, any strides, rank 1..4.
+// A learnable fp32 tensor gets ∂L/∂tensor from attention_backward, written to `grad` (fp32, same
+// shape, zeroed by kgen before it accumulates).
+struct VariantTensorArg {
+  std::string name;
+  TensorView tensor;
+  bool learnable = false;
+  TensorView grad;  // backward only, learnable tensors only
+};
+
+// An attention variant (docs/attention.md §8): presets and a user's score/mask modification,
+// composed. With every field at its default it is plain attention. Each preset keys off kgen's
+// bottom-right alignment (query q sits at key position q + n_k − n_q) unless it says otherwise.
+// The presets and expressions change the kernel (it is compiled once per distinct variant, then
+// cached); the scalars' values and the tensors' contents do not.
+struct AttentionVariant {
+  bool causal_top_left = false;          // k <= q (SDPA's is_causal=True when n_q != n_k)
+  int window_left = -1, window_right = -1;  // sliding window (FlashAttention's window_size): keys
+                                         // q' − left <= k <= q' + right; −1 leaves a side open
+  double softcap = 0;                    // > 0: score' = softcap · tanh(score / softcap)
+  const TensorView* alibi_slopes = nullptr;  // fp32 (h_q): score' −= slope[h] · |q' − k|
+  int prefix = -1;                       // >= 0: prefix-LM, keys k < prefix visible to every query
+  int chunk = 0;                         // > 0: chunked attention, q' / chunk == k / chunk
+  const TensorView* document_ids = nullptr;  // int32 (b, n_k), n_q <= n_k: doc[b][q'] == doc[b][k]
+  // fp32 (h_q), contiguous: one learnable logit per query head that joins every row's softmax
+  // denominator (gpt-oss); its gradient goes to sinks_grad (fp32 (h_q), contiguous, zeroed by
+  // kgen) in the backward.
+  const TensorView* sinks = nullptr;
+  const TensorView* sinks_grad = nullptr;
+  std::string score_mod;  // expression of score, b, h, q, k, n_q, n_k, scalars, tensors
+  std::string mask_mod;   // boolean expression of b, h, q, k, n_q, n_k, scalars, tensors
+  std::vector<VariantScalarArg> scalars;
+  std::vector<VariantTensorArg> tensors;
+};
+
 struct AttentionOptions {
   double scale = 0;      // softmax scale; <= 0 means 1/sqrt(d)
   bool causal = false;   // key j masked for j > i + (n_k - n_q): bottom-right aligned
   std::string config;    // force a config ("fa2:bm128:bn64:w4:s2"); empty = tuned/heuristic
+  AttentionVariant variant;  // presets and expressions; default = plain attention
 };
 
 // o = softmax(scale·q·kᵀ (+ mask))·v; lse = natural-log logsumexp of each row's scaled scores
@@ -47,6 +91,7 @@ struct AttentionBackwardOptions {
   bool causal = false;         // must match the forward's
   bool deterministic = false;  // same bits on every run (no floating-point atomics)
   std::string config;          // force a config; empty = tuned/heuristic
+  AttentionVariant variant;    // must match the forward's; learnable tensors' and sinks' grads here
   // Scratch memory on q's device: at least attention_backward_workspace_bytes(...). Null means
   // kgen allocates it stream-ordered (cuMemAllocAsync/cuMemFreeAsync) on `stream`.
   void* workspace = nullptr;

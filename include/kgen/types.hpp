@@ -7,7 +7,8 @@
 namespace kgen {
 
 // Element types of kernel inputs and outputs.
-enum class DType { f16, bf16, f32 };
+// i32 serves index tensors of attention variants (document ids) only.
+enum class DType { f16, bf16, f32, i32 };
 
 // The activation of lrpe_cosine / md_lrpe_cosine applied to x before the rotation
 // (docs/lrpe.md §1): softmax over the features of each row (dim −1), or over the sequence of

@@ -45,6 +45,7 @@
 #include "kgen_device/attention/backward_config.h"
 #include "kgen_device/attention/backward_rows.cuh"
 #include "kgen_device/attention/forward_fa2.cuh"
+#include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/atomic.cuh"
 
 namespace kgen {
@@ -119,6 +120,22 @@ __device__ __forceinline__ void mma_xb(float (&acc)[MT][DC / 8][4], const float 
 template <int BM, bool Causal>
 struct QueryTileWalk {
   int group, tile_begin, tiles_per_head, total;
+  // A variant's mask narrows the tiles to those some head of the group may see (keys [k0, k1]).
+  template <class V>
+  __device__ __forceinline__ void narrow(const VariantArgs* a, VariantAt at, int kv_head, int k0, int k1) {
+    if constexpr (V::kMask) {
+      int lo = tile_begin + tiles_per_head, hi = tile_begin;
+      for (int hg = 0; hg < group; ++hg) {
+        at.head = kv_head * group + hg;
+        int first = tile_begin, end = tile_begin + tiles_per_head;
+        variant_query_tiles<V, BM>(*a, at, k0, k1, first, end);
+        if (first < end) lo = imin(lo, first), hi = imax(hi, end);
+      }
+      tile_begin = lo;
+      tiles_per_head = imax(hi - lo, 0);
+      total = group * tiles_per_head;
+    }
+  }
   __device__ __forceinline__ QueryTileWalk(int n0, int n_q, int n_k, int head_group) : group(head_group) {
     const int q_tiles = (n_q + BM - 1) / BM;
     tile_begin = Causal ? imin(q_tiles, imax(0, n0 - (n_k - n_q)) / BM) : 0;
@@ -216,8 +233,11 @@ __device__ __forceinline__ void store_rows(T* dst, long long stride_n, int row0,
 //   compute Sᵀ and dPᵀ over the whole head dim, and split s computes the columns
 //   [128·s, 128·s + 128) of dK, dV (and of dQ). Work: 7 head-dim-long products per tile
 //   instead of 5.
-template <class T, int D, int BM, int BN, int Warps, bool Causal, bool AtomicDQ, int HeadDim = D, int Splits = 1>
-__device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwardParams& p) {
+//   Variant: the score step's modification and mask (variant.cuh), with its inputs `va`.
+template <class T, int D, int BM, int BN, int Warps, bool Causal, bool AtomicDQ, int HeadDim = D, int Splits = 1,
+          class Variant = NoVariant>
+__device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwardParams& p,
+                                                          const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
@@ -258,7 +278,12 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const int n_k = p.n_k;
   const int diag = n_k - n_q;
   const float scale_log2 = p.scale_log2;
-  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
+  bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
+  VariantAt at{};
+  if constexpr (kVariantScores<Variant>) {
+    at = {batch, 0, n_q, n_k, p.scale, 1.f / p.scale};
+    walk.template narrow<Variant>(va, at, kv_head, n0, imin(n0 + BN, n_k) - 1);
+  }
   const int total = walk.total;
 
   unsigned char* smem = dynamic_smem();
@@ -324,6 +349,36 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     bwd_detail::zero(s);
     bwd_detail::mma_abt<T, kKT, kQT, D, kDC>(s, sm.k + a_lane, sm.q(stage) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+    float ds[kKT][kQT][4];
+    if constexpr (kVariantScores<Variant>) {
+      // ---- a variant: dPᵀ = V_w·dOᵀ first, then per element P and dS = P∘(dP − delta)∘f' ----
+      at.head = head;
+      const bool masked =
+          needs_mask || variant_partial<Variant>(*va, at, m0, imin(m0 + BM, n_q) - 1, n0, imin(n0 + BN, n_k) - 1);
+      bwd_detail::zero(ds);
+      bwd_detail::mma_abt<T, kKT, kQT, D, kDC>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
+#pragma unroll
+      for (int kt = 0; kt < kKT; ++kt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int key = n0 + key_local0 + kt * 16 + g + 8 * h;
+#pragma unroll
+          for (int nt = 0; nt < kQT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int local = nt * 8 + 2 * t + e;
+              float pe;
+              ds[kt][nt][2 * h + e] = variant_backward<Variant, Causal>(*va, at, s[kt][nt][2 * h + e], st[local],
+                                                                        st[BM + local], ds[kt][nt][2 * h + e],
+                                                                        m0 + local, key, masked, scale_log2, pe,
+                                                                        col0 == 0);
+              s[kt][nt][2 * h + e] = pe;
+            }
+        }
+      // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
+      bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dv, s, sm.d_o(stage) + v_lane_split, dd_end);
+      bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dk, ds, sm.q(stage) + v_lane_split, dd_end);
+    } else {
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt) {
       const float l0 = st[nt * 8 + 2 * t];
@@ -356,7 +411,6 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dv, s, sm.d_o(stage) + v_lane_split, dd_end);
 
     // ---- dPᵀ = V_w·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − delta) ----
-    float ds[kKT][kQT][4];
     bwd_detail::zero(ds);
     bwd_detail::mma_abt<T, kKT, kQT, D, kDC>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
 #pragma unroll
@@ -374,6 +428,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
 
     // ---- dK += dSᵀ·Q ----
     bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dk, ds, sm.q(stage) + v_lane_split, dd_end);
+    }
 
     if constexpr (AtomicDQ) {
       // ---- dQ += dS·K through shared dSᵀ and fp32 atomics ----
@@ -438,8 +493,10 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
 
 // Query-major dQ (deterministic mode): dQ = s·Σ_tiles dS·K, no atomics.
 //   BM: query rows per block, Warps warps own BM / Warps = 16 or 32 rows each; BN: keys per tile.
-template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D>
-__device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwardParams& p) {
+//   Variant: the score step's modification and mask (variant.cuh), with its inputs `va`.
+template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, class Variant = NoVariant>
+__device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwardParams& p,
+                                                          const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
@@ -475,7 +532,14 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
 
   int n_end = n_k;
   if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
-  const int num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  int num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  int tile0 = 0;  // the first key tile (a variant's mask may skip leading tiles)
+  VariantAt at{};
+  if constexpr (kVariantScores<Variant>) {
+    at = {batch, head, n_q, n_k, p.scale, 1.f / p.scale};
+    variant_key_tiles<Variant, BN>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, num_tiles);
+    num_tiles = imax(num_tiles - tile0, 0);
+  }
 
   const unsigned smem_q = smem_u32(dynamic_smem());
   const unsigned smem_do = smem_q + kQBytes;
@@ -494,7 +558,7 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
       smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head), p.q.stride_n, m0, n_q, tid);
   fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
       smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head), p.d_o.stride_n, m0, n_q, tid);
-  if (num_tiles > 0) load_kv(0, 0);
+  if (num_tiles > 0) load_kv(tile0, 0);
   cp_async_commit();
 
   const int row_local0 = warp * kRowsPerWarp;
@@ -521,11 +585,11 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   bwd_detail::zero(dq);
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    const int n0 = tile * BN;
+    const int n0 = (tile0 + tile) * BN;
     const int stage = tile & 1;
     cp_async_wait<0>();
     __syncthreads();
-    if (tile + 1 < num_tiles) load_kv(tile + 1, stage ^ 1);
+    if (tile + 1 < num_tiles) load_kv(tile0 + tile + 1, stage ^ 1);
     cp_async_commit();
 
     float s[kMT][kNT][4];
@@ -535,6 +599,23 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
     bwd_detail::zero(ds);
     bwd_detail::mma_abt<T, kMT, kNT, D, kDC>(ds, smem_do + a_lane, smem_v(stage) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+    if constexpr (kVariantScores<Variant>) {
+      const bool masked =
+          needs_mask || variant_partial<Variant>(*va, at, m0, imin(m0 + BM, n_q) - 1, n0, imin(n0 + BN, n_k) - 1);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              float pe;
+              ds[mt][nt][2 * h + e] = variant_backward<Variant, Causal>(
+                  *va, at, s[mt][nt][2 * h + e], lse2[mt][h], delta[mt][h], ds[mt][nt][2 * h + e],
+                  m0 + row_local0 + mt * 16 + g + 8 * h, n0 + nt * 8 + 2 * t + e, masked, scale_log2, pe, false);
+            }
+    } else
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll

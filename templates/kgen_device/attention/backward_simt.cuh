@@ -14,6 +14,7 @@
 #pragma once
 
 #include "kgen_device/attention/backward_rows.cuh"
+#include "kgen_device/attention/variant.cuh"
 
 namespace kgen {
 namespace bwd_detail {
@@ -53,8 +54,10 @@ __device__ __forceinline__ void axpy(float (&y)[Cols], float a, const float (&x)
 
 }  // namespace bwd_detail
 
-template <class T, int DMax, int Warps, bool Causal>
-__device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwardParams& p) {
+// Variant: the score step's modification and mask (variant.cuh), with its inputs `va`.
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+__device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwardParams& p,
+                                                           const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
   constexpr int kCols = DMax / 32;
   const int warp = threadIdx.x / 32;
@@ -81,14 +84,23 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
     float k[kCols], v[kCols];
     bwd_detail::load_row<const T>(k, k_ptr + j * p.k.stride_n, d, lane);
     bwd_detail::load_row<const T>(v, v_ptr + j * p.v.stride_n, d, lane);
+    if constexpr (kVariantScores<Variant>) {
+      const VariantAt at{batch, head, p.n_q, p.n_k, p.scale, 1.f / p.scale};
+      float pe;
+      const float g = variant_backward<Variant, Causal>(*va, at, bwd_detail::dot(q, k), lse2, delta,
+                                                        bwd_detail::dot(d_o, v), row, j, true, p.scale_log2, pe, false);
+      bwd_detail::axpy(dq, g, k);
+      continue;
+    }
     const float pe = exp2_approx(fmaf(bwd_detail::dot(q, k), p.scale_log2, -lse2));
     bwd_detail::axpy(dq, pe * (bwd_detail::dot(d_o, v) - delta), k);
   }
   bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.dq, batch, head) + row * p.dq.stride_n, dq, p.scale, d, lane);
 }
 
-template <class T, int DMax, int Warps, bool Causal>
-__device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBackwardParams& p) {
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+__device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBackwardParams& p,
+                                                             const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
   constexpr int kCols = DMax / 32;
   const int warp = threadIdx.x / 32;
@@ -114,6 +126,16 @@ __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBack
       float q[kCols], d_o[kCols];
       bwd_detail::load_row<const T>(q, q_ptr + i * p.q.stride_n, d, lane);
       bwd_detail::load_row<const T>(d_o, do_ptr + i * p.d_o.stride_n, d, lane);
+      if constexpr (kVariantScores<Variant>) {
+        const VariantAt at{batch, head, p.n_q, p.n_k, p.scale, 1.f / p.scale};
+        float pe;
+        const float g = variant_backward<Variant, Causal>(*va, at, bwd_detail::dot(q, k), p.lse2[idx], p.delta[idx],
+                                                          bwd_detail::dot(d_o, v), i, key, true, p.scale_log2, pe,
+                                                          lane == 0);
+        bwd_detail::axpy(dv, pe, d_o);
+        bwd_detail::axpy(dk, g, q);
+        continue;
+      }
       const float pe = exp2_approx(fmaf(bwd_detail::dot(q, k), p.scale_log2, -p.lse2[idx]));
       bwd_detail::axpy(dv, pe, d_o);
       bwd_detail::axpy(dk, pe * (bwd_detail::dot(d_o, v) - p.delta[idx]), q);

@@ -47,6 +47,7 @@
 
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
 #include "kgen_device/core/cp_async.cuh"
 #include "kgen_device/core/ldmatrix.cuh"
@@ -151,8 +152,10 @@ struct Fa2Coords {
 //   Stages: 1 = one K and one V buffer (V load overlaps Q·Kᵀ, next K load overlaps softmax and
 //   P·V); 2 = double-buffered K/V (tile j+1 loads while tile j is computed).
 //   Causal: bottom-right aligned causal mask.
-template <class T, int D, int BM, int BN, int Warps, int Stages, bool Causal, int HeadDim = D>
-__device__ __forceinline__ void attention_forward_fa2(const AttentionForwardParams& p) {
+//   Variant: the score step's modification, mask and sinks (variant.cuh), with its inputs `va`.
+template <class T, int D, int BM, int BN, int Warps, int Stages, bool Causal, int HeadDim = D,
+          class Variant = NoVariant>
+__device__ __forceinline__ void attention_forward_fa2(const AttentionForwardParams& p, const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 kernel takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
@@ -205,12 +208,19 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   };
 
   int num_tiles;
+  int tile0 = 0;  // the first key tile the block visits (a variant's mask may skip leading tiles)
+  VariantAt at{};
   {
     const Coords c = Coords::read();
     // Keys [0, n_end) are visible to at least one row of this block.
     int n_end = n_k;
     if constexpr (Causal) n_end = imin(n_k, imin(c.m0 + BM, n_q) + diag);
     num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+    if constexpr (kVariantScores<Variant> || Variant::kSinks) at = {c.batch, c.head, n_q, n_k, p.scale, 1.f / p.scale};
+    if constexpr (Variant::kMask) {
+      variant_key_tiles<Variant, BN>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, tile0, num_tiles);
+      num_tiles = imax(num_tiles - tile0, 0);
+    }
   }
 
   const unsigned smem_q = smem_u32(dynamic_smem());
@@ -247,15 +257,15 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     cp_async_commit();
     if constexpr (Stages == 2) {
       if (num_tiles > 0) {
-        load_k(c, 0, 0);
-        load_v(c, 0, 0);
+        load_k(c, tile0, 0);
+        load_v(c, tile0, 0);
       }
       cp_async_commit();
       cp_async_wait<1>();
     } else {
-      if (num_tiles > 0) load_k(c, 0, 0);
+      if (num_tiles > 0) load_k(c, tile0, 0);
       cp_async_commit();
-      if (num_tiles > 0) load_v(c, 0, 0);
+      if (num_tiles > 0) load_v(c, tile0, 0);
       cp_async_commit();
       cp_async_wait<2>();
     }
@@ -287,7 +297,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   }
 
   for (int tile = 0; tile < num_tiles; ++tile) {
-    const int n0 = tile * BN;
+    const int n0 = (tile0 + tile) * BN;
     const int stage = Stages == 2 ? (tile & 1) : 0;
     const Coords c = Coords::read();
 
@@ -295,8 +305,8 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
       cp_async_wait<0>();
       __syncthreads();  // tile `tile` landed; every warp finished tile−1, so its buffer is free
       if (tile + 1 < num_tiles) {
-        load_k(c, tile + 1, stage ^ 1);
-        load_v(c, tile + 1, stage ^ 1);
+        load_k(c, tile0 + tile + 1, stage ^ 1);
+        load_v(c, tile0 + tile + 1, stage ^ 1);
       }
       cp_async_commit();
     } else {
@@ -342,13 +352,21 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     if constexpr (Stages == 1) {
       cp_async_wait<0>();
       __syncthreads();  // V landed; every warp finished reading K
-      if (tile + 1 < num_tiles) load_k(c, tile + 1, 0);
+      if (tile + 1 < num_tiles) load_k(c, tile0 + tile + 1, 0);
       cp_async_commit();
     }
 
     // ---- mask: keys ≥ n_k, and above the causal diagonal ----
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > c.m0 + diag);
-    if (needs_mask) {
+    if constexpr (kVariantScores<Variant>) {
+      const bool masked =
+          needs_mask || variant_partial<Variant>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, n0, n0 + BN - 1);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+        variant_fragment<Variant, Causal, kNTiles>(
+            *va, at, [&](int j, int i) -> float& { return s[mt][j][i]; },
+            c.m0 + c.warp * kRowsPerWarp + mt * 16 + c.g, n0, c.t, masked);
+    } else if (needs_mask) {
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -426,7 +444,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
 
     if constexpr (Stages == 1) {
       __syncthreads();  // every warp finished reading V
-      if (tile + 1 < num_tiles) load_v(c, tile + 1, 0);
+      if (tile + 1 < num_tiles) load_v(c, tile0 + tile + 1, 0);
       cp_async_commit();
     }
   }
@@ -444,7 +462,10 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float l = quad_sum(row_sum[mt][h]);
-      const float inv_l = l > 0.f ? 1.f / l : 0.f;
+      float inv_l = l > 0.f ? 1.f / l : 0.f;
+      float sink_lse = 0.f;
+      if constexpr (Variant::kSinks)
+        variant_finish_row<Variant>(va, head, row_max[mt][h], l, scale_log2, inv_l, sink_lse);
       const int local_row = warp * kRowsPerWarp + mt * 16 + g + 8 * h;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
@@ -454,8 +475,9 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
       }
       const int row = m0 + local_row;
       if (lse_ptr != nullptr && t == 0 && row < n_q) {
-        lse_ptr[row] =
-            l > 0.f ? (row_max[mt][h] * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
+        lse_ptr[row] = Variant::kSinks ? sink_lse
+                       : l > 0.f ? (row_max[mt][h] * scale_log2 + log2_approx(l)) * kLn2
+                                 : -infinity_f32();
       }
     }
   }

@@ -19,6 +19,7 @@
 
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/types.cuh"
@@ -57,9 +58,10 @@ __device__ __forceinline__ void load_tile_f32(float* dst, const T* src, long lon
 // General-path attention forward.
 //   T: float, half_t or bfloat16_t.  DMax: compile-time bound of p.head_dim (32, 64, 128, 256;
 //   any multiple of 32 works).  BN: keys per K/V tile (multiple of 32).  Warps: warps per block
-//   = query rows per block.  Causal: bottom-right aligned causal mask.
-template <class T, int DMax, int BN, int Warps, bool Causal>
-__device__ __forceinline__ void attention_forward_simt(const AttentionForwardParams& p) {
+//   = query rows per block.  Causal: bottom-right aligned causal mask.  Variant: the score
+//   step's modification, mask and sinks (variant.cuh), with its inputs `va`.
+template <class T, int DMax, int BN, int Warps, bool Causal, class Variant = NoVariant>
+__device__ __forceinline__ void attention_forward_simt(const AttentionForwardParams& p, const VariantArgs* va = nullptr) {
   static_assert(is_same<T, float>::value || is_same<T, half_t>::value ||
                     is_same<T, bfloat16_t>::value,
                 "the SIMT kernel takes float, half_t or bfloat16_t");
@@ -102,6 +104,14 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
     n_end = imin(n_k, imin(m0 + kBlockM, n_q) + diag);
     row_end = imin(n_k, row + diag + 1);
   }
+  const VariantAt at{batch, head, n_q, n_k, p.scale, 1.f / p.scale};
+  int n_begin = 0;  // first key of the first tile the block visits
+  if constexpr (Variant::kMask) {
+    int first = 0, end = (n_end + BN - 1) / BN;
+    variant_key_tiles<Variant, BN>(*va, at, m0, imin(m0 + kBlockM, n_q) - 1, first, end);
+    n_begin = first * BN;
+    n_end = imin(n_end, end * BN);
+  }
 
   float q[kCols];
   float o[kCols];
@@ -115,7 +125,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
   float row_max = -infinity_f32();  // running max of raw scores
   float row_sum = 0.f;              // this lane's partial of l
 
-  for (int n0 = 0; n0 < n_end; n0 += BN) {
+  for (int n0 = n_begin; n0 < n_end; n0 += BN) {
     __syncthreads();  // every warp finished the previous tile
     simt_detail::load_tile_f32<T, DMax, BN, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, d, tid);
     simt_detail::load_tile_f32<T, DMax, BN, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, d, tid);
@@ -155,7 +165,10 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
         }
       }
       const int key = n0 + grp * 32 + lane;
-      score[grp] = key < row_end ? part[0] : -infinity_f32();
+      if constexpr (kVariantScores<Variant>)
+        score[grp] = variant_score<Variant, Causal>(*va, at, part[0], row, key, true);
+      else
+        score[grp] = key < row_end ? part[0] : -infinity_f32();
     }
 
     // Online softmax over this tile.
@@ -193,7 +206,9 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
 
   if (!row_valid) return;
   const float l = warp32_sum(row_sum);
-  const float inv_l = l > 0.f ? 1.f / l : 0.f;
+  float inv_l = l > 0.f ? 1.f / l : 0.f;
+  float sink_lse = 0.f;
+  if constexpr (Variant::kSinks) variant_finish_row<Variant>(va, head, row_max, l, scale_log2, inv_l, sink_lse);
   T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h +
              static_cast<long long>(row) * p.o_stride_n;
 #pragma unroll
@@ -203,7 +218,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
   }
   if (p.lse != nullptr && lane == 0) {
     p.lse[batch * p.lse_stride_b + head * p.lse_stride_h + row] =
-        l > 0.f ? (row_max * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
+        Variant::kSinks ? sink_lse : l > 0.f ? (row_max * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
   }
 }
 

@@ -34,6 +34,7 @@
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/forward_fa2.cuh"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
 #include "kgen_device/core/cp_async.cuh"
 #include "kgen_device/core/math.cuh"
@@ -159,14 +160,18 @@ __device__ __forceinline__ void issue_pv(float (&o)[N], const unsigned (&pa)[KSt
 // The epilogue's first half: this thread's O rows (tile rows `local_row0` and + 8) divided by
 // their softmax sums, packed to 16 bits into the Q tile at `smem_q`, and their LSE (natural log,
 // −inf for a row that saw no key) stored when `lse_ptr` is set and the row is below n_q.
-template <class T, class QTile, int N>
+// With a variant that has sinks, `va` and `head` give each row's sink (variant_finish_row).
+template <class T, class QTile, int N, class Variant = NoVariant>
 __device__ __forceinline__ void stage_output(unsigned smem_q, const float (&o)[N], const float (&row_sum)[2],
                                              const float (&row_max)[2], int local_row0, int t, int m0, int n_q,
-                                             float scale_log2, float* lse_ptr) {
+                                             float scale_log2, float* lse_ptr, const VariantArgs* va = nullptr,
+                                             int head = 0) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float l = quad_sum(row_sum[h]);
-    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    float inv_l = l > 0.f ? 1.f / l : 0.f;
+    float sink_lse = 0.f;
+    if constexpr (Variant::kSinks) variant_finish_row<Variant>(va, head, row_max[h], l, scale_log2, inv_l, sink_lse);
     const int local_row = local_row0 + 8 * h;
 #pragma unroll
     for (int j = 0; j < N / 4; ++j)
@@ -174,7 +179,9 @@ __device__ __forceinline__ void stage_output(unsigned smem_q, const float (&o)[N
                   pack2<T>(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l));
     const int row = m0 + local_row;
     if (lse_ptr != nullptr && t == 0 && row < n_q)
-      lse_ptr[row] = l > 0.f ? (row_max[h] * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
+      lse_ptr[row] = Variant::kSinks ? sink_lse
+                     : l > 0.f ? (row_max[h] * scale_log2 + log2_approx(l)) * kLn2
+                               : -infinity_f32();
   }
 }
 

@@ -67,6 +67,7 @@
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/forward_wgmma.cuh"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
 #include "kgen_device/core/flag.cuh"
 #include "kgen_device/core/math.cuh"
@@ -85,10 +86,12 @@ namespace kgen {
 // Persistent: the grid's blocks walk the query tiles (not with SplitKeys). Consumers: 2 or 3
 // warpgroups of 64 query rows (three only where 160 registers hold a consumer: the 64-column tile).
 // StreamK: a persistent grid without a mask cuts the key tiles of its last query tiles evenly over
-// its blocks (Params = AttentionForwardStreamParams; see "Stream-K" above).
+// its blocks (Params = AttentionForwardStreamParams; see "Stream-K" above). Variant: the score
+// step's modification, mask and sinks (variant.cuh), with its inputs `va` (not with StreamK; no
+// sinks with SplitKeys, whose combine kernel does not add them).
 template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
-          bool Persistent = false, int Consumers = 2, bool StreamK = false, class Params>
-__device__ __forceinline__ void attention_forward_ws(const Params& tp) {
+          bool Persistent = false, int Consumers = 2, bool StreamK = false, class Variant = NoVariant, class Params>
+__device__ __forceinline__ void attention_forward_ws(const Params& tp, const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the warp-specialised kernel takes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
@@ -98,6 +101,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   static_assert(!(Persistent && SplitKeys), "a persistent grid does not split keys");
   static_assert(Consumers == 2 || Consumers == 3, "two or three consumer warpgroups");
   static_assert(!StreamK || (Persistent && !Causal), "stream-K runs on a persistent grid without a mask");
+  static_assert(!StreamK || !(kVariantScores<Variant> || Variant::kSinks), "stream-K runs plain attention only");
+  static_assert(!SplitKeys || !Variant::kSinks, "a split-keys launch does not add sinks");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
@@ -188,13 +193,24 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
   // The key tiles [first_tile, first_tile + num_tiles) of a query block.
   int split = 0;
   if constexpr (SplitKeys) split = blockIdx.x % splits;
+  // The score step's context of a query block (variants only).
+  auto variant_at = [&](const wgmma_fwd_detail::QueryBlock& qb) {
+    return VariantAt{qb.batch, qb.head, qb.n_q, qb.n_k, p.scale, 1.f / p.scale};
+  };
   auto key_range = [&](const wgmma_fwd_detail::QueryBlock& qb, int& first_tile, int& num_tiles) {
     first_tile = 0, num_tiles = qb.num_tiles;
+    if constexpr (Variant::kMask) {
+      // The tiles between the first and the last that the mask does not prove empty.
+      int end = qb.num_tiles;
+      variant_key_tiles<Variant, BN>(*va, variant_at(qb), qb.m0, imin(qb.m0 + BM, qb.n_q) - 1, first_tile, end);
+      num_tiles = imax(end - first_tile, 0);
+    }
     if constexpr (StreamK) first_tile = part_first, num_tiles = part_tiles;
     if constexpr (SplitKeys) {
-      const int per_split = (qb.num_tiles + splits - 1) / splits;
-      first_tile = imin(split * per_split, qb.num_tiles);
-      num_tiles = imin(per_split, qb.num_tiles - first_tile);
+      const int begin = first_tile, tiles = num_tiles;
+      const int per_split = (tiles + splits - 1) / splits;
+      first_tile = begin + imin(split * per_split, tiles);
+      num_tiles = imin(per_split, tiles - (first_tile - begin));
     }
   };
 
@@ -348,6 +364,23 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
 
     float row_max[2] = {-infinity_f32(), -infinity_f32()};
     float row_sum[2] = {0.f, 0.f};
+    VariantAt at{};
+    if constexpr (kVariantScores<Variant> || Variant::kSinks) at = variant_at(qb);
+    // The score step of the tile at key n0: the variant (if any), then the mask and the online softmax.
+    auto score_step = [&](float (&s)[kSRegs], float (&alpha)[2], int n0) {
+      if constexpr (kVariantScores<Variant>) {
+        const bool masked =
+            needs_mask(n0) || variant_partial<Variant>(*va, at, wg_row0, imin(wg_row0 + 63, n_q - 1), n0, n0 + BN - 1);
+        variant_fragment<Variant, Causal, BN / 8>(
+            *va, at, [&](int j, int i) -> float& { return s[4 * j + i]; }, row0, n0, t, masked);
+        wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                                   false);
+      } else {
+        wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
+                                                   needs_mask(n0));
+      }
+    };
+
     unsigned pa[BN / 16][4];
     tma::wait(q_full(buf), (local / kQBuffers) & 1);
     if (num_tiles > 0) {
@@ -363,9 +396,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
       wgmma::fence_operand(s);
       release(k_empty(stage));
       float alpha[2];
-      const int n0 = first_tile * BN;
-      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
-                                                 needs_mask(n0));
+      score_step(s, alpha, first_tile * BN);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
     }
@@ -384,9 +415,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
       wgmma::fence_operand(s);
       release(k_empty(next));
       float alpha[2];
-      const int n0 = (first_tile + tile + 1) * BN;
-      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
-                                                 needs_mask(n0));
+      score_step(s, alpha, (first_tile + tile + 1) * BN);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       release(v_empty(stage));
@@ -489,8 +518,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp) {
 
     // ---- epilogue: O / l into this consumer's Q rows, one TMA store per column block; LSE ----
     float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
-    wgmma_fwd_detail::stage_output<T, QTile>(smem_q(buf), o, row_sum, row_max, cw * 64 + warp * 16 + g, t, m0, n_q,
-                                            scale_log2, lse_ptr);
+    wgmma_fwd_detail::stage_output<T, QTile, kORegs, Variant>(smem_q(buf), o, row_sum, row_max, cw * 64 + warp * 16 + g,
+                                                             t, m0, n_q, scale_log2, lse_ptr, va, head);
     tma::fence_proxy_async();
     tma::barrier_sync(1 + kConsumers + cw, 128);
     if (tid % 128 == 0) {

@@ -1,0 +1,30 @@
+// The attention sinks' gradient (docs/attention.md §8): with sink logit σ_h in every row's
+// softmax denominator and no value, ∂L/∂σ_h = −Σ_{b,i} exp(σ_h − lse_{b,h,i}) · delta_{b,h,i},
+// delta = rowsum(dO∘O) from attention_backward_preprocess (backward_rows.cuh), lse2 = lse·log2 e.
+// Grid (ceil(n_q / (32·Warps)), heads_q, batch): one row per thread, a warp sum, one atomic add
+// per warp into va->sinks_grad[h] (which the host zeroes first).
+#pragma once
+
+#include "kgen_device/attention/backward_params.h"
+#include "kgen_device/attention/variant.cuh"
+#include "kgen_device/core/atomic.cuh"
+#include "kgen_device/core/math.cuh"
+#include "kgen_device/core/warp.cuh"
+
+namespace kgen {
+
+template <int Warps>
+__device__ __forceinline__ void attention_backward_sinks(const AttentionBackwardParams& p, const VariantArgs* va) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  const int row = static_cast<int>(blockIdx.x) * Warps * 32 + static_cast<int>(threadIdx.x);
+  const int head = blockIdx.y, batch = blockIdx.z;
+  float x = 0.f;
+  if (row < p.n_q) {
+    const long long idx = (static_cast<long long>(batch) * p.heads_q + head) * p.n_q + row;
+    x = -exp2_approx(va->sinks[head] * kLog2e - p.lse2[idx]) * p.delta[idx];
+  }
+  x = warp32_sum(x);
+  if (threadIdx.x % 32 == 0) red_add(va->sinks_grad + head, x);
+}
+
+}  // namespace kgen

@@ -1,0 +1,176 @@
+// The score step's variant hook (docs/attention.md §8), shared by every attention kernel family.
+// A kernel takes `class Variant` (NoVariant, or the struct the generator renders from a variant's
+// expressions) and a `const VariantArgs*` (its run-time inputs). With NoVariant every helper here
+// is a no-op resolved at compile time, so a plain kernel's code is what it was without the hook.
+//
+// What a variant changes, in the order the score step applies it to one score element of query
+// row q and key k (raw = q·k before the softmax scale):
+//   1. the mask: the key is invisible (−inf) where Variant::mask is false;
+//   2. the modification: score' = Variant::score(raw · scale) for visible keys; kernels keep raw
+//      units, so they store score' / scale and their exp2(x · scale·log2 e) softmax is unchanged;
+//   3. the sinks (when args.sinks is set): each row's softmax denominator gains exp(sinks[h]),
+//      applied once in the epilogue (variant_finish_row).
+// Key tiles: a block visits only tiles that its query rows may see (variant_key_tiles), and a
+// tile that Variant::tile proves fully visible skips the mask.
+#pragma once
+
+#include "kgen_device/attention/variant_args.h"
+#include "kgen_device/core/math.cuh"
+
+// How a variant kernel's entry declares its VariantArgs parameter (generator/entry_shim.cpp): a
+// __grid_constant__ on NVIDIA, so the kernel reads it in place through a pointer.
+#if KGEN_AMD
+#define KGEN_VARIANT_ARGS const kgen::VariantArgs
+#else
+#define KGEN_VARIANT_ARGS const __grid_constant__ kgen::VariantArgs
+#endif
+
+namespace kgen {
+
+// Plain attention: no modification, no mask, no sinks.
+struct NoVariant {
+  static constexpr bool kScoreMod = false, kMask = false, kUnitSlope = true, kTensorGrads = false;
+  static constexpr bool kSinks = false;
+  __device__ static float score(const VariantArgs&, float s, int, int, int, int, int, int) { return s; }
+  __device__ static float dscore(const VariantArgs&, float, int, int, int, int, int, int) { return 1.f; }
+  __device__ static float d2score(const VariantArgs&, float, int, int, int, int, int, int) { return 0.f; }
+  __device__ static bool mask(const VariantArgs&, int, int, int, int, int, int) { return true; }
+  __device__ static int tile(const VariantArgs&, int, int, int, int, int, int, int, int) { return 2; }
+  __device__ static void tensor_grads(const VariantArgs&, float, float, int, int, int, int, int, int) {}
+};
+
+// Whether the kernel must do anything for `V` in its score step.
+template <class V>
+constexpr bool kVariantScores = V::kScoreMod || V::kMask;
+
+// The row and head context of a score step.
+struct VariantAt {
+  int batch, head, n_q, n_k;
+  float scale, inv_scale;  // softmax scale and its reciprocal (raw ↔ scaled units)
+};
+
+// One raw score of (row, col) after the variant, in raw units; `check` also applies the mask and
+// the bounds (col < n_k, row < n_q, and the bottom-right causal mask when Causal). Rows past n_q
+// evaluate the modification at row n_q − 1, so a tensor read never leaves its rows.
+template <class V, bool Causal>
+__device__ __forceinline__ float variant_score(const VariantArgs& a, const VariantAt& at, float raw, int row, int col,
+                                               bool check) {
+  if (check) {
+    bool visible = (col < at.n_k) & (row < at.n_q);
+    if constexpr (Causal) visible = visible & (col <= row + (at.n_k - at.n_q));
+    if constexpr (V::kMask)
+      visible = visible & V::mask(a, at.batch, at.head, imin(row, at.n_q - 1), imin(col, at.n_k - 1), at.n_q, at.n_k);
+    if (!visible) return -infinity_f32();
+  }
+  if constexpr (V::kScoreMod) {
+    const int q = row < at.n_q ? row : at.n_q - 1;
+    return V::score(a, raw * at.scale, at.batch, at.head, q, col, at.n_q, at.n_k) * at.inv_scale;
+  }
+  return raw;
+}
+
+// The score step's hook on one 16-row accumulator fragment of the m16n8 layout shared by mma.sync
+// and wgmma (element i of 8-key group j: row row0 + 8·(i / 2), key n0 + 2t + 8j + i % 2), read and
+// written through `s(j, i)`. `masked`: the tile is not proven fully visible, so the mask and bounds
+// apply per element; otherwise only the modification.
+template <class V, bool Causal, int Groups, class S>
+__device__ __forceinline__ void variant_fragment(const VariantArgs& a, const VariantAt& at, S&& s, int row0, int n0,
+                                                 int t, bool masked) {
+  if constexpr (kVariantScores<V>) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < Groups; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s(j, 2 * h + e);
+          x = variant_score<V, Causal>(a, at, x, row0 + 8 * h, n0 + 2 * t + 8 * j + e, masked);
+        }
+  }
+}
+
+// Whether a tile of rows [q0, q1] × keys [k0, k1] needs the per-element mask: it does unless the
+// variant's tile() proves every key visible (plain kernels: never, for the variant's part).
+template <class V>
+__device__ __forceinline__ bool variant_partial(const VariantArgs& a, const VariantAt& at, int q0, int q1, int k0,
+                                                int k1) {
+  if constexpr (V::kMask) return V::tile(a, at.batch, at.head, q0, q1, k0, k1, at.n_q, at.n_k) != 2;
+  return false;
+}
+
+// Narrows the tiles [first, end) to those from the first to the last that `empty(t0, t1)` (tiles
+// t0..t1 − 1 all proven empty) does not rule out. The scans step over 64, then 8, then single
+// tiles, so a window far from the start costs a few dozen tile() calls, not one per tile.
+template <class Empty>
+__device__ __forceinline__ void variant_narrow(int& first, int& end, Empty&& empty) {
+#pragma unroll 1
+  for (int step = 64; step >= 1; step /= 8)
+    while (first + step <= end && empty(first, first + step)) first += step;
+#pragma unroll 1
+  for (int step = 64; step >= 1; step /= 8)
+    while (end - step >= first && empty(end - step, end)) end -= step;
+}
+
+// The key tiles of BN keys [first, end) that rows [q0, q1] visit, narrowed by the mask.
+template <class V, int BN>
+__device__ __forceinline__ void variant_key_tiles(const VariantArgs& a, const VariantAt& at, int q0, int q1,
+                                                  int& first, int& end) {
+  if constexpr (V::kMask)
+    variant_narrow(first, end, [&](int t0, int t1) {
+      return V::tile(a, at.batch, at.head, q0, q1, t0 * BN, imin(t1 * BN, at.n_k) - 1, at.n_q, at.n_k) == 0;
+    });
+}
+
+// The query tiles of BM rows [first, end) that see some key of [k0, k1], narrowed by the mask
+// (the backward's key-major kernels).
+template <class V, int BM>
+__device__ __forceinline__ void variant_query_tiles(const VariantArgs& a, const VariantAt& at, int k0, int k1,
+                                                    int& first, int& end) {
+  if constexpr (V::kMask)
+    variant_narrow(first, end, [&](int t0, int t1) {
+      return V::tile(a, at.batch, at.head, t0 * BM, imin(t1 * BM, at.n_q) - 1, k0, k1, at.n_q, at.n_k) == 0;
+    });
+}
+
+// The backward's score step for one element (row, col) of raw score `raw`: P (into p, 0 where
+// masked) from the row's lse2, and the gradient with respect to the raw scaled score, dS =
+// P·(dP − delta)·f'(score); with `grads` (exactly one kernel of a backward call, once per
+// element) the learnable tensors' gradients P·(dP − delta)·∂f/∂t are added here.
+template <class V, bool Causal>
+__device__ __forceinline__ float variant_backward(const VariantArgs& a, const VariantAt& at, float raw, float lse2,
+                                                  float delta, float dp, int row, int col, bool check,
+                                                  float scale_log2, float& p, bool grads) {
+  const float modified = variant_score<V, Causal>(a, at, raw, row, col, check);
+  p = exp2_approx(fmaf(modified, scale_log2, -lse2));
+  float g = p * (dp - delta);
+  if (p != 0.f) {  // a visible row below n_q (masked keys and rows past n_q have P = 0)
+    if constexpr (V::kTensorGrads)
+      if (grads) V::tensor_grads(a, g, raw * at.scale, at.batch, at.head, row, col, at.n_q, at.n_k);
+    if constexpr (!V::kUnitSlope) g *= V::dscore(a, raw * at.scale, at.batch, at.head, row, col, at.n_q, at.n_k);
+  }
+  return g;
+}
+
+// The epilogue of one row: from its running max (raw units, −inf when no key was seen) and its
+// softmax sum l, the factor that O is multiplied by (1/l, or 0 when the row saw nothing) and the
+// natural-log LSE. With sinks, exp(sinks[head]) joins the denominator: a row that saw no key
+// then has O = 0 and LSE = the sink's logit.
+template <class V>
+__device__ __forceinline__ void variant_finish_row(const VariantArgs* a, int head, float row_max, float l,
+                                                   float scale_log2, float& inv_l, float& lse) {
+  if constexpr (V::kSinks) {
+    constexpr float kLog2e = 1.44269504088896341f;
+    const float m = l > 0.f ? row_max * scale_log2 : -infinity_f32();
+    const float s = a->sinks[head] * kLog2e;
+    const float top = fmaxf(m, s);
+    const float keep = exp2_approx(m - top);
+    const float total = l * keep + exp2_approx(s - top);
+    inv_l = keep / total;
+    lse = (top + log2_approx(total)) * kLn2;
+  } else {
+    inv_l = l > 0.f ? 1.f / l : 0.f;
+    lse = l > 0.f ? (row_max * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
+  }
+}
+
+}  // namespace kgen
