@@ -175,9 +175,9 @@ _VARIANT_KEYWORDS = frozenset(inspect.signature(_variant).parameters)
 
 def _variant_of(function: str, keywords: dict) -> _checks.Variant:
     """The variant of a call's variant keywords (**variant of `function`)."""
-    unknown = keywords.keys() - _VARIANT_KEYWORDS
+    unknown = sorted(key for key in keywords if key not in _VARIANT_KEYWORDS)  # traceable by torch.compile
     if unknown:
-        raise TypeError(f"{function}() got an unexpected keyword argument {min(unknown)!r}")
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r}")
     return _variant(**keywords)
 
 
