@@ -174,6 +174,13 @@ void convert_variant(const kgen_attention_variant* c, bool backward, VariantView
   }
 }
 
+// Sets `into` to the variant `c` converted (kept in `views`; unchanged for a null `c`).
+void set_variant(const kgen_attention_variant* c, bool backward, VariantViews& views, kgen::AttentionVariant& into) {
+  if (!c) return;
+  convert_variant(c, backward, views);
+  into = std::move(views.variant);  // its view pointers still refer to `views`
+}
+
 kgen::AttentionBackwardOptions backward_options(const kgen_attention_backward_options* o) {
   kgen::AttentionBackwardOptions opts;
   if (o) {
@@ -218,10 +225,7 @@ kgen_status kgen_attention_forward_variant(const DLTensor* q, const DLTensor* k,
     if (lse) lse_view = to_view(lse, "lse");
     kgen::AttentionOptions opts = forward_options(options);
     VariantViews views;
-    if (variant) {
-      convert_variant(variant, false, views);
-      opts.variant = std::move(views.variant);  // its view pointers still refer to `views`
-    }
+    set_variant(variant, false, views, opts.variant);
     kgen::attention_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, opts, stream);
   });
 }
@@ -229,11 +233,21 @@ kgen_status kgen_attention_forward_variant(const DLTensor* q, const DLTensor* k,
 kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
                                     const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk, DLTensor* dv,
                                     const kgen_attention_backward_options* options, void* stream) {
+  return kgen_attention_backward_variant(q, k, v, o, lse, d_o, dq, dk, dv, options, nullptr, stream);
+}
+
+kgen_status kgen_attention_backward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                            const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
+                                            DLTensor* dv, const kgen_attention_backward_options* options,
+                                            const kgen_attention_variant* variant, void* stream) {
   return guarded([&] {
     const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
                            lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o"), dqv = to_view(dq, "dq"),
                            dkv = to_view(dk, "dk"), dvv = to_view(dv, "dv");
-    kgen::attention_backward(qv, kv, vv, ov, lv, dov, dqv, dkv, dvv, backward_options(options), stream);
+    kgen::AttentionBackwardOptions opts = backward_options(options);
+    VariantViews views;
+    set_variant(variant, true, views, opts.variant);
+    kgen::attention_backward(qv, kv, vv, ov, lv, dov, dqv, dkv, dvv, opts, stream);
   });
 }
 

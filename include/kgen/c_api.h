@@ -47,7 +47,8 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
                                    const kgen_attention_options* options, void* stream);
 
 /* --- Attention variants (docs/attention.md §8 and its "Variants from C and Python") ---------------------
- * Presets and a user's score/mask modification, composed, for kgen_attention_forward_variant.
+ * Presets and a user's score/mask modification, composed, for kgen_attention_forward_variant and
+ * kgen_attention_backward_variant.
  * Fill the struct with kgen_attention_variant_init first: a zeroed struct is not plain attention
  * (a window side or a prefix of 0 keys is a valid size). Every preset keys off kgen's bottom-right
  * alignment: query q sits at key position q' = q + n_k - n_q. Variant tensors live on q's device,
@@ -119,6 +120,20 @@ typedef struct kgen_attention_backward_options {
 kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
                                     const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk, DLTensor* dv,
                                     const kgen_attention_backward_options* options, void* stream);
+
+/* kgen_attention_backward of a kgen_attention_forward_variant call: dq, dk, dv as there, plus the
+ * variant's gradients, fp32 and zeroed by kgen before it accumulates into them: ∂L/∂sinks into
+ * variant->sinks_grad (required with sinks: float32 (h_q), contiguous) and ∂L/∂t into the `grad`
+ * of each tensor marked learnable (float32, t's shape, contiguous; a learnable tensor must be
+ * float32). alibi_slopes, document_ids and tensors not marked learnable get no gradient. The
+ * variant and options->scale/causal must be the forward's. variant == NULL is plain attention
+ * (exactly kgen_attention_backward). Errors as kgen_attention_forward_variant's, the gradient
+ * fields named as "variant.sinks_grad: ..." and "variant.tensors[bias].grad: ...". The double
+ * backward of variants is not available yet. */
+kgen_status kgen_attention_backward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                            const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
+                                            DLTensor* dv, const kgen_attention_backward_options* options,
+                                            const kgen_attention_variant* variant, void* stream);
 
 /* Second-order gradients (docs/attention.md §4): given cotangents gq (like q), gk, gv (like k) of the
  * backward's dq, dk, dv (any may be NULL = zero), writes q_bar, k_bar, v_bar, do_bar, the
