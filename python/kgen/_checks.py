@@ -266,14 +266,19 @@ def _variant_view(t: torch.Tensor, name: str, index_ok: bool) -> View:
     return v
 
 
-def _variant_views(variant: Variant) -> dict:
-    """The variant's tensors converted in kgen_attention_variant's order (None stays None)."""
+def _variant_views(variant: Variant, sinks_grad=None, tensor_grads=()) -> dict:
+    """The variant's tensors converted in kgen_attention_variant's order (None stays None), with
+    the backward's gradient buffers: sinks_grad and tensor_grads[i] of variant.tensors[i]."""
     out = {}
     for field, index_ok in (("alibi_slopes", False), ("document_ids", True), ("sinks", False)):
         t = getattr(variant, field)
         out[field] = None if t is None else _variant_view(t, f"variant.{field}", index_ok)
-    out["tensors"] = [_variant_view(t, f"variant.tensors[{name}]", True)
-                      for name, t in zip(variant.tensor_names, variant.tensors)]
+    out["sinks_grad"] = None if sinks_grad is None else _variant_view(sinks_grad, "variant.sinks_grad", False)
+    out["tensors"], out["grads"] = [], []
+    grads = list(tensor_grads) + [None] * (len(variant.tensors) - len(tensor_grads))
+    for name, t, grad in zip(variant.tensor_names, variant.tensors, grads):
+        out["tensors"].append(_variant_view(t, f"variant.tensors[{name}]", True))
+        out["grads"].append(None if grad is None else _variant_view(grad, f"variant.tensors[{name}].grad", False))
     return out
 
 
@@ -299,9 +304,20 @@ def _variant_range(name: str, x: int, low: int) -> None:
         invalid(f"variant.{name}: {x} must be in [{low}, 2^30]")
 
 
-def _variant(variant: Variant, views: dict, q: View, k: View) -> None:
-    """resolve_attention_variant's checks (ops/attention_variant.cpp) of a forward, in its order;
-    what needs the expression parser (names, types, syntax) is left to the library."""
+def _contiguous(t: View) -> bool:
+    expect = 1
+    for size, stride in reversed(list(zip(t.shape, t.strides))):
+        if size > 1 and stride != expect:
+            return False
+        expect *= size
+    return True
+
+
+def _variant(variant: Variant, views: dict, q: View, k: View, learnable=None) -> None:
+    """resolve_attention_variant's checks (ops/attention_variant.cpp) of a forward, or of a
+    backward with `learnable` (one flag per tensor), in its order; what needs the expression
+    parser (names, types, syntax) is left to the library."""
+    backward = learnable is not None
     batch, heads_q, n_k = q.shape[0], q.shape[1], k.shape[2]
     left, right = variant.window_left, variant.window_right
     requested = (variant.causal_top_left or left >= 0 or right >= 0 or variant.softcap != 0 or
@@ -325,6 +341,9 @@ def _variant(variant: Variant, views: dict, q: View, k: View) -> None:
     if variant.chunk != 0:
         _variant_range("chunk", variant.chunk, 1)
     if views["document_ids"] is not None:
+        if q.shape[2] > n_k:
+            invalid(f"variant.document_ids: needs n_q <= n_k (query q is key q + n_k - n_q), got n_q={q.shape[2]} "
+                    f"and n_k={n_k}")
         _variant_tensor(views["document_ids"], torch.int32, 2, q)
         _variant_shape(views["document_ids"], (batch, n_k), "(batch, n_k)")
     sinks = views["sinks"]
@@ -333,20 +352,42 @@ def _variant(variant: Variant, views: dict, q: View, k: View) -> None:
         _variant_shape(sinks, (heads_q,), "(heads_q)")
         if sinks.shape[0] > 1 and sinks.strides[0] != 1:
             invalid("variant.sinks: must be contiguous")
+        if backward:
+            grad = views["sinks_grad"]
+            if grad is None:
+                invalid("variant.sinks_grad: the backward of a call with sinks needs sinks_grad")
+            _variant_tensor(grad, torch.float32, 1, q)
+            _variant_shape(grad, (heads_q,), "(heads_q)")
+            if grad.shape[0] > 1 and grad.strides[0] != 1:
+                invalid("variant.sinks_grad: must be contiguous")
     for name, value, integer in zip(variant.scalar_names, variant.scalar_values, variant.scalar_integer):
         if not math.isfinite(value):
             invalid(f"variant.scalars[{name}]: value must be finite")
         if integer and (value != math.floor(value) or abs(value) > 2147483647.0):
             invalid(f"variant.scalars[{name}]: an integer scalar needs an integral value within int32, got {value:f}")
-    for t in views["tensors"]:
+    learnable = learnable or (False,) * len(views["tensors"])
+    for t, learns in zip(views["tensors"], learnable):
         if t.dtype not in (torch.float32, torch.int32):
             invalid(f"{t.name}: dtype {_NAMES[t.dtype]} must be fp32 or int32")
         _variant_tensor(t, t.dtype, t.ndim, q)
+        if learns and t.dtype != torch.float32:
+            invalid(f"{t.name}: a learnable tensor must be fp32")
     presets = (variant.causal_top_left or left >= 0 or right >= 0 or variant.softcap != 0 or
                views["alibi_slopes"] is not None or variant.prefix != -1 or variant.chunk != 0 or
                views["document_ids"] is not None)
     if not (variant.score_mod or variant.mask_mod or presets) and (variant.scalar_names or variant.tensor_names):
         invalid("variant.scalars: inputs were given but no score_mod or mask_mod reads them")
+    if not backward:
+        return
+    for t, grad in zip(views["tensors"], views["grads"]):
+        if grad is None:  # not learnable
+            continue
+        name = f"{t.name}.grad"
+        _variant_tensor(grad, torch.float32, t.ndim, q)
+        if grad.shape != t.shape:
+            invalid(f"{name}: shape {shape_text(grad.shape)} must be the tensor's {shape_text(t.shape)}")
+        if not _contiguous(grad):
+            invalid(f"{name}: must be contiguous")
 
 
 def attention_forward_variant(q, k, v, o, lse, scale: float, swap: bool, variant: Variant) -> None:
@@ -355,6 +396,19 @@ def attention_forward_variant(q, k, v, o, lse, scale: float, swap: bool, variant
     variant_views = _variant_views(variant)
     _attention_forward(a["q"], a["k"], a["v"], a["o"], a["lse"], scale)
     _variant(variant, variant_views, a["q"], a["k"])
+
+
+def attention_backward_variant(q, k, v, o, lse, d_o, dq, dk, dv, scale: float, swap: bool, variant: Variant,
+                               sinks_grad, tensor_grads) -> None:
+    """kgen_attention_backward_variant's checks: tensor_grads[i] is the gradient buffer of
+    variant.tensors[i], which learns if it is not None."""
+    a = views(dict(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=dq, dk=dk, dv=dv), swap)
+    variant_views = _variant_views(variant, sinks_grad, tensor_grads)
+    _gradient_inputs(a, scale)
+    learnable = [g is not None for g in variant_views["grads"]]
+    _variant(variant, variant_views, a["q"], a["k"], learnable)
+    for name, like in (("dq", "q"), ("dk", "k"), ("dv", "k")):
+        _gradient_output(a, name, like)
 
 
 # --- LRPE-cosine (ops/lrpe.cpp validate_lrpe) ----------------------------------------------------------

@@ -83,10 +83,11 @@ def _pack(options_format: str, options: tuple, tensors, swap: bool):
     return frame, addresses, None
 
 
-def _launch(function: str, options_format: str, options: tuple, tensors, swap: bool) -> None:
-    """C `function(tensors..., &options, stream)` on the current stream of the first tensor's device."""
+def _launch(function: str, options_format: str, options: tuple, tensors, swap: bool, *extra) -> None:
+    """C `function(tensors..., &options, extra..., stream)` on the current stream of the first
+    tensor's device."""
     frame, addresses, keep = _pack(options_format, options, tensors, swap)
-    status = _lib.function(function)(*addresses, frame.options, _stream(tensors[0].get_device()))
+    status = _lib.function(function)(*addresses, frame.options, *extra, _stream(tensors[0].get_device()))
     del keep  # the exported descriptors, read by the call
     if status:
         _lib.raise_error(function, status)
@@ -200,8 +201,9 @@ def _variant_tensor(t) -> _lib.DLTensor:
     return _lib.dltensor(t.data_ptr(), t.shape, t.stride(), _checks.dl_dtype(t.dtype), (device_type, max(device, 0)))
 
 
-def _variant_struct(variant: _checks.Variant):
-    """(kgen_attention_variant, what must live until the call returns)."""
+def _variant_struct(variant: _checks.Variant, sinks_grad=None, tensor_grads=()):
+    """(kgen_attention_variant, what must live until the call returns). The backward's gradient
+    buffers: sinks_grad, and tensor_grads[i] for variant.tensors[i] (learnable if not None)."""
     keep = []
 
     def address(t):
@@ -215,7 +217,7 @@ def _variant_struct(variant: _checks.Variant):
                               window_right=variant.window_right, softcap=float(variant.softcap),
                               alibi_slopes=address(variant.alibi_slopes), prefix=variant.prefix,
                               chunk=variant.chunk, document_ids=address(variant.document_ids),
-                              sinks=address(variant.sinks),
+                              sinks=address(variant.sinks), sinks_grad=address(sinks_grad),
                               score_mod=variant.score_mod.encode() if variant.score_mod else None,
                               mask_mod=variant.mask_mod.encode() if variant.mask_mod else None)
     if variant.scalar_names:
@@ -225,9 +227,10 @@ def _variant_struct(variant: _checks.Variant):
         keep.append(scalars)
         c.scalars, c.num_scalars = ctypes.addressof(scalars), len(scalars)
     if variant.tensor_names:
+        grads = list(tensor_grads) + [None] * (len(variant.tensors) - len(tensor_grads))
         tensors = (_lib.VariantTensor * len(variant.tensor_names))(
-            *[_lib.VariantTensor(name.encode(), address(t), 0, None)
-              for name, t in zip(variant.tensor_names, variant.tensors)])
+            *[_lib.VariantTensor(name.encode(), address(t), int(g is not None), address(g))
+              for name, t, g in zip(variant.tensor_names, variant.tensors, grads)])
         keep.append(tensors)
         c.tensors, c.num_tensors = ctypes.addressof(tensors), len(tensors)
     return c, keep
@@ -235,14 +238,10 @@ def _variant_struct(variant: _checks.Variant):
 
 def variant_forward_out(q, k, v, out, lse, scale, causal, layout, variant: _checks.Variant) -> None:
     """kgen_attention_forward_variant on the current stream: writes out (and lse unless None)."""
-    swap = _swap(layout)
-    c, keep_variant = _variant_struct(variant)
-    frame, addresses, keep = _pack(_lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, k, v, out, lse), swap)
-    status = _lib.function("kgen_attention_forward_variant")(*addresses, frame.options, ctypes.addressof(c),
-                                                             _stream(q.get_device()))
-    del keep, keep_variant  # the descriptors, read by the call
-    if status:
-        _lib.raise_error("kgen_attention_forward_variant", status)
+    c, keep = _variant_struct(variant)
+    _launch("kgen_attention_forward_variant", _lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, k, v, out, lse),
+            _swap(layout), ctypes.addressof(c))
+    del keep  # the variant's descriptors, read by the call
 
 
 def variant_forward(q, k, v, scale, causal, layout, variant: _checks.Variant, with_lse: bool = True):
@@ -288,6 +287,55 @@ def attention_backward(q, k, v, o, lse, d_o, scale=None, causal=False, layout="b
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, layout, deterministic, config)
     return dq, dk, dv
+
+
+def _learnable(variant: _checks.Variant, tensor_learnable) -> tuple:
+    """One flag per variant tensor: whether it gets a gradient (None or empty: none does)."""
+    if not tensor_learnable:
+        return (False,) * len(variant.tensors)
+    if len(tensor_learnable) != len(variant.tensors):
+        raise ValueError(f"tensor_learnable must have one entry per tensor, got {len(tensor_learnable)} for "
+                         f"{len(variant.tensors)} tensors")
+    return tuple(bool(x) for x in tensor_learnable)
+
+
+def _variant_backward_outputs(q, k, v, variant: _checks.Variant, learnable: tuple):
+    """dq, dk, dv (like q, k, v), sinks_grad (float32 like sinks, or (0,) without sinks) and the
+    learnable tensors' gradients (float32, each tensor's shape, contiguous)."""
+    sinks_shape = (0,) if variant.sinks is None else variant.sinks.shape
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            q.new_empty(sinks_shape, dtype=torch.float32),
+            [t.new_empty(t.shape, dtype=torch.float32) for t, grad in zip(variant.tensors, learnable) if grad])
+
+
+def _tensor_grads(learnable: tuple, grads) -> list:
+    """The gradient buffer of each variant tensor, None where it does not learn."""
+    grads = iter(grads)
+    return [next(grads) if grad else None for grad in learnable]
+
+
+def variant_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, sinks_grad, tensor_grads, scale, causal, layout,
+                         deterministic, config, variant: _checks.Variant) -> None:
+    """kgen_attention_backward_variant on the current stream: writes dq, dk, dv, sinks_grad (with
+    sinks) and tensor_grads[i] for each variant tensor i whose entry is not None (it learns)."""
+    swap = _swap(layout)
+    c, keep = _variant_struct(variant, sinks_grad, tensor_grads)
+    scratch, address, nbytes = _gradient_scratch(q, swap, deterministic, False)
+    _launch("kgen_attention_backward_variant", _lib.ATTENTION_BACKWARD_OPTIONS,
+            _gradient_options(scale, causal, deterministic, address, nbytes, config),
+            (q, k, v, o, lse, _dense(d_o), dq, dk, dv), swap, ctypes.addressof(c))
+    del scratch, keep
+
+
+def attention_backward_variant(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd", deterministic=False,
+                               config=None, tensor_learnable=None, *variant, **named):
+    """The operator's kernel: (dq, dk, dv, sinks_grad, [gradient of each learnable tensor])."""
+    variant = _variant(variant, named)
+    learnable = _learnable(variant, tensor_learnable)
+    dq, dk, dv, sinks_grad, grads = _variant_backward_outputs(q, k, v, variant, learnable)
+    variant_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, None if variant.sinks is None else sinks_grad,
+                         _tensor_grads(learnable, grads), scale, causal, layout, deterministic, config, variant)
+    return dq, dk, dv, sinks_grad, grads
 
 
 def _double_backward_outputs(q, k, v):

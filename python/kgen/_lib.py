@@ -140,6 +140,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_forward_variant": (ctypes.c_int, [_P] * 8),
     "kgen_attention_variant_init": (None, [_P]),
     "kgen_attention_backward": (ctypes.c_int, [_P] * 11),
+    "kgen_attention_backward_variant": (ctypes.c_int, [_P] * 12),
     "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),
     "kgen_attention_backward_workspace_bytes": (ctypes.c_int, [_P, _P, ctypes.c_int, _SIZE]),
     "kgen_lrpe_workspace_bytes": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, _SIZE]),

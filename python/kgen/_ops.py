@@ -16,6 +16,8 @@ torch.compile traces them as leaves of the forward and backward graphs.
                               config) -> (q_bar, k_bar, v_bar, do_bar)
     attention_forward_variant(q, k, v, scale, causal, layout, <variant>) -> (o, lse)
     attention_forward_variant_out(q, k, v, out!, lse!?, scale, causal, layout, <variant>) -> ()
+    attention_backward_variant(q, k, v, o, lse, d_o, scale, causal, layout, deterministic, config,
+                               tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad, tensor_grads[])
     lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None) -> o
     lrpe_cosine_backward(x, theta, d_o, offset, act, layout, config) -> dx
     md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None) -> o
@@ -26,10 +28,13 @@ Attention tensors are (b, h, n, d) for layout "bhnd" or (b, n, h, d) for "bnhd" 
 with a contiguous last dim), LRPE tensors also (b, n, d). scale None means 1/sqrt(d). act is the
 library's name: none, relu, sigmoid, silu, softmax (over the features) or softmax_seq (over the
 sequence). <variant> is an attention variant, the fields of c_api.h's kgen_attention_variant
-in its order (_checks.Variant; the forward only): causal_top_left=False, window_left=-1,
+in its order (_checks.Variant): causal_top_left=False, window_left=-1,
 window_right=-1, softcap=0.0, alibi_slopes?, prefix=-1, chunk=0, document_ids?, sinks?,
 score_mod?, mask_mod?, str[]? scalar_names, float[]? scalar_values, bool[]? scalar_integer,
-str[]? tensor_names, Tensor[]? tensors (None = none). theta is float32 (h or 1, d or 1), or (h or 1, e) for md. config None lets kgen
+str[]? tensor_names, Tensor[]? tensors (None = none). attention_backward_variant's bool[]?
+tensor_learnable flags, one per tensor, those that get a gradient (fp32 ones; None = none):
+tensor_grads holds theirs in order (fp32, each tensor's shape, contiguous); sinks_grad is fp32 (h_q) with sinks, else an
+empty (0,) tensor. theta is float32 (h or 1, d or 1), or (h or 1, e) for md. config None lets kgen
 choose. Outputs are allocated like the tensor they mirror (o like q, dk like k); lse is float32
 (b, h, n_q); angles float32 (h, n, d). `!` marks a written argument, `?` an optional one.
 
@@ -136,6 +141,17 @@ def _fake_attention_forward_variant(q, k, v, scale=None, causal=False, layout="b
     return o, lse
 
 
+def _fake_attention_backward_variant(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd",
+                                     deterministic=False, config=None, tensor_learnable=None, *variant, **named):
+    variant = K._variant(variant, named)
+    learnable = K._learnable(variant, tensor_learnable)
+    dq, dk, dv, sinks_grad, grads = K._variant_backward_outputs(q, k, v, variant, learnable)
+    _checks.attention_backward_variant(q, k, v, o, lse, K._dense(d_o), dq, dk, dv, K._scale(scale), K._swap(layout),
+                                       variant, None if variant.sinks is None else sinks_grad,
+                                       K._tensor_grads(learnable, grads))
+    return dq, dk, dv, sinks_grad, grads
+
+
 _register(f"attention_forward(Tensor q, Tensor k, Tensor v, {_ATTENTION}) -> (Tensor, Tensor)",
           K.attention_forward, _fake_attention_forward, cast=(0, 1, 2))
 _register(f"attention_forward_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}) -> ()",
@@ -144,6 +160,9 @@ _register(f"attention_forward_variant(Tensor q, Tensor k, Tensor v, {_ATTENTION}
           K.attention_forward_variant, _fake_attention_forward_variant, cast=(0, 1, 2))
 _register(f"attention_forward_variant_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}, "
           f"{_VARIANT}) -> ()", K.attention_forward_variant_out, _fake_attention_forward_variant_out)
+_register("attention_backward_variant(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
+          f"{_GRADIENT}, bool[]? tensor_learnable=None, {_VARIANT}) -> (Tensor, Tensor, Tensor, Tensor, Tensor[])",
+          K.attention_backward_variant, _fake_attention_backward_variant)
 _register("attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
           f"{_GRADIENT}) -> (Tensor, Tensor, Tensor)", K.attention_backward, _fake_attention_backward)
 _register("attention_backward_out(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, Tensor(a!) dq, "

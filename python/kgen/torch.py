@@ -4,7 +4,8 @@
 backward kernels and is itself differentiable through kgen's double-backward kernels.
 attention_forward/backward/double_backward are the raw operators (autograd does not see them).
 attention and attention_forward also take attention variants (sliding windows, softcap, ALiBi,
-sinks, prefix-LM, chunks, documents and score/mask expressions), forward only so far.
+sinks, prefix-LM, chunks, documents and score/mask expressions); attention's gradients flow
+through them (to q, k, v, the sinks and learnable expression tensors), its double backward not yet.
 lrpe_cosine and md_lrpe_cosine are autograd Functions whose backward runs kgen's backward kernels
 (theta gets no gradient, as in the reference library).
 
@@ -54,6 +55,7 @@ _FORWARD, _FORWARD_OUT = _op("attention_forward"), _op("attention_forward_out")
 _BACKWARD, _BACKWARD_OUT = _op("attention_backward"), _op("attention_backward_out")
 _DOUBLE_BACKWARD = _op("attention_double_backward")
 _FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("attention_forward_variant_out")
+_BACKWARD_VARIANT = _op("attention_backward_variant")
 _LRPE_FORWARD, _LRPE_BACKWARD = _op("lrpe_cosine_forward"), _op("lrpe_cosine_backward")
 _MD_LRPE_FORWARD, _MD_LRPE_FORWARD_CACHED = _op("md_lrpe_cosine_forward"), _op("md_lrpe_cosine_forward_cached")
 _MD_LRPE_BACKWARD = _op("md_lrpe_cosine_backward")
@@ -150,24 +152,6 @@ def _variant_forward(q, k, v, causal, scale, layout, variant: _checks.Variant, o
     else:
         _FORWARD_VARIANT_OUT[1](q, k, v, out, lse, scale, causal, layout, *variant)
     return (out, lse) if return_lse else out
-
-
-def _variant_asked(variant: _checks.Variant) -> str:
-    """The variant's keyword arguments as a caller wrote them, for messages."""
-    asked = []
-    if variant.window_left != -1 or variant.window_right != -1:
-        asked.append(f"window=({variant.window_left}, {variant.window_right})")
-    for field, plain in (("softcap", 0.0), ("causal_top_left", False), ("prefix", -1), ("chunk", 0),
-                         ("score_mod", None), ("mask_mod", None)):
-        if getattr(variant, field) != plain:
-            asked.append(f"{field}={getattr(variant, field)!r}")
-    asked += [f"{field}=<tensor>" for field in ("alibi_slopes", "document_ids", "sinks")
-              if getattr(variant, field) is not None]
-    if variant.scalar_names:
-        asked.append(f"scalars={dict(zip(variant.scalar_names, variant.scalar_values))}")
-    if variant.tensor_names:
-        asked.append(f"tensors={list(variant.tensor_names)}")
-    return ", ".join(asked) or "no variant"
 
 
 _VARIANT_KEYWORDS = frozenset(inspect.signature(_variant).parameters)
@@ -306,6 +290,93 @@ class _Attention(torch.autograd.Function):
         return dq, dk, dv, None, None, None, None
 
 
+# --- the autograd of attention variants -------------------------------------------------------------
+
+_NO_DOUBLE_BACKWARD = ("kgen.torch.attention: the double backward of attention variants is not available yet "
+                       "(plain and causal attention have one)")
+
+
+def _variant_constants(variant: _checks.Variant) -> tuple:
+    """The variant's fields other than its tensors, in _checks.Variant's order: what an autograd
+    Function keeps on its ctx (its tensors are the Function's inputs and saved tensors)."""
+    return (variant.causal_top_left, variant.window_left, variant.window_right, variant.softcap, variant.prefix,
+            variant.chunk, variant.score_mod, variant.mask_mod, tuple(variant.scalar_names),
+            tuple(variant.scalar_values), tuple(variant.scalar_integer), tuple(variant.tensor_names))
+
+
+def _variant_from(constants: tuple, alibi_slopes, document_ids, sinks, tensors) -> _checks.Variant:
+    """The variant of _variant_constants' fields and its tensors."""
+    (causal_top_left, window_left, window_right, softcap, prefix, chunk, score_mod, mask_mod, scalar_names,
+     scalar_values, scalar_integer, tensor_names) = constants
+    return _checks.Variant(causal_top_left, window_left, window_right, softcap, alibi_slopes, prefix, chunk,
+                           document_ids, sinks, score_mod, mask_mod, list(scalar_names), list(scalar_values),
+                           list(scalar_integer), list(tensor_names), list(tensors))
+
+
+class _AttentionVariantBackward(torch.autograd.Function):
+    """The operator attention_backward_variant (its arguments) -> (dq, dk, dv, sinks_grad, *tensor
+    grads) where autograd records it (create_graph=True): differentiating these gradients again,
+    the double backward of variants, raises NotImplementedError."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        ctx.set_materialize_grads(False)
+        ctx.inputs = len(args)
+        dq, dk, dv, sinks_grad, grads = _run(_BACKWARD_VARIANT, *args)
+        return (dq, dk, dv, sinks_grad, *grads)
+
+    @staticmethod
+    def backward(ctx, *cotangents):
+        if any(g is not None for g in cotangents):
+            raise NotImplementedError(_NO_DOUBLE_BACKWARD)
+        return (None,) * ctx.inputs
+
+
+class _AttentionVariant(torch.autograd.Function):
+    """(q, k, v, alibi_slopes, document_ids, sinks, *tensors) -> o of a variant. Its backward runs
+    kgen's variant backward: dq, dk, dv, the sinks' gradient and the gradients of the tensors
+    flagged in `learnable`; alibi_slopes, document_ids and the other tensors get none."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, layout, deterministic, constants, learnable, alibi_slopes, document_ids,
+                sinks, *tensors):
+        ctx.set_materialize_grads(False)
+        variant = _variant_from(constants, alibi_slopes, document_ids, sinks, tensors)
+        o, lse = _variant_forward(q, k, v, causal, scale, layout, variant, None, None, True)
+        ctx.save_for_backward(q, k, v, o, lse, alibi_slopes, document_ids, sinks, *tensors)
+        ctx.options = (causal, scale, layout, deterministic, constants, learnable)
+        return o
+
+    @staticmethod
+    def backward(ctx, d_o):
+        causal, scale, layout, deterministic, constants, learnable = ctx.options
+        if d_o is None:
+            return (None,) * (12 + len(learnable))
+        q, k, v, o, lse, alibi_slopes, document_ids, sinks, *tensors = ctx.saved_tensors
+        args = (q, k, v, o, lse, d_o, scale, causal, layout, deterministic, None, learnable,
+                *_variant_from(constants, alibi_slopes, document_ids, sinks, tensors))
+        if torch.is_grad_enabled():  # create_graph: a node that refuses the double backward
+            dq, dk, dv, sinks_grad, *grads = _AttentionVariantBackward.apply(*args)
+        else:
+            dq, dk, dv, sinks_grad, grads = _run(_BACKWARD_VARIANT, *args)
+        grads = iter(grads)
+        tensor_grads = [next(grads) if learns else None for learns in learnable]
+        return (dq, dk, dv, None, None, None, None, None, None, None, None, None if sinks is None else sinks_grad,
+                *tensor_grads)
+
+
+def _variant_attention(q, k, v, causal, scale, layout, deterministic, variant: _checks.Variant):
+    """kgen.torch.attention's variant path (q, k, v already autocast): the autograd Function when
+    autograd records the call (an input that gets a gradient requires one), else the forward alone."""
+    learnable = tuple(t.requires_grad and t.dtype == torch.float32 for t in variant.tensors)
+    sinks = variant.sinks
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or any(learnable) or
+                                    (sinks is not None and sinks.requires_grad)):
+        return _AttentionVariant.apply(q, k, v, causal, scale, layout, deterministic, _variant_constants(variant),
+                                       learnable, variant.alibi_slopes, variant.document_ids, sinks, *variant.tensors)
+    return _variant_forward(q, k, v, causal, scale, layout, variant, None, None, False)
+
+
 @_with_variant_keywords
 def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layout: str = "bhnd",
               deterministic: bool = False, **variant):
@@ -333,19 +404,20 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
       the `tensors` (a dict of names to fp32 or int32 tensors on q's device, indexed t[i][j]),
       e.g. score_mod="score + bias[h][q - k + 4095]", mask_mod="doc[b][q] == doc[b][k]".
     A kernel is compiled once per distinct variant, then cached; scalar values and tensor
-    contents do not recompile. Only the forward runs variants yet: a call with a variant that
-    autograd would record (grad mode on and an input that requires grad) raises
-    NotImplementedError; use it under torch.no_grad() or torch.inference_mode()."""
+    contents do not recompile.
+
+    Gradients flow through a variant (the operator torch.ops.kgen.attention_backward_variant, which
+    torch.compile traces like the forward): loss.backward() gives q, k and v their gradients, and,
+    where they require grad, `sinks` (fp32 (h_q,)) and each fp32 tensor of `tensors` (a learnable
+    table such as the bias above; a bias constant along each query row has gradient 0). alibi_slopes
+    are constants of the preset and document_ids integers: neither gets a gradient (a learnable
+    slope is a score_mod such as "score - s[h] * abs(q + n_k - n_q - k)" with tensors={"s": s}).
+    The double backward of variants is not available yet: differentiating the gradients again
+    (create_graph=True, then a second grad) raises NotImplementedError."""
     _check_types("q k v", q, k, v)
     q, k, v = _autocast(q, k, v)
     if variant:  # the plain path's one extra step
-        variant = _variant_of("attention", variant)
-        inputs = (q, k, v, variant.alibi_slopes, variant.sinks, *variant.tensors)
-        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
-            raise NotImplementedError(f"kgen.torch.attention: the backward of attention variants is not available "
-                                      f"yet, and gradients were asked through {_variant_asked(variant)}; run the "
-                                      f"forward under torch.no_grad() or drop the variant")
-        return _variant_forward(q, k, v, causal, scale, layout, variant, None, None, False)
+        return _variant_attention(q, k, v, causal, scale, layout, deterministic, _variant_of("attention", variant))
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _Attention.apply(q, k, v, causal, scale, layout, deterministic)
     return _forward(q, k, v, scale, causal, layout, False)[0]  # no autograd bookkeeping when none is recorded
