@@ -1,8 +1,10 @@
 """GPU tests of attention variants through kgen.torch: o and lse of every preset and of user
 expressions against a float64 reference built here from the formulas (docs/attention.md §8), with
-the pass rule of docs/attention.md §5.2 including the row rule, on NaN-poisoned outputs; and
-kgen's error against PyTorch FlexAttention's for the same variant where FlexAttention runs.
-Skipped unless PyTorch with CUDA and libkgen.so are available."""
+the pass rule of docs/attention.md §5.2 including the row rule, on NaN-poisoned outputs; kgen's
+error against PyTorch FlexAttention's for the same variant where FlexAttention runs; and the
+gradients of kgen.torch.attention with a variant (q, k, v, sinks, learnable tensors) against
+float64 autograd through the same reference. Skipped unless PyTorch with CUDA and libkgen.so are
+available."""
 import math
 from dataclasses import dataclass, field
 from typing import Callable
@@ -15,7 +17,8 @@ if not torch.cuda.is_available():
 
 import kgen  # noqa: E402
 import kgen.torch  # noqa: E402
-from kgen.testing import REL_L2_BOUND, TOLERANCE, check_attention  # noqa: E402
+from kgen import _kernels  # noqa: E402
+from kgen.testing import REL_L2_BOUND, TOLERANCE, check_attention, compare  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("kgen_library")
 
@@ -123,6 +126,18 @@ def make_case(name, n_q, n_k):
         b2 = torch.randn(h, generator=_generator(9), device=DEVICE)
         return Case(dict(score_mod="tanh(score / c) * c + b2[h]", scalars={"c": 20.0}, tensors={"b2": b2}),
                     score=lambda s, b, hh, q, k, t: torch.tanh(s / 20.0) * 20.0 + t["b2"][hh], tensors={"b2": b2})
+    if name == "tanh_key_bias":  # a bias that varies along the keys: its gradient is not 0
+        b2 = 0.25 * torch.randn(h, 8, generator=_generator(10), device=DEVICE)
+        return Case(dict(score_mod="tanh(score / c) * c + b2[h][k % 8]", scalars={"c": 20.0}, tensors={"b2": b2}),
+                    score=lambda s, b, hh, q, k, t: torch.tanh(s / 20.0) * 20.0 + t["b2"][hh, k % 8],
+                    tensors={"b2": b2})
+    if name == "bias_sinks_window":
+        bias = 0.5 * torch.randn(h, 8191, generator=_generator(11), device=DEVICE)
+        sinks = torch.randn(h, generator=_generator(12), device=DEVICE)
+        return Case(dict(window=(96, 0), sinks=sinks, score_mod="score + bias[h][q - k + 4095]", tensors={"bias": bias}),
+                    score=lambda s, b, hh, q, k, t: s + t["bias"][hh, q - k + 4095],
+                    mask=lambda b, hh, q, k, t: (k >= q + diag - 96) & (k <= q + diag), tensors={"bias": bias},
+                    sinks=sinks)
     if name == "document_mask_mod":
         doc = _documents(BATCH, n_k, 3 * n_k)
         return Case(dict(mask_mod="doc[b][q] == doc[b][k]", tensors={"doc": doc}),
@@ -147,15 +162,20 @@ def _grids(n_q, n_k):
             arange(n_k)[None, None, None, :])
 
 
-def reference(q, k, v, case: Case, scale):
+def reference(q, k, v, case: Case, scale, leaves=None):
     """(o, lse) in float64 of logical (b, h, n, d) q, k, v: scores scale·q·kᵀ, the modification,
     the masks (causal bottom-right, the variant's), softmax with the sink as one more logit per
-    row; a row that sees nothing gets o = 0 and lse = -inf, or lse = its sink with sinks."""
+    row; a row that sees nothing gets o = 0 and lse = -inf, or lse = its sink with sinks.
+    Differentiable (no NaN in any gradient) in q, k, v and in `leaves`, float64 tensors that
+    stand for the case's tensors and "sinks" of the same names."""
     n_q, n_k = q.shape[2], k.shape[2]
     group = q.shape[1] // k.shape[1]
     q64 = q.double()
     k64, v64 = (t.double().repeat_interleave(group, dim=1) for t in (k, v))
+    leaves = leaves or {}
     t = {name: x.double() if x.is_floating_point() else x for name, x in case.tensors.items()}
+    t.update({name: x for name, x in leaves.items() if name != "sinks"})
+    sinks = leaves.get("sinks", case.sinks)
     b, h, qi, ki = _grids(n_q, n_k)
     s = (q64 @ k64.transpose(-1, -2)) * scale
     if case.score is not None:
@@ -166,13 +186,15 @@ def reference(q, k, v, case: Case, scale):
     if case.mask is not None:
         visible &= case.mask(b, h, qi, ki, t)
     s = s.masked_fill(~visible, -math.inf)
-    if case.sinks is not None:
-        sink = case.sinks.double()[None, :, None, None].expand(s.shape[0], -1, n_q, 1)
+    if sinks is not None:
+        sink = sinks.double()[None, :, None, None].expand(s.shape[0], -1, n_q, 1)
         s = torch.cat([s, sink], dim=-1)
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None])
-    o = p[..., :n_k] @ v64
-    return o, lse
+    m = s.detach().amax(-1, keepdim=True)
+    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)  # a row that sees nothing: p = 0
+    p = torch.exp(s - m)
+    l = p.sum(-1, keepdim=True)
+    o = (p[..., :n_k] @ v64) / torch.where(l == 0, torch.ones_like(l), l)
+    return o, (m + torch.log(l)).squeeze(-1)
 
 
 def row_errors(out, ref):
@@ -356,3 +378,195 @@ def test_variant_error_against_flex_attention(name, dtype, n_q, n_k):
     flex_error = float((o_flex.double() - o_ref).abs().max())
     assert kgen_error <= 1.5 * flex_error + FLEX_FLOOR[dtype], \
         f"{name} {dtype}: kgen's max-abs error {kgen_error:.2e}, FlexAttention's {flex_error:.2e}"
+
+
+# --- gradients: kgen.torch.attention's backward against float64 autograd ------------------------------
+
+# rel_l2 bounds of the sinks' and learnable tensors' gradients: each element sums dS over many
+# (b, q, k), accumulated in fp32 in any order, so an fp32 run gets 1e-4 rather than dq's 1e-5.
+SUM_BOUND = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+# (case, dtype, (n_q, n_k), d, layout, names that learn: "sinks" and the case's fp32 tensors)
+GRADIENT_CASES = [
+    ("window_left", torch.float16, (257, 257), 64, "bhnd", ()),
+    ("window_both", torch.bfloat16, (100, 300), 128, "bnhd", ()),
+    ("softcap30", torch.bfloat16, (257, 257), 64, "bnhd", ()),
+    ("softcap50", torch.float32, (100, 300), 64, "bhnd", ()),
+    ("alibi", torch.float16, (100, 300), 128, "bhnd", ()),
+    ("sinks", torch.bfloat16, (257, 257), 64, "bnhd", ("sinks",)),
+    ("sinks", torch.float32, (100, 300), 80, "bhnd", ("sinks",)),
+    ("window_softcap_sinks", torch.bfloat16, (1000, 1000), 128, "bhnd", ("sinks",)),
+    ("window_softcap_sinks", torch.float16, (257, 257), 64, "bnhd", ("sinks",)),
+    ("documents", torch.bfloat16, (100, 300), 64, "bnhd", ()),
+    ("prefix_lm", torch.float16, (257, 257), 128, "bhnd", ()),
+    ("chunked", torch.bfloat16, (1000, 1000), 64, "bnhd", ()),
+    ("causal_top_left", torch.float16, (100, 300), 64, "bhnd", ()),
+    ("causal_window", torch.bfloat16, (257, 257), 64, "bhnd", ()),
+    ("relative_bias", torch.bfloat16, (257, 257), 64, "bnhd", ("bias",)),
+    ("relative_bias", torch.float32, (100, 300), 64, "bhnd", ("bias",)),
+    ("t5_buckets", torch.float16, (100, 300), 64, "bnhd", ("w",)),
+    ("tanh_key_bias", torch.bfloat16, (257, 257), 128, "bhnd", ("b2",)),
+    ("tanh_key_bias", torch.float16, (1000, 1000), 64, "bnhd", ("b2",)),
+    ("bias_sinks_window", torch.bfloat16, (257, 257), 64, "bhnd", ("sinks", "bias")),
+    ("bias_sinks_window", torch.float32, (100, 300), 72, "bnhd", ("sinks", "bias")),
+    ("document_mask_mod", torch.bfloat16, (257, 257), 64, "bhnd", ()),
+    ("sigmoid_score", torch.float32, (257, 257), 64, "bnhd", ()),
+    ("integer_scalar_mask", torch.float16, (257, 257), 64, "bhnd", ()),
+]
+
+
+def _gradient_id(c):
+    name, dtype, (n_q, n_k), d, layout, learn = c
+    return f"{name}-{str(dtype)[6:]}-{n_q}x{n_k}-d{d}-{layout}" + "".join(f"-{x}" for x in learn)
+
+
+def check_gradient(name, got, ref, bound, rows: bool, what):
+    """rel_l2 within `bound`, cosine, finiteness; with `rows`, the row rule over the last dim."""
+    c = compare(name, got, ref, bound=bound)
+    assert c.ok, f"{what}: {c}"
+    if rows:
+        errors = row_errors(got, ref)
+        worst = int(torch.argmax(errors))
+        assert float(errors[worst]) <= ROW_ERROR_MULTIPLE * bound, (
+            f"{what}: {name} row {worst} of {errors.numel()}: its error {float(errors[worst]):.2e} is above "
+            f"{ROW_ERROR_MULTIPLE * bound:.2e}")
+
+
+def _learning(case: Case, learn) -> tuple[dict, dict]:
+    """(kgen's keywords with fp32 leaves requiring grad in place of the learning tensors, those
+    leaves by name)."""
+    keywords = dict(case.keywords)
+    leaves = {}
+    for name in learn:
+        source = case.sinks if name == "sinks" else case.tensors[name]
+        leaves[name] = source.detach().clone().requires_grad_()
+        if name == "sinks":
+            keywords["sinks"] = leaves[name]
+        else:
+            keywords["tensors"] = {**keywords["tensors"], name: leaves[name]}
+    return keywords, leaves
+
+
+def reference_gradients(q, k, v, r, case: Case, scale, leaves: dict):
+    """Float64 autograd of Σ r∘o through `reference` for logical q, k, v, r: (dq, dk, dv) and the
+    gradient of each leaf by name."""
+    inputs = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    leaves64 = {name: x.detach().double().requires_grad_() for name, x in leaves.items()}
+    o, _ = reference(*inputs, case, scale, leaves64)
+    grads = torch.autograd.grad((o * r.double()).sum(), [*inputs, *leaves64.values()])
+    return grads[:3], dict(zip(leaves64, grads[3:]))
+
+
+def logical(t, layout):
+    return t.transpose(1, 2) if layout == "bnhd" else t
+
+
+@pytest.mark.parametrize("c", GRADIENT_CASES, ids=_gradient_id)
+def test_variant_gradients(c):
+    """dq, dk, dv (GQA 4: dk and dv sum over the query heads of each kv group) and the gradients
+    of the sinks and learnable tensors, against float64 autograd through the reference; alibi
+    slopes and tensors that do not learn get no gradient."""
+    name, dtype, (n_q, n_k), d, layout, learn = c
+    case = make_case(name, n_q, n_k)
+    seed = 31 * n_q + d
+
+    def shaped(heads, n):
+        return (BATCH, n, heads, d) if layout == "bnhd" else (BATCH, heads, n, d)
+    q = randn(shaped(HEADS_Q, n_q), dtype, seed).requires_grad_()
+    k = randn(shaped(HEADS_KV, n_k), dtype, seed + 1).requires_grad_()
+    v = randn(shaped(HEADS_KV, n_k), dtype, seed + 2).requires_grad_()
+    r = randn(shaped(HEADS_Q, n_q), dtype, seed + 3)  # dO, exact in dtype
+    keywords, leaves = _learning(case, learn)
+    constants = []  # alibi slopes requiring grad: constants of the preset all the same
+    if "alibi_slopes" in keywords:
+        keywords["alibi_slopes"] = keywords["alibi_slopes"].clone().requires_grad_()
+        constants.append(keywords["alibi_slopes"])
+    o = kgen.torch.attention(q, k, v, causal=case.causal, layout=layout,
+                             deterministic=name == "window_softcap_sinks" and dtype == torch.float16, **keywords)
+    got = torch.autograd.grad((o.float() * r.float()).sum(), [q, k, v, *leaves.values(), *constants],
+                              allow_unused=True)
+    torch.cuda.synchronize()
+    assert all(g is None for g in got[3 + len(leaves):]), "alibi slopes get no gradient"
+    ref, ref_leaves = reference_gradients(*(logical(t, layout) for t in (q, k, v, r)), case, d ** -0.5, leaves)
+    what = _gradient_id(c)
+    for grad_name, a, e in zip(("dq", "dk", "dv"), got[:3], ref):
+        assert logical(a, layout).shape == e.shape
+        check_gradient(grad_name, logical(a, layout), e, REL_L2_BOUND[dtype], True, what)
+    for (leaf, a), e in zip(zip(leaves, got[3:]), ref_leaves.values()):
+        assert a.dtype == torch.float32 and a.shape == leaves[leaf].shape
+        check_gradient(f"d{leaf}", a, e, SUM_BOUND[dtype], False, what)
+
+
+def test_variant_backward_overwrites_poisoned_buffers():
+    """The variant backward's kernel on NaN-poisoned dq, dk, dv, sinks_grad and bias gradient
+    (kgen zeroes the variant's gradients before it accumulates into them)."""
+    n_q = n_k = 257
+    d, dtype, layout = 64, torch.bfloat16, "bnhd"
+    case = make_case("bias_sinks_window", n_q, n_k)
+    q = randn((BATCH, n_q, HEADS_Q, d), dtype, 1)
+    k, v = (randn((BATCH, n_k, HEADS_KV, d), dtype, seed) for seed in (2, 3))
+    r = randn(q.shape, dtype, 4)
+    o, lse = kgen.torch.attention_forward(q, k, v, layout=layout, return_lse=True, **case.keywords)
+    dq, dk, dv = (torch.full_like(t, math.nan) for t in (q, k, v))
+    sinks_grad = torch.full((HEADS_Q,), math.nan, device=DEVICE)
+    bias_grad = torch.full_like(case.tensors["bias"], math.nan)
+    variant = kgen.torch._variant_of("attention", case.keywords)
+    _kernels.variant_backward_out(q, k, v, o, lse, r, dq, dk, dv, sinks_grad, [bias_grad], None, False, layout, False,
+                                  None, variant)
+    torch.cuda.synchronize()
+    leaves = {"sinks": case.sinks, "bias": case.tensors["bias"]}
+    ref, ref_leaves = reference_gradients(*(logical(t, layout) for t in (q, k, v, r)), case, d ** -0.5, leaves)
+    for grad_name, a, e in zip(("dq", "dk", "dv"), (dq, dk, dv), ref):
+        check_gradient(grad_name, logical(a, layout), e, REL_L2_BOUND[dtype], True, "poisoned")
+    check_gradient("dsinks", sinks_grad, ref_leaves["sinks"], SUM_BOUND[dtype], False, "poisoned")
+    check_gradient("dbias", bias_grad, ref_leaves["bias"], SUM_BOUND[dtype], False, "poisoned")
+    assert bool((bias_grad[:, :4095 - n_k] == 0).all()), "entries no score reads must be 0"
+
+
+def test_variant_gradients_under_autocast():
+    """fp32 leaves under torch.autocast("cuda", bfloat16): the variant runs in bf16 and the
+    gradients come back in fp32 through the casts."""
+    case = make_case("window_softcap_sinks", 257, 257)
+    q = randn((BATCH, HEADS_Q, 257, 64), torch.float32, 5).requires_grad_()
+    k, v = (randn((BATCH, HEADS_KV, 257, 64), torch.float32, seed).requires_grad_() for seed in (6, 7))
+    r = randn(q.shape, torch.bfloat16, 8)
+    keywords, leaves = _learning(case, ("sinks",))
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        o = kgen.torch.attention(q, k, v, **keywords)
+    assert o.dtype == torch.bfloat16
+    got = torch.autograd.grad((o.float() * r.float()).sum(), [q, k, v, leaves["sinks"]])
+    assert [g.dtype for g in got] == [torch.float32] * 4
+    ref, ref_leaves = reference_gradients(q.bfloat16(), k.bfloat16(), v.bfloat16(), r, case, 64 ** -0.5, leaves)
+    for grad_name, a, e in zip(("dq", "dk", "dv"), got[:3], ref):
+        check_gradient(grad_name, a, e, REL_L2_BOUND[torch.bfloat16], True, "autocast")
+    check_gradient("dsinks", got[3], ref_leaves["sinks"], SUM_BOUND[torch.bfloat16], False, "autocast")
+
+
+def test_compiled_variant_gradients_equal_eager():
+    """torch.compile(fullgraph=True) of the forward and backward gives eager's gradients."""
+    case = make_case("bias_sinks_window", 257, 257)
+    keywords, leaves = _learning(case, ("sinks", "bias"))
+    q = randn((BATCH, HEADS_Q, 257, 64), torch.bfloat16, 9).requires_grad_()
+    k, v = (randn((BATCH, HEADS_KV, 257, 64), torch.bfloat16, seed).requires_grad_() for seed in (10, 11))
+    inputs = [q, k, v, *leaves.values()]
+
+    def f(q, k, v):
+        return kgen.torch.attention(q, k, v, causal=True, deterministic=True, **keywords).float().square().sum()
+
+    torch._dynamo.reset()
+    compiled = torch.autograd.grad(torch.compile(f, fullgraph=True)(q, k, v), inputs)
+    eager = torch.autograd.grad(f(q, k, v), inputs)
+    for grad_name, a, e in zip(("dq", "dk", "dv", "dsinks", "dbias"), compiled, eager):
+        check_gradient(grad_name, a, e, 1e-5, False, "compiled against eager")
+
+
+def test_double_backward_of_a_variant_raises():
+    case = make_case("sinks", 64, 64)
+    q = randn((1, HEADS_Q, 64, 64), torch.float16, 12).requires_grad_()
+    k = randn((1, HEADS_KV, 64, 64), torch.float16, 13).requires_grad_()
+    o = kgen.torch.attention(q, k, k, **case.keywords)
+    dq, = torch.autograd.grad(o.float().sum(), q, create_graph=True)
+    assert torch.isfinite(dq).all()
+    with pytest.raises(NotImplementedError, match="^kgen.torch.attention: the double backward of attention variants "
+                                                  "is not available yet"):
+        torch.autograd.grad(dq.float().square().sum(), (q, k))
