@@ -312,7 +312,9 @@ VariantDecl compose_variant(const VariantPresets& presets, const VariantDecl& us
     masks.push_back("document_ids[b][q+(n_k-n_q)]==document_ids[b][k]");
   }
   std::string f = blank(user.score_mod) ? "score" : user.score_mod;
-  if (presets.alibi) f = substitute_score("score-alibi_slopes[h]*abs(q+(n_k-n_q)-k)", f);
+  // The distance as a difference of reals: one conversion per row and one per key, shared by the
+  // score elements of a tile, rather than one per element (exact below 2^24 positions).
+  if (presets.alibi) f = substitute_score("score-alibi_slopes[h]*abs(float(q+(n_k-n_q))-float(k))", f);
   if (presets.softcap) f = substitute_score("softcap*tanh(score/softcap)", f);
   out.score_mod = f == "score" ? user.score_mod : f;
   out.mask_mod = masks.size() == 1 ? masks[0] : "";

@@ -53,8 +53,11 @@ std::string expr(const Node& n) {
     case Op::scalar:
       return std::string(n.type == VariantType::integer ? "kgv_a.integer[" : "kgv_a.real[") + std::to_string(n.value) + "]";
     case Op::tensor:
-      return std::string(n.type == VariantType::integer ? "static_cast<const int*>" : "static_cast<const float*>") +
-             "(kgv_a.tensor[" + std::to_string(n.value) + "])[" + offset(n, "stride") + "]";
+      // Through expr_load: a read the compiler may merge with an equal one and hoist out of the
+      // key loop (a per-head slope is read once per block, not once per score element).
+      return std::string("kgen::expr_load(") +
+             (n.type == VariantType::integer ? "static_cast<const int*>" : "static_cast<const float*>") +
+             "(kgv_a.tensor[" + std::to_string(n.value) + "]) + (" + offset(n, "stride") + "))";
     case Op::neg:
     case Op::lnot: return "(" + std::string(op_text(n.op)) + expr(*n.args[0]) + ")";
     case Op::to_real: return "static_cast<float>(" + expr(*n.args[0]) + ")";
@@ -82,6 +85,9 @@ std::string expr(const Node& n) {
   const Node &a = *n.args[0], &b = *n.args[1];
   const bool r = a.type == VariantType::real || b.type == VariantType::real;
   const std::string x = r ? real_arg(n, 0) : expr(a), y = r ? real_arg(n, 1) : expr(b);
+  // A real division as x·(1/y): the reciprocal of a scalar is computed once per kernel, not per
+  // score (IEEE division is a subroutine call per element).
+  if (r && n.op == Op::div) return "kgen::expr_div(" + x + ", " + y + ")";
   return "(" + x + " " + std::string(op_text(n.op)) + " " + y + ")";
 }
 

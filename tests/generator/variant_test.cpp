@@ -369,7 +369,7 @@ TEST(Variant, ComposesThePresets) {
   const VariantDecl all = compose_variant({.causal_top_left = true, .window = true, .softcap = true, .alibi = true,
                                            .prefix_lm = true, .chunked = true, .document = true},
                                           decl("score * u", "k != 3", {{"u", VariantType::real}}));
-  EXPECT_EQ(all.score_mod, "softcap*tanh(((score * u)-alibi_slopes[h]*abs(q+(n_k-n_q)-k))/softcap)");
+  EXPECT_EQ(all.score_mod, "softcap*tanh(((score * u)-alibi_slopes[h]*abs(float(q+(n_k-n_q))-float(k)))/softcap)");
   EXPECT_EQ(all.mask_mod,
             "(k != 3)&&(k<=q)&&((window_left<0||k>=q+(n_k-n_q)-window_left)&&(window_right<0||k<=q+(n_k-n_q)+window_right))"
             "&&(k<prefix||k<=q+(n_k-n_q))&&((q+(n_k-n_q))/chunk==k/chunk)&&(document_ids[b][q+(n_k-n_q)]==document_ids[b][k])");
@@ -384,7 +384,7 @@ TEST(Variant, ComposesThePresets) {
   EXPECT_EQ(all.tensors[1].type, VariantType::integer);
   EXPECT_NO_THROW(Variant::parse(all));
   EXPECT_EQ(compose_variant({.softcap = true}).score_mod, "softcap*tanh(score/softcap)");
-  EXPECT_EQ(compose_variant({.alibi = true}).score_mod, "score-alibi_slopes[h]*abs(q+(n_k-n_q)-k)");
+  EXPECT_EQ(compose_variant({.alibi = true}).score_mod, "score-alibi_slopes[h]*abs(float(q+(n_k-n_q))-float(k))");
   EXPECT_EQ(compose_variant({.chunked = true}).mask_mod, "(q+(n_k-n_q))/chunk==k/chunk");
   EXPECT_EQ(compose_variant({}).score_mod, "");
   EXPECT_THROW(compose_variant({.chunked = true}, decl("", "k < chunk", {{"chunk", VariantType::integer}})), Error);

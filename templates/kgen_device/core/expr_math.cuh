@@ -1,7 +1,8 @@
 // Float math for the code that kgen generates from attention-variant expressions
 // (generator/variant.h): exp, log, tanh, sigmoid, sqrt, abs, min and max of a score
 // modification, built on math.cuh's hardware approximations so that one body serves NVIDIA and
-// AMD. Relative error about 1e-6 or better over the float range (ftz: subnormal results are 0);
+// AMD. Relative error about 1e-6 or better over the float range (tanh: absolute, below; ftz:
+// subnormal results are 0);
 // infinities give the limits (tanh(±inf) = ±1, sigmoid(−inf) = 0), never NaN. Also the interval
 // arithmetic of a variant's tile() (expr_interval.h) and the integer abs.
 #pragma once
@@ -11,10 +12,31 @@
 
 namespace kgen {
 
+// A read of a variant's input tensor, which no kernel writes while it runs: on NVIDIA a
+// non-coherent load written as a pure instruction, so the compiler merges equal reads and
+// hoists reads that do not change over the key loop.
+#if KGEN_AMD
+__device__ __forceinline__ float expr_load(const float* p) { return *p; }
+__device__ __forceinline__ int expr_load(const int* p) { return *p; }
+#else
+__device__ __forceinline__ float expr_load(const float* p) {
+  float y;
+  asm("ld.global.nc.f32 %0, [%1];" : "=f"(y) : "l"(p));
+  return y;
+}
+__device__ __forceinline__ int expr_load(const int* p) {
+  int y;
+  asm("ld.global.nc.s32 %0, [%1];" : "=r"(y) : "l"(p));
+  return y;
+}
+#endif
+
 constexpr float kExprLog2e = 1.44269504088896341f;
 constexpr float kExprLn2Hi = 0.693145751953125f;       // ln 2 to 16 bits: n · kExprLn2Hi is exact
 constexpr float kExprLn2Lo = 1.42860682030941723e-6f;  // ln 2 − kExprLn2Hi
 
+// x / y by the hardware reciprocal (2 ulp): a pure instruction, so 1/y of a scalar is hoisted.
+__device__ __forceinline__ float expr_div(float x, float y) { return x * rcp_approx(y); }
 __device__ __forceinline__ float expr_min(float a, float b) { return a < b ? a : b; }
 __device__ __forceinline__ float expr_max(float a, float b) { return a > b ? a : b; }
 __device__ __forceinline__ float expr_abs(float x) { return x < 0.0f ? -x : x; }
@@ -47,18 +69,13 @@ __device__ __forceinline__ float expr_log(float x) {
   return log2_approx(x) * kLn2;
 }
 
-// tanh x: for |x| < 0.625 the odd polynomial x + x³·P(x²) (least squares over the range,
-// 2e-8 relative); beyond, 1 − 2/(e^{2|x|} + 1) with the sign, which is exactly ±1 once e^{2|x|}
-// is inf.
+// tanh x = sign(x)·(1 − e)/(1 + e), e = 2^{−2|x|·log2 e} ∈ (0, 1]: one exp2 and one reciprocal,
+// no branch, since a softcap runs it on every score. Its error is absolute, about 3e-7 (relative
+// near 0, where 1 − e cancels, it grows to 3e-7/|x|): a softcap c·tanh(s/c) moves a logit by at
+// most 3e-7·c, far below what the softmax of 16-bit inputs resolves. ±1 at ±inf, never NaN.
 __device__ __forceinline__ float expr_tanh(float x) {
-  const float ax = expr_abs(x);
-  if (ax < 0.625f) {
-    const float u = x * x;
-    const float p = -0.333333291f +
-                    u * (0.133327823f + u * (-0.0538525003f + u * (0.0210036509f + u * -0.00610495905f)));
-    return x + x * u * p;
-  }
-  const float t = 1.0f - 2.0f * rcp_approx(expr_exp(2.0f * ax) + 1.0f);
+  const float e = exp2_approx(-2.0f * kExprLog2e * expr_abs(x));
+  const float t = (1.0f - e) * rcp_approx(1.0f + e);
   return x < 0.0f ? -t : t;
 }
 
