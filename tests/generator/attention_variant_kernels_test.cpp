@@ -69,6 +69,14 @@ TEST(AttentionVariantKernels, ForwardFamiliesCompileAndTheDefaultsDoNotSpill) {
       expect_compiles(render_attention_forward(spec, *parse_attention_forward_config("simt:bm4:bn32:dmax128")),
                       "gfx942", kWideFormSpills);
   }
+  // A mask of indices and scalars alone keeps 128-key tiles.
+  const AttentionForwardSpec window{DType::bf16, 128, true, Variant::parse(compose_variant({.window = true})).canonical()};
+  for (int n : {4096, 16384}) {
+    const AttentionForwardConfig c =
+        attention_forward_default_config(window, {4, 16, 16, n, n}, *parse_target("sm_90a"), 132);
+    EXPECT_EQ(c.block_n, 128) << to_string(c);
+    for (const KernelSource& k : render_attention_forward_kernels(window, c)) expect_compiles(k, "sm_90a", 0);
+  }
 }
 
 // The backward's defaults for variants (the fa2 kernels narrowed to 32-row query tiles) still
