@@ -33,7 +33,7 @@ from ._lib import KgenError
 
 __all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward",
            "lrpe_cosine", "md_lrpe_cosine", "lrpe_cosine_backward", "md_lrpe_cosine_backward", "KgenError",
-           "LAYOUTS", "LRPE_ACTS"]
+           "LAYOUTS", "LRPE_ACTS", "flex_attention", "FlexTraceError"]
 LAYOUTS = _kernels.LAYOUTS
 _autocast = _ops.autocast
 _is_compiling = torch.compiler.is_compiling
@@ -547,3 +547,6 @@ def md_lrpe_cosine(x, theta, shape, l: int = 0, act: str = "none", dim=None, lay
     shape = _grid(shape)
     x, = _autocast(x)
     return _lrpe_apply(x, theta, True, 0, shape, int(l), _lrpe_act(act, dim, x, layout), layout, bool(cache), config)
+
+
+from .flex import FlexTraceError, flex_attention  # noqa: E402 - FlexAttention callables on kgen (kgen/flex.py)
