@@ -347,7 +347,8 @@ def _index(source: _Input, indices: tuple, key):
         if item is None or item is Ellipsis or isinstance(item, (slice, bool)):
             _fail(f"the index {item!r} of `{source.name}` (slices, None, ..., bools)",
                   "a read takes one integer index per dim")
-        if isinstance(item, torch.Tensor) and not isinstance(item, _Traced):
+        if isinstance(item, _Partial) or (isinstance(item, torch.Tensor) and not isinstance(item, _Traced)) or \
+                (isinstance(item, _TensorProxy) and item._input.shape):
             _fail(f"indexing `{source.name}` with a tensor that is not an index expression",
                   "an index is an integer expression of b, h, q_idx, kv_idx, literals and captured tensors' elements")
         if isinstance(item, int):
@@ -539,9 +540,10 @@ def _where(condition, x, y) -> _Expr:
     return _Expr("where", (c, a, b), kind, a.nonneg and b.nonneg)
 
 
-def _extremum(function: str):
+def _extremum(function: str, reduces: bool = False):
     def apply(x, y=None, *, out=None) -> _Expr:
-        if out is not None or not isinstance(y, (_Traced, torch.Tensor, int, float)) or isinstance(y, bool):
+        if out is not None or not isinstance(y, (_Traced, torch.Tensor, int, float)) or isinstance(y, bool) or \
+                (reduces and not isinstance(y, (_Traced, torch.Tensor))):  # torch.max(x, 0) reduces dim 0
             _fail(f"torch.{function}(x, dim) or a reduction" if y is not None else f"torch.{function}(x), a reduction",
                   "torch.minimum/maximum and torch.min/max of two values are elementwise")
         a, b = _number(x), _number(y)
@@ -661,7 +663,7 @@ _FUNCTIONS = {
     "logical_not": _not, "bitwise_not": _not, "__invert__": _not,
     "where": _where, "tanh": _unary("tanh"), "exp": _unary("exp"), "log": _unary("log"),
     "sigmoid": _unary("sigmoid"), "sqrt": _unary("sqrt"), "rsqrt": _rsqrt,
-    "minimum": _minimum, "maximum": _maximum, "min": _minimum, "max": _maximum, "fmin": _minimum, "fmax": _maximum,
+    "minimum": _minimum, "maximum": _maximum, "min": _extremum("min", True), "max": _extremum("max", True), "fmin": _minimum, "fmax": _maximum,
     "clamp": _clamp, "clip": _clamp, "clamp_min": lambda x, v: _clamp(x, min=v),
     "clamp_max": lambda x, v: _clamp(x, max=v), "relu": lambda x, inplace=False: _maximum(x, 0),
     "square": lambda x: _arith("*", x, x), "pow": _pow, "__pow__": _pow,
