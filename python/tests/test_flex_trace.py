@@ -62,12 +62,12 @@ def make_softcap(softcap):
     return tanh_softcap
 
 
-def make_relative_bias(rel, chained=False):
+def make_relative_bias(rel, chained=False, offset=OFFSET):
     def relative_bias(score, b, h, q_idx, kv_idx):
-        return score + rel[h, q_idx - kv_idx + OFFSET]
+        return score + rel[h, q_idx - kv_idx + offset]
 
     def relative_bias_chained(score, b, h, q_idx, kv_idx):
-        return score + rel[h][q_idx - kv_idx + OFFSET]
+        return score + rel[h][q_idx - kv_idx + offset]
     return relative_bias_chained if chained else relative_bias
 
 
@@ -305,10 +305,10 @@ def grids():
             torch.arange(NQ)[None, None, :, None], torch.arange(NK)[None, None, None, :])
 
 
-def callable_on_grid(role, fn, score):
-    """The callable at every (b, h, q, kv), as FlexAttention applies it: vmapped over 0-dim int32
-    indices."""
-    arange = [torch.arange(n, dtype=torch.int32) for n in (B, H, NQ, NK)]
+def callable_on_grid(role, fn, score, sizes=(B, H, NQ, NK)):
+    """The callable at every (b, h, q, kv) of `sizes`, as FlexAttention applies it: vmapped over
+    0-dim int32 indices (on score's device)."""
+    arange = [torch.arange(n, dtype=torch.int32, device=score.device) for n in sizes]
     if role == "score_mod":
         f = fn
         for dim in (4, 3, 2, 1):
@@ -321,7 +321,7 @@ def callable_on_grid(role, fn, score):
         in_dims = [None] * 4
         in_dims[dim] = 0
         f = torch.vmap(f, in_dims=tuple(in_dims))
-    return f(*arange).expand(B, H, NQ, NK)
+    return f(*arange).expand(*sizes)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
