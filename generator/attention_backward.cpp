@@ -831,6 +831,16 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims())
       for (bool causal : {false, true}) add_defaults({t, d, causal});
+  // The warm variants' defaults, with the sinks' gradient kernel where they have sinks (NVIDIA).
+  if (target.vendor == Vendor::nvidia)
+  for (const auto& [canonical, sinks] : attention_warm_variants())
+    for (DType t : {DType::f16, DType::bf16})
+      for (int d : kAttentionDefaultWarmHeadDims) {
+        const AttentionBackwardSpec spec{t, d, true, canonical, sinks};
+        add_defaults(spec);
+        if (sinks) add_unique(out, render_attention_backward(spec, attention_backward_general_config(spec),
+                                                              BackwardKernel::sinks));
+      }
   return out;
 }
 

@@ -659,9 +659,27 @@ void add_forward_kernels(std::vector<KernelSource>& out, const AttentionForwardS
 
 }  // namespace
 
+std::vector<std::pair<std::string, bool>> attention_warm_variants() {
+  const auto canonical = [](const VariantPresets& p) { return Variant::parse(compose_variant(p)).canonical(); };
+  return {{canonical({.window = true}), false},
+          {canonical({.softcap = true}), false},
+          {canonical({.alibi = true}), false},
+          {canonical({.window = true, .softcap = true}), true}};
+}
+
 std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
   std::vector<KernelSource> out;
   auto add = [&](const AttentionForwardSpec& spec, const AttentionForwardConfig& c) { add_forward_kernels(out, spec, c); };
+  // The warm variants' defaults of each shape class (NVIDIA: AMD serves variants on the general
+  // path, compiled on first use).
+  if (target.vendor == Vendor::nvidia)
+  for (const auto& [canonical, sinks] : attention_warm_variants())
+    for (DType t : {DType::f16, DType::bf16})
+      for (int d : kAttentionDefaultWarmHeadDims) {
+        const AttentionForwardSpec spec{t, d, true, canonical, sinks};
+        for (const AttentionShape& shape : forward_default_shapes())
+          add(spec, attention_forward_default_config(spec, shape, target, 132));
+      }
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : kAttentionWarmHeadDims)
       for (bool causal : {false, true}) {

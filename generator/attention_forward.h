@@ -150,8 +150,13 @@ KernelSource render_attention_forward_combine(DType dtype);
 std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwardSpec& spec,
                                                            const AttentionForwardConfig& config);
 
+// The variants whose default kernels `kgen warm` and the replay table build (canonical text,
+// sinks): a window, softcap, ALiBi, and gpt-oss's window + softcap + sinks, each causal, fp16 and
+// bf16, kAttentionDefaultWarmHeadDims.
+std::vector<std::pair<std::string, bool>> attention_warm_variants();
+
 // Every (spec, config) that `kgen warm` compiles for `target`: all dtypes, head dims and
-// causal flags, each with its whole config space.
+// causal flags, each with its whole config space; and the defaults of attention_warm_variants().
 std::vector<KernelSource> attention_forward_all_variants(const Target& target);
 
 // The kernels the built-in defaults run for a deployment's common calls on `target` (`kgen warm
