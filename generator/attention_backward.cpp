@@ -940,6 +940,7 @@ std::optional<AttentionBackwardSpec> parse_double_backward_variant_key(const std
 std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
+  if (spec.has_variant()) return std::string("the double backward of attention variants is not available yet");
   if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
   if (c.path == BackwardPath::wgmma) {
     if (auto why = head_dim_range_error(spec.head_dim)) return why;

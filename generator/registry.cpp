@@ -32,9 +32,17 @@ ConfigKernels unknown_variant(const std::string& variant) {
   return {{}, ConfigKernels::Problem::unknown_variant, "unknown variant key '" + variant + "'"};
 }
 
+// A variant key whose attention variant text (".var{…}") does not parse.
+ConfigKernels bad_attention_variant(const std::string& variant, const AttentionForwardSpec& spec) {
+  if (auto why = check_attention_forward_spec(spec))
+    return {{}, ConfigKernels::Problem::unknown_variant, "variant key '" + variant + "': " + *why};
+  return {};
+}
+
 ConfigKernels forward_kernels(const std::string& variant, const std::string& config, const Target& target) {
   auto spec = parse_attention_forward_spec(variant);
   if (!spec) return unknown_variant(variant);
+  if (ConfigKernels bad = bad_attention_variant(variant, *spec); !bad.error.empty()) return bad;
   return kernels_of(
       config, attention_forward_default_config(*spec, kWarmShape, target, kWarmSmCount), parse_attention_forward_config,
       [&](const auto& c) { return check_attention_forward_config(*spec, c, target); },
@@ -45,6 +53,10 @@ ConfigKernels backward_kernels(const std::string& variant, const std::string& co
   auto key = parse_attention_backward_variant_key(variant);
   if (!key) return unknown_variant(variant);
   const auto [spec, deterministic] = *key;
+  if (ConfigKernels bad = bad_attention_variant(
+          variant, {spec.dtype, spec.head_dim, spec.causal, spec.variant, spec.sinks});
+      !bad.error.empty())
+    return bad;
   return kernels_of(
       config, attention_backward_default_config(spec, kWarmShape, target, kWarmSmCount), parse_attention_backward_config,
       [&](const auto& c) { return check_attention_backward_config(spec, c, target); },

@@ -80,6 +80,13 @@ expect 2 "manifest:2: \"op\": unknown operator 'conv2d'" -- warm --manifest "$sc
 expect 2 "manifest:2: \"config\": cannot parse config 'fast'" -- warm --manifest "$scratch/bad-config.jsonl" --cache-dir "$small"
 expect 2 "manifest:1: not valid JSON" -- warm --manifest "$scratch/bad-json.jsonl" --cache-dir "$small"
 expect 2 "manifest:1: .*no variants" -- warm --manifest "$scratch/empty.jsonl" --cache-dir "$small"
+# An attention variant is a specialisation like any other (docs/attention.md §8): warmed from its
+# variant key; a broken expression text is named.
+variant='attention_fwd.fp32.d32.causal.var{score=(softcap*tanh((score/softcap)));mask=;scalars=softcap:real;tensors=}'
+echo "{\"op\":\"attention_fwd\",\"variant\":\"$variant\",\"config\":\"simt:bm4:bn32:dmax32\"}" >"$scratch/variant.jsonl"
+echo '{"op":"attention_fwd","variant":"attention_fwd.fp32.d32.causal.var{score=(scor;mask=}"}' >"$scratch/bad-variant.jsonl"
+expect 0 "compiled 1, cached 0, failed 0" -- warm --manifest "$scratch/variant.jsonl" --arch sm_80 --cache-dir "$scratch/cv"
+expect 2 "manifest:1: \"variant\": variant key .*canonical variant text" -- warm --manifest "$scratch/bad-variant.jsonl" --cache-dir "$scratch/cv"
 expect 2 "excludes" -- warm --manifest "$scratch/good.jsonl" --ops attention_fwd --cache-dir "$small"
 expect 0 "compiled 1, cached 0, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$small"
 expect 0 "compiled 0, cached 1, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$small"
