@@ -1,5 +1,7 @@
 #include "compiler/amd_code_object.h"
 
+#include <elf.h>
+
 #include <cstring>
 #include <map>
 #include <string_view>
@@ -13,20 +15,21 @@ namespace {
   throw Error(Status::compile_error, "not a readable AMD code object: " + why);
 }
 
-// Bounds-checked little-endian reads from the object.
-struct Bytes {
-  std::span<const std::uint8_t> b;
-  std::uint64_t read(std::uint64_t at, int n) const {
-    if (at > b.size() || b.size() - at < static_cast<std::uint64_t>(n)) malformed("it is truncated");
-    std::uint64_t v = 0;
-    for (int i = n - 1; i >= 0; --i) v = v << 8 | b[at + i];
-    return v;
-  }
-};
+// A bounds-checked copy of an ELF structure (<elf.h>) at byte `at` of the object (kgen runs on
+// little-endian hosts, as the objects are).
+template <class T>
+T read_struct(std::span<const std::uint8_t> b, std::uint64_t at) {
+  if (at > b.size() || b.size() - at < sizeof(T)) malformed("it is truncated");
+  T out;
+  std::memcpy(&out, b.data() + at, sizeof(T));
+  return out;
+}
 
 // The subset of MessagePack the AMDGPU metadata uses: maps, arrays, strings, integers, booleans,
 // nil, floats and binary (the last two skipped). Values kgen reads are kept as integers or
-// strings; containers are walked with a depth limit.
+// strings; containers are walked with a depth limit. (nlohmann-json's from_msgpack would parse
+// the note too, but it recurses once per nesting level without a limit, and a note can come from
+// the cache, the trust boundary of docs/cache.md: a deeply nested one would overflow the stack.)
 class MsgPack {
  public:
   explicit MsgPack(std::span<const std::uint8_t> data) : d_(data) {}
@@ -211,13 +214,14 @@ std::optional<std::string> amdgpu_processor_name(unsigned mach) {
 }
 
 AmdCodeObject read_amd_code_object(std::span<const std::uint8_t> bytes) {
-  const Bytes b{bytes};
-  if (bytes.size() < 64 || std::memcmp(bytes.data(), "\x7f" "ELF", 4) != 0) malformed("it is not an ELF file");
-  if (bytes[4] != 2 || bytes[5] != 1) malformed("it is not a 64-bit little-endian ELF");
-  const auto machine = b.read(18, 2);
+  if (bytes.size() < sizeof(Elf64_Ehdr) || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0)
+    malformed("it is not an ELF file");
+  if (bytes[EI_CLASS] != ELFCLASS64 || bytes[EI_DATA] != ELFDATA2LSB) malformed("it is not a 64-bit little-endian ELF");
+  const auto ehdr = read_struct<Elf64_Ehdr>(bytes, 0);
+  const unsigned machine = ehdr.e_machine;
   if (machine != kElfMachineAmdgpu)
     malformed("its ELF machine is " + std::to_string(machine) + ", not AMDGPU (" + std::to_string(kElfMachineAmdgpu) + ")");
-  const auto flags = static_cast<unsigned>(b.read(48, 4));
+  const unsigned flags = ehdr.e_flags;
   AmdCodeObject out;
   const auto name = amdgpu_processor_name(flags & 0xff);
   if (!name) malformed("kgen does not know its processor (e_flags mach 0x" + [&] {
@@ -230,18 +234,19 @@ AmdCodeObject read_amd_code_object(std::span<const std::uint8_t> bytes) {
 
   // The metadata note: a SHT_NOTE section holding an "AMDGPU" note of type 32
   // (NT_AMDGPU_METADATA) whose descriptor is MessagePack.
-  const std::uint64_t shoff = b.read(40, 8);
-  const std::uint64_t shentsize = b.read(58, 2), shnum = b.read(60, 2);
-  if (shnum > 0 && shentsize < 64) malformed("its section headers are too small");
+  const std::uint64_t shoff = ehdr.e_shoff, shentsize = ehdr.e_shentsize, shnum = ehdr.e_shnum;
+  if (shnum > 0 && shentsize < sizeof(Elf64_Shdr)) malformed("its section headers are too small");
+  if (shnum > 0 && shoff > bytes.size()) malformed("it is truncated");
   bool found = false;
   for (std::uint64_t i = 0; i < shnum && !found; ++i) {
-    const std::uint64_t sh = shoff + i * shentsize;
-    if (b.read(sh + 4, 4) != 7) continue;  // SHT_NOTE
-    const std::uint64_t off = b.read(sh + 24, 8), size = b.read(sh + 32, 8);
+    const auto shdr = read_struct<Elf64_Shdr>(bytes, shoff + i * shentsize);
+    if (shdr.sh_type != SHT_NOTE) continue;
+    const std::uint64_t off = shdr.sh_offset, size = shdr.sh_size;
     if (off > bytes.size() || size > bytes.size() - off) malformed("a note section lies past its end");
-    for (std::uint64_t at = off; at + 12 <= off + size;) {
-      const std::uint64_t namesz = b.read(at, 4), descsz = b.read(at + 4, 4), type = b.read(at + 8, 4);
-      const std::uint64_t name_at = at + 12, desc_at = name_at + (namesz + 3) / 4 * 4;
+    for (std::uint64_t at = off; at + sizeof(Elf64_Nhdr) <= off + size;) {
+      const auto nhdr = read_struct<Elf64_Nhdr>(bytes, at);
+      const std::uint64_t namesz = nhdr.n_namesz, descsz = nhdr.n_descsz, type = nhdr.n_type;
+      const std::uint64_t name_at = at + sizeof(Elf64_Nhdr), desc_at = name_at + (namesz + 3) / 4 * 4;
       if (desc_at > off + size || descsz > off + size - desc_at) malformed("a note lies past its section");
       const std::string_view note_name(reinterpret_cast<const char*>(bytes.data() + name_at), namesz);
       if (type == 32 && note_name.starts_with("AMDGPU")) {
