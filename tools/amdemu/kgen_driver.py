@@ -1,0 +1,321 @@
+"""Runs kgen's AMD attention kernels on the emulator and checks them against float64 references.
+
+The code object is the one kgen builds and caches: `kgen inspect` compiles the variant into a
+private cache directory (KGEN_CACHE_DIR), and the entry is read back from the cache file
+(cache/binary_cache.h: magic, version, key, metadata JSON, binary, SHA-256). The kernel arguments
+are packed at the offsets that params_layout.cpp, compiled against kgen's headers, prints.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import math
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+import emu
+from codeobject import CodeObject
+from disasm import disassemble, find_objdump
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+
+def work_dir() -> str:
+    d = os.environ.get("KGEN_AMDEMU_WORK") or os.path.join(tempfile.gettempdir(), f"kgen-amdemu-{os.getuid()}")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    return d
+
+
+def missing_tools(kgen_bin: str | None) -> str | None:
+    """Why the tier cannot run here (None when it can)."""
+    if not shutil.which("clang-22") and not shutil.which("clang++-22"):
+        return "clang-22 is not installed"
+    if find_objdump() is None:
+        return "llvm-objdump-22 is not installed"
+    if not kgen_bin or not os.access(kgen_bin, os.X_OK):
+        return f"the kgen CLI is not built ({kgen_bin})"
+    if not (shutil.which(os.environ.get("CXX", "c++")) or shutil.which("c++")):
+        return "no host C++ compiler for params_layout.cpp"
+    return None
+
+
+# ---------------------------------------------------------------- parameter layout
+_layout_cache: dict | None = None
+
+
+def params_layout() -> dict:
+    global _layout_cache
+    if _layout_cache is None:
+        src = os.path.join(HERE, "params_layout.cpp")
+        headers = sorted(glob.glob(os.path.join(REPO, "templates/kgen_device/attention/*.h")))
+        h = hashlib.sha256()
+        for p in [src] + headers:
+            h.update(open(p, "rb").read())
+        exe = os.path.join(work_dir(), f"params_layout-{h.hexdigest()[:16]}")
+        if not os.path.exists(exe):
+            cxx = os.environ.get("CXX") or "c++"
+            subprocess.run([cxx, "-std=c++20", "-I", os.path.join(REPO, "templates"), src, "-o", exe + ".tmp"], check=True)
+            os.replace(exe + ".tmp", exe)
+        _layout_cache = json.loads(subprocess.run([exe], check=True, capture_output=True, text=True).stdout)
+        for name, s in _layout_cache.items():
+            end = 0
+            for fname, off, size, kind in s["fields"]:
+                if kind == "unknown" or off < end or off - end >= size:
+                    raise RuntimeError(f"{name}.{fname}: unexpected layout (offset {off}, after {end})")
+                end = off + size
+            if (end + 7) // 8 * 8 != s["size"]:
+                raise RuntimeError(f"{name}: params_layout.cpp does not list every field ({end} of {s['size']} bytes)")
+    return _layout_cache
+
+
+def pack_params(struct_name: str, values: dict) -> bytes:
+    layout = params_layout()[struct_name]
+    buf = bytearray(layout["size"])
+    names = {f[0] for f in layout["fields"]}
+    if set(values) != names:
+        raise ValueError(f"{struct_name}: missing {sorted(names - set(values))}, unknown {sorted(set(values) - names)}")
+    fmt = {"ptr": "<Q", "i64": "<q", "i32": "<i", "f32": "<f"}
+    for name, off, size, kind in layout["fields"]:
+        struct.pack_into(fmt[kind], buf, off, values[name])
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------- code objects from kgen's cache
+@dataclass
+class Kernel:
+    variant: str
+    arch: str
+    binary: bytes
+    meta: dict
+    path: str  # the code object on disk (for llvm-objdump)
+
+
+def read_cache_entry(path: str) -> tuple[dict, bytes]:
+    b = open(path, "rb").read()
+    if b[:5] != b"KGEN\x01":
+        raise ValueError(f"{path}: not a kgen cache entry")
+    o = 9
+    parts = []
+    for _ in range(3):
+        (n,) = struct.unpack_from("<Q", b, o)
+        o += 8
+        parts.append(b[o:o + n])
+        o += n
+    if hashlib.sha256(b[:o]).digest() != b[o:o + 32]:
+        raise ValueError(f"{path}: checksum mismatch")
+    return json.loads(parts[1]), parts[2]
+
+
+def build_kernel(kgen_bin: str, arch: str, op: str, dtype: str, head_dim: int, causal: bool, config: str | None) -> Kernel:
+    """Compiles the variant with kgen (into a private cache) and returns its code object."""
+    cache = os.path.join(work_dir(), "cache")
+    cmd = [kgen_bin, "inspect", "--op", op, "--arch", arch, "--dtype", dtype, "-d", str(head_dim)]
+    if causal:
+        cmd.append("--causal")
+    if config:
+        cmd += ["--config", config]
+    env = dict(os.environ, KGEN_CACHE_DIR=cache, KGEN_LOG_LEVEL="warn")
+    # `--show resources` compiles the variant into the cache; `--show key` names its entry.
+    subprocess.run(cmd + ["--show", "resources"], check=True, capture_output=True, text=True, env=env)
+    out = subprocess.run(cmd + ["--show", "key"], check=True, capture_output=True, text=True, env=env).stdout
+    keys = [t for t in out.split() if len(t) == 64 and all(c in "0123456789abcdef" for c in t)]
+    if len(keys) != 1:
+        raise RuntimeError(f"cannot find the cache key in the output of {' '.join(cmd)}:\n{out}")
+    entry = os.path.join(cache, "v1", keys[0][:2], keys[0] + ".kgen")
+    meta, binary = read_cache_entry(entry)
+    if meta.get("target") != arch:
+        raise RuntimeError(f"{entry}: built for {meta.get('target')}, not {arch}")
+    path = os.path.join(work_dir(), keys[0] + ".co")
+    if not os.path.exists(path):
+        with open(path + ".tmp", "wb") as f:
+            f.write(binary)
+        os.replace(path + ".tmp", path)
+    return Kernel(meta["variant"], arch, binary, meta, path)
+
+
+def load_dispatch(kernel: Kernel, memory: emu.Memory) -> emu.Dispatch:
+    co = CodeObject(kernel.binary)
+    entry = kernel.meta["entry"]
+    kd, code_addr = co.kernel_descriptor(entry)
+    funcs = disassemble(kernel.path, kernel.arch)
+    if entry not in funcs:
+        raise RuntimeError(f"{kernel.path}: no disassembly of {entry}")
+    ins = funcs[entry]
+    if not ins or ins[0].addr != code_addr:
+        raise RuntimeError(f"{entry}: the descriptor's entry {code_addr:#x} is not the first instruction")
+    return emu.Dispatch(memory, ins, kd, kernel.arch)
+
+
+# ---------------------------------------------------------------- data types
+NAN_BITS = {"fp32": 0x7FC00000, "fp16": 0x7E00, "bf16": 0x7FC0}
+
+
+def to_bits(x: np.ndarray, dtype: str) -> np.ndarray:
+    x = np.asarray(x, np.float32)
+    if dtype == "fp32":
+        return x.copy()
+    if dtype == "fp16":
+        return x.astype(np.float16)
+    return emu._bf16_round(x.ravel()).astype(np.uint16).reshape(x.shape)
+
+
+def from_bits(b: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "fp32":
+        return b.view(np.float32).astype(np.float64)
+    if dtype == "fp16":
+        return b.view(np.float16).astype(np.float64)
+    return (b.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+ELEM = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+# ---------------------------------------------------------------- attention forward
+def attention_reference(q, k, v, causal: bool, scale: float):
+    """float64 o and natural-log lse; a row that sees no key has o = 0, lse = -inf."""
+    b, hq, nq, d = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    kk = np.repeat(k, group, axis=1)
+    vv = np.repeat(v, group, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, kk) * scale
+    if causal:  # bottom-right aligned: query i sees keys j <= i + n_k - n_q
+        i = np.arange(nq)[:, None]
+        j = np.arange(nk)[None, :]
+        s = np.where(j <= i + (nk - nq), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    visible = np.isfinite(m)
+    p = np.where(visible, np.exp(s - np.where(visible, m, 0)), 0)
+    l = p.sum(axis=-1, keepdims=True)
+    o = np.where(visible, np.einsum("bhij,bhjd->bhid", p, vv) / np.where(l > 0, l, 1), 0)
+    lse = np.where(visible[..., 0], np.log(np.where(l[..., 0] > 0, l[..., 0], 1)) + np.where(visible, m, 0)[..., 0], -np.inf)
+    return o, lse
+
+
+BOUNDS = {"fp32": (1e-5, 1e-5, 1e-5), "fp16": (1e-2, 1e-2, 1e-2), "bf16": (1e-2, 2e-2, 2e-2)}  # rel_l2, atol, rtol
+
+
+def compare(name: str, out: np.ndarray, ref: np.ndarray, dtype: str, rows_are_values: bool = False) -> list[str]:
+    """kgen's pass rule (docs/attention.md §5.2), rows being the last dimension (or single values)."""
+    bound, atol, rtol = BOUNDS[dtype]
+    errs = []
+    inf_ref = ~np.isfinite(ref)
+    if (np.isnan(out) | (np.isinf(out) & ~inf_ref)).any():
+        idx = np.argwhere(np.isnan(out) | (np.isinf(out) & ~inf_ref))[0]
+        errs.append(f"{name}: NaN or Inf at {tuple(int(i) for i in idx)}")
+        return errs
+    if (out[inf_ref] != ref[inf_ref]).any():
+        errs.append(f"{name}: entries whose reference is ±inf differ")
+    fin = ~inf_ref
+    o, r = np.where(fin, out, 0), np.where(fin, ref, 0)
+    nref = np.linalg.norm(r)
+    if nref > 0:
+        rel = np.linalg.norm(o - r) / nref
+        cos = float(np.sum(o * r) / (np.linalg.norm(o) * nref)) if np.linalg.norm(o) > 0 else 0.0
+        if rel > bound:
+            errs.append(f"{name}: rel_l2 {rel:.3e} above {bound:.0e}")
+        if cos <= 0.999:
+            errs.append(f"{name}: cosine {cos:.6f}")
+    if rows_are_values:
+        bad = np.abs(o - r) > atol + rtol * np.abs(r)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            errs.append(f"{name}: value at {idx} is {out[idx]:.6g}, reference {ref[idx]:.6g}")
+    elif nref > 0:
+        rows_o = o.reshape(-1, o.shape[-1])
+        rows_r = r.reshape(-1, r.shape[-1])
+        rms = nref / math.sqrt(rows_r.shape[0])
+        e = np.linalg.norm(rows_o - rows_r, axis=1) / np.maximum(np.linalg.norm(rows_r, axis=1), 0.5 * rms)
+        worst = int(np.argmax(e))
+        if e[worst] > 20 * bound:
+            errs.append(f"{name}: row {worst} of {rows_r.shape[0]}: its error {e[worst]:.2e} is above {20 * bound:.2e}")
+    return errs
+
+
+@dataclass
+class ForwardCase:
+    arch: str
+    dtype: str
+    head_dim: int
+    causal: bool
+    config: str | None  # None: kgen's default for the shape
+    batch: int = 1
+    heads_q: int = 2
+    heads_kv: int = 2
+    n_q: int = 37
+    n_k: int = 37
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return (f"{self.arch}.{self.dtype}.d{self.head_dim}.{'causal' if self.causal else 'full'}."
+                f"{self.config or 'default'}.b{self.batch}h{self.heads_q}:{self.heads_kv}.{self.n_q}x{self.n_k}")
+
+
+def forward_grid(config: str, n_q: int, heads_q: int, batch: int) -> tuple[int, int, int]:
+    """generator/attention_forward.cpp, attention_forward_grid: (ceil(n_q / rows), heads_q,
+    batch), rows = query rows per block (simt: bm<warps> rows; mfma: bm<rows>)."""
+    fields = dict((f[:2], f[2:]) for f in config.split(":")[1:])
+    rows = int(fields["bm"])
+    return ((n_q + rows - 1) // rows, heads_q, batch)
+
+
+def run_forward(kgen_bin: str, case: ForwardCase) -> dict:
+    kernel = build_kernel(kgen_bin, case.arch, "attention_fwd", case.dtype, case.head_dim, case.causal, case.config)
+    config = kernel.variant.split(".")[-1] if case.config is None else case.config
+    if not kernel.variant.endswith(config):
+        raise RuntimeError(f"built {kernel.variant}, expected config {config}")
+    rng = np.random.default_rng(case.seed)
+    d, dt = case.head_dim, case.dtype
+    shape_q = (case.batch, case.heads_q, case.n_q, d)
+    shape_kv = (case.batch, case.heads_kv, case.n_k, d)
+    q_bits = to_bits(rng.standard_normal(shape_q), dt)
+    k_bits = to_bits(rng.standard_normal(shape_kv), dt)
+    v_bits = to_bits(rng.standard_normal(shape_kv), dt)
+    q, k, v = (from_bits(x, dt) for x in (q_bits, k_bits, v_bits))
+    scale = 1.0 / math.sqrt(d)
+    o_ref, lse_ref = attention_reference(q, k, v, case.causal, scale)
+
+    mem = emu.Memory()
+    e = ELEM[dt]
+    qa = mem.alloc(q_bits.nbytes)
+    mem.put(qa, q_bits)
+    ka = mem.alloc(k_bits.nbytes)
+    mem.put(ka, k_bits)
+    va = mem.alloc(v_bits.nbytes)
+    mem.put(va, v_bits)
+    o_bytes = q_bits.nbytes
+    oa = mem.alloc(o_bytes)
+    o_poison = np.full(q_bits.size, NAN_BITS[dt], np.uint32 if e == 4 else np.uint16)
+    mem.put(oa, o_poison)
+    lse_n = case.batch * case.heads_q * case.n_q
+    la = mem.alloc(4 * lse_n)
+    mem.put(la, np.full(lse_n, NAN_BITS["fp32"], np.uint32))
+    params = pack_params("AttentionForwardParams", dict(
+        q=qa, k=ka, v=va, o=oa, lse=la,
+        q_stride_b=case.heads_q * case.n_q * d, q_stride_h=case.n_q * d, q_stride_n=d,
+        k_stride_b=case.heads_kv * case.n_k * d, k_stride_h=case.n_k * d, k_stride_n=d,
+        v_stride_b=case.heads_kv * case.n_k * d, v_stride_h=case.n_k * d, v_stride_n=d,
+        o_stride_b=case.heads_q * case.n_q * d, o_stride_h=case.n_q * d, o_stride_n=d,
+        lse_stride_b=case.heads_q * case.n_q, lse_stride_h=case.n_q,
+        batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, n_q=case.n_q, n_k=case.n_k,
+        head_dim=d, head_group=case.heads_q // case.heads_kv, scale=scale, scale_log2=scale * math.log2(math.e)))
+    disp = load_dispatch(kernel, mem)
+    if disp.kd.kernarg_size < len(params):
+        raise RuntimeError(f"kernarg segment of {disp.kd.kernarg_size} bytes holds no {len(params)}-byte parameter struct")
+    ka_addr = mem.alloc(max(disp.kd.kernarg_size, len(params)))
+    mem.put(ka_addr, params)
+    grid = forward_grid(config, case.n_q, case.heads_q, case.batch)
+    disp.run(grid, (kernel.meta["threads"], 1, 1), ka_addr, dynamic_lds=kernel.meta["smem_bytes"])
+    o = from_bits(mem.get(oa, o_bytes).view(np.uint32 if e == 4 else np.uint16), dt).reshape(shape_q)
+    lse = mem.get(la, 4 * lse_n).view(np.float32).astype(np.float64).reshape(shape_q[:3])
+    errs = compare("o", o, o_ref, dt) + compare("lse", lse, lse_ref, dt, rows_are_values=True)
+    return {"case": case.name, "variant": kernel.variant, "instructions": disp.executed, "errors": errs}
