@@ -97,3 +97,23 @@ def test_mfma_tables_are_permutations_and_multiply(op):
     emu.compile_instruction(ins, None, None)(w)
     D = w.v[60 + reg, lane].view(np.float32)
     assert np.array_equal(D, A @ B + C)
+
+
+# Kernels the tier does not run yet, whose every instruction must already have semantics here.
+COVERAGE_CASES = [("gfx942", "attention_bwd", "attention_bwd.bf16.d128.causal", True),
+                  ("gfx942", "attention_bwd", "attention_bwd.fp16.d128.full", False),
+                  ("gfx942", "attention_bwd", "attention_bwd.fp16.d64.causal", False)]
+
+
+@pytest.mark.parametrize("arch,op,variant", [c[:3] for c in COVERAGE_CASES if c[3] or ALL], ids=lambda x: str(x))
+def test_every_instruction_known(arch, op, variant):
+    why = _skip_reason()
+    if why:
+        pytest.skip(why)
+    import subprocess
+    env = dict(os.environ, KGEN_CACHE_DIR=os.path.join(kd.work_dir(), "cache"), KGEN_LOG_LEVEL="warn")
+    text = subprocess.run([KGEN_BIN, "inspect", "--op", op, "--variant", variant, "--arch", arch, "--show", "isa"],
+                          check=True, capture_output=True, text=True, env=env).stdout
+    ins = [i for i in (parse_line(line) for line in text.splitlines()) if i]
+    assert len(ins) > 100
+    assert emu.opcodes_supported(ins) == {}

@@ -787,6 +787,8 @@ VALU = {
     "v_cvt_i32_f32": (1, _cvt_i32_f32),
     "v_cvt_f32_f16": (1, lambda a: bits(f16_to_f32(a & U32(0xFFFF)))),
     "v_cvt_f16_f32": (1, lambda a: f32(a).astype(np.float16).view(np.uint16).astype(U32)),
+    "v_cvt_pk_f16_f32": (2, lambda a, b: f32(a).astype(np.float16).view(np.uint16).astype(U32)
+                         | (f32(b).astype(np.float16).view(np.uint16).astype(U32) << U32(16))),
     "v_cvt_pk_bf16_f32": (2, lambda a, b: _bf16_round(f32(a)) | (_bf16_round(f32(b)) << U32(16))),
     "v_add_f32": (2, _fl(lambda a, b: a + b)),
     "v_sub_f32": (2, _fl(lambda a, b: a - b)),
@@ -927,21 +929,22 @@ def _vcmp(ins: Instruction, base: str, enc: str):
     if not m:
         return None
     x, cond, t, width = m.groups()
-    if width != "32" or enc == "sdwa":
+    if enc == "sdwa" or (width == "64" and t == "f"):
         raise Unsupported(ins.opcode)
+    wide = width == "64"
     if t == "f":
         cmp = _FCMP[cond]
         conv = f32
     else:
         cmp = _ICMP[cond]
-        conv = (lambda a: a.view(np.int32)) if t == "i" else (lambda a: a)
+        conv = (lambda a: a.view(np.int64 if wide else np.int32)) if t == "i" else (lambda a: a)
     if enc == "e32":
         dst, srcs = VCC, ins.operands[1:3] if ins.operands[0].text == "vcc" else ins.operands[0:2]
     else:
         if ins.operands[0].kind != "s":
             raise Unsupported(f"{ins.opcode} destination {ins.operands[0].text}")
         dst, srcs = ins.operands[0].index, ins.operands[1:3]
-    r0, r1 = reader32(srcs[0]), reader32(srcs[1])
+    r0, r1 = (reader64(srcs[0]), reader64(srcs[1])) if wide else (reader32(srcs[0]), reader32(srcs[1]))
 
     def run(w):
         em = w.exec_mask()
