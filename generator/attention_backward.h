@@ -25,7 +25,7 @@ struct AttentionBackwardSpec {
   int head_dim = 128;
   bool causal = false;
   // A variant's canonical text (generator/variant.h; empty = none) and whether rows have sinks.
-  std::string variant;
+  std::string variant = {};
   bool sinks = false;
   bool operator==(const AttentionBackwardSpec&) const = default;
   bool has_variant() const { return !variant.empty() || sinks; }

@@ -19,7 +19,7 @@ struct AttentionForwardSpec {
   int head_dim = 128;
   bool causal = false;
   // A variant's canonical text (generator/variant.h; empty = none) and whether rows have sinks.
-  std::string variant;
+  std::string variant = {};
   bool sinks = false;
   bool operator==(const AttentionForwardSpec&) const = default;
   bool has_variant() const { return !variant.empty() || sinks; }
