@@ -198,9 +198,14 @@ def mask_to_int(m: np.ndarray) -> int:
     return int(np.packbits(m, bitorder="little").view(U64)[0])
 
 
+# What VGPRs, AGPRs and LDS hold before a kernel writes them, with Dispatch.poison: all ones, a NaN
+# in fp32, fp16 and bf16 alike (on hardware their contents are undefined).
+POISON_BYTE = 0xFF
+
+
 class Workgroup:
-    def __init__(self, lds_bytes: int):
-        self.lds = np.zeros(max(lds_bytes, 4), np.uint8)
+    def __init__(self, lds_bytes: int, poison: bool = False):
+        self.lds = np.full(max(lds_bytes, 4), POISON_BYTE if poison else 0, np.uint8)
         self.lds_size = lds_bytes
 
     def lds_index(self, addr: np.ndarray, nbytes: int, what: str) -> np.ndarray:
@@ -1604,6 +1609,12 @@ class Dispatch:
             raise Unsupported("scratch (private segment) use")
         self.max_instructions = 50_000_000
         self.executed = 0
+        # Hazard probes (the results must not change): `reverse` runs a workgroup's waves in
+        # reverse order between barriers, so that a read of another wave's LDS data without a
+        # barrier between them sees the other value; `poison` starts VGPRs, AGPRs (but the
+        # work-item IDs) and LDS as NaN, so that a read before any write shows.
+        self.reverse = False
+        self.poison = False
 
     def run(self, grid: tuple[int, int, int], block: tuple[int, int, int], kernarg_addr: int,
             dynamic_lds: int = 0, dispatch_ptr: int = 0):
@@ -1617,6 +1628,8 @@ class Dispatch:
 
     def _init_wave(self, wg, w_id, wgid, block, threads, kernarg_addr, dispatch_ptr):
         w = Wave(wg, w_id)
+        if self.poison:
+            w.v[:] = U32(0x01010101 * POISON_BYTE)
         kd = self.kd
         for name, first, count in kd.user_sgpr_layout():
             if name == "kernarg_segment_ptr":
@@ -1655,8 +1668,10 @@ class Dispatch:
         return w
 
     def _run_workgroup(self, wgid, block, threads, nwaves, lds, kernarg_addr, dispatch_ptr):
-        wg = Workgroup(lds)
+        wg = Workgroup(lds, self.poison)
         waves = [self._init_wave(wg, i, wgid, block, threads, kernarg_addr, dispatch_ptr) for i in range(nwaves)]
+        if self.reverse:
+            waves.reverse()
         closures, prog = self.closures, self.prog
         while True:
             progressed = False

@@ -66,6 +66,8 @@ def params_layout() -> dict:
             os.replace(exe + ".tmp", exe)
         _layout_cache = json.loads(subprocess.run([exe], check=True, capture_output=True, text=True).stdout)
         for name, s in _layout_cache.items():
+            if not isinstance(s, dict) or "fields" not in s:
+                continue  # the launch geometry printed beside the structs
             end = 0
             for fname, off, size, kind in s["fields"]:
                 if kind == "unknown" or off < end or off - end >= size:
@@ -114,31 +116,43 @@ def read_cache_entry(path: str) -> tuple[dict, bytes]:
     return json.loads(parts[1]), parts[2]
 
 
-def build_kernel(kgen_bin: str, arch: str, op: str, dtype: str, head_dim: int, causal: bool, config: str | None) -> Kernel:
-    """Compiles the variant with kgen (into a private cache) and returns its code object."""
+def build_kernels(kgen_bin: str, arch: str, op: str, selector: list[str], config: str | None) -> list[Kernel]:
+    """Compiles a variant's kernels with kgen (into a private cache) and returns their code
+    objects in the order `kgen inspect` lists them (for attention_bwd: launch order,
+    attention_backward_kernels). `selector`: the CLI's variant arguments."""
     cache = os.path.join(work_dir(), "cache")
-    cmd = [kgen_bin, "inspect", "--op", op, "--arch", arch, "--dtype", dtype, "-d", str(head_dim)]
-    if causal:
-        cmd.append("--causal")
+    cmd = [kgen_bin, "inspect", "--op", op, "--arch", arch] + selector
     if config:
         cmd += ["--config", config]
     env = dict(os.environ, KGEN_CACHE_DIR=cache, KGEN_LOG_LEVEL="warn")
-    # `--show resources` compiles the variant into the cache; `--show key` names its entry.
+    # `--show resources` compiles the kernels into the cache; `--show key` names their entries.
     subprocess.run(cmd + ["--show", "resources"], check=True, capture_output=True, text=True, env=env)
     out = subprocess.run(cmd + ["--show", "key"], check=True, capture_output=True, text=True, env=env).stdout
-    keys = [t for t in out.split() if len(t) == 64 and all(c in "0123456789abcdef" for c in t)]
-    if len(keys) != 1:
-        raise RuntimeError(f"cannot find the cache key in the output of {' '.join(cmd)}:\n{out}")
-    entry = os.path.join(cache, "v1", keys[0][:2], keys[0] + ".kgen")
-    meta, binary = read_cache_entry(entry)
-    if meta.get("target") != arch:
-        raise RuntimeError(f"{entry}: built for {meta.get('target')}, not {arch}")
-    path = os.path.join(work_dir(), keys[0] + ".co")
-    if not os.path.exists(path):
-        with open(path + ".tmp", "wb") as f:
-            f.write(binary)
-        os.replace(path + ".tmp", path)
-    return Kernel(meta["variant"], arch, binary, meta, path)
+    keys = [line.split()[1] for line in out.splitlines() if line.startswith("key ")]
+    if not keys or any(len(k) != 64 or any(c not in "0123456789abcdef" for c in k) for k in keys):
+        raise RuntimeError(f"cannot find the cache keys in the output of {' '.join(cmd)}:\n{out}")
+    kernels = []
+    for key in keys:
+        entry = os.path.join(cache, "v1", key[:2], key + ".kgen")
+        meta, binary = read_cache_entry(entry)
+        if meta.get("target") != arch:
+            raise RuntimeError(f"{entry}: built for {meta.get('target')}, not {arch}")
+        path = os.path.join(work_dir(), key + ".co")
+        if not os.path.exists(path):
+            with open(path + ".tmp", "wb") as f:
+                f.write(binary)
+            os.replace(path + ".tmp", path)
+        kernels.append(Kernel(meta["variant"], arch, binary, meta, path))
+    return kernels
+
+
+def build_kernel(kgen_bin: str, arch: str, op: str, dtype: str, head_dim: int, causal: bool, config: str | None) -> Kernel:
+    """The attention forward's one kernel (the CLI builds its variant from dtype, d, causal)."""
+    selector = ["--dtype", dtype, "-d", str(head_dim)] + (["--causal"] if causal else [])
+    kernels = build_kernels(kgen_bin, arch, op, selector, config)
+    if len(kernels) != 1:
+        raise RuntimeError(f"{op}: expected one kernel, kgen lists {len(kernels)}")
+    return kernels[0]
 
 
 def load_dispatch(kernel: Kernel, memory: emu.Memory) -> emu.Dispatch:
@@ -179,11 +193,11 @@ ELEM = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 
 # ---------------------------------------------------------------- attention forward
-def attention_reference(q, k, v, causal: bool, scale: float):
-    """float64 o and natural-log lse; a row that sees no key has o = 0, lse = -inf."""
-    b, hq, nq, d = q.shape
-    hkv, nk = k.shape[1], k.shape[2]
-    group = hq // hkv
+def _softmax_terms(q, k, v, causal: bool, scale: float):
+    """The kv heads repeated over their query groups (kk, vv), each row's maximum m of the masked
+    scaled scores, whether the row sees a key, and e = exp(s − m) (0 where masked)."""
+    nq, nk = q.shape[2], k.shape[2]
+    group = q.shape[1] // k.shape[1]
     kk = np.repeat(k, group, axis=1)
     vv = np.repeat(v, group, axis=1)
     s = np.einsum("bhid,bhjd->bhij", q, kk) * scale
@@ -193,7 +207,12 @@ def attention_reference(q, k, v, causal: bool, scale: float):
         s = np.where(j <= i + (nk - nq), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
     visible = np.isfinite(m)
-    p = np.where(visible, np.exp(s - np.where(visible, m, 0)), 0)
+    return kk, vv, m, visible, np.where(visible, np.exp(s - np.where(visible, m, 0)), 0)
+
+
+def attention_reference(q, k, v, causal: bool, scale: float):
+    """float64 o and natural-log lse; a row that sees no key has o = 0, lse = -inf."""
+    _, vv, m, visible, p = _softmax_terms(q, k, v, causal, scale)
     l = p.sum(axis=-1, keepdims=True)
     o = np.where(visible, np.einsum("bhij,bhjd->bhid", p, vv) / np.where(l > 0, l, 1), 0)
     lse = np.where(visible[..., 0], np.log(np.where(l[..., 0] > 0, l[..., 0], 1)) + np.where(visible, m, 0)[..., 0], -np.inf)
@@ -268,6 +287,45 @@ def forward_grid(config: str, n_q: int, heads_q: int, batch: int) -> tuple[int, 
     return ((n_q + rows - 1) // rows, heads_q, batch)
 
 
+def _put(mem: emu.Memory, data: np.ndarray) -> int:
+    addr = mem.alloc(data.nbytes)
+    mem.put(addr, data)
+    return addr
+
+
+def _poisoned(mem: emu.Memory, count: int, dtype: str) -> int:
+    """`count` elements of `dtype`, each the NaN pattern of docs/attention.md §5.3."""
+    return _put(mem, np.full(count, NAN_BITS[dtype], np.uint32 if ELEM[dtype] == 4 else np.uint16))
+
+
+def _read(mem: emu.Memory, addr: int, shape: tuple, dtype: str) -> np.ndarray:
+    n = int(np.prod(shape))
+    return from_bits(mem.get(addr, n * ELEM[dtype]).view(np.uint32 if ELEM[dtype] == 4 else np.uint16), dtype).reshape(shape)
+
+
+def launch(kernel: Kernel, mem: emu.Memory, params: bytes, grid: tuple[int, int, int], hazards: bool = False) -> int:
+    """Runs `kernel` over `grid` with `params` in its kernarg segment; returns the instructions run.
+    hazards: with the emulator's probes (Dispatch.reverse and .poison)."""
+    disp = load_dispatch(kernel, mem)
+    disp.reverse = disp.poison = hazards
+    if disp.kd.kernarg_size < len(params):
+        raise RuntimeError(f"{kernel.variant}: kernarg segment of {disp.kd.kernarg_size} bytes holds no "
+                           f"{len(params)}-byte parameter struct")
+    ka_addr = mem.alloc(max(disp.kd.kernarg_size, len(params)))
+    mem.put(ka_addr, params)
+    disp.run(grid, (kernel.meta["threads"], 1, 1), ka_addr, dynamic_lds=kernel.meta["smem_bytes"])
+    return disp.executed
+
+
+def _inputs(case, rng):
+    """q, k, v of `case` as dtype bits and their float64 values, and the q and k/v shapes."""
+    d, dt = case.head_dim, case.dtype
+    shape_q = (case.batch, case.heads_q, case.n_q, d)
+    shape_kv = (case.batch, case.heads_kv, case.n_k, d)
+    bits_ = [to_bits(rng.standard_normal(s), dt) for s in (shape_q, shape_kv, shape_kv)]
+    return bits_, [from_bits(x, dt) for x in bits_], shape_q, shape_kv
+
+
 def run_forward(kgen_bin: str, case: ForwardCase) -> dict:
     kernel = build_kernel(kgen_bin, case.arch, "attention_fwd", case.dtype, case.head_dim, case.causal, case.config)
     config = kernel.variant.split(".")[-1] if case.config is None else case.config
@@ -275,30 +333,15 @@ def run_forward(kgen_bin: str, case: ForwardCase) -> dict:
         raise RuntimeError(f"built {kernel.variant}, expected config {config}")
     rng = np.random.default_rng(case.seed)
     d, dt = case.head_dim, case.dtype
-    shape_q = (case.batch, case.heads_q, case.n_q, d)
-    shape_kv = (case.batch, case.heads_kv, case.n_k, d)
-    q_bits = to_bits(rng.standard_normal(shape_q), dt)
-    k_bits = to_bits(rng.standard_normal(shape_kv), dt)
-    v_bits = to_bits(rng.standard_normal(shape_kv), dt)
-    q, k, v = (from_bits(x, dt) for x in (q_bits, k_bits, v_bits))
+    (q_bits, k_bits, v_bits), (q, k, v), shape_q, _ = _inputs(case, rng)
     scale = 1.0 / math.sqrt(d)
     o_ref, lse_ref = attention_reference(q, k, v, case.causal, scale)
 
     mem = emu.Memory()
-    e = ELEM[dt]
-    qa = mem.alloc(q_bits.nbytes)
-    mem.put(qa, q_bits)
-    ka = mem.alloc(k_bits.nbytes)
-    mem.put(ka, k_bits)
-    va = mem.alloc(v_bits.nbytes)
-    mem.put(va, v_bits)
-    o_bytes = q_bits.nbytes
-    oa = mem.alloc(o_bytes)
-    o_poison = np.full(q_bits.size, NAN_BITS[dt], np.uint32 if e == 4 else np.uint16)
-    mem.put(oa, o_poison)
+    qa, ka, va = (_put(mem, x) for x in (q_bits, k_bits, v_bits))
+    oa = _poisoned(mem, q_bits.size, dt)
     lse_n = case.batch * case.heads_q * case.n_q
-    la = mem.alloc(4 * lse_n)
-    mem.put(la, np.full(lse_n, NAN_BITS["fp32"], np.uint32))
+    la = _poisoned(mem, lse_n, "fp32")
     params = pack_params("AttentionForwardParams", dict(
         q=qa, k=ka, v=va, o=oa, lse=la,
         q_stride_b=case.heads_q * case.n_q * d, q_stride_h=case.n_q * d, q_stride_n=d,
@@ -308,14 +351,137 @@ def run_forward(kgen_bin: str, case: ForwardCase) -> dict:
         lse_stride_b=case.heads_q * case.n_q, lse_stride_h=case.n_q,
         batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, n_q=case.n_q, n_k=case.n_k,
         head_dim=d, head_group=case.heads_q // case.heads_kv, scale=scale, scale_log2=scale * math.log2(math.e)))
-    disp = load_dispatch(kernel, mem)
-    if disp.kd.kernarg_size < len(params):
-        raise RuntimeError(f"kernarg segment of {disp.kd.kernarg_size} bytes holds no {len(params)}-byte parameter struct")
-    ka_addr = mem.alloc(max(disp.kd.kernarg_size, len(params)))
-    mem.put(ka_addr, params)
-    grid = forward_grid(config, case.n_q, case.heads_q, case.batch)
-    disp.run(grid, (kernel.meta["threads"], 1, 1), ka_addr, dynamic_lds=kernel.meta["smem_bytes"])
-    o = from_bits(mem.get(oa, o_bytes).view(np.uint32 if e == 4 else np.uint16), dt).reshape(shape_q)
-    lse = mem.get(la, 4 * lse_n).view(np.float32).astype(np.float64).reshape(shape_q[:3])
+    executed = launch(kernel, mem, params, forward_grid(config, case.n_q, case.heads_q, case.batch))
+    o = _read(mem, oa, shape_q, dt)
+    lse = _read(mem, la, shape_q[:3], "fp32")
     errs = compare("o", o, o_ref, dt) + compare("lse", lse, lse_ref, dt, rows_are_values=True)
-    return {"case": case.name, "variant": kernel.variant, "instructions": disp.executed, "errors": errs}
+    return {"case": case.name, "variant": kernel.variant, "instructions": executed, "errors": errs}
+
+
+# ---------------------------------------------------------------- attention backward
+def attention_backward_reference(q, k, v, d_o, causal: bool, scale: float):
+    """float64 dq, dk, dv (docs/attention.md §3): P = softmax of the masked scaled scores (a row
+    that sees no key: P = 0), dP = dO·Vᵀ, D = Σ_j P∘dP, dS = P∘(dP − D), dQ = s·dS·K, dK = s·dSᵀ·Q,
+    dV = Pᵀ·dO, dK and dV summed over the query heads of each kv group."""
+    b, hq, nq, d = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    kk, vv, _, visible, p = _softmax_terms(q, k, v, causal, scale)
+    p = p / np.where(visible, p.sum(axis=-1, keepdims=True), 1)
+    dp = np.einsum("bhid,bhjd->bhij", d_o, vv)
+    ds = p * (dp - np.sum(p * dp, axis=-1, keepdims=True))
+    dq = scale * np.einsum("bhij,bhjd->bhid", ds, kk)
+    dk = scale * np.einsum("bhij,bhid->bhjd", ds, q).reshape(b, hkv, group, nk, d).sum(axis=2)
+    dv = np.einsum("bhij,bhid->bhjd", p, d_o).reshape(b, hkv, group, nk, d).sum(axis=2)
+    return dq, dk, dv
+
+
+@dataclass
+class BackwardCase(ForwardCase):
+    """A backward call; config None: kgen's default (generator/attention_mfma.cpp) for the variant."""
+    deterministic: bool = False
+
+    @property
+    def variant_key(self) -> str:
+        """attention_backward_variant_key: the spec, plus ".deterministic" in that mode."""
+        return (f"attention_bwd.{self.dtype}.d{self.head_dim}.{'causal' if self.causal else 'full'}"
+                + (".deterministic" if self.deterministic else ""))
+
+    @property
+    def name(self) -> str:
+        return (f"{self.arch}.{self.variant_key[len('attention_bwd.'):]}.{self.config or 'default'}."
+                f"b{self.batch}h{self.heads_q}:{self.heads_kv}.{self.n_q}x{self.n_k}")
+
+
+def config_fields(config: str) -> dict[str, int]:
+    """'mfma:bm32:bn64:w2:c2' -> {'bm': 32, 'bn': 64, 'w': 2, 'c': 2} (path first, then fields)."""
+    out = {}
+    for f in config.split(":")[1:]:
+        name = f.rstrip("0123456789")
+        out[name] = int(f[len(name):]) if f[len(name):] else 1
+    return out
+
+
+def _blocks(n: int, rows: int) -> int:
+    return (n + rows - 1) // rows
+
+
+def backward_grid(kernel: Kernel, config: str, case: BackwardCase) -> tuple[int, int, int]:
+    """generator/attention_backward.cpp, attention_backward_grid, for the MFMA path; the row
+    kernels' and the dQ kernel's rows per block from kgen's headers (params_layout.cpp), their
+    warps from the kernel's threads (attention_bwd::row_threads: 32 lanes per warp)."""
+    name = kernel.meta["entry"].removeprefix("kgen_attention_bwd_")
+    geometry = params_layout()
+    hq, hkv, b = case.heads_q, case.heads_kv, case.batch
+    if name in ("preprocess", "dq_convert"):
+        rows = geometry["backward_rows"][f"{kernel.meta['threads'] // 32}:{case.head_dim}"]
+        return (_blocks(case.n_q, rows[0 if name == "preprocess" else 1]), hq, b)
+    if name in ("kv", "kv_atomic"):
+        f = config_fields(config)
+        return (_blocks(case.n_k, f["bn"]) * f.get("c", 1), hkv, b)
+    if name == "dq":
+        return (_blocks(case.n_q, geometry["mfma_dq_block_m"]), hq, b)
+    raise RuntimeError(f"no launch grid for the backward kernel {kernel.meta['entry']}")
+
+
+def run_backward(kgen_bin: str, case: BackwardCase, hazards: bool = False) -> dict:
+    """One backward call as ops/attention_backward.cpp makes it: the kernels of
+    attention_backward_kernels(config, deterministic) in order on one set of buffers, the workspace
+    rows lse2, delta (and, with atomic dQ, dq_accum) NaN-poisoned like the outputs. hazards: every
+    kernel with the emulator's hazard probes (launch)."""
+    kernels = build_kernels(kgen_bin, case.arch, "attention_bwd", ["--variant", case.variant_key], case.config)
+    names = [k.meta["entry"].removeprefix("kgen_attention_bwd_") for k in kernels]
+    kv = [k for k, n in zip(kernels, names) if n in ("kv", "kv_atomic")]
+    if len(kv) != 1:
+        raise RuntimeError(f"{case.variant_key}: expected one key-major kernel, kgen lists {names}")
+    config = kv[0].variant.split(".")[-2]
+    if case.config is not None and config != case.config:
+        raise RuntimeError(f"built {kv[0].variant}, expected config {case.config}")
+    atomic = "kv_atomic" in names
+    expected = ["preprocess", "kv", "dq"] if case.deterministic else ["preprocess", "kv_atomic", "dq_convert"]
+    if names != expected:
+        raise RuntimeError(f"{case.variant_key}: kernels {names}, expected {expected}")
+
+    rng = np.random.default_rng(case.seed)
+    d, dt = case.head_dim, case.dtype
+    (q_bits, k_bits, v_bits), (q, k, v), shape_q, shape_kv = _inputs(case, rng)
+    do_bits = to_bits(rng.standard_normal(shape_q), dt)
+    d_o = from_bits(do_bits, dt)
+    scale = 1.0 / math.sqrt(d)
+    o_ref, lse_ref = attention_reference(q, k, v, case.causal, scale)
+    dq_ref, dk_ref, dv_ref = attention_backward_reference(q, k, v, d_o, case.causal, scale)
+
+    mem = emu.Memory()
+    qa, ka, va, oa, doa = (_put(mem, x) for x in (q_bits, k_bits, v_bits, to_bits(o_ref, dt), do_bits))
+    la = _put(mem, lse_ref.astype(np.float32))
+    dqa = _poisoned(mem, q_bits.size, dt)
+    dka = _poisoned(mem, k_bits.size, dt)
+    dva = _poisoned(mem, v_bits.size, dt)
+    rows = case.batch * case.heads_q * case.n_q
+    lse2 = _poisoned(mem, rows, "fp32")
+    delta = _poisoned(mem, rows, "fp32")
+    dq_accum = _poisoned(mem, rows * d, "fp32") if atomic else 0
+    q_strides = (case.heads_q * case.n_q * d, case.n_q * d, d)
+    kv_strides = (case.heads_kv * case.n_k * d, case.n_k * d, d)
+    values = dict(lse=la, lse_stride_b=case.heads_q * case.n_q, lse_stride_h=case.n_q, lse2=lse2, delta=delta,
+                  row_r=0, row_c=0, dq_accum=dq_accum, batch=case.batch, heads_q=case.heads_q,
+                  heads_kv=case.heads_kv, n_q=case.n_q, n_k=case.n_k, head_dim=d,
+                  head_group=case.heads_q // case.heads_kv, scale=scale, scale_log2=scale * math.log2(math.e),
+                  stats_splits=0, dkv_accum=0)
+    tensors = dict(q=(qa, q_strides), k=(ka, kv_strides), v=(va, kv_strides), o=(oa, q_strides),
+                   d_o=(doa, q_strides), dq=(dqa, q_strides), dk=(dka, kv_strides), dv=(dva, kv_strides))
+    for t in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv", "gq", "gk", "gv", "q_bar", "k_bar", "v_bar", "do_bar"):
+        addr, strides = tensors.get(t, (0, (0, 0, 0)))  # absent: the double backward's
+        values[f"{t}.data"] = addr
+        for axis, stride in zip("bhn", strides):
+            values[f"{t}.stride_{axis}"] = stride
+    params = pack_params("AttentionBackwardParams", values)
+    executed = {}
+    for kernel, name in zip(kernels, names):
+        executed[name] = launch(kernel, mem, params, backward_grid(kernel, config, case), hazards)
+    dq = _read(mem, dqa, shape_q, dt)
+    dk = _read(mem, dka, shape_kv, dt)
+    dv = _read(mem, dva, shape_kv, dt)
+    errs = compare("dq", dq, dq_ref, dt) + compare("dk", dk, dk_ref, dt) + compare("dv", dv, dv_ref, dt)
+    return {"case": case.name, "variant": kv[0].variant, "kernels": names, "instructions": executed, "errors": errs,
+            "out": {"dq": dq, "dk": dk, "dv": dv}, "ref": {"dq": dq_ref, "dk": dk_ref, "dv": dv_ref}}

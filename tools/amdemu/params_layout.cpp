@@ -1,11 +1,18 @@
 // Prints the layout of kgen's kernel parameter structs as JSON, compiled against kgen's own
 // headers, so the emulator's driver packs kernel arguments at the offsets the kernels were built
 // with: {"Struct": {"size": N, "fields": [[name, offset, size, kind], ...]}}, kind one of ptr,
-// i32, i64, f32.
+// i32, i64, f32; the fields of a nested AttentionTensorArg as "q.data", "q.stride_b", .... Also the
+// launch geometry of the backward's row kernels and query-major dQ kernel, from the same headers:
+// {"backward_rows": {"<warps>:<head_dim>": [preprocess_block_rows, row_block_rows]},
+//  "mfma_dq_block_m": rows}.
 #include <cstddef>
 #include <cstdio>
+#include <initializer_list>
 #include <type_traits>
 
+#include "kgen_device/attention/backward_config.h"
+#include "kgen_device/attention/backward_params.h"
+#include "kgen_device/attention/mfma_config.h"
 #include "kgen_device/attention/params.h"
 
 namespace {
@@ -28,6 +35,15 @@ void field(const char* name, std::size_t offset, std::size_t size, const char* k
 }  // namespace
 
 #define KGEN_FIELD(S, f) field(#f, offsetof(S, f), sizeof(S::f), kind<decltype(S::f)>())
+// The four fields of a nested AttentionTensorArg, at their offsets in S.
+#define KGEN_TENSOR(S, t)                                                                                          \
+  do {                                                                                                             \
+    using A = kgen::AttentionTensorArg;                                                                            \
+    field(#t ".data", offsetof(S, t) + offsetof(A, data), sizeof(A::data), kind<decltype(A::data)>());             \
+    field(#t ".stride_b", offsetof(S, t) + offsetof(A, stride_b), sizeof(A::stride_b), kind<decltype(A::stride_b)>()); \
+    field(#t ".stride_h", offsetof(S, t) + offsetof(A, stride_h), sizeof(A::stride_h), kind<decltype(A::stride_h)>()); \
+    field(#t ".stride_n", offsetof(S, t) + offsetof(A, stride_n), sizeof(A::stride_n), kind<decltype(A::stride_n)>()); \
+  } while (0)
 
 int main() {
   using F = kgen::AttentionForwardParams;
@@ -40,6 +56,31 @@ int main() {
   KGEN_FIELD(F, lse_stride_b); KGEN_FIELD(F, lse_stride_h);
   KGEN_FIELD(F, batch); KGEN_FIELD(F, heads_q); KGEN_FIELD(F, heads_kv); KGEN_FIELD(F, n_q); KGEN_FIELD(F, n_k);
   KGEN_FIELD(F, head_dim); KGEN_FIELD(F, head_group); KGEN_FIELD(F, scale); KGEN_FIELD(F, scale_log2);
-  std::printf("]}}\n");
+  std::printf("]}");
+
+  using B = kgen::AttentionBackwardParams;
+  static_assert(sizeof(kgen::AttentionTensorArg) == 32, "AttentionTensorArg: four 8-byte fields");
+  std::printf(", \"AttentionBackwardParams\": {\"size\": %zu, \"fields\": [", sizeof(B));
+  first_field = true;
+  KGEN_TENSOR(B, q); KGEN_TENSOR(B, k); KGEN_TENSOR(B, v); KGEN_TENSOR(B, o); KGEN_TENSOR(B, d_o);
+  KGEN_TENSOR(B, dq); KGEN_TENSOR(B, dk); KGEN_TENSOR(B, dv);
+  KGEN_TENSOR(B, gq); KGEN_TENSOR(B, gk); KGEN_TENSOR(B, gv);
+  KGEN_TENSOR(B, q_bar); KGEN_TENSOR(B, k_bar); KGEN_TENSOR(B, v_bar); KGEN_TENSOR(B, do_bar);
+  KGEN_FIELD(B, lse); KGEN_FIELD(B, lse_stride_b); KGEN_FIELD(B, lse_stride_h);
+  KGEN_FIELD(B, lse2); KGEN_FIELD(B, delta); KGEN_FIELD(B, row_r); KGEN_FIELD(B, row_c); KGEN_FIELD(B, dq_accum);
+  KGEN_FIELD(B, batch); KGEN_FIELD(B, heads_q); KGEN_FIELD(B, heads_kv); KGEN_FIELD(B, n_q); KGEN_FIELD(B, n_k);
+  KGEN_FIELD(B, head_dim); KGEN_FIELD(B, head_group); KGEN_FIELD(B, scale); KGEN_FIELD(B, scale_log2);
+  KGEN_FIELD(B, stats_splits); KGEN_FIELD(B, dkv_accum);
+  std::printf("]}");
+
+  std::printf(", \"backward_rows\": {");
+  const char* sep = "";
+  for (int warps : {1, 2, 4, 8})
+    for (int d : {64, 128}) {
+      std::printf("%s\"%d:%d\": [%d, %d]", sep, warps, d, kgen::attention_bwd::preprocess_block_rows(warps, d),
+                  kgen::attention_bwd::row_block_rows(warps, d));
+      sep = ", ";
+    }
+  std::printf("}, \"mfma_dq_block_m\": %d}\n", kgen::attention_mfma::kDqWaves * kgen::attention_mfma::kWaveRows);
   return 0;
 }
