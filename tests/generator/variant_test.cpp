@@ -327,8 +327,12 @@ TEST(Variant, ClassificationIsConservativeAgainstBruteForce) {
           all = all && m;
         }
       const TileClass c = v.classify(in.values, b, h, q0, q1, k0, k1, n_q, n_k);
-      if (c == TileClass::empty) EXPECT_FALSE(any) << q0 << ".." << q1 << " x " << k0 << ".." << k1;
-      if (c == TileClass::full) EXPECT_TRUE(all) << q0 << ".." << q1 << " x " << k0 << ".." << k1;
+      if (c == TileClass::empty) {
+        EXPECT_FALSE(any) << q0 << ".." << q1 << " x " << k0 << ".." << k1;
+      }
+      if (c == TileClass::full) {
+        EXPECT_TRUE(all) << q0 << ".." << q1 << " x " << k0 << ".." << k1;
+      }
       decided += c != TileClass::partial;
     }
     // Not vacuous: some tiles are proved (a document mask alone proves none: it reads a tensor).
