@@ -185,29 +185,13 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
 }
 
 std::string to_string(const AttentionBackwardSpec& s) {
-  std::ostringstream o;
-  o << "attention_bwd." << dtype_name(s.dtype) << ".d" << s.head_dim << (s.causal ? ".causal" : ".full")
-    << (s.sinks ? ".sinks" : "");
-  if (!s.variant.empty()) o << ".var{" << s.variant << "}";
-  return o.str();
+  return attention_spec_text("attention_bwd", {s.dtype, s.head_dim, s.causal, s.variant, s.sinks});
 }
 
 std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text) {
-  std::string head = text, variant;
-  if (const std::size_t at = text.find(".var{"); at != std::string::npos) {
-    if (text.back() != '}') return std::nullopt;
-    head = text.substr(0, at);
-    variant = text.substr(at + 5, text.size() - at - 6);
-    if (variant.empty()) return std::nullopt;
-  }
-  std::vector<std::string> parts = split_fields(head, '.');
-  bool sinks = false;
-  if (parts.size() == 5 && parts[4] == "sinks") sinks = true, parts.pop_back();
-  if (parts.size() != 4 || parts[0] != "attention_bwd") return std::nullopt;
-  auto dtype = parse_dtype(parts[1]);
-  int d = 0;
-  if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
-  return AttentionBackwardSpec{*dtype, d, parts[3] == "causal", variant, sinks};
+  const auto f = parse_attention_spec_text("attention_bwd", text);
+  if (!f) return std::nullopt;
+  return AttentionBackwardSpec{f->dtype, f->head_dim, f->causal, f->variant, f->sinks};
 }
 
 std::string attention_backward_variant_key(const AttentionBackwardSpec& s, bool deterministic) {

@@ -165,15 +165,21 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   return c;
 }
 
-std::string to_string(const AttentionForwardSpec& s) {
+std::string attention_spec_text(std::string_view op, const AttentionForwardSpec& s) {
   std::ostringstream o;
-  o << "attention_fwd." << dtype_name(s.dtype) << ".d" << s.head_dim
-    << (s.causal ? ".causal" : ".full") << (s.sinks ? ".sinks" : "");
+  o << op << "." << dtype_name(s.dtype) << ".d" << s.head_dim << (s.causal ? ".causal" : ".full")
+    << (s.sinks ? ".sinks" : "");
   if (!s.variant.empty()) o << ".var{" << s.variant << "}";
   return o.str();
 }
 
+std::string to_string(const AttentionForwardSpec& s) { return attention_spec_text("attention_fwd", s); }
+
 std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::string& text) {
+  return parse_attention_spec_text("attention_fwd", text);
+}
+
+std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view op, const std::string& text) {
   std::string head = text, variant;
   if (const std::size_t at = text.find(".var{"); at != std::string::npos) {
     if (text.back() != '}') return std::nullopt;
@@ -184,7 +190,7 @@ std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::stri
   std::vector<std::string> parts = split_fields(head, '.');
   bool sinks = false;
   if (parts.size() == 5 && parts[4] == "sinks") sinks = true, parts.pop_back();
-  if (parts.size() != 4 || parts[0] != "attention_fwd") return std::nullopt;
+  if (parts.size() != 4 || parts[0] != op) return std::nullopt;
   auto dtype = parse_dtype(parts[1]);
   int d = 0;
   if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;

@@ -92,6 +92,11 @@ std::vector<ConfigField> explain(const AttentionForwardConfig& c);
 // and ".var{CANONICAL}".
 std::string to_string(const AttentionForwardSpec& s);
 
+// The spec text both attention operators share: "<op>.<dtype>.d<D>.<causal|full>[.sinks]
+// [.var{CANONICAL}]", and its parse (the forward's spec type carries the fields of either).
+std::string attention_spec_text(std::string_view op, const AttentionForwardSpec& s);
+std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view op, const std::string& text);
+
 // The code a variant kernel's translation unit carries after its template's #include: the
 // headers of the generated expressions and `struct KgenVariant` (its expressions and kSinks).
 std::string render_variant_prelude(const std::string& canonical, bool sinks);
