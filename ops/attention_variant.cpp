@@ -47,21 +47,32 @@ void check_shape_is(const TensorView& t, const std::string& name, std::initializ
   }
 }
 
-// The checked variant of a declaration, parsed once per distinct declaration in the process.
-const Variant& checked_variant(const VariantDecl& decl) {
+// A call's presets composed with its user's declaration and checked: done once per distinct
+// (presets, declaration) in the process, so a launch only builds the key.
+struct ComposedVariant {
+  VariantDecl decl;        // the composed declaration: the run-time inputs' order
+  std::string canonical;   // empty when no expression remains
+};
+
+const ComposedVariant& composed_variant(const VariantPresets& p, const VariantDecl& user) {
   static std::mutex mu;
-  static std::unordered_map<std::string, std::unique_ptr<Variant>> parsed;
-  std::string key = decl.score_mod + '\x1f' + decl.mask_mod;
-  for (const VariantScalar& s : decl.scalars) key += '\x1e' + s.name + char('0' + int(s.type));
-  for (const VariantTensor& t : decl.tensors)
+  static std::unordered_map<std::string, std::unique_ptr<ComposedVariant>> done;
+  std::string key{char('0' + p.causal_top_left), char('0' + p.window), char('0' + p.softcap), char('0' + p.alibi),
+                  char('0' + p.prefix_lm), char('0' + p.chunked), char('0' + p.document)};
+  key += user.score_mod + '\x1f' + user.mask_mod;
+  for (const VariantScalar& s : user.scalars) key += '\x1e' + s.name + char('0' + int(s.type));
+  for (const VariantTensor& t : user.tensors)
     key += '\x1d' + t.name + char('0' + t.rank) + char('0' + int(t.type)) + (t.learnable ? 'L' : '-');
   std::lock_guard lock(mu);
-  auto& slot = parsed[key];
+  auto& slot = done[key];
   if (!slot) {
     try {
-      slot = std::make_unique<Variant>(Variant::parse(decl));
+      auto c = std::make_unique<ComposedVariant>();
+      c->decl = compose_variant(p, user);
+      if (!c->decl.score_mod.empty() || !c->decl.mask_mod.empty()) c->canonical = Variant::parse(c->decl).canonical();
+      slot = std::move(c);
     } catch (...) {
-      parsed.erase(key);
+      done.erase(key);
       throw;
     }
   }
@@ -192,12 +203,10 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
     user_tensors[t.name] = &t;
   }
 
-  const VariantDecl decl = compose_variant(presets, user);
-  const bool expressions = !decl.score_mod.empty() || !decl.mask_mod.empty();
-  if (expressions) {
-    const Variant& variant = checked_variant(decl);
-    out.canonical = variant.canonical();
-  } else if (!decl.scalars.empty() || !decl.tensors.empty()) {
+  const ComposedVariant& composed = composed_variant(presets, user);
+  const VariantDecl& decl = composed.decl;
+  out.canonical = composed.canonical;
+  if (out.canonical.empty() && (!decl.scalars.empty() || !decl.tensors.empty())) {
     invalid_argument("variant.scalars: inputs were given but no score_mod or mask_mod reads them");
   }
   if (out.canonical.empty() && !out.sinks) return out;
