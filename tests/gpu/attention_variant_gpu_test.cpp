@@ -108,6 +108,28 @@ ReferenceVariant reference_variant(const AttentionVariant& v, const Inputs& in, 
   return r;
 }
 
+// A case's fp64 problem (q, k, v, then d_o when given, filled from `rng` into the host tensors)
+// and its variant: the options set up by the case, the inputs uploaded, the options pointing at
+// the uploaded views.
+AttentionProblem set_up(const VariantCase& c, HostTensor& q, HostTensor& k, HostTensor& v, std::mt19937_64& rng,
+                        AttentionOptions& options, Inputs& inputs, HostTensor* d_o = nullptr,
+                        std::vector<double>* d_o_values = nullptr) {
+  AttentionProblem prob;
+  prob.batch = c.b, prob.heads_q = c.hq, prob.heads_kv = c.hkv, prob.n_q = c.nq, prob.n_k = c.nk, prob.head_dim = c.d;
+  prob.causal = c.causal;
+  prob.q = fill_random(q, rng), prob.k = fill_random(k, rng), prob.v = fill_random(v, rng);
+  if (d_o) *d_o_values = fill_random(*d_o, rng);
+  options.causal = c.causal;
+  c.setup(options.variant, inputs, rng);
+  inputs.upload(0);
+  AttentionVariant& var = options.variant;
+  if (var.alibi_slopes) var.alibi_slopes = &inputs.by_name.at("alibi_slopes").view;
+  if (var.sinks) var.sinks = &inputs.by_name.at("sinks").view;
+  if (var.document_ids) var.document_ids = &inputs.by_name.at("document_ids").view;
+  for (auto& t : var.tensors) t.tensor = inputs.by_name.at(t.name).view;
+  return prob;
+}
+
 std::vector<VariantCase> cases() {
   auto window = [](int l, int r) {
     return [=](AttentionVariant& v, Inputs&, std::mt19937_64&) { v.window_left = l, v.window_right = r; };
@@ -241,21 +263,10 @@ TEST_P(AttentionVariantGpu, EveryPresetCompositionAndExpressionMatchesTheFp64Ref
     std::mt19937_64 rng(0x5eed + c.nq * 31 + c.d);
     HostTensor q = make_host(c.b, c.hq, c.nq, c.d, layout, c.dtype), k = make_host(c.b, c.hkv, c.nk, c.d, layout, c.dtype),
                v = make_host(c.b, c.hkv, c.nk, c.d, layout, c.dtype), o = make_host(c.b, c.hq, c.nq, c.d, layout, c.dtype);
-    AttentionProblem prob;
-    prob.batch = c.b, prob.heads_q = c.hq, prob.heads_kv = c.hkv, prob.n_q = c.nq, prob.n_k = c.nk, prob.head_dim = c.d;
-    prob.causal = c.causal;
-    prob.q = fill_random(q, rng), prob.k = fill_random(k, rng), prob.v = fill_random(v, rng);
     AttentionOptions options;
-    options.causal = c.causal;
     Inputs inputs;
-    c.setup(options.variant, inputs, rng);
-    inputs.upload(0);
-    // Views were taken before the upload filled them: point the options at the uploaded ones.
-    AttentionVariant& var = options.variant;
-    if (var.alibi_slopes) var.alibi_slopes = &inputs.by_name.at("alibi_slopes").view;
-    if (var.sinks) var.sinks = &inputs.by_name.at("sinks").view;
-    if (var.document_ids) var.document_ids = &inputs.by_name.at("document_ids").view;
-    for (auto& t : var.tensors) t.tensor = inputs.by_name.at(t.name).view;
+    const AttentionProblem prob = set_up(c, q, k, v, rng, options, inputs);
+    const AttentionVariant& var = options.variant;
     std::unique_ptr<Variant> keep;
     const ReferenceVariant rv = reference_variant(var, inputs, keep);
     const AttentionForwardReference ref = attention_forward_cpu(prob, &rv);
@@ -333,23 +344,14 @@ TEST(AttentionVariantGpu, BackwardMatchesTheFp64ReferenceWithTensorAndSinkGradie
     HostTensor q = make_host(c.b, c.hq, c.nq, c.d, layout, c.dtype), k = make_host(c.b, c.hkv, c.nk, c.d, layout, c.dtype),
                v = make_host(c.b, c.hkv, c.nk, c.d, layout, c.dtype), o = make_host(c.b, c.hq, c.nq, c.d, layout, c.dtype),
                d_o = make_host(c.b, c.hq, c.nq, c.d, layout, c.dtype);
-    AttentionProblem prob;
-    prob.batch = c.b, prob.heads_q = c.hq, prob.heads_kv = c.hkv, prob.n_q = c.nq, prob.n_k = c.nk, prob.head_dim = c.d;
-    prob.causal = c.causal;
-    prob.q = fill_random(q, rng), prob.k = fill_random(k, rng), prob.v = fill_random(v, rng);
-    const std::vector<double> d_o_values = fill_random(d_o, rng);
     AttentionOptions options;
-    options.causal = c.causal;
     Inputs inputs;
-    c.setup(options.variant, inputs, rng);
-    inputs.upload(0);
+    std::vector<double> d_o_values;
+    const AttentionProblem prob = set_up(c, q, k, v, rng, options, inputs, &d_o, &d_o_values);
     AttentionVariant& var = options.variant;
-    if (var.alibi_slopes) var.alibi_slopes = &inputs.by_name.at("alibi_slopes").view;
-    if (var.document_ids) var.document_ids = &inputs.by_name.at("document_ids").view;
     // Every fp32 tensor of a score_mod learns; the sinks learn.
     std::map<std::string, std::unique_ptr<DeviceBuffer>> grads;
     for (auto& t : var.tensors) {
-      t.tensor = inputs.by_name.at(t.name).view;
       if (t.tensor.dtype != DType::f32 || var.score_mod.find(t.name) == std::string::npos) continue;
       t.learnable = true;
       const Input& in = inputs.by_name.at(t.name);
@@ -359,7 +361,6 @@ TEST(AttentionVariantGpu, BackwardMatchesTheFp64ReferenceWithTensorAndSinkGradie
     }
     TensorView sinks_grad_view;
     if (var.sinks) {
-      var.sinks = &inputs.by_name.at("sinks").view;
       grads["sinks"] = std::make_unique<DeviceBuffer>(std::size_t(c.hq) * 4);
       const std::int64_t shape[1] = {c.hq};
       sinks_grad_view = make_contiguous_view(grads["sinks"]->get(), DType::f32, 1, shape, 0);
