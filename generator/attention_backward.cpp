@@ -185,13 +185,13 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
 }
 
 std::string to_string(const AttentionBackwardSpec& s) {
-  return attention_spec_text("attention_bwd", {s.dtype, s.head_dim, s.causal, s.variant, s.sinks});
+  return attention_spec_text("attention_bwd", {s.dtype, s.head_dim, s.causal, s.variant, s.sinks, s.packed});
 }
 
 std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text) {
   const auto f = parse_attention_spec_text("attention_bwd", text);
   if (!f) return std::nullopt;
-  return AttentionBackwardSpec{f->dtype, f->head_dim, f->causal, f->variant, f->sinks};
+  return AttentionBackwardSpec{f->dtype, f->head_dim, f->causal, f->variant, f->sinks, f->packed};
 }
 
 std::string attention_backward_variant_key(const AttentionBackwardSpec& s, bool deterministic) {
@@ -738,7 +738,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   if (scores && spec.has_variant()) {
     shim.args.push_back(targ("Variant", std::string("KgenVariant")));
     shim.variant_args = true;
-    prelude = render_variant_prelude(spec.variant, spec.sinks);
+    prelude = render_variant_prelude(spec.variant, spec.sinks, spec.packed);
   }
   k.source = render_entry_shims(include, k.variant, std::span(&shim, 1), prelude);
   return k;

@@ -27,8 +27,9 @@ struct AttentionBackwardSpec {
   // A variant's canonical text (generator/variant.h; empty = none) and whether rows have sinks.
   std::string variant = {};
   bool sinks = false;
+  bool packed = false;  // packed (variable-length) batches, as in the forward's spec
   bool operator==(const AttentionBackwardSpec&) const = default;
-  bool has_variant() const { return !variant.empty() || sinks; }
+  bool has_variant() const { return !variant.empty() || sinks || packed; }
 };
 
 // fa2: tensor cores, fp16/bf16, head dims 32/64/96/128. simt: any dtype, head_dim <= 256.

@@ -21,8 +21,11 @@ struct AttentionForwardSpec {
   // A variant's canonical text (generator/variant.h; empty = none) and whether rows have sinks.
   std::string variant = {};
   bool sinks = false;
+  // Packed (variable-length) batches: sequences one after another along n, bounded by
+  // cu_seqlens (VariantArgs); they run through the variant kernels' second parameter.
+  bool packed = false;
   bool operator==(const AttentionForwardSpec&) const = default;
-  bool has_variant() const { return !variant.empty() || sinks; }
+  bool has_variant() const { return !variant.empty() || sinks || packed; }
 };
 
 // Run-time shape of one call (strides and pointers are not part of it).
@@ -88,18 +91,19 @@ std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
 // Each field of to_string(c), in order, with its meaning.
 std::vector<ConfigField> explain(const AttentionForwardConfig& c);
-// "attention_fwd.bf16.d128.causal" (spec part of a variant name); a variant appends ".sinks"
-// and ".var{CANONICAL}".
+// "attention_fwd.bf16.d128.causal" (spec part of a variant name); packed batches append
+// ".packed", a variant ".sinks" and ".var{CANONICAL}".
 std::string to_string(const AttentionForwardSpec& s);
 
-// The spec text both attention operators share: "<op>.<dtype>.d<D>.<causal|full>[.sinks]
-// [.var{CANONICAL}]", and its parse (the forward's spec type carries the fields of either).
+// The spec text both attention operators share: "<op>.<dtype>.d<D>.<causal|full>[.packed]
+// [.sinks][.var{CANONICAL}]", and its parse (the forward's spec type carries the fields of either).
 std::string attention_spec_text(std::string_view op, const AttentionForwardSpec& s);
 std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view op, const std::string& text);
 
 // The code a variant kernel's translation unit carries after its template's #include: the
-// headers of the generated expressions and `struct KgenVariant` (its expressions and kSinks).
-std::string render_variant_prelude(const std::string& canonical, bool sinks);
+// headers of the generated expressions and `struct KgenVariant` (its expressions, kSinks and
+// kPacked).
+std::string render_variant_prelude(const std::string& canonical, bool sinks, bool packed);
 // Why `path` cannot run the variant (nullopt when it can, or when there is none).
 std::optional<std::string> check_variant_path(bool has_variant, std::string_view path);
 

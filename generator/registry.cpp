@@ -54,7 +54,7 @@ ConfigKernels backward_kernels(const std::string& variant, const std::string& co
   if (!key) return unknown_variant(variant);
   const auto [spec, deterministic] = *key;
   if (ConfigKernels bad = bad_attention_variant(
-          variant, {spec.dtype, spec.head_dim, spec.causal, spec.variant, spec.sinks});
+          variant, {spec.dtype, spec.head_dim, spec.causal, spec.variant, spec.sinks, spec.packed});
       !bad.error.empty())
     return bad;
   return kernels_of(

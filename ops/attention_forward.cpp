@@ -77,7 +77,8 @@ void check_head_dim(const TensorView& q) {
 
 AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
                                                 const TensorView& v, const TensorView& o,
-                                                const TensorView* lse, const AttentionOptions& options) {
+                                                const TensorView* lse, const AttentionOptions& options,
+                                                const PackedSequences* packed) {
   check_tensor(q, "q", 4);
   check_tensor(k, "k", 4);
   check_tensor(v, "v", 4);
@@ -108,10 +109,15 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   if (!std::isfinite(options.scale)) invalid_argument("scale: must be finite");
   AttentionForwardCall call;
   call.spec = {q.dtype, static_cast<int>(d), options.causal};
-  call.variant = resolve_attention_variant(options.variant, q, k, "attention_fwd", false);
+  call.variant = resolve_attention_variant(options.variant, q, k, "attention_fwd", false, packed);
   call.spec.variant = call.variant.canonical;
   call.spec.sinks = call.variant.sinks;
+  call.spec.packed = call.variant.packed;
   call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
+  if (packed) {
+    call.shape.batch = check_packed_sequences(*packed, nq, nk, q.device);
+    call.shape.n_q = packed->max_seqlen_q, call.shape.n_k = packed->max_seqlen_k;
+  }
   call.aligned16 = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o);
   call.device = q.device;
   return call;
@@ -215,12 +221,12 @@ bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const Tenso
 
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const TensorView& k, const TensorView& v,
                                                  const TensorView& o_in, const TensorView* lse_in,
-                                                 const AttentionOptions& options_in) {
-  AttentionForwardCall call = validate_attention_forward(q_in, k, v, o_in, lse_in, options_in);
+                                                 const AttentionOptions& options_in, const PackedSequences* packed) {
+  AttentionForwardCall call = validate_attention_forward(q_in, k, v, o_in, lse_in, options_in, packed);
   TensorView q = q_in, o = o_in, lse_packed = lse_in ? *lse_in : TensorView{};
   const TensorView* lse = lse_in ? &lse_packed : nullptr;
   AttentionOptions options = options_in;
-  if (pack_query_heads(q, o, lse_in ? &lse_packed : nullptr, k, options)) {
+  if (!packed && pack_query_heads(q, o, lse_in ? &lse_packed : nullptr, k, options)) {
     // The packed views only regroup validated elements: the call's shape and mask follow.
     call.shape.heads_q = call.shape.heads_kv;
     call.shape.n_q = static_cast<int>(q.shape[2]);
@@ -267,6 +273,9 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   if (lse) { p.lse_stride_b = lse->strides[0]; p.lse_stride_h = lse->strides[1]; }
   p.batch = call.shape.batch; p.heads_q = call.shape.heads_q; p.heads_kv = call.shape.heads_kv;
   p.n_q = call.shape.n_q; p.n_k = call.shape.n_k;
+  // A packed batch: one physical batch of all rows (the kernels take each sequence's from
+  // cu_seqlens; the grid covers the longest).
+  if (packed) p.n_q = static_cast<int>(q.shape[2]), p.n_k = static_cast<int>(k.shape[2]);
   p.head_dim = call.spec.head_dim;
   p.head_group = call.shape.heads_q / call.shape.heads_kv;
   double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(call.spec.head_dim));
@@ -295,17 +304,17 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   return launch;
 }
 
-void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
-                       const TensorView& o, const TensorView* lse, const AttentionOptions& options,
-                       void* stream) {
-  AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
-  if (!launch.tma) use_primary_context(q.device);  // prepare made it current for the tensor maps
+namespace {
+
+// Launches a prepared forward (with its split or stream-K workspace) on `stream`.
+void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* stream) {
+  if (!launch.tma) use_primary_context(device);  // prepare made it current for the tensor maps
   if (launch.stream_k) {
     const std::size_t rows = std::size_t{launch.grid.x} * launch.stream_rows;
     const std::size_t o_bytes = rows * launch.stream_cols * 4, lse_bytes = rows * 4,
                       flag_bytes = launch.stream_flags() * sizeof(unsigned long long);
     Workspace ws(nullptr, 0, Workspace::aligned(o_bytes) + Workspace::aligned(lse_bytes) + Workspace::aligned(flag_bytes),
-                 q.device, stream, "the stream-K parts of cut query tiles");
+                 device, stream, "the stream-K parts of cut query tiles");
     launch.stream_params.o_partial = ws.take(o_bytes);
     launch.stream_params.lse_partial = ws.take(lse_bytes);
     launch.stream_params.flags = reinterpret_cast<unsigned long long*>(ws.take(flag_bytes));
@@ -319,12 +328,30 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
     return;
   }
   const std::size_t o_bytes = launch.partial_rows * launch.params.head_dim * 4, lse_bytes = launch.partial_rows * 4;
-  Workspace ws(nullptr, 0, Workspace::aligned(o_bytes) + Workspace::aligned(lse_bytes), q.device, stream,
+  Workspace ws(nullptr, 0, Workspace::aligned(o_bytes) + Workspace::aligned(lse_bytes), device, stream,
                "the key ranges' partial results");
   launch.split_params.o_partial = ws.take(o_bytes);
   launch.split_params.lse_partial = ws.take(lse_bytes);
   launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
   launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)");
+}
+
+}  // namespace
+
+void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& o, const TensorView* lse, const AttentionOptions& options,
+                       void* stream) {
+  AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
+  launch_attention_forward(launch, q.device, stream);
+}
+
+void attention_varlen_forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                              const TensorView* lse, const PackedSequences& sequences,
+                              const AttentionOptions& options, void* stream) {
+  const PackedViews views = packed_views(q, k, v, o, lse);
+  AttentionForwardLaunch launch = prepare_attention_forward(views.q, views.k, views.v, views.o,
+                                                            lse ? &views.lse : nullptr, options, &sequences);
+  launch_attention_forward(launch, q.device, stream);
 }
 
 const char* version() { return KGEN_VERSION; }

@@ -24,9 +24,12 @@ struct AttentionForwardCall {
 void check_head_dim(const TensorView& q);
 
 // Checks the tensors and options; throws Error(invalid_argument) naming the argument.
+// `packed`: a packed batch, whose tensors come as packed_view (1, h, total, d) and lse as
+// packed_lse_view; the call's shape then has the sequence count as batch and the maxima as n_q, n_k.
 AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
                                                 const TensorView& v, const TensorView& o,
-                                                const TensorView* lse, const AttentionOptions& options);
+                                                const TensorView* lse, const AttentionOptions& options,
+                                                const PackedSequences* packed = nullptr);
 
 // A resolved launch: the loaded kernel, its grid and packed parameters.
 struct AttentionForwardLaunch {
@@ -82,7 +85,8 @@ bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const Tenso
 // without launching: attention_forward is this plus one cuLaunchKernel.
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
                                                  const TensorView& o, const TensorView* lse,
-                                                 const AttentionOptions& options);
+                                                 const AttentionOptions& options,
+                                                 const PackedSequences* packed = nullptr);
 
 // The config a call runs with: options.config if given (checked; throws Error(invalid_argument)
 // naming `config`), else the general path for unaligned views, else the launch-path decision

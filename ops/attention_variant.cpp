@@ -1,7 +1,9 @@
 #include "ops/attention_variant.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -10,6 +12,8 @@
 #include "generator/target.h"
 #include "generator/variant.h"
 #include "ops/tensor_checks.h"
+#include "driver/device.h"
+#include "driver/gpu_driver.h"
 
 namespace kgen {
 namespace {
@@ -81,13 +85,14 @@ const ComposedVariant& composed_variant(const VariantPresets& p, const VariantDe
 
 // The process-wide id of (canonical, sinks) and its kernel-table op name, stored for the life of
 // the process.
-std::pair<int, std::string_view> variant_id(const std::string& canonical, bool sinks, const char* op) {
+std::pair<int, std::string_view> variant_id(const std::string& canonical, bool sinks, bool packed, const char* op) {
   static std::mutex mu;
   static std::map<std::string, int> ids;
   static std::deque<std::string> names;
   static std::map<std::pair<int, std::string>, std::string_view> op_names;
   std::lock_guard lock(mu);
-  auto [it, fresh] = ids.try_emplace(canonical + (sinks ? "|sinks" : ""), static_cast<int>(ids.size()) + 1);
+  auto [it, fresh] = ids.try_emplace(canonical + (sinks ? "|sinks" : "") + (packed ? "|packed" : ""),
+                                     static_cast<int>(ids.size()) + 1);
   auto& name = op_names[{it->second, op}];
   if (name.empty()) name = names.emplace_back(std::string(op) + "#" + std::to_string(it->second));
   return {it->second, name};
@@ -102,9 +107,17 @@ bool variant_requested(const AttentionVariant& v) {
 }
 
 ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const TensorView& q, const TensorView& k,
-                                          const char* op, bool backward) {
+                                          const char* op, bool backward, const PackedSequences* packed) {
   ResolvedVariant out;
-  if (!variant_requested(v)) return out;
+  if (packed) {
+    out.packed = true;
+    out.args.cu_seqlens_q = static_cast<const int*>(packed->cu_seqlens_q->data);
+    out.args.cu_seqlens_k = static_cast<const int*>(packed->cu_seqlens_k->data);
+  }
+  if (!variant_requested(v)) {
+    if (packed) std::tie(out.id, out.op_name) = variant_id(out.canonical, false, true, op);
+    return out;
+  }
   const std::int64_t batch = q.shape[0], heads_q = q.shape[1], n_k = k.shape[2];
   const int device = q.device;
 
@@ -151,6 +164,9 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
     scalar_values["chunk"] = v.chunk;
   }
   if (v.document_ids) {
+    if (packed)
+      invalid_argument("variant.document_ids: a packed batch's sequences are its documents (cu_seqlens); "
+                       "document_ids applies to dense batches");
     if (q.shape[2] > n_k)
       invalid_argument("variant.document_ids: needs n_q <= n_k (query q is key q + n_k - n_q), got n_q=" +
                        std::to_string(q.shape[2]) + " and n_k=" + std::to_string(n_k));
@@ -209,7 +225,7 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
   if (out.canonical.empty() && (!decl.scalars.empty() || !decl.tensors.empty())) {
     invalid_argument("variant.scalars: inputs were given but no score_mod or mask_mod reads them");
   }
-  if (out.canonical.empty() && !out.sinks) return out;
+  if (out.canonical.empty() && !out.sinks && !out.packed) return out;
 
   // The run-time inputs, in the composed declaration's order.
   for (std::size_t i = 0; i < decl.scalars.size(); ++i) {
@@ -239,7 +255,82 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
     for (int d = 0; d < t.ndim; ++d) out.args.grad_stride[j][d] = arg.grad.strides[d];
     out.grads.emplace_back(arg.grad.data, static_cast<std::size_t>(elements) * 4);
   }
-  std::tie(out.id, out.op_name) = variant_id(out.canonical, out.sinks, op);
+  std::tie(out.id, out.op_name) = variant_id(out.canonical, out.sinks, out.packed, op);
+  return out;
+}
+
+int check_packed_sequences(const PackedSequences& p, std::int64_t total_q, std::int64_t total_k, int device) {
+  std::int64_t batch = 0;
+  for (auto [t, name] : {std::pair{p.cu_seqlens_q, "cu_seqlens_q"}, {p.cu_seqlens_k, "cu_seqlens_k"}}) {
+    if (!t) invalid_argument(std::string(name) + ": missing (a packed batch needs cu_seqlens_q and cu_seqlens_k)");
+    check_variant_tensor(*t, name, DType::i32, 1, device);
+    if (t->shape[0] < 1) invalid_argument(std::string(name) + ": needs at least one element (batch + 1)");
+    if (t->shape[0] > 1 && t->strides[0] != 1) invalid_argument(std::string(name) + ": must be contiguous");
+  }
+  batch = p.cu_seqlens_q->shape[0] - 1;
+  if (p.cu_seqlens_k->shape[0] != batch + 1)
+    invalid_argument("cu_seqlens_k: shape " + shape_string(*p.cu_seqlens_k) + " must be (batch + 1) = (" +
+                     std::to_string(batch + 1) + "), as cu_seqlens_q");
+  if (batch > 65535) invalid_argument("cu_seqlens_q: " + std::to_string(batch) + " sequences; kgen serves up to 65535");
+  for (auto [m, total, name] : {std::tuple{p.max_seqlen_q, total_q, "max_seqlen_q"}, {p.max_seqlen_k, total_k, "max_seqlen_k"}})
+    if (m < 0 || m > total)
+      invalid_argument(std::string(name) + ": " + std::to_string(m) + " must be in [0, " + std::to_string(total) +
+                       "] (the tensor's rows)");
+  if (const char* env = std::getenv("KGEN_CHECK_INDICES"); env && std::string(env) == "1") {
+    for (auto [t, name, total, most] : {std::tuple{p.cu_seqlens_q, "cu_seqlens_q", total_q, p.max_seqlen_q},
+                                        {p.cu_seqlens_k, "cu_seqlens_k", total_k, p.max_seqlen_k}}) {
+      std::vector<int> h(static_cast<std::size_t>(batch) + 1);
+      use_primary_context(device);
+      gpu_driver().synchronize_device("KGEN_CHECK_INDICES");
+      gpu_driver().copy_to_host(h.data(), reinterpret_cast<DevicePtr>(t->data), h.size() * sizeof(int));
+      if (h[0] != 0) invalid_argument(std::string(name) + "[0]: " + std::to_string(h[0]) + " must be 0");
+      for (std::size_t i = 1; i < h.size(); ++i) {
+        const std::string at = std::string(name) + "[" + std::to_string(i) + "]: " + std::to_string(h[i]);
+        if (h[i] < h[i - 1]) invalid_argument(at + " is below the previous " + std::to_string(h[i - 1]) + " (must not decrease)");
+        if (h[i] > total) invalid_argument(at + " is past the tensor's " + std::to_string(total) + " rows");
+        if (h[i] - h[i - 1] > most)
+          invalid_argument(at + ": sequence " + std::to_string(i - 1) + " has " + std::to_string(h[i] - h[i - 1]) +
+                           " rows, more than max_seqlen " + std::to_string(most));
+      }
+    }
+  }
+  return static_cast<int>(batch);
+}
+
+TensorView packed_view(const TensorView& t, const char* name, const TensorView* like, const char* like_name) {
+  check_tensor(t, name, 3);
+  if (like)
+    for (int i = 0; i < 3; ++i)
+      if (t.shape[i] != like->shape[i])
+        invalid_argument(std::string(name) + ": shape " + shape_string(t) + " differs from " + like_name + " " +
+                         shape_string(*like));
+  TensorView v = t;
+  v.ndim = 4;
+  v.shape[0] = 1, v.shape[1] = t.shape[1], v.shape[2] = t.shape[0], v.shape[3] = t.shape[2];
+  v.strides[0] = 0, v.strides[1] = t.strides[1], v.strides[2] = t.strides[0], v.strides[3] = t.strides[2];
+  return v;
+}
+
+PackedViews packed_views(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                         const TensorView* lse) {
+  PackedViews out;
+  out.q = packed_view(q, "q");
+  out.k = packed_view(k, "k");
+  out.v = packed_view(v, "v", &k, "k");
+  out.o = packed_view(o, "o", &q, "q");
+  if (k.shape[2] != q.shape[2])
+    invalid_argument("k: head_dim " + std::to_string(k.shape[2]) + " differs from q's " + std::to_string(q.shape[2]) +
+                     " (shapes (total, heads, head_dim))");
+  if (lse) {
+    check_shape(*lse, "lse", 2);
+    if (lse->shape[0] != q.shape[1] || lse->shape[1] != q.shape[0])
+      invalid_argument("lse: shape " + shape_string(*lse) + " must be (heads_q, total_q) = (" + std::to_string(q.shape[1]) +
+                       ", " + std::to_string(q.shape[0]) + ")");
+    out.lse = *lse;
+    out.lse.ndim = 3;
+    out.lse.shape[0] = 1, out.lse.shape[1] = lse->shape[0], out.lse.shape[2] = lse->shape[1];
+    out.lse.strides[0] = 0, out.lse.strides[1] = lse->strides[0], out.lse.strides[2] = lse->strides[1];
+  }
   return out;
 }
 

@@ -230,6 +230,27 @@ kgen_status kgen_attention_forward_variant(const DLTensor* q, const DLTensor* k,
   });
 }
 
+kgen_status kgen_attention_varlen_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
+                                          DLTensor* lse, const kgen_attention_options* options,
+                                          const kgen_packed_sequences* sequences,
+                                          const kgen_attention_variant* variant, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o");
+    kgen::TensorView lse_view;
+    if (lse) lse_view = to_view(lse, "lse");
+    if (!sequences) kgen::invalid_argument("sequences: NULL (a packed batch needs cu_seqlens_q and cu_seqlens_k)");
+    kgen::TensorView cu_q, cu_k;
+    kgen::PackedSequences packed;
+    if (sequences->cu_seqlens_q) cu_q = to_view(sequences->cu_seqlens_q, "cu_seqlens_q", true), packed.cu_seqlens_q = &cu_q;
+    if (sequences->cu_seqlens_k) cu_k = to_view(sequences->cu_seqlens_k, "cu_seqlens_k", true), packed.cu_seqlens_k = &cu_k;
+    packed.max_seqlen_q = sequences->max_seqlen_q, packed.max_seqlen_k = sequences->max_seqlen_k;
+    kgen::AttentionOptions opts = forward_options(options);
+    VariantViews views;
+    set_variant(variant, false, views, opts.variant);
+    kgen::attention_varlen_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, packed, opts, stream);
+  });
+}
+
 kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
                                     const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk, DLTensor* dv,
                                     const kgen_attention_backward_options* options, void* stream) {

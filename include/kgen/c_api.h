@@ -104,6 +104,26 @@ kgen_status kgen_attention_forward_variant(const DLTensor* q, const DLTensor* k,
                                            DLTensor* lse, const kgen_attention_options* options,
                                            const kgen_attention_variant* variant, void* stream);
 
+/* Packed (variable-length) batches, FlashAttention's varlen layout: sequence i owns query rows
+ * [cu_seqlens_q[i], cu_seqlens_q[i + 1]) and key rows [cu_seqlens_k[i], cu_seqlens_k[i + 1]).
+ * cu_seqlens_* are int32 (b + 1) on q's device, non-decreasing from 0; max_seqlen_* bound the
+ * lengths. Trusted by the kernels; KGEN_CHECK_INDICES=1 checks them on the host first. */
+typedef struct kgen_packed_sequences {
+  const DLTensor* cu_seqlens_q;
+  const DLTensor* cu_seqlens_k;
+  int max_seqlen_q;
+  int max_seqlen_k;
+} kgen_packed_sequences;
+
+/* kgen_attention_forward_variant over a packed batch: q (total_q, h_q, d), k and v (total_k, h_kv,
+ * d), o like q, lse (h_q, total_q) float32 or NULL. Indices, lengths and masks (causal:
+ * bottom-right per sequence) are each sequence's own; rows no sequence owns are not written.
+ * variant may be NULL (its document_ids must be NULL). */
+kgen_status kgen_attention_varlen_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
+                                          DLTensor* lse, const kgen_attention_options* options,
+                                          const kgen_packed_sequences* sequences,
+                                          const kgen_attention_variant* variant, void* stream);
+
 typedef struct kgen_attention_backward_options {
   double scale;          /* as the forward's; must match it */
   int causal;            /* as the forward's; must match it */

@@ -86,6 +86,28 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& o, const TensorView* lse, const AttentionOptions& options,
                        void* stream);
 
+// Packed (variable-length) batches, FlashAttention's varlen layout (docs/attention.md §9): b
+// sequences one after another along the token dimension. Sequence i owns query rows
+// [cu_seqlens_q[i], cu_seqlens_q[i + 1]) and key rows [cu_seqlens_k[i], cu_seqlens_k[i + 1]);
+// every index, length and mask (causal included: bottom-right per sequence) is the sequence's
+// own. cu_seqlens_* are int32 (b + 1) on q's device, non-decreasing, from 0 to at most the
+// tensors' rows (lengths may be 0). max_seqlen_* bound the sequences' lengths (they size the
+// grid). The kernels trust cu_seqlens and the maxima; with KGEN_CHECK_INDICES=1 in the
+// environment each call first copies cu_seqlens to the host and checks them (synchronous).
+struct PackedSequences {
+  const TensorView* cu_seqlens_q = nullptr;
+  const TensorView* cu_seqlens_k = nullptr;
+  int max_seqlen_q = 0, max_seqlen_k = 0;
+};
+
+// attention_forward over a packed batch: q (total_q, h_q, d), k and v (total_k, h_kv, d), o like
+// q, lse (h_q, total_q) fp32 (may be null), any strides with the last dimension contiguous. Rows
+// of o and lse that no sequence owns are not written. Variants apply per sequence (b is the
+// sequence's index; document_ids does not apply).
+void attention_varlen_forward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                              const TensorView* lse, const PackedSequences& sequences,
+                              const AttentionOptions& options, void* stream);
+
 struct AttentionBackwardOptions {
   double scale = 0;            // softmax scale; <= 0 means 1/sqrt(d); must match the forward's
   bool causal = false;         // must match the forward's

@@ -251,6 +251,35 @@ def variant_forward(q, k, v, scale, causal, layout, variant: _checks.Variant, wi
     return o, lse
 
 
+def varlen_forward_out(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+                       variant: _checks.Variant) -> None:
+    """kgen_attention_varlen_forward on the current stream: q (total_q, h_q, d), k and v (total_k,
+    h_kv, d); writes out (like q) and lse ((h_q, total_q) fp32, unless None)."""
+    c, keep = _variant_struct(variant)
+    cu_q, cu_k = _variant_tensor(cu_seqlens_q), _variant_tensor(cu_seqlens_k)
+    sequences = _lib.PackedSequences(ctypes.addressof(cu_q), ctypes.addressof(cu_k), int(max_seqlen_q),
+                                     int(max_seqlen_k))
+    _launch("kgen_attention_varlen_forward", _lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, k, v, out, lse),
+            False, ctypes.addressof(sequences), ctypes.addressof(c))
+    del keep, cu_q, cu_k, sequences  # read by the call
+
+
+def varlen_outputs(q, with_lse: bool = True):
+    """(o, lse) buffers of a packed forward: o like q (contiguous), lse fp32 (h_q, total_q)."""
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device) if with_lse else None
+    return o, lse
+
+
+def varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None, causal=False,
+                             *variant, **named):
+    """The operator's kernel: (o, lse) of a packed batch (the variant's fields in _checks.Variant's order)."""
+    o, lse = varlen_outputs(q)
+    varlen_forward_out(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+                       _variant(variant, named))
+    return o, lse
+
+
 def attention_forward_variant_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd", *variant, **named):
     """The operator's kernel: the variant's fields follow layout (_checks.Variant's order)."""
     variant_forward_out(q, k, v, out, lse, scale, causal, layout, _variant(variant, named))

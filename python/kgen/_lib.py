@@ -119,6 +119,12 @@ class AttentionVariant(ctypes.Structure):
         super().__init__(**{"window_left": -1, "window_right": -1, "prefix": -1, **fields})
 
 
+class PackedSequences(ctypes.Structure):
+    """kgen_packed_sequences of c_api.h."""
+    _fields_ = [("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p), ("max_seqlen_q", ctypes.c_int),
+                ("max_seqlen_k", ctypes.c_int)]
+
+
 # kgen_lrpe_act codes
 LRPE_ACTS = {"none": 0, "relu": 1, "sigmoid": 2, "silu": 3, "softmax": 4, "softmax_seq": 5}
 
@@ -139,6 +145,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_forward": (ctypes.c_int, [_P] * 7),
     "kgen_attention_forward_variant": (ctypes.c_int, [_P] * 8),
     "kgen_attention_variant_init": (None, [_P]),
+    "kgen_attention_varlen_forward": (ctypes.c_int, [_P] * 9),
     "kgen_attention_backward": (ctypes.c_int, [_P] * 11),
     "kgen_attention_backward_variant": (ctypes.c_int, [_P] * 12),
     "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),

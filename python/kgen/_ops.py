@@ -18,6 +18,8 @@ torch.compile traces them as leaves of the forward and backward graphs.
     attention_forward_variant_out(q, k, v, out!, lse!?, scale, causal, layout, <variant>) -> ()
     attention_backward_variant(q, k, v, o, lse, d_o, scale, causal, layout, deterministic, config,
                                tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad, tensor_grads[])
+    varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+                             <variant>) -> (o, lse)
     lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None) -> o
     lrpe_cosine_backward(x, theta, d_o, offset, act, layout, config) -> dx
     md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None) -> o
@@ -158,6 +160,20 @@ _register(f"attention_forward_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, 
           K.attention_forward_out, _fake_attention_forward_out)
 _register(f"attention_forward_variant(Tensor q, Tensor k, Tensor v, {_ATTENTION}, {_VARIANT}) -> (Tensor, Tensor)",
           K.attention_forward_variant, _fake_attention_forward_variant, cast=(0, 1, 2))
+def _fake_varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
+                                   causal=False, *variant, **named):
+    """Shapes of a packed forward; the library checks the arguments when it runs (a packed batch's
+    bounds live on the GPU, so most checks cannot run at trace time)."""
+    for name, t, ndim in (("q", q, 3), ("k", k, 3), ("v", v, 3), ("cu_seqlens_q", cu_seqlens_q, 1),
+                          ("cu_seqlens_k", cu_seqlens_k, 1)):
+        if t.dim() != ndim:
+            raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
+    return K.varlen_outputs(q)
+
+
+_register(f"varlen_attention_forward(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
+          f"int max_seqlen_q, int max_seqlen_k, float? scale=None, bool causal=False, {_VARIANT}) -> (Tensor, Tensor)",
+          K.varlen_attention_forward, _fake_varlen_attention_forward, cast=(0, 1, 2))
 _register(f"attention_forward_variant_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}, "
           f"{_VARIANT}) -> ()", K.attention_forward_variant_out, _fake_attention_forward_variant_out)
 _register("attention_backward_variant(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "

@@ -33,7 +33,7 @@ from ._lib import KgenError
 
 __all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward",
            "lrpe_cosine", "md_lrpe_cosine", "lrpe_cosine_backward", "md_lrpe_cosine_backward", "KgenError",
-           "LAYOUTS", "LRPE_ACTS", "flex_attention", "FlexTraceError"]
+           "LAYOUTS", "LRPE_ACTS", "flex_attention", "FlexTraceError", "varlen_attention"]
 LAYOUTS = _kernels.LAYOUTS
 _autocast = _ops.autocast
 _is_compiling = torch.compiler.is_compiling
@@ -56,6 +56,7 @@ _BACKWARD, _BACKWARD_OUT = _op("attention_backward"), _op("attention_backward_ou
 _DOUBLE_BACKWARD = _op("attention_double_backward")
 _FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("attention_forward_variant_out")
 _BACKWARD_VARIANT = _op("attention_backward_variant")
+_VARLEN_FORWARD = _op("varlen_attention_forward")
 _LRPE_FORWARD, _LRPE_BACKWARD = _op("lrpe_cosine_forward"), _op("lrpe_cosine_backward")
 _MD_LRPE_FORWARD, _MD_LRPE_FORWARD_CACHED = _op("md_lrpe_cosine_forward"), _op("md_lrpe_cosine_forward_cached")
 _MD_LRPE_BACKWARD = _op("md_lrpe_cosine_backward")
@@ -421,6 +422,43 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _Attention.apply(q, k, v, causal, scale, layout, deterministic)
     return _forward(q, k, v, scale, causal, layout, False)[0]  # no autograd bookkeeping when none is recorded
+
+
+@_with_variant_keywords
+def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
+                     causal: bool = False, scale: float | None = None, return_lse: bool = False, **variant):
+    """Attention over a packed batch (FlashAttention's varlen layout, docs/attention.md §9).
+
+    q is (total_q, h_q, d), k and v (total_k, h_kv, d) (h_q % h_kv == 0), any strides with a
+    contiguous last dim; sequence i owns query rows cu_seqlens_q[i] : cu_seqlens_q[i + 1] and key
+    rows cu_seqlens_k[i] : cu_seqlens_k[i + 1]. cu_seqlens_* are int32 (b + 1) on q's device,
+    non-decreasing from 0 (a sequence may be empty); max_seqlen_* bound the lengths. Indices,
+    lengths and masks are each sequence's own: causal is bottom-right per sequence, and the
+    variant keywords of `attention` apply per sequence, b being the sequence's index
+    (document_ids does not apply: the sequences are the documents). The kernels trust
+    cu_seqlens; KGEN_CHECK_INDICES=1 checks them on the host first (synchronous).
+
+    Returns o (like q; rows no sequence owns hold unspecified values), or (o, lse) with
+    return_lse, lse fp32 (h_q, total_q). Forward only: the backward of packed batches is not
+    built yet, so a call that autograd would record raises NotImplementedError."""
+    _check_types("q k v cu_seqlens_q cu_seqlens_k", q, k, v, cu_seqlens_q, cu_seqlens_k)
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if not _is_int(m) or m < 0:
+            raise ValueError(f"{name} must be an int >= 0 (the longest sequence), got {m!r}")
+    q, k, v = _autocast(q, k, v)
+    parts = _variant_of("varlen_attention", variant)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, parts.sinks, *parts.tensors)):
+        raise NotImplementedError("varlen_attention: the backward of packed batches is not available yet; call it "
+                                  "under torch.no_grad() or on tensors that do not require grad")
+    if _eager(q):
+        o, lse = _kernels.varlen_outputs(q, return_lse)
+        _kernels.varlen_forward_out(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                                    causal, parts)
+    else:
+        o, lse = _VARLEN_FORWARD[1](q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
+                                    *parts)
+    return (o, lse) if return_lse else o
+
 
 # --- LRPE-cosine (docs/lrpe.md) -------------------------------------------------------------------
 

@@ -192,19 +192,23 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
                 "shared memory layout must match fa2_smem_bytes");
 
   using Coords = fa2_detail::Fa2Coords<BM>;
-  const int n_q = p.n_q;
-  const int n_k = p.n_k;
+  // Packed batches: the sequence's rows (stride_b is 0, so c.batch * stride_b adds nothing).
+  const SequenceRows seq = sequence_rows<Variant>(va, blockIdx.z, p.n_q, p.n_k);
+  const int n_q = seq.n_q;
+  const int n_k = seq.n_k;
+  if constexpr (Variant::kPacked)
+    if (static_cast<int>(blockIdx.x) * BM >= n_q) return;  // past this sequence's rows
   const int diag = n_k - n_q;  // causal: row i sees keys j <= i + diag
   const float scale_log2 = p.scale_log2;
 
   // This block's K and V (query head c.head reads kv head c.head / head_group).
   auto k_ptr = [&](const Coords& c) {
     return static_cast<const T*>(p.k) + c.batch * p.k_stride_b +
-           (c.head / p.head_group) * p.k_stride_h;
+           (c.head / p.head_group) * p.k_stride_h + static_cast<long long>(seq.k0) * p.k_stride_n;
   };
   auto v_ptr = [&](const Coords& c) {
     return static_cast<const T*>(p.v) + c.batch * p.v_stride_b +
-           (c.head / p.head_group) * p.v_stride_h;
+           (c.head / p.head_group) * p.v_stride_h + static_cast<long long>(seq.k0) * p.v_stride_n;
   };
 
   int num_tiles;
@@ -252,7 +256,8 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   unsigned qf[kQInRegs ? kMTiles : 1][kQInRegs ? kKSteps : 1][4];
   {
     const Coords c = Coords::read();
-    const T* q_ptr = static_cast<const T*>(p.q) + c.batch * p.q_stride_b + c.head * p.q_stride_h;
+    const T* q_ptr = static_cast<const T*>(p.q) + c.batch * p.q_stride_b + c.head * p.q_stride_h +
+                     static_cast<long long>(seq.q0) * p.q_stride_n;
     fa2_detail::load_tile_async<T, BM, D, kThreads, Swz, HeadDim>(smem_q, q_ptr, p.q_stride_n, c.m0, n_q, c.tid);
     cp_async_commit();
     if constexpr (Stages == 2) {
@@ -455,8 +460,10 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   const Coords c = Coords::read();
   const int warp = c.warp, lane = c.lane, g = c.g, t = c.t, m0 = c.m0, head = c.head,
             batch = c.batch;
-  T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h;
-  float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
+  T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h +
+             static_cast<long long>(seq.q0) * p.o_stride_n;
+  float* lse_ptr =
+      p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h + seq.q0;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll

@@ -86,16 +86,22 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / p.head_group;
-  const int n_q = p.n_q;
-  const int n_k = p.n_k;
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, p.n_q, p.n_k);
+  const int n_q = seq.n_q;
+  const int n_k = seq.n_k;
+  if constexpr (Variant::kPacked)
+    if (m0 >= n_q) return;  // past this sequence's rows (block-uniform)
   const int d = p.head_dim;
   const int diag = n_k - n_q;
   const float scale_log2 = p.scale_log2;
   const bool row_valid = row < n_q;  // warp-uniform
 
-  const T* q_ptr = static_cast<const T*>(p.q) + batch * p.q_stride_b + head * p.q_stride_h;
-  const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + kv_head * p.k_stride_h;
-  const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + kv_head * p.v_stride_h;
+  const T* q_ptr = static_cast<const T*>(p.q) + seq.slot * p.q_stride_b + head * p.q_stride_h +
+                   static_cast<long long>(seq.q0) * p.q_stride_n;
+  const T* k_ptr = static_cast<const T*>(p.k) + seq.slot * p.k_stride_b + kv_head * p.k_stride_h +
+                   static_cast<long long>(seq.k0) * p.k_stride_n;
+  const T* v_ptr = static_cast<const T*>(p.v) + seq.slot * p.v_stride_b + kv_head * p.v_stride_h +
+                   static_cast<long long>(seq.k0) * p.v_stride_n;
 
   // Keys [0, n_end) are visible to some row of the block; [0, row_end) to this row.
   int n_end = n_k;
@@ -209,15 +215,15 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
   float inv_l = l > 0.f ? 1.f / l : 0.f;
   float sink_lse = 0.f;
   if constexpr (Variant::kSinks) variant_finish_row<Variant>(va, head, row_max, l, scale_log2, inv_l, sink_lse);
-  T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h +
-             static_cast<long long>(row) * p.o_stride_n;
+  T* o_ptr = static_cast<T*>(p.o) + seq.slot * p.o_stride_b + head * p.o_stride_h +
+             static_cast<long long>(seq.q0 + row) * p.o_stride_n;
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) {
     const int c = ci * 32 + lane;
     if (c < d) o_ptr[c] = from_float<T>(o[ci] * inv_l);
   }
   if (p.lse != nullptr && lane == 0) {
-    p.lse[batch * p.lse_stride_b + head * p.lse_stride_h + row] =
+    p.lse[seq.slot * p.lse_stride_b + head * p.lse_stride_h + seq.q0 + row] =
         Variant::kSinks ? sink_lse : l > 0.f ? (row_max * scale_log2 + log2_approx(l)) * kLn2 : -infinity_f32();
   }
 }

@@ -123,12 +123,18 @@ struct QueryBlock {
     QueryBlock b;
     b.m0 = x * BM;
     b.head = head, b.batch = batch;
-    b.n_q = p.n_q, b.n_k = p.n_k;
-    b.diag = b.n_k - b.n_q;
-    int n_end = b.n_k;
-    if constexpr (Causal) n_end = imax(0, imin(b.n_k, imin(b.m0 + BM, b.n_q) + b.diag));
-    b.num_tiles = (n_end + BN - 1) / BN;
+    b.set_lengths<BM, BN, Causal>(p.n_q, p.n_k);
     return b;
+  }
+  // The lengths n_q, n_k (a packed batch's sequence: its own), and the diagonal and key tiles
+  // that follow from them.
+  template <int BM, int BN, bool Causal>
+  __device__ __forceinline__ void set_lengths(int rows, int keys) {
+    n_q = rows, n_k = keys;
+    diag = n_k - n_q;
+    int n_end = n_k;
+    if constexpr (Causal) n_end = imax(0, imin(n_k, imin(m0 + BM, n_q) + diag));
+    num_tiles = (n_end + BN - 1) / BN;
   }
 };
 
@@ -182,6 +188,23 @@ __device__ __forceinline__ void stage_output(unsigned smem_q, const float (&o)[N
       lse_ptr[row] = Variant::kSinks ? sink_lse
                      : l > 0.f ? (row_max[h] * scale_log2 + log2_approx(l)) * kLn2
                                : -infinity_f32();
+  }
+}
+
+// One warp's 16 staged O rows [local_row0, local_row0 + 16) of the tile (rows m0 + local_row) from
+// shared memory to o_ptr, 16 bytes per lane and step, rows below n_q and the HeadDim columns only.
+template <class T, class QTile, int D, int HeadDim>
+__device__ __forceinline__ void store_warp_rows(unsigned smem_q, T* o_ptr, long long stride_n, int local_row0, int m0,
+                                                int n_q, int lane) {
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int it = 0; it < 16 * kChunks / 32; ++it) {
+    const int idx = it * 32 + lane;
+    const int local_row = local_row0 + idx / kChunks;
+    const int c = idx % kChunks;
+    const int row = m0 + local_row;
+    if (row < n_q && (HeadDim == D || c < HeadDim / 8))
+      st_global_16(o_ptr + static_cast<long long>(row) * stride_n + c * 8, ld_shared_16(smem_q + QTile::offset(local_row, c)));
   }
 }
 
@@ -356,17 +379,8 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   wgmma_fwd_detail::stage_output<T, QTile>(smem_q, o, row_sum, row_max, wg * 64 + warp * 16 + g, t, m0, n_q, scale_log2,
                                           lse_ptr);
   __syncwarp();
-  constexpr int kChunks = D / 8;
-#pragma unroll
-  for (int it = 0; it < 16 * kChunks / 32; ++it) {
-    const int idx = it * 32 + lane;
-    const int local_row = wg * 64 + warp * 16 + idx / kChunks;
-    const int c = idx % kChunks;
-    const int row = m0 + local_row;
-    if (row < n_q && (HeadDim == D || c < HeadDim / 8))
-      st_global_16(o_ptr + static_cast<long long>(row) * p.o_stride_n + c * 8,
-                   ld_shared_16(smem_q + QTile::offset(local_row, c)));
-  }
+  wgmma_fwd_detail::store_warp_rows<T, QTile, D, HeadDim>(smem_q, o_ptr, p.o_stride_n, wg * 64 + warp * 16, m0, n_q,
+                                                         lane);
 #endif
 }
 

@@ -103,6 +103,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   static_assert(!StreamK || (Persistent && !Causal), "stream-K runs on a persistent grid without a mask");
   static_assert(!StreamK || !(kVariantScores<Variant> || Variant::kSinks), "stream-K runs plain attention only");
   static_assert(!SplitKeys || !Variant::kSinks, "a split-keys launch does not add sinks");
+  static_assert(!Variant::kPacked || !(Persistent || SplitKeys), "packed batches run on the plain grid");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
@@ -133,6 +134,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   // at one time share a few heads' K and V in L2.
   const int q_tiles = (p.n_q + BM - 1) / BM;
   wgmma_fwd_detail::QueryBlock qb;
+  // Packed batches: the block's sequence (offsets of its rows in the tensors; see variant.cuh).
+  // Dense batches keep it zero and address the TMA boxes by batch.
+  SequenceRows seq{0, 0, 0, 0, 0};
+  auto slot = [&](const wgmma_fwd_detail::QueryBlock& qb) { return Variant::kPacked ? 0 : qb.batch; };
   // Stream-K: the current part's key tiles [part_first, part_first + part_tiles).
   int part_first = 0, part_tiles = 0;
   // Sets qb to the block's next query tile and advances `round`; false when there is none.
@@ -165,6 +170,11 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       return true;
     } else if constexpr (!Persistent) {
       qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
+      if constexpr (Variant::kPacked) {
+        seq = sequence_rows<Variant>(va, qb.batch, p.n_q, p.n_k);
+        qb.set_lengths<BM, BN, Causal>(seq.n_q, seq.n_k);
+        if (qb.m0 >= qb.n_q) return false;  // past this sequence's rows: the block has no work
+      }
       return round++ == 0;
     } else {
       const int grid = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
@@ -259,8 +269,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
         for (int b = 0; b < D / 64; ++b)
 #pragma unroll
           for (int c = 0; c < kConsumers; ++c)
-            tma::load_4d(smem_q(buf) + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b, qb.m0 + 64 * c,
-                         qb.head, qb.batch, q_full(buf));
+            tma::load_4d(smem_q(buf) + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b,
+                         sequence_row0<Variant>(va, qb.batch) + qb.m0 + 64 * c, qb.head, slot(qb), q_full(buf));
         for (int tile = 0; tile < num_tiles; ++tile, ++ring) {
           const int stage = ring % Stages, use = ring / Stages;
           const int n0 = (first_tile + tile) * BN;
@@ -268,12 +278,14 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
           tma::arrive_expect_tx(k_full(stage), KVTile::kBytes);
 #pragma unroll
           for (int b = 0; b < D / 64; ++b)
-            tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, n0, kv_head, qb.batch, k_full(stage));
+            tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0, kv_head, slot(qb),
+                         k_full(stage));
           if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
           tma::arrive_expect_tx(v_full(stage), KVTile::kBytes);
 #pragma unroll
           for (int b = 0; b < D / 64; ++b)
-            tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, n0, kv_head, qb.batch, v_full(stage));
+            tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0, kv_head, slot(qb),
+                         v_full(stage));
         }
       }
     }
@@ -517,15 +529,28 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     }
 
     // ---- epilogue: O / l into this consumer's Q rows, one TMA store per column block; LSE ----
-    float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;
+    const int q0 = sequence_row0<Variant>(va, batch);
+    float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h + q0;
     wgmma_fwd_detail::stage_output<T, QTile, kORegs, Variant>(smem_q(buf), o, row_sum, row_max, cw * 64 + warp * 16 + g,
                                                              t, m0, n_q, scale_log2, lse_ptr, va, head);
+    if constexpr (Variant::kPacked) {
+      // A packed sequence's last rows: a TMA box would run into the next sequence's rows, so each
+      // warp stores its own staged rows below n_q.
+      if (wg_row0 + 64 > n_q) {
+        __syncwarp();
+        T* o_ptr = static_cast<T*>(p.o) + head * p.o_stride_h + static_cast<long long>(q0) * p.o_stride_n;
+        wgmma_fwd_detail::store_warp_rows<T, QTile, D, HeadDim>(smem_q(buf), o_ptr, p.o_stride_n,
+                                                               cw * 64 + warp * 16, m0, n_q, lane);
+        continue;
+      }
+    }
     tma::fence_proxy_async();
     tma::barrier_sync(1 + kConsumers + cw, 128);
     if (tid % 128 == 0) {
 #pragma unroll
       for (int b = 0; b < D / 64; ++b)
-        tma::store_4d(&tp.o_map, smem_q(buf) + b * QTile::kBlockBytes + cw * kBoxBytes64, 64 * b, wg_row0, head, batch);
+        tma::store_4d(&tp.o_map, smem_q(buf) + b * QTile::kBlockBytes + cw * kBoxBytes64, 64 * b, q0 + wg_row0,
+                      head, slot(qb));
       tma::store_commit();
       tma::store_wait_read();
       if constexpr (Persistent) tma::arrive(q_empty(buf));

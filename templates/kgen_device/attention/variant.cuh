@@ -12,9 +12,17 @@
 //      applied once in the epilogue (variant_finish_row).
 // Key tiles: a block visits only tiles that its query rows may see (variant_key_tiles), and a
 // tile that Variant::tile proves fully visible skips the mask.
+//
+// Packed batches (Variant::kPacked; docs/attention.md §9): the tensors hold the sequences one
+// after another along n, batch b owning rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q and o
+// and [cu_seqlens_k[b], cu_seqlens_k[b + 1]) of k and v. The host passes one physical batch
+// (stride_b = 0; n_q, n_k the total rows) and a grid over the longest sequence; a kernel takes
+// its sequence's rows from sequence_rows and leaves blocks past them idle. Indices q and k, the
+// lengths n_q and n_k and the causal mask are the sequence's own.
 #pragma once
 
 #include "kgen_device/attention/variant_args.h"
+#include "kgen_device/core/block.cuh"
 #include "kgen_device/core/math.cuh"
 
 // How a variant kernel's entry declares its VariantArgs parameter (generator/entry_shim.cpp): a
@@ -30,7 +38,7 @@ namespace kgen {
 // Plain attention: no modification, no mask, no sinks.
 struct NoVariant {
   static constexpr bool kScoreMod = false, kMask = false, kUnitSlope = true, kTensorGrads = false;
-  static constexpr bool kSinks = false;
+  static constexpr bool kSinks = false, kPacked = false;
   __device__ static float score(const VariantArgs&, float s, int, int, int, int, int, int) { return s; }
   __device__ static float dscore(const VariantArgs&, float, int, int, int, int, int, int) { return 1.f; }
   __device__ static float d2score(const VariantArgs&, float, int, int, int, int, int, int) { return 0.f; }
@@ -42,6 +50,36 @@ struct NoVariant {
 // Whether the kernel must do anything for `V` in its score step.
 template <class V>
 constexpr bool kVariantScores = V::kScoreMod || V::kMask;
+
+// A block's sequence: its physical batch `slot` (the batch for dense tensors, 0 when packed), the
+// offsets of its first query and key rows in the tensors' n dimension, and its lengths. Dense
+// batches: the call's batch and lengths, offsets 0 (all resolved at compile time).
+struct SequenceRows {
+  int slot, q0, k0, n_q, n_k;
+};
+
+template <class V>
+__device__ __forceinline__ SequenceRows sequence_rows(const VariantArgs* a, int batch, int n_q, int n_k) {
+  if constexpr (V::kPacked) {
+    const int q0 = a->cu_seqlens_q[batch], k0 = a->cu_seqlens_k[batch];
+    return {0, q0, k0, a->cu_seqlens_q[batch + 1] - q0, a->cu_seqlens_k[batch + 1] - k0};
+  } else {
+    return {batch, 0, 0, n_q, n_k};
+  }
+}
+
+// The first query (Keys = false) or key row of a packed sequence in the tensors (0 for dense
+// batches), read afresh: after the compiler barrier it cannot reuse an earlier read, so a kernel
+// keeps no register for the offset between its uses (the ws producer has 24 registers).
+template <class V, bool Keys = false>
+__device__ __forceinline__ int sequence_row0(const VariantArgs* a, int batch) {
+  if constexpr (V::kPacked) {
+    compiler_barrier();
+    return (Keys ? a->cu_seqlens_k : a->cu_seqlens_q)[batch];
+  } else {
+    return 0;
+  }
+}
 
 // The row and head context of a score step.
 struct VariantAt {

@@ -1,5 +1,5 @@
-// Run-time inputs of an attention variant (generator/variant.h): its scalars, its tensors and
-// the attention sinks. A variant kernel takes them as a second kernel parameter after its params
+// Run-time inputs of an attention variant (generator/variant.h): its scalars, its tensors, the
+// attention sinks and, for packed (variable-length) batches, the sequences' bounds. A variant kernel takes them as a second kernel parameter after its params
 // struct; the generated variant struct reads them. Included by device templates and host code
 // alike, so it uses only built-in types: the layout is identical on both sides.
 #pragma once
@@ -16,6 +16,10 @@ struct VariantArgs {
   const float* sinks;           // sinks: one logit per query head (natural-log units) that joins
                                 // each row's softmax denominator; null without sinks
   float* sinks_grad;            // ∂L/∂sinks (fp32, per query head) in the backward; else null
+  // Packed batches: sequence b's query rows are [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of the
+  // tensors' n dimension, its keys [cu_seqlens_k[b], cu_seqlens_k[b + 1]); int32 on the device.
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
 };
 
 }  // namespace kgen

@@ -9,6 +9,10 @@
 
 namespace kgen {
 
+// A compiler barrier (no instruction): memory reads after it are not merged with reads before
+// it, so a value read again after one is reloaded instead of kept live in a register.
+__device__ __forceinline__ void compiler_barrier() { asm volatile("" ::: "memory"); }
+
 // reread<I>(): threadIdx.x or blockIdx.{x,y,z}, read through volatile asm: the compiler can neither
 // hoist such a read out of a loop nor merge it with another, so the values derived from it in a
 // loop body are recomputed there instead of staying live in registers across the whole loop.
