@@ -11,6 +11,7 @@ import pytest
 np = pytest.importorskip("numpy")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "amdemu"))
 
+import budgets  # noqa: E402
 import emu  # noqa: E402
 import kgen_driver as kd  # noqa: E402
 from disasm import parse_line  # noqa: E402
@@ -32,6 +33,20 @@ FORWARD_CASES = [
     (F("gfx942", "bf16", 64, False, None), False),
     (F("gfx942", "fp16", 128, True, None), False),
     (F("gfx942", "fp16", 64, False, None, batch=2, heads_q=2, heads_kv=1, n_q=70, n_k=130), False),
+    # gfx90a (CDNA2, built by hiprtc 5): simt, the MFMA defaults and the rest of its config space
+    (F("gfx90a", "fp32", 64, False, SIMT), False),
+    (F("gfx90a", "bf16", 64, True, SIMT, n_q=45, n_k=20), False),
+    (F("gfx90a", "fp16", 64, False, SIMT), False),
+    (F("gfx90a", "fp16", 128, True, None, heads_q=4, heads_kv=2, n_q=100, n_k=70), True),
+    (F("gfx90a", "bf16", 64, True, None, heads_q=4, heads_kv=2, n_q=150, n_k=100), False),
+    (F("gfx90a", "bf16", 128, False, None, batch=2), False),
+    (F("gfx90a", "fp16", 64, False, None, n_q=70, n_k=130), False),
+    (F("gfx90a", "bf16", 128, False, "mfma:bm64:bn32:w2", n_q=70, n_k=100), False),
+    (F("gfx90a", "fp16", 64, True, "mfma:bm128:bn128:w4", n_q=150, n_k=150), False),
+    # gfx950: the simt kernels only (no MFMA: its 32x32x16 layouts have no source, below)
+    (F("gfx950", "bf16", 64, True, SIMT, n_q=45, n_k=20), True),
+    (F("gfx950", "fp32", 64, False, SIMT), False),
+    (F("gfx950", "fp16", 64, True, SIMT, heads_q=4, heads_kv=2), False),
 ]
 
 
@@ -41,6 +56,9 @@ B = kd.BackwardCase
 ISSUE_CASES = [B("gfx942", "fp16", 128, False, None, n_q=192, n_k=192),
                B("gfx942", "fp16", 128, True, None, n_q=64, n_k=64),
                B("gfx942", "fp16", 128, True, "mfma:bm32:bn64:w2:c2", deterministic=True, n_q=64, n_k=64)]
+# gfx90a's d = 128 kernels split the dK/dV (and dQ) columns over two blocks (:c2, its registers).
+GFX90A_C2_CASES = [B("gfx90a", "fp16", 128, False, None, n_q=80, n_k=80),
+                   B("gfx90a", "bf16", 128, True, None, deterministic=True, n_q=64, n_k=64)]
 # (case, in the default subset). The MFMA backward: kgen's default (mfma:bm32:bn64:w2,
 # generator/attention_mfma.cpp) in both modes (atomic: preprocess, kv_atomic, dq_convert;
 # deterministic: preprocess, kv, dq), the rest of gfx942's config space, the shapes of issue 50.
@@ -61,6 +79,25 @@ BACKWARD_CASES = [
     (B("gfx942", "fp16", 64, True, "mfma:bm32:bn128:w4", deterministic=True, n_q=100, n_k=130), False),
     (B("gfx942", "bf16", 64, False, "mfma:bm32:bn128:w4", batch=2, n_q=50, n_k=70), False),
     (B("gfx942", "fp16", 128, False, "mfma:bm32:bn64:w2:c2", n_q=50, n_k=70), False),
+    # The simt backward (preprocess, simt_dkdv, simt_dq): fp32's default, and bf16 by config.
+    (B("gfx942", "fp32", 64, True, None, n_q=45, n_k=37), False),
+    # gfx90a: its MFMA defaults (d = 128: two column splits, ":c2"; the atomic dQ a CAS loop,
+    # global_atomic_cmpswap), the rest of its config space (LDS: 64 KiB), simt.
+    *((c, False) for c in GFX90A_C2_CASES),
+    (B("gfx90a", "fp16", 128, True, None, n_q=45, n_k=37), True),
+    (B("gfx90a", "bf16", 64, True, None, n_q=45, n_k=37), False),
+    (B("gfx90a", "bf16", 64, False, None, batch=2, heads_q=4, heads_kv=2, n_q=70, n_k=100), False),
+    (B("gfx90a", "fp16", 64, True, None, deterministic=True, heads_q=4, heads_kv=2, n_q=100, n_k=70), False),
+    (B("gfx90a", "bf16", 128, False, None, deterministic=True, n_q=70, n_k=70), False),
+    (B("gfx90a", "fp16", 64, False, "mfma:bm64:bn64:w2", n_q=100, n_k=130), False),
+    (B("gfx90a", "bf16", 64, True, "mfma:bm64:bn64:w2", deterministic=True, n_q=70, n_k=40), False),
+    (B("gfx90a", "bf16", 64, True, "mfma:bm32:bn128:w4", deterministic=True, heads_q=4, heads_kv=2, n_q=100, n_k=70), False),
+    (B("gfx90a", "fp16", 64, False, "mfma:bm32:bn128:w4", batch=2, n_q=50, n_k=70), False),
+    (B("gfx90a", "fp32", 64, True, None, heads_q=4, heads_kv=2, n_q=45, n_k=37), False),
+    (B("gfx90a", "bf16", 64, False, "simt:w4:dmax64", n_q=30, n_k=41), False),
+    # gfx950: simt only
+    (B("gfx950", "fp32", 64, True, None, n_q=45, n_k=37), False),
+    (B("gfx950", "fp16", 64, False, "simt:w4:dmax64", heads_q=4, heads_kv=2, n_q=30, n_k=41), False),
 ]
 
 
@@ -89,7 +126,7 @@ def test_backward(case):
 # Issue 50's gfx942 cases again with the emulator's hazard probes (waves in reverse order between
 # barriers, VGPRs/AGPRs/LDS NaN before their first write): a missing barrier or a read before a
 # write would change the bits.
-HAZARD_CASES = ISSUE_CASES + [BACKWARD_CASES[2][0]]  # and rows that see no key, GQA
+HAZARD_CASES = ISSUE_CASES + [BACKWARD_CASES[2][0]] + GFX90A_C2_CASES  # and rows that see no key, GQA
 
 
 @pytest.mark.parametrize("case", HAZARD_CASES if ALL else [], ids=lambda c: c.name)
@@ -102,6 +139,37 @@ def test_backward_hazards(case):
     assert not probed["errors"], f"{probed['variant']} on {case.name} with hazard probes: " + "; ".join(probed["errors"])
     for name, out in plain["out"].items():
         assert np.array_equal(out, probed["out"][name]), f"{name} changes under the hazard probes"
+
+
+def _synthetic_exchange(barrier: bool, probes: bool):
+    """Two waves each write their lanes' LDS slots, then read the other wave's (128 threads: slot
+    tid ^ 64) and store them to out[tid]; with or without an s_barrier between."""
+    from codeobject import KernelDescriptor
+    body = ["s_load_dwordx2 s[2:3], s[0:1], 0x0", "v_lshlrev_b32_e32 v1, 2, v0", "v_add_u32_e32 v2, 1, v0",
+            "ds_write_b32 v1, v2", "s_waitcnt lgkmcnt(0)"] + (["s_barrier"] if barrier else []) + \
+           ["v_xor_b32_e32 v3, 0x100, v1", "ds_read_b32 v4, v3", "s_waitcnt lgkmcnt(0)",
+            "global_store_dword v1, v4, s[2:3]", "s_endpgm"]
+    ins = [parse_line(f"\t{t} // {0x1000 + 8 * i:012X}: 00000000 00000000") for i, t in enumerate(body)]
+    kd_ = KernelDescriptor(group_segment_fixed_size=512, private_segment_fixed_size=0, kernarg_size=8,
+                           kernel_code_entry_byte_offset=0, compute_pgm_rsrc3=0, compute_pgm_rsrc1=0,
+                           compute_pgm_rsrc2=2 << 1, kernel_code_properties=1 << 3, kernarg_preload=0)
+    mem = emu.Memory()
+    out = mem.alloc(128 * 4)
+    args = mem.alloc(8)
+    mem.put(args, np.array([out], np.uint64))
+    d = emu.Dispatch(mem, ins, kd_, "gfx942")
+    d.reverse = d.poison = probes
+    d.run((1, 1, 1), (128, 1, 1), args)
+    return mem.get(out, 128 * 4).view(np.uint32)
+
+
+def test_hazard_probes_catch_a_missing_barrier():
+    """The probes of test_backward_hazards can fail: without the barrier the exchange's result
+    depends on the wave order, with it the bits are the same both ways and right."""
+    assert not np.array_equal(_synthetic_exchange(False, False), _synthetic_exchange(False, True))
+    want = (np.arange(128) ^ 64) + 1
+    assert np.array_equal(_synthetic_exchange(True, False), want)
+    assert np.array_equal(_synthetic_exchange(True, True), want)
 
 
 def test_backward_reference_is_the_gradient():
@@ -142,6 +210,42 @@ def test_unknown_instruction_fails_by_name():
            parse_line("\ts_endpgm   // 000000001608: BF810000")]
     with pytest.raises(emu.Unsupported, match="v_frobnicate_b32"):
         emu.compile_program(ins, None)
+
+
+def _run_one(text, w, ctx=None):
+    emu.compile_instruction(parse_line(f"\t{text} // 000000001600: 00000000 00000000"), None, ctx)(w)
+
+
+def test_gfx90a_instructions():
+    """What gfx90a's kernels use and gfx942's do not: v_pk_mov_b32, 16-bit integer ops (bits 31:16
+    zeroed, GFX9), signed 24-bit multiplies, a returning compare-and-swap in lane order."""
+    w = emu.Wave(None, 0)
+    w.set_s64(emu.EXEC, (1 << 64) - 1)
+    w.s[4:8] = [11, 12, 13, 14]
+    _run_one("v_pk_mov_b32 v[2:3], s[4:5], s[6:7] op_sel:[1,0]", w)
+    assert (w.v[2] == 12).all() and (w.v[3] == 13).all()
+    w.v[0] = 0xABCDFFF0  # bits 15:0 = -16
+    _run_one("v_ashrrev_i16_e32 v1, 2, v0", w)
+    assert (w.v[1] == 0xFFFC).all()
+    _run_one("v_lshrrev_b16_sdwa v1, 2, sext(v0) dst_sel:DWORD dst_unused:UNUSED_PAD src0_sel:DWORD src1_sel:BYTE_0", w)
+    assert (w.v[1] == 0x3FFC).all()
+    _run_one("v_sub_u16_e32 v1, 1, v0", w)
+    assert (w.v[1] == 0x0011).all()
+    w.v[2], w.v[3] = 0x00FFFFFF, 7  # -1 as i24
+    _run_one("v_mad_i32_i24 v1, v2, -4, v3", w)
+    assert (w.v[1] == 11).all()
+
+    class Ctx:
+        memory = emu.Memory()
+    cell = Ctx.memory.alloc(4)
+    Ctx.memory.put(cell, np.array([5], np.uint32))
+    w.v[20], w.v[21] = cell & 0xFFFFFFFF, cell >> 32
+    w.v[22] = np.arange(64, dtype=np.uint32) + 100  # new values
+    w.v[23] = np.where(np.arange(64) == 3, 5, 0).astype(np.uint32)  # compare: lane 3 matches
+    w.v[23][7] = 103  # and lane 7 matches what lane 3 stored
+    _run_one("global_atomic_cmpswap v24, v[20:21], v[22:23], off glc", w, Ctx)
+    assert Ctx.memory.get(cell, 4).view(np.uint32)[0] == 107
+    assert list(w.v[24][[0, 3, 4, 7, 8]]) == [5, 5, 103, 103, 107]
 
 
 @pytest.mark.parametrize("op", sorted(emu.MFMA_TABLES))
@@ -197,3 +301,43 @@ def test_every_instruction_known(arch, op, variant, config):
     ins = [i for i in (parse_line(line) for line in text.splitlines()) if i]
     assert len(ins) > 100
     assert set(emu.opcodes_supported(ins)) <= GFX950_MFMA
+
+
+# Instruction budgets (tools/amdemu/budgets.py, tests/amdemu/instruction_budgets.json): gfx942's
+# bf16 d = 128 forward and atomic backward by default, every budgeted variant with KGEN_AMDEMU_ALL=1.
+BUDGET_DEFAULT = {("gfx942", "attention_fwd.bf16.d128.full"), ("gfx942", "attention_bwd.bf16.d128.causal")}
+
+
+@pytest.mark.parametrize("variant", [v for v in budgets.VARIANTS if ALL or (v.arch, v.variant) in BUDGET_DEFAULT],
+                         ids=lambda v: f"{v.arch}.{v.variant}")
+def test_instruction_budget(variant):
+    why = _skip_reason()
+    if why:
+        pytest.skip(why)
+    stored = {budgets.key(r): r for r in budgets.load_budgets()["kernels"]}
+    errs = []
+    for row in budgets.measure(KGEN_BIN, variant):
+        b = stored.get(budgets.key(row))
+        if b is None:
+            errs.append(f"{budgets.key(row)}: no budget")
+        elif b["compiler"] != row["compiler"]:
+            pytest.skip(f"{budgets.key(row)}: budgeted for {b['compiler']}, built by {row['compiler']}")
+        else:
+            errs += [f"{budgets.key(row)}: {e}" for e in budgets.over_budget(row["counts"], b["counts"])]
+    assert not errs, "; ".join(errs) + " (an intended change rewrites the budgets: tools/amdemu/budgets.py --update)"
+
+
+def test_budget_counts_catch_a_longer_loop():
+    """The main loop is the backward branch with the most MFMAs; one more instruction in it moves
+    its counts, and a count past its budget's slack fails."""
+    lines = ["s_mov_b32 s0, 0", "v_mfma_f32_32x32x8_f16 a[0:15], v[0:1], v[2:3], a[0:15]", "v_add_f32_e32 v4, v4, v5",
+             "s_cbranch_scc1 65532", "s_endpgm"]  # back to the MFMA: 4 + 4·(-4) bytes
+    ins, addr = [], 0x1000
+    for text in lines:
+        size = 8 if text.startswith("v_mfma") else 4
+        ins.append(parse_line(f"\t{text} // {addr:012X}: " + " ".join(["00000000"] * (size // 4))))
+        addr += size
+    c = budgets.counts(ins)
+    assert (c["loop_instructions"], c["loop_mfma"], c["loop_non_mfma_per_mfma"]) == (3, 1, 2.0)
+    assert not budgets.over_budget(c, c)
+    assert budgets.over_budget(dict(c, loop_instructions=6), c)

@@ -150,9 +150,13 @@ class MfmaShape:
         self.d_regs = 1 + int(self.d[0].max())
 
 
+# Mnemonic -> calculator table. llvm-objdump names the instructions by the --mcpu it decodes for:
+# gfx90a (CDNA2) spells them 32x32x8f16 and 32x32x8bf16_1k, gfx94x (CDNA3) 32x32x8_f16 and _bf16.
 MFMA_TABLES = {
     "v_mfma_f32_32x32x8_f16": ("cdna3_v_mfma_f32_32x32x8_f16", "f16"),
     "v_mfma_f32_32x32x8_bf16": ("cdna3_v_mfma_f32_32x32x8_bf16", "bf16"),
+    "v_mfma_f32_32x32x8f16": ("cdna2_v_mfma_f32_32x32x8f16", "f16"),
+    "v_mfma_f32_32x32x8bf16_1k": ("cdna2_v_mfma_f32_32x32x8bf16_1k", "bf16"),
 }
 _mfma_cache: dict[str, MfmaShape] = {}
 
@@ -742,6 +746,11 @@ def _mul_hi_i32(a, b):
     return ((a.view(np.int32).astype(np.int64) * b.view(np.int32).astype(np.int64)) >> 32).astype(U32)
 
 
+def _i24(x):
+    """Bits 23:0 as a signed 24-bit integer, in uint32 lanes (two's complement)."""
+    return ((x << U32(8)).view(np.int32) >> 8).view(U32)
+
+
 def _bf16_round(x):
     """f32 -> bf16 bits, round to nearest even (NaN stays NaN)."""
     u = bits(x)
@@ -779,6 +788,18 @@ VALU = {
     "v_mul_hi_i32": (2, _mul_hi_i32),
     "v_mul_u32_u24": (2, lambda a, b: (a & U32(0xFFFFFF)) * (b & U32(0xFFFFFF))),
     "v_mad_u32_u24": (3, lambda a, b, c: (a & U32(0xFFFFFF)) * (b & U32(0xFFFFFF)) + c),
+    "v_mul_i32_i24": (2, lambda a, b: _i24(a) * _i24(b)),
+    "v_mad_i32_i24": (3, lambda a, b, c: _i24(a) * _i24(b) + c),
+    # 16-bit integer ops on bits 15:0 of their (SDWA-selected) sources; on GFX9, CDNA included,
+    # they write zeros to bits 31:16 (LLVM's GCNSubtarget::zeroesHigh16BitsOfDest).
+    "v_add_u16": (2, lambda a, b: (a + b) & U32(0xFFFF)),
+    "v_sub_u16": (2, lambda a, b: (a - b) & U32(0xFFFF)),
+    "v_subrev_u16": (2, lambda a, b: (b - a) & U32(0xFFFF)),
+    "v_mul_lo_u16": (2, lambda a, b: ((a & U32(0xFFFF)) * (b & U32(0xFFFF))) & U32(0xFFFF)),
+    "v_lshlrev_b16": (2, lambda a, b: (b << (a & U32(15))) & U32(0xFFFF)),
+    "v_lshrrev_b16": (2, lambda a, b: (b & U32(0xFFFF)) >> (a & U32(15))),
+    "v_ashrrev_i16": (2, lambda a, b: ((b & U32(0xFFFF)).astype(np.uint16).view(np.int16)
+                                      >> (a & U32(15)).astype(np.int16)).view(np.uint16).astype(U32)),
     "v_min_i32": (2, lambda a, b: np.minimum(a.view(np.int32), b.view(np.int32)).view(U32)),
     "v_max_i32": (2, lambda a, b: np.maximum(a.view(np.int32), b.view(np.int32)).view(U32)),
     "v_min_u32": (2, np.minimum),
@@ -1232,6 +1253,22 @@ def _pack_b32_f16(ins: Instruction, base: str, enc: str):
     return run
 
 
+def _pk_mov_b32(ins: Instruction, base: str, enc: str):
+    # V_PK_MOV_B32 (gfx90a and later, VOP3P): D[31:0] = the dword op_sel[0] picks of the 64-bit S0,
+    # D[63:32] = the dword op_sel[1] picks of S1 (op_sel:[0,1] copies 64 bits).
+    di = vdst_index(ins.operands[0])
+    r0, r1 = reader64(ins.operands[1]), reader64(ins.operands[2])
+    sel = _opsel_flags(ins, "op_sel", 2)
+    if any(k in ins.mods for k in ("neg_lo", "neg_hi", "clamp")):
+        raise Unsupported("v_pk_mov_b32 with neg or clamp")
+
+    def run(w):
+        lo = (r0(w) >> U64(32 * sel[0])) & U64(MASK32)
+        hi = (r1(w) >> U64(32 * sel[1])) & U64(MASK32)
+        write_v64(w, di, lo | (hi << U64(32)), w.exec_mask())
+    return run
+
+
 def _fma_mix(out: str):
     """V_FMA_MIX{,LO,HI}_F16 (ISA: "VOP3P mixed precision"): each source is f32, or, where its
     op_sel_hi bit is set, the f16 half op_sel picks; the product-sum is fused and rounded once, to
@@ -1267,8 +1304,8 @@ def _fma_mix(out: str):
 
 
 SPECIAL_VALU = {
-    "v_pack_b32_f16": _pack_b32_f16, "v_fma_mixlo_f16": _fma_mix("lo"), "v_fma_mixhi_f16": _fma_mix("hi"),
-    "v_fma_mix_f32": _fma_mix("f32"),
+    "v_pack_b32_f16": _pack_b32_f16, "v_pk_mov_b32": _pk_mov_b32,
+    "v_fma_mixlo_f16": _fma_mix("lo"), "v_fma_mixhi_f16": _fma_mix("hi"), "v_fma_mix_f32": _fma_mix("f32"),
     "v_cndmask_b32": _vcndmask,
     "v_add_co_u32": _vcarry("add"), "v_addc_co_u32": _vcarry("addc"),
     "v_sub_co_u32": _vcarry("sub"), "v_subb_co_u32": _vcarry("subb"),
@@ -1395,9 +1432,9 @@ LDS = {
 
 
 # ---------------------------------------------------------------- global memory (ISA: "Flat, Scratch and Global Instructions")
-def _gaddr(ins: Instruction, vaddr_k: int):
+def _gaddr(ins: Instruction, vaddr_k: int, saddr_k: int = 2):
     """Per-lane addresses: 64-bit VGPR address (saddr off) or SGPR base + 32-bit VGPR offset."""
-    vop, sop = ins.operands[vaddr_k], ins.operands[2]
+    vop, sop = ins.operands[vaddr_k], ins.operands[saddr_k]
     off = int(ins.mods.get("offset", 0))
     if sop.kind == "off":
         rv = reader64(vop)
@@ -1469,6 +1506,33 @@ def _global_atomic_add_f32(ins: Instruction, ctx):
     return run
 
 
+def _global_atomic_cmpswap(ins: Instruction, ctx):
+    """GLOBAL_ATOMIC_CMPSWAP (32-bit): data = {src, cmp}; MEM = MEM == cmp ? src : MEM, lane by lane
+    in lane order; with glc (gfx90a) or sc0 (gfx94x) the lane's VDST gets the value before."""
+    returns = "glc" in ins.mods or "sc0" in ins.mods
+    first = 1 if returns else 0  # operands: [vdst,] vaddr, data, saddr
+    if len(ins.operands) != first + 3 or ins.operands[first + 1].count != 2:
+        raise Unsupported(f"{ins.text}: operands")
+    ri = vdst_index(ins.operands[0]) if returns else None
+    addr = _gaddr(ins, first, first + 2)
+    di = vdst_index(ins.operands[first + 1])
+
+    def run(w):
+        em = w.exec_mask()
+        lanes = np.flatnonzero(em)
+        addrs = addr(w)
+        old = np.zeros(LANES, U32)
+        for lane in lanes:  # in lane order, one at a time
+            a = np.array([addrs[lane]], U64)
+            cur = ctx.memory.load(a, 4, ins.text).view(U32).ravel()[0]
+            old[lane] = cur
+            if cur == w.v[di + 1][lane]:
+                ctx.memory.store(a, np.array([w.v[di][lane]], U32).view(np.uint8).reshape(1, 4), ins.text)
+        if ri is not None:
+            write_v32(w, ri, old, em)
+    return run
+
+
 GLOBAL = {
     "global_load_dword": _global_load(4), "global_load_dwordx2": _global_load(8),
     "global_load_dwordx3": _global_load(12), "global_load_dwordx4": _global_load(16),
@@ -1479,7 +1543,7 @@ GLOBAL = {
     "global_store_dwordx3": _global_store(12), "global_store_dwordx4": _global_store(16),
     "global_store_short": _global_store(2), "global_store_byte": _global_store(1),
     "global_store_short_d16_hi": _global_store(2, d16_hi=True),
-    "global_atomic_add_f32": _global_atomic_add_f32,
+    "global_atomic_add_f32": _global_atomic_add_f32, "global_atomic_cmpswap": _global_atomic_cmpswap,
 }
 
 
@@ -1524,7 +1588,7 @@ def _mfma(ins: Instruction, base: str, enc: str):
 # ---------------------------------------------------------------- compile a program
 _KNOWN_MODS = {"clamp", "offset", "offset0", "offset1", "off", "sc0", "sc1", "nt", "op_sel", "op_sel_hi", "neg_lo",
                "neg_hi", "dst_sel", "dst_unused", "src0_sel", "src1_sel", "bitop3", "cbsz", "abid", "blgp",
-               "lgkmcnt", "vmcnt", "expcnt"}
+               "lgkmcnt", "vmcnt", "expcnt", "glc", "slc"}
 
 
 def compile_instruction(ins: Instruction, prog: Program, ctx):

@@ -421,6 +421,9 @@ def backward_grid(kernel: Kernel, config: str, case: BackwardCase) -> tuple[int,
         return (_blocks(case.n_k, f["bn"]) * f.get("c", 1), hkv, b)
     if name == "dq":
         return (_blocks(case.n_q, geometry["mfma_dq_block_m"]), hq, b)
+    if name in ("simt_dq", "simt_dkdv"):  # simt:w<rows>: one row (query or key) per warp
+        rows = config_fields(config)["w"]
+        return (_blocks(case.n_q if name == "simt_dq" else case.n_k, rows), hq if name == "simt_dq" else hkv, b)
     raise RuntimeError(f"no launch grid for the backward kernel {kernel.meta['entry']}")
 
 
@@ -431,14 +434,17 @@ def run_backward(kgen_bin: str, case: BackwardCase, hazards: bool = False) -> di
     kernel with the emulator's hazard probes (launch)."""
     kernels = build_kernels(kgen_bin, case.arch, "attention_bwd", ["--variant", case.variant_key], case.config)
     names = [k.meta["entry"].removeprefix("kgen_attention_bwd_") for k in kernels]
-    kv = [k for k, n in zip(kernels, names) if n in ("kv", "kv_atomic")]
+    kv = [k for k, n in zip(kernels, names) if n in ("kv", "kv_atomic", "simt_dkdv")]
     if len(kv) != 1:
         raise RuntimeError(f"{case.variant_key}: expected one key-major kernel, kgen lists {names}")
     config = kv[0].variant.split(".")[-2]
     if case.config is not None and config != case.config:
         raise RuntimeError(f"built {kv[0].variant}, expected config {case.config}")
     atomic = "kv_atomic" in names
-    expected = ["preprocess", "kv", "dq"] if case.deterministic else ["preprocess", "kv_atomic", "dq_convert"]
+    if config.startswith("simt:"):  # attention_backward_kernels: the same three in both modes
+        expected = ["preprocess", "simt_dkdv", "simt_dq"]
+    else:
+        expected = ["preprocess", "kv", "dq"] if case.deterministic else ["preprocess", "kv_atomic", "dq_convert"]
     if names != expected:
         raise RuntimeError(f"{case.variant_key}: kernels {names}, expected {expected}")
 
