@@ -133,10 +133,12 @@ def _softmax(s, v):
 
 def kgen_backward(q, k, v, o, lse, d_o, *, causal, scale, **variant):
     """(dq, dk, dv) as kgen's backward computes them from the given o and lse: dS = P∘(dP − D)
-    with P = exp(s − lse) and D = rowsum(dO∘O), through autograd of a surrogate with those terms."""
+    with P = exp(s − lse) (0 on a row whose lse is -inf) and D = rowsum(dO∘O), through autograd of
+    a surrogate with those terms."""
     q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
     s = kgen_scores(q, k, causal=causal, scale=scale, **variant)
-    p = torch.exp(s - lse.double()[..., None])
+    lse = lse.double()
+    p = torch.exp(s - torch.where(torch.isneginf(lse), math.inf, lse)[..., None])
     d_o64 = d_o.double().transpose(1, 2)
     delta = (d_o.double() * o.double()).sum(-1).transpose(1, 2)
     v64 = v.transpose(1, 2).repeat_interleave(s.shape[1] // v.shape[2], dim=1)
