@@ -391,7 +391,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // per warp keep the fa2 key-major kernel within its registers (ptxas, d = 64: 64-row tiles
     // spill 108–144 bytes with a tensor-indexed mask).
     AttentionBackwardSpec plain = spec;
-    plain.variant.clear(), plain.sinks = false;
+    plain.variant.clear(), plain.sinks = plain.packed = false;
     AttentionBackwardConfig c = attention_backward_default_config(plain, shape, target, sm_count);
     if (c.path != BackwardPath::fa2) return attention_backward_general_config(spec);
     AttentionBackwardConfig narrow = c;

@@ -31,26 +31,32 @@ AttentionTensorArg arg(const TensorView* t) {
 
 // Validates the inputs shared by the backward and the double backward: the forward's checks on
 // q, k, v, o and lse (required), plus d_o shaped like q.
+// `packed`: a packed batch, its tensors as packed_view gives them.
 AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, const TensorView& v,
                                       const TensorView& o, const TensorView& lse, const TensorView& d_o,
-                                      const AttentionBackwardOptions& options, bool double_backward) {
+                                      const AttentionBackwardOptions& options, bool double_backward,
+                                      const PackedSequences* packed = nullptr) {
   AttentionOptions fwd;
   fwd.scale = options.scale;
   fwd.causal = options.causal;
-  AttentionForwardCall f = validate_attention_forward(q, k, v, o, &lse, fwd);
+  AttentionForwardCall f = validate_attention_forward(q, k, v, o, &lse, fwd, packed);
   check_tensor(d_o, "d_o", 4);
   check_like(d_o, "d_o", q, "q");
   AttentionBackwardCall call;
   call.spec = {f.spec.dtype, f.spec.head_dim, f.spec.causal};
-  if (variant_requested(options.variant)) {
+  if (variant_requested(options.variant) || packed) {
     if (double_backward)
-      invalid_argument("variant: the double backward of attention variants is not available yet (plain and causal "
-                       "attention have one)");
-    call.variant = resolve_attention_variant(options.variant, q, k, "attention_bwd", true);
+      invalid_argument(packed ? "sequences: the double backward of packed batches is not available yet"
+                              : "variant: the double backward of attention variants is not available yet (plain "
+                                "and causal attention have one)");
+    call.variant = resolve_attention_variant(options.variant, q, k, "attention_bwd", true, packed);
     call.spec.variant = call.variant.canonical;
     call.spec.sinks = call.variant.sinks;
+    call.spec.packed = call.variant.packed;
   }
   call.shape = f.shape;
+  call.rows = f.shape;
+  if (packed) call.rows = {1, f.shape.heads_q, f.shape.heads_kv, static_cast<int>(q.shape[2]), static_cast<int>(k.shape[2])};
   call.aligned16 = f.aligned16 && aligned16(d_o);
   call.device = f.device;
   return call;
@@ -71,8 +77,9 @@ AttentionBackwardParams base_params(const AttentionBackwardCall& call, const Ten
   p.q = arg(&q), p.k = arg(&k), p.v = arg(&v), p.o = arg(&o), p.d_o = arg(&d_o);
   p.lse = static_cast<const float*>(lse.data);
   p.lse_stride_b = lse.strides[0], p.lse_stride_h = lse.strides[1];
-  p.batch = call.shape.batch, p.heads_q = call.shape.heads_q, p.heads_kv = call.shape.heads_kv;
-  p.n_q = call.shape.n_q, p.n_k = call.shape.n_k;
+  // The tensors' rows: a packed batch's kernels take each sequence's from cu_seqlens.
+  p.batch = call.rows.batch, p.heads_q = call.rows.heads_q, p.heads_kv = call.rows.heads_kv;
+  p.n_q = call.rows.n_q, p.n_k = call.rows.n_k;
   p.head_dim = call.spec.head_dim;
   p.head_group = call.shape.heads_q / call.shape.heads_kv;
   const double scale = scale_option > 0 ? scale_option : 1.0 / std::sqrt(double(call.spec.head_dim));
@@ -146,8 +153,11 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
                         gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
     void* params = maps && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
-    launch_kernel(k, attention_backward_grid(config, kernel, call.shape, call.spec.head_dim, sm_count), params,
-                  variant ? &variant_args : nullptr, stream, "launch(attention_bwd)");
+    // The row-wise kernels walk the tensors' rows, the others the sequences (the same for dense batches).
+    const bool row_wise = kernel == BackwardKernel::preprocess || kernel == BackwardKernel::dq_convert ||
+                          kernel == BackwardKernel::dkv_convert;
+    launch_kernel(k, attention_backward_grid(config, kernel, row_wise ? call.rows : call.shape, call.spec.head_dim, sm_count),
+                  params, variant ? &variant_args : nullptr, stream, "launch(attention_bwd)");
   }
 }
 
@@ -278,10 +288,42 @@ std::size_t attention_backward_workspace_bytes(const TensorView& q, const Attent
   return backward_workspace_bytes(q, !options.deterministic);
 }
 
+namespace {
+
+void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o, const TensorView& lse,
+              const TensorView& d_o, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+              const AttentionBackwardOptions& options, void* stream, const PackedSequences* packed);
+
+}  // namespace
+
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                         const TensorView& lse, const TensorView& d_o, const TensorView& dq, const TensorView& dk,
                         const TensorView& dv, const AttentionBackwardOptions& options, void* stream) {
-  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, false);
+  backward(q, k, v, o, lse, d_o, dq, dk, dv, options, stream, nullptr);
+}
+
+std::size_t attention_varlen_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options) {
+  check_shape(q, "q", 3);
+  TensorView q4 = q;
+  q4.ndim = 4, q4.shape[0] = 1, q4.shape[1] = q.shape[1], q4.shape[2] = q.shape[0], q4.shape[3] = q.shape[2];
+  return attention_backward_workspace_bytes(q4, options);
+}
+
+void attention_varlen_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                               const TensorView& lse, const TensorView& d_o, const TensorView& dq, const TensorView& dk,
+                               const TensorView& dv, const PackedSequences& sequences,
+                               const AttentionBackwardOptions& options, void* stream) {
+  const PackedViews views = packed_views(q, k, v, o, &lse);
+  backward(views.q, views.k, views.v, views.o, views.lse, packed_view(d_o, "d_o", &q, "q"), packed_view(dq, "dq", &q, "q"),
+           packed_view(dk, "dk", &k, "k"), packed_view(dv, "dv", &k, "k"), options, stream, &sequences);
+}
+
+namespace {
+
+void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o, const TensorView& lse,
+              const TensorView& d_o, const TensorView& dq, const TensorView& dk, const TensorView& dv,
+              const AttentionBackwardOptions& options, void* stream, const PackedSequences* packed) {
+  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, false, packed);
   check_output(dq, "dq", q, "q", call);
   check_output(dk, "dk", k, "k", call);
   check_output(dv, "dv", k, "k", call);
@@ -328,6 +370,8 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
   }
   launch_backward_kernels(call, config, kernels, p, loads, stream);
 }
+
+}  // namespace
 
 std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions&) {
   check_workspace_query(q);

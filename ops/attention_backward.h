@@ -20,6 +20,9 @@ struct AttentionBackwardCall {
   bool aligned16 = true;  // every tensor allows 16-byte loads (tensor-core path)
   int device = 0;
   ResolvedVariant variant;  // options.variant with its gradient buffers (spec.variant, spec.sinks follow)
+  // The tensors' rows: `shape` itself for dense batches; for a packed batch (spec.packed) one
+  // batch of all rows, which the row-wise kernels walk (shape holds the sequences and maxima).
+  AttentionShape rows;
 };
 
 // The config a backward call runs with: options.config if given (checked; throws

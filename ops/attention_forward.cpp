@@ -109,13 +109,14 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   if (!std::isfinite(options.scale)) invalid_argument("scale: must be finite");
   AttentionForwardCall call;
   call.spec = {q.dtype, static_cast<int>(d), options.causal};
+  const int sequences = packed ? check_packed_sequences(*packed, nq, nk, q.device) : 0;
   call.variant = resolve_attention_variant(options.variant, q, k, "attention_fwd", false, packed);
   call.spec.variant = call.variant.canonical;
   call.spec.sinks = call.variant.sinks;
   call.spec.packed = call.variant.packed;
   call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
   if (packed) {
-    call.shape.batch = check_packed_sequences(*packed, nq, nk, q.device);
+    call.shape.batch = sequences;
     call.shape.n_q = packed->max_seqlen_q, call.shape.n_k = packed->max_seqlen_k;
   }
   call.aligned16 = aligned16(q) && aligned16(k) && aligned16(v) && aligned16(o);

@@ -298,7 +298,10 @@ int check_packed_sequences(const PackedSequences& p, std::int64_t total_q, std::
 }
 
 TensorView packed_view(const TensorView& t, const char* name, const TensorView* like, const char* like_name) {
-  check_tensor(t, name, 3);
+  check_view(t, name, 3);
+  if (t.shape[0] > (1LL << 31) - 1 || t.shape[1] > 65535)  // the grid's y dimension holds the heads
+    invalid_argument(std::string(name) + ": shape " + shape_string(t) +
+                     " exceeds kgen's launch limits (total rows < 2^31, heads <= 65535)");
   if (like)
     for (int i = 0; i < 3; ++i)
       if (t.shape[i] != like->shape[i])

@@ -230,6 +230,18 @@ kgen_status kgen_attention_forward_variant(const DLTensor* q, const DLTensor* k,
   });
 }
 
+// A kgen_packed_sequences as the C++ API takes it (the views live as long as this object).
+struct PackedViews {
+  kgen::TensorView cu_q, cu_k;
+  kgen::PackedSequences sequences;
+  explicit PackedViews(const kgen_packed_sequences* s) {
+    if (!s) kgen::invalid_argument("sequences: NULL (a packed batch needs cu_seqlens_q and cu_seqlens_k)");
+    if (s->cu_seqlens_q) cu_q = to_view(s->cu_seqlens_q, "cu_seqlens_q", true), sequences.cu_seqlens_q = &cu_q;
+    if (s->cu_seqlens_k) cu_k = to_view(s->cu_seqlens_k, "cu_seqlens_k", true), sequences.cu_seqlens_k = &cu_k;
+    sequences.max_seqlen_q = s->max_seqlen_q, sequences.max_seqlen_k = s->max_seqlen_k;
+  }
+};
+
 kgen_status kgen_attention_varlen_forward(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
                                           DLTensor* lse, const kgen_attention_options* options,
                                           const kgen_packed_sequences* sequences,
@@ -238,16 +250,11 @@ kgen_status kgen_attention_varlen_forward(const DLTensor* q, const DLTensor* k, 
     const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o");
     kgen::TensorView lse_view;
     if (lse) lse_view = to_view(lse, "lse");
-    if (!sequences) kgen::invalid_argument("sequences: NULL (a packed batch needs cu_seqlens_q and cu_seqlens_k)");
-    kgen::TensorView cu_q, cu_k;
-    kgen::PackedSequences packed;
-    if (sequences->cu_seqlens_q) cu_q = to_view(sequences->cu_seqlens_q, "cu_seqlens_q", true), packed.cu_seqlens_q = &cu_q;
-    if (sequences->cu_seqlens_k) cu_k = to_view(sequences->cu_seqlens_k, "cu_seqlens_k", true), packed.cu_seqlens_k = &cu_k;
-    packed.max_seqlen_q = sequences->max_seqlen_q, packed.max_seqlen_k = sequences->max_seqlen_k;
+    PackedViews packed(sequences);
     kgen::AttentionOptions opts = forward_options(options);
     VariantViews views;
     set_variant(variant, false, views, opts.variant);
-    kgen::attention_varlen_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, packed, opts, stream);
+    kgen::attention_varlen_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, packed.sequences, opts, stream);
   });
 }
 
@@ -269,6 +276,32 @@ kgen_status kgen_attention_backward_variant(const DLTensor* q, const DLTensor* k
     VariantViews views;
     set_variant(variant, true, views, opts.variant);
     kgen::attention_backward(qv, kv, vv, ov, lv, dov, dqv, dkv, dvv, opts, stream);
+  });
+}
+
+kgen_status kgen_attention_varlen_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                           const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
+                                           DLTensor* dv, const kgen_attention_backward_options* options,
+                                           const kgen_packed_sequences* sequences,
+                                           const kgen_attention_variant* variant, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
+                           lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o"), dqv = to_view(dq, "dq"),
+                           dkv = to_view(dk, "dk"), dvv = to_view(dv, "dv");
+    PackedViews packed(sequences);
+    kgen::AttentionBackwardOptions opts = backward_options(options);
+    VariantViews views;
+    set_variant(variant, true, views, opts.variant);
+    kgen::attention_varlen_backward(qv, kv, vv, ov, lv, dov, dqv, dkv, dvv, packed.sequences, opts, stream);
+  });
+}
+
+kgen_status kgen_attention_varlen_backward_workspace_bytes(const DLTensor* q,
+                                                           const kgen_attention_backward_options* options,
+                                                           size_t* bytes) {
+  return guarded([&] {
+    if (!bytes) kgen::invalid_argument("bytes: NULL");
+    *bytes = kgen::attention_varlen_backward_workspace_bytes(to_view(q, "q"), backward_options(options));
   });
 }
 

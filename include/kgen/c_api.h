@@ -155,6 +155,21 @@ kgen_status kgen_attention_backward_variant(const DLTensor* q, const DLTensor* k
                                             DLTensor* dv, const kgen_attention_backward_options* options,
                                             const kgen_attention_variant* variant, void* stream);
 
+/* kgen_attention_backward_variant over a packed batch (kgen_attention_varlen_forward's layouts and
+ * sequences): lse (h_q, total_q) as the forward wrote it, d_o and dq like q, dk and dv like k. Rows
+ * no sequence owns: dk and dv are not written, dq may be written with zeros. variant may be NULL.
+ * options->workspace, when set, holds at least kgen_attention_varlen_backward_workspace_bytes. */
+kgen_status kgen_attention_varlen_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                           const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
+                                           DLTensor* dv, const kgen_attention_backward_options* options,
+                                           const kgen_packed_sequences* sequences,
+                                           const kgen_attention_variant* variant, void* stream);
+
+/* Scratch bytes of kgen_attention_varlen_backward for q (total_q, h_q, d) into *bytes. */
+kgen_status kgen_attention_varlen_backward_workspace_bytes(const DLTensor* q,
+                                                           const kgen_attention_backward_options* options,
+                                                           size_t* bytes);
+
 /* Second-order gradients (docs/attention.md §4): given cotangents gq (like q), gk, gv (like k) of the
  * backward's dq, dk, dv (any may be NULL = zero), writes q_bar, k_bar, v_bar, do_bar, the
  * gradients of the outer loss with respect to q, k, v and d_o. Nothing n x n is stored. */

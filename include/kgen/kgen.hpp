@@ -132,6 +132,18 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
                         const TensorView& dk, const TensorView& dv, const AttentionBackwardOptions& options,
                         void* stream);
 
+// attention_backward over a packed batch (attention_varlen_forward's layouts and sequences): lse
+// (h_q, total_q) as the forward wrote it, d_o and dq like q, dk and dv like k. Rows that no
+// sequence owns: dk and dv are not written, dq may be written with zeros. The double backward of
+// packed batches is not available yet.
+void attention_varlen_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                               const TensorView& lse, const TensorView& d_o, const TensorView& dq, const TensorView& dk,
+                               const TensorView& dv, const PackedSequences& sequences,
+                               const AttentionBackwardOptions& options, void* stream);
+
+// Bytes of scratch attention_varlen_backward needs (q: (total_q, h_q, d)).
+std::size_t attention_varlen_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options);
+
 // Bytes of scratch attention_double_backward needs for these shapes.
 std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options);
 

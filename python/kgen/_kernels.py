@@ -256,12 +256,41 @@ def varlen_forward_out(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen
     """kgen_attention_varlen_forward on the current stream: q (total_q, h_q, d), k and v (total_k,
     h_kv, d); writes out (like q) and lse ((h_q, total_q) fp32, unless None)."""
     c, keep = _variant_struct(variant)
-    cu_q, cu_k = _variant_tensor(cu_seqlens_q), _variant_tensor(cu_seqlens_k)
-    sequences = _lib.PackedSequences(ctypes.addressof(cu_q), ctypes.addressof(cu_k), int(max_seqlen_q),
-                                     int(max_seqlen_k))
+    sequences = _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _launch("kgen_attention_varlen_forward", _lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, k, v, out, lse),
-            False, ctypes.addressof(sequences), ctypes.addressof(c))
-    del keep, cu_q, cu_k, sequences  # read by the call
+            False, ctypes.addressof(sequences[0]), ctypes.addressof(c))
+    del keep, sequences  # read by the call
+
+
+def _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
+    """(kgen_packed_sequences, its descriptors): all must live until the call returns."""
+    cu_q, cu_k = _variant_tensor(cu_seqlens_q), _variant_tensor(cu_seqlens_k)
+    return _lib.PackedSequences(ctypes.addressof(cu_q), ctypes.addressof(cu_k), int(max_seqlen_q),
+                                int(max_seqlen_k)), cu_q, cu_k
+
+
+def varlen_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, sinks_grad, tensor_grads, cu_seqlens_q, cu_seqlens_k,
+                        max_seqlen_q, max_seqlen_k, scale, causal, deterministic, variant: _checks.Variant) -> None:
+    """kgen_attention_varlen_backward on the current stream (the library allocates its scratch
+    stream-ordered): writes dq, dk, dv, sinks_grad (with sinks) and the learnable tensors' grads."""
+    c, keep = _variant_struct(variant, sinks_grad, tensor_grads)
+    sequences = _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _launch("kgen_attention_varlen_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
+            _gradient_options(scale, causal, deterministic, 0, 0, None), (q, k, v, o, lse, _dense(d_o), dq, dk, dv),
+            False, ctypes.addressof(sequences[0]), ctypes.addressof(c))
+    del keep, sequences
+
+
+def varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
+                              causal=False, deterministic=False, tensor_learnable=None, *variant, **named):
+    """The operator's kernel: (dq, dk, dv, sinks_grad, [gradient of each learnable tensor]) of a packed batch."""
+    variant = _variant(variant, named)
+    learnable = _learnable(variant, tensor_learnable)
+    dq, dk, dv, sinks_grad, grads = _variant_backward_outputs(q, k, v, variant, learnable)
+    varlen_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, None if variant.sinks is None else sinks_grad,
+                        _tensor_grads(learnable, grads), cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                        causal, deterministic, variant)
+    return dq, dk, dv, sinks_grad, grads
 
 
 def varlen_outputs(q, with_lse: bool = True):

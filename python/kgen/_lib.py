@@ -146,6 +146,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_forward_variant": (ctypes.c_int, [_P] * 8),
     "kgen_attention_variant_init": (None, [_P]),
     "kgen_attention_varlen_forward": (ctypes.c_int, [_P] * 9),
+    "kgen_attention_varlen_backward": (ctypes.c_int, [_P] * 13),
     "kgen_attention_backward": (ctypes.c_int, [_P] * 11),
     "kgen_attention_backward_variant": (ctypes.c_int, [_P] * 12),
     "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),

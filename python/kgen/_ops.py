@@ -20,6 +20,9 @@ torch.compile traces them as leaves of the forward and backward graphs.
                                tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad, tensor_grads[])
     varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
                              <variant>) -> (o, lse)
+    varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                              causal, deterministic, tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad,
+                              tensor_grads[])
     lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None) -> o
     lrpe_cosine_backward(x, theta, d_o, offset, act, layout, config) -> dx
     md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None) -> o
@@ -174,6 +177,17 @@ def _fake_varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seql
 _register(f"varlen_attention_forward(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
           f"int max_seqlen_q, int max_seqlen_k, float? scale=None, bool causal=False, {_VARIANT}) -> (Tensor, Tensor)",
           K.varlen_attention_forward, _fake_varlen_attention_forward, cast=(0, 1, 2))
+def _fake_varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                    scale=None, causal=False, deterministic=False, tensor_learnable=None, *variant,
+                                    **named):
+    variant = K._variant(variant, named)
+    return K._variant_backward_outputs(q, k, v, variant, K._learnable(variant, tensor_learnable))
+
+
+_register("varlen_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
+          "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? scale=None, "
+          f"bool causal=False, bool deterministic=False, bool[]? tensor_learnable=None, {_VARIANT}) "
+          "-> (Tensor, Tensor, Tensor, Tensor, Tensor[])", K.varlen_attention_backward, _fake_varlen_attention_backward)
 _register(f"attention_forward_variant_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}, "
           f"{_VARIANT}) -> ()", K.attention_forward_variant_out, _fake_attention_forward_variant_out)
 _register("attention_backward_variant(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "

@@ -56,7 +56,7 @@ _BACKWARD, _BACKWARD_OUT = _op("attention_backward"), _op("attention_backward_ou
 _DOUBLE_BACKWARD = _op("attention_double_backward")
 _FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("attention_forward_variant_out")
 _BACKWARD_VARIANT = _op("attention_backward_variant")
-_VARLEN_FORWARD = _op("varlen_attention_forward")
+_VARLEN_FORWARD, _VARLEN_BACKWARD = _op("varlen_attention_forward"), _op("varlen_attention_backward")
 _LRPE_FORWARD, _LRPE_BACKWARD = _op("lrpe_cosine_forward"), _op("lrpe_cosine_backward")
 _MD_LRPE_FORWARD, _MD_LRPE_FORWARD_CACHED = _op("md_lrpe_cosine_forward"), _op("md_lrpe_cosine_forward_cached")
 _MD_LRPE_BACKWARD = _op("md_lrpe_cosine_backward")
@@ -315,15 +315,16 @@ def _variant_from(constants: tuple, alibi_slopes, document_ids, sinks, tensors) 
 
 
 class _AttentionVariantBackward(torch.autograd.Function):
-    """The operator attention_backward_variant (its arguments) -> (dq, dk, dv, sinks_grad, *tensor
-    grads) where autograd records it (create_graph=True): differentiating these gradients again,
-    the double backward of variants, raises NotImplementedError."""
+    """A variant backward operator (attention_backward_variant or varlen_attention_backward) and
+    its arguments -> (dq, dk, dv, sinks_grad, *tensor grads) where autograd records it
+    (create_graph=True): differentiating these gradients again, the double backward of variants
+    and packed batches, raises NotImplementedError."""
 
     @staticmethod
-    def forward(ctx, *args):
+    def forward(ctx, op, *args):
         ctx.set_materialize_grads(False)
-        ctx.inputs = len(args)
-        dq, dk, dv, sinks_grad, grads = _run(_BACKWARD_VARIANT, *args)
+        ctx.inputs = len(args) + 1
+        dq, dk, dv, sinks_grad, grads = _run(op, *args)
         return (dq, dk, dv, sinks_grad, *grads)
 
     @staticmethod
@@ -331,6 +332,16 @@ class _AttentionVariantBackward(torch.autograd.Function):
         if any(g is not None for g in cotangents):
             raise NotImplementedError(_NO_DOUBLE_BACKWARD)
         return (None,) * ctx.inputs
+
+
+def _variant_gradients(op, args, learnable, sinks) -> tuple:
+    """(dq, dk, dv, sinks_grad or None, tensor grads or None each) of a variant backward operator."""
+    if torch.is_grad_enabled():  # create_graph: a node that refuses the double backward
+        dq, dk, dv, sinks_grad, *grads = _AttentionVariantBackward.apply(op, *args)
+    else:
+        dq, dk, dv, sinks_grad, grads = _run(op, *args)
+    grads = iter(grads)
+    return dq, dk, dv, None if sinks is None else sinks_grad, [next(grads) if learns else None for learns in learnable]
 
 
 class _AttentionVariant(torch.autograd.Function):
@@ -356,14 +367,47 @@ class _AttentionVariant(torch.autograd.Function):
         q, k, v, o, lse, alibi_slopes, document_ids, sinks, *tensors = ctx.saved_tensors
         args = (q, k, v, o, lse, d_o, scale, causal, layout, deterministic, None, learnable,
                 *_variant_from(constants, alibi_slopes, document_ids, sinks, tensors))
-        if torch.is_grad_enabled():  # create_graph: a node that refuses the double backward
-            dq, dk, dv, sinks_grad, *grads = _AttentionVariantBackward.apply(*args)
-        else:
-            dq, dk, dv, sinks_grad, grads = _run(_BACKWARD_VARIANT, *args)
-        grads = iter(grads)
-        tensor_grads = [next(grads) if learns else None for learns in learnable]
-        return (dq, dk, dv, None, None, None, None, None, None, None, None, None if sinks is None else sinks_grad,
-                *tensor_grads)
+        dq, dk, dv, sinks_grad, tensor_grads = _variant_gradients(_BACKWARD_VARIANT, args, learnable, sinks)
+        return (dq, dk, dv, None, None, None, None, None, None, None, None, sinks_grad, *tensor_grads)
+
+
+class _VarlenAttention(torch.autograd.Function):
+    """(q, k, v, cu_seqlens_q, cu_seqlens_k, sinks, *tensors) -> o of a packed batch; its backward
+    runs kgen's packed backward (dq, dk, dv, the sinks' gradient and the learnable tensors')."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, deterministic,
+                constants, learnable, alibi_slopes, sinks, *tensors):
+        ctx.set_materialize_grads(False)
+        variant = _variant_from(constants, alibi_slopes, None, sinks, tensors)
+        o, lse = _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                 variant, True)
+        ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, alibi_slopes, sinks, *tensors)
+        ctx.options = (max_seqlen_q, max_seqlen_k, causal, scale, deterministic, constants, learnable)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, _d_lse):
+        max_q, max_k, causal, scale, deterministic, constants, learnable = ctx.options
+        if d_o is None:
+            return (None,) * (14 + len(learnable))
+        q, k, v, o, lse, cu_q, cu_k, alibi_slopes, sinks, *tensors = ctx.saved_tensors
+        args = (q, k, v, o, lse, d_o, cu_q, cu_k, max_q, max_k, scale, causal, deterministic, learnable,
+                *_variant_from(constants, alibi_slopes, None, sinks, tensors))
+        dq, dk, dv, sinks_grad, tensor_grads = _variant_gradients(_VARLEN_BACKWARD, args, learnable, sinks)
+        return (dq, dk, dv, None, None, None, None, None, None, None, None, None, None, sinks_grad, *tensor_grads)
+
+
+def _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, variant,
+                    with_lse: bool):
+    """(o, lse) of a packed batch (lse None unless with_lse on the eager path)."""
+    if _eager(q):
+        o, lse = _kernels.varlen_outputs(q, with_lse)
+        _kernels.varlen_forward_out(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                                    causal, variant)
+        return o, lse
+    return _VARLEN_FORWARD[1](q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, *variant)
 
 
 def _variant_attention(q, k, v, causal, scale, layout, deterministic, variant: _checks.Variant):
@@ -426,7 +470,8 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
 
 @_with_variant_keywords
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
-                     causal: bool = False, scale: float | None = None, return_lse: bool = False, **variant):
+                     causal: bool = False, scale: float | None = None, return_lse: bool = False,
+                     deterministic: bool = False, **variant):
     """Attention over a packed batch (FlashAttention's varlen layout, docs/attention.md §9).
 
     q is (total_q, h_q, d), k and v (total_k, h_kv, d) (h_q % h_kv == 0), any strides with a
@@ -439,24 +484,26 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     cu_seqlens; KGEN_CHECK_INDICES=1 checks them on the host first (synchronous).
 
     Returns o (like q; rows no sequence owns hold unspecified values), or (o, lse) with
-    return_lse, lse fp32 (h_q, total_q). Forward only: the backward of packed batches is not
-    built yet, so a call that autograd would record raises NotImplementedError."""
+    return_lse, lse fp32 (h_q, total_q). Differentiable: q, k, v, sinks and fp32 tensors that
+    require grad get their gradients from kgen's packed backward (dq rows no sequence owns get 0);
+    differentiating those gradients again raises NotImplementedError."""
     _check_types("q k v cu_seqlens_q cu_seqlens_k", q, k, v, cu_seqlens_q, cu_seqlens_k)
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if not _is_int(m) or m < 0:
             raise ValueError(f"{name} must be an int >= 0 (the longest sequence), got {m!r}")
     q, k, v = _autocast(q, k, v)
     parts = _variant_of("varlen_attention", variant)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (q, k, v, parts.sinks, *parts.tensors)):
-        raise NotImplementedError("varlen_attention: the backward of packed batches is not available yet; call it "
-                                  "under torch.no_grad() or on tensors that do not require grad")
-    if _eager(q):
-        o, lse = _kernels.varlen_outputs(q, return_lse)
-        _kernels.varlen_forward_out(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
-                                    causal, parts)
+    if parts.document_ids is not None:
+        raise ValueError("document_ids does not apply to varlen_attention: its sequences (cu_seqlens) are the documents")
+    learnable = tuple(t.requires_grad and t.dtype == torch.float32 for t in parts.tensors)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad or any(learnable) or
+                                    (parts.sinks is not None and parts.sinks.requires_grad)):
+        o, lse = _VarlenAttention.apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                        deterministic, _variant_constants(parts), learnable, parts.alibi_slopes,
+                                        parts.sinks, *parts.tensors)
     else:
-        o, lse = _VARLEN_FORWARD[1](q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
-                                    *parts)
+        o, lse = _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, parts,
+                                 return_lse)
     return (o, lse) if return_lse else o
 
 

@@ -93,30 +93,35 @@ std::vector<double> rows_of(const HostTensor& t, int row0, int n) {
   return out;
 }
 
-TEST(AttentionVarlenGpu, EverySequenceMatchesItsFp64ReferenceOnEveryFamily) {
-  KGEN_REQUIRE_GPU();
-  use_primary_context(0);
-  int checked = 0;
-  for (const VarlenCase& c : cases()) {
-    const int batch = static_cast<int>(c.len_q.size());
-    std::vector<int> cu_q{0}, cu_k{0};
-    for (int i = 0; i < batch; ++i) cu_q.push_back(cu_q.back() + c.len_q[i]), cu_k.push_back(cu_k.back() + c.len_k[i]);
-    const int total_q = cu_q.back(), total_k = cu_k.back(), pad = 7;  // rows no sequence owns follow
-    const int max_q = *std::max_element(c.len_q.begin(), c.len_q.end()),
-              max_k = *std::max_element(c.len_k.begin(), c.len_k.end());
-    std::mt19937_64 rng(0x5eed + total_q + c.d);
-    HostTensor q = packed_host(total_q + pad, c.hq, c.d, c.dtype), k = packed_host(total_k, c.hkv, c.d, c.dtype),
-               v = packed_host(total_k, c.hkv, c.d, c.dtype), o = packed_host(total_q + pad, c.hq, c.d, c.dtype);
-    fill_random(q, rng), fill_random(k, rng), fill_random(v, rng);
+// A case set up on the device: the packed tensors (q and o with `pad` rows past the last
+// sequence), cu_seqlens, the variant (window + softcap + sinks when the case has a window) and its
+// reference.
+struct PackedCase {
+  static constexpr int pad = 7;  // rows no sequence owns, after the last one
+  const VarlenCase& c;
+  int batch, total_q, total_k, max_q, max_k;
+  std::vector<int> cu_q{0}, cu_k{0};
+  HostTensor q, k, v, o, d_o;
+  std::vector<float> sinks;
+  std::unique_ptr<Variant> keep;
+  ReferenceVariant rv;
+  std::unique_ptr<DeviceBuffer> dq_in, dk_in, dv_in, dout, ddo, dlse, dcu_q, dcu_k, dsinks, dsinks_grad;
+  TensorView qv, kv, vv, ov, dov, lv, cqv, ckv, sinks_view, sinks_grad_view;
+  AttentionOptions options;
 
-    // The variant and its reference.
-    AttentionOptions options;
+  PackedCase(const VarlenCase& vc, std::uint64_t seed)
+      : c(vc),
+        batch(static_cast<int>(vc.len_q.size())),
+        q(make_host(1, 1, 1, 1, Layout::bnhd, vc.dtype)),
+        k(q), v(q), o(q), d_o(q) {
+    for (int i = 0; i < batch; ++i) cu_q.push_back(cu_q.back() + c.len_q[i]), cu_k.push_back(cu_k.back() + c.len_k[i]);
+    total_q = cu_q.back(), total_k = cu_k.back();
+    max_q = *std::max_element(c.len_q.begin(), c.len_q.end()), max_k = *std::max_element(c.len_k.begin(), c.len_k.end());
+    std::mt19937_64 rng(seed + total_q + c.d);
+    q = packed_host(total_q + pad, c.hq, c.d, c.dtype), o = q, d_o = q;
+    k = packed_host(total_k, c.hkv, c.d, c.dtype), v = k;
+    fill_random(q, rng), fill_random(k, rng), fill_random(v, rng), fill_random(d_o, rng);
     options.causal = c.causal;
-    std::vector<float> sinks;
-    std::unique_ptr<Variant> keep;
-    ReferenceVariant rv;
-    std::unique_ptr<DeviceBuffer> dsinks;
-    TensorView sinks_view;
     if (c.window_left >= 0) {
       options.variant.window_left = c.window_left, options.variant.window_right = 0, options.variant.softcap = 30;
       VariantPresets presets;
@@ -128,44 +133,60 @@ TEST(AttentionVarlenGpu, EverySequenceMatchesItsFp64ReferenceOnEveryFamily) {
         rv.values.scalars.push_back(s.name == "window_left" ? c.window_left : s.name == "window_right" ? 0 : 30);
       std::normal_distribution<float> n(0.f, 1.5f);
       for (int h = 0; h < c.hq; ++h) sinks.push_back(n(rng)), rv.sinks.push_back(sinks.back());
+      const std::int64_t shape[1] = {c.hq};
       dsinks = std::make_unique<DeviceBuffer>(sinks.size() * 4);
       dsinks->upload(sinks.data());
-      const std::int64_t shape[1] = {c.hq};
       sinks_view = make_contiguous_view(dsinks->get(), DType::f32, 1, shape, 0);
+      dsinks_grad = std::make_unique<DeviceBuffer>(sinks.size() * 4);
+      sinks_grad_view = make_contiguous_view(dsinks_grad->get(), DType::f32, 1, shape, 0);
       options.variant.sinks = &sinks_view;
     }
-
-    // Each sequence's fp64 reference.
-    std::vector<AttentionForwardReference> refs(batch);
-    for (int i = 0; i < batch; ++i) {
-      if (c.len_q[i] == 0 || c.len_k[i] == 0) continue;
-      AttentionProblem prob;
-      prob.heads_q = c.hq, prob.heads_kv = c.hkv, prob.n_q = c.len_q[i], prob.n_k = c.len_k[i], prob.head_dim = c.d;
-      prob.causal = c.causal;
-      prob.q = rows_of(q, cu_q[i], c.len_q[i]);
-      prob.k = rows_of(k, cu_k[i], c.len_k[i]);
-      prob.v = rows_of(v, cu_k[i], c.len_k[i]);
-      refs[i] = attention_forward_cpu(prob, rv.variant || !rv.sinks.empty() ? &rv : nullptr);
-    }
-
-    DeviceBuffer dq(q.bytes.size()), dk(k.bytes.size()), dv(v.bytes.size()), dout(o.bytes.size()),
-        dlse(std::size_t(c.hq) * (total_q + pad) * 4), dcu_q(cu_q.size() * 4), dcu_k(cu_k.size() * 4);
-    dq.upload(q.bytes.data()), dk.upload(k.bytes.data()), dv.upload(v.bytes.data());
-    dcu_q.upload(cu_q.data()), dcu_k.upload(cu_k.data());
-    const TensorView qv = packed_view3(q, dq.get()), kv = packed_view3(k, dk.get()), vv = packed_view3(v, dv.get()),
-                     ov = packed_view3(o, dout.get());
+    auto upload = [](const HostTensor& t, std::unique_ptr<DeviceBuffer>& b, TensorView& view) {
+      b = std::make_unique<DeviceBuffer>(t.bytes.size());
+      b->upload(t.bytes.data());
+      view = packed_view3(t, b->get());
+    };
+    upload(q, dq_in, qv), upload(k, dk_in, kv), upload(v, dv_in, vv), upload(o, dout, ov), upload(d_o, ddo, dov);
+    dlse = std::make_unique<DeviceBuffer>(std::size_t(c.hq) * (total_q + pad) * 4);
     const std::int64_t lse_shape[2] = {c.hq, total_q + pad}, cu_shape[1] = {batch + 1};
-    const TensorView lv = make_contiguous_view(dlse.get(), DType::f32, 2, lse_shape, 0),
-                     cqv = make_contiguous_view(dcu_q.get(), DType::i32, 1, cu_shape, 0),
-                     ckv = make_contiguous_view(dcu_k.get(), DType::i32, 1, cu_shape, 0);
-    const PackedSequences seqs{&cqv, &ckv, max_q, max_k};
+    lv = make_contiguous_view(dlse->get(), DType::f32, 2, lse_shape, 0);
+    dcu_q = std::make_unique<DeviceBuffer>(cu_q.size() * 4), dcu_k = std::make_unique<DeviceBuffer>(cu_k.size() * 4);
+    dcu_q->upload(cu_q.data()), dcu_k->upload(cu_k.data());
+    cqv = make_contiguous_view(dcu_q->get(), DType::i32, 1, cu_shape, 0);
+    ckv = make_contiguous_view(dcu_k->get(), DType::i32, 1, cu_shape, 0);
+  }
+  PackedSequences sequences() const { return {&cqv, &ckv, max_q, max_k}; }
+  // Sequence i as one fp64 problem (batch 1).
+  AttentionProblem problem(int i) const {
+    AttentionProblem prob;
+    prob.heads_q = c.hq, prob.heads_kv = c.hkv, prob.n_q = c.len_q[i], prob.n_k = c.len_k[i], prob.head_dim = c.d;
+    prob.causal = c.causal;
+    prob.q = rows_of(q, cu_q[i], c.len_q[i]);
+    prob.k = rows_of(k, cu_k[i], c.len_k[i]);
+    prob.v = rows_of(v, cu_k[i], c.len_k[i]);
+    return prob;
+  }
+  const ReferenceVariant* variant() const { return rv.variant || !rv.sinks.empty() ? &rv : nullptr; }
+};
+
+TEST(AttentionVarlenGpu, EverySequenceMatchesItsFp64ReferenceOnEveryFamily) {
+  KGEN_REQUIRE_GPU();
+  use_primary_context(0);
+  int checked = 0;
+  for (const VarlenCase& c : cases()) {
+    PackedCase pc(c, 0x5eed);
+    const int batch = pc.batch, total_q = pc.total_q, pad = PackedCase::pad;
+    std::vector<AttentionForwardReference> refs(batch);
+    for (int i = 0; i < batch; ++i)
+      if (c.len_q[i] > 0 && c.len_k[i] > 0) refs[i] = attention_forward_cpu(pc.problem(i), pc.variant());
+    HostTensor& o = pc.o;
     for (const char* config : kConfigs) {
       const std::string label = c.name + " [" + (*config ? config : "default") + "]";
-      options.config = config;
-      dout.poison(c.dtype);
-      dlse.poison(DType::f32);
+      pc.options.config = config;
+      pc.dout->poison(c.dtype);
+      pc.dlse->poison(DType::f32);
       try {
-        attention_varlen_forward(qv, kv, vv, ov, &lv, seqs, options, nullptr);
+        attention_varlen_forward(pc.qv, pc.kv, pc.vv, pc.ov, &pc.lv, pc.sequences(), pc.options, nullptr);
       } catch (const Error& e) {
         // A family that does not serve this head dim, dtype or target.
         if (*config != '\0' && std::string(e.what()).rfind("config:", 0) == 0) continue;
@@ -173,20 +194,23 @@ TEST(AttentionVarlenGpu, EverySequenceMatchesItsFp64ReferenceOnEveryFamily) {
         continue;
       }
       gpu_driver().synchronize_device("varlen test");
-      dout.download(o.bytes.data());
+      pc.dout->download(o.bytes.data());
       std::vector<float> lse(std::size_t(c.hq) * (total_q + pad));
-      dlse.download(lse.data());
+      pc.dlse->download(lse.data());
       const Tolerance tol = tolerance_for(c.dtype);
       for (int i = 0; i < batch; ++i) {
         if (c.len_q[i] == 0) continue;
-        const std::vector<double> got = rows_of(o, cu_q[i], c.len_q[i]);
+        const std::vector<double> got = rows_of(o, pc.cu_q[i], c.len_q[i]);
         std::vector<double> got_lse;
         for (int ih = 0; ih < c.hq; ++ih)
-          for (int in = 0; in < c.len_q[i]; ++in) got_lse.push_back(lse[std::size_t(ih) * (total_q + pad) + cu_q[i] + in]);
+          for (int in = 0; in < c.len_q[i]; ++in)
+            got_lse.push_back(lse[std::size_t(ih) * (total_q + pad) + pc.cu_q[i] + in]);
         if (c.len_k[i] == 0) {  // no keys: o = 0 and lse = −inf (or the sink's logit)
           for (double x : got) ASSERT_EQ(x, 0.0) << label << " sequence " << i;
-          for (std::size_t j = 0; j < got_lse.size(); ++j)
-            ASSERT_EQ(got_lse[j], sinks.empty() ? -INFINITY : sinks[j / c.len_q[i]]) << label << " sequence " << i;
+          for (std::size_t j = 0; j < got_lse.size(); ++j) {
+            if (pc.sinks.empty()) ASSERT_EQ(got_lse[j], -INFINITY) << label << " sequence " << i;
+            else ASSERT_NEAR(got_lse[j], pc.sinks[j / c.len_q[i]], 1e-5) << label << " sequence " << i;
+          }
           continue;
         }
         const Comparison co = compare(got, refs[i].o, tol, c.d), cl = compare(got_lse, refs[i].lse, tol, 1);
@@ -203,6 +227,98 @@ TEST(AttentionVarlenGpu, EverySequenceMatchesItsFp64ReferenceOnEveryFamily) {
     }
   }
   EXPECT_GT(checked, 30);
+}
+
+// The logical values of rows [row0, row0 + n) of a packed device tensor laid out as `like`.
+std::vector<double> download_rows(const HostTensor& like, const DeviceBuffer& buf, int row0, int n) {
+  HostTensor t = like;
+  buf.download(t.bytes.data());
+  return rows_of(t, row0, n);
+}
+
+TEST(AttentionVarlenGpu, BackwardMatchesEachSequencesFp64GradientsWithSinkGradients) {
+  KGEN_REQUIRE_GPU();
+  use_primary_context(0);
+  int checked = 0;
+  for (const VarlenCase& c : cases()) {
+    PackedCase pc(c, 0xbacc);
+    const int batch = pc.batch;
+    // Each sequence's fp64 gradients; the sinks' gradient sums over the sequences.
+    std::vector<AttentionBackwardReference> refs(batch);
+    std::vector<double> sinks_grad(pc.sinks.size(), 0.0);
+    for (int i = 0; i < batch; ++i) {
+      if (c.len_q[i] == 0 || c.len_k[i] == 0) continue;  // zero gradients, checked below
+      refs[i] = attention_backward_cpu(pc.problem(i), rows_of(pc.d_o, pc.cu_q[i], c.len_q[i]), ReferenceFault::none,
+                                       pc.variant());
+      for (std::size_t h = 0; h < refs[i].sinks_grad.size(); ++h) sinks_grad[h] += refs[i].sinks_grad[h];
+    }
+    attention_varlen_forward(pc.qv, pc.kv, pc.vv, pc.ov, &pc.lv, pc.sequences(), pc.options, nullptr);
+    DeviceBuffer gq(pc.q.bytes.size()), gk(pc.k.bytes.size()), gv(pc.v.bytes.size());
+    const TensorView gqv = packed_view3(pc.q, gq.get()), gkv = packed_view3(pc.k, gk.get()),
+                     gvv = packed_view3(pc.v, gv.get());
+    AttentionBackwardOptions bo;
+    bo.causal = c.causal;
+    bo.variant = pc.options.variant;
+    if (!pc.sinks.empty()) bo.variant.sinks_grad = &pc.sinks_grad_view;
+    const Tolerance tol = tolerance_for(c.dtype);
+    const std::string simt = "simt:w4:dmax" + std::to_string(c.d <= 64 ? 64 : c.d <= 128 ? 128 : 256);
+    for (const std::string config : {std::string(), std::string("deterministic"), simt}) {
+      const std::string label = c.name + " [" + (config.empty() ? "default" : config) + "]";
+      bo.deterministic = config == "deterministic";
+      bo.config = config.rfind("simt", 0) == 0 ? config : "";
+      for (DeviceBuffer* b : {&gq, &gk, &gv}) b->poison(c.dtype);
+      if (pc.dsinks_grad) pc.dsinks_grad->poison(DType::f32);
+      try {
+        attention_varlen_backward(pc.qv, pc.kv, pc.vv, pc.ov, pc.lv, pc.dov, gqv, gkv, gvv, pc.sequences(), bo, nullptr);
+      } catch (const Error& e) {
+        ADD_FAILURE() << label << ": " << e.what();
+        continue;
+      }
+      gpu_driver().synchronize_device("varlen backward test");
+      // `few_rows`: a sequence of under 8 query rows. With sinks its dS = P·(dP − D) cancels as
+      // P → 1 (one visible key: dP − D = dP·(1 − P)), and D comes from o as stored in 16 bits, as in
+      // every flash backward: the norm rule is then noise over a few hundred elements, so such a
+      // sequence is held to the element rule and the cosine alone.
+      auto expect = [&](const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                        int row, bool few_rows = false) {
+        const Comparison cmp = compare(got, want, tol, row);
+        const bool elementwise = few_rows && cmp.failed == Comparison::Failure::rel_l2 && cmp.outside_tolerance == 0 &&
+                                 cmp.cosine >= 0.999;
+        EXPECT_TRUE(cmp.pass || elementwise) << label << " " << what << ": " << cmp.why << " " << to_string(cmp);
+      };
+      for (int i = 0; i < batch; ++i) {
+        const std::string seq = " sequence " + std::to_string(i);
+        if (c.len_q[i] > 0) {
+          const std::vector<double> dq = download_rows(pc.q, gq, pc.cu_q[i], c.len_q[i]);
+          if (c.len_k[i] == 0)
+            for (double x : dq) ASSERT_EQ(x, 0.0) << label << seq << " dq (no keys)";
+          else
+            expect("dq" + seq, dq, refs[i].dq, c.d, c.len_q[i] < 8);
+        }
+        if (c.len_k[i] > 0) {
+          const std::vector<double> dk = download_rows(pc.k, gk, pc.cu_k[i], c.len_k[i]),
+                                    dv = download_rows(pc.v, gv, pc.cu_k[i], c.len_k[i]);
+          if (c.len_q[i] == 0) {
+            for (double x : dk) ASSERT_EQ(x, 0.0) << label << seq << " dk (no queries)";
+            for (double x : dv) ASSERT_EQ(x, 0.0) << label << seq << " dv (no queries)";
+          } else {
+            expect("dk" + seq, dk, refs[i].dk, c.d, c.len_q[i] < 8);
+            expect("dv" + seq, dv, refs[i].dv, c.d, c.len_q[i] < 8);
+          }
+        }
+      }
+      // dq rows past the last sequence: untouched or zero.
+      const std::vector<double> pad_rows = download_rows(pc.q, gq, pc.total_q, PackedCase::pad);
+      for (double x : pad_rows) EXPECT_TRUE(std::isnan(x) || x == 0.0) << label << ": a dq padding row holds " << x;
+      if (!sinks_grad.empty()) {
+        std::vector<float> got(sinks_grad.size());
+        pc.dsinks_grad->download(got.data());
+        expect("dsinks", std::vector<double>(got.begin(), got.end()), sinks_grad, c.hq);
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 20);
 }
 
 TEST(AttentionVarlenGpu, BadArgumentsAreNamed) {

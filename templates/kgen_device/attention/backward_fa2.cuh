@@ -274,8 +274,12 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const int n0 = (Splits == 1 ? x : x / Splits) * BN;
   const int col0 = Splits == 1 ? 0 : (x % Splits) * kSplitCols;  // first dK, dV column
   const int split_end = imin(kDC, col0 + kSplitCols);  // past the last column the mma cover
-  const int n_q = p.n_q;
-  const int n_k = p.n_k;
+  // Packed batches: the sequence's rows (workspace rows and pointers at its first rows).
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, p.n_q, p.n_k);
+  const int n_q = seq.n_q;
+  const int n_k = seq.n_k;
+  if constexpr (Variant::kPacked)
+    if (n0 >= n_k) return;  // past this sequence's keys
   const int diag = n_k - n_q;
   const float scale_log2 = p.scale_log2;
   bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
@@ -289,8 +293,8 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   unsigned char* smem = dynamic_smem();
   const bwd_detail::KeyMajorSmem<kKVBytes, kQBytes, BM> sm{smem_u32(smem), reinterpret_cast<float*>(smem + kStatsOffset)};
 
-  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
-  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
+  const T* k_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.k, batch, kv_head, seq.k0);
+  const T* v_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.v, batch, kv_head, seq.k0);
 
   // Issues the loads of query tile `it` (head, rows) into `stage`: Q and dO by cp.async, the
   // rows' lse2 and delta by plain loads and shared stores.
@@ -298,15 +302,15 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
     fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
-        sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, head), p.q.stride_n, m0, n_q, tid);
+        sm.q(stage), bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0), p.q.stride_n, m0, n_q, tid);
     fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
-        sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, head), p.d_o.stride_n, m0, n_q, tid);
+        sm.d_o(stage), bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0), p.d_o.stride_n, m0, n_q, tid);
     float* st = sm.stats(stage);
     for (int i = tid; i < BM; i += kThreads) {
       const int row = m0 + i;
       float l2 = infinity_f32(), dl = 0.f;
       if (row < n_q) {
-        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        const long long idx = bwd_detail::stat_row(p, seq.slot, head, seq.q0 + row);
         l2 = p.lse2[idx];
         dl = p.delta[idx];
       }
@@ -446,7 +450,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
       constexpr int kColChunks = (kSplitCols + 31) / 32;  // 32 head-dim columns per work item
       constexpr int kItems = (BM / 16) * kColChunks;  // (16 query rows, 32 columns) items
       const unsigned ds_lane = sm.ds() + SwzS::offset(lane % 8 + 8 * (lane / 16), (lane / 8) % 2);
-      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
+      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, seq.slot, head, seq.q0) * HeadDim;
 #pragma unroll 1
       for (int item = warp; item < kItems; item += Warps) {
         const int mt = item / kColChunks;
@@ -485,9 +489,9 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const int key_row0 = n0 + key_local0;
   constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
   const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
-  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + col0,
+  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dk, batch, kv_head, seq.k0) + col0,
                                                          p.dk.stride_n, key_row0, n_k, dk, p.scale, cols);
-  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + col0,
+  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dv, batch, kv_head, seq.k0) + col0,
                                                          p.dv.stride_n, key_row0, n_k, dv, 1.f, cols);
 }
 
@@ -525,8 +529,11 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / p.head_group;
-  const int n_q = p.n_q;
-  const int n_k = p.n_k;
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, p.n_q, p.n_k);
+  const int n_q = seq.n_q;
+  const int n_k = seq.n_k;
+  if constexpr (Variant::kPacked)
+    if (m0 >= n_q) return;  // past this sequence's rows
   const int diag = n_k - n_q;
   const float scale_log2 = p.scale_log2;
 
@@ -545,8 +552,8 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   const unsigned smem_do = smem_q + kQBytes;
   auto smem_k = [&](int stage) { return smem_q + 2 * kQBytes + stage * 2 * kKVBytes; };
   auto smem_v = [&](int stage) { return smem_k(stage) + kKVBytes; };
-  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
-  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
+  const T* k_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.k, batch, kv_head, seq.k0);
+  const T* v_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.v, batch, kv_head, seq.k0);
   auto load_kv = [&](int tile, int stage) {
     fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(smem_k(stage), k_ptr, p.k.stride_n, tile * BN,
                                                                    n_k, tid);
@@ -555,9 +562,9 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   };
 
   fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
-      smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head), p.q.stride_n, m0, n_q, tid);
+      smem_q, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0), p.q.stride_n, m0, n_q, tid);
   fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
-      smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head), p.d_o.stride_n, m0, n_q, tid);
+      smem_do, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0), p.d_o.stride_n, m0, n_q, tid);
   if (num_tiles > 0) load_kv(tile0, 0);
   cp_async_commit();
 
@@ -571,7 +578,7 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
       lse2[mt][h] = infinity_f32();
       delta[mt][h] = 0.f;
       if (row < n_q) {
-        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        const long long idx = bwd_detail::stat_row(p, seq.slot, head, seq.q0 + row);
         lse2[mt][h] = p.lse2[idx];
         delta[mt][h] = p.delta[idx];
       }
@@ -635,7 +642,7 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
     bwd_detail::mma_xb<T, kMT, kNT, D, kDC>(dq, ds, smem_k(stage) + v_lane);
   }
   cp_async_wait<0>();
-  bwd_detail::store_rows<T, kMT, kDC, HeadDim>(bwd_detail::head_ptr<T>(p.dq, batch, head), p.dq.stride_n,
+  bwd_detail::store_rows<T, kMT, kDC, HeadDim>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dq, batch, head, seq.q0), p.dq.stride_n,
                                     m0 + row_local0, n_q, dq, p.scale);
 }
 

@@ -28,6 +28,14 @@ __device__ __forceinline__ T* head_ptr(const AttentionTensorArg& a, int b, int h
   return static_cast<T*>(a.data) + b * a.stride_b + h * a.stride_h;
 }
 
+// Base of head h of a strided tensor argument at row `row0` of its n dimension when Packed (a
+// packed sequence's first row); head_ptr otherwise.
+template <class T, bool Packed>
+__device__ __forceinline__ T* rows_ptr(const AttentionTensorArg& a, int b, int h, int row0) {
+  if constexpr (Packed) return head_ptr<T>(a, b, h) + static_cast<long long>(row0) * a.stride_n;
+  else return head_ptr<T>(a, b, h);
+}
+
 // Row index into the fp32 workspace rows (lse2, delta, r, c, dq_accum / head_dim).
 __device__ __forceinline__ long long stat_row(const AttentionBackwardParams& p, int b, int h, int i) {
   return (static_cast<long long>(b) * p.heads_q + h) * p.n_q + i;

@@ -65,27 +65,42 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
   const int row = blockIdx.x * Warps + warp;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
-  if (row >= p.n_q) return;
+  // Packed batches: the sequence's rows (its row `row`, workspace row q0 + row); dense batches read
+  // the call's lengths where they use them.
+  SequenceRows seq{};
+  if constexpr (Variant::kPacked) seq = sequence_rows<Variant>(va, batch, 0, 0);
+  auto n_q = [&] {
+    if constexpr (Variant::kPacked) return seq.n_q;
+    else return p.n_q;
+  };
+  auto n_k = [&] {
+    if constexpr (Variant::kPacked) return seq.n_k;
+    else return p.n_k;
+  };
+  if (row >= n_q()) return;
   const int kv_head = head / p.head_group;
   const int d = p.head_dim;
-  const int limit = Causal ? imin(p.n_k, row + p.n_k - p.n_q + 1) : p.n_k;
-  const long long idx = bwd_detail::stat_row(p, batch, head, row);
+  const int limit = Causal ? imin(n_k(), row + n_k() - n_q() + 1) : n_k();
+  const int slot = Variant::kPacked ? 0 : batch;
+  const long long idx = bwd_detail::stat_row(p, slot, head, seq.q0 + row);
   const float lse2 = p.lse2[idx];
   const float delta = p.delta[idx];
 
   float q[kCols], d_o[kCols], dq[kCols];
-  bwd_detail::load_row<const T>(q, bwd_detail::head_ptr<const T>(p.q, batch, head) + row * p.q.stride_n, d, lane);
-  bwd_detail::load_row<const T>(d_o, bwd_detail::head_ptr<const T>(p.d_o, batch, head) + row * p.d_o.stride_n, d, lane);
+  bwd_detail::load_row<const T>(
+      q, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0) + row * p.q.stride_n, d, lane);
+  bwd_detail::load_row<const T>(
+      d_o, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0) + row * p.d_o.stride_n, d, lane);
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) dq[ci] = 0.f;
-  const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
-  const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
+  const T* k_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.k, batch, kv_head, seq.k0);
+  const T* v_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.v, batch, kv_head, seq.k0);
   for (int j = 0; j < limit; ++j) {
     float k[kCols], v[kCols];
     bwd_detail::load_row<const T>(k, k_ptr + j * p.k.stride_n, d, lane);
     bwd_detail::load_row<const T>(v, v_ptr + j * p.v.stride_n, d, lane);
     if constexpr (kVariantScores<Variant>) {
-      const VariantAt at{batch, head, p.n_q, p.n_k, p.scale, 1.f / p.scale};
+      const VariantAt at{batch, head, n_q(), n_k(), p.scale, 1.f / p.scale};
       float pe;
       const float g = variant_backward<Variant, Causal>(*va, at, bwd_detail::dot(q, k), lse2, delta,
                                                         bwd_detail::dot(d_o, v), row, j, true, p.scale_log2, pe, false);
@@ -95,7 +110,8 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
     const float pe = exp2_approx(fmaf(bwd_detail::dot(q, k), p.scale_log2, -lse2));
     bwd_detail::axpy(dq, pe * (bwd_detail::dot(d_o, v) - delta), k);
   }
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.dq, batch, head) + row * p.dq.stride_n, dq, p.scale, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dq, batch, head, seq.q0) + row * p.dq.stride_n, dq,
+                           p.scale, d, lane);
 }
 
 template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
@@ -108,26 +124,39 @@ __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBack
   const int key = blockIdx.x * Warps + warp;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
-  if (key >= p.n_k) return;
+  SequenceRows seq{};
+  if constexpr (Variant::kPacked) seq = sequence_rows<Variant>(va, batch, 0, 0);
+  auto n_q = [&] {
+    if constexpr (Variant::kPacked) return seq.n_q;
+    else return p.n_q;
+  };
+  auto n_k = [&] {
+    if constexpr (Variant::kPacked) return seq.n_k;
+    else return p.n_k;
+  };
+  if (key >= n_k()) return;
   const int d = p.head_dim;
-  const int begin = Causal ? imax(0, key - (p.n_k - p.n_q)) : 0;
+  const int begin = Causal ? imax(0, key - (n_k() - n_q())) : 0;
 
   float k[kCols], v[kCols], dk[kCols], dv[kCols];
-  bwd_detail::load_row<const T>(k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head) + key * p.k.stride_n, d, lane);
-  bwd_detail::load_row<const T>(v, bwd_detail::head_ptr<const T>(p.v, batch, kv_head) + key * p.v.stride_n, d, lane);
+  bwd_detail::load_row<const T>(
+      k, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.k, batch, kv_head, seq.k0) + key * p.k.stride_n, d, lane);
+  bwd_detail::load_row<const T>(
+      v, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.v, batch, kv_head, seq.k0) + key * p.v.stride_n, d, lane);
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) dk[ci] = dv[ci] = 0.f;
+  const int slot = Variant::kPacked ? 0 : batch;
   for (int hg = 0; hg < p.head_group; ++hg) {
     const int head = kv_head * p.head_group + hg;
-    const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
-    const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, batch, head);
-    for (int i = begin; i < p.n_q; ++i) {
-      const long long idx = bwd_detail::stat_row(p, batch, head, i);
+    const T* q_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0);
+    const T* do_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0);
+    for (int i = begin; i < n_q(); ++i) {
+      const long long idx = bwd_detail::stat_row(p, slot, head, Variant::kPacked ? seq.q0 + i : i);
       float q[kCols], d_o[kCols];
       bwd_detail::load_row<const T>(q, q_ptr + i * p.q.stride_n, d, lane);
       bwd_detail::load_row<const T>(d_o, do_ptr + i * p.d_o.stride_n, d, lane);
       if constexpr (kVariantScores<Variant>) {
-        const VariantAt at{batch, head, p.n_q, p.n_k, p.scale, 1.f / p.scale};
+        const VariantAt at{batch, head, n_q(), n_k(), p.scale, 1.f / p.scale};
         float pe;
         const float g = variant_backward<Variant, Causal>(*va, at, bwd_detail::dot(q, k), p.lse2[idx], p.delta[idx],
                                                           bwd_detail::dot(d_o, v), i, key, true, p.scale_log2, pe,
@@ -141,8 +170,10 @@ __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBack
       bwd_detail::axpy(dk, pe * (bwd_detail::dot(d_o, v) - p.delta[idx]), q);
     }
   }
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + key * p.dk.stride_n, dk, p.scale, d, lane);
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + key * p.dv.stride_n, dv, 1.f, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dk, batch, kv_head, seq.k0) + key * p.dk.stride_n,
+                           dk, p.scale, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dv, batch, kv_head, seq.k0) + key * p.dv.stride_n,
+                           dv, 1.f, d, lane);
 }
 
 }  // namespace kgen

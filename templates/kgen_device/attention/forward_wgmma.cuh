@@ -123,11 +123,15 @@ struct QueryBlock {
     QueryBlock b;
     b.m0 = x * BM;
     b.head = head, b.batch = batch;
-    b.set_lengths<BM, BN, Causal>(p.n_q, p.n_k);
+    b.n_q = p.n_q, b.n_k = p.n_k;
+    b.diag = b.n_k - b.n_q;
+    int n_end = b.n_k;
+    if constexpr (Causal) n_end = imax(0, imin(b.n_k, imin(b.m0 + BM, b.n_q) + b.diag));
+    b.num_tiles = (n_end + BN - 1) / BN;
     return b;
   }
-  // The lengths n_q, n_k (a packed batch's sequence: its own), and the diagonal and key tiles
-  // that follow from them.
+  // A packed batch's sequence: its lengths n_q, n_k, and the diagonal and key tiles that follow
+  // from them (as `at` sets them from the call's).
   template <int BM, int BN, bool Causal>
   __device__ __forceinline__ void set_lengths(int rows, int keys) {
     n_q = rows, n_k = keys;
@@ -379,8 +383,17 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   wgmma_fwd_detail::stage_output<T, QTile>(smem_q, o, row_sum, row_max, wg * 64 + warp * 16 + g, t, m0, n_q, scale_log2,
                                           lse_ptr);
   __syncwarp();
-  wgmma_fwd_detail::store_warp_rows<T, QTile, D, HeadDim>(smem_q, o_ptr, p.o_stride_n, wg * 64 + warp * 16, m0, n_q,
-                                                         lane);
+  constexpr int kChunks = D / 8;
+#pragma unroll
+  for (int it = 0; it < 16 * kChunks / 32; ++it) {
+    const int idx = it * 32 + lane;
+    const int local_row = wg * 64 + warp * 16 + idx / kChunks;
+    const int c = idx % kChunks;
+    const int row = m0 + local_row;
+    if (row < n_q && (HeadDim == D || c < HeadDim / 8))
+      st_global_16(o_ptr + static_cast<long long>(row) * p.o_stride_n + c * 8,
+                   ld_shared_16(smem_q + QTile::offset(local_row, c)));
+  }
 #endif
 }
 
