@@ -65,18 +65,11 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
   const int row = blockIdx.x * Warps + warp;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
-  // Packed batches: the sequence's rows (its row `row`, workspace row q0 + row); dense batches read
-  // the call's lengths where they use them.
-  SequenceRows seq{};
-  if constexpr (Variant::kPacked) seq = sequence_rows<Variant>(va, batch, 0, 0);
-  auto n_q = [&] {
-    if constexpr (Variant::kPacked) return seq.n_q;
-    else return p.n_q;
-  };
-  auto n_k = [&] {
-    if constexpr (Variant::kPacked) return seq.n_k;
-    else return p.n_k;
-  };
+  // Packed batches: the sequence's rows (its row `row`, workspace row q0 + row).
+  const BlockSequence<Variant, AttentionBackwardParams> sequence(p, va, batch);
+  const SequenceRows& seq = sequence.rows;
+  auto n_q = [&] { return sequence.n_q(); };
+  auto n_k = [&] { return sequence.n_k(); };
   if (row >= n_q()) return;
   const int kv_head = head / p.head_group;
   const int d = p.head_dim;
@@ -124,16 +117,10 @@ __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBack
   const int key = blockIdx.x * Warps + warp;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
-  SequenceRows seq{};
-  if constexpr (Variant::kPacked) seq = sequence_rows<Variant>(va, batch, 0, 0);
-  auto n_q = [&] {
-    if constexpr (Variant::kPacked) return seq.n_q;
-    else return p.n_q;
-  };
-  auto n_k = [&] {
-    if constexpr (Variant::kPacked) return seq.n_k;
-    else return p.n_k;
-  };
+  const BlockSequence<Variant, AttentionBackwardParams> sequence(p, va, batch);
+  const SequenceRows& seq = sequence.rows;
+  auto n_q = [&] { return sequence.n_q(); };
+  auto n_k = [&] { return sequence.n_k(); };
   if (key >= n_k()) return;
   const int d = p.head_dim;
   const int begin = Causal ? imax(0, key - (n_k() - n_q())) : 0;

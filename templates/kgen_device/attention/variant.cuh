@@ -68,6 +68,26 @@ __device__ __forceinline__ SequenceRows sequence_rows(const VariantArgs* a, int 
   }
 }
 
+// A block's sequence for kernels that read the call's lengths where they use them (as their plain
+// form does, so its code stays as it was): a packed sequence's rows and lengths are read once from
+// cu_seqlens; dense batches have offsets 0 and read params.n_q, params.n_k at each use.
+template <class V, class Params>
+struct BlockSequence {
+  const Params& p;
+  SequenceRows rows{};
+  __device__ __forceinline__ BlockSequence(const Params& params, const VariantArgs* a, int batch) : p(params) {
+    if constexpr (V::kPacked) rows = sequence_rows<V>(a, batch, 0, 0);
+  }
+  __device__ __forceinline__ int n_q() const {
+    if constexpr (V::kPacked) return rows.n_q;
+    else return p.n_q;
+  }
+  __device__ __forceinline__ int n_k() const {
+    if constexpr (V::kPacked) return rows.n_k;
+    else return p.n_k;
+  }
+};
+
 // The first query (Keys = false) or key row of a packed sequence in the tensors (0 for dense
 // batches), read afresh: after the compiler barrier it cannot reuse an earlier read, so a kernel
 // keeps no register for the offset between its uses (the ws producer has 24 registers).
