@@ -168,7 +168,7 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
 std::string attention_spec_text(std::string_view op, const AttentionForwardSpec& s) {
   std::ostringstream o;
   o << op << "." << dtype_name(s.dtype) << ".d" << s.head_dim << (s.causal ? ".causal" : ".full")
-    << (s.packed ? ".packed" : "") << (s.sinks ? ".sinks" : "");
+    << (s.packed ? ".packed" : "") << (s.paged ? ".paged" : "") << (s.sinks ? ".sinks" : "");
   if (!s.variant.empty()) o << ".var{" << s.variant << "}";
   return o.str();
 }
@@ -188,14 +188,15 @@ std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view o
     if (variant.empty()) return std::nullopt;
   }
   std::vector<std::string> parts = split_fields(head, '.');
-  bool sinks = false, packed = false;
+  bool sinks = false, packed = false, paged = false;
   if (parts.size() > 4 && parts.back() == "sinks") sinks = true, parts.pop_back();
+  if (parts.size() > 4 && parts.back() == "paged") paged = true, parts.pop_back();
   if (parts.size() > 4 && parts.back() == "packed") packed = true, parts.pop_back();
   if (parts.size() != 4 || parts[0] != op) return std::nullopt;
   auto dtype = parse_dtype(parts[1]);
   int d = 0;
   if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
-  return AttentionForwardSpec{*dtype, d, parts[3] == "causal", variant, sinks, packed};
+  return AttentionForwardSpec{*dtype, d, parts[3] == "causal", variant, sinks, packed, paged};
 }
 
 std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec) {
@@ -212,12 +213,12 @@ std::optional<std::string> check_attention_forward_spec(const AttentionForwardSp
   return std::nullopt;
 }
 
-std::string render_variant_prelude(const std::string& canonical, bool sinks, bool packed) {
+std::string render_variant_prelude(const std::string& canonical, bool sinks, bool packed, bool paged) {
   const Variant variant = canonical.empty() ? Variant() : Variant::from_canonical(canonical);
   return "#include \"kgen_device/core/atomic.cuh\"\n#include \"kgen_device/core/expr_math.cuh\"\n\n" +
          variant.device_struct("KgenVariantExpr") +
          "\nstruct KgenVariant : KgenVariantExpr {\n  static constexpr bool kSinks = " + (sinks ? "true" : "false") +
-         ", kPacked = " + (packed ? "true" : "false") + ";\n};\n\n";
+         ", kPacked = " + (packed ? "true" : "false") + ", kPaged = " + (paged ? "true" : "false") + ";\n};\n\n";
 }
 
 std::optional<std::string> check_variant_path(bool has_variant, std::string_view path) {
@@ -241,6 +242,8 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
   if (c.split_keys && spec.sinks) return std::string("split does not add sinks; a ws config without split does");
   if (spec.packed && (c.split_keys || c.persistent))
     return std::string("packed batches run on the plain grid; a ws config without split or persist serves them");
+  if (spec.paged && c.persistent) return std::string("paged K/V runs on the plain or split grid; a ws config without persist serves it");
+  if (spec.paged && spec.packed) return std::string("paged K/V takes dense queries, not a packed batch");
   if (auto why = check_variant_path(spec.has_variant(), c.path == ForwardPath::wgmma  ? "wg"
                                                         : c.path == ForwardPath::mfma ? "mfma"
                                                                                       : ""))
@@ -622,7 +625,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   if (spec.has_variant()) {
     shim.args.push_back(targ("Variant", std::string("KgenVariant")));
     shim.variant_args = true;
-    prelude = render_variant_prelude(spec.variant, spec.sinks, spec.packed);
+    prelude = render_variant_prelude(spec.variant, spec.sinks, spec.packed, spec.paged);
   }
   k.source = render_entry_shims(header, k.variant, std::span(&shim, 1), prelude);
   return k;

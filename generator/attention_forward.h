@@ -24,8 +24,10 @@ struct AttentionForwardSpec {
   // Packed (variable-length) batches: sequences one after another along n, bounded by
   // cu_seqlens (VariantArgs); they run through the variant kernels' second parameter.
   bool packed = false;
+  // Paged K/V (a block table and each batch's key count in VariantArgs); forward only.
+  bool paged = false;
   bool operator==(const AttentionForwardSpec&) const = default;
-  bool has_variant() const { return !variant.empty() || sinks || packed; }
+  bool has_variant() const { return !variant.empty() || sinks || packed || paged; }
 };
 
 // Run-time shape of one call (strides and pointers are not part of it).
@@ -92,18 +94,18 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
 // Each field of to_string(c), in order, with its meaning.
 std::vector<ConfigField> explain(const AttentionForwardConfig& c);
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name); packed batches append
-// ".packed", a variant ".sinks" and ".var{CANONICAL}".
+// ".packed", paged K/V ".paged", a variant ".sinks" and ".var{CANONICAL}".
 std::string to_string(const AttentionForwardSpec& s);
 
 // The spec text both attention operators share: "<op>.<dtype>.d<D>.<causal|full>[.packed]
-// [.sinks][.var{CANONICAL}]", and its parse (the forward's spec type carries the fields of either).
+// [.paged][.sinks][.var{CANONICAL}]", and its parse (the forward's spec type carries the fields of either).
 std::string attention_spec_text(std::string_view op, const AttentionForwardSpec& s);
 std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view op, const std::string& text);
 
 // The code a variant kernel's translation unit carries after its template's #include: the
-// headers of the generated expressions and `struct KgenVariant` (its expressions, kSinks and
-// kPacked).
-std::string render_variant_prelude(const std::string& canonical, bool sinks, bool packed);
+// headers of the generated expressions and `struct KgenVariant` (its expressions, kSinks, kPacked
+// and kPaged).
+std::string render_variant_prelude(const std::string& canonical, bool sinks, bool packed, bool paged = false);
 // Why `path` cannot run the variant (nullopt when it can, or when there is none).
 std::optional<std::string> check_variant_path(bool has_variant, std::string_view path);
 

@@ -40,10 +40,11 @@ std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionF
 std::uint64_t combine_kernel_key(DType dtype) { return KeyPacker().add(int(dtype), 4).add(1023, 10).add(1, 1).value(); }
 
 // The tensor maps of the warp-specialised forward, or false when a view cannot have one.
+// `kv_rows`: the rows of a K or V box (the config's block_n, or a page's rows when fewer).
 bool fill_tensor_maps(AttentionForwardTmaParams& tp, const TensorView& q, const TensorView& k, const TensorView& v,
-                      const TensorView& o, int block_n) {
+                      const TensorView& o, int kv_rows) {
   TiledTensorMap maps[4];
-  if (!tiled_map(q, 64, maps[0]) || !tiled_map(k, block_n, maps[1]) || !tiled_map(v, block_n, maps[2]) ||
+  if (!tiled_map(q, 64, maps[0]) || !tiled_map(k, kv_rows, maps[1]) || !tiled_map(v, kv_rows, maps[2]) ||
       !tiled_map(o, 64, maps[3]))
     return false;
   TensorMapBytes* out[4] = {&tp.q_map, &tp.k_map, &tp.v_map, &tp.o_map};
@@ -78,23 +79,36 @@ void check_head_dim(const TensorView& q) {
 AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
                                                 const TensorView& v, const TensorView& o,
                                                 const TensorView* lse, const AttentionOptions& options,
-                                                const PackedSequences* packed) {
+                                                const PackedSequences* packed, const PagedKV* paged) {
+  // Paged K/V: k and v are the caches viewed (num_pages, h_kv, page_size, d); their first
+  // dimension counts pages, not batches (no grid limit applies to it).
+  const char* k_name = paged ? "k_cache" : "k";
+  const char* v_name = paged ? "v_cache" : "v";
   check_tensor(q, "q", 4);
-  check_tensor(k, "k", 4);
-  check_tensor(v, "v", 4);
+  if (paged) {
+    check_view(k, k_name, 4);
+    check_view(v, v_name, 4);
+  } else {
+    check_tensor(k, k_name, 4);
+    check_tensor(v, v_name, 4);
+  }
   check_tensor(o, "o", 4);
-  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
+  for (auto [t, name] : {std::pair{&k, k_name}, {&v, v_name}, {&o, "o"}})
     if (t->dtype != q.dtype)
       invalid_argument(std::string(name) + ": dtype " + std::string(dtype_name(t->dtype)) +
               " differs from q's " + std::string(dtype_name(q.dtype)));
-  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}, {&o, "o"}})
+  for (auto [t, name] : {std::pair{&k, k_name}, {&v, v_name}, {&o, "o"}})
     if (t->device != q.device) invalid_argument(std::string(name) + ": on device " + std::to_string(t->device) + ", q is on device " + std::to_string(q.device));
   const std::int64_t b = q.shape[0], hq = q.shape[1], nq = q.shape[2], d = q.shape[3];
-  const std::int64_t hkv = k.shape[1], nk = k.shape[2];
-  if (k.shape[0] != b || k.shape[3] != d)
-    invalid_argument("k: shape " + shape_string(k) + " does not match q " + shape_string(q) + " in batch or head_dim");
+  const std::int64_t hkv = k.shape[1];
+  if ((!paged && k.shape[0] != b) || k.shape[3] != d)
+    invalid_argument(std::string(k_name) + ": shape " + shape_string(k) + " does not match q " + shape_string(q) +
+                     (paged ? " in head_dim" : " in batch or head_dim"));
   for (int i = 0; i < 4; ++i)
-    if (v.shape[i] != k.shape[i]) invalid_argument("v: shape " + shape_string(v) + " differs from k " + shape_string(k));
+    if (v.shape[i] != k.shape[i])
+      invalid_argument(std::string(v_name) + ": shape " + shape_string(v) + " differs from " + k_name + " " +
+                       shape_string(k));
+  const std::int64_t nk = paged ? check_paged_kv(*paged, q, k) * paged->block_table->shape[1] : k.shape[2];
   for (int i = 0; i < 4; ++i)
     if (o.shape[i] != q.shape[i]) invalid_argument("o: shape " + shape_string(o) + " differs from q " + shape_string(q));
   if (hq % hkv) invalid_argument("k: heads_kv=" + std::to_string(hkv) + " does not divide q's heads=" + std::to_string(hq));
@@ -110,10 +124,11 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   AttentionForwardCall call;
   call.spec = {q.dtype, static_cast<int>(d), options.causal};
   const int sequences = packed ? check_packed_sequences(*packed, nq, nk, q.device) : 0;
-  call.variant = resolve_attention_variant(options.variant, q, k, "attention_fwd", false, packed);
+  call.variant = resolve_attention_variant(options.variant, q, k, "attention_fwd", false, packed, paged);
   call.spec.variant = call.variant.canonical;
   call.spec.sinks = call.variant.sinks;
   call.spec.packed = call.variant.packed;
+  call.spec.paged = call.variant.paged;
   call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
   if (packed) {
     call.shape.batch = sequences;
@@ -222,8 +237,9 @@ bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const Tenso
 
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const TensorView& k, const TensorView& v,
                                                  const TensorView& o_in, const TensorView* lse_in,
-                                                 const AttentionOptions& options_in, const PackedSequences* packed) {
-  AttentionForwardCall call = validate_attention_forward(q_in, k, v, o_in, lse_in, options_in, packed);
+                                                 const AttentionOptions& options_in, const PackedSequences* packed,
+                                                 const PagedKV* paged) {
+  AttentionForwardCall call = validate_attention_forward(q_in, k, v, o_in, lse_in, options_in, packed, paged);
   TensorView q = q_in, o = o_in, lse_packed = lse_in ? *lse_in : TensorView{};
   const TensorView* lse = lse_in ? &lse_packed : nullptr;
   AttentionOptions options = options_in;
@@ -239,7 +255,9 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     launch.tma = true;
     use_primary_context(call.device);  // the driver encodes tensor maps in the current context
     // An expanded (stride-0) view has no tensor map: the same tiles without TMA serve it.
-    if (!fill_tensor_maps(launch.tma_params, q, k, v, o, config.block_n)) {
+    // Paged K/V: boxes of at most a page's rows.
+    const int kv_rows = paged ? std::min<int>(config.block_n, static_cast<int>(k.shape[2])) : config.block_n;
+    if (!fill_tensor_maps(launch.tma_params, q, k, v, o, kv_rows)) {
       if (!options.config.empty())
         invalid_argument("config: " + options.config + " needs views without zero strides (TMA); use a wg: config");
       config = {.path = ForwardPath::wgmma, .block_m = 128, .block_n = config.block_n, .warps = 8};
@@ -343,6 +361,22 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& o, const TensorView* lse, const AttentionOptions& options,
                        void* stream) {
   AttentionForwardLaunch launch = prepare_attention_forward(q, k, v, o, lse, options);
+  launch_attention_forward(launch, q.device, stream);
+}
+
+void attention_paged_forward(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                             const TensorView& o, const TensorView* lse, const PagedKV& kv,
+                             const AttentionOptions& options, void* stream) {
+  // The kernels' view of a (num_pages, page_size, h_kv, d) cache: (num_pages, h_kv, page_size, d).
+  auto pages = [](const TensorView& t, const char* name) {
+    check_shape(t, name, 4);
+    TensorView v = t;
+    std::swap(v.shape[1], v.shape[2]);
+    std::swap(v.strides[1], v.strides[2]);
+    return v;
+  };
+  AttentionForwardLaunch launch =
+      prepare_attention_forward(q, pages(k_cache, "k_cache"), pages(v_cache, "v_cache"), o, lse, options, nullptr, &kv);
   launch_attention_forward(launch, q.device, stream);
 }
 

@@ -26,10 +26,13 @@ void check_head_dim(const TensorView& q);
 // Checks the tensors and options; throws Error(invalid_argument) naming the argument.
 // `packed`: a packed batch, whose tensors come as packed_view (1, h, total, d) and lse as
 // packed_lse_view; the call's shape then has the sequence count as batch and the maxima as n_q, n_k.
+// `paged`: paged K/V, k and v the caches viewed (num_pages, h_kv, page_size, d); the call's n_k is
+// then max_pages · page_size.
 AttentionForwardCall validate_attention_forward(const TensorView& q, const TensorView& k,
                                                 const TensorView& v, const TensorView& o,
                                                 const TensorView* lse, const AttentionOptions& options,
-                                                const PackedSequences* packed = nullptr);
+                                                const PackedSequences* packed = nullptr,
+                                                const PagedKV* paged = nullptr);
 
 // A resolved launch: the loaded kernel, its grid and packed parameters.
 struct AttentionForwardLaunch {
@@ -86,7 +89,8 @@ bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const Tenso
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
                                                  const TensorView& o, const TensorView* lse,
                                                  const AttentionOptions& options,
-                                                 const PackedSequences* packed = nullptr);
+                                                 const PackedSequences* packed = nullptr,
+                                                 const PagedKV* paged = nullptr);
 
 // The config a call runs with: options.config if given (checked; throws Error(invalid_argument)
 // naming `config`), else the general path for unaligned views, else the launch-path decision

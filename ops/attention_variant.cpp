@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <bit>
 #include <tuple>
 #include <deque>
 #include <map>
@@ -85,13 +86,14 @@ const ComposedVariant& composed_variant(const VariantPresets& p, const VariantDe
 
 // The process-wide id of (canonical, sinks) and its kernel-table op name, stored for the life of
 // the process.
-std::pair<int, std::string_view> variant_id(const std::string& canonical, bool sinks, bool packed, const char* op) {
+std::pair<int, std::string_view> variant_id(const std::string& canonical, bool sinks, bool packed, bool paged,
+                                            const char* op) {
   static std::mutex mu;
   static std::map<std::string, int> ids;
   static std::deque<std::string> names;
   static std::map<std::pair<int, std::string>, std::string_view> op_names;
   std::lock_guard lock(mu);
-  auto [it, fresh] = ids.try_emplace(canonical + (sinks ? "|sinks" : "") + (packed ? "|packed" : ""),
+  auto [it, fresh] = ids.try_emplace(canonical + (sinks ? "|sinks" : "") + (packed ? "|packed" : "") + (paged ? "|paged" : ""),
                                      static_cast<int>(ids.size()) + 1);
   auto& name = op_names[{it->second, op}];
   if (name.empty()) name = names.emplace_back(std::string(op) + "#" + std::to_string(it->second));
@@ -107,15 +109,23 @@ bool variant_requested(const AttentionVariant& v) {
 }
 
 ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const TensorView& q, const TensorView& k,
-                                          const char* op, bool backward, const PackedSequences* packed) {
+                                          const char* op, bool backward, const PackedSequences* packed,
+                                          const PagedKV* paged) {
   ResolvedVariant out;
   if (packed) {
     out.packed = true;
     out.args.cu_seqlens_q = static_cast<const int*>(packed->cu_seqlens_q->data);
     out.args.cu_seqlens_k = static_cast<const int*>(packed->cu_seqlens_k->data);
   }
+  if (paged) {  // checked by check_paged_kv
+    out.paged = true;
+    out.args.block_table = static_cast<const int*>(paged->block_table->data);
+    out.args.table_stride = paged->block_table->strides[0];
+    out.args.page_shift = std::countr_zero(static_cast<unsigned>(k.shape[2]));
+    if (paged->cache_seqlens) out.args.seqused_k = static_cast<const int*>(paged->cache_seqlens->data);
+  }
   if (!variant_requested(v)) {
-    if (packed) std::tie(out.id, out.op_name) = variant_id(out.canonical, false, true, op);
+    if (packed || paged) std::tie(out.id, out.op_name) = variant_id(out.canonical, false, out.packed, out.paged, op);
     return out;
   }
   const std::int64_t batch = q.shape[0], heads_q = q.shape[1], n_k = k.shape[2];
@@ -164,6 +174,7 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
     scalar_values["chunk"] = v.chunk;
   }
   if (v.document_ids) {
+    if (paged) invalid_argument("variant.document_ids: applies to dense K/V, not to a paged cache");
     if (packed)
       invalid_argument("variant.document_ids: a packed batch's sequences are its documents (cu_seqlens); "
                        "document_ids applies to dense batches");
@@ -225,7 +236,7 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
   if (out.canonical.empty() && (!decl.scalars.empty() || !decl.tensors.empty())) {
     invalid_argument("variant.scalars: inputs were given but no score_mod or mask_mod reads them");
   }
-  if (out.canonical.empty() && !out.sinks && !out.packed) return out;
+  if (out.canonical.empty() && !out.sinks && !out.packed && !out.paged) return out;
 
   // The run-time inputs, in the composed declaration's order.
   for (std::size_t i = 0; i < decl.scalars.size(); ++i) {
@@ -255,7 +266,7 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
     for (int d = 0; d < t.ndim; ++d) out.args.grad_stride[j][d] = arg.grad.strides[d];
     out.grads.emplace_back(arg.grad.data, static_cast<std::size_t>(elements) * 4);
   }
-  std::tie(out.id, out.op_name) = variant_id(out.canonical, out.sinks, out.packed, op);
+  std::tie(out.id, out.op_name) = variant_id(out.canonical, out.sinks, out.packed, out.paged, op);
   return out;
 }
 
@@ -335,6 +346,52 @@ PackedViews packed_views(const TensorView& q, const TensorView& k, const TensorV
     out.lse.strides[0] = 0, out.lse.strides[1] = lse->strides[0], out.lse.strides[2] = lse->strides[1];
   }
   return out;
+}
+
+int check_paged_kv(const PagedKV& kv, const TensorView& q, const TensorView& k) {
+  // k: the kernels' view (num_pages, h_kv, page_size, d) of the (num_pages, page_size, h_kv, d) cache.
+  const std::int64_t batch = q.shape[0], page_size = k.shape[2];
+  if (page_size < 16 || page_size > 256 || !std::has_single_bit(static_cast<std::uint64_t>(page_size)))
+    invalid_argument("k_cache: page_size " + std::to_string(page_size) + " must be a power of two from 16 to 256");
+  if (!kv.block_table) invalid_argument("block_table: missing (paged K/V needs one row of pages per batch)");
+  check_variant_tensor(*kv.block_table, "block_table", DType::i32, 2, q.device);
+  if (kv.block_table->shape[0] != batch)
+    invalid_argument("block_table: shape " + shape_string(*kv.block_table) + " must have q's batch " +
+                     std::to_string(batch) + " rows");
+  if (kv.block_table->shape[1] > 1 && kv.block_table->strides[1] != 1)
+    invalid_argument("block_table: the pages of a row must be contiguous");
+  const std::int64_t max_keys = kv.block_table->shape[1] * page_size;
+  if (max_keys > (std::int64_t{1} << 30)) invalid_argument("block_table: max_pages · page_size must be below 2^30");
+  if (kv.cache_seqlens) {
+    check_variant_tensor(*kv.cache_seqlens, "cache_seqlens", DType::i32, 1, q.device);
+    if (kv.cache_seqlens->shape[0] != batch)
+      invalid_argument("cache_seqlens: shape " + shape_string(*kv.cache_seqlens) + " must be (batch) = (" +
+                       std::to_string(batch) + ")");
+    if (batch > 1 && kv.cache_seqlens->strides[0] != 1) invalid_argument("cache_seqlens: must be contiguous");
+  }
+  if (const char* env = std::getenv("KGEN_CHECK_INDICES"); env && std::string(env) == "1") {
+    use_primary_context(q.device);
+    gpu_driver().synchronize_device("KGEN_CHECK_INDICES");
+    const std::int64_t pages = kv.block_table->shape[1], num_pages = k.shape[0];
+    std::vector<int> lens(static_cast<std::size_t>(batch), static_cast<int>(max_keys));
+    if (kv.cache_seqlens)
+      gpu_driver().copy_to_host(lens.data(), reinterpret_cast<DevicePtr>(kv.cache_seqlens->data), lens.size() * 4);
+    std::vector<int> row(static_cast<std::size_t>(pages));
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::string at = "cache_seqlens[" + std::to_string(b) + "]: " + std::to_string(lens[b]);
+      if (lens[b] < 0 || lens[b] > max_keys)
+        invalid_argument(at + " must be in [0, max_pages · page_size = " + std::to_string(max_keys) + "]");
+      gpu_driver().copy_to_host(row.data(),
+                                reinterpret_cast<DevicePtr>(static_cast<const int*>(kv.block_table->data) +
+                                                            b * kv.block_table->strides[0]),
+                                row.size() * 4);
+      for (std::int64_t j = 0; j * page_size < lens[b]; ++j)
+        if (row[j] < 0 || row[j] >= num_pages)
+          invalid_argument("block_table[" + std::to_string(b) + "][" + std::to_string(j) + "]: page " +
+                           std::to_string(row[j]) + " is past the cache's " + std::to_string(num_pages) + " pages");
+    }
+  }
+  return static_cast<int>(page_size);
 }
 
 }  // namespace kgen

@@ -17,6 +17,7 @@ struct ResolvedVariant {
   std::string canonical;  // the composed expressions' canonical text; empty when there are none
   bool sinks = false;
   bool packed = false;  // a packed batch (args.cu_seqlens_q / _k set)
+  bool paged = false;   // paged K/V (args.block_table, page_shift, seqused_k set)
   int id = 0;                 // 0: plain attention; otherwise the process-wide id of (canonical, sinks)
   std::string_view op_name;   // the kernel table's op name for this variant ("attention_fwd#3"), static
   VariantArgs args{};
@@ -33,7 +34,12 @@ struct ResolvedVariant {
 // batches) makes b its sequence count. Throws Error(invalid_argument) naming the argument, e.g.
 // "variant.alibi_slopes: shape (8) must be (heads_q) = (16)" or an expression's error.
 ResolvedVariant resolve_attention_variant(const AttentionVariant& variant, const TensorView& q, const TensorView& k,
-                                          const char* op, bool backward, const PackedSequences* packed = nullptr);
+                                          const char* op, bool backward, const PackedSequences* packed = nullptr,
+                                          const PagedKV* paged = nullptr);
+
+// Checks paged K/V for q (b, h_q, n_q, d) and a cache (num_pages, page_size, h_kv, d); returns
+// page_size. With KGEN_CHECK_INDICES=1 also every used block-table entry and cache_seqlens.
+int check_paged_kv(const PagedKV& kv, const TensorView& q, const TensorView& k_cache);
 
 // Checks a packed batch's cu_seqlens (int32 (b + 1) on `device`, contiguous) and maxima for
 // tensors of total_q query rows and total_k key rows; returns b. With KGEN_CHECK_INDICES=1 it also

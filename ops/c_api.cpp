@@ -279,6 +279,26 @@ kgen_status kgen_attention_backward_variant(const DLTensor* q, const DLTensor* k
   });
 }
 
+kgen_status kgen_attention_paged_forward(const DLTensor* q, const DLTensor* k_cache, const DLTensor* v_cache,
+                                         DLTensor* o, DLTensor* lse, const kgen_attention_options* options,
+                                         const kgen_paged_kv* kv, const kgen_attention_variant* variant,
+                                         void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q"), kv_k = to_view(k_cache, "k_cache"), kv_v = to_view(v_cache, "v_cache"),
+                           ov = to_view(o, "o");
+    kgen::TensorView lse_view, table, lens;
+    if (lse) lse_view = to_view(lse, "lse");
+    if (!kv) kgen::invalid_argument("kv: NULL (paged K/V needs a block_table)");
+    kgen::PagedKV paged;
+    if (kv->block_table) table = to_view(kv->block_table, "block_table", true), paged.block_table = &table;
+    if (kv->cache_seqlens) lens = to_view(kv->cache_seqlens, "cache_seqlens", true), paged.cache_seqlens = &lens;
+    kgen::AttentionOptions opts = forward_options(options);
+    VariantViews views;
+    set_variant(variant, false, views, opts.variant);
+    kgen::attention_paged_forward(qv, kv_k, kv_v, ov, lse ? &lse_view : nullptr, paged, opts, stream);
+  });
+}
+
 kgen_status kgen_attention_varlen_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
                                            const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
                                            DLTensor* dv, const kgen_attention_backward_options* options,

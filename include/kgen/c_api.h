@@ -124,6 +124,24 @@ kgen_status kgen_attention_varlen_forward(const DLTensor* q, const DLTensor* k, 
                                           const kgen_packed_sequences* sequences,
                                           const kgen_attention_variant* variant, void* stream);
 
+/* Paged K/V caches (vLLM's and FlashInfer's NHD layout): k_cache and v_cache (num_pages,
+ * page_size, h_kv, d), page_size a power of two from 16 to 256; batch b's key j is row
+ * j % page_size of page block_table[b][j / page_size]. block_table int32 (b, max_pages);
+ * cache_seqlens int32 (b) or NULL (every batch max_pages · page_size keys). Trusted by the kernels;
+ * KGEN_CHECK_INDICES=1 checks them on the host first. */
+typedef struct kgen_paged_kv {
+  const DLTensor* block_table;
+  const DLTensor* cache_seqlens;
+} kgen_paged_kv;
+
+/* kgen_attention_forward_variant with paged K/V: q (b, h_q, n_q, d) (a (b, n_q, h_q, d) tensor as
+ * its permuted view), o like q, lse (b, h_q, n_q) or NULL. Causal is bottom-right per batch
+ * (query i at key cache_seqlens[b] - n_q + i). variant may be NULL (document_ids must be NULL). */
+kgen_status kgen_attention_paged_forward(const DLTensor* q, const DLTensor* k_cache, const DLTensor* v_cache,
+                                         DLTensor* o, DLTensor* lse, const kgen_attention_options* options,
+                                         const kgen_paged_kv* kv, const kgen_attention_variant* variant,
+                                         void* stream);
+
 typedef struct kgen_attention_backward_options {
   double scale;          /* as the forward's; must match it */
   int causal;            /* as the forward's; must match it */

@@ -108,6 +108,26 @@ void attention_varlen_forward(const TensorView& q, const TensorView& k, const Te
                               const TensorView* lse, const PackedSequences& sequences,
                               const AttentionOptions& options, void* stream);
 
+// Paged K/V caches (vLLM's and FlashInfer's NHD layout; docs/attention.md §10): k_cache and
+// v_cache are (num_pages, page_size, h_kv, d), page_size a power of two from 16 to 256; batch b's
+// key j is row j % page_size of page block_table[b][j / page_size]. block_table is int32
+// (b, max_pages) on q's device (its rows may have any stride, elements contiguous); cache_seqlens
+// (int32 (b), optional) gives each batch's key count, at most max_pages · page_size (null: every
+// batch has max_pages · page_size keys). The kernels trust both; with KGEN_CHECK_INDICES=1 each
+// call first checks them on the host (synchronous), naming the first bad entry.
+struct PagedKV {
+  const TensorView* block_table = nullptr;
+  const TensorView* cache_seqlens = nullptr;
+};
+
+// attention_forward with paged K/V: q (b, h_q, n_q, d) (any strides, last contiguous: a (b, n_q,
+// h_q, d) tensor as its permuted view), o like q, lse (b, h_q, n_q) or null; the caches as above.
+// Causal is bottom-right per batch (query i sits at key cache_seqlens[b] − n_q + i). Variants
+// apply (their n_k is the batch's key count); document_ids does not.
+void attention_paged_forward(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                             const TensorView& o, const TensorView* lse, const PagedKV& kv,
+                             const AttentionOptions& options, void* stream);
+
 struct AttentionBackwardOptions {
   double scale = 0;            // softmax scale; <= 0 means 1/sqrt(d); must match the forward's
   bool causal = false;         // must match the forward's

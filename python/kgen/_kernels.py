@@ -293,6 +293,35 @@ def varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, 
     return dq, dk, dv, sinks_grad, grads
 
 
+def paged_forward_out(q, k_cache, v_cache, out, lse, block_table, cache_seqlens, scale, causal, layout,
+                      variant: _checks.Variant) -> None:
+    """kgen_attention_paged_forward on the current stream: q (b, n_q, h_q, d) for layout "bnhd"
+    or (b, h_q, n_q, d) for "bhnd", the caches (num_pages, page_size, h_kv, d); writes out (like q)
+    and lse ((b, h_q, n_q) fp32, unless None)."""
+    c, keep = _variant_struct(variant)
+    table = _variant_tensor(block_table)
+    lens = None if cache_seqlens is None else _variant_tensor(cache_seqlens)
+    kv = _lib.PagedKV(ctypes.addressof(table), None if lens is None else ctypes.addressof(lens))
+    caches = (_variant_tensor(k_cache), _variant_tensor(v_cache))
+    swap = _swap(layout)
+    frame, addresses, keep_q = _pack(_lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, out, lse), swap)
+    status = _lib.function("kgen_attention_paged_forward")(
+        addresses[0], ctypes.addressof(caches[0]), ctypes.addressof(caches[1]), addresses[1], addresses[2],
+        frame.options, ctypes.addressof(kv), ctypes.addressof(c), _stream(q.get_device()))
+    del keep, keep_q, table, lens, kv, caches  # read by the call
+    if status:
+        _lib.raise_error("kgen_attention_paged_forward", status)
+
+
+def paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens=None, scale=None, causal=False,
+                            layout="bnhd", *variant, **named):
+    """The operator's kernel: (o, lse) of paged K/V."""
+    o, lse = _forward_outputs(q, _swap(layout))
+    paged_forward_out(q, k_cache, v_cache, o, lse, block_table, cache_seqlens, scale, causal, layout,
+                      _variant(variant, named))
+    return o, lse
+
+
 def varlen_outputs(q, with_lse: bool = True):
     """(o, lse) buffers of a packed forward: o like q (contiguous), lse fp32 (h_q, total_q)."""
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)

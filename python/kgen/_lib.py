@@ -125,6 +125,11 @@ class PackedSequences(ctypes.Structure):
                 ("max_seqlen_k", ctypes.c_int)]
 
 
+class PagedKV(ctypes.Structure):
+    """kgen_paged_kv of c_api.h."""
+    _fields_ = [("block_table", ctypes.c_void_p), ("cache_seqlens", ctypes.c_void_p)]
+
+
 # kgen_lrpe_act codes
 LRPE_ACTS = {"none": 0, "relu": 1, "sigmoid": 2, "silu": 3, "softmax": 4, "softmax_seq": 5}
 
@@ -147,6 +152,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_variant_init": (None, [_P]),
     "kgen_attention_varlen_forward": (ctypes.c_int, [_P] * 9),
     "kgen_attention_varlen_backward": (ctypes.c_int, [_P] * 13),
+    "kgen_attention_paged_forward": (ctypes.c_int, [_P] * 9),
     "kgen_attention_backward": (ctypes.c_int, [_P] * 11),
     "kgen_attention_backward_variant": (ctypes.c_int, [_P] * 12),
     "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),

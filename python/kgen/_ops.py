@@ -20,6 +20,8 @@ torch.compile traces them as leaves of the forward and backward graphs.
                                tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad, tensor_grads[])
     varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
                              <variant>) -> (o, lse)
+    paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens?, scale, causal, layout="bnhd",
+                            <variant>) -> (o, lse)
     varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
                               causal, deterministic, tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad,
                               tensor_grads[])
@@ -188,6 +190,17 @@ _register("varlen_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Ten
           "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? scale=None, "
           f"bool causal=False, bool deterministic=False, bool[]? tensor_learnable=None, {_VARIANT}) "
           "-> (Tensor, Tensor, Tensor, Tensor, Tensor[])", K.varlen_attention_backward, _fake_varlen_attention_backward)
+def _fake_paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens=None, scale=None, causal=False,
+                                  layout="bnhd", *variant, **named):
+    for name, t, ndim in (("q", q, 4), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4), ("block_table", block_table, 2)):
+        if t.dim() != ndim:
+            raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
+    return K._forward_outputs(q, K._swap(layout))
+
+
+_register("paged_attention_forward(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
+          f"Tensor? cache_seqlens=None, float? scale=None, bool causal=False, str layout=\"bnhd\", {_VARIANT}) "
+          "-> (Tensor, Tensor)", K.paged_attention_forward, _fake_paged_attention_forward, cast=(0, 1, 2))
 _register(f"attention_forward_variant_out(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor(b!)? lse, {_ATTENTION}, "
           f"{_VARIANT}) -> ()", K.attention_forward_variant_out, _fake_attention_forward_variant_out)
 _register("attention_backward_variant(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "

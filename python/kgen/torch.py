@@ -33,7 +33,8 @@ from ._lib import KgenError
 
 __all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward",
            "lrpe_cosine", "md_lrpe_cosine", "lrpe_cosine_backward", "md_lrpe_cosine_backward", "KgenError",
-           "LAYOUTS", "LRPE_ACTS", "flex_attention", "FlexTraceError", "varlen_attention"]
+           "LAYOUTS", "LRPE_ACTS", "flex_attention", "FlexTraceError", "varlen_attention",
+           "paged_attention"]
 LAYOUTS = _kernels.LAYOUTS
 _autocast = _ops.autocast
 _is_compiling = torch.compiler.is_compiling
@@ -57,6 +58,7 @@ _DOUBLE_BACKWARD = _op("attention_double_backward")
 _FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("attention_forward_variant_out")
 _BACKWARD_VARIANT = _op("attention_backward_variant")
 _VARLEN_FORWARD, _VARLEN_BACKWARD = _op("varlen_attention_forward"), _op("varlen_attention_backward")
+_PAGED_FORWARD = _op("paged_attention_forward")
 _LRPE_FORWARD, _LRPE_BACKWARD = _op("lrpe_cosine_forward"), _op("lrpe_cosine_backward")
 _MD_LRPE_FORWARD, _MD_LRPE_FORWARD_CACHED = _op("md_lrpe_cosine_forward"), _op("md_lrpe_cosine_forward_cached")
 _MD_LRPE_BACKWARD = _op("md_lrpe_cosine_backward")
@@ -504,6 +506,40 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     else:
         o, lse = _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, parts,
                                  return_lse)
+    return (o, lse) if return_lse else o
+
+
+@_with_variant_keywords
+def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens=None, *, causal: bool = False,
+                    scale: float | None = None, layout: str = "bnhd", out=None, return_lse: bool = False, **variant):
+    """Attention of q against a paged K/V cache (decode and chunked prefill; docs/attention.md §10).
+
+    q is (b, n_q, h_q, d) for layout "bnhd" (FlashAttention's, the default) or (b, h_q, n_q, d)
+    for "bhnd"; k_cache and v_cache are (num_pages, page_size, h_kv, d) (vLLM's and FlashInfer's
+    NHD layout), page_size a power of two from 16 to 256, h_q % h_kv == 0. Batch b's key j is row
+    j % page_size of page block_table[b, j // page_size] (int32 (b, max_pages)); cache_seqlens
+    (int32 (b,), optional) gives each batch's key count (None: max_pages · page_size). causal is
+    bottom-right per batch: query i sits at key cache_seqlens[b] - n_q + i. The variant keywords
+    of `attention` apply (document_ids does not). The kernels trust block_table and cache_seqlens;
+    KGEN_CHECK_INDICES=1 checks them on the host first (synchronous).
+
+    Returns o (like q; written into `out` if given), or (o, lse) with return_lse, lse fp32
+    (b, h_q, n_q). Forward only (no autograd): decode has no backward."""
+    _check_types("q k_cache v_cache block_table cache_seqlens out", q, k_cache, v_cache, block_table, cache_seqlens,
+                 out)
+    q, k_cache, v_cache = _autocast(q, k_cache, v_cache)
+    parts = _variant_of("paged_attention", variant)
+    if _eager(q):
+        o, lse = (out, None) if out is not None else _kernels._forward_outputs(q, _kernels._swap(layout), return_lse)
+        if out is not None and return_lse:
+            lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
+        _kernels.paged_forward_out(q, k_cache, v_cache, o, lse, block_table, cache_seqlens, scale, causal, layout,
+                                   parts)
+    else:
+        o, lse = _PAGED_FORWARD[1](q, k_cache, v_cache, block_table, cache_seqlens, scale, causal, layout, *parts)
+        if out is not None:
+            out.copy_(o)
+            o = out
     return (o, lse) if return_lse else o
 
 

@@ -21,6 +21,7 @@
 #include "driver/device.h"
 #include "generator/variant.h"
 #include "kgen/kgen.hpp"
+#include "gpt_oss_variant.h"
 #include "require_gpu.h"
 
 namespace kgen {
@@ -102,11 +103,10 @@ struct PackedCase {
   int batch, total_q, total_k, max_q, max_k;
   std::vector<int> cu_q{0}, cu_k{0};
   HostTensor q, k, v, o, d_o;
-  std::vector<float> sinks;
-  std::unique_ptr<Variant> keep;
-  ReferenceVariant rv;
-  std::unique_ptr<DeviceBuffer> dq_in, dk_in, dv_in, dout, ddo, dlse, dcu_q, dcu_k, dsinks, dsinks_grad;
-  TensorView qv, kv, vv, ov, dov, lv, cqv, ckv, sinks_view, sinks_grad_view;
+  GptOssVariant gpt_oss;
+  const std::vector<float>& sinks = gpt_oss.sinks;
+  std::unique_ptr<DeviceBuffer> dq_in, dk_in, dv_in, dout, ddo, dlse, dcu_q, dcu_k;
+  TensorView qv, kv, vv, ov, dov, lv, cqv, ckv;
   AttentionOptions options;
 
   PackedCase(const VarlenCase& vc, std::uint64_t seed)
@@ -122,25 +122,7 @@ struct PackedCase {
     k = packed_host(total_k, c.hkv, c.d, c.dtype), v = k;
     fill_random(q, rng), fill_random(k, rng), fill_random(v, rng), fill_random(d_o, rng);
     options.causal = c.causal;
-    if (c.window_left >= 0) {
-      options.variant.window_left = c.window_left, options.variant.window_right = 0, options.variant.softcap = 30;
-      VariantPresets presets;
-      presets.window = presets.softcap = true;
-      const VariantDecl decl = compose_variant(presets, {});
-      keep = std::make_unique<Variant>(Variant::parse(decl));
-      rv.variant = keep.get();
-      for (const auto& s : decl.scalars)
-        rv.values.scalars.push_back(s.name == "window_left" ? c.window_left : s.name == "window_right" ? 0 : 30);
-      std::normal_distribution<float> n(0.f, 1.5f);
-      for (int h = 0; h < c.hq; ++h) sinks.push_back(n(rng)), rv.sinks.push_back(sinks.back());
-      const std::int64_t shape[1] = {c.hq};
-      dsinks = std::make_unique<DeviceBuffer>(sinks.size() * 4);
-      dsinks->upload(sinks.data());
-      sinks_view = make_contiguous_view(dsinks->get(), DType::f32, 1, shape, 0);
-      dsinks_grad = std::make_unique<DeviceBuffer>(sinks.size() * 4);
-      sinks_grad_view = make_contiguous_view(dsinks_grad->get(), DType::f32, 1, shape, 0);
-      options.variant.sinks = &sinks_view;
-    }
+    if (c.window_left >= 0) gpt_oss.set(options, c.window_left, c.hq, rng);
     auto upload = [](const HostTensor& t, std::unique_ptr<DeviceBuffer>& b, TensorView& view) {
       b = std::make_unique<DeviceBuffer>(t.bytes.size());
       b->upload(t.bytes.data());
@@ -166,7 +148,7 @@ struct PackedCase {
     prob.v = rows_of(v, cu_k[i], c.len_k[i]);
     return prob;
   }
-  const ReferenceVariant* variant() const { return rv.variant || !rv.sinks.empty() ? &rv : nullptr; }
+  const ReferenceVariant* variant() const { return gpt_oss.get(); }
 };
 
 TEST(AttentionVarlenGpu, EverySequenceMatchesItsFp64ReferenceOnEveryFamily) {
@@ -259,7 +241,7 @@ TEST(AttentionVarlenGpu, BackwardMatchesEachSequencesFp64GradientsWithSinkGradie
     AttentionBackwardOptions bo;
     bo.causal = c.causal;
     bo.variant = pc.options.variant;
-    if (!pc.sinks.empty()) bo.variant.sinks_grad = &pc.sinks_grad_view;
+    if (!pc.sinks.empty()) bo.variant.sinks_grad = &pc.gpt_oss.sinks_grad_view;
     const Tolerance tol = tolerance_for(c.dtype);
     const std::string simt = "simt:w4:dmax" + std::to_string(c.d <= 64 ? 64 : c.d <= 128 ? 128 : 256);
     for (const std::string config : {std::string(), std::string("deterministic"), simt}) {
@@ -267,7 +249,7 @@ TEST(AttentionVarlenGpu, BackwardMatchesEachSequencesFp64GradientsWithSinkGradie
       bo.deterministic = config == "deterministic";
       bo.config = config.rfind("simt", 0) == 0 ? config : "";
       for (DeviceBuffer* b : {&gq, &gk, &gv}) b->poison(c.dtype);
-      if (pc.dsinks_grad) pc.dsinks_grad->poison(DType::f32);
+      if (pc.gpt_oss.device_sinks_grad) pc.gpt_oss.device_sinks_grad->poison(DType::f32);
       try {
         attention_varlen_backward(pc.qv, pc.kv, pc.vv, pc.ov, pc.lv, pc.dov, gqv, gkv, gvv, pc.sequences(), bo, nullptr);
       } catch (const Error& e) {
@@ -312,7 +294,7 @@ TEST(AttentionVarlenGpu, BackwardMatchesEachSequencesFp64GradientsWithSinkGradie
       for (double x : pad_rows) EXPECT_TRUE(std::isnan(x) || x == 0.0) << label << ": a dq padding row holds " << x;
       if (!sinks_grad.empty()) {
         std::vector<float> got(sinks_grad.size());
-        pc.dsinks_grad->download(got.data());
+        pc.gpt_oss.device_sinks_grad->download(got.data());
         expect("dsinks", std::vector<double>(got.begin(), got.end()), sinks_grad, c.hq);
       }
       ++checked;

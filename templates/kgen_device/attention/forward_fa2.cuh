@@ -120,6 +120,28 @@ __device__ __forceinline__ void load_tile_async(unsigned smem, const T* src, lon
   }
 }
 
+// load_tile_async for rows that are not evenly strided (paged K/V): row r of the tile comes from
+// `row_ptr(row0 + r)`, a pointer to that global row; rows >= row_end are zero-filled.
+template <class T, int Rows, int D, int Threads, class Layout = Swizzle16B<D / 8>, int Cols = D, class RowPtr>
+__device__ __forceinline__ void load_rows_async(unsigned smem, RowPtr&& row_ptr, int row0, int row_end, int tid) {
+  static_assert(Cols % 8 == 0 && Cols > 0 && Cols <= D, "Cols must be a multiple of 8 in (0, D]");
+  constexpr int kChunks = (Cols + 15) / 16 * 2 < D / 8 ? (Cols + 15) / 16 * 2 : D / 8;
+  constexpr int kRowsPerPass = Threads / kChunks;
+  constexpr int kPasses = (Rows + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(kRowsPerPass > 0, "a row needs more chunks than the block has threads");
+  if (tid >= kRowsPerPass * kChunks) return;
+  const int r0 = tid / kChunks, c = tid % kChunks;
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int r = r0 + pass * kRowsPerPass;
+    if (Rows % kRowsPerPass == 0 || r < Rows) {
+      const bool valid = row0 + r < row_end && (Cols == D || c < Cols / 8);
+      const T* g = row_ptr(valid ? row0 + r : row0) + c * 8;
+      cp_async_16(smem + Layout::offset(r, c), g, valid);
+    }
+  }
+}
+
 // Thread and block coordinates of the forward kernel, from fresh special-register reads.
 template <int BM>
 struct Fa2Coords {
@@ -204,11 +226,11 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   // This block's K and V (query head c.head reads kv head c.head / head_group).
   auto k_ptr = [&](const Coords& c) {
     return static_cast<const T*>(p.k) + c.batch * p.k_stride_b +
-           (c.head / p.head_group) * p.k_stride_h + static_cast<long long>(seq.k0) * p.k_stride_n;
+           (c.head / p.head_group) * p.k_stride_h + (Variant::kPacked ? static_cast<long long>(seq.k0) * p.k_stride_n : 0);
   };
   auto v_ptr = [&](const Coords& c) {
     return static_cast<const T*>(p.v) + c.batch * p.v_stride_b +
-           (c.head / p.head_group) * p.v_stride_h + static_cast<long long>(seq.k0) * p.v_stride_n;
+           (c.head / p.head_group) * p.v_stride_h + (Variant::kPacked ? static_cast<long long>(seq.k0) * p.v_stride_n : 0);
   };
 
   int num_tiles;
@@ -231,13 +253,32 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   auto smem_k = [&](int stage) { return smem_q + kQBytes + stage * 2 * kKVBytes; };
   auto smem_v = [&](int stage) { return smem_q + kQBytes + stage * 2 * kKVBytes + kKVBytes; };
 
+  // Paged K/V: key j's row of page paged_row(j) of k (keys) or v (the batch stride steps pages,
+  // the n stride rows).
+  auto load_paged = [&](unsigned dst, bool keys, const Coords& c, int tile) {
+    const T* head = static_cast<const T*>(keys ? p.k : p.v) + (c.head / p.head_group) * (keys ? p.k_stride_h : p.v_stride_h);
+    const long long page_stride = keys ? p.k_stride_b : p.v_stride_b, row_stride = keys ? p.k_stride_n : p.v_stride_n;
+    fa2_detail::load_rows_async<T, BN, D, kThreads, Swz, HeadDim>(
+        dst,
+        [&](int key) {
+          const PagedRow at = paged_row(va, c.batch, key, n_k - 1);
+          return head + at.page * page_stride + at.row * row_stride;
+        },
+        tile * BN, n_k, c.tid);
+  };
   auto load_k = [&](const Coords& c, int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDim>(smem_k(stage), k_ptr(c), p.k_stride_n,
-                                                    tile * BN, n_k, c.tid);
+    if constexpr (Variant::kPaged)
+      load_paged(smem_k(stage), true, c, tile);
+    else
+      fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDim>(smem_k(stage), k_ptr(c), p.k_stride_n,
+                                                      tile * BN, n_k, c.tid);
   };
   auto load_v = [&](const Coords& c, int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDim>(smem_v(stage), v_ptr(c), p.v_stride_n,
-                                                    tile * BN, n_k, c.tid);
+    if constexpr (Variant::kPaged)
+      load_paged(smem_v(stage), false, c, tile);
+    else
+      fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDim>(smem_v(stage), v_ptr(c), p.v_stride_n,
+                                                      tile * BN, n_k, c.tid);
   };
 
   // Per-lane ldmatrix addresses of the first fragment (see the layout comment at the top);
@@ -257,7 +298,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   {
     const Coords c = Coords::read();
     const T* q_ptr = static_cast<const T*>(p.q) + c.batch * p.q_stride_b + c.head * p.q_stride_h +
-                     static_cast<long long>(seq.q0) * p.q_stride_n;
+                     (Variant::kPacked ? static_cast<long long>(seq.q0) * p.q_stride_n : 0);
     fa2_detail::load_tile_async<T, BM, D, kThreads, Swz, HeadDim>(smem_q, q_ptr, p.q_stride_n, c.m0, n_q, c.tid);
     cp_async_commit();
     if constexpr (Stages == 2) {
@@ -461,7 +502,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   const int warp = c.warp, lane = c.lane, g = c.g, t = c.t, m0 = c.m0, head = c.head,
             batch = c.batch;
   T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h +
-             static_cast<long long>(seq.q0) * p.o_stride_n;
+             (Variant::kPacked ? static_cast<long long>(seq.q0) * p.o_stride_n : 0);
   float* lse_ptr =
       p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h + seq.q0;
 #pragma unroll

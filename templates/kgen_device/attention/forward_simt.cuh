@@ -53,6 +53,22 @@ __device__ __forceinline__ void load_tile_f32(float* dst, const T* src, long lon
   }
 }
 
+// load_tile_f32 for keys that are not evenly strided (paged K/V): key j's row at row_ptr(j). (The
+// strided form keeps its own loop: routed through this one, the plain kernel's code changes.)
+template <class T, int DMax, int BN, int Threads, class RowPtr>
+__device__ __forceinline__ void load_rows_f32(float* dst, RowPtr&& row_ptr, int n0, int n_k, int d, int tid) {
+  constexpr int kTotal = BN * DMax;
+#pragma unroll 4
+  for (int idx = tid; idx < kTotal; idx += Threads) {
+    const int r = idx / DMax;
+    const int c = idx % DMax;
+    const int key = n0 + r;
+    float x = 0.f;
+    if (key < n_k && c < d) x = to_float(row_ptr(key)[c]);
+    dst[idx] = x;
+  }
+}
+
 }  // namespace simt_detail
 
 // General-path attention forward.
@@ -133,8 +149,20 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
 
   for (int n0 = n_begin; n0 < n_end; n0 += BN) {
     __syncthreads();  // every warp finished the previous tile
-    simt_detail::load_tile_f32<T, DMax, BN, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, d, tid);
-    simt_detail::load_tile_f32<T, DMax, BN, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, d, tid);
+    if constexpr (Variant::kPaged) {
+      // Paged K/V: key j's row of page paged_row(j) (the batch stride steps pages).
+      for (const bool keys : {true, false}) {
+        const T* head = static_cast<const T*>(keys ? p.k : p.v) + kv_head * (keys ? p.k_stride_h : p.v_stride_h);
+        const long long page_stride = keys ? p.k_stride_b : p.v_stride_b, row_stride = keys ? p.k_stride_n : p.v_stride_n;
+        simt_detail::load_rows_f32<T, DMax, BN, kThreads>(keys ? k_s : v_s, [&](int key) {
+          const PagedRow at = paged_row(va, batch, key, n_k - 1);
+          return head + at.page * page_stride + at.row * row_stride;
+        }, n0, n_k, d, tid);
+      }
+    } else {
+      simt_detail::load_tile_f32<T, DMax, BN, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, d, tid);
+      simt_detail::load_tile_f32<T, DMax, BN, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, d, tid);
+    }
     __syncthreads();
     if (!row_valid) continue;
 

@@ -104,6 +104,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   static_assert(!StreamK || !(kVariantScores<Variant> || Variant::kSinks), "stream-K runs plain attention only");
   static_assert(!SplitKeys || !Variant::kSinks, "a split-keys launch does not add sinks");
   static_assert(!Variant::kPacked || !(Persistent || SplitKeys), "packed batches run on the plain grid");
+  static_assert(!Variant::kPaged || !Persistent, "paged K/V runs on the plain or split-keys grid");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
@@ -170,10 +171,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       return true;
     } else if constexpr (!Persistent) {
       qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
-      if constexpr (Variant::kPacked) {
+      if constexpr (Variant::kPacked || Variant::kPaged) {
         seq = sequence_rows<Variant>(va, qb.batch, p.n_q, p.n_k);
         qb.set_lengths<BM, BN, Causal>(seq.n_q, seq.n_k);
-        if (qb.m0 >= qb.n_q) return false;  // past this sequence's rows: the block has no work
+        if (Variant::kPacked && qb.m0 >= qb.n_q) return false;  // past this sequence's rows: no work
       }
       return round++ == 0;
     } else {
@@ -271,21 +272,48 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
           for (int c = 0; c < kConsumers; ++c)
             tma::load_4d(smem_q(buf) + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b,
                          sequence_row0<Variant>(va, qb.batch) + qb.m0 + 64 * c, qb.head, slot(qb), q_full(buf));
+        // Paged K/V: the pages of the tile at key n0, boxes of min(BN, page_size) rows (the map's),
+        // read from the block table before the stage is waited for (the reads are independent,
+        // so their latencies overlap each other and the wait).
+        constexpr int kMaxBoxes = Variant::kPaged ? BN / 16 : 1;
+        int pages[kMaxBoxes];
+        int box_rows = BN;
+        auto read_pages = [&](int n0) {
+          if constexpr (Variant::kPaged) {
+            box_rows = imin(BN, 1 << va->page_shift);
+#pragma unroll
+            for (int i = 0; i < kMaxBoxes; ++i)
+              if (i * box_rows < BN) pages[i] = paged_row(va, qb.batch, n0 + i * box_rows, qb.n_k - 1).page;
+          }
+        };
+        // The K or V tile at key n0: one box per column block, or with paged K/V one per page.
+        auto load_kv = [&](const TensorMapBytes* map, unsigned dst, int n0, unsigned bar) {
+          if constexpr (Variant::kPaged) {
+            const int row = n0 & ((1 << va->page_shift) - 1);
+#pragma unroll
+            for (int i = 0; i < kMaxBoxes; ++i)
+              if (i * box_rows < BN)
+#pragma unroll
+                for (int b = 0; b < D / 64; ++b)
+                  tma::load_4d(dst + b * KVTile::kBlockBytes + i * box_rows * 128, map, 64 * b, row, kv_head, pages[i],
+                               bar);
+          } else {
+#pragma unroll
+            for (int b = 0; b < D / 64; ++b)
+              tma::load_4d(dst + b * KVTile::kBlockBytes, map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0,
+                           kv_head, slot(qb), bar);
+          }
+        };
         for (int tile = 0; tile < num_tiles; ++tile, ++ring) {
           const int stage = ring % Stages, use = ring / Stages;
           const int n0 = (first_tile + tile) * BN;
+          read_pages(n0);
           if (use > 0) tma::wait(k_empty(stage), (use - 1) & 1);
           tma::arrive_expect_tx(k_full(stage), KVTile::kBytes);
-#pragma unroll
-          for (int b = 0; b < D / 64; ++b)
-            tma::load_4d(smem_k(stage) + b * KVTile::kBlockBytes, &tp.k_map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0, kv_head, slot(qb),
-                         k_full(stage));
+          load_kv(&tp.k_map, smem_k(stage), n0, k_full(stage));
           if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
           tma::arrive_expect_tx(v_full(stage), KVTile::kBytes);
-#pragma unroll
-          for (int b = 0; b < D / 64; ++b)
-            tma::load_4d(smem_v(stage) + b * KVTile::kBlockBytes, &tp.v_map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0, kv_head, slot(qb),
-                         v_full(stage));
+          load_kv(&tp.v_map, smem_v(stage), n0, v_full(stage));
         }
       }
     }

@@ -19,6 +19,10 @@
 // (stride_b = 0; n_q, n_k the total rows) and a grid over the longest sequence; a kernel takes
 // its sequence's rows from sequence_rows and leaves blocks past them idle. Indices q and k, the
 // lengths n_q and n_k and the causal mask are the sequence's own.
+//
+// Paged K/V (Variant::kPaged; docs/attention.md §10): q, o and lse are dense; the keys of batch b
+// are rows of pages of k and v (their batch dimension) named by its row of a block table, the
+// first seqused_k[b] of them (paged_row).
 #pragma once
 
 #include "kgen_device/attention/variant_args.h"
@@ -38,7 +42,7 @@ namespace kgen {
 // Plain attention: no modification, no mask, no sinks.
 struct NoVariant {
   static constexpr bool kScoreMod = false, kMask = false, kUnitSlope = true, kTensorGrads = false;
-  static constexpr bool kSinks = false, kPacked = false;
+  static constexpr bool kSinks = false, kPacked = false, kPaged = false;
   __device__ static float score(const VariantArgs&, float s, int, int, int, int, int, int) { return s; }
   __device__ static float dscore(const VariantArgs&, float, int, int, int, int, int, int) { return 1.f; }
   __device__ static float d2score(const VariantArgs&, float, int, int, int, int, int, int) { return 0.f; }
@@ -63,9 +67,22 @@ __device__ __forceinline__ SequenceRows sequence_rows(const VariantArgs* a, int 
   if constexpr (V::kPacked) {
     const int q0 = a->cu_seqlens_q[batch], k0 = a->cu_seqlens_k[batch];
     return {0, q0, k0, a->cu_seqlens_q[batch + 1] - q0, a->cu_seqlens_k[batch + 1] - k0};
+  } else if constexpr (V::kPaged) {
+    return {batch, 0, 0, n_q, a->seqused_k != nullptr ? a->seqused_k[batch] : n_k};
   } else {
     return {batch, 0, 0, n_q, n_k};
   }
+}
+
+// Paged K/V (V::kPaged): the page of key `key` of batch `batch` (keys past the sequence's last,
+// `last`, take the last one's page, so a tile's tail never reads past its row of the table) and
+// the key's row inside its page.
+struct PagedRow {
+  int page, row;
+};
+__device__ __forceinline__ PagedRow paged_row(const VariantArgs* a, int batch, int key, int last) {
+  const int page = a->block_table[batch * a->table_stride + (imin(key, imax(last, 0)) >> a->page_shift)];
+  return {page, key & ((1 << a->page_shift) - 1)};
 }
 
 // A block's sequence for kernels that read the call's lengths where they use them (as their plain
@@ -76,14 +93,14 @@ struct BlockSequence {
   const Params& p;
   SequenceRows rows{};
   __device__ __forceinline__ BlockSequence(const Params& params, const VariantArgs* a, int batch) : p(params) {
-    if constexpr (V::kPacked) rows = sequence_rows<V>(a, batch, 0, 0);
+    if constexpr (V::kPacked || V::kPaged) rows = sequence_rows<V>(a, batch, p.n_q, p.n_k);
   }
   __device__ __forceinline__ int n_q() const {
     if constexpr (V::kPacked) return rows.n_q;
     else return p.n_q;
   }
   __device__ __forceinline__ int n_k() const {
-    if constexpr (V::kPacked) return rows.n_k;
+    if constexpr (V::kPacked || V::kPaged) return rows.n_k;
     else return p.n_k;
   }
 };

@@ -20,6 +20,13 @@ struct VariantArgs {
   // tensors' n dimension, its keys [cu_seqlens_k[b], cu_seqlens_k[b + 1]); int32 on the device.
   const int* cu_seqlens_q;
   const int* cu_seqlens_k;
+  // Paged K/V: key j of batch b is row j % page_size of page block_table[b · table_stride +
+  // j / page_size] (k's and v's batch dimension holds the pages, n the rows of a page); batch b
+  // has seqused_k[b] keys (null: n_k). Null block_table otherwise.
+  const int* block_table;
+  long long table_stride;
+  int page_shift;  // log2(page_size)
+  const int* seqused_k;
 };
 
 }  // namespace kgen
