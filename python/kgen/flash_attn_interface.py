@@ -251,6 +251,32 @@ def _append(cache, new, cache_seqlens) -> None:
     cache[rows, cache_seqlens.to(cache.device, torch.long)[:, None] + torch.arange(n, device=cache.device)] = new
 
 
+def _paged_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale, causal,
+                   window_size, softcap, alibi_slopes, return_softmax_lse):
+    """flash_attn_with_kvcache over paged caches (num_pages, page_size, h_kv, d) named by block_table
+    (b, max_pages): k and v appended into their pages at cache_seqlens, then kgen.torch.paged_attention
+    over each sequence's cache_seqlens + n_new keys."""
+    _unserved(cache_leftpad=(cache_leftpad, "left padding is not served with a paged cache"))
+    batch, page = q.shape[0], k_cache.shape[1]
+    n_keys = block_table.shape[1] * page
+    if isinstance(cache_seqlens, int) or cache_seqlens is None:
+        start = torch.full((batch,), n_keys if cache_seqlens is None else cache_seqlens, dtype=torch.int32,
+                           device=q.device)
+    else:
+        start = cache_seqlens.to(torch.int32)
+    n_new = 0
+    if k is not None:
+        n_new = k.shape[1]
+        pos = start.long()[:, None] + torch.arange(n_new, device=q.device)  # (b, n_new) key positions
+        pages = block_table.long().gather(1, torch.div(pos, page, rounding_mode="floor"))
+        k_cache[pages, pos % page] = k
+        v_cache[pages, pos % page] = v
+    lens = (start + n_new).to(torch.int32)
+    variant = _variant(causal, window_size, softcap, alibi_slopes, n_keys)
+    return _kgen.paged_attention(_last_dim_contiguous(q), k_cache, v_cache, block_table.to(torch.int32), lens,
+                                 causal=causal, scale=softmax_scale, return_lse=bool(return_softmax_lse), **variant)
+
+
 def _cache_variant(causal: bool, window, softcap: float, alibi_slopes, lens, leftpad) -> dict:
     """kgen.torch's keywords for a cache whose sequence i holds keys [leftpad[i], lens[i]) (int32
     tensors): FlashAttention's masks and bias aligned to each sequence's own length."""
@@ -289,12 +315,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     whole cache. num_splits is a hint kgen does not need; no gradients."""
     _unserved(rotary_cos=(rotary_cos, "rotary embedding is not served by kgen (apply it to q and k first)"),
               rotary_sin=(rotary_sin, "rotary embedding is not served by kgen (apply it to q and k first)"),
-              cache_batch_idx=(cache_batch_idx, "kgen attends to cache rows 0..b-1 (gather the rows first)"),
-              block_table=(block_table, "paged KV caches are not served by kgen"))
+              cache_batch_idx=(cache_batch_idx, "kgen attends to cache rows 0..b-1 (gather the rows first)"))
     if (k is None) != (v is None):
         raise ValueError("k and v: pass both new keys and new values, or neither")
     if k is not None and cache_seqlens is None:
         raise ValueError("cache_seqlens: appending k and v needs the cache lengths")
+    if block_table is not None:
+        return _paged_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
+                              causal, window_size, softcap, alibi_slopes, return_softmax_lse)
     batch, n_cache = q.shape[0], k_cache.shape[1]
     keys, values = k_cache[:batch], v_cache[:batch]
     n_new = 0

@@ -588,9 +588,12 @@ def test_unserved_arguments(kgen_stand_in):
             call()
     k_cache, v_cache = _cache(1)
     index = torch.zeros(B, dtype=torch.int32)
-    for name, value in (("rotary_cos", q), ("rotary_sin", q), ("cache_batch_idx", index), ("block_table", index)):
+    for name, value in (("rotary_cos", q), ("rotary_sin", q), ("cache_batch_idx", index)):
         with pytest.raises(NotImplementedError, match=f"^{name}: "):
             fa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=index, **{name: value})
+    with pytest.raises(NotImplementedError, match="^cache_leftpad: "):
+        fa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=index, cache_leftpad=index,
+                                   block_table=index[:, None])
     with pytest.raises(ValueError, match="^cache_seqlens: "):
         fa.flash_attn_with_kvcache(q, k_cache, v_cache, k, v)
     with pytest.raises(ValueError, match="^k and v: "):

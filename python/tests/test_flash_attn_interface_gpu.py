@@ -250,6 +250,41 @@ def test_kvcache(name, n_q, n_new, lengths):
     check(out, lse, o_ref, lse_ref, dtype, f"kvcache {name} {lengths} n_q={n_q} n_new={n_new}")
 
 
+@pytest.mark.parametrize("n_q,n_new", [(1, 1), (4, 4), (3, 0)])
+@pytest.mark.parametrize("name", ["plain", "causal", "causal_window", "alibi_causal", "softcap_alibi_batched"])
+def test_kvcache_paged(name, n_q, n_new):
+    """flash_attn_with_kvcache with a block_table: the same caches in shuffled pages of 16 rows; k
+    and v land in their pages, and out and lse match the reference over each sequence's keys."""
+    keywords = KVCACHE_CASES[name]
+    dtype, d, page, n_cache = torch.bfloat16, 128, 16, 304
+    seed = 57 * n_q + n_new
+    q = randn((CACHE_BATCH, n_q, HEADS, d), dtype, seed)
+    k_flat = randn((CACHE_BATCH, n_cache, HEADS_KV, d), dtype, seed + 1)
+    v_flat = randn((CACHE_BATCH, n_cache, HEADS_KV, d), dtype, seed + 2)
+    per = n_cache // page
+    order = torch.randperm(CACHE_BATCH * per, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    k_cache = torch.empty(CACHE_BATCH * per, page, HEADS_KV, d, dtype=dtype, device=DEVICE)
+    v_cache = torch.empty_like(k_cache)
+    k_cache[order], v_cache[order] = k_flat.reshape(-1, page, HEADS_KV, d), v_flat.reshape(-1, page, HEADS_KV, d)
+    table = order.reshape(CACHE_BATCH, per).to(torch.int32)
+    k_new = randn((CACHE_BATCH, n_new, HEADS_KV, d), dtype, seed + 3) if n_new else None
+    v_new = randn((CACHE_BATCH, n_new, HEADS_KV, d), dtype, seed + 4) if n_new else None
+    starts = [17, 250, 0]
+    seqlens = torch.tensor(starts, dtype=torch.int32, device=DEVICE)
+    out, lse = fa.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, cache_seqlens=seqlens, block_table=table,
+                                         return_softmax_lse=True, **keywords)
+    torch.cuda.synchronize()
+    for i, start in enumerate(starts):  # the flat caches the appends should give
+        if n_new:
+            k_flat[i, start:start + n_new], v_flat[i, start:start + n_new] = k_new[i], v_new[i]
+    assert torch.equal(k_cache[table.long()].reshape(k_flat.shape), k_flat), "the append into pages"
+    assert torch.equal(v_cache[table.long()].reshape(v_flat.shape), v_flat), "the append into pages"
+    lens = torch.tensor(starts, device=DEVICE) + n_new
+    o_ref, lse_ref = fa_reference(q, k_flat, v_flat, key_lens=lens, key_start=None, seqlen_k=n_cache,
+                                  **reference_keywords(keywords))
+    check(out, lse, o_ref, lse_ref, dtype, f"paged kvcache {name} n_q={n_q} n_new={n_new}")
+
+
 # --- packed (varlen) batches ---------------------------------------------------------------------------
 
 VARLEN_CASES = ["plain", "causal", "causal_window", "window_left", "softcap", "alibi_causal", "softcap_alibi"]
