@@ -825,6 +825,14 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
         if (sinks) add_unique(out, render_attention_backward(spec, attention_backward_general_config(spec),
                                                               BackwardKernel::sinks));
       }
+  // Packed batches, causal (NVIDIA).
+  if (target.vendor == Vendor::nvidia)
+    for (DType t : {DType::f16, DType::bf16})
+      for (int d : kAttentionDefaultWarmHeadDims) {
+        AttentionBackwardSpec spec{t, d, true};
+        spec.packed = true;
+        add_defaults(spec);
+      }
   return out;
 }
 

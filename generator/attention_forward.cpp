@@ -693,6 +693,19 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
         for (const AttentionShape& shape : forward_default_shapes())
           add(spec, attention_forward_default_config(spec, shape, target, 132));
       }
+  // Packed batches and paged K/V caches, causal: their defaults of each shape class (paged also
+  // the decode shape's split-keys kernel).
+  if (target.vendor == Vendor::nvidia)
+    for (DType t : {DType::f16, DType::bf16})
+      for (int d : kAttentionDefaultWarmHeadDims) {
+        AttentionForwardSpec packed{t, d, true}, paged{t, d, true};
+        packed.packed = true, paged.paged = true;
+        for (const AttentionShape& shape : forward_default_shapes()) {
+          add(packed, attention_forward_default_config(packed, shape, target, 132));
+          add(paged, attention_forward_default_config(paged, shape, target, 132));
+        }
+        add(paged, attention_forward_default_config(paged, kDecodeShape, target, 132));
+      }
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : kAttentionWarmHeadDims)
       for (bool causal : {false, true}) {

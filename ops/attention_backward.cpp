@@ -143,12 +143,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   const bool variant = call.variant.active();
   for (const auto& [ptr, bytes] : call.variant.grads)
     gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(ptr), 0, bytes / 4, stream);
-  std::vector<BackwardKernel> order;
-  for (BackwardKernel kernel : kernels) {
-    order.push_back(kernel);
-    if (kernel == BackwardKernel::preprocess && call.spec.sinks) order.push_back(BackwardKernel::sinks);
-  }
-  for (BackwardKernel kernel : order) {
+  auto launch = [&](BackwardKernel kernel) {
     const KernelKey key{variant ? call.variant.op_name : std::string_view("attention_bwd"),
                         gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
@@ -158,6 +153,11 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
                           kernel == BackwardKernel::dkv_convert;
     launch_kernel(k, attention_backward_grid(config, kernel, row_wise ? call.rows : call.shape, call.spec.head_dim, sm_count),
                   params, variant ? &variant_args : nullptr, stream, "launch(attention_bwd)");
+  };
+  for (BackwardKernel kernel : kernels) {
+    launch(kernel);
+    // The sinks' gradient needs preprocess's rows.
+    if (kernel == BackwardKernel::preprocess && call.spec.sinks) launch(BackwardKernel::sinks);
   }
 }
 
