@@ -151,7 +151,8 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
     __syncthreads();  // every warp finished the previous tile
     if constexpr (Variant::kPaged) {
       // Paged K/V: key j's row of page paged_row(j) (the batch stride steps pages).
-      for (const bool keys : {true, false}) {
+      for (int tensor = 0; tensor < 2; ++tensor) {  // k, then v
+        const bool keys = tensor == 0;
         const T* head = static_cast<const T*>(keys ? p.k : p.v) + kv_head * (keys ? p.k_stride_h : p.v_stride_h);
         const long long page_stride = keys ? p.k_stride_b : p.v_stride_b, row_stride = keys ? p.k_stride_n : p.v_stride_n;
         simt_detail::load_rows_f32<T, DMax, BN, kThreads>(keys ? k_s : v_s, [&](int key) {
