@@ -52,6 +52,8 @@ void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, 
 
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* second, void* stream,
                    const char* what) {
+  // An empty grid (a packed batch whose sequences are all empty) has no work to launch.
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   void* args[] = {params, second};
   gpu_driver().launch(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
 }

@@ -68,11 +68,30 @@ class Spy:
         return self.implementation(q, k, v, **keywords)
 
 
+def reference_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **keywords):
+    """kgen.torch.varlen_attention's documented semantics: each sequence's own rows through
+    reference_attention (q (total_q, h, d); sequences with no queries give nothing)."""
+    outs = []
+    for i in range(len(cu_seqlens_q) - 1):
+        q0, q1, k0, k1 = int(cu_seqlens_q[i]), int(cu_seqlens_q[i + 1]), int(cu_seqlens_k[i]), int(cu_seqlens_k[i + 1])
+        assert q1 - q0 <= max_seqlen_q and k1 - k0 <= max_seqlen_k
+        if q1 > q0:
+            outs.append(reference_attention(q[None, q0:q1], k[None, k0:k1], v[None, k0:k1], layout="bnhd",
+                                            **keywords)[0])
+    return torch.cat(outs)
+
+
 @pytest.fixture
 def kgen_attention(monkeypatch):
-    """kgen registered in transformers, running on the CPU through the reference; the Spy."""
+    """kgen registered in transformers, running on the CPU through the reference; the Spy (its
+    calls: kgen.torch.attention's and, with "varlen": True, varlen_attention's)."""
     spy = Spy()
+
+    def record_varlen(q, k, v, *args, **keywords):
+        spy.calls.append({**keywords, "shape_q": tuple(q.shape), "shape_k": tuple(k.shape), "varlen": True})
+        return reference_varlen(q, k, v, *args, **keywords)
     monkeypatch.setattr(kgen.torch, "attention", spy)
+    monkeypatch.setattr(kgen.torch, "varlen_attention", record_varlen)
     monkeypatch.setattr(kgen_hf, "DEVICE_TYPES", ("cpu",))
     monkeypatch.setattr(kgen_hf, "_logged_reasons", set())
     kgen_hf.register()
@@ -226,39 +245,52 @@ def test_chunked_prefill_with_cache_is_bottom_right(kgen_attention):
     assert kgen_attention.calls[-1]["shape_q"][1] == 5 and kgen_attention.calls[-1]["causal"] is True
 
 
-def test_padding_falls_back_to_sdpa_with_one_log_line(kgen_attention, caplog):
-    """A left-padded batch (forward and generate) runs on SDPA with its mask, logged once."""
+@pytest.mark.parametrize("name", ["llama", "mistral", "gpt_oss"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_padded_batches_run_as_packed_batches(kgen_attention, caplog, name, side):
+    """A padded batch (one run of tokens per row) runs on kgen.torch.varlen_attention: the logits of
+    the valid tokens match SDPA's (eager's for gpt-oss's sinks), and generate() (left padding)
+    gives the same tokens, with no fallback logged."""
+    model = make_model(name)
+    input_ids = _input_ids()
+    attention_mask = torch.ones_like(input_ids)
+    if side == "left":
+        attention_mask[0, :4] = 0
+        valid = (slice(0, 1), slice(4, None))
+    else:
+        attention_mask[1, SEQ - 3:] = 0
+        valid = (slice(1, 2), slice(0, SEQ - 3))
+    reference_name = "eager" if name == "gpt_oss" else "sdpa"
+    reference = _logits(model, reference_name, input_ids, attention_mask=attention_mask)
+    with caplog.at_level(logging.WARNING, logger="kgen.integrations.transformers"):
+        logits = _logits(model, "kgen", input_ids, attention_mask=attention_mask)
+    full = 1 - valid[0].start  # the row without padding
+    torch.testing.assert_close(logits[valid], reference[valid], atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(logits[full], reference[full], atol=ATOL, rtol=RTOL)
+    assert kgen_attention.calls and all(call.get("varlen") for call in kgen_attention.calls)
+    assert not [r for r in caplog.records if r.name == "kgen.integrations.transformers"]
+    if side == "left":
+        sequences = {}
+        for implementation in (reference_name, "kgen"):
+            model.set_attn_implementation(implementation)
+            sequences[implementation] = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3,
+                                                       do_sample=False)
+        assert torch.equal(sequences["kgen"], sequences[reference_name])
+
+
+def test_padding_with_holes_falls_back_to_sdpa_with_one_log_line(kgen_attention, caplog):
+    """Padding that splits a row's tokens into two runs runs on SDPA with its mask, logged once."""
     model = make_model("llama")
     input_ids = _input_ids()
     attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :4] = 0
+    attention_mask[0, 5:7] = 0
     reference = _logits(model, "sdpa", input_ids, attention_mask=attention_mask)
     with caplog.at_level(logging.WARNING, logger="kgen.integrations.transformers"):
         logits = _logits(model, "kgen", input_ids, attention_mask=attention_mask)
-        sequences = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3, do_sample=False)
-    torch.testing.assert_close(logits[:, 4:], reference[:, 4:], atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(logits[1], reference[1], atol=ATOL, rtol=RTOL)
     assert not kgen_attention.calls
     records = [r for r in caplog.records if r.name == "kgen.integrations.transformers"]
     assert len(records) == 1 and "padding" in records[0].getMessage()
-    model.set_attn_implementation("sdpa")
-    assert torch.equal(sequences, model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3,
-                                                 do_sample=False))
-
-
-def test_padding_left_behind_by_the_window_returns_to_kgen(kgen_attention):
-    """Left padding in a sliding-window model: the prefill falls back; decode steps whose window
-    (the sliding cache) no longer holds a padded key run on kgen again, with the same tokens."""
-    model = make_model("mistral")
-    input_ids = _input_ids()
-    attention_mask = torch.ones_like(input_ids)
-    attention_mask[0, :4] = 0
-    sequences = {}
-    for implementation in ("sdpa", "kgen"):
-        model.set_attn_implementation(implementation)
-        sequences[implementation] = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3,
-                                                   do_sample=False)
-    assert torch.equal(sequences["kgen"], sequences["sdpa"])
-    assert len(kgen_attention.calls) == 2 * LAYERS  # the prefill and its 3 decode steps: 2 on kgen
 
 
 def test_unpadded_mask_stays_on_kgen(kgen_attention):

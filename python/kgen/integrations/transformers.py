@@ -22,9 +22,11 @@ the layers no mask where the mask would be plain causal (no padding, no packed s
 custom mask functions, the last query on the last key), and the mask transformers' SDPA path
 would build otherwise. A sliding-window mask that has to be built anyway is remembered as plain,
 and such layers run on kgen with the window (from the mask, so also for models that do not pass
-`sliding_window` to the attention function). Any other mask (padding, packed sequences, static
-caches, chunked attention, a 4-d mask of the user's) runs that call on transformers' SDPA
-attention with that mask, as do attention dropout, output_attentions, dtypes other than
+`sliding_window` to the attention function). A padded batch whose valid tokens form one run per
+row (left or right padding) is remembered too: its layers gather the valid rows into a packed batch
+for kgen.torch.varlen_attention and scatter the output back (0 in padded query rows). Any other
+mask (padding with holes, packed sequences, static caches, chunked attention, a 4-d mask of the
+user's) runs that call on transformers' SDPA attention with that mask, as do attention dropout, output_attentions, dtypes other than
 float16/bfloat16/float32, head dims above 256 or unequal q/v head dims, a position bias and
 inputs off CUDA. Calls with softcap or sinks fall back to the model's own eager attention (SDPA
 has neither). Each reason is logged once (logger "kgen.integrations.transformers").
@@ -51,8 +53,10 @@ _MAX_HEAD_DIM = 256  # kgen's limit (_checks.MAX_HEAD_DIM)
 _MASK_FALLBACK = "a padding, packed-sequence or custom attention mask (kgen.torch.attention takes no mask)"
 
 _logged_reasons: set[str] = set()
-# id(mask) -> (weak reference, n_q, n_k, sliding window) of the sliding-window masks build_mask
-# built as plain: the layers that get one run on kgen with that window, without reading the mask.
+# id(mask) -> (weak reference, n_q, n_k, sliding window, valid keys) of the masks build_mask built
+# as plain but for a window that cuts keys or padding: the layers that get one run on kgen with
+# that window, without reading the mask. Valid keys: None, or a padded batch's (b, n_k) bool keys,
+# one run per row, which the layers gather into a packed batch for kgen.torch.varlen_attention.
 _plain_sliding_masks: dict[int, tuple] = {}
 
 
@@ -72,24 +76,36 @@ def register(name: str = "kgen") -> str:
 
 # --- masks --------------------------------------------------------------------------------------------
 
-def _is_plain(q_length, kv_length, q_offset, kv_offset, padding, allow_is_causal_skip, local_size, config) -> bool:
-    """Whether transformers asks for a causal mask, sliding or not, with nothing else in it: no
-    overlay (transformers clears allow_is_causal_skip for custom mask functions, packed sequences
-    and compiled decoding), no padded key, and the last query on the last key (bottom-right)."""
+def _plain_kind(q_length, kv_length, q_offset, kv_offset, padding, allow_is_causal_skip, local_size, config):
+    """(plain, valid keys): whether transformers asks for a causal mask, sliding or not, with
+    nothing else in it but padding: no overlay (transformers clears allow_is_causal_skip for custom
+    mask functions, packed sequences and compiled decoding) and the last query on the last key
+    (bottom-right). Valid keys: None without padded keys; a (b, kv_length) bool tensor when each
+    row's valid keys form one run (left or right padding), whose layers run as a packed batch;
+    else the mask is not plain."""
     if not allow_is_causal_skip:
-        return False
+        return False, None
     if not (isinstance(q_offset, int) and isinstance(kv_offset, int)) or q_offset + q_length != kv_offset + kv_length:
-        return False  # a static cache's offsets are tensors and its keys run past the last query
+        return False, None  # a static cache's offsets are tensors and its keys run past the last query
     if local_size is not None and (local_size != getattr(config, "sliding_window", None) or
                                    local_size == getattr(config, "attention_chunk_size", None)):
-        return False  # chunked attention, or a window other than the config's
+        return False, None  # chunked attention, or a window other than the config's
     if padding is None:
-        return True
+        return True, None
     if padding.dim() != 2 or torch.compiler.is_compiling():
-        return False  # reading the padding would break the graph
+        return False, None  # reading the padding would break the graph
     from transformers.masking_utils import prepare_padding_mask
-    keys = prepare_padding_mask(padding, kv_length, kv_offset)[:, kv_offset:kv_offset + kv_length]
-    return bool(keys.all())
+    keys = prepare_padding_mask(padding, kv_length, kv_offset)[:, kv_offset:kv_offset + kv_length].bool()
+    if bool(keys.all()):
+        return True, None
+    # One run per row: as many valid keys as from the row's first valid key to its last.
+    count = keys.sum(1)
+    positions = torch.arange(kv_length, device=keys.device)
+    first = torch.where(keys, positions, kv_length).amin(1)
+    last = torch.where(keys, positions, -1).amax(1)
+    if not bool(((count == 0) | (last - first + 1 == count)).all()):
+        return False, None
+    return True, keys
 
 
 def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_offset=0, mask_function=None,
@@ -101,9 +117,9 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
     sliding-window mask whose window cuts keys is built too and remembered as plain."""
     from transformers import masking_utils
 
-    plain = _is_plain(q_length, kv_length, q_offset, kv_offset, attention_mask, allow_is_causal_skip, local_size,
-                      config)
-    if plain and (local_size is None or kv_length <= local_size):
+    plain, keys = _plain_kind(q_length, kv_length, q_offset, kv_offset, attention_mask, allow_is_causal_skip,
+                              local_size, config)
+    if plain and keys is None and (local_size is None or kv_length <= local_size):
         return None  # a window of local_size keys cuts none of kv_length <= local_size keys
     mask = masking_utils.sdpa_mask(
         batch_size=batch_size, q_length=q_length, kv_length=kv_length, q_offset=q_offset, kv_offset=kv_offset,
@@ -112,19 +128,27 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
     if plain and mask is not None and not torch.compiler.is_compiling():
         key = id(mask)
         forget = weakref.ref(mask, lambda _, key=key: _plain_sliding_masks.pop(key, None))
-        _plain_sliding_masks[key] = (forget, q_length, kv_length, local_size)
+        window = local_size if local_size is not None and kv_length > local_size else None
+        _plain_sliding_masks[key] = (forget, q_length, kv_length, window, keys)
     return mask
 
 
-def _plain_sliding_window(mask, n_q: int, n_k: int) -> int | None:
-    """The window of `mask` if build_mask built it as a plain sliding-window mask for n_q
-    queries and n_k keys, else None."""
+def _plain_entry(mask, n_q: int, n_k: int):
+    """(window or None, valid keys or None) if build_mask built `mask` as plain for n_q queries and
+    n_k keys (a sliding window that cuts keys, or padding in one run per row), else None."""
     if torch.compiler.is_compiling():
         return None
     entry = _plain_sliding_masks.get(id(mask))
     if entry is None or entry[0]() is not mask or entry[1:3] != (n_q, n_k):
         return None
-    return entry[3]
+    return entry[3], entry[4]
+
+
+def _plain_sliding_window(mask, n_q: int, n_k: int) -> int | None:
+    """The window of `mask` if build_mask built it as a plain sliding-window mask (no padding) for
+    n_q queries and n_k keys, else None."""
+    entry = _plain_entry(mask, n_q, n_k)
+    return entry[0] if entry is not None and entry[1] is None else None
 
 
 def _causal_mask(n_q: int, n_k: int, window: int | None, device) -> torch.Tensor:
@@ -172,10 +196,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     window = sliding_window if causal else None  # a mask-free bidirectional call masks nothing
     reason = _unsupported(query, key, value, dropout, s_aux, kwargs)
+    keys = None
     if reason is None and attention_mask is not None:
-        window = _plain_sliding_window(attention_mask, n_q, n_k)
-        if window is None:
+        entry = _plain_entry(attention_mask, n_q, n_k)
+        if entry is None or (entry[0] is None and entry[1] is None):
             reason = _MASK_FALLBACK
+        else:
+            window, keys = entry
         causal = True  # the mask is causal (plain) or applies as it is (fallback)
     if reason is not None:
         return _fallback(reason, module, query, key, value, attention_mask, dropout, scaling, causal, window, softcap,
@@ -189,8 +216,33 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         variant["sinks"] = s_aux.float()
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    if keys is not None:
+        return _padded_attention(q, k, v, keys, scaling, variant), None
     out = kgen_torch.attention(q, k, v, causal=causal, scale=scaling, layout="bnhd", **variant)
     return out.contiguous(), None
+
+
+def _padded_attention(q, k, v, keys, scaling, variant):
+    """Causal attention of a padded batch, q (b, n_q, h, d) and k, v (b, n_k, h_kv, d), whose valid
+    keys `keys` (b, n_k) form one run per row and whose queries are the last n_q keys: the valid
+    rows gathered into a packed batch for kgen.torch.varlen_attention (differentiable), the output
+    scattered back, 0 in the padded query rows. Gathered in order, each row's bottom-right causal
+    mask and window are the padded mask's."""
+    b, n_q, h, d = q.shape
+    n_k, h_kv = k.shape[1], k.shape[2]
+    queries = keys[:, n_k - n_q:]
+    rows_q, rows_k = queries.reshape(-1).nonzero().squeeze(1), keys.reshape(-1).nonzero().squeeze(1)
+    lens_q, lens_k = queries.sum(1, dtype=torch.int32), keys.sum(1, dtype=torch.int32)
+    cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
+    cu_k = torch.nn.functional.pad(lens_k.cumsum(0, dtype=torch.int32), (1, 0))
+    out = q.new_zeros(b * n_q, h, d)
+    if rows_q.numel() == 0:
+        return out.view(b, n_q, h, d)
+    packed = kgen_torch.varlen_attention(
+        q.reshape(b * n_q, h, d).index_select(0, rows_q), k.reshape(b * n_k, h_kv, d).index_select(0, rows_k),
+        v.reshape(b * n_k, h_kv, d).index_select(0, rows_k), cu_q, cu_k, int(lens_q.max()), int(lens_k.max()),
+        causal=True, scale=scaling, **variant)
+    return out.index_copy(0, rows_q, packed).view(b, n_q, h, d)
 
 
 def _fallback(reason, module, query, key, value, attention_mask, dropout, scaling, causal, window, softcap, s_aux,
