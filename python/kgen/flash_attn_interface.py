@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import inspect
 
-import torch
+try:
+    import torch
+except ImportError as error:  # the package and the CLI need no PyTorch; this module does
+    raise ImportError("kgen.flash_attn_interface needs PyTorch 2.4 or later: pip install 'kgen[torch]' (or install torch "
+                      "for your CUDA from pytorch.org)") from error
 
 from . import torch as _kgen  # its functions are looked up at each call (tests replace them)
 

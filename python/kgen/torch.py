@@ -26,7 +26,11 @@ from __future__ import annotations
 import inspect
 import math
 
-import torch
+try:
+    import torch
+except ImportError as error:  # the package and the CLI need no PyTorch; this module does
+    raise ImportError("kgen.torch needs PyTorch 2.4 or later: pip install 'kgen[torch]' (or install torch "
+                      "for your CUDA from pytorch.org)") from error
 
 from . import _checks, _kernels, _ops
 from ._lib import KgenError

@@ -27,6 +27,13 @@ def test_import_loads_neither_library_nor_torch():
     assert out.split() == ["False", "False", "None"]
 
 
+@pytest.mark.parametrize("module", ["kgen.torch", "kgen.flash_attn_interface"])
+def test_torch_modules_without_torch_say_how_to_install_it(module):
+    out = run_python("import sys\nsys.modules['torch'] = None  # as if PyTorch were not installed\n"
+                     f"try:\n    import {module}\nexcept ImportError as e:\n    print(e)")
+    assert f"{module} needs PyTorch 2.4 or later: pip install 'kgen[torch]'" in out
+
+
 def test_public_names():
     assert issubclass(kgen.KgenError, RuntimeError)
     assert isinstance(kgen.__version__, str) and kgen.__version__
