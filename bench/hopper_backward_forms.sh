@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One device batch for the Hopper backward's pair and TMA-load forms (ARCHITECTURE.md, "backward,
-# wgmma with decoupled warpgroups"; BENCHMARKS.md "Q and dO by TMA" has its first run): key pairs
-# (`:x2`, two key blocks per cluster summing dQ in distributed shared memory) and Q/dO loaded by
-# TMA (`:l`, multicast inside a pair). Correctness first, then time:
+# wgmma with decoupled warpgroups"; docs/kernels/measurements.md "Q and dO by TMA" has its first
+# run): key pairs (`:x2`, two key blocks per cluster summing dQ in distributed shared memory) and
+# Q/dO loaded by TMA (`:l`, multicast inside a pair). Correctness first, then time:
 #   1. the GPU test of those forms (every form at d = 64, 128, 80, 40, causal and not, the odd
 #      sizes, GQA 1/4/8, both layouts, atomic and deterministic dQ, NaN-poisoned outputs);
 #   2. `kgen check` of every form at the benchmark's head dims;

@@ -17,9 +17,9 @@ CUstream cu_stream(GpuStream s) { return static_cast<CUstream>(s); }
 // kgen's stream-ordered pool of the current context's device, created at first use. The
 // driver's default pool gives its free memory back at every synchronisation (a release threshold
 // of 0), so scratch taken from it was mapped again by each call after one: 0.15-0.25 ms of a
-// grouped backward at 1k keys (H100, BENCHMARKS.md "Finer group splits"). This pool keeps what
-// it has reserved, as a caching allocator does, and other users of the default pool see no
-// change.
+// grouped backward at 1k keys (H100, docs/kernels/measurements.md "Finer group splits"). This pool
+// keeps what it has reserved, as a caching allocator does, and other users of the default pool see
+// no change.
 CUmemoryPool scratch_pool() {
   const CudaDriver& cu = cuda_driver();
   CUdevice dev = 0;

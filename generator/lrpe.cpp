@@ -155,7 +155,8 @@ std::optional<std::string> check_lrpe_config_for_shape(const LrpeSpec& spec, con
 
 namespace {
 
-// The fastest config per (act, direction) of the H200 sweeps (BENCHMARKS.md, "LRPE defaults").
+// The fastest config per (act, direction) of the H200 sweeps (docs/kernels/measurements.md, "LRPE
+// defaults").
 LrpeConfig swept_default(const LrpeSpec& spec) {
   const bool fwd = spec.direction == LrpeDirection::forward;
   using S = LrpeStrategy;

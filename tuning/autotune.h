@@ -110,9 +110,9 @@ TuneResult tune(const TuningProblem& problem, const TuneOptions& options, const 
 void choose_winner(TuneResult& result);
 
 // The final round of tune(). Sustained work meets a GPU's power cap within a fraction of a
-// second (on an H200 the SM clock falls from 1980 to about 1770 MHz, BENCHMARKS.md "Uniform
-// wgmma descriptors in the backward"), so candidates timed one after another need not have run
-// at the same clock, and a 5–10 % slower kernel timed first can look the fastest. The passing
+// second (on an H200 the SM clock falls from 1980 to about 1770 MHz, docs/kernels/measurements.md
+// "Uniform wgmma descriptors in the backward"), so candidates timed one after another need not have
+// run at the same clock, and a 5–10 % slower kernel timed first can look the fastest. The passing
 // candidates whose median is within kFinalBand of the fastest (at most kMaxFinalists, fastest
 // first; none unless two qualify) are timed again on `bench`, in rounds of kTurnReps runs each,
 // the finalists' order rotating from round to round, until each has about `reps` runs; each

@@ -110,7 +110,8 @@ TEST(ReplayDefaults, EveryForwardVariantIsWarmedAndItsFa2ConfigsAreSpillFree) {
 
 // Memory-bound kernels: a spill or a stack frame is local-memory traffic on the hot path. A
 // config that forces an occupancy (":o<k>", a register cap) trades a few spilled bytes for
-// resident warps where the sweep measured it faster (BENCHMARKS.md, LRPE occupancy), up to 128.
+// resident warps where the sweep measured it faster (docs/kernels/measurements.md, LRPE occupancy),
+// up to 128.
 TEST(ReplayDefaults, EveryLrpeVariantIsWarmedWithoutSpillsBeyondItsOccupancyCap) {
   expect_every_variant_in_the_table({"lrpe_cosine", "md_lrpe_cosine"}, [](const ReplayRow& row) {
     const bool capped = row.variant.find(":o") != std::string::npos;
