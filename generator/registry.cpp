@@ -3,6 +3,7 @@
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
 #include "generator/lrpe.h"
+#include "generator/paged_append.h"
 
 namespace kgen {
 namespace {
@@ -140,6 +141,25 @@ std::optional<std::vector<ConfigField>> explain_with(const std::string& config, 
 std::optional<std::vector<ConfigField>> explain_forward(const std::string& c) { return explain_with(c, parse_attention_forward_config); }
 std::optional<std::vector<ConfigField>> explain_backward(const std::string& c) { return explain_with(c, parse_attention_backward_config); }
 std::optional<std::vector<ConfigField>> explain_lrpe(const std::string& c) { return explain_with(c, parse_lrpe_config); }
+std::optional<std::vector<ConfigField>> explain_append(const std::string& c) {
+  return explain_with(c, parse_paged_append_config);
+}
+
+// paged_append kernels do not depend on the target (vendor-neutral code).
+ConfigKernels append_kernels(const std::string& variant, const std::string& config) {
+  auto spec = parse_paged_append_spec(variant);
+  if (!spec) return unknown_variant(variant);
+  return kernels_of(
+      config, paged_append_default_config(*spec), parse_paged_append_config,
+      [&](const PagedAppendConfig& c) { return check_paged_append_config(*spec, c); },
+      [&](const PagedAppendConfig& c) { return std::vector<KernelSource>{render_paged_append(*spec, c)}; });
+}
+
+ConfigSpace append_space(const std::string& variant) {
+  auto spec = parse_paged_append_spec(variant);
+  if (!spec) return unknown_variant_space(variant);
+  return space_of(paged_append_config_space(*spec));
+}
 
 }  // namespace
 
@@ -164,6 +184,11 @@ std::span<const OperatorInfo> operators() {
        [](const Target&) { return lrpe_default_variants(LrpeOp::md_cosine); },
        [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::md_cosine, v, c); },
        [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::md_cosine, v); }, explain_lrpe},
+      {kPagedAppendOp, "paged K/V append: new rows into their pages, optional fused rotary embedding (k, and q)",
+       [](const Target&) { return paged_append_all_variants(); },
+       [](const Target&) { return paged_append_default_variants(); },
+       [](const std::string& v, const std::string& c, const Target&) { return append_kernels(v, c); },
+       [](const std::string& v, const Target&) { return append_space(v); }, explain_append},
   };
   return kOperators;
 }

@@ -243,20 +243,22 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   TensorView q = q_in, o = o_in, lse_packed = lse_in ? *lse_in : TensorView{};
   const TensorView* lse = lse_in ? &lse_packed : nullptr;
   AttentionOptions options = options_in;
+  AttentionForwardLaunch launch;
   if (!packed && pack_query_heads(q, o, lse_in ? &lse_packed : nullptr, k, options)) {
+    launch.packed_heads = true;
     // The packed views only regroup validated elements: the call's shape and mask follow.
     call.shape.heads_q = call.shape.heads_kv;
     call.shape.n_q = static_cast<int>(q.shape[2]);
     call.spec.causal = false;
   }
   AttentionForwardConfig config = choose_attention_forward_config(call, options);
-  AttentionForwardLaunch launch;
   if (config.path == ForwardPath::ws) {
     launch.tma = true;
     use_primary_context(call.device);  // the driver encodes tensor maps in the current context
     // An expanded (stride-0) view has no tensor map: the same tiles without TMA serve it.
     // Paged K/V: boxes of at most a page's rows.
     const int kv_rows = paged ? std::min<int>(config.block_n, static_cast<int>(k.shape[2])) : config.block_n;
+    launch.kv_rows = kv_rows;
     if (!fill_tensor_maps(launch.tma_params, q, k, v, o, kv_rows)) {
       if (!options.config.empty())
         invalid_argument("config: " + options.config + " needs views without zero strides (TMA); use a wg: config");
@@ -276,6 +278,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
                             ((call.shape.n_k + config.block_n - 1) / config.block_n);
     if (units == 0 || units >= (1LL << 31)) config.stream_k = false;
   }
+  launch.config = config;
   const std::string_view op = call.variant.active() ? call.variant.op_name : std::string_view("attention_fwd");
   launch.variant = call.variant.active();
   launch.variant_args = call.variant.args;
@@ -325,15 +328,59 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
 
 namespace {
 
-// Launches a prepared forward (with its split or stream-K workspace) on `stream`.
-void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* stream) {
-  if (!launch.tma) use_primary_context(device);  // prepare made it current for the tensor maps
+// The byte sizes of a launch's scratch parts: stream-K (o, lse, flags) or split (o, lse).
+struct ScratchParts {
+  std::size_t o = 0, lse = 0, flags = 0;
+  std::size_t total() const { return Workspace::aligned(o) + Workspace::aligned(lse) + Workspace::aligned(flags); }
+};
+
+ScratchParts scratch_parts(const AttentionForwardLaunch& launch) {
   if (launch.stream_k) {
     const std::size_t rows = std::size_t{launch.grid.x} * launch.stream_rows;
-    const std::size_t o_bytes = rows * launch.stream_cols * 4, lse_bytes = rows * 4,
-                      flag_bytes = launch.stream_flags() * sizeof(unsigned long long);
-    Workspace ws(nullptr, 0, Workspace::aligned(o_bytes) + Workspace::aligned(lse_bytes) + Workspace::aligned(flag_bytes),
-                 device, stream, "the stream-K parts of cut query tiles");
+    return {rows * launch.stream_cols * 4, rows * 4, launch.stream_flags() * sizeof(unsigned long long)};
+  }
+  if (launch.split) return {launch.partial_rows * launch.params.head_dim * 4, launch.partial_rows * 4, 0};
+  return {};
+}
+
+}  // namespace
+
+std::size_t attention_forward_workspace_bytes(const AttentionForwardLaunch& launch) {
+  return scratch_parts(launch).total();
+}
+
+void rebind_attention_forward(AttentionForwardLaunch& launch, const TensorView& q, const TensorView& k,
+                              const TensorView& v, const TensorView& o, const TensorView* lse, const PagedKV* paged) {
+  AttentionForwardParams& p = launch.params;
+  p.q = q.data; p.k = k.data; p.v = v.data; p.o = o.data;
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  if (paged) {
+    launch.variant_args.block_table = static_cast<const int*>(paged->block_table->data);
+    launch.variant_args.seqused_k = paged->cache_seqlens ? static_cast<const int*>(paged->cache_seqlens->data) : nullptr;
+  }
+  if (launch.tma) {
+    if (!fill_tensor_maps(launch.tma_params, q, k, v, o, launch.kv_rows))
+      invalid_argument("q: these views have no tensor map, the planned ones had");
+    launch.tma_params.a = p;
+  }
+  if (launch.split) {
+    const int splits = launch.split_params.splits;
+    static_cast<AttentionForwardTmaParams&>(launch.split_params) = launch.tma_params;
+    launch.split_params.splits = splits;
+  }
+  if (launch.stream_k) {
+    static_cast<AttentionForwardTmaParams&>(launch.stream_params) = launch.tma_params;
+    launch.stream_params.splits = 1;
+  }
+}
+
+void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* stream, void* workspace,
+                              std::size_t workspace_bytes) {
+  if (!launch.tma) use_primary_context(device);  // prepare made it current for the tensor maps
+  const ScratchParts parts = scratch_parts(launch);
+  if (launch.stream_k) {
+    const std::size_t o_bytes = parts.o, lse_bytes = parts.lse, flag_bytes = parts.flags;
+    Workspace ws(workspace, workspace_bytes, parts.total(), device, stream, "the stream-K parts of cut query tiles");
     launch.stream_params.o_partial = ws.take(o_bytes);
     launch.stream_params.lse_partial = ws.take(lse_bytes);
     launch.stream_params.flags = reinterpret_cast<unsigned long long*>(ws.take(flag_bytes));
@@ -346,16 +393,13 @@ void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* 
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
     return;
   }
-  const std::size_t o_bytes = launch.partial_rows * launch.params.head_dim * 4, lse_bytes = launch.partial_rows * 4;
-  Workspace ws(nullptr, 0, Workspace::aligned(o_bytes) + Workspace::aligned(lse_bytes), device, stream,
-               "the key ranges' partial results");
+  const std::size_t o_bytes = parts.o, lse_bytes = parts.lse;
+  Workspace ws(workspace, workspace_bytes, parts.total(), device, stream, "the key ranges' partial results");
   launch.split_params.o_partial = ws.take(o_bytes);
   launch.split_params.lse_partial = ws.take(lse_bytes);
   launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
   launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)");
 }
-
-}  // namespace
 
 void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& o, const TensorView* lse, const AttentionOptions& options,
@@ -364,19 +408,20 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
   launch_attention_forward(launch, q.device, stream);
 }
 
+TensorView paged_cache_view(const TensorView& cache, const char* name) {
+  check_shape(cache, name, 4);
+  TensorView v = cache;
+  std::swap(v.shape[1], v.shape[2]);
+  std::swap(v.strides[1], v.strides[2]);
+  return v;
+}
+
 void attention_paged_forward(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                              const TensorView& o, const TensorView* lse, const PagedKV& kv,
                              const AttentionOptions& options, void* stream) {
-  // The kernels' view of a (num_pages, page_size, h_kv, d) cache: (num_pages, h_kv, page_size, d).
-  auto pages = [](const TensorView& t, const char* name) {
-    check_shape(t, name, 4);
-    TensorView v = t;
-    std::swap(v.shape[1], v.shape[2]);
-    std::swap(v.strides[1], v.strides[2]);
-    return v;
-  };
-  AttentionForwardLaunch launch =
-      prepare_attention_forward(q, pages(k_cache, "k_cache"), pages(v_cache, "v_cache"), o, lse, options, nullptr, &kv);
+  AttentionForwardLaunch launch = prepare_attention_forward(q, paged_cache_view(k_cache, "k_cache"),
+                                                            paged_cache_view(v_cache, "v_cache"), o, lse, options,
+                                                            nullptr, &kv);
   launch_attention_forward(launch, q.device, stream);
 }
 

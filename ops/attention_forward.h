@@ -57,6 +57,9 @@ struct AttentionForwardLaunch {
   int stream_rows = 0;  // block_m
   int stream_cols = 0;  // the tile's head dim
   std::size_t stream_flags() const { return std::size_t{grid.x} * (stream_rows / 64); }
+  AttentionForwardConfig config;  // the config it runs
+  bool packed_heads = false;       // pack_query_heads regrouped q, o and lse
+  int kv_rows = 0;  // the ws kernel's K and V box rows (a page's rows when fewer than block_n)
   // An attention variant's kernel takes its inputs as a second parameter.
   bool variant = false;
   VariantArgs variant_args{};
@@ -91,6 +94,25 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const Tens
                                                  const AttentionOptions& options,
                                                  const PackedSequences* packed = nullptr,
                                                  const PagedKV* paged = nullptr);
+
+// The kernels' view (num_pages, h_kv, page_size, d) of a (num_pages, page_size, h_kv, d) cache;
+// checks its shape (naming `name`).
+TensorView paged_cache_view(const TensorView& cache, const char* name);
+
+// Bytes of scratch `launch` needs on its device (its split or stream-K parts; 0: none).
+std::size_t attention_forward_workspace_bytes(const AttentionForwardLaunch& launch);
+
+// Launches a prepared forward on `stream`, its scratch from `workspace` (at least
+// attention_forward_workspace_bytes; null: stream-ordered memory of kgen's pool).
+void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* stream, void* workspace = nullptr,
+                              std::size_t workspace_bytes = 0);
+
+// Points a prepared launch at other tensors of the same shapes and strides (the views
+// prepare_attention_forward would pass its kernels: packed heads, the caches' page views): the
+// kernels' data pointers, the tensor maps of the ws kernel (re-encoded on the host) and a paged
+// call's block table and key counts. No device work.
+void rebind_attention_forward(AttentionForwardLaunch& launch, const TensorView& q, const TensorView& k,
+                              const TensorView& v, const TensorView& o, const TensorView* lse, const PagedKV* paged);
 
 // The config a call runs with: options.config if given (checked; throws Error(invalid_argument)
 // naming `config`), else the general path for unaligned views, else the launch-path decision

@@ -2,6 +2,7 @@
 #include "kgen/c_api.h"
 
 #include <exception>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -194,6 +195,24 @@ kgen::AttentionBackwardOptions backward_options(const kgen_attention_backward_op
   return opts;
 }
 
+// The views of a paged attention call's descriptors; kv points into it, so it is built in place.
+struct PagedCallViews {
+  kgen::TensorView q, k_cache, v_cache, o, lse, table, lens;
+  kgen::PagedKV kv;
+  bool has_lse = false;
+  PagedCallViews(const DLTensor* q_, const DLTensor* k_, const DLTensor* v_, const DLTensor* o_, const DLTensor* lse_,
+                 const kgen_paged_kv* kv_)
+      : q(to_view(q_, "q")), k_cache(to_view(k_, "k_cache")), v_cache(to_view(v_, "v_cache")), o(to_view(o_, "o")) {
+    if (lse_) lse = to_view(lse_, "lse"), has_lse = true;
+    if (!kv_) kgen::invalid_argument("kv: NULL (paged K/V needs a block_table)");
+    if (kv_->block_table) table = to_view(kv_->block_table, "block_table", true), kv.block_table = &table;
+    if (kv_->cache_seqlens) lens = to_view(kv_->cache_seqlens, "cache_seqlens", true), kv.cache_seqlens = &lens;
+  }
+  PagedCallViews(const PagedCallViews&) = delete;
+  PagedCallViews& operator=(const PagedCallViews&) = delete;
+  const kgen::TensorView* lse_view() const { return has_lse ? &lse : nullptr; }
+};
+
 }  // namespace
 
 extern "C" {
@@ -284,20 +303,83 @@ kgen_status kgen_attention_paged_forward(const DLTensor* q, const DLTensor* k_ca
                                          const kgen_paged_kv* kv, const kgen_attention_variant* variant,
                                          void* stream) {
   return guarded([&] {
-    const kgen::TensorView qv = to_view(q, "q"), kv_k = to_view(k_cache, "k_cache"), kv_v = to_view(v_cache, "v_cache"),
-                           ov = to_view(o, "o");
-    kgen::TensorView lse_view, table, lens;
-    if (lse) lse_view = to_view(lse, "lse");
-    if (!kv) kgen::invalid_argument("kv: NULL (paged K/V needs a block_table)");
-    kgen::PagedKV paged;
-    if (kv->block_table) table = to_view(kv->block_table, "block_table", true), paged.block_table = &table;
-    if (kv->cache_seqlens) lens = to_view(kv->cache_seqlens, "cache_seqlens", true), paged.cache_seqlens = &lens;
+    const PagedCallViews c(q, k_cache, v_cache, o, lse, kv);
     kgen::AttentionOptions opts = forward_options(options);
     VariantViews views;
     set_variant(variant, false, views, opts.variant);
-    kgen::attention_paged_forward(qv, kv_k, kv_v, ov, lse ? &lse_view : nullptr, paged, opts, stream);
+    kgen::attention_paged_forward(c.q, c.k_cache, c.v_cache, c.o, c.lse_view(), c.kv, opts, stream);
   });
 }
+
+kgen_status kgen_attention_paged_append(const DLTensor* k_new, const DLTensor* v_new, DLTensor* k_cache,
+                                        DLTensor* v_cache, const kgen_paged_kv* kv, const kgen_rotary* rotary,
+                                        const DLTensor* q, DLTensor* q_out, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView kn = to_view(k_new, "k_new"), vn = to_view(v_new, "v_new"),
+                           kc = to_view(k_cache, "k_cache"), vc = to_view(v_cache, "v_cache");
+    if (!kv) kgen::invalid_argument("kv: NULL (the append needs cache_seqlens)");
+    kgen::TensorView table, lens, cos, sin, qv, qo;
+    kgen::PagedKV paged;
+    if (kv->block_table) table = to_view(kv->block_table, "block_table", true), paged.block_table = &table;
+    if (kv->cache_seqlens) lens = to_view(kv->cache_seqlens, "cache_seqlens", true), paged.cache_seqlens = &lens;
+    kgen::PagedAppendOptions opts;
+    if (rotary) {
+      if (rotary->cos) cos = to_view(rotary->cos, "rotary.cos"), opts.rotary.cos = &cos;
+      if (rotary->sin) sin = to_view(rotary->sin, "rotary.sin"), opts.rotary.sin = &sin;
+      opts.rotary.interleaved = rotary->interleaved != 0;
+      opts.rotary.q_sequential = rotary->q_sequential != 0;
+    }
+    if (q) qv = to_view(q, "q"), opts.q = &qv;
+    if (q_out) qo = to_view(q_out, "q_out"), opts.q_out = &qo;
+    kgen::attention_paged_append(kn, vn, kc, vc, paged, opts, stream);
+  });
+}
+
+struct kgen_paged_plan {
+  kgen::AttentionPagedPlan plan;
+  std::string config;
+};
+
+kgen_status kgen_attention_paged_plan(const DLTensor* q, const DLTensor* k_cache, const DLTensor* v_cache,
+                                      const DLTensor* o, const DLTensor* lse, const kgen_attention_options* options,
+                                      const kgen_paged_kv* kv, const kgen_attention_variant* variant,
+                                      kgen_paged_plan** plan) {
+  return guarded([&] {
+    if (!plan) kgen::invalid_argument("plan: NULL (where the plan goes)");
+    *plan = nullptr;
+    const PagedCallViews c(q, k_cache, v_cache, o, lse, kv);
+    kgen::AttentionOptions opts = forward_options(options);
+    VariantViews views;
+    set_variant(variant, false, views, opts.variant);
+    auto made = std::make_unique<kgen_paged_plan>();
+    made->plan = kgen::attention_paged_plan(c.q, c.k_cache, c.v_cache, c.o, c.lse_view(), c.kv, opts);
+    made->config = made->plan.config();
+    *plan = made.release();
+  });
+}
+
+kgen_status kgen_paged_plan_info(const kgen_paged_plan* plan, size_t* workspace_bytes, int* splits,
+                                 const char** config) {
+  return guarded([&] {
+    if (!plan) kgen::invalid_argument("plan: NULL");
+    if (workspace_bytes) *workspace_bytes = plan->plan.workspace_bytes();
+    if (splits) *splits = plan->plan.splits();
+    if (config) *config = plan->config.c_str();
+  });
+}
+
+kgen_status kgen_attention_paged_run(const kgen_paged_plan* plan, const DLTensor* q, const DLTensor* k_cache,
+                                     const DLTensor* v_cache, DLTensor* o, DLTensor* lse, const kgen_paged_kv* kv,
+                                     void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    if (!plan) kgen::invalid_argument("plan: NULL (make one with kgen_attention_paged_plan)");
+    const PagedCallViews c(q, k_cache, v_cache, o, lse, kv);
+    kgen::attention_paged_run(plan->plan, c.q, c.k_cache, c.v_cache, c.o, c.lse_view(), c.kv, workspace,
+                              workspace_bytes, stream);
+  });
+}
+
+void kgen_paged_plan_destroy(kgen_paged_plan* plan) { delete plan; }
 
 kgen_status kgen_attention_varlen_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
                                            const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,

@@ -142,6 +142,54 @@ kgen_status kgen_attention_paged_forward(const DLTensor* q, const DLTensor* k_ca
                                          const kgen_paged_kv* kv, const kgen_attention_variant* variant,
                                          void* stream);
 
+/* A rotary embedding fused into kgen_attention_paged_append (FlashAttention's convention): cos
+ * and sin (max_pos, rotary_dim / 2), the caches' dtype or float32, max_pos covering every
+ * position the cache holds per batch; interleaved nonzero rotates GPT-J pairs (2i, 2i + 1), zero
+ * GPT-NeoX halves (i, i + rotary_dim / 2); q_sequential nonzero puts query i of batch b at
+ * cache_seqlens[b] + i (FlashAttention's causal or windowed calls), zero every query at
+ * cache_seqlens[b]. */
+typedef struct kgen_rotary {
+  const DLTensor* cos; /* NULL: no rotary embedding */
+  const DLTensor* sin;
+  int interleaved;
+  int q_sequential;
+} kgen_rotary;
+
+/* Writes new K/V rows into their pages: row i of batch b of k_new and v_new (b, h_kv, n_new, d)
+ * (a (b, n_new, h_kv, d) tensor as its permuted view) goes to position cache_seqlens[b] + i of
+ * k_cache and v_cache (num_pages, page_size, h_kv, d) through kv->block_table; kv->block_table
+ * NULL means contiguous caches (b_cache >= b, n_cache, h_kv, d). kv->cache_seqlens is required
+ * and not changed. rotary (may be NULL) rotates the new keys, and q (b, h_q, n_q, d), if given,
+ * into q_out (NULL: in place). Rows at or past the table's positions are not written. */
+kgen_status kgen_attention_paged_append(const DLTensor* k_new, const DLTensor* v_new, DLTensor* k_cache,
+                                        DLTensor* v_cache, const kgen_paged_kv* kv, const kgen_rotary* rotary,
+                                        const DLTensor* q, DLTensor* q_out, void* stream);
+
+/* A paged attention call planned once per batch shape (kgen::AttentionPagedPlan): plan validates
+ * the call as kgen_attention_paged_forward does, chooses its config and split count, loads its
+ * kernels and sizes its workspace; run launches it without host allocation, synchronisation or
+ * compilation (CUDA-graph capturable). Run's tensors must match the plan's in dtype, shape,
+ * strides and device (data pointers may change); the variant's tensors and scalars are the
+ * plan's. A plan is freed with kgen_paged_plan_destroy. */
+typedef struct kgen_paged_plan kgen_paged_plan;
+
+kgen_status kgen_attention_paged_plan(const DLTensor* q, const DLTensor* k_cache, const DLTensor* v_cache,
+                                      const DLTensor* o, const DLTensor* lse, const kgen_attention_options* options,
+                                      const kgen_paged_kv* kv, const kgen_attention_variant* variant,
+                                      kgen_paged_plan** plan);
+
+/* The plan's scratch bytes per run, split count and config text (valid while the plan lives);
+ * any output may be NULL. */
+kgen_status kgen_paged_plan_info(const kgen_paged_plan* plan, size_t* workspace_bytes, int* splits,
+                                 const char** config);
+
+/* workspace: at least the plan's workspace bytes on q's device (NULL when that is 0). */
+kgen_status kgen_attention_paged_run(const kgen_paged_plan* plan, const DLTensor* q, const DLTensor* k_cache,
+                                     const DLTensor* v_cache, DLTensor* o, DLTensor* lse, const kgen_paged_kv* kv,
+                                     void* workspace, size_t workspace_bytes, void* stream);
+
+void kgen_paged_plan_destroy(kgen_paged_plan* plan);
+
 typedef struct kgen_attention_backward_options {
   double scale;          /* as the forward's; must match it */
   int causal;            /* as the forward's; must match it */

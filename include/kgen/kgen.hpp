@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,85 @@ struct PagedKV {
 void attention_paged_forward(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
                              const TensorView& o, const TensorView* lse, const PagedKV& kv,
                              const AttentionOptions& options, void* stream);
+
+// --- Paged K/V: append and plan/run (docs/attention.md §10) -----------------------------------
+
+// A rotary embedding fused into attention_paged_append (FlashAttention's convention): cos and sin
+// are (max_pos, rotary_dim / 2), the caches' dtype or fp32, rows of any stride with the last
+// dimension contiguous; rotary_dim is even, at most head_dim, and max_pos covers every position
+// the table can hold (max_pages · page_size, a contiguous cache's n). interleaved = false rotates
+// GPT-NeoX halves (element i with i + rotary_dim / 2), true GPT-J pairs (2i with 2i + 1).
+struct RotaryEmbedding {
+  const TensorView* cos = nullptr;  // null: no rotary embedding
+  const TensorView* sin = nullptr;
+  bool interleaved = false;
+  // Where the queries sit: query i of batch b at cache_seqlens[b] + i (true: FlashAttention's
+  // causal or windowed calls) or every query at cache_seqlens[b] (false: its other calls).
+  bool q_sequential = true;
+};
+
+struct PagedAppendOptions {
+  RotaryEmbedding rotary;
+  // Queries rotated with the new keys (rotary only): q (b, h_q, n_q, d), any strides with the last
+  // contiguous (a (b, n_q, h_q, d) tensor as its permuted view), written to q_out (like q; null or
+  // q itself: in place).
+  const TensorView* q = nullptr;
+  const TensorView* q_out = nullptr;
+  std::string config;  // force a config ("ap:t128:v8"); empty = the default
+};
+
+// Writes new key and value rows into their pages: row i of batch b of k_new and v_new (b, h_kv,
+// n_new, d) (any strides, last contiguous: a (b, n_new, h_kv, d) tensor as its permuted view) goes
+// to position pos = cache_seqlens[b] + i, i.e. row pos % page_size of page block_table[b][pos /
+// page_size] of k_cache and v_cache (num_pages, page_size, h_kv, d), rotated first when
+// options.rotary has tables (the keys; values are copied). kv.cache_seqlens is required (int32
+// (b)) and is not changed: the caller adds n_new after the step, as with FlashAttention. A null
+// kv.block_table means contiguous caches (b_cache >= b, n_cache, h_kv, d): batch b's position pos
+// is row pos of cache row b. Rows whose position is at or past the table's max_pages · page_size
+// (the cache's n) are not written. fp16, bf16 or fp32; asynchronous on `stream`.
+void attention_paged_append(const TensorView& k_new, const TensorView& v_new, const TensorView& k_cache,
+                            const TensorView& v_cache, const PagedKV& kv, const PagedAppendOptions& options,
+                            void* stream);
+
+struct AttentionPagedPlanState;
+
+// A paged attention call planned once per batch shape (FlashInfer's plan/run split): the config,
+// the split count, the grid, the loaded kernels and the workspace size, so that
+// attention_paged_run does no host allocation, no synchronisation and no compilation, and can be
+// captured in a CUDA graph. Copies share one plan; an empty plan (default) cannot run.
+class AttentionPagedPlan {
+ public:
+  AttentionPagedPlan() = default;
+  explicit operator bool() const { return state_ != nullptr; }
+  // Bytes of scratch each run needs on q's device (0: none); the caller passes it to run.
+  std::size_t workspace_bytes() const;
+  std::string config() const;  // the chosen config's text
+  int splits() const;          // key ranges per query row (1: no split)
+
+ private:
+  std::shared_ptr<const AttentionPagedPlanState> state_;
+  friend AttentionPagedPlan attention_paged_plan(const TensorView&, const TensorView&, const TensorView&,
+                                                 const TensorView&, const TensorView*, const PagedKV&,
+                                                 const AttentionOptions&);
+  friend void attention_paged_run(const AttentionPagedPlan&, const TensorView&, const TensorView&, const TensorView&,
+                                  const TensorView&, const TensorView*, const PagedKV&, void*, std::size_t, void*);
+};
+
+// Validates a attention_paged_forward call (same arguments and checks, KGEN_CHECK_INDICES
+// included) and plans it without launching; compiles or loads its kernels.
+AttentionPagedPlan attention_paged_plan(const TensorView& q, const TensorView& k_cache, const TensorView& v_cache,
+                                        const TensorView& o, const TensorView* lse, const PagedKV& kv,
+                                        const AttentionOptions& options);
+
+// Runs a plan on `stream`: the views must match the plan's in dtype, shape, strides and device
+// (their data pointers may change, aligned as the plan's were), lse and cache_seqlens given or not
+// as at plan; the variant's tensors and scalars are the plan's. `workspace` holds at least
+// plan.workspace_bytes() bytes on q's device (null allowed when that is 0). The indices are not
+// checked here (KGEN_CHECK_INDICES applies at plan). Throws kgen::Error naming the argument that
+// differs from the plan.
+void attention_paged_run(const AttentionPagedPlan& plan, const TensorView& q, const TensorView& k_cache,
+                         const TensorView& v_cache, const TensorView& o, const TensorView* lse, const PagedKV& kv,
+                         void* workspace, std::size_t workspace_bytes, void* stream);
 
 struct AttentionBackwardOptions {
   double scale = 0;            // softmax scale; <= 0 means 1/sqrt(d); must match the forward's

@@ -60,6 +60,7 @@ TEST_F(Manifest, OneLinePerOperatorGivesThatOperatorsKernels) {
       {"attention_double_bwd", "attention_double_bwd.fp16.d64.full", "fa2:bm64:bn32:w4"},
       {"lrpe_cosine", "lrpe_cosine.bwd.bf16.softmax_seq", "bp:t128:r2:v8"},
       {"md_lrpe_cosine", "md_lrpe_cosine.fwd.bf16.none.cache", "bp:t256:r2:v8:cache"},
+      {"paged_append", "paged_append.bf16.rotary_interleaved", "ap:t256:v4"},
   };
   std::string text;
   for (const Line& l : lines)

@@ -120,6 +120,14 @@ TEST(ReplayDefaults, EveryLrpeVariantIsWarmedWithoutSpillsBeyondItsOccupancyCap)
   });
 }
 
+// The paged append is a copy loop: no spills, no stack frame, in any config.
+TEST(ReplayDefaults, EveryPagedAppendVariantIsWarmedWithoutLocalMemory) {
+  expect_every_variant_in_the_table({"paged_append"}, [](const ReplayRow& row) {
+    EXPECT_EQ(row.spill_bytes, 0) << row.variant << " " << row.target;
+    EXPECT_EQ(row.stack_bytes, 0) << row.variant << " " << row.target;
+  });
+}
+
 TEST(ReplayDefaults, FirstOrderBackwardDefaultsAreWarmedAndSpillFree) {
   const int checked = expect_warmed_and_spill_free(
       attention_backward_default_shapes(), [](const AttentionBackwardSpec& spec, const AttentionShape& shape, const Target& target) {
