@@ -194,11 +194,15 @@ def _variant(args: tuple, named: dict) -> _checks.Variant:
     return variant
 
 
-def _variant_tensor(t) -> _lib.DLTensor:
-    """The DLTensor of a variant tensor, as given (no layout swap)."""
+def _variant_tensor(t, swap: bool = False) -> _lib.DLTensor:
+    """The DLTensor of a variant tensor, as given, or as its (b, h, n, d) view when it is 4-d and
+    `swap` (layout bnhd)."""
+    shape, strides = tuple(t.shape), t.stride()
+    if swap and len(shape) == 4:
+        shape, strides = (shape[0], shape[2], shape[1], shape[3]), (strides[0], strides[2], strides[1], strides[3])
     device = t.get_device()
     device_type = _checks.DL_CUDA if device >= 0 else (_lib.kDLCPU if t.is_cpu else _lib.kDLExtDev)
-    return _lib.dltensor(t.data_ptr(), t.shape, t.stride(), _checks.dl_dtype(t.dtype), (device_type, max(device, 0)))
+    return _lib.dltensor(t.data_ptr(), shape, strides, _checks.dl_dtype(t.dtype), (device_type, max(device, 0)))
 
 
 def _variant_struct(variant: _checks.Variant, sinks_grad=None, tensor_grads=()):
@@ -320,6 +324,92 @@ def paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens=None
     paged_forward_out(q, k_cache, v_cache, o, lse, block_table, cache_seqlens, scale, causal, layout,
                       _variant(variant, named))
     return o, lse
+
+
+# --- paged K/V: append, plan and run (docs/attention.md §10) -----------------------------------------
+
+def _descriptor(t, swap: bool = False):
+    """_variant_tensor of `t`, or None for None."""
+    return None if t is None else _variant_tensor(t, swap)
+
+
+def _address(descriptor):
+    return None if descriptor is None else ctypes.addressof(descriptor)
+
+
+def _call(function: str, *args) -> None:
+    status = _lib.function(function)(*args)
+    if status:
+        _lib.raise_error(function, status)
+
+
+def paged_append(k, v, k_cache, v_cache, block_table, cache_seqlens, rotary_cos=None, rotary_sin=None,
+                 rotary_interleaved=False, q=None, q_out=None, q_sequential=True, layout="bnhd") -> None:
+    """kgen_attention_paged_append on the current stream: k and v (b, n_new, h_kv, d) for layout
+    "bnhd" (or (b, h_kv, n_new, d) for "bhnd") into the caches (num_pages, page_size, h_kv, d)
+    through block_table (None: contiguous caches (b_cache, n_cache, h_kv, d)) at cache_seqlens;
+    rotary tables rotate k, and q (same layout) into q_out (None: in place)."""
+    swap = _swap(layout)
+    new = (_descriptor(k, swap), _descriptor(v, swap))
+    caches = (_descriptor(k_cache), _descriptor(v_cache))
+    table, lens = _descriptor(block_table), _descriptor(cache_seqlens)
+    kv = _lib.PagedKV(_address(table), _address(lens))
+    tables, rotary = (None, None), None
+    if rotary_cos is not None or rotary_sin is not None:
+        tables = (_descriptor(rotary_cos), _descriptor(rotary_sin))
+        rotary = _lib.Rotary(_address(tables[0]), _address(tables[1]), int(bool(rotary_interleaved)),
+                             int(bool(q_sequential)))
+    queries = (_descriptor(q, swap), _descriptor(q_out, swap))
+    first = k_cache if k_cache is not None else k
+    _call("kgen_attention_paged_append", *[_address(d) for d in new + caches], ctypes.addressof(kv), _address(rotary),
+          *[_address(d) for d in queries], _stream(first.get_device() if first is not None else -1))
+    del new, caches, table, lens, tables, queries  # read by the call
+
+
+class PagedPlan:
+    """A planned paged attention call (kgen_attention_paged_plan): its workspace bytes, split
+    count and config; the C plan is freed with the object."""
+
+    def __init__(self, handle: ctypes.c_void_p, keep):
+        self._handle = handle
+        self._keep = keep  # the variant's tensors, which the plan's kernels read
+        size, splits, config = ctypes.c_size_t(0), ctypes.c_int(0), ctypes.c_char_p()
+        _call("kgen_paged_plan_info", handle, ctypes.byref(size), ctypes.byref(splits), ctypes.byref(config))
+        self.workspace_bytes, self.splits, self.config = size.value, splits.value, config.value.decode()
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            _lib.function("kgen_paged_plan_destroy")(self._handle)
+            self._handle = None
+
+
+def paged_plan(q, k_cache, v_cache, out, lse, block_table, cache_seqlens, scale, causal, layout,
+               variant: _checks.Variant) -> PagedPlan:
+    """kgen_attention_paged_plan for a paged_forward_out call on these tensors (no launch)."""
+    c, keep = _variant_struct(variant)
+    swap = _swap(layout)
+    views = (_descriptor(q, swap), _descriptor(k_cache), _descriptor(v_cache), _descriptor(out, swap), _descriptor(lse))
+    table, lens = _descriptor(block_table), _descriptor(cache_seqlens)
+    kv = _lib.PagedKV(_address(table), _address(lens))
+    options = _lib.AttentionOptions(_scale(scale), int(causal))
+    handle = ctypes.c_void_p()
+    _call("kgen_attention_paged_plan", *[_address(d) for d in views], ctypes.byref(options), ctypes.addressof(kv),
+          ctypes.addressof(c), ctypes.byref(handle))
+    return PagedPlan(handle, (keep, variant))
+
+
+def paged_run(plan: PagedPlan, q, k_cache, v_cache, out, lse, block_table, cache_seqlens, workspace, layout) -> None:
+    """kgen_attention_paged_run on the current stream: no allocation, synchronisation or compile
+    (CUDA-graph capturable); `workspace` a uint8 tensor of at least plan.workspace_bytes (or None)."""
+    swap = _swap(layout)
+    views = (_descriptor(q, swap), _descriptor(k_cache), _descriptor(v_cache), _descriptor(out, swap), _descriptor(lse))
+    table, lens = _descriptor(block_table), _descriptor(cache_seqlens)
+    kv = _lib.PagedKV(_address(table), _address(lens))
+    scratch = None if workspace is None else workspace.data_ptr()
+    nbytes = 0 if workspace is None else workspace.numel() * workspace.element_size()
+    _call("kgen_attention_paged_run", plan._handle, *[_address(d) for d in views], ctypes.addressof(kv), scratch,
+          nbytes, _stream(q.get_device()))
+    del views, table, lens, kv  # read by the call
 
 
 def varlen_outputs(q, with_lse: bool = True):

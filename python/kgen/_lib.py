@@ -130,6 +130,12 @@ class PagedKV(ctypes.Structure):
     _fields_ = [("block_table", ctypes.c_void_p), ("cache_seqlens", ctypes.c_void_p)]
 
 
+class Rotary(ctypes.Structure):
+    """kgen_rotary of c_api.h."""
+    _fields_ = [("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p), ("interleaved", ctypes.c_int),
+                ("q_sequential", ctypes.c_int)]
+
+
 # kgen_lrpe_act codes
 LRPE_ACTS = {"none": 0, "relu": 1, "sigmoid": 2, "silu": 3, "softmax": 4, "softmax_seq": 5}
 
@@ -153,6 +159,11 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_varlen_forward": (ctypes.c_int, [_P] * 9),
     "kgen_attention_varlen_backward": (ctypes.c_int, [_P] * 13),
     "kgen_attention_paged_forward": (ctypes.c_int, [_P] * 9),
+    "kgen_attention_paged_append": (ctypes.c_int, [_P] * 9),
+    "kgen_attention_paged_plan": (ctypes.c_int, [_P] * 9),
+    "kgen_paged_plan_info": (ctypes.c_int, [_P] * 4),
+    "kgen_attention_paged_run": (ctypes.c_int, [_P] * 8 + [ctypes.c_size_t, _P]),
+    "kgen_paged_plan_destroy": (None, [_P]),
     "kgen_attention_backward": (ctypes.c_int, [_P] * 11),
     "kgen_attention_backward_variant": (ctypes.c_int, [_P] * 12),
     "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),

@@ -22,6 +22,8 @@ torch.compile traces them as leaves of the forward and backward graphs.
                              <variant>) -> (o, lse)
     paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens?, scale, causal, layout="bnhd",
                             <variant>) -> (o, lse)
+    paged_append(k, v, k_cache!, v_cache!, block_table?, cache_seqlens, rotary_cos?, rotary_sin?,
+                 rotary_interleaved=False, q!?, q_out!?, q_sequential=True, layout="bnhd") -> ()
     varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
                               causal, deterministic, tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad,
                               tensor_grads[])
@@ -198,6 +200,20 @@ def _fake_paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlen
     return K._forward_outputs(q, K._swap(layout))
 
 
+def _fake_paged_append(k, v, k_cache, v_cache, block_table, cache_seqlens, rotary_cos=None, rotary_sin=None,
+                       rotary_interleaved=False, q=None, q_out=None, q_sequential=True, layout="bnhd"):
+    for name, t, ndim in (("k", k, 4), ("v", v, 4), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4),
+                          ("cache_seqlens", cache_seqlens, 1), ("block_table", block_table, 2), ("q", q, 4),
+                          ("q_out", q_out, 4), ("rotary_cos", rotary_cos, 2), ("rotary_sin", rotary_sin, 2)):
+        if t is not None and t.dim() != ndim:
+            raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
+    K._swap(layout)
+
+
+_register("paged_append(Tensor k, Tensor v, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? block_table, "
+          "Tensor cache_seqlens, Tensor? rotary_cos=None, Tensor? rotary_sin=None, bool rotary_interleaved=False, "
+          "Tensor(c!)? q=None, Tensor(d!)? q_out=None, bool q_sequential=True, str layout=\"bnhd\") -> ()",
+          K.paged_append, _fake_paged_append)
 _register("paged_attention_forward(Tensor q, Tensor k_cache, Tensor v_cache, Tensor block_table, "
           f"Tensor? cache_seqlens=None, float? scale=None, bool causal=False, str layout=\"bnhd\", {_VARIANT}) "
           "-> (Tensor, Tensor)", K.paged_attention_forward, _fake_paged_attention_forward, cast=(0, 1, 2))

@@ -12,7 +12,7 @@ per-sequence lengths becomes a mask expression on an int32 tensor of the lengths
 Differences from FlashAttention 2: softmax_lse is the logsumexp of the scores the softmax sees,
 -inf for a row that sees no key (FlashAttention gives +inf there, and with causal ALiBi it adds
 slope·(i + n_k - n_q) to each row); S_dmask is None. What kgen does not serve (dropout, paged
-caches, rotary embedding, cache_batch_idx) raises NotImplementedError naming the argument.
+caches in the varlen functions, cache_batch_idx) raises NotImplementedError naming the argument.
 """
 from __future__ import annotations
 
@@ -245,39 +245,46 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 # --- KV caches ------------------------------------------------------------------------------------------
 
-def _append(cache, new, cache_seqlens) -> None:
-    """cache[i, cache_seqlens[i] + j] = new[i, j] in place (cache_seqlens an int or an int tensor (b,))."""
-    n = new.shape[1]
-    if isinstance(cache_seqlens, int):
-        cache[:, cache_seqlens:cache_seqlens + n] = new
-        return
-    rows = torch.arange(new.shape[0], device=cache.device)[:, None]
-    cache[rows, cache_seqlens.to(cache.device, torch.long)[:, None] + torch.arange(n, device=cache.device)] = new
+def _starts(cache_seqlens, batch: int, full: int, device) -> torch.Tensor:
+    """Each sequence's cache length as int32 (b,): cache_seqlens as a tensor, an int, or None (`full`)."""
+    if cache_seqlens is None or isinstance(cache_seqlens, int):
+        return torch.full((batch,), full if cache_seqlens is None else cache_seqlens, dtype=torch.int32, device=device)
+    return cache_seqlens.to(torch.int32)
 
 
-def _paged_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale, causal,
-                   window_size, softcap, alibi_slopes, return_softmax_lse):
+def _append_new(q, k_cache, v_cache, k, v, starts, block_table, rotary_cos, rotary_sin, rotary_interleaved,
+                causal: bool, window_size):
+    """k and v written into the caches at `starts` by kgen's append kernel (through block_table, or
+    rows 0..b-1 of contiguous caches), rotated with the tables if given; returns q, rotated into a
+    new tensor when the tables are given (at starts + i for causal or windowed calls, else at starts)."""
+    if rotary_cos is None:
+        _kgen.paged_append(k, v, k_cache, v_cache, block_table, starts)
+        return q
+    q_rot = torch.empty_like(q)
+    local = tuple(window_size) != (-1, -1)
+    _kgen.paged_append(k, v, k_cache, v_cache, block_table, starts, rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                       rotary_interleaved=rotary_interleaved, q=q, q_out=q_rot, q_sequential=causal or local)
+    return q_rot
+
+
+def _paged_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_leftpad, block_table,
+                   softmax_scale, causal, window_size, softcap, rotary_interleaved, alibi_slopes, return_softmax_lse):
     """flash_attn_with_kvcache over paged caches (num_pages, page_size, h_kv, d) named by block_table
-    (b, max_pages): k and v appended into their pages at cache_seqlens, then kgen.torch.paged_attention
-    over each sequence's cache_seqlens + n_new keys."""
+    (b, max_pages): k and v appended into their pages at cache_seqlens (rotated with the tables),
+    then kgen.torch.paged_attention over each sequence's cache_seqlens + n_new keys."""
     _unserved(cache_leftpad=(cache_leftpad, "left padding is not served with a paged cache"))
     batch, page = q.shape[0], k_cache.shape[1]
     n_keys = block_table.shape[1] * page
-    if isinstance(cache_seqlens, int) or cache_seqlens is None:
-        start = torch.full((batch,), n_keys if cache_seqlens is None else cache_seqlens, dtype=torch.int32,
-                           device=q.device)
-    else:
-        start = cache_seqlens.to(torch.int32)
+    block_table = block_table.to(torch.int32)
+    start = _starts(cache_seqlens, batch, n_keys, q.device)
     n_new = 0
     if k is not None:
         n_new = k.shape[1]
-        pos = start.long()[:, None] + torch.arange(n_new, device=q.device)  # (b, n_new) key positions
-        pages = block_table.long().gather(1, torch.div(pos, page, rounding_mode="floor"))
-        k_cache[pages, pos % page] = k
-        v_cache[pages, pos % page] = v
+        q = _append_new(_last_dim_contiguous(q), k_cache, v_cache, _last_dim_contiguous(k), _last_dim_contiguous(v),
+                        start, block_table, rotary_cos, rotary_sin, rotary_interleaved, causal, window_size)
     lens = (start + n_new).to(torch.int32)
     variant = _variant(causal, window_size, softcap, alibi_slopes, n_keys)
-    return _kgen.paged_attention(_last_dim_contiguous(q), k_cache, v_cache, block_table.to(torch.int32), lens,
+    return _kgen.paged_attention(_last_dim_contiguous(q), k_cache, v_cache, block_table, lens,
                                  causal=causal, scale=softmax_scale, return_lse=bool(return_softmax_lse), **variant)
 
 
@@ -314,27 +321,36 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     v (b, n_new, h_kv, d), when given, are written into k_cache and v_cache in place at positions
     cache_seqlens[i]...; then q (b, n_q, h, d) attends to keys [cache_leftpad[i], cache_seqlens[i]
     + n_new) of cache row i, causal and windows aligned to that length. Returns out (b, n_q, h, d),
-    or (out, softmax_lse (b, h, n_q) fp32). cache_seqlens an int (or None: the whole cache) runs
-    kgen's plain kernels on the valid prefix; a tensor of lengths runs a mask expression over the
-    whole cache. num_splits is a hint kgen does not need; no gradients."""
-    _unserved(rotary_cos=(rotary_cos, "rotary embedding is not served by kgen (apply it to q and k first)"),
-              rotary_sin=(rotary_sin, "rotary embedding is not served by kgen (apply it to q and k first)"),
-              cache_batch_idx=(cache_batch_idx, "kgen attends to cache rows 0..b-1 (gather the rows first)"))
+    or (out, softmax_lse (b, h, n_q) fp32). k and v are written by kgen's append kernel, which also
+    applies the rotary embedding (rotary_cos and rotary_sin (n_cache or max_pages · page_size, or
+    more, rotary_dim / 2), q's dtype or fp32; rotary_interleaved True: GPT-J pairs, False:
+    GPT-NeoX halves) to the new keys at cache_seqlens + i and to q (into a new tensor) at
+    cache_seqlens + i for causal or windowed calls, else at cache_seqlens. cache_seqlens an int
+    (or None: the whole cache) runs kgen's plain kernels on the valid prefix; a tensor of lengths
+    runs a mask expression over the whole cache. num_splits is a hint kgen does not need; no
+    gradients."""
+    _unserved(cache_batch_idx=(cache_batch_idx, "kgen attends to cache rows 0..b-1 (gather the rows first)"))
     if (k is None) != (v is None):
         raise ValueError("k and v: pass both new keys and new values, or neither")
     if k is not None and cache_seqlens is None:
         raise ValueError("cache_seqlens: appending k and v needs the cache lengths")
+    if (rotary_cos is None) != (rotary_sin is None):
+        raise ValueError("rotary_cos and rotary_sin: pass both tables, or neither")
+    if rotary_cos is not None and k is None:
+        raise ValueError("rotary_cos: the rotary embedding applies to new keys k and v, which are missing")
     if block_table is not None:
-        return _paged_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, cache_leftpad, block_table, softmax_scale,
-                              causal, window_size, softcap, alibi_slopes, return_softmax_lse)
+        return _paged_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_leftpad,
+                              block_table, softmax_scale, causal, window_size, softcap, rotary_interleaved,
+                              alibi_slopes, return_softmax_lse)
     batch, n_cache = q.shape[0], k_cache.shape[1]
     keys, values = k_cache[:batch], v_cache[:batch]
     n_new = 0
+    q = _last_dim_contiguous(q)
     if k is not None:
         n_new = k.shape[1]
-        _append(keys, k, cache_seqlens)
-        _append(values, v, cache_seqlens)
-    q = _last_dim_contiguous(q)
+        q = _append_new(q, k_cache, v_cache, _last_dim_contiguous(k), _last_dim_contiguous(v),
+                        _starts(cache_seqlens, batch, n_cache, q.device), None, rotary_cos, rotary_sin,
+                        rotary_interleaved, causal, window_size)
     options = dict(scale=softmax_scale, layout="bnhd", return_lse=bool(return_softmax_lse))
     if cache_seqlens is None or isinstance(cache_seqlens, int):
         length = n_cache if cache_seqlens is None else cache_seqlens + n_new

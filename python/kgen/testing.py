@@ -227,3 +227,52 @@ class AttentionBlock(torch.nn.Module):
         k = kgen_torch.lrpe_cosine(k, self.theta, layout="bnhd", act="silu")
         o = kgen_torch.attention(q, k, torch.cat([v, v], dim=-1), causal=True, layout="bnhd")
         return self.out(o.reshape(b, n, -1))
+
+
+def rotary_reference(x, cos, sin, positions, *, interleaved=False, dtype=torch.float64):
+    """x (b, n, h, d) with its first rotary_dim = 2·cos.shape[1] features rotated at `positions`
+    ((b, n) integers; rows of cos and sin), FlashAttention's convention: interleaved=False rotates
+    GPT-NeoX halves (i with i + rotary_dim/2), True GPT-J pairs (2i with 2i + 1). In `dtype`."""
+    half = cos.shape[1]
+    c = cos.to(dtype)[positions.long()][:, :, None, :]
+    s = sin.to(dtype)[positions.long()][:, :, None, :]
+    x = x.to(dtype)
+    r, rest = x[..., :2 * half], x[..., 2 * half:]
+    if interleaved:
+        x1, x2 = r[..., 0::2], r[..., 1::2]
+        rotated = torch.stack((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).flatten(-2)
+    else:
+        x1, x2 = r[..., :half], r[..., half:]
+        rotated = torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+    return torch.cat((rotated, rest), dim=-1)
+
+
+def paged_append_reference(k, v, k_cache, v_cache, block_table, cache_seqlens, *, rotary_cos=None, rotary_sin=None,
+                           rotary_interleaved=False, q=None, q_sequential=True):
+    """What kgen.torch.paged_append writes, in plain PyTorch (layout bnhd), in place: row i of batch
+    b of k and v at position cache_seqlens[b] + i of the caches (through block_table, or cache row
+    b of contiguous caches; positions past the table are dropped), k rotated (rounded once to the
+    cache's dtype) when the tables are given. Returns q rotated (in q's dtype), or None."""
+    b, n = k.shape[:2]
+    lens = cache_seqlens.long().to(k_cache.device)
+    pos = lens[:, None] + torch.arange(n, device=k_cache.device)
+    page = k_cache.shape[1]
+    limit = page if block_table is None else block_table.shape[1] * page
+    if rotary_cos is not None:
+        k = rotary_reference(k, rotary_cos, rotary_sin, pos, interleaved=rotary_interleaved)
+    keep = (pos >= 0) & (pos < limit)
+    if block_table is None:
+        rows = torch.arange(b, device=k_cache.device)[:, None].expand(b, n)
+        where = (rows[keep], pos[keep])
+    else:
+        slots = torch.div(pos.clamp(0, limit - 1), page, rounding_mode="floor")
+        pages = block_table.long().gather(1, slots)
+        where = (pages[keep], (pos % page)[keep])
+    k_cache[where] = k[keep].to(k_cache.dtype)
+    v_cache[where] = v[keep].to(v_cache.dtype)
+    if q is None or rotary_cos is None:
+        return None
+    n_q = q.shape[1]
+    q_pos = lens[:, None] + (torch.arange(n_q, device=q.device) if q_sequential else torch.zeros(n_q, dtype=torch.long,
+                                                                                                  device=q.device))
+    return rotary_reference(q, rotary_cos, rotary_sin, q_pos, interleaved=rotary_interleaved).to(q.dtype)

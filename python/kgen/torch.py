@@ -38,7 +38,7 @@ from ._lib import KgenError
 __all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward",
            "lrpe_cosine", "md_lrpe_cosine", "lrpe_cosine_backward", "md_lrpe_cosine_backward", "KgenError",
            "LAYOUTS", "LRPE_ACTS", "flex_attention", "FlexTraceError", "varlen_attention",
-           "paged_attention"]
+           "paged_attention", "paged_append", "PagedAttention"]
 LAYOUTS = _kernels.LAYOUTS
 _autocast = _ops.autocast
 _is_compiling = torch.compiler.is_compiling
@@ -63,6 +63,7 @@ _FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("
 _BACKWARD_VARIANT = _op("attention_backward_variant")
 _VARLEN_FORWARD, _VARLEN_BACKWARD = _op("varlen_attention_forward"), _op("varlen_attention_backward")
 _PAGED_FORWARD = _op("paged_attention_forward")
+_PAGED_APPEND = _op("paged_append")
 _LRPE_FORWARD, _LRPE_BACKWARD = _op("lrpe_cosine_forward"), _op("lrpe_cosine_backward")
 _MD_LRPE_FORWARD, _MD_LRPE_FORWARD_CACHED = _op("md_lrpe_cosine_forward"), _op("md_lrpe_cosine_forward_cached")
 _MD_LRPE_BACKWARD = _op("md_lrpe_cosine_backward")
@@ -545,6 +546,87 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens=None, *, cau
             out.copy_(o)
             o = out
     return (o, lse) if return_lse else o
+
+
+def paged_append(k, v, k_cache, v_cache, block_table, cache_seqlens, *, rotary_cos=None, rotary_sin=None,
+                 rotary_interleaved: bool = False, q=None, q_out=None, q_sequential: bool = True,
+                 layout: str = "bnhd"):
+    """Writes new key and value rows into their pages (docs/attention.md §10), in place, on the
+    current CUDA stream: row i of batch b of k and v ((b, n_new, h_kv, d) for layout "bnhd", (b,
+    h_kv, n_new, d) for "bhnd") goes to position cache_seqlens[b] + i, i.e. row pos % page_size of
+    page block_table[b, pos // page_size] of k_cache and v_cache (num_pages, page_size, h_kv, d).
+    block_table None means contiguous caches (b_cache >= b, n_cache, h_kv, d). cache_seqlens
+    (int32 (b,)) is not changed (add n_new after the step). Rows past the table are not written.
+
+    rotary_cos and rotary_sin ((max_pos, rotary_dim / 2), the caches' dtype or float32, max_pos
+    covering the table's rows) rotate the new keys at their positions (FlashAttention's
+    convention): rotary_interleaved False rotates GPT-NeoX halves, True GPT-J pairs; values are
+    copied. q (like k, with h_q heads), if given, is rotated too, at cache_seqlens[b] + i
+    (q_sequential, FlashAttention's causal or windowed calls) or all at cache_seqlens[b], into
+    q_out (None: in place). Returns the rotated q (q_out, or q), or None without q."""
+    _check_types("k v k_cache v_cache block_table cache_seqlens rotary_cos rotary_sin q q_out", k, v, k_cache, v_cache,
+                 block_table, cache_seqlens, rotary_cos, rotary_sin, q, q_out)
+    _run(_PAGED_APPEND, k, v, k_cache, v_cache, block_table, cache_seqlens, rotary_cos, rotary_sin,
+         bool(rotary_interleaved), q, q_out, bool(q_sequential), layout)
+    return None if q is None else (q if q_out is None else q_out)
+
+
+class PagedAttention:
+    """Paged attention planned once per batch shape, run many times (FlashInfer's plan/run split;
+    docs/attention.md §10, "Plan and run").
+
+        wrapper = kgen.torch.PagedAttention()
+        wrapper.plan(q, k_cache, v_cache, block_table, cache_seqlens, causal=True)
+        o = wrapper.run(q, k_cache, v_cache, block_table, cache_seqlens)  # each step; graph-capturable
+
+    plan takes paged_attention's arguments (tensors of the run's shapes, strides, dtypes and
+    device; their contents do not matter, the variant's tensors and scalars are kept) and chooses
+    the config and split count, loads the kernels and allocates the workspace (or takes
+    `workspace`, a uint8 tensor, if it is large enough). run launches with no host
+    synchronisation, no compilation and no allocation but its outputs (none with `out` and
+    `lse`), so torch.cuda.graphs capture it; its tensors may be other buffers of the planned
+    shapes and strides. Forward only, eager only (not traced by torch.compile)."""
+
+    def __init__(self, workspace=None):
+        self._workspace = workspace
+        self._plan = None
+
+    @_with_variant_keywords
+    def plan(self, q, k_cache, v_cache, block_table, cache_seqlens=None, *, causal: bool = False,
+             scale: float | None = None, layout: str = "bnhd", return_lse: bool = False, **variant):
+        _check_types("q k_cache v_cache block_table cache_seqlens", q, k_cache, v_cache, block_table, cache_seqlens)
+        parts = _variant_of("PagedAttention.plan", variant)
+        o, lse = _kernels._forward_outputs(q, _kernels._swap(layout))
+        self._plan = _kernels.paged_plan(q, k_cache, v_cache, o, lse, block_table, cache_seqlens, scale, causal,
+                                         layout, parts)
+        need = self._plan.workspace_bytes
+        if need and (self._workspace is None or self._workspace.numel() * self._workspace.element_size() < need):
+            self._workspace = torch.empty(need, dtype=torch.uint8, device=q.device)
+        self._layout, self._return_lse = layout, bool(return_lse)
+        return self
+
+    @property
+    def config(self) -> str:
+        """The planned config's text."""
+        return self._plan.config
+
+    @property
+    def splits(self) -> int:
+        """Key ranges per query row of the planned call (1: none)."""
+        return self._plan.splits
+
+    def run(self, q, k_cache, v_cache, block_table, cache_seqlens=None, *, out=None, lse=None):
+        """o (like q; into `out` if given), or (o, lse) when planned with return_lse (into `lse` if
+        given, fp32 (b, h_q, n_q))."""
+        if self._plan is None:
+            raise RuntimeError("PagedAttention.run: call plan(...) first")
+        if out is None or (self._return_lse and lse is None):
+            o, l = _kernels._forward_outputs(q, _kernels._swap(self._layout))
+            out = o if out is None else out
+            lse = l if lse is None else lse
+        _kernels.paged_run(self._plan, q, k_cache, v_cache, out, lse, block_table, cache_seqlens, self._workspace,
+                           self._layout)
+        return (out, lse) if self._return_lse else out
 
 
 # --- LRPE-cosine (docs/lrpe.md) -------------------------------------------------------------------

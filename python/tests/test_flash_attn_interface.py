@@ -17,6 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import kgen.testing  # noqa: E402
 import kgen.torch  # noqa: E402
 from kgen import flash_attn_interface as fa  # noqa: E402
 from test_flex_trace import Evaluator  # noqa: E402
@@ -177,8 +178,24 @@ def kgen_stand_in(monkeypatch):
         recorded.append(("variant_backward", (q, k, v, out, lse, dout), dict(causal=causal, scale=scale, **variant)))
         return kgen_backward(q, k, v, out, lse, dout, causal=causal, scale=scale, **variant)
 
+    def paged_append(k, v, k_cache, v_cache, block_table, cache_seqlens, *, rotary_cos=None, rotary_sin=None,
+                     rotary_interleaved=False, q=None, q_out=None, q_sequential=True, layout="bnhd"):
+        assert layout == "bnhd"
+        recorded.append(("paged_append", (k, v, k_cache, v_cache),
+                         dict(block_table=block_table, cache_seqlens=cache_seqlens, rotary_interleaved=rotary_interleaved,
+                              q_sequential=q_sequential)))
+        rotated = kgen.testing.paged_append_reference(k, v, k_cache, v_cache, block_table, cache_seqlens,
+                                                      rotary_cos=rotary_cos, rotary_sin=rotary_sin,
+                                                      rotary_interleaved=rotary_interleaved, q=q,
+                                                      q_sequential=q_sequential)
+        if rotated is None:
+            return None
+        target = q if q_out is None else q_out
+        target.copy_(rotated)
+        return target
+
     for name, function in (("attention", attention), ("attention_forward", attention_forward),
-                           ("attention_backward", attention_backward)):
+                           ("attention_backward", attention_backward), ("paged_append", paged_append)):
         monkeypatch.setattr(kgen.torch, name, function)
     monkeypatch.setattr(fa, "_variant_backward", variant_backward)
     return recorded
@@ -464,6 +481,33 @@ def test_kvcache(kgen_stand_in, name, n_new, lengths):
         assert passed["tensors"]["lens"].dtype == torch.int32
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_kvcache_rotary(kgen_stand_in, interleaved, causal):
+    """With rotary tables the new keys are written rotated at cache_seqlens + i, and q attends
+    rotated at cache_seqlens + i (causal) or cache_seqlens (not causal, not windowed), as
+    FlashAttention does; q itself is left alone."""
+    n_new = 2
+    q = _randn(B, n_new, H, D, seed=1)
+    q_before = q.clone()
+    k_cache, v_cache = _cache(2)
+    k_new, v_new = _randn(B, n_new, H_KV, D, seed=4), _randn(B, n_new, H_KV, D, seed=5)
+    angles = torch.arange(N_CACHE, dtype=torch.float64)[:, None] * torch.tensor([1.0, 0.25], dtype=torch.float64)
+    cos, sin = angles.cos(), angles.sin()  # rotary_dim 4 of D = 8
+    seqlens = torch.tensor([4, 7], dtype=torch.int32)
+    fa.flash_attn_with_kvcache(q, k_cache, v_cache, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                               cache_seqlens=seqlens, causal=causal, rotary_interleaved=interleaved)
+    pos = seqlens.long()[:, None] + torch.arange(n_new)
+    want_k = kgen.testing.rotary_reference(k_new, cos, sin, pos, interleaved=interleaved)
+    for i, start in enumerate(seqlens.tolist()):
+        close(k_cache[i, start:start + n_new], want_k[i], "rotated keys")
+        close(v_cache[i, start:start + n_new], v_new[i], "values")
+    assert torch.equal(q, q_before)
+    q_pos = pos if causal else seqlens.long()[:, None].expand(B, n_new)
+    attended = [tensors for function, tensors, _ in kgen_stand_in if function == "attention_forward"][-1][0]
+    close(attended, kgen.testing.rotary_reference(q, cos, sin, q_pos, interleaved=interleaved), "rotated q")
+
+
 def test_kvcache_whole_cache_and_empty_rows(kgen_stand_in):
     q = _randn(B, 2, H, D, seed=1)
     k_cache, v_cache = _cache(3)
@@ -588,9 +632,12 @@ def test_unserved_arguments(kgen_stand_in):
             call()
     k_cache, v_cache = _cache(1)
     index = torch.zeros(B, dtype=torch.int32)
-    for name, value in (("rotary_cos", q), ("rotary_sin", q), ("cache_batch_idx", index)):
-        with pytest.raises(NotImplementedError, match=f"^{name}: "):
-            fa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=index, **{name: value})
+    with pytest.raises(NotImplementedError, match="^cache_batch_idx: "):
+        fa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=index, cache_batch_idx=index)
+    with pytest.raises(ValueError, match="^rotary_cos and rotary_sin: "):
+        fa.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=index, rotary_cos=q)
+    with pytest.raises(ValueError, match="^rotary_cos: "):
+        fa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=index, rotary_cos=q, rotary_sin=q)
     with pytest.raises(NotImplementedError, match="^cache_leftpad: "):
         fa.flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=index, cache_leftpad=index,
                                    block_table=index[:, None])
