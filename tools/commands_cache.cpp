@@ -150,21 +150,26 @@ void add_cache_commands(CLI::App& app, int& exit_code) {
     exit_code = kOk;
   });
   auto export_file = std::make_shared<std::string>();
+  auto no_compress = std::make_shared<bool>(false);
   auto* exp = cache_cmd->add_subcommand("export", "Write every verified entry to one archive file (format: cache/archive.h)");
   exp->add_option("FILE", *export_file, "Archive to write (replaced atomically)")->required();
-  exp->callback([root, export_file, &exit_code] {
+  exp->add_flag("--no-compress", *no_compress,
+                "Write the members as they are (archive version 1) instead of compressing them with zstd");
+  exp->callback([root, export_file, no_compress, &exit_code] {
     const auto path = usable_root(root(), "export", exit_code);
     if (!path) return;
     cache::BinaryCache c(*path);
-    const auto r = cache::export_archive(c, *export_file);
+    const auto r = cache::export_archive(c, *export_file, !*no_compress);
     if (!r.error.empty()) {
       std::fprintf(stderr, "kgen cache export: %s\n", r.error.c_str());
       exit_code = kFailed;
       return;
     }
-    std::printf("exported %llu entries to %s (%llu bytes), corrupt %llu\n",
+    std::printf("exported %llu entries to %s (%llu bytes%s), corrupt %llu\n",
                 static_cast<unsigned long long>(r.exported), export_file->c_str(),
-                static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.corrupt_skipped));
+                static_cast<unsigned long long>(r.bytes),
+                *no_compress ? "" : (", zstd; " + std::to_string(r.body_bytes) + " before").c_str(),
+                static_cast<unsigned long long>(r.corrupt_skipped));
     exit_code = r.corrupt_skipped ? kFailed : kOk;
   });
   auto import_file = std::make_shared<std::string>();

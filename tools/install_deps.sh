@@ -4,9 +4,9 @@
 # installed; CMake's CUDAToolkit module finds it. The AMD compile tier needs ROCm 5.2's hiprtc
 # (libamdhip64-dev, with comgr and the device libraries) for gfx90a and clang-22 for gfx942/gfx950,
 # llvm-22-tools for llvm-objdump-22 and FileCheck (on PTX and on AMD ISA); libclang-rt-22-dev for the sanitizer and
-# libFuzzer build of .ci/run.
+# libFuzzer build of .ci/run; libzstd-dev for the compressed cache archives (`kgen cache export`).
 set -euo pipefail
-packages=(cmake ninja-build g++ nlohmann-json3-dev libgtest-dev libcli11-dev libssl-dev libdlpack-dev python3-pytest python3-numpy
+packages=(cmake ninja-build g++ nlohmann-json3-dev libgtest-dev libcli11-dev libssl-dev libzstd-dev libdlpack-dev python3-pytest python3-numpy
           libamdhip64-dev libamd-comgr-dev rocm-device-libs clang-22 lld-22 llvm-22 llvm-22-tools libclang-rt-22-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

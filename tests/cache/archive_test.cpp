@@ -40,11 +40,79 @@ class Archive : public ::testing::Test {
     ASSERT_TRUE(r.error.empty()) << r.error;
     ASSERT_EQ(r.exported, 3u);
     ASSERT_EQ(r.bytes, fs::file_size(archive_));
+    // The uncompressed form (version 1, what kgen wrote before zstd) for the member-level tests:
+    // its bytes are the members themselves.
+    const ExportReport p = export_archive(src, plain_, /*compress=*/false);
+    ASSERT_TRUE(p.error.empty()) << p.error;
+    ASSERT_EQ(p.bytes, fs::file_size(plain_));
+    ASSERT_EQ(p.body_bytes + 12, p.bytes);
+    ASSERT_EQ(r.body_bytes, p.body_bytes);
   }
   ScratchDir dir_;
   fs::path archive_ = dir_.path() / "cache.kgenarc";
+  fs::path plain_ = dir_.path() / "plain.kgenarc";
   std::vector<std::string> keys_;
 };
+
+std::uint32_t version_of(const std::vector<char>& bytes) {
+  std::uint32_t v = 0;
+  for (int i = 4; i-- > 0;) v = (v << 8) | static_cast<unsigned char>(bytes[8 + static_cast<std::size_t>(i)]);
+  return v;
+}
+
+TEST_F(Archive, ExportCompressesAndPlainArchivesStillImport) {
+  EXPECT_EQ(version_of(read_all(archive_)), kArchiveVersion);
+  EXPECT_EQ(version_of(read_all(plain_)), kArchiveVersionPlain);
+  EXPECT_LT(fs::file_size(archive_) * 4, fs::file_size(plain_));  // the sample entries repeat
+  BinaryCache dst(dir_.path() / "dst");
+  const ImportReport r = import_archive(dst, plain_);
+  EXPECT_TRUE(r.ok()) << r.error;
+  EXPECT_EQ(r.imported, 3u);
+  for (const auto& key : keys_) EXPECT_EQ(dst.load(key)->binary, BinaryCache(dir_.path() / "src").load(key)->binary);
+}
+
+TEST_F(Archive, DamagedCompressedDataStopsTheImportAndNothingCorruptLands) {
+  const auto good = read_all(archive_);
+  for (std::size_t at : {std::size_t{12}, std::size_t{20}, good.size() / 2, good.size() - 6}) {
+    auto bytes = good;
+    bytes[at] ^= 0x40;
+    write_all(archive_, bytes);
+    ScratchDir d;
+    BinaryCache dst(d.path());
+    const ImportReport r = import_archive(dst, archive_);
+    EXPECT_FALSE(r.ok()) << "flipped byte " << at;
+    EXPECT_FALSE(r.error.empty() && r.problems.empty()) << "flipped byte " << at;
+    for (const auto& key : dst.keys()) EXPECT_TRUE(dst.read_verified_file(key).has_value());
+  }
+}
+
+TEST_F(Archive, TruncatedCompressedArchiveSaysSo) {
+  const auto good = read_all(archive_);
+  for (std::size_t keep : {std::size_t{12}, std::size_t{16}, good.size() / 2, good.size() - 1}) {
+    auto bytes = good;
+    bytes.resize(keep);
+    write_all(archive_, bytes);
+    ScratchDir d;
+    BinaryCache dst(d.path());
+    const ImportReport r = import_archive(dst, archive_);
+    EXPECT_FALSE(r.error.empty()) << "kept " << keep;
+    EXPECT_TRUE(r.error.find("truncated") != std::string::npos || r.error.find("ends inside a frame") != std::string::npos ||
+                r.error.find("damaged") != std::string::npos)
+        << r.error;
+    if (keep <= 16) {
+      EXPECT_EQ(r.imported, 0u);  // (the last bytes are the frame's checksum)
+    }
+  }
+}
+
+TEST_F(Archive, BytesAfterACompressedBodyAreRefused) {
+  auto bytes = read_all(archive_);
+  bytes.push_back('x');
+  write_all(archive_, bytes);
+  BinaryCache dst(dir_.path() / "dst");
+  const ImportReport r = import_archive(dst, archive_);
+  EXPECT_FALSE(r.error.empty());
+}
 
 TEST_F(Archive, RoundTripPublishesEveryEntry) {
   BinaryCache dst(dir_.path() / "dst");
@@ -67,15 +135,15 @@ TEST_F(Archive, RoundTripPublishesEveryEntry) {
 }
 
 TEST_F(Archive, CorruptMemberIsReportedAndSkipped) {
-  auto bytes = read_all(archive_);
+  auto bytes = read_all(plain_);
   // Flip a byte in the middle of the second member's entry (members are sorted by key).
   const std::string needle = keys_[1];
   const auto at = std::search(bytes.begin(), bytes.end(), needle.begin(), needle.end());
   ASSERT_NE(at, bytes.end());
   *(at + 64 + 8 + 500) ^= 0x40;
-  write_all(archive_, bytes);
+  write_all(plain_, bytes);
   BinaryCache dst(dir_.path() / "dst");
-  const ImportReport r = import_archive(dst, archive_);
+  const ImportReport r = import_archive(dst, plain_);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(r.error.empty()) << r.error;
   EXPECT_EQ(r.members, 3u);
@@ -89,11 +157,11 @@ TEST_F(Archive, CorruptMemberIsReportedAndSkipped) {
 }
 
 TEST_F(Archive, TruncatedArchiveKeepsWholeMembersAndSaysSo) {
-  auto bytes = read_all(archive_);
+  auto bytes = read_all(plain_);
   bytes.resize(bytes.size() - 9 - 32 - 100);  // into the last member
-  write_all(archive_, bytes);
+  write_all(plain_, bytes);
   BinaryCache dst(dir_.path() / "dst");
-  const ImportReport r = import_archive(dst, archive_);
+  const ImportReport r = import_archive(dst, plain_);
   EXPECT_FALSE(r.ok());
   EXPECT_NE(r.error.find("truncated"), std::string::npos) << r.error;
   EXPECT_EQ(r.imported, 2u);
@@ -101,11 +169,11 @@ TEST_F(Archive, TruncatedArchiveKeepsWholeMembersAndSaysSo) {
 }
 
 TEST_F(Archive, MissingTrailerIsTruncation) {
-  auto bytes = read_all(archive_);
+  auto bytes = read_all(plain_);
   bytes.resize(bytes.size() - 9);
-  write_all(archive_, bytes);
+  write_all(plain_, bytes);
   BinaryCache dst(dir_.path() / "dst");
-  const ImportReport r = import_archive(dst, archive_);
+  const ImportReport r = import_archive(dst, plain_);
   EXPECT_NE(r.error.find("truncated"), std::string::npos) << r.error;
   EXPECT_EQ(r.imported, 3u);
 }

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <fstream>
 #include <future>
@@ -264,26 +265,49 @@ TEST(TrustBoundary, ExportNeverWritesThroughAPlantedLinkAndLeavesNoStagingFile) 
   EXPECT_EQ(import_archive(imported, archive).imported, 1u);
 }
 
+// An archive's header and the start of one member that claims `member_size` bytes: the bytes of
+// archive version 1, which version 2 compresses after the header.
+std::string member_head(const std::string& key, std::uint64_t member_size) {
+  std::string bytes = "M";
+  auto put_le = [&](std::uint64_t v, int width) {
+    for (int i = 0; i < width; ++i) bytes += static_cast<char>((v >> (8 * i)) & 0xFF);
+  };
+  put_le(key.size(), 4);
+  bytes += key;
+  put_le(member_size, 8);
+  return bytes;
+}
+
+void write_archive(const fs::path& archive, std::uint32_t version, const std::string& body) {
+  std::ofstream out(archive, std::ios::binary);
+  out.write("KGENARC\n", 8);
+  out.write(reinterpret_cast<const char*>(&version), 4);
+  out.write(body.data(), static_cast<std::streamsize>(body.size()));
+}
+
 TEST(TrustBoundary, AnArchiveMemberLargerThanAnyEntryIsRefusedBeforeItIsRead) {
   ScratchDir dir;
   const fs::path archive = dir.path() / "huge.kgenarc";
-  {
-    std::ofstream out(archive, std::ios::binary);
-    out.write("KGENARC\n", 8);
-    const std::uint32_t version = kArchiveVersion;
-    out.write(reinterpret_cast<const char*>(&version), 4);
-    const std::string key = key_for("huge-member");
-    const std::uint32_t key_size = static_cast<std::uint32_t>(key.size());
-    const std::uint64_t member_size = kMaxEntryBytes + 1;
-    out.put('M');
-    out.write(reinterpret_cast<const char*>(&key_size), 4);
-    out.write(key.data(), static_cast<std::streamsize>(key.size()));
-    out.write(reinterpret_cast<const char*>(&member_size), 8);
-  }
+  write_archive(archive, kArchiveVersionPlain, member_head(key_for("huge-member"), kMaxEntryBytes + 1));
   fs::resize_file(archive, 2 * kMaxEntryBytes);  // sparse: the claimed bytes "are there"
   BinaryCache cache(dir.path() / "cache");
   const ImportReport r = import_archive(cache, archive);
   EXPECT_NE(r.error.find("larger than any entry"), std::string::npos) << r.error;
+  EXPECT_EQ(r.imported, 0u);
+}
+
+TEST(TrustBoundary, ACompressedMemberLongerThanItsBodyStopsTheImport) {
+  // A compressed body whose member claims 512 MiB and holds three bytes: the import reads what is
+  // there (in pieces, never the whole claim at once) and stops.
+  const std::string body = member_head(key_for("short-member"), std::uint64_t{512} << 20) + "abc";
+  std::string frame(ZSTD_compressBound(body.size()), '\0');
+  frame.resize(ZSTD_compress(frame.data(), frame.size(), body.data(), body.size(), 1));
+  ScratchDir dir;
+  const fs::path archive = dir.path() / "short.kgenarc";
+  write_archive(archive, kArchiveVersion, frame);
+  BinaryCache cache(dir.path() / "cache");
+  const ImportReport r = import_archive(cache, archive);
+  EXPECT_NE(r.error.find("truncated"), std::string::npos) << r.error;
   EXPECT_EQ(r.imported, 0u);
 }
 

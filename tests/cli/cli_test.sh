@@ -90,7 +90,11 @@ expect 2 "manifest:1: \"variant\": variant key .*canonical variant text" -- warm
 expect 2 "excludes" -- warm --manifest "$scratch/good.jsonl" --ops attention_fwd --cache-dir "$small"
 expect 0 "compiled 1, cached 0, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$small"
 expect 0 "compiled 0, cached 1, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$small"
-expect 0 "exported 1 entries" -- cache --cache-dir "$small" export "$scratch/a.kgenarc"
+expect 0 "exported 1 entries to .* bytes, zstd; [0-9]+ before" -- cache --cache-dir "$small" export "$scratch/a.kgenarc"
+expect 0 "exported 1 entries" -- cache --cache-dir "$small" export --no-compress "$scratch/plain.kgenarc"
+[ "$(od -An -tu4 -j8 -N4 "$scratch/a.kgenarc" | tr -d ' ')" = 2 ] || { echo "FAIL: export did not write a compressed (version 2) archive"; exit 1; }
+[ "$(stat -c %s "$scratch/a.kgenarc")" -lt "$(stat -c %s "$scratch/plain.kgenarc")" ] || { echo "FAIL: the compressed archive is not smaller"; exit 1; }
+expect 0 "imported 1 entries \(0 already present\), corrupt 0" -- cache --cache-dir "$scratch/c6" import "$scratch/plain.kgenarc"
 expect 0 "imported 1 entries \(0 already present\), corrupt 0" -- cache --cache-dir "$scratch/c2" import "$scratch/a.kgenarc"
 expect 0 "compiled 0, cached 1, failed 0" -- warm --manifest "$scratch/good.jsonl" --arch sm_80 --cache-dir "$scratch/c2"
 expect 0 "imported 1 entries \(1 already present\)" -- cache --cache-dir "$scratch/c2" import "$scratch/a.kgenarc"
@@ -98,16 +102,28 @@ expect 2 "" -- cache export
 expect 2 "no such archive file" -- cache --cache-dir "$scratch/c3" import "$scratch/missing.kgenarc"
 expect 1 "not a kgen cache archive" -- cache --cache-dir "$scratch/c3" import "$scratch/good.jsonl"
 expect 1 "cannot write" -- cache --cache-dir "$small" export "$scratch/good.jsonl/x.kgenarc"
-# One flipped byte inside the member: reported, skipped, exit 1; nothing corrupt lands.
-cp "$scratch/a.kgenarc" "$scratch/flipped.kgenarc"
-off=$(( $(stat -c %s "$scratch/flipped.kgenarc") / 2 ))
-byte=$(od -An -tu1 -j"$off" -N1 "$scratch/flipped.kgenarc" | tr -d ' ')
-printf "$(printf '\\%03o' $(( byte ^ 64 )))" | dd of="$scratch/flipped.kgenarc" bs=1 seek="$off" conv=notrunc 2>/dev/null
+# flip_middle_byte FROM TO: TO is a copy of FROM with its middle byte's bit 6 flipped.
+flip_middle_byte() {
+  cp "$1" "$2"
+  local off byte
+  off=$(( $(stat -c %s "$2") / 2 ))
+  byte=$(od -An -tu1 -j"$off" -N1 "$2" | tr -d ' ')
+  printf "$(printf '\\%03o' $(( byte ^ 64 )))" | dd of="$2" bs=1 seek="$off" conv=notrunc 2>/dev/null
+}
+# One flipped byte inside the member of an uncompressed archive: reported, skipped, exit 1;
+# nothing corrupt lands. In a compressed one: the import stops there, exit 1, nothing corrupt lands.
+flip_middle_byte "$scratch/a.kgenarc" "$scratch/flipped-zstd.kgenarc"
+expect 1 "damaged|checksum mismatch" -- cache --cache-dir "$scratch/c7" import "$scratch/flipped-zstd.kgenarc"
+expect 0 "corrupt 0" -- cache --cache-dir "$scratch/c7" verify
+flip_middle_byte "$scratch/plain.kgenarc" "$scratch/flipped.kgenarc"
 expect 1 "member 1 .*checksum mismatch; skipped" -- cache --cache-dir "$scratch/c4" import "$scratch/flipped.kgenarc"
 expect 0 "entries 0, corrupt 0" -- cache --cache-dir "$scratch/c4" verify
-cp "$scratch/a.kgenarc" "$scratch/short.kgenarc"
+cp "$scratch/plain.kgenarc" "$scratch/short.kgenarc"
 truncate -s -60 "$scratch/short.kgenarc"
 expect 1 "truncated" -- cache --cache-dir "$scratch/c5" import "$scratch/short.kgenarc"
+cp "$scratch/a.kgenarc" "$scratch/short-zstd.kgenarc"
+truncate -s -60 "$scratch/short-zstd.kgenarc"
+expect 1 "truncated|ends inside a frame|damaged" -- cache --cache-dir "$scratch/c8" import "$scratch/short-zstd.kgenarc"
 if ! "$kgen" show-config | grep -q "devices       none"; then
   echo "note: a GPU is present; skipping the no-device checks"
 else
