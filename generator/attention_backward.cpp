@@ -210,10 +210,14 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
                                                            const AttentionBackwardConfig& c,
                                                            const Target& target) {
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
-  if (auto why = check_variant_path(spec.has_variant(), c.path == BackwardPath::wgmma  ? "wg"
-                                                        : c.path == BackwardPath::mfma ? "mfma"
-                                                                                       : ""))
-    return why;
+  if (auto why = check_variant_path(spec.has_variant(), c.path == BackwardPath::mfma ? "mfma" : "")) return why;
+  // The warp-specialised kernel serves variants and packed batches (its atomic mode; the
+  // deterministic mode's kernels do not: ops/attention_backward.cpp runs fa2 or simt there).
+  if (spec.has_variant() && c.path == BackwardPath::wgmma &&
+      (!c.warp_specialised || c.persistent || !c.tma_dq || (spec.packed && c.group_splits != 1)))
+    return std::string("variants and packed batches run on the warp-specialised wgmma kernel with dQ by TMA (w, t; "
+                       "no p, and no group splits for packed batches: wg:bm64:bn128:a1:t:l:w, "
+                       "wg:bm128:bn128:a2:t:l:w), or on fa2: and simt:");
   if (c.path == BackwardPath::mfma) return check_mfma_backward_config(spec, c, target);
   int smem = 0;
   if (c.path == BackwardPath::fa2) {
@@ -340,7 +344,7 @@ namespace {
 
 // Grouped heads on the Hopper key-major kernels (the 64- and 128-column tiles, the atomic mode):
 // into how many blocks (2, 4 or 8) each K/V head's query heads split, or 1. Each block adds its
-// partial dK and dV into fp32 rows. H100, bf16, b = 1, h_q 64, h_kv 8, BENCHMARKS.md "Finer group
+// partial dK and dV into fp32 rows. H100, bf16, b = 1, h_q 64, h_kv 8, docs/kernels/measurements.md "Finer group
 // splits", kgen bench, ms:
 // - with a mask, d = 128 at n = 1k / 2k / 4k / 8k / 16k: a2:t:l:w:g8 0.211 / 0.639 / 1.657 / 5.950
 //   / 22.556 against the defaults before (wg:bm64:bn64 0.382 / 1.191, a1:t:l:g2 1.902 / 6.725,
@@ -370,7 +374,7 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
   if (!spec.causal) return shape.n_k >= 1024 && kv_blocks * 2 <= sm_count ? 2 : 1;
   if (shape.n_k < 1024) return 2;
   // Eight blocks only once the K/V blocks fill about two waves: d = 128, h_q 64 / h_kv 8
-  // (H100, kgen bench, TFLOPS, BENCHMARKS.md "Three consumer warpgroups"): b = 1 at 1k / 2k / 3k
+  // (H100, kgen bench, TFLOPS, docs/kernels/measurements.md "Three consumer warpgroups"): b = 1 at 1k / 2k / 3k
   // keys (64 / 128 / 192 K/V blocks) g4 233 / 335 / 394 against g8 201 / 265 / 378, at 4k (256)
   // g8 420 against 380; b = 2 at 2k (256) g8 337 against 253.
   if (spec.head_dim >= 120 && group % 8 == 0 && 2 * kv_blocks > 3LL * sm_count) return 8;
@@ -382,10 +386,21 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
-  // Variants run on the fa2 kernels (NVIDIA) or the general path: the wgmma and MFMA kernels
-  // do not serve them yet.
-  if (spec.has_variant() && target.arch == "sm_90a")
+  // Variants on sm_90a: the plain default where it is the warp-specialised kernel (on its plain
+  // grid, dQ by TMA; packed batches unsplit), else sm_80's rule. The MFMA kernels do not serve
+  // variants yet. 64-row query tiles: on 128-row tiles a modification's score step spills
+  // (ptxas, d = 64: softcap 152 bytes, ALiBi 44; none on 64-row tiles).
+  if (spec.has_variant() && target.arch == "sm_90a") {
+    AttentionBackwardSpec plain = spec;
+    plain.variant.clear(), plain.sinks = plain.packed = false;
+    AttentionBackwardConfig c = attention_backward_default_config(plain, shape, target, sm_count);
+    if (c.path == BackwardPath::wgmma && c.warp_specialised) {
+      c.persistent = false, c.tma_dq = true, c.block_m = 64;
+      if (spec.packed) c.group_splits = 1;
+      if (!check_attention_backward_config(spec, c, target)) return c;
+    }
     return attention_backward_default_config(spec, shape, *parse_target("sm_80"), sm_count);
+  }
   if (spec.has_variant()) {
     // A variant's score step keeps more values live per element: 32-row query tiles and 16 keys
     // per warp keep the fa2 key-major kernel within its registers (ptxas, d = 64: 64-row tiles
@@ -403,7 +418,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
   if (!spec.has_variant())
     if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
   // d = 32 on sm_90a (H200, bf16, b·n = 16k, h = 64, `kgen bench --op attention_bwd --head-dims 32`,
-  // BENCHMARKS.md "d = 32 backward"): without a mask the padded 64-column wgmma tile ran 165 / 204 /
+  // docs/kernels/measurements.md "d = 32 backward"): without a mask the padded 64-column wgmma tile ran 165 / 204 /
   // 217 TFLOPS at n = 1k / 4k / 16k against 147 / 184 / 198 for fa2:bm64:bn128:w8; causal,
   // fa2:bm64:bn64:w4 ran 124 / 177 / 199 against 109 / 161 / 184 (wg 114–191), and 159 at 4k
   // against 169 for the decoupled wg:bm64:bn128:a2 ("Decoupled warpgroups", 2026-11-24).
@@ -428,7 +443,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     AttentionBackwardConfig c{.path = BackwardPath::wgmma};
     if (tile64) {
       // The 64-column tile: 128-row query tiles (H100, bf16, b·n = 16k, h·d = 2048, `kgen bench
-      // --op attention_bwd`, BENCHMARKS.md "128-row query tiles", against the 64-row defaults
+      // --op attention_bwd`, docs/kernels/measurements.md "128-row query tiles", against the 64-row defaults
       // before them at n = 1k / 4k / 16k): d = 64 without a mask a2 1.181 / 3.565 / 13.749 ms
       // against 1.259 / 4.050 / 15.189 (bm128 a1:l 1.160 / 3.678 / 13.797), with one a2:l 0.816
       // / 2.123 / 7.320 against 0.872 / 2.276 / 7.757; d = 48 without a mask a1:l 1.260 / 4.101
@@ -440,12 +455,12 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       c.async_wgs = !spec.causal && spec.head_dim <= 48 ? 1 : 2;
       c.tma_loads = spec.causal || spec.head_dim <= 48;
       // A producer warpgroup for the loads (dQ stays red_add2 from the consumers; H100, bf16,
-      // BENCHMARKS.md "Warp-specialised Hopper backward", kgen bench, ms, n = 4k / 16k): d = 64
+      // docs/kernels/measurements.md "Warp-specialised Hopper backward", kgen bench, ms, n = 4k / 16k): d = 64
       // a2:l:w 3.408 / 13.184 against a2's 3.629 / 13.627, with a mask 2.019 / 6.840 against
       // a2:l's 2.149 / 7.208 (a1:l:w 3.532 / 13.345, 2.062 / 7.114). Measured at d = 64 from 4k
       // keys: taken from d = 49 there. Split grouped heads (hopper_group_split) take it from 1k keys.
       // Unsplit, dQ goes through the staging boxes to the producer's dQ warp as well (:t, a
-      // two-stage ring; H100, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "dQ by TMA on 128-row
+      // two-stage ring; H100, bf16, b·n = 16k, h·d = 2048, docs/kernels/measurements.md "dQ by TMA on 128-row
       // tiles", kgen bench, ms, n = 1k / 4k / 8k): d = 64 a2:t:l:w 0.938 / 2.787 / 5.707 against
       // a2 1.191, a2:l:w 3.412 / 6.775; with a mask a1:t:l:w 0.729 / 1.713 / 3.011 against a2:l
       // 0.813, a2:l:w 2.009 / 3.620 (a2:t:l:w 0.713 / 1.711 / 3.049 spills 16 bytes with a mask).
@@ -459,13 +474,13 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       c.group_splits = group_split;  // only above 48 columns, where async_wgs is already 2
     } else {
       // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
-      // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, BENCHMARKS.md "Decoupled warpgroups"): d = 128
+      // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, docs/kernels/measurements.md "Decoupled warpgroups"): d = 128
       // 396 / 409 TFLOPS against 369 / 393 (causal 356 / 417 against 318 / 383); d = 80 318
       // against 284 at 4k (causal 259 against 244).
-      // dQ through shared memory and TMA reduce-adds (BENCHMARKS.md "dQ by TMA", H200, bf16, 16k
+      // dQ through shared memory and TMA reduce-adds (docs/kernels/measurements.md "dQ by TMA", H200, bf16, 16k
       // tokens: d = 128 a2 411 → 432 TFLOPS at 16k, causal 360 → 396 at 4k and 414 → 449 at 16k).
       c.tma_dq = true;
-      // Q and dO by TMA (BENCHMARKS.md "Q and dO by TMA", H100, bf16, 16k tokens, 4k / 16k): d =
+      // Q and dO by TMA (docs/kernels/measurements.md "Q and dO by TMA", H100, bf16, 16k tokens, 4k / 16k): d =
       // 128 400 → 452 / 433 → 473 TFLOPS, d = 96 368 → 391 / 385 → 402; with a mask d = 112 (the
       // synchronous kernel before: a1 and a2 spilled there without TMA loads) 275 → 352 / 344 →
       // 459, d = 96 296 → 315 / 344 → 364. With a mask at d = 128 it lost (383 → 362 at 4k, 466
@@ -477,14 +492,14 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       const bool a1 = spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) || (spec.head_dim >= 120 && grouped));
       c.async_wgs = a1 ? 1 : 2;
       // Grouped heads: each group's query heads split over several blocks (hopper_group_split;
-      // first measured with two, H100, bf16, h_q 64, h_kv 8, b = 1, BENCHMARKS.md "Group splits":
+      // first measured with two, H100, bf16, h_q 64, h_kv 8, b = 1, docs/kernels/measurements.md "Group splits":
       // d = 128 a1:t:l:g2 1.899 / 6.615 / 24.375 ms against a1:t:l's 2.188 / 7.568 / 26.213 at n
       // = 4k / 8k / 16k). The causal walks of a group's key blocks are long (8 heads × the tiles
       // from the diagonal on), and the heaviest ones set the kernel's time; split, they are
       // shorter.
       c.group_splits = group_split;
       // A producer warpgroup for the loads and the dQ reduce-adds (H100, bf16,
-      // BENCHMARKS.md "Warp-specialised Hopper backward", kgen bench, ms, against the defaults
+      // docs/kernels/measurements.md "Warp-specialised Hopper backward", kgen bench, ms, against the defaults
       // before it at n = 4k / 16k): d = 128 2.713 / 10.787 against a2:t:l's 2.890 / 11.417, with a
       // mask 1.603 / 5.528 against a2:t's 1.735 / 5.742 (1k 0.669 against 0.697); d = 80 3.815 /
       // 14.424 against 4.238 / 15.774, d = 96 with a mask 1.994 / 6.919 against 2.157 / 7.523;
@@ -495,7 +510,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       // stagger as without grouped heads from d = 120.
       // Without group splits, the a2 form on a persistent grid (:p): the next key block's K, V,
       // Q and dO load under this one's last dQ and its dK and dV stores. H200, d = 128,
-      // b·n = 16k, median ms of 10 (BENCHMARKS.md "A persistent grid for the warp-specialised
+      // b·n = 16k, median ms of 10 (docs/kernels/measurements.md "A persistent grid for the warp-specialised
       // backward"): without a mask 0.808 / 1.358 / 2.458 at 1k / 2k / 4k
       // against 0.818 / 1.377 / 2.494 (and the 1k default a2:t:l's 0.836), with one 0.892 /
       // 1.491 / 2.694 at 2k / 4k / 8k against 0.896 / 1.509 / 2.717 (1k level); GQA (b = 1,
@@ -651,7 +666,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           shim.args = {targ_type("T", spec.dtype),       targ("D", tile),  targ("BM", c.block_m),
                        targ("Causal", spec.causal),       targ("Stagger", c.async_wgs == 2),
                        targ("HeadDim", d),                targ("GroupSplit", c.group_splits)};
-          if (c.block_m == 128 && c.tma_dq) shim.args.push_back(targ("TmaDQ", true));
+          if ((c.block_m == 128 && c.tma_dq) || spec.has_variant()) shim.args.push_back(targ("TmaDQ", c.tma_dq));
           break;
         }
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
@@ -754,12 +769,20 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
   if (c.async_wgs != 0 && spec.causal && spec.head_dim > 104 && spec.head_dim <= 112)
     c.async_wgs = 0, c.tma_dq = false, c.group_splits = 1;
   // 128-row query tiles add dQ by TMA only warp-specialised: without, red_add2 from the staggered
-  // a2 (the measured cp.async form, BENCHMARKS.md "128-row query tiles").
+  // a2 (the measured cp.async form, docs/kernels/measurements.md "128-row query tiles").
   if (c.block_m == 128 && c.tma_dq) c.tma_dq = false, c.async_wgs = 2;
   // With 128-row query tiles at d = 49-56 with a mask, a2 spills 12 bytes (d = 64 and up to 48:
   // none); the 64-row form does not.
   if (c.block_m == 128 && spec.causal && spec.head_dim > 48 && spec.head_dim <= 56) c.block_m = 64;
   return c;
+}
+
+AttentionBackwardConfig attention_backward_variant_config(const AttentionBackwardSpec& spec,
+                                                          const AttentionBackwardConfig& c,
+                                                          const AttentionShape& shape, int sm_count,
+                                                          bool deterministic, bool tensor_maps) {
+  if (!spec.has_variant() || c.path != BackwardPath::wgmma || (!deterministic && tensor_maps)) return c;
+  return attention_backward_default_config(spec, shape, *parse_target("sm_80"), sm_count);
 }
 
 std::vector<AttentionShape> attention_backward_default_shapes() {
@@ -774,10 +797,14 @@ namespace {
 void add_backward_defaults(std::vector<KernelSource>& out, const AttentionBackwardSpec& spec, const Target& target) {
   for (const AttentionShape& shape : attention_backward_default_shapes()) {
     const auto c = attention_backward_default_config(spec, shape, target, 132);
-    for (bool deterministic : {false, true})
-      for (BackwardKernel kernel : attention_backward_kernels(c, deterministic))
-        add_unique(out, render_attention_backward(spec, c, kernel));
-    // TMA loads serve the atomic mode only.
+    for (bool deterministic : {false, true}) {
+      const auto mode = attention_backward_variant_config(spec, c, shape, 132, deterministic, true);
+      for (BackwardKernel kernel : attention_backward_kernels(mode, deterministic))
+        add_unique(out, render_attention_backward(spec, mode, kernel));
+    }
+    // TMA loads serve the atomic mode only. (A variant's views without tensor maps, rare, build
+    // their fa2 kernels on first use.)
+    if (spec.has_variant()) continue;
     const auto without = attention_backward_config_without_tma_loads(spec, c);
     for (BackwardKernel kernel : attention_backward_kernels(without, false))
       add_unique(out, render_attention_backward(spec, without, kernel));
@@ -979,7 +1006,7 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
                                                                  const Target& target) {
   // Hopper, 32 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
   // score tiles on the 64-column tile and 32-wide on the 128-column one (registers). On an H200
-  // (b = 1, n = 8192, BENCHMARKS.md "The double backward on wgmma") d = 64 ran 0.400 ms against
+  // (b = 1, n = 8192, docs/kernels/measurements.md "The double backward on wgmma") d = 64 ran 0.400 ms against
   // 0.755 for the fa2 default at h = 1 (causal 0.273 against 0.520) and 5.94 against 11.21 at
   // h = 16; d = 128 0.811 against 1.407 (causal 0.531 against 0.951), 12.1 against 21.4 at h = 16;
   // d = 32 0.325 against 0.481 (causal 0.276 against 0.391).
@@ -1010,8 +1037,8 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
                                                                  int sm_count) {
   AttentionBackwardConfig c = attention_double_backward_default_config(spec, target);
   // Fewer 64-row query tiles than half the SMs (b·h = 1 at n <= 4096 on 132 SMs): 32-row tiles on
-  // 2 warps double the blocks of both passes. Measured on an H200 at b = h = 1 (BENCHMARKS.md):
-  // d = 128 n = 2048 gains 10 %, n = 4096 ties, n = 8192 (128 tiles) loses 19 %, where the
+  // 2 warps double the blocks of both passes. Measured on an H200 at b = h = 1
+  // (docs/kernels/measurements.md, "Double backward"): d = 128 n = 2048 gains 10 %, n = 4096 ties, n = 8192 (128 tiles) loses 19 %, where the
   // 64-row tiles' larger K/V reuse wins over the fuller grid.
   if (c.path == BackwardPath::fa2 && attention_double_backward_shape_class(shape, sm_count) == 1) {
     AttentionBackwardConfig small{.path = BackwardPath::fa2, .block_m = 32, .block_n = c.block_n, .warps = 2};

@@ -138,6 +138,15 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
 AttentionBackwardConfig attention_backward_config_without_tma_loads(const AttentionBackwardSpec& spec,
                                                                     AttentionBackwardConfig c);
 
+// A variant's (or packed batch's) config for a call's mode and views, from `c`: the wgmma
+// kernels take a variant only in their warp-specialised atomic form with TMA loads, so the
+// deterministic mode and views without tensor maps (a zero stride) run sm_80's rule (fa2 or
+// simt) instead. `c` itself for plain attention and for the other paths.
+AttentionBackwardConfig attention_backward_variant_config(const AttentionBackwardSpec& spec,
+                                                          const AttentionBackwardConfig& c,
+                                                          const AttentionShape& shape, int sm_count,
+                                                          bool deterministic, bool tensor_maps);
+
 // One shape of each class the default chooser tells apart: key blocks that fill the machine,
 // too few to fill it, and grouped query heads (at 4k and 16k keys, and a small grid of 1k keys
 // that the group splits fill). `kgen warm` builds their defaults at the head dims outside the

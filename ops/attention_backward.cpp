@@ -112,8 +112,9 @@ void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& ca
   m.base = tp.a.dq_accum;
   m.rank = 3;
   m.element = TiledTensorMap::Element::f32;
-  const std::uint64_t d = static_cast<std::uint64_t>(call.spec.head_dim), n_q = static_cast<std::uint64_t>(call.shape.n_q);
-  m.dims[0] = d, m.dims[1] = n_q, m.dims[2] = static_cast<std::uint64_t>(call.shape.batch) * call.shape.heads_q;
+  // The tensors' rows (a packed batch: one physical batch of every sequence's rows).
+  const std::uint64_t d = static_cast<std::uint64_t>(call.spec.head_dim), n_q = static_cast<std::uint64_t>(call.rows.n_q);
+  m.dims[0] = d, m.dims[1] = n_q, m.dims[2] = static_cast<std::uint64_t>(call.rows.batch) * call.rows.heads_q;
   m.strides_bytes[0] = d * 4, m.strides_bytes[1] = d * n_q * 4;
   m.box[0] = 32, m.box[1] = box_rows, m.box[2] = 1;
   gpu_driver().encode_tensor_map(&tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
@@ -198,7 +199,19 @@ AttentionBackwardConfig explicit_config(const GradientOp& op, const AttentionBac
     invalid_argument("config: " + options.config + " is invalid here: " + *why);
   if (c->path != BackwardPath::simt && !call.aligned16)
     invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
+  if (c->path == BackwardPath::wgmma && call.spec.has_variant() && options.deterministic && !op.double_backward)
+    invalid_argument("config: " + options.config +
+                     " serves a variant's or packed batch's atomic mode only; the deterministic mode runs fa2: or simt:");
   return *c;
+}
+
+// The heuristic's config of a variant or packed batch, for the call's mode.
+AttentionBackwardConfig variant_default(const GradientOp& op, const AttentionBackwardCall& call, bool deterministic,
+                                        const Target& target, int sm_count) {
+  if (op.double_backward) return attention_double_backward_default_config(call.spec, call.shape, target, sm_count);
+  return attention_backward_variant_config(
+      call.spec, attention_backward_default_config(call.spec, call.shape, target, sm_count), call.shape, sm_count,
+      deterministic, true);
 }
 
 AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall& call,
@@ -206,9 +219,7 @@ AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall
   if (!options.config.empty()) return explicit_config(op, call, options, ctx.target);
   if (!call.aligned16) return attention_backward_general_config(call.spec);
   // Variants run the heuristic's config (the tuner and its database serve plain attention).
-  if (call.spec.has_variant())
-    return op.double_backward ? attention_double_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count)
-                              : attention_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count);
+  if (call.spec.has_variant()) return variant_default(op, call, options.deterministic, ctx.target, ctx.sm_count);
   AttentionCase c;
   c.dtype = call.spec.dtype, c.head_dim = call.spec.head_dim, c.causal = call.spec.causal;
   c.batch = call.shape.batch, c.heads_q = call.shape.heads_q, c.heads_kv = call.shape.heads_kv;
@@ -338,7 +349,9 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
       invalid_argument("config: " + options.config +
                        " loads Q and dO by TMA (l), which needs views without zero strides; leave out :l");
     const AttentionBackwardConfig chosen = config;
-    config = attention_backward_config_without_tma_loads(call.spec, config);
+    config = call.spec.has_variant() ? attention_backward_variant_config(call.spec, config, call.shape,
+                                                                         device_info(call.device).sm_count, false, false)
+                                     : attention_backward_config_without_tma_loads(call.spec, config);
     kernels = attention_backward_kernels(config, options.deterministic);
     const std::string variant = attention_backward_variant_key(call.spec, options.deterministic);
     note_once(variant + " " + to_string(chosen) + " no tensor map",

@@ -79,18 +79,31 @@ TEST(AttentionVariantKernels, ForwardFamiliesCompileAndTheDefaultsDoNotSpill) {
   }
 }
 
-// The backward's defaults for variants (the fa2 kernels narrowed to 32-row query tiles) still
-// spill a little at d >= 128 (ptxas: 4–88 bytes, the deterministic dQ kernel the most); the bound
-// holds them there.
+// The backward's defaults for variants. On sm_90a up to d = 128 the atomic mode runs the
+// warp-specialised wgmma kernel (64-row query tiles); the deterministic mode, wider head dims and
+// sm_80 run the fa2 kernels narrowed to 32-row query tiles, which still spill a little at
+// d >= 128 (ptxas: 4–88 bytes, the deterministic dQ kernel the most); the bound holds them there.
 constexpr int kBackwardSpills = 96;
 
 TEST(AttentionVariantKernels, BackwardFamiliesCompile) {
+  const Target sm90 = *parse_target("sm_90a");
   for (const auto& [canonical, sinks] : variants()) {
     for (int d : {64, 128, 256}) {
+      SCOPED_TRACE("d = " + std::to_string(d));
       const AttentionBackwardSpec spec{DType::bf16, d, false, canonical, sinks};
       const AttentionShape shape{2, 8, 8, 4096, 4096};
-      const AttentionBackwardConfig fa2 = attention_backward_default_config(spec, shape, *parse_target("sm_90a"), 132);
+      const AttentionBackwardConfig c = attention_backward_default_config(spec, shape, sm90, 132);
+      if (d <= 128) {
+        EXPECT_TRUE(c.path == BackwardPath::wgmma && c.warp_specialised && !c.persistent && c.block_m == 64)
+          << to_string(c);
+        EXPECT_FALSE(check_attention_backward_config(spec, c, sm90)) << to_string(c);
+        for (BackwardKernel kernel : attention_backward_kernels(c, false))
+          expect_compiles(render_attention_backward(spec, c, kernel), "sm_90a", kBackwardSpills);
+      }
+      // The deterministic mode (and views without tensor maps) take the fa2 kernels.
+      const AttentionBackwardConfig fa2 = attention_backward_variant_config(spec, c, shape, 132, true, true);
       EXPECT_EQ(fa2.path, BackwardPath::fa2) << to_string(fa2);
+      EXPECT_EQ(to_string(attention_backward_variant_config(spec, c, shape, 132, false, false)), to_string(fa2));
       for (bool deterministic : {false, true})
         for (BackwardKernel kernel : attention_backward_kernels(fa2, deterministic))
           expect_compiles(render_attention_backward(spec, fa2, kernel), "sm_80", d == 64 ? 0 : kBackwardSpills);
@@ -98,6 +111,25 @@ TEST(AttentionVariantKernels, BackwardFamiliesCompile) {
       const AttentionBackwardConfig simt = attention_backward_general_config(spec);
       for (BackwardKernel kernel : attention_backward_kernels(simt, true))
         expect_compiles(render_attention_backward(spec, simt, kernel), "sm_80", kWideFormSpills);
+    }
+  }
+}
+
+// Packed batches on sm_90a: the warp-specialised kernel unsplit (GQA groups included), without
+// spills; the forms it does not serve say which do.
+TEST(AttentionVariantKernels, PackedBackwardRunsTheWarpSpecialisedKernel) {
+  const Target sm90 = *parse_target("sm_90a");
+  for (int d : {64, 128}) {
+    AttentionBackwardSpec spec{DType::bf16, d, true};
+    spec.packed = true;
+    const AttentionBackwardConfig c = attention_backward_default_config(spec, {1, 64, 8, 16384, 16384}, sm90, 132);
+    EXPECT_TRUE(c.path == BackwardPath::wgmma && c.warp_specialised && c.group_splits == 1) << to_string(c);
+    for (BackwardKernel kernel : attention_backward_kernels(c, false))
+      expect_compiles(render_attention_backward(spec, c, kernel), "sm_90a", 0);
+    for (const char* refused : {"wg:bm64:bn128:a2:t:l:w:p", "wg:bm64:bn128:a2:t:l:w:g4", "wg:bm64:bn128:a2:t"}) {
+      const auto why = check_attention_backward_config(spec, *parse_attention_backward_config(refused), sm90);
+      ASSERT_TRUE(why) << refused;
+      EXPECT_NE(why->find("warp-specialised"), std::string::npos) << *why;
     }
   }
 }

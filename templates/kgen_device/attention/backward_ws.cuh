@@ -44,26 +44,30 @@ constexpr int kWsConsumerRegisters = 240;
 // The producer's load warp: the query tiles of `walk` into the ring of `sm`, each stage once both
 // consumers released it. ring0: the ring's uses before this walk (persistent blocks); drain: wait
 // for the statistics' copies at the end.
-template <class QTile, int BM, int D, class Walk, class Smem>
+// Packed batches (Variant::kPacked): `batch` is the sequence, its rows start at its first query
+// row of the tensors (one physical batch); the rows of a tile past the sequence are the next
+// sequence's (or zeros past the tensors), and the consumers mask them.
+template <class QTile, int BM, int D, class Variant = NoVariant, class Walk, class Smem>
 __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, const void* q_map, const void* do_map,
                                               const Walk& walk, const Smem& sm, int kv_y, int batch, int lane,
-                                              int ring0 = 0, bool drain = true) {
+                                              int ring0 = 0, bool drain = true, const VariantArgs* va = nullptr) {
   constexpr int kStages = Smem::kStages;
+  const int slot = Variant::kPacked ? 0 : batch;  // the tensors' batch
   for (int j = 0; j < walk.total; ++j) {
     const int use = ring0 + j;  // the ring's use count (persistent blocks: over all key blocks)
     const int stage = use % kStages;
     if (use >= kStages) tma::wait(sm.empty(stage), (use / kStages - 1) & 1);
     const int head = walk.head(kv_y, j);
-    const int m0 = walk.m0(j);
+    const int m0 = sequence_row0<Variant>(va, batch) + walk.m0(j);  // the tile's first row in the tensors
     if (lane == 0) {
       tma::arrive_expect_tx(sm.full(stage), 2 * QTile::kBytes);
 #pragma unroll
       for (int b = 0; b < D / 64; ++b) {
-        tma::load_4d(sm.q(stage) + b * QTile::kBlockBytes, q_map, 64 * b, m0, head, batch, sm.full(stage));
-        tma::load_4d(sm.d_o(stage) + b * QTile::kBlockBytes, do_map, 64 * b, m0, head, batch, sm.full(stage));
+        tma::load_4d(sm.q(stage) + b * QTile::kBlockBytes, q_map, 64 * b, m0, head, slot, sm.full(stage));
+        tma::load_4d(sm.d_o(stage) + b * QTile::kBlockBytes, do_map, 64 * b, m0, head, slot, sm.full(stage));
       }
     }
-    const long long row_base = stat_row(p, batch, head, 0);
+    const long long row_base = stat_row(p, slot, head, 0);
 #pragma unroll
     for (int i = 0; i < 2 * BM / 32; ++i) {
       const int idx = lane + 32 * i;  // [0, BM): lse2, [BM, 2·BM): delta
@@ -80,14 +84,16 @@ __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, 
 // reduce-added into dq_accum by TMA; each consumer's boxes released once read, one reduce-add
 // group late (ring0 and drain as ws_load_tiles'). 64-row tiles: consumer wg's boxes hold the dQ
 // columns [wg·D/2, +D/2) of the tile's rows; 128-row tiles: every column of the rows [64·wg, +64).
-template <int D, int BM, class Walk, class Smem>
+// Packed batches: as ws_load_tiles (the rows past the sequence get zeros added).
+template <int D, int BM, class Variant = NoVariant, class Walk, class Smem>
 __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
-                                          const Smem& sm, int kv_y, int batch, int ring0 = 0, bool drain = true) {
+                                          const Smem& sm, int kv_y, int batch, int ring0 = 0, bool drain = true,
+                                          const VariantArgs* va = nullptr) {
   constexpr int kBoxes = D * BM / 4096;  // 64-row × 32-column boxes per consumer
   for (int j = 0; j < walk.total; ++j) {
     const int use = ring0 + j;  // the tiles' count (persistent blocks: over all key blocks)
-    const int row_base = batch * p.heads_q + walk.head(kv_y, j);
-    const int m0 = walk.m0(j);
+    const int row_base = (Variant::kPacked ? 0 : batch) * p.heads_q + walk.head(kv_y, j);
+    const int m0 = sequence_row0<Variant>(va, batch) + walk.m0(j);
 #pragma unroll
     for (int wg = 0; wg < 2; ++wg) {
       tma::wait(sm.dq_full(wg), use & 1);
@@ -107,6 +113,32 @@ __device__ __forceinline__ void ws_add_dq(const AttentionBackwardParams& p, cons
     }
   }
   if (drain) tma::store_wait_read();  // the boxes read before the block exits
+}
+
+// A variant's score step (variant.cuh) on this thread's part of a warpgroup's 64 keys × BM
+// queries (key0: the warp's first key; m0: the tile's first query; st: the tile's BM lse2, then BM
+// delta values): Pᵀ into s and dSᵀ = Pᵀ∘(dPᵀ − delta)∘f' into dp, the learnable tensors'
+// gradients added (this kernel visits each score once). `masked`: the mask and the bounds apply
+// per element (rows past the sequence included).
+template <class Variant, bool Causal, int BM>
+__device__ __forceinline__ void key_major_variant_p_ds(const VariantArgs& a, const VariantAt& at, float (&s)[BM / 2],
+                                                       float (&dp)[BM / 2], const float* st, float scale_log2,
+                                                       bool masked, int key0, int m0, int g, int t) {
+#pragma unroll
+  for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = 8 * j + 2 * t + e;
+      const float l2 = st[col], dl = st[BM + col];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int i = 4 * j + 2 * h + e;
+        float pe;
+        dp[i] = variant_backward<Variant, Causal>(a, at, s[i], l2, dl, dp[i], m0 + col, key0 + g + 8 * h, masked,
+                                                  scale_log2, pe, true);
+        s[i] = pe;
+      }
+    }
 }
 
 // The key blocks of a persistent block: rounds of a grid of gridDim.x blocks over every
@@ -155,12 +187,22 @@ struct KeyBlockRounds {
 // starts once the first formed its first Pᵀ and dSᵀ (a2). GroupSplit: as
 // attention_backward_wgmma_kv_async_maps. TmaDQ: dQ through the staging boxes and the producer's
 // dQ warp (always with 64-row tiles; with 128-row tiles the form :t, on a two-stage ring).
+// Variant: the score step's modification and mask (variant.cuh) with its inputs `va`; query
+// tiles that no query head of the block's group sees are skipped. Packed batches: blockIdx.z is
+// the sequence, its keys past the block's return at once, and every index is the sequence's.
 template <class T, int D, int BM, bool Causal, bool Stagger, int HeadDim = D, int GroupSplit = 1,
-          bool TmaDQ = BM == 64>
-__device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBackwardTmaParams& tp) {
+          bool TmaDQ = BM == 64, class Variant = NoVariant>
+__device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBackwardTmaParams& tp,
+                                                               const VariantArgs* va = nullptr) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
   static_assert(GroupSplit == 1 || GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8,
                 "a K/V head's query heads in 1, 2, 4 or 8 blocks");
+  static_assert(!Variant::kPacked || GroupSplit == 1, "packed batches store dK and dV unsplit");
+  static_assert(!Variant::kPaged, "the backward takes dense or packed K/V");
+  // The score step of a variant, and of a packed batch (whose tiles' rows past the sequence
+  // belong to the next one).
+  constexpr bool kScoreStep = kVariantScores<Variant> || Variant::kPacked;
+  static_assert(!kScoreStep || TmaDQ, "variants add dQ by TMA");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 128;
@@ -179,9 +221,18 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
   const AttentionBackwardParams& p = tp.a;
 
-  const auto [n0, kv_y, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
+  const auto [n0, kv_y, batch, rows_q, rows_k, rows_diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, rows_q, rows_k);
+  const int n_q = seq.n_q, n_k = seq.n_k, diag = Variant::kPacked ? n_k - n_q : rows_diag;
+  if constexpr (Variant::kPacked)
+    if (n0 >= n_k) return;  // past this sequence's keys
   const int kv_head = kv_y / GroupSplit;
-  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group / GroupSplit);
+  bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group / GroupSplit);
+  VariantAt at{};
+  if constexpr (kScoreStep) {
+    at = {batch, 0, n_q, n_k, p.scale, 1.f / p.scale};
+    walk.template narrow<Variant>(va, at, kv_y, n0, imin(n0 + BN, n_k) - 1);
+  }
   const int total = walk.total;
   const Smem sm = Smem::at(dynamic_smem());
 
@@ -204,9 +255,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   if (threadIdx.x >= 128) {  // K and V by the consumers
     const int ctid = threadIdx.x - 128;
     fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(
-        sm.k(), bwd_detail::head_ptr<const T>(p.k, batch, kv_head), p.k.stride_n, n0, n_k, ctid);
+        sm.k(), bwd_detail::rows_ptr<const T, Variant::kPacked>(p.k, batch, kv_head, seq.k0), p.k.stride_n, n0, n_k,
+        ctid);
     fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(
-        sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head), p.v.stride_n, n0, n_k, ctid);
+        sm.v(), bwd_detail::rows_ptr<const T, Variant::kPacked>(p.v, batch, kv_head, seq.k0), p.v.stride_n, n0, n_k,
+        ctid);
     cp_async_commit();
   }
   __syncthreads();  // the barriers initialised
@@ -216,9 +269,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     tma::release_registers<bwd_detail::kWsProducerRegisters>();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     if (warp == 0)
-      bwd_detail::ws_load_tiles<QTile, BM, D>(p, &tp.q_map, &tp.do_map, walk, sm, kv_y, batch, lane);
+      bwd_detail::ws_load_tiles<QTile, BM, D, Variant>(p, &tp.q_map, &tp.do_map, walk, sm, kv_y, batch, lane, 0, true, va);
     else if (TmaDQ && warp == 1 && lane == 0)
-      bwd_detail::ws_add_dq<D, BM>(p, &tp.dq_map, walk, sm, kv_y, batch);
+      bwd_detail::ws_add_dq<D, BM, Variant>(p, &tp.dq_map, walk, sm, kv_y, batch, 0, true, va);
     return;
   }
 
@@ -268,10 +321,23 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     // it in every tile). Written out here and in the persistent kernel: as a shared helper it
     // changed the persistent kernel's machine code with a mask (replay table).
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
-    if (needs_mask)
+    if constexpr (kScoreStep) {
+      // Rows past n_q are masked too: their Q and dO are zeros (or the next sequence's) and
+      // their lse2 is 0, which a modification would turn into P ≠ 0.
+      at.head = walk.head(kv_y, it);
+      const bool masked = needs_mask || m0 + BM > n_q ||
+                          variant_partial<Variant>(*va, at, m0, imin(m0 + BM, n_q) - 1, n0, imin(n0 + BN, n_k) - 1);
+      if (masked)
+        bwd_detail::key_major_variant_p_ds<Variant, Causal, BM>(*va, at, s, dp, sm.stats(stage), scale_log2, true,
+                                                                key0, m0, g, t);
+      else
+        bwd_detail::key_major_variant_p_ds<Variant, Causal, BM>(*va, at, s, dp, sm.stats(stage), scale_log2, false,
+                                                                key0, m0, g, t);
+    } else if (needs_mask) {
       bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, true, key0, n_k, m0, diag, g, t);
-    else
+    } else {
       bwd_detail::key_major_p_ds<Causal, BM>(s, dp, sm.stats(stage), scale_log2, false, key0, n_k, m0, diag, g, t);
+    }
     if (Stagger && it == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
 
     // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
@@ -319,10 +385,14 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   }
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
-  if constexpr (GroupSplit > 1)
+  if constexpr (GroupSplit > 1) {
     bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
-  else
+  } else if constexpr (Variant::kPacked) {
+    const int k0 = sequence_row0<Variant, true>(va, batch);
+    bwd_detail::store_pair<T, D, HeadDim>(p, p.dk, p.dv, batch, kv_head, 0, k0 + key0, k0 + n_k, dk, dv);
+  } else {
     bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+  }
 #endif
 }
 
