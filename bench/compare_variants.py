@@ -16,8 +16,12 @@ block mask built once per cell, score_mod/mask_mod for the rest; its compile is 
 against. Times are medians in ms; the ratio columns are the peer's time over kgen's (> 1: kgen
 is faster).
 
+With --mode fwdbwd each implementation runs the forward and the backward (torch.autograd.grad
+of q, k and v against a fixed output gradient), and the check also compares the sampled heads'
+dq, dk and dv with the fp32 reference's autograd gradients.
+
     python3 bench/compare_variants.py                                  # forward, d = 64 and 128, 4k and 16k
-    python3 bench/compare_variants.py --mode fwd,bwd --seqlens 4k --head-dims 128 --out r.md
+    python3 bench/compare_variants.py --mode fwdbwd --seqlens 4k --head-dims 128 --out r.md
 """
 from __future__ import annotations
 
@@ -81,29 +85,40 @@ def make_cells(b: int, h: int, n: int, device) -> list[Cell]:
     ]
 
 
-def reference_head(cell: Cell, q, k, v, bb: int, hh: int, scale: float):
-    """fp32 o of head (bb, hh) (tensors (b, n, h, d))."""
-    qh, kh, vh = (t[bb, :, hh].float() for t in (q, k, v))
+def reference_rows(cell: Cell, qh, kh, vh, bb: int, hh: int, scale: float):
+    """fp32 o of one head from its (n, d) rows (b index bb, head index hh as the variant sees them)."""
     n = qh.shape[0]
     s = scale * qh @ kh.T
-    idx_q = torch.arange(n, device=q.device)[:, None]
-    idx_k = torch.arange(n, device=q.device)[None, :]
+    idx_q = torch.arange(n, device=qh.device)[:, None]
+    idx_k = torch.arange(n, device=qh.device)[None, :]
     if cell.score is not None:
         s = cell.score(s, bb, hh, idx_q, idx_k)
     visible = cell.mask(bb, hh, idx_q, idx_k) if cell.mask is not None else torch.ones_like(s, dtype=torch.bool)
     s = s.masked_fill(~visible, float("-inf"))
     if cell.sinks:
         s = torch.cat([s, cell.tensors["sinks"][hh].expand(n, 1)], dim=1)
-        return (torch.softmax(s, dim=1)[:, :n] @ vh.float())
-    return torch.softmax(s, dim=1) @ vh.float()
+        return torch.softmax(s, dim=1)[:, :n] @ vh
+    return torch.softmax(s, dim=1) @ vh
 
 
-def runners(cell: Cell, q, k, v, scale: float, impls, fa4):
-    """{impl: (forward callable, why it is absent)}; tensors (b, n, h, d)."""
+def reference_head(cell: Cell, q, k, v, bb: int, hh: int, scale: float, d_o=None):
+    """fp32 o of head (bb, hh) (tensors (b, n, h, d)); with d_o, the head's [o, dq, dk, dv]."""
+    rows = [t[bb, :, hh].detach().float() for t in (q, k, v)]
+    if d_o is None:
+        return [reference_rows(cell, *rows, bb, hh, scale)]
+    with torch.enable_grad():
+        rows = [r.requires_grad_() for r in rows]
+        o = reference_rows(cell, *rows, bb, hh, scale)
+        grads = torch.autograd.grad(o, rows, d_o[bb, :, hh].float())
+    return [o.detach(), *grads]
+
+
+def runners(cell: Cell, q, k, v, scale: float, impls, fa4, backward: bool = False):
+    """{impl: forward callable}; tensors (b, n, h, d). backward: kgen's differentiable entry."""
     out = {}
     if "kgen" in impls:
-        out["kgen"] = lambda: kgen.torch.attention_forward(q, k, v, causal=True, scale=scale, layout="bnhd",
-                                                           **cell.kgen_kw)
+        kgen_fn = kgen.torch.attention if backward else kgen.torch.attention_forward
+        out["kgen"] = lambda: kgen_fn(q, k, v, causal=True, scale=scale, layout="bnhd", **cell.kgen_kw)
     if "fa4" in impls and fa4 is not None and cell.fa4_kw is not None:
         out["fa4"] = lambda: fa4(q, k, v, softmax_scale=scale, **cell.fa4_kw)[0]
     if "flex" in impls:
@@ -146,6 +161,14 @@ def flex_runner(cell: Cell, q, k, v, scale: float):
     return lambda: _FLEX(qt, kt, vt, score_mod=score, block_mask=block, scale=scale).transpose(1, 2)
 
 
+def with_backward(forward, q, k, v, d_o):
+    """forward, then the gradients of q, k and v against d_o: returns [o, dq, dk, dv]."""
+    def run():
+        o = forward()
+        return [o.detach(), *torch.autograd.grad(o, (q, k, v), d_o)]
+    return run
+
+
 def rel_l2(out, ref) -> float:
     return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
@@ -173,6 +196,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--mode", default="fwd", choices=("fwd", "fwdbwd"),
+                    help="fwd: the forward; fwdbwd: forward and backward (dq, dk, dv checked too)")
     ap.add_argument("--out", default="", help="also write the table (markdown) here")
     args = ap.parse_args()
     impls = [i for i in args.impls.split(",") if i]
@@ -186,7 +211,8 @@ def main() -> None:
         print(f"note: FlashAttention-4 unavailable ({type(e).__name__}: {e})", file=sys.stderr)
     device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
-    lines = [f"device: {props.name}; torch {torch.__version__}; bf16; causal; b·n = {args.tokens}, h·d = {args.hidden}",
+    lines = [f"device: {props.name}; torch {torch.__version__}; bf16; causal; b·n = {args.tokens}, h·d = {args.hidden}; "
+             f"{'forward' if args.mode == 'fwd' else 'forward + backward'}",
              "", "| d | n | cell | " + " | ".join(f"{i} ms" for i in impls) + " | " +
              " | ".join(f"{i}/kgen" for i in impls if i != "kgen") + " |",
              "|" + "---|" * (3 + len(impls) + len(impls) - 1)]
@@ -196,20 +222,28 @@ def main() -> None:
             b, h = max(1, args.tokens // n), max(1, args.hidden // d)
             gen = torch.Generator(device=device).manual_seed(n + d)
             q, k, v = (torch.randn(b, n, h, d, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(3))
+            backward = args.mode == "fwdbwd"
+            d_o = torch.randn(b, n, h, d, device=device, dtype=torch.bfloat16, generator=gen) if backward else None
+            if backward:
+                q, k, v = (t.requires_grad_() for t in (q, k, v))
             scale = 1.0 / math.sqrt(d)
             for cell in make_cells(b, h, n, device):
                 if args.cells and not any(c in cell.name for c in args.cells.split(",")):
                     continue
                 runs, notes = {}, {}
-                for name, run in runners(cell, q, k, v, scale, impls, fa4).items():
+                for name, run in runners(cell, q, k, v, scale, impls, fa4, backward).items():
                     if run is None:
                         continue
+                    if backward:
+                        run = with_backward(run, q, k, v, d_o)
                     try:
                         out = run()
                         torch.cuda.synchronize()
-                        errors = [rel_l2(out[bb, :, hh], reference_head(cell, q, k, v, bb, hh, scale))
-                                  for bb, hh in [(0, 0), (b - 1, h - 1)][:SAMPLED_HEADS]]
-                        if max(errors) > REL_L2_BOUND or not torch.isfinite(out).all():
+                        outs = list(out) if backward else [out]
+                        errors = [rel_l2(got[bb, :, hh], want)
+                                  for bb, hh in [(0, 0), (b - 1, h - 1)][:SAMPLED_HEADS]
+                                  for got, want in zip(outs, reference_head(cell, q, k, v, bb, hh, scale, d_o))]
+                        if max(errors) > REL_L2_BOUND or not all(torch.isfinite(t).all() for t in outs):
                             notes[name] = f"FAIL ({max(errors):.1e})"
                             continue
                         runs[name] = run
