@@ -129,12 +129,30 @@ def build_mask(batch_size: int, q_length: int, kv_length: int, q_offset=0, kv_of
         key = id(mask)
         forget = weakref.ref(mask, lambda _, key=key: _plain_sliding_masks.pop(key, None))
         window = local_size if local_size is not None and kv_length > local_size else None
-        _plain_sliding_masks[key] = (forget, q_length, kv_length, window, keys)
+        rows = _PaddedRows(keys, q_length) if keys is not None else None
+        _plain_sliding_masks[key] = (forget, q_length, kv_length, window, rows)
     return mask
 
 
+class _PaddedRows:
+    """The packed batch of a padded mask whose valid keys `keys` (b, n_k) form one run per row and
+    whose queries are the last n_q keys: the valid query and key rows of the flattened (b·n, …)
+    tensors, cu_seqlens and the longest lengths. Made once per mask (its host reads included) and
+    shared by every layer that runs with it."""
+
+    __slots__ = ("rows_q", "rows_k", "cu_q", "cu_k", "max_q", "max_k")
+
+    def __init__(self, keys: torch.Tensor, n_q: int):
+        queries = keys[:, keys.shape[1] - n_q:]
+        self.rows_q, self.rows_k = queries.reshape(-1).nonzero().squeeze(1), keys.reshape(-1).nonzero().squeeze(1)
+        lens_q, lens_k = queries.sum(1, dtype=torch.int32), keys.sum(1, dtype=torch.int32)
+        self.cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
+        self.cu_k = torch.nn.functional.pad(lens_k.cumsum(0, dtype=torch.int32), (1, 0))
+        self.max_q, self.max_k = int(lens_q.max()), int(lens_k.max())
+
+
 def _plain_entry(mask, n_q: int, n_k: int):
-    """(window or None, valid keys or None) if build_mask built `mask` as plain for n_q queries and
+    """(window or None, _PaddedRows or None) if build_mask built `mask` as plain for n_q queries and
     n_k keys (a sliding window that cuts keys, or padding in one run per row), else None."""
     if torch.compiler.is_compiling():
         return None
@@ -196,13 +214,13 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     window = sliding_window if causal else None  # a mask-free bidirectional call masks nothing
     reason = _unsupported(query, key, value, dropout, s_aux, kwargs)
-    keys = None
+    rows = None
     if reason is None and attention_mask is not None:
         entry = _plain_entry(attention_mask, n_q, n_k)
         if entry is None or (entry[0] is None and entry[1] is None):
             reason = _MASK_FALLBACK
         else:
-            window, keys = entry
+            window, rows = entry
         causal = True  # the mask is causal (plain) or applies as it is (fallback)
     if reason is not None:
         return _fallback(reason, module, query, key, value, attention_mask, dropout, scaling, causal, window, softcap,
@@ -216,33 +234,28 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         variant["sinks"] = s_aux.float()
     q, k, v = (t.transpose(1, 2) for t in (query, key, value))
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-    if keys is not None:
-        return _padded_attention(q, k, v, keys, scaling, variant), None
+    if rows is not None:
+        return _padded_attention(q, k, v, rows, scaling, variant), None
     out = kgen_torch.attention(q, k, v, causal=causal, scale=scaling, layout="bnhd", **variant)
     return out.contiguous(), None
 
 
-def _padded_attention(q, k, v, keys, scaling, variant):
-    """Causal attention of a padded batch, q (b, n_q, h, d) and k, v (b, n_k, h_kv, d), whose valid
-    keys `keys` (b, n_k) form one run per row and whose queries are the last n_q keys: the valid
-    rows gathered into a packed batch for kgen.torch.varlen_attention (differentiable), the output
-    scattered back, 0 in the padded query rows. Gathered in order, each row's bottom-right causal
-    mask and window are the padded mask's."""
+def _padded_attention(q, k, v, rows: _PaddedRows, scaling, variant):
+    """Causal attention of a padded batch, q (b, n_q, h, d) and k, v (b, n_k, h_kv, d), with the
+    packing `rows` of its mask: the valid rows gathered into a packed batch for
+    kgen.torch.varlen_attention (differentiable), the output scattered back, 0 in the padded query
+    rows. Gathered in order, each row's bottom-right causal mask and window are the padded mask's.
+    No host read: the packing's were made once for the mask."""
     b, n_q, h, d = q.shape
     n_k, h_kv = k.shape[1], k.shape[2]
-    queries = keys[:, n_k - n_q:]
-    rows_q, rows_k = queries.reshape(-1).nonzero().squeeze(1), keys.reshape(-1).nonzero().squeeze(1)
-    lens_q, lens_k = queries.sum(1, dtype=torch.int32), keys.sum(1, dtype=torch.int32)
-    cu_q = torch.nn.functional.pad(lens_q.cumsum(0, dtype=torch.int32), (1, 0))
-    cu_k = torch.nn.functional.pad(lens_k.cumsum(0, dtype=torch.int32), (1, 0))
     out = q.new_zeros(b * n_q, h, d)
-    if rows_q.numel() == 0:
+    if rows.max_q == 0:
         return out.view(b, n_q, h, d)
     packed = kgen_torch.varlen_attention(
-        q.reshape(b * n_q, h, d).index_select(0, rows_q), k.reshape(b * n_k, h_kv, d).index_select(0, rows_k),
-        v.reshape(b * n_k, h_kv, d).index_select(0, rows_k), cu_q, cu_k, int(lens_q.max()), int(lens_k.max()),
+        q.reshape(b * n_q, h, d).index_select(0, rows.rows_q), k.reshape(b * n_k, h_kv, d).index_select(0, rows.rows_k),
+        v.reshape(b * n_k, h_kv, d).index_select(0, rows.rows_k), rows.cu_q, rows.cu_k, rows.max_q, rows.max_k,
         causal=True, scale=scaling, **variant)
-    return out.index_copy(0, rows_q, packed).view(b, n_q, h, d)
+    return out.index_copy(0, rows.rows_q, packed).view(b, n_q, h, d)
 
 
 def _fallback(reason, module, query, key, value, attention_mask, dropout, scaling, causal, window, softcap, s_aux,
