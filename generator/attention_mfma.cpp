@@ -54,7 +54,7 @@ std::optional<std::string> check_mfma_forward_config(const AttentionForwardSpec&
   if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128) return std::string("mfma block_n must be 32, 64 or 128");
   if (attention_mfma::forward_vgpr_estimate(spec.head_dim, c.block_n) > kVgprBudget)
     return "mfma head_dim=" + number(spec.head_dim) + " with block_n=" + number(c.block_n) + " exceeds the VGPR budget";
-  return lds_limit_error(attention_mfma::kv_tiles_lds_bytes(spec.head_dim, c.block_n), target);
+  return lds_limit_error(attention_mfma::forward_lds_bytes(spec.head_dim, c.block_n), target);
 }
 
 std::vector<AttentionForwardConfig> mfma_forward_config_space(const AttentionForwardSpec& spec, const Target& target) {
@@ -79,7 +79,7 @@ std::optional<AttentionForwardConfig> mfma_forward_default_config(const Attentio
 std::string render_mfma_forward(const AttentionForwardSpec& spec, const AttentionForwardConfig& c, KernelSource& k,
                                 EntryShim& shim) {
   k.threads = attention_mfma::threads(c.warps);
-  k.smem_bytes = attention_mfma::kv_tiles_lds_bytes(spec.head_dim, c.block_n);
+  k.smem_bytes = attention_mfma::forward_lds_bytes(spec.head_dim, c.block_n);
   shim.function = "attention_forward_mfma";
   shim.args.insert(shim.args.end(), {targ("D", spec.head_dim), targ("BM", c.block_m), targ("BN", c.block_n),
                                      targ("Causal", spec.causal)});

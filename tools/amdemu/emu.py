@@ -804,6 +804,11 @@ VALU = {
     "v_max_i32": (2, lambda a, b: np.maximum(a.view(np.int32), b.view(np.int32)).view(U32)),
     "v_min_u32": (2, np.minimum),
     "v_max_u32": (2, np.maximum),
+    # VOP3 three-operand forms: D = min/max(S0, S1, S2), signed or unsigned 32-bit.
+    "v_min3_i32": (3, lambda a, b, c: np.minimum(np.minimum(a.view(np.int32), b.view(np.int32)), c.view(np.int32)).view(U32)),
+    "v_max3_i32": (3, lambda a, b, c: np.maximum(np.maximum(a.view(np.int32), b.view(np.int32)), c.view(np.int32)).view(U32)),
+    "v_min3_u32": (3, lambda a, b, c: np.minimum(np.minimum(a, b), c)),
+    "v_max3_u32": (3, lambda a, b, c: np.maximum(np.maximum(a, b), c)),
     "v_perm_b32": (3, _perm),
     "v_mbcnt_lo_u32_b32": (2, _mbcnt_lo),
     "v_mbcnt_hi_u32_b32": (2, _mbcnt_hi),

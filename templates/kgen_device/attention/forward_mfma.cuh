@@ -35,11 +35,12 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   constexpr int kKeyBlocks = BN / 32;      // 32-key blocks of a tile
   constexpr int kColBlocks = D / 32;       // 32-column blocks of O
   constexpr int kChainSteps = 32 / kMfmaK; // k-steps of Vᵀ·Pᵀ over one key block
-  static_assert(2 * BN * attention_mfma::lds_row(D) * 2 == attention_mfma::kv_tiles_lds_bytes(D, BN),
-                "LDS layout must match kv_tiles_lds_bytes");
+  static_assert(BN * attention_mfma::lds_row(D) * 2 + D * attention_mfma::lds_row_transposed(BN) * 2 ==
+                    attention_mfma::forward_lds_bytes(D, BN),
+                "LDS layout must match forward_lds_bytes");
 
-  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
-  unsigned short* v_s = k_s + BN * attention_mfma::lds_row(D);
+  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());  // BN x D, row-major
+  unsigned short* vt_s = k_s + BN * attention_mfma::lds_row(D);             // D x BN: V transposed
 
   const mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
   const int lane = w.lane;
@@ -59,25 +60,40 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   float row_max = -infinity_f32();  // running max of this lane's query's raw scores
   float row_sum = 0.f;              // this lane's part of l (its half's keys)
 
-  for (int n0 = 0; n0 < w.n_end; n0 += BN) {
+  // The next tile's K and V in registers: loaded while the block computes on the current one.
+  mfma_detail::TileStage<BN, D, kThreads, false> k_next;
+  mfma_detail::TileStage<BN, D, kThreads, true> v_next;
+  if (w.n_end > 0) {
+    k_next.load(k_ptr, p.k_stride_n, 0, n_k, w.tid);
+    v_next.load(v_ptr, p.v_stride_n, 0, n_k, w.tid);
+  }
+
+  // One tile: its K and V into LDS, the next tile's loads issued, then Sᵀ, the online softmax of
+  // this lane's query and Oᵀ += Vᵀ·Pᵀ. Masked: keys past n_k and above the causal diagonal get
+  // −inf; unmasked tiles (below) have none.
+  auto tile = [&](int n0, auto masked) {
     __syncthreads();  // every wave finished the previous tile
-    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, w.tid);
-    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, w.tid);
+    k_next.store(k_s, w.tid);
+    v_next.store(vt_s, w.tid);
     __syncthreads();
-    if (!w.active || n0 >= w.wave_end) continue;  // wave-uniform
+    if (n0 + BN < w.n_end) {
+      k_next.load(k_ptr, p.k_stride_n, n0 + BN, n_k, w.tid);
+      v_next.load(v_ptr, p.v_stride_n, n0 + BN, n_k, w.tid);
+    }
+    if (!w.active || n0 >= w.wave_end) return;  // wave-uniform
 
     mfma_acc s[kKeyBlocks];
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) s[nb] = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
 
-    // Mask, then the online softmax of this lane's query over the tile.
     float mx = row_max;
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
       for (int r = 0; r < mfma::kAccRegisters; ++r) {
-        if (!mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), w.query, n_k, w.diag))
-          s[nb][r] = -infinity_f32();
+        if constexpr (decltype(masked)::value)
+          if (!mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), w.query, n_k, w.diag))
+            s[nb][r] = -infinity_f32();
         mx = fmaxf(mx, s[nb][r]);
       }
     mx = fmaxf(mx, swap_wave_halves(mx));
@@ -87,13 +103,20 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
     row_sum *= alpha;
 #pragma unroll
     for (int cb = 0; cb < kColBlocks; ++cb) o[cb] *= alpha;
+    // P = 2^(s·scale − ref), two at a time (packed fp32 FMA and sum).
+    typedef float f2 __attribute__((ext_vector_type(2)));
+    f2 sum2 = {row_sum, 0.f};
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
-      for (int r = 0; r < mfma::kAccRegisters; ++r) {
-        s[nb][r] = exp2_approx(fmaf(s[nb][r], scale_log2, -ref));
-        row_sum += s[nb][r];
+      for (int r = 0; r < mfma::kAccRegisters; r += 2) {
+        f2 x = f2{s[nb][r], s[nb][r + 1]} * scale_log2 - ref;
+        x = f2{exp2_approx(x[0]), exp2_approx(x[1])};
+        s[nb][r] = x[0];
+        s[nb][r + 1] = x[1];
+        sum2 += x;
       }
+    row_sum = sum2[0] + sum2[1];
 
     // Oᵀ += Vᵀ · Pᵀ, Pᵀ chained from the score accumulators.
 #pragma unroll
@@ -103,9 +126,18 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
         const mfma_operand pt = mfma_detail::chained_operand<T>(s[nb], c);
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
-          o[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(v_s, nb * 32, cb * 32, c, lane), pt, o[cb]);
+          o[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, cb * 32, c, lane), pt, o[cb]);
       }
-  }
+  };
+
+  // Tiles [0, n_full) are whole for every row of the block: no key past n_k, none above the
+  // causal diagonal of the block's first row (key ≤ m0 + diag). The rest are masked per element.
+  int n_full = n_k / BN * BN;
+  if constexpr (Causal) n_full = imin(n_full, imax(w.m0 + w.diag + 1, 0) / BN * BN);
+  n_full = imin(n_full, w.n_end / BN * BN);
+  int n0 = 0;
+  for (; n0 < n_full; n0 += BN) tile(n0, mfma_detail::Flag<false>{});
+  for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<true>{});
 
   const float l = row_sum + swap_wave_halves(row_sum);
   if (!w.active || w.query >= n_q) return;

@@ -18,9 +18,18 @@ KGEN_HOST_DEVICE constexpr int threads(int waves) { return waves * 64; }
 constexpr int kLdsPad = 8;
 KGEN_HOST_DEVICE constexpr int lds_row(int cols) { return cols + kLdsPad; }
 KGEN_HOST_DEVICE constexpr int lds_tile_bytes(int rows, int cols) { return rows * lds_row(cols) * 2; }
+// A tile stored transposed (a row per column of the global matrix, its rows along the LDS row) is
+// read 8 bytes per lane, one LDS row per lane of a 32-lane half: 4 elements of padding make
+// consecutive rows start 2 banks apart, so those reads touch every bank once.
+constexpr int kLdsPadTransposed = 4;
+KGEN_HOST_DEVICE constexpr int lds_row_transposed(int rows) { return rows + kLdsPadTransposed; }
 
-// Forward (and the backward's query-major dQ kernel): K and V tiles of block_n keys.
+// The backward's query-major dQ kernel: K and V tiles of block_n keys.
 KGEN_HOST_DEVICE constexpr int kv_tiles_lds_bytes(int head_dim, int block_n) { return 2 * lds_tile_bytes(block_n, head_dim); }
+// Forward: the K tile of block_n keys row-major and the V tile transposed (head_dim rows of block_n keys).
+KGEN_HOST_DEVICE constexpr int forward_lds_bytes(int head_dim, int block_n) {
+  return lds_tile_bytes(block_n, head_dim) + head_dim * lds_row_transposed(block_n) * 2;
+}
 
 // Key-major backward kernel: the block's K and V tiles (block_n keys), Q and dO tiles of block_m
 // query rows and their lse2 and delta rows; with atomic dQ also the dS tile (block_m x block_n).

@@ -2,8 +2,10 @@
 // into padded LDS tiles, and MFMA operands gathered from LDS, global memory or an accumulator,
 // each placed by the lane layouts of kgen_device/core/mfma_layout.h. A and B operands share one
 // lane mapping (a lane's row or column is lane mod 32, its k run a_k = b_k), so one gather serves
-// either: `row` below is A's row or B's column. Written for clarity, not speed: transposed
-// gathers read LDS one element at a time.
+// either: `row` below is A's row or B's column. The forward stages its tiles through registers
+// (TileStage: global loads for a whole tile, then LDS writes) and keeps V transposed in LDS, so
+// every operand it reads is 4 or 8 consecutive elements (ds_read_b64/b128); the backward's
+// transposed operands (lds_operand_transposed) still read LDS one element at a time.
 #pragma once
 
 #include "kgen_device/attention/mfma_config.h"
@@ -36,6 +38,124 @@ __device__ __forceinline__ void load_tile(unsigned short* dst, const T* src, lon
 #pragma unroll
     for (int j = 0; j < 4; ++j) l[j] = w[j];
   }
+}
+
+// 16-byte and 8-byte register groups of the tile moves.
+typedef unsigned mfma_u32x4 __attribute__((ext_vector_type(4)));
+typedef short mfma_s16x4 __attribute__((ext_vector_type(4)));
+
+// Compile-time flag of the forward's tile step (masked or not).
+template <bool B>
+struct Flag {
+  static constexpr bool value = B;
+};
+
+// A Rows x Cols tile (Cols a multiple of 8) of a row-major global matrix of 16-bit elements (row
+// stride `stride` elements, rows 16-byte aligned) on its way into LDS through registers: load()
+// issues every global load of the tile and returns, store()
+// writes LDS once they have landed, so a tile costs one wait, and a tile's loads may be in flight
+// while the block computes on the previous one. Each thread moves 16-byte chunks:
+//   Transposed = false: chunk i is 8 columns of one row; LDS row-major (row stride lds_row(Cols)).
+//   Transposed = true:  chunk i is 8 columns of 4 consecutive rows (four 16-byte loads), written
+//     as 8 LDS rows of the transposed tile (dst[c · lds_row_transposed(Rows) + r] = tile[r][c]),
+//     4 rows each (8 bytes). Consecutive threads take the 4 row groups of 4 rows first, then the
+//     column chunks, so a load instruction reads 4 whole global rows of the tile (64 lanes:
+//     4 row groups x 16 column chunks at Cols = 128) and 4 threads write 32 consecutive bytes.
+// Rows at or past `n_rows` (n_rows ≥ 1) repeat row n_rows − 1 instead of branching around their
+// loads: their keys are masked (S = −inf, P = 0) and their V rows finite where the inputs are.
+template <int Rows, int Cols, int Threads, bool Transposed>
+struct TileStage {
+  static_assert(Cols % 8 == 0 && (!Transposed || Rows % 16 == 0), "16-byte chunks (transposed: of 4 rows, 4 row groups)");
+  static constexpr int kRowsPerChunk = Transposed ? 4 : 1;
+  static constexpr int kColChunks = Cols / 8;
+  static constexpr int kChunks = Rows / kRowsPerChunk * kColChunks;
+  static constexpr int kIters = (kChunks + Threads - 1) / Threads;
+  mfma_u32x4 w[kIters][kRowsPerChunk];
+
+  // Row (first of the chunk's rows) and first column of chunk i.
+  __device__ __forceinline__ static void chunk(int i, int& r, int& c) {
+    if constexpr (Transposed) {
+      r = 4 * (i % 4 + 4 * (i / (4 * kColChunks)));
+      c = 8 * (i / 4 % kColChunks);
+    } else {
+      r = i / kColChunks;
+      c = 8 * (i % kColChunks);
+    }
+  }
+
+  template <class T>
+  __device__ __forceinline__ void load(const T* src, long long stride, int row0, int n_rows, int tid) {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + it * Threads;
+      int r, c;
+      chunk(i, r, c);
+      if (kChunks % Threads != 0 && i >= kChunks) break;
+#pragma unroll
+      for (int j = 0; j < kRowsPerChunk; ++j)
+        w[it][j] = *reinterpret_cast<const mfma_u32x4*>(src + static_cast<long long>(imin(row0 + r + j, n_rows - 1)) * stride + c);
+    }
+  }
+
+  __device__ __forceinline__ void store(unsigned short* dst, int tid) const {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + it * Threads;
+      if (kChunks % Threads != 0 && i >= kChunks) break;
+      int r, c;
+      chunk(i, r, c);
+      if constexpr (Transposed) {
+        // Column c + 2m + h of rows r .. r + 3: halves h of dword m of the four loaded rows.
+#pragma unroll
+        for (int m = 0; m < 4; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            unsigned x[2];
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const unsigned a = w[it][2 * q][m], b = w[it][2 * q + 1][m];
+              x[q] = h == 0 ? (a & 0xffffu) | (b << 16) : (a >> 16) | (b & 0xffff0000u);
+            }
+            typedef unsigned u32x2 __attribute__((ext_vector_type(2)));
+            *reinterpret_cast<u32x2*>(dst + (c + 2 * m + h) * attention_mfma::lds_row_transposed(Rows) + r) = u32x2{x[0], x[1]};
+          }
+      } else {
+        *reinterpret_cast<mfma_u32x4*>(dst + r * lds_row(Cols) + c) = w[it][0];
+      }
+    }
+  }
+};
+
+// Rows run[g .. g + 3] of chain step s: the positions a_k(K, lane, 4g + i), i < 4, of a lane stand
+// for 4 consecutive rows of the chained accumulator, so a transposed tile serves them with one
+// 8-byte read. Checked here for both halves of the wavefront and every step.
+KGEN_HOST_DEVICE constexpr bool chain_runs_of_four(int k) {
+  for (int s = 0; s < 32 / k; ++s)
+    for (int lane = 0; lane < 64; lane += 32)
+      for (int e = 0; e < mfma::operand_elements(k); ++e)
+        if (mfma::chain_row(k, s, mfma::a_k(k, lane, e)) != mfma::chain_row(k, s, mfma::a_k(k, lane, e / 4 * 4)) + e % 4 ||
+            mfma::chain_row(k, s, mfma::a_k(k, lane, e / 4 * 4)) % 4 != 0)
+          return false;
+  return true;
+}
+
+// The operand of Zᵀ for Z kept transposed in LDS (TileStage<..., true>: tile_t[c][r] = Z[r][c]),
+// k (Z's rows) in the order of chain step s: element e = Z[row0 + chain_row(K, s, a_k(K, lane, e))][col0 + a_row(lane)],
+// Rows the transposed tile's row length (Z's rows). 8-byte reads, one per 4 elements.
+template <int Rows>
+__device__ __forceinline__ mfma_operand lds_transposed_operand(const unsigned short* tile_t, int row0, int col0, int s,
+                                                               int lane) {
+  static_assert(chain_runs_of_four(kMfmaK), "chained k runs of 4 rows");
+  const unsigned short* at = tile_t + (col0 + mfma::a_row(lane)) * attention_mfma::lds_row_transposed(Rows) + row0;
+  mfma_s16x4 g[kMfmaElements / 4];
+#pragma unroll
+  for (int q = 0; q < kMfmaElements / 4; ++q)
+    g[q] = *reinterpret_cast<const mfma_s16x4*>(at + mfma::chain_row(kMfmaK, s, mfma::a_k(kMfmaK, lane, 4 * q)));
+#if defined(__gfx950__)
+  return __builtin_shufflevector(g[0], g[1], 0, 1, 2, 3, 4, 5, 6, 7);
+#else
+  return g[0];
+#endif
 }
 
 // Operand with its rows along the tile's rows and k along its columns (contiguous k):
@@ -91,12 +211,33 @@ __device__ __forceinline__ mfma_operand global_operand(const T* src, long long s
 // B operand of chain step s from an accumulator X (the next product's k runs over X's rows):
 // element e = register chain_register(K, s, b_k(K, lane, e)) of x, rounded to T. That register
 // depends on e alone (b_k(K, lane, e) mod K/2 = e), which keeps the index a constant.
+// gfx950 converts a pair to bf16 or fp16 in one instruction (v_cvt_pk_bf16_f32,
+// v_cvt_pk_f16_f32), rounding to nearest even; the other targets round each element
+// (types.cuh's from_float: bf16 in software).
 template <class T>
 __device__ __forceinline__ mfma_operand chained_operand(const mfma_acc& x, int s) {
+#if defined(__gfx950__)
+  typedef float f2 __attribute__((ext_vector_type(2)));
+  typedef unsigned words __attribute__((ext_vector_type(kMfmaElements / 2)));
+  words v;
+#pragma unroll
+  for (int e = 0; e < kMfmaElements; e += 2) {
+    const f2 pair = {x[mfma::chain_register(kMfmaK, s, e)], x[mfma::chain_register(kMfmaK, s, e + 1)]};
+    if constexpr (is_same<T, bfloat16_t>::value) {
+      typedef __bf16 b2 __attribute__((ext_vector_type(2)));
+      v[e / 2] = __builtin_bit_cast(unsigned, __builtin_convertvector(pair, b2));
+    } else {
+      typedef _Float16 h2 __attribute__((ext_vector_type(2)));
+      v[e / 2] = __builtin_bit_cast(unsigned, __builtin_convertvector(pair, h2));
+    }
+  }
+  return __builtin_bit_cast(mfma_operand, v);
+#else
   mfma_operand v;
 #pragma unroll
   for (int e = 0; e < kMfmaElements; ++e) v[e] = static_cast<short>(from_float<T>(x[mfma::chain_register(kMfmaK, s, e)]).bits);
   return v;
+#endif
 }
 
 // X = Σ_t tile-rows(row0 .. row0 + 31) · frag[t]: the product of 32 rows of an LDS tile (over
