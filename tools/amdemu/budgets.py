@@ -37,12 +37,15 @@ class BudgetVariant:
     config: str | None = None
 
 
-# The MFMA defaults of every AMD target: the forward (full and causal) and the backward's kernels
-# in both modes (atomic: preprocess, kv_atomic, dq_convert; deterministic: kv, dq).
+# The MFMA defaults of every AMD target: the forward (bf16 and fp16, d = 64 and 128, full and
+# causal) and the backward's kernels in both modes (atomic: preprocess, kv_atomic, dq_convert;
+# deterministic: kv, dq).
 VARIANTS = [BudgetVariant(arch, op, variant)
             for arch in ("gfx90a", "gfx942", "gfx950")
             for op, variant in (("attention_fwd", "attention_fwd.bf16.d128.full"),
                                 ("attention_fwd", "attention_fwd.fp16.d64.causal"),
+                                ("attention_fwd", "attention_fwd.fp16.d128.causal"),
+                                ("attention_fwd", "attention_fwd.bf16.d64.full"),
                                 ("attention_bwd", "attention_bwd.bf16.d128.causal"),
                                 ("attention_bwd", "attention_bwd.bf16.d128.causal.deterministic"))]
 
