@@ -1,7 +1,7 @@
 // The checking layer's side of tuning: for every operator, a bench that checks candidates with
 // the op's harness and times them, and the rate of a run (TFLOPS or GB/s), installed into
-// tuning/bench_registry.h when the program starts. The launch path never links this file; a
-// program that links the checking layer (libkgen.so, the CLI, the tests) can tune.
+// runtime/tuning/bench_registry.h when the program starts. The launch path never links this file;
+// a program that links the checking layer (libkgen.so, the CLI, the tests) can tune.
 #include <cstdio>
 
 #include "check/attention_backward_harness.h"
@@ -38,13 +38,13 @@ class TunerBench final : public CandidateBench {
 
 const AttentionCase& attention_case(const TuningProblem& p) {
   const AttentionCase* c = attention_case_of(p);
-  if (!c) throw Error(Status::internal, "operator '" + std::string(p.op()) + "' was not described by ops/tuning_problems");
+  if (!c) throw Error(Status::internal, "operator '" + std::string(p.op()) + "' was not described by runtime/ops/tuning_problems");
   return *c;
 }
 
 const LrpeCase& lrpe_case(const TuningProblem& p) {
   const LrpeCase* c = lrpe_case_of(p);
-  if (!c) throw Error(Status::internal, "operator '" + std::string(p.op()) + "' was not described by ops/tuning_problems");
+  if (!c) throw Error(Status::internal, "operator '" + std::string(p.op()) + "' was not described by runtime/ops/tuning_problems");
   return *c;
 }
 

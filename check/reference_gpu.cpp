@@ -19,7 +19,7 @@ namespace {
 // Scratch of one launch pair: rows · n_k doubles, at most this many bytes.
 constexpr std::size_t kScratchBytes = std::size_t(1) << 29;
 
-// The reference kernels through jit/kernel_table, keyed by their role, dtype and order.
+// The reference kernels through runtime/jit/kernel_table, keyed by their role, dtype and order.
 enum class ReferenceKernel { scores, softmax_pv, bwd_rows, bwd_keys };
 
 template <class Render>

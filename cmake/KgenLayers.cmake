@@ -1,14 +1,21 @@
 # kgen's layers, each a folder and a static library that sees only its own headers and those of
-# the layers it may depend on. Includes are written from the project root ("jit/warm.h"), so
+# the layers it may depend on. Includes name a layer's folder and a file in it ("jit/warm.h"), so
 # each layer compiles against a view: a directory in the build tree holding links to exactly the
 # folders it may include (its own, its dependencies' views, the public include/ tree). A header
 # outside the view fails to build (tests/layers checks that it does).
+#
+# The view is the only include root of a layer. The host runtime's layers live under runtime/
+# (runtime/jit/warm.h is included as "jit/warm.h"); neither the project root nor runtime/ is on
+# any include path, so a repository path such as "runtime/ops/..." cannot reach around a view.
 
 set(KGEN_VIEWS_DIR ${PROJECT_BINARY_DIR}/include-views)
 
 # Folders a view may name, and where they are in the source tree.
 set(KGEN_FOLDER_kgen_device ${PROJECT_SOURCE_DIR}/templates/kgen_device)
-foreach(folder base cache generator compiler driver jit tuning ops check tools tests)
+foreach(folder base compiler driver jit tuning ops)
+  set(KGEN_FOLDER_${folder} ${PROJECT_SOURCE_DIR}/runtime/${folder})
+endforeach()
+foreach(folder cache generator check tools tests)
   set(KGEN_FOLDER_${folder} ${PROJECT_SOURCE_DIR}/${folder})
 endforeach()
 

@@ -212,7 +212,8 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
   if (auto why = check_variant_path(spec.has_variant(), c.path == BackwardPath::mfma ? "mfma" : "")) return why;
   // The warp-specialised kernel serves variants and packed batches (its atomic mode; the
-  // deterministic mode's kernels do not: ops/attention_backward.cpp runs fa2 or simt there).
+  // deterministic mode's kernels do not: runtime/ops/attention_backward.cpp runs fa2 or simt
+  // there).
   if (spec.has_variant() && c.path == BackwardPath::wgmma &&
       (!c.warp_specialised || c.persistent || !c.tma_dq || (spec.packed && c.group_splits != 1)))
     return std::string("variants and packed batches run on the warp-specialised wgmma kernel with dQ by TMA (w, t; "

@@ -1,4 +1,4 @@
-// `kgen replay`: writes or checks the replay table (jit/replay.h).
+// `kgen replay`: writes or checks the replay table (runtime/jit/replay.h).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>

@@ -1,8 +1,8 @@
 // `kgen tune`: autotune an operator's shapes, print every candidate, append the winners to the
 // tuning database (one shard per process). Resumable: shapes with an exact record are skipped.
-// The tuner is one core for every operator (tuning/autotune.h); this file only turns the sweep
-// options (tools/sweep.h, the same as `kgen check` and `kgen bench`) into TuningProblems
-// (ops/tuning_problems.h).
+// The tuner is one core for every operator (runtime/tuning/autotune.h); this file only turns the
+// sweep options (tools/sweep.h, the same as `kgen check` and `kgen bench`) into TuningProblems
+// (runtime/ops/tuning_problems.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

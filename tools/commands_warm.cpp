@@ -229,7 +229,7 @@ void add_warm_command(CLI::App& app, int& exit_code) {
   auto* ops_opt = cmd->add_option("--ops,--op", *ops, "Comma-separated operators (default: all)")->check(non_empty_list());
   auto* manifest_opt =
       cmd->add_option("--manifest", *manifest,
-                      "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see jit/manifest.h)")
+                      "JSON Lines file, one {\"op\", \"variant\", \"config\"} per line, any operator (see runtime/jit/manifest.h)")
           ->excludes(ops_opt)
           ->check(non_empty_value());
   auto* db_opt = cmd->add_option("--db", *db, "Tuning database files or directories: compile their recorded winners plus "

@@ -4,11 +4,11 @@ The fake (meta) implementations of torch.ops.kgen.* run where no kernel runs: at
 under torch.compile and in FakeTensorMode. They raise the KgenError the library would raise for
 the same call, with the same sentence, so that a wrong shape fails while tracing with the message
 an eager call gives. The functions below follow the library's checks in order: `to_view` in
-ops/c_api.cpp (every argument, in parameter order), then ops/tensor_checks.cpp with
-validate_attention_forward, the backward's validate_inputs and check_output
-(ops/attention_backward.cpp) and validate_lrpe (ops/lrpe.cpp). What needs a device (alignment of
-pointers, configs, workspace) is left to the library at run time. tests/test_checks.py compares
-every sentence with the library's own.
+runtime/ops/c_api.cpp (every argument, in parameter order), then runtime/ops/tensor_checks.cpp
+with validate_attention_forward, the backward's validate_inputs and check_output
+(runtime/ops/attention_backward.cpp) and validate_lrpe (runtime/ops/lrpe.cpp). What needs a
+device (alignment of pointers, configs, workspace) is left to the library at run time.
+tests/test_checks.py compares every sentence with the library's own.
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def views(named: dict, swap: bool) -> dict:
     return out
 
 
-# --- ops/tensor_checks.cpp ------------------------------------------------------------------------
+# --- runtime/ops/tensor_checks.cpp ----------------------------------------------------------------
 
 def check_view(t: View, ndim: int) -> None:
     n = t.name
@@ -150,7 +150,7 @@ def check_like(t: View, ref: View) -> None:
 # --- attention -----------------------------------------------------------------------------------
 
 def _attention_forward(q: View, k: View, v: View, o: View, lse: View | None, scale: float) -> None:
-    """validate_attention_forward (ops/attention_forward.cpp)."""
+    """validate_attention_forward (runtime/ops/attention_forward.cpp)."""
     for t in (q, k, v, o):
         check_tensor(t, 4)
     for t in (k, v, o):
@@ -190,7 +190,7 @@ def attention_forward(q, k, v, o, lse, scale: float, swap: bool) -> None:
 
 
 def _gradient_inputs(a: dict, scale: float) -> None:
-    """validate_inputs (ops/attention_backward.cpp): the forward's checks, then d_o like q."""
+    """validate_inputs (runtime/ops/attention_backward.cpp): the forward's checks, then d_o like q."""
     _attention_forward(a["q"], a["k"], a["v"], a["o"], a["lse"], scale)
     check_tensor(a["d_o"], 4)
     check_like(a["d_o"], a["q"])
@@ -221,7 +221,7 @@ def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_
             _gradient_output(a, name, like)
 
 
-# --- attention variants (ops/c_api.cpp convert_variant, ops/attention_variant.cpp) -----------------------
+# --- attention variants (runtime/ops/c_api.cpp convert_variant, runtime/ops/attention_variant.cpp) ---
 
 class Variant(NamedTuple):
     """An attention variant as torch.ops.kgen.attention_forward_variant takes it: the fields of
@@ -283,7 +283,7 @@ def _variant_views(variant: Variant, sinks_grad=None, tensor_grads=()) -> dict:
 
 
 def _variant_tensor(t: View, dtype: torch.dtype, ndim: int, q: View) -> None:
-    """check_variant_tensor (ops/attention_variant.cpp), less the pointer checks."""
+    """check_variant_tensor (runtime/ops/attention_variant.cpp), less the pointer checks."""
     if t.device != q.device:
         invalid(f"{t.name}: on device {t.device}, q is on device {q.device}")
     if t.dtype != dtype:
@@ -314,7 +314,7 @@ def _contiguous(t: View) -> bool:
 
 
 def _variant(variant: Variant, views: dict, q: View, k: View, learnable=None) -> None:
-    """resolve_attention_variant's checks (ops/attention_variant.cpp) of a forward, or of a
+    """resolve_attention_variant's checks (runtime/ops/attention_variant.cpp) of a forward, or of a
     backward with `learnable` (one flag per tensor), in its order; what needs the expression
     parser (names, types, syntax) is left to the library."""
     backward = learnable is not None
@@ -411,7 +411,7 @@ def attention_backward_variant(q, k, v, o, lse, d_o, dq, dk, dv, scale: float, s
         _gradient_output(a, name, like)
 
 
-# --- LRPE-cosine (ops/lrpe.cpp validate_lrpe) ----------------------------------------------------------
+# --- LRPE-cosine (runtime/ops/lrpe.cpp validate_lrpe) ---------------------------------------------
 
 def _logical4(t: View) -> View:
     """The (b, h, n, width) view of a 4-d tensor, or of a 3-d (b, n, width) one as one head."""

@@ -1,5 +1,6 @@
-// The NVRTC backend of the Compiler interface (compiler/compiler.h), loaded with dlopen at first
-// use. Callers go through compiler_for(target); these are its parts, for its tests and kgen info.
+// The NVRTC backend of the Compiler interface (runtime/compiler/compiler.h), loaded with dlopen at
+// first use. Callers go through compiler_for(target); these are its parts, for its tests and kgen
+// info.
 #pragma once
 
 #include <string>

@@ -55,9 +55,10 @@ struct ConfigDecision {
 // DecisionTable.
 ConfigDecision decide_config(const DecisionRequest& request, const DecisionContext& context);
 
-// The key of one cached decision: the op's spec fields packed by the op (jit/kernel_table's
-// KeyPacker), the numbers of its shape bucket (ops/buckets: the same rule as the database's text), the device, and the op's shape class (what its heuristic reads of the exact shape
-// beyond the bucket, e.g. attention_forward_shape_class: calls of one bucket may differ there).
+// The key of one cached decision: the op's spec fields packed by the op (runtime/jit/kernel_table's
+// KeyPacker), the numbers of its shape bucket (runtime/ops/buckets: the same rule as the database's
+// text), the device, and the op's shape class (what its heuristic reads of the exact shape beyond
+// the bucket, e.g. attention_forward_shape_class: calls of one bucket may differ there).
 struct DecisionKey {
   std::uint64_t spec = 0;
   std::array<long long, 4> bucket{};

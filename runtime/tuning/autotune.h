@@ -3,7 +3,7 @@
 // buffers (a failing candidate is reported and never wins), time the survivors with device
 // events, and pick the winner with a deterministic tie-break inside the measured noise.
 //
-// What differs per operator sits behind TuningProblem (ops/tuning_problems.h makes one for
+// What differs per operator sits behind TuningProblem (runtime/ops/tuning_problems.h makes one for
 // each registered op): its candidates, variant key and shape bucket, the kernels a candidate
 // compiles to, and a bench that checks and times a candidate.
 #pragma once
@@ -60,7 +60,7 @@ class TuningProblem {
   // The kernels a run of `config` launches (valid configs only).
   virtual std::vector<KernelSource> kernels(const std::string& config) const = 0;
   // The bench on GPU `device`. Throws Error(no_device) without one. By default the checking
-  // layer's, through tuning/bench_registry.h.
+  // layer's, through runtime/tuning/bench_registry.h.
   virtual std::unique_ptr<CandidateBench> bench(int device) const;
   // Throughput of one run taking `median_ms`, in rate_unit(); by default the checking layer's.
   virtual double rate(double median_ms) const;

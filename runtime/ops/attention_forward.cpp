@@ -27,7 +27,7 @@ namespace {
 
 constexpr double kLog2e = 1.4426950408889634;
 
-// The forward's packing of its kernel identity for jit/kernel_table.
+// The forward's packing of its kernel identity for runtime/jit/kernel_table.
 std::uint64_t forward_kernel_key(const AttentionForwardSpec& s, const AttentionForwardConfig& c) {
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 3).add(c.block_m, 10).add(c.block_n, 10);

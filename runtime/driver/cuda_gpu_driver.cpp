@@ -1,4 +1,4 @@
-// GpuDriver over the CUDA driver API (driver/cuda_driver.h's dlopen'd table).
+// GpuDriver over the CUDA driver API (runtime/driver/cuda_driver.h's dlopen'd table).
 #include <cuda.h>
 
 #include <memory>

@@ -1,5 +1,5 @@
-// The TuningProblem of each registered operator (tuning/autotune.h; checking and timing come
-// from the checking layer through tuning/bench_registry.h): what `kgen tune --op`,
+// The TuningProblem of each registered operator (runtime/tuning/autotune.h; checking and timing
+// come from the checking layer through runtime/tuning/bench_registry.h): what `kgen tune --op`,
 // KGEN_AUTOTUNE and the launch paths' database lookups share, so the variant key and bucket a
 // launch looks up are the ones the tuner recorded.
 #pragma once

@@ -1,4 +1,5 @@
-// The AMD backends of the Compiler interface (compiler/compiler.h), for gfx90a, gfx942 and gfx950:
+// The AMD backends of the Compiler interface (runtime/compiler/compiler.h), for gfx90a, gfx942
+// and gfx950:
 //   hiprtc: ROCm's runtime compiler, dlopen'd (libhiprtc.so.7, .6, or libamdhip64.so.5 where
 //     ROCm 5.x keeps it). Each ROCm major has an allow-list of targets: a hiprtc asked for a
 //     target it does not know aborts the whole process inside comgr (ROCm 5.2 on gfx942), so kgen
@@ -8,7 +9,7 @@
 // Selection is deterministic: hiprtc where it is found and allows the target, else clang;
 // KGEN_AMD_COMPILER=hiprtc|clang forces one. The compiler's name and version are part of every
 // cache key, so entries of the two never mix. Resources of both come from the code object's
-// metadata (compiler/amd_code_object.h).
+// metadata (runtime/compiler/amd_code_object.h).
 #pragma once
 
 #include <span>

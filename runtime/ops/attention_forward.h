@@ -116,7 +116,7 @@ void rebind_attention_forward(AttentionForwardLaunch& launch, const TensorView& 
 
 // The config a call runs with: options.config if given (checked; throws Error(invalid_argument)
 // naming `config`), else the general path for unaligned views, else the launch-path decision
-// (tuning/tuning_decision.h), made once per (spec, bucket, device) and process.
+// (runtime/tuning/tuning_decision.h), made once per (spec, bucket, device) and process.
 AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCall& call,
                                                        const AttentionOptions& options);
 // The same precedence against `context`, uncached (no GPU needed).

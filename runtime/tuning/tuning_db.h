@@ -71,7 +71,7 @@ struct TuningRecord {
 
 // ---- shape buckets ----------------------------------------------------------------------
 //
-// The per-operator bucket rules live with the operators (ops/buckets.h).
+// The per-operator bucket rules live with the operators (runtime/ops/buckets.h).
 
 // The smallest power of two >= n (1 for n <= 1).
 long long next_pow2(long long n);

@@ -1,8 +1,8 @@
 // The vendor-neutral GPU driver: what kgen asks of a GPU runtime (devices, loading and launching
 // kernels, memory, streams, events), behind opaque handles. Two backends: the CUDA driver
-// (driver/cuda_gpu_driver.cpp over the dlopen'd table of driver/cuda_driver.h) and HIP's module
-// API (driver/hip_gpu_driver.cpp, libamdhip64 dlopen'd). Nothing outside driver/ includes a vendor
-// header.
+// (runtime/driver/cuda_gpu_driver.cpp over the dlopen'd table of runtime/driver/cuda_driver.h) and
+// HIP's module API (runtime/driver/hip_gpu_driver.cpp, libamdhip64 dlopen'd). Nothing outside
+// runtime/driver/ includes a vendor header.
 #pragma once
 
 #include <cstddef>

@@ -27,7 +27,7 @@ struct AttentionBackwardCall {
 
 // The config a backward call runs with: options.config if given (checked; throws
 // Error(invalid_argument) naming `config`), else the general path for unaligned views, else the
-// launch-path decision (tuning/tuning_decision.h: database record for the variant
+// launch-path decision (runtime/tuning/tuning_decision.h: database record for the variant
 // attention_backward_variant_key(spec, options.deterministic) and attention_bucket, KGEN_AUTOTUNE,
 // heuristic), made once per (spec, mode, bucket, device) and process.
 AttentionBackwardConfig choose_attention_backward_config(const AttentionBackwardCall& call,
@@ -44,9 +44,10 @@ AttentionBackwardConfig choose_attention_double_backward_config(const AttentionB
                                                                 const AttentionBackwardOptions& options,
                                                                 const DecisionContext& context);
 
-// The backward's and double backward's packing of one kernel's identity for jit/kernel_table
-// (`kernel`: a BackwardKernel or DoubleBackwardKernel). Throws Error(internal) if a field does
-// not fit its bits; tests/runtime pack every config kgen can choose or be given.
+// The backward's and double backward's packing of one kernel's identity for
+// runtime/jit/kernel_table (`kernel`: a BackwardKernel or DoubleBackwardKernel). Throws
+// Error(internal) if a field does not fit its bits; tests/runtime pack every config kgen can choose
+// or be given.
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel);
 
 }  // namespace kgen

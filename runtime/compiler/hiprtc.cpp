@@ -1,5 +1,5 @@
-// The hiprtc backend (compiler/amd_compilers.h). hiprtc's few types and entry points are declared
-// here, as the ROCm headers spell them, so kgen builds without ROCm installed.
+// The hiprtc backend (runtime/compiler/amd_compilers.h). hiprtc's few types and entry points are
+// declared here, as the ROCm headers spell them, so kgen builds without ROCm installed.
 #include <dlfcn.h>
 
 #include <chrono>

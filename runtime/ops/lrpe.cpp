@@ -69,7 +69,7 @@ void set_strides(long long& sb, long long& sh, long long& sn, const TensorView& 
   sb = t.strides[0], sh = t.strides[1], sn = t.strides[2];
 }
 
-// lrpe's packing of its kernel identity (spec and config) for jit/kernel_table.
+// lrpe's packing of its kernel identity (spec and config) for runtime/jit/kernel_table.
 std::uint64_t lrpe_kernel_key(const LrpeSpec& s, const LrpeConfig& c) {
   KeyPacker k;
   k.add(int(s.direction), 3).add(int(s.dtype), 3).add(int(s.act), 3).add(c.strategy == LrpeStrategy::bp, 1);

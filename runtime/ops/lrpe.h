@@ -52,7 +52,7 @@ LrpeLaunch validate_lrpe(const LrpeRequest& request, const TensorView& x, const 
 
 // The config a call runs with: request.config if given (checked for the spec, shape and cache;
 // throws Error(invalid_argument) naming `config`), else the launch-path decision
-// (tuning/tuning_decision.h: database record for lrpe_variant_key(spec, cache) and
+// (runtime/tuning/tuning_decision.h: database record for lrpe_variant_key(spec, cache) and
 // lrpe_bucket(shape, md dims), KGEN_AUTOTUNE, heuristic), made once per (spec, cache, bucket,
 // device) and process.
 LrpeConfig choose_lrpe_config(const LrpeRequest& request, const LrpeSpec& spec, const LrpeShape& shape, bool cache,

@@ -1,6 +1,7 @@
 // The compile step of kgen, KernelSource → binary, behind one interface per vendor compiler:
-// NVRTC for NVIDIA targets (sm_*); hiprtc or clang for AMD targets (gfx*, compiler/amd_compilers.h).
-// Callers (the kernel builder, kgen inspect) pick the compiler by target and never name one.
+// NVRTC for NVIDIA targets (sm_*); hiprtc or clang for AMD targets (gfx*,
+// runtime/compiler/amd_compilers.h). Callers (the kernel builder, kgen inspect) pick the compiler
+// by target and never name one.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// The clang backend (compiler/amd_compilers.h): an LLVM clang run as a child process for a
+// The clang backend (runtime/compiler/amd_compilers.h): an LLVM clang run as a child process for a
 // deviceless HIP device compile. The embedded templates are written once per process into a
 // directory named by their digest, and the compile runs in a directory of its own.
 #include <unistd.h>
