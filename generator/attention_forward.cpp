@@ -42,7 +42,7 @@ int simt_bucket(int d) { return attention_simt_bucket(d); }
 // fragments in flight (r·BN/64), plus addressing and softmax state. With 32 rows per warp, Q re-read and D + BN >= 192 the kernel keeps its
 // Q·Kᵀ k-loop rolled (kRollQK in forward_fa2.cuh), so only one k-step of K fragments (BN/4) is
 // in flight. Checked against ptxas -v on sm_80 and sm_90a: every config it admits compiles
-// without spills (tests/runtime/compile_test.cpp).
+// without spills (tests/runtime/compiler/compile_test.cpp).
 int fa2_register_estimate(int d, int bn, int rows_per_warp) {
   const int r = rows_per_warp;
   const int q_frags = r * d <= 2048 ? r * d / 64 : 0;

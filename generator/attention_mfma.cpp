@@ -9,7 +9,7 @@ namespace {
 
 // VGPRs a lane may use (architectural ones; gfx90a and later have as many accumulation
 // registers again, which the estimate leaves as slack). Every config within it compiles without
-// scratch for gfx90a (hiprtc 5.2), gfx942 and gfx950 (clang 22): tests/runtime/amd_compile_test.cpp.
+// scratch for gfx90a (hiprtc 5.2), gfx942 and gfx950 (clang 22): tests/runtime/compiler/amd_compile_test.cpp.
 constexpr int kVgprBudget = 256;
 // The key-major backward on gfx90a, which builds with ROCm 5.2's hiprtc (LLVM 15): at d = 128 its
 // fp16 kernel used every register and spilled 80-96 B per lane, so there it splits the dK, dV

@@ -164,7 +164,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
 
 }  // namespace
 
-// 64 bits in all: a field added needs another narrowed (tests/runtime/kernel_key_test.cpp).
+// 64 bits in all: a field added needs another narrowed (tests/runtime/ops/kernel_key_test.cpp).
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 8).add(c.block_n, 9);

@@ -46,8 +46,8 @@ AttentionBackwardConfig choose_attention_double_backward_config(const AttentionB
 
 // The backward's and double backward's packing of one kernel's identity for
 // runtime/jit/kernel_table (`kernel`: a BackwardKernel or DoubleBackwardKernel). Throws
-// Error(internal) if a field does not fit its bits; tests/runtime pack every config kgen can choose
-// or be given.
+// Error(internal) if a field does not fit its bits; tests/runtime/ops pack every config kgen can
+// choose or be given.
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel);
 
 }  // namespace kgen

@@ -55,7 +55,7 @@ expect 2 "explain: 'fast' is not a config of lrpe_cosine" -- inspect --op lrpe_c
 expect 0 "kgen_lrpe_stats" -- inspect --op lrpe_cosine --variant lrpe_cosine.bwd.fp16.softmax_seq --config bp:t128:r2:v8 --show source
 expect 0 "// ===== attention_bwd.bf16.d64.causal" -- inspect --op attention_bwd --variant attention_bwd.bf16.d64.causal --show key
 # One operator's whole variant set (every variant of every operator compiles: the replay table's
-# check and tests/runtime/replay_defaults_test.cpp).
+# check and tests/runtime/jit/replay_defaults_test.cpp).
 expect 0 "compiled [0-9]+, cached [0-9]+, failed 0" -- warm --ops lrpe_cosine --arch sm_80,sm_90a --cache-dir "$cache" --quiet
 expect 0 "entries [0-9]+, corrupt 0" -- cache --cache-dir "$cache" verify
 here=$(dirname "$0")

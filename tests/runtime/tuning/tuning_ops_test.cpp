@@ -18,7 +18,7 @@
 #include "ops/lrpe.h"
 #include "tuning/tuning_decision.h"
 #include "ops/tuning_problems.h"
-#include "tests/tuning/test_support.h"
+#include "tests/runtime/tuning/test_support.h"
 
 namespace kgen {
 namespace {

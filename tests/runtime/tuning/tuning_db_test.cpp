@@ -13,7 +13,7 @@
 
 #include "ops/buckets.h"
 #include "tuning/tuning_db.h"
-#include "tests/tuning/test_support.h"
+#include "tests/runtime/tuning/test_support.h"
 
 namespace kgen {
 namespace {
