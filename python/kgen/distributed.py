@@ -183,8 +183,8 @@ class _RingAttention(torch.autograd.Function):
                 o_part, lse_part = _local.forward(q[:, rows], kv[0][:, keys], kv[1][:, keys], block_causal, scale)
                 _merge(out, lse, rows, o_part, lse_part)
             if pending is not None:
-                kv, requests = pending
-                _Ring.wait(requests)
+                kv, exchange = pending
+                _Ring.wait(exchange)
         o = out.to(q.dtype)
         ctx.save_for_backward(q, k, v, o, lse)
         ctx.group, ctx.causal, ctx.scale, ctx.zigzag = group, causal, scale, zigzag
@@ -202,6 +202,9 @@ class _RingAttention(torch.autograd.Function):
         kv = [k, v, torch.zeros(k.shape, device=k.device, dtype=acc), torch.zeros(v.shape, device=v.device, dtype=acc)]
         n_q, n_k = q.shape[1], k.shape[1]
         for step in range(ring.world):
+            # The next K/V travel under this step's kernels; the dK/dV accumulators once they
+            # hold this step's part (after the last step, home to their shard's rank).
+            pending_kv = ring.start(kv[:2]) if step + 1 < ring.world else None
             source = (ring.rank - step) % ring.world
             for rows, keys, block_causal in _ring_blocks(ring.rank, source, n_q, n_k, ctx.causal, ctx.zigzag):
                 dq_part, dk_part, dv_part = _local.backward(
@@ -210,8 +213,13 @@ class _RingAttention(torch.autograd.Function):
                 dq[:, rows] += dq_part.to(acc)
                 kv[2][:, keys] += dk_part.to(acc)
                 kv[3][:, keys] += dv_part.to(acc)
-            kv, requests = ring.start(kv if step + 1 < ring.world else kv[2:])
-            _Ring.wait(requests)
+            grads, pending_grads = ring.start(kv[2:])
+            _Ring.wait(pending_grads)
+            if pending_kv is not None:
+                _Ring.wait(pending_kv[1])
+                kv = pending_kv[0] + grads
+            else:
+                kv = grads
         dk, dv = kv[-2], kv[-1]
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None, None
 
