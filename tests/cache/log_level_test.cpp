@@ -1,5 +1,5 @@
-// kgen has one log level: base/log.h reads KGEN_LOG_LEVEL, and the cache's lines (cache/log.h)
-// go through that log, so the same value gives the same level in both.
+// kgen has one log level: runtime/base/log.h reads KGEN_LOG_LEVEL, and the cache's lines
+// (cache/log.h) go through that log, so the same value gives the same level in both.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

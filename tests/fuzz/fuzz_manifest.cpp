@@ -1,5 +1,5 @@
-// Warm manifests (jit/manifest.h): any file either gives items or throws kgen::Error naming the
-// line; nothing else escapes.
+// Warm manifests (runtime/jit/manifest.h): any file either gives items or throws kgen::Error naming
+// the line; nothing else escapes.
 #include "fuzz_support.h"
 #include "jit/manifest.h"
 #include "kgen/types.hpp"

@@ -1,5 +1,5 @@
-// Tuning-database shards (tuning/tuning_db.h): any file is read without throwing; bad lines are
-// counted, never fatal.
+// Tuning-database shards (runtime/tuning/tuning_db.h): any file is read without throwing; bad lines
+// are counted, never fatal.
 #include "fuzz_support.h"
 #include "tuning/tuning_db.h"
 

@@ -1,4 +1,4 @@
-// Warm manifests (jit/manifest.h): valid files give the expected items; every malformed
+// Warm manifests (runtime/jit/manifest.h): valid files give the expected items; every malformed
 // input is one Error(invalid_argument) naming the line, never a crash.
 #include <gtest/gtest.h>
 #include <unistd.h>

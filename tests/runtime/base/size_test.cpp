@@ -1,4 +1,4 @@
-// Byte sizes (base/size.h): the one parser behind `kgen cache gc --max-bytes` and
+// Byte sizes (runtime/base/size.h): the one parser behind `kgen cache gc --max-bytes` and
 // KGEN_CACHE_MAX_BYTES, so that "1G" is a gibibyte everywhere and a value that is not a size
 // is an error naming where it came from, never a small number.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
-// The launch path's kernel keys (ops/attention_backward.h: gradient_kernel_key) pack every field
-// of every config kgen can choose or be given into 64 bits: a field that does not fit throws
+// The launch path's kernel keys (runtime/ops/attention_backward.h: gradient_kernel_key) pack every
+// field of every config kgen can choose or be given into 64 bits: a field that does not fit throws
 // at the first launch, on a GPU only. Here every config of the spaces, every default and the
 // explicit forms outside the spaces are packed, for every kernel of both modes, without a device.
 #include <gtest/gtest.h>
