@@ -428,7 +428,7 @@ def backward_grid(kernel: Kernel, config: str, case: BackwardCase) -> tuple[int,
 
 
 def run_backward(kgen_bin: str, case: BackwardCase, hazards: bool = False) -> dict:
-    """One backward call as ops/attention_backward.cpp makes it: the kernels of
+    """One backward call as runtime/ops/attention_backward.cpp makes it: the kernels of
     attention_backward_kernels(config, deterministic) in order on one set of buffers, the workspace
     rows lse2, delta (and, with atomic dQ, dq_accum) NaN-poisoned like the outputs. hazards: every
     kernel with the emulator's hazard probes (launch)."""
