@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import os
+import sys
 import struct
 import threading
 from pathlib import Path
@@ -202,6 +203,46 @@ def find_library() -> str | None:
     return next((str(p) for p in CANDIDATES if p.is_file()), None)
 
 
+# Where the NVIDIA wheels that pip-installed PyTorch brings keep NVRTC, under a `nvidia` package
+# directory on sys.path: CUDA 13's nvidia-cuda-nvrtc (cu13/lib) and CUDA 12's
+# nvidia-cuda-nvrtc-cu12 (cuda_nvrtc/lib), newest major first.
+_WHEEL_NVRTC = ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12",
+                "cu12/lib/libnvrtc.so.12")
+
+
+def wheel_nvrtc(search_path=None) -> str | None:
+    """libnvrtc from the pip-installed NVIDIA wheels on `search_path` (sys.path), or None."""
+    roots = [Path(p) / "nvidia" for p in (sys.path if search_path is None else search_path) if p]
+    for name in _WHEEL_NVRTC:
+        for root in roots:
+            candidate = root / name
+            if candidate.is_file():
+                return str(candidate)
+    return None
+
+
+def system_nvrtc() -> bool:
+    """Whether the library's own NVRTC lookup (the loader's path, $CUDA_HOME/lib64,
+    /usr/local/cuda/lib64) has something to find."""
+    import ctypes.util
+    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    if any(h and any((Path(h) / "lib64" / f"libnvrtc.so.{m}").is_file() for m in (13, 12)) for h in homes):
+        return True
+    return ctypes.util.find_library("nvrtc") is not None
+
+
+def point_at_wheel_nvrtc() -> str | None:
+    """Without KGEN_NVRTC_PATH and a toolkit's NVRTC, points KGEN_NVRTC_PATH at the NVRTC of the
+    pip-installed NVIDIA wheels (what PyTorch's wheels bring), so that kgen needs no CUDA toolkit
+    beside them. Returns the path set, or None."""
+    if os.environ.get("KGEN_NVRTC_PATH") or system_nvrtc():
+        return None
+    found = wheel_nvrtc()
+    if found:
+        os.environ["KGEN_NVRTC_PATH"] = found
+    return found
+
+
 def library() -> ctypes.CDLL:
     """The loaded library with every signature declared; raises KgenError if it cannot load."""
     global _lib, _path
@@ -209,6 +250,7 @@ def library() -> ctypes.CDLL:
         return _lib
     with _lock:
         if _lib is None:
+            point_at_wheel_nvrtc()
             path = find_library()
             if path is None:
                 searched = ", ".join(str(p) for p in CANDIDATES)
