@@ -387,28 +387,25 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
-  // Variants on sm_90a: the plain default where it is the warp-specialised kernel (on its plain
-  // grid, dQ by TMA; packed batches unsplit), else sm_80's rule. The MFMA kernels do not serve
-  // variants yet. 64-row query tiles: on 128-row tiles a modification's score step spills
-  // (ptxas, d = 64: softcap 152 bytes, ALiBi 44; none on 64-row tiles).
-  if (spec.has_variant() && target.arch == "sm_90a") {
-    AttentionBackwardSpec plain = spec;
-    plain.variant.clear(), plain.sinks = plain.packed = false;
-    AttentionBackwardConfig c = attention_backward_default_config(plain, shape, target, sm_count);
-    if (c.path == BackwardPath::wgmma && c.warp_specialised) {
-      c.persistent = false, c.tma_dq = true, c.block_m = 64;
-      if (spec.packed) c.group_splits = 1;
-      if (!check_attention_backward_config(spec, c, target)) return c;
-    }
-    return attention_backward_default_config(spec, shape, *parse_target("sm_80"), sm_count);
-  }
   if (spec.has_variant()) {
-    // A variant's score step keeps more values live per element: 32-row query tiles and 16 keys
-    // per warp keep the fa2 key-major kernel within its registers (ptxas, d = 64: 64-row tiles
-    // spill 108–144 bytes with a tensor-indexed mask).
+    // A variant narrows the plain default: its score step keeps more values live per element.
     AttentionBackwardSpec plain = spec;
     plain.variant.clear(), plain.sinks = plain.packed = false;
     AttentionBackwardConfig c = attention_backward_default_config(plain, shape, target, sm_count);
+    // sm_90a: the plain default where it is the warp-specialised kernel (on its plain grid, dQ by
+    // TMA; packed batches unsplit), on 64-row query tiles (on 128-row tiles a modification's score
+    // step spills: ptxas, d = 64, softcap 152 bytes, ALiBi 44; none on 64-row tiles); else sm_80's
+    // rule. The MFMA kernels do not serve variants yet.
+    if (target.arch == "sm_90a") {
+      if (c.path == BackwardPath::wgmma && c.warp_specialised) {
+        c.persistent = false, c.tma_dq = true, c.block_m = 64;
+        if (spec.packed) c.group_splits = 1;
+        if (!check_attention_backward_config(spec, c, target)) return c;
+      }
+      return attention_backward_default_config(spec, shape, *parse_target("sm_80"), sm_count);
+    }
+    // fa2: 32-row query tiles and 16 keys per warp keep the key-major kernel within its registers
+    // (ptxas, d = 64: 64-row tiles spill 108–144 bytes with a tensor-indexed mask).
     if (c.path != BackwardPath::fa2) return attention_backward_general_config(spec);
     AttentionBackwardConfig narrow = c;
     narrow.block_m = 32;
@@ -416,8 +413,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     if (!check_attention_backward_config(spec, narrow, target)) return narrow;
     return check_attention_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
   }
-  if (!spec.has_variant())
-    if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
+  if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
   // d = 32 on sm_90a (H200, bf16, b·n = 16k, h = 64, `kgen bench --op attention_bwd --head-dims 32`,
   // docs/kernels/measurements.md "d = 32 backward"): without a mask the padded 64-column wgmma tile ran 165 / 204 /
   // 217 TFLOPS at n = 1k / 4k / 16k against 147 / 184 / 198 for fa2:bm64:bn128:w8; causal,
