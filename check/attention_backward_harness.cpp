@@ -1,4 +1,6 @@
 #include "check/attention_backward_harness.h"
+#include "check/harness_benches.h"
+#include "ops/attention_tuning.h"
 
 #include <algorithm>
 #include <array>
@@ -461,5 +463,28 @@ HarnessCheck check_backward_reference_gpu_against_cpu(const AttentionCase& c, bo
   // The GPU reference sums in fp64 and stores fp32: fp32 rounding is its only expected error.
   return compare_gradients(c, double_backward, [&](std::size_t a) { return gpu[a]; }, ref, tolerance_for(DType::f32));
 }
+
+namespace {
+
+// The tuner benches of attention_bwd (either mode) and attention_double_bwd (check/harness_benches.h).
+std::unique_ptr<HarnessBench> gradient_tuner_bench(const TuningProblem& p, int device, bool double_backward) {
+  BackwardBenchOptions o;
+  o.deterministic = deterministic_of(p);
+  const AttentionCase& c = described_case(attention_case_of(p), p);
+  if (double_backward) return std::make_unique<AttentionDoubleBackwardBench>(c, o, device);
+  return std::make_unique<AttentionBackwardBench>(c, o, device);
+}
+
+const bool backward_tuner_bench = install_harness_bench(
+    "attention_bwd", [](const TuningProblem& p, int device) { return gradient_tuner_bench(p, device, false); },
+    [](const TuningProblem& p, double ms) { return tflops_of(attention_backward_flops(described_case(attention_case_of(p), p)), ms); });
+
+const bool double_backward_tuner_bench = install_harness_bench(
+    "attention_double_bwd", [](const TuningProblem& p, int device) { return gradient_tuner_bench(p, device, true); },
+    [](const TuningProblem& p, double ms) {
+      return tflops_of(attention_double_backward_flops(described_case(attention_case_of(p), p)), ms);
+    });
+
+}  // namespace
 
 }  // namespace kgen

@@ -1,4 +1,6 @@
 #include "check/attention_harness.h"
+#include "check/harness_benches.h"
+#include "ops/attention_tuning.h"
 
 #include <algorithm>
 #include <array>
@@ -254,5 +256,17 @@ HarnessCheck check_reference_gpu_against_cpu(const AttentionCase& c, int device)
   check.finish();
   return check;
 }
+
+namespace {
+
+// attention_fwd's tuner bench (check/harness_benches.h).
+const bool forward_tuner_bench = install_harness_bench(
+    "attention_fwd",
+    [](const TuningProblem& p, int device) -> std::unique_ptr<HarnessBench> {
+      return std::make_unique<AttentionForwardBench>(described_case(attention_case_of(p), p), device);
+    },
+    [](const TuningProblem& p, double ms) { return tflops_of(attention_forward_flops(described_case(attention_case_of(p), p)), ms); });
+
+}  // namespace
 
 }  // namespace kgen

@@ -1,4 +1,6 @@
 #include "check/lrpe_harness.h"
+#include "check/harness_benches.h"
+#include "ops/lrpe_tuning.h"
 
 #include <algorithm>
 #include <cmath>
@@ -345,5 +347,22 @@ double measure_copy_bandwidth(std::size_t bytes, int device, int reps) {
       3, reps, stream.s);
   return 2.0 * double(bytes) / (t.median_ms * 1e-3);
 }
+
+namespace {
+
+// The tuner benches of lrpe_cosine and md_lrpe_cosine (check/harness_benches.h): GB/s of the bytes
+// a call must move.
+bool install_lrpe_tuner_bench(LrpeOp op) {
+  return install_harness_bench(
+      lrpe_op_name(op),
+      [](const TuningProblem& p, int device) -> std::unique_ptr<HarnessBench> {
+        return std::make_unique<LrpeBench>(described_case(lrpe_case_of(p), p), device);
+      },
+      [](const TuningProblem& p, double ms) { return lrpe_floor_bytes(described_case(lrpe_case_of(p), p)) / (ms * 1e-3) / 1e9; });
+}
+
+const bool lrpe_tuner_benches = install_lrpe_tuner_bench(LrpeOp::cosine) && install_lrpe_tuner_bench(LrpeOp::md_cosine);
+
+}  // namespace
 
 }  // namespace kgen

@@ -161,34 +161,45 @@ ConfigSpace append_space(const std::string& variant) {
   return space_of(paged_append_config_space(*spec));
 }
 
+std::string forward_shape_variant(DType dtype, int head_dim, bool causal, std::string* why) {
+  const AttentionForwardSpec spec{dtype, head_dim, causal};
+  if (auto problem = check_attention_forward_spec(spec)) {
+    *why = *problem;
+    return "";
+  }
+  return to_string(spec);
+}
+
 }  // namespace
 
 std::span<const OperatorInfo> operators() {
   static const OperatorInfo kOperators[] = {
       {"attention_fwd", "flash attention forward (O, LSE); fp16/bf16 tensor cores, fp32 general path",
-       attention_forward_all_variants, attention_forward_default_variants, forward_kernels, forward_space, explain_forward},
+       attention_forward_all_variants, attention_forward_default_variants, forward_kernels, forward_space, explain_forward,
+       forward_shape_variant, ""},
       {"attention_bwd", "flash attention backward (dQ, dK, dV); fp16/bf16 tensor cores, fp32 general path",
        attention_backward_all_variants, attention_backward_default_variants, backward_kernels, backward_space,
-       explain_backward},
+       explain_backward, nullptr, "attention_bwd.bf16.d128.causal"},
       {"attention_double_bwd",
        "flash attention double backward (Q̄, K̄, V̄, dŌ), O(n·d) memory; fp16/bf16 tensor cores, fp32 general path",
        attention_double_backward_all_variants, attention_double_backward_default_variants,
-       double_backward_kernels, double_backward_space, explain_backward},
+       double_backward_kernels, double_backward_space, explain_backward, nullptr, ""},
       {"lrpe_cosine", "LRPE-cosine o = [act(x)·cos Θ, act(x)·sin Θ], forward and backward, every act",
        [](const Target&) { return lrpe_all_variants(LrpeOp::cosine); },
        [](const Target&) { return lrpe_default_variants(LrpeOp::cosine); },
        [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::cosine, v, c); },
-       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::cosine, v); }, explain_lrpe},
+       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::cosine, v); }, explain_lrpe, nullptr,
+       "lrpe_cosine.fwd.bf16.softmax_seq"},
       {"md_lrpe_cosine", "multi-dimensional LRPE-cosine (1d/2d/3d grids, extra tokens, angle cache), forward and backward",
        [](const Target&) { return lrpe_all_variants(LrpeOp::md_cosine); },
        [](const Target&) { return lrpe_default_variants(LrpeOp::md_cosine); },
        [](const std::string& v, const std::string& c, const Target&) { return lrpe_kernels(LrpeOp::md_cosine, v, c); },
-       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::md_cosine, v); }, explain_lrpe},
+       [](const std::string& v, const Target&) { return lrpe_space(LrpeOp::md_cosine, v); }, explain_lrpe, nullptr, ""},
       {kPagedAppendOp, "paged K/V append: new rows into their pages, optional fused rotary embedding (k, and q)",
        [](const Target&) { return paged_append_all_variants(); },
        [](const Target&) { return paged_append_default_variants(); },
        [](const std::string& v, const std::string& c, const Target&) { return append_kernels(v, c); },
-       [](const std::string& v, const Target&) { return append_space(v); }, explain_append},
+       [](const std::string& v, const Target&) { return append_space(v); }, explain_append, nullptr, ""},
   };
   return kOperators;
 }

@@ -1,5 +1,8 @@
-// The operators kgen knows, by their public names. Adding an operator means adding one row
-// here and its own spec/config/render files; nothing else switches on operator names.
+// The operators kgen knows, by their public names: each operator's generator half, one row per
+// operator in registry.cpp. The runtime halves are registered under the same name by the
+// operator's own files in the layers above (its TuningProblems in runtime/ops/<op>_tuning, its
+// tuner bench in check/<op>_harness, its sweep in tools/sweep_<family>.cpp); code shared by every
+// operator iterates these registries and never names one (tests/layers/operator_names.py).
 #pragma once
 
 #include <functional>
@@ -48,6 +51,12 @@ struct OperatorInfo {
   // The fields of a config text of this operator with their meanings (`kgen inspect --explain`),
   // or nullopt when `config` does not parse as one.
   std::function<std::optional<std::vector<ConfigField>>(const std::string& config)> explain_config;
+  // The variant key of a call given by dtype, head dim and mask alone (`kgen inspect` without
+  // --variant), or "" with *why set when the operator has no such variant; empty when the
+  // operator's variants need more than those three (then `kgen inspect` needs --variant).
+  std::function<std::string(DType dtype, int head_dim, bool causal, std::string* why)> shape_variant;
+  // A variant key `kgen inspect --help` shows as an example ("" for none).
+  std::string_view help_variant;
 };
 
 // The registered operator names, ", "-separated ("attention_fwd, attention_bwd, …"), for messages.

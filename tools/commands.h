@@ -24,8 +24,8 @@ void add_replay_command(CLI::App& app, int& exit_code);
 
 class SweepOptions;
 
-// `kgen check` / `kgen bench` of any operator (tools/commands_gpu.cpp), from the sweep options
-// of tools/sweep.h; the lrpe tables of `kgen bench` (tools/commands_lrpe.cpp).
+// `kgen check` / `kgen bench` of any operator with a sweep (tools/commands_gpu.cpp), from the
+// sweep options of tools/sweep.h.
 int run_sweep_check(const SweepOptions& o);
 int run_sweep_bench(const SweepOptions& o);
 
@@ -49,12 +49,6 @@ class BenchRows {
   std::string table_;
   nlohmann::ordered_json rows_ = nlohmann::ordered_json::array();
 };
-
-int run_lrpe_bench(const SweepOptions& o, BenchRows& rows);
-
-// The aliases `kgen check lrpe|md_lrpe` and `kgen bench lrpe|md_lrpe` of `--op lrpe_cosine` and
-// `--op md_lrpe_cosine` (tools/commands_lrpe.cpp), as sub-commands of `check` and `bench`.
-void add_lrpe_aliases(CLI::App& check, CLI::App& bench, int& exit_code);
 
 // Builds `items` through `builder` on `jobs` threads as `kgen warm` does (per-kernel lines at debug
 // level, a progress line rewritten in place on a terminal and printed every few seconds

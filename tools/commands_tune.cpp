@@ -2,7 +2,7 @@
 // tuning database (one shard per process). Resumable: shapes with an exact record are skipped.
 // The tuner is one core for every operator (runtime/tuning/autotune.h); this file only turns the
 // sweep options (tools/sweep.h, the same as `kgen check` and `kgen bench`) into TuningProblems
-// (runtime/ops/tuning_problems.h).
+// through each operator's sweep (tools/sweep_<family>.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,7 +12,6 @@
 #include "driver/cuda_driver.h"
 #include "driver/device.h"
 #include "tuning/tuning_db.h"
-#include "ops/tuning_problems.h"
 #include "tools/commands.h"
 #include "tools/commands_tune_db.h"
 #include "tools/sweep.h"
@@ -28,22 +27,6 @@ struct TuneCliOptions {
 };
 
 using Problems = std::vector<std::unique_ptr<TuningProblem>>;
-
-// The tuning problems of the sweep: one per case of the operator.
-Problems tuning_problems(const SweepOptions& o) {
-  Problems out;
-  const std::string op = o.op();
-  if (o.family() == OpFamily::lrpe) {
-    for (const LrpeCase& c : lrpe_cases(o)) out.push_back(lrpe_tuning(c));
-    return out;
-  }
-  for (const AttentionCase& c : attention_cases(o)) {
-    if (op == "attention_fwd") out.push_back(attention_forward_tuning(c));
-    else if (op == "attention_bwd") out.push_back(attention_backward_tuning(c, o.flag("deterministic")));
-    else out.push_back(attention_double_backward_tuning(c));
-  }
-  return out;
-}
 
 void print_candidates(const TuningProblem& p, const TuneResult& r) {
   const std::string unit(p.rate_unit());
@@ -76,7 +59,7 @@ int run_tune(const SweepOptions& sweep, const TuneCliOptions& o) {
   TuneOptions opts;
   opts.warmup = sweep.integer("warmup", 0), opts.reps = sweep.integer("reps", 1), opts.jobs = o.jobs;
   opts.devices = parse_int_list(o.devices, "--devices", 0);
-  const Problems problems = tuning_problems(sweep);
+  const Problems problems = find_sweep_operator(op)->tuning_problems(sweep);
   for (const auto& text : sweep_configs(sweep)) {
     auto c = problems.empty() ? std::nullopt : problems.front()->parse_config(text);
     if (!c) throw Error(Status::invalid_argument, "--configs: cannot parse '" + text + "' as an " + op + " config");
@@ -159,7 +142,7 @@ void add_tune_commands(CLI::App& app, int& exit_code) {
       std::to_string(static_cast<int>(100 * kFinalBand)) + " % of the fastest are timed again, "
       "interleaved in rounds so that they meet the same clock (a GPU's power cap lowers it under sustained load), and the "
       "winner, chosen among them, is appended to the tuning database. " +
-      sweep_footer(SweepCommand::tune) + " attention_bwd --deterministic tunes that mode.");
+      sweep_footer(SweepCommand::tune));
   add_tune_db_commands(*tune, exit_code);
   tune->callback([tune, sweep, o, &exit_code] {
     if (!tune->get_subcommands().empty()) return;  // merge / show ran

@@ -7,7 +7,6 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/binary_cache.h"
-#include "generator/attention_forward.h"
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
 #include "kgen/kgen.hpp"
@@ -169,19 +168,26 @@ void add_show_config(CLI::App& app, int& exit_code) {
 void add_inspect(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand("inspect", "Show the rendered source, PTX or ISA, or resource usage of one variant's kernels");
   struct Opts {
-    std::string op = "attention_fwd", variant, dtype = "bf16", arch = "sm_90a", config, what = "resources", explain;
+    std::string op, variant, dtype = "bf16", arch = "sm_90a", config, what = "resources", explain;
     int head_dim = 128;
     bool causal = false;
   };
   auto o = std::make_shared<Opts>();
+  o->op = std::string(operators().front().name);
+  // The operators whose variant --dtype, --head-dim and --causal give, and the examples of keys.
+  std::string shape_ops, examples;
+  for (const OperatorInfo& op : operators()) {
+    if (op.shape_variant) shape_ops += (shape_ops.empty() ? "" : ", ") + std::string(op.name);
+    if (!op.help_variant.empty()) examples += (examples.empty() ? "" : ", ") + std::string(op.help_variant);
+  }
   cmd->add_option("--op", o->op, "Operator (kgen show-config lists them)")->capture_default_str();
   cmd->add_option("--variant", o->variant,
-                  "Variant key, as in tuning records (e.g. attention_bwd.bf16.d128.causal, "
-                  "lrpe_cosine.fwd.bf16.softmax_seq); attention_fwd: built from --dtype, --head-dim, --causal when absent")
+                  "Variant key, as in tuning records (e.g. " + examples + "); " + shape_ops +
+                      ": built from --dtype, --head-dim, --causal when absent")
       ->check(non_empty_value());
-  cmd->add_option("--dtype", o->dtype, "attention_fwd without --variant: fp16, bf16 or fp32")->capture_default_str();
-  cmd->add_option("--head-dim,-d", o->head_dim, "attention_fwd without --variant: head dimension")->capture_default_str();
-  cmd->add_flag("--causal", o->causal, "attention_fwd without --variant: causal variant");
+  cmd->add_option("--dtype", o->dtype, shape_ops + " without --variant: fp16, bf16 or fp32")->capture_default_str();
+  cmd->add_option("--head-dim,-d", o->head_dim, shape_ops + " without --variant: head dimension")->capture_default_str();
+  cmd->add_flag("--causal", o->causal, shape_ops + " without --variant: causal variant");
   cmd->add_option("--arch", o->arch, "Target (" + std::string(known_targets()) + ")")->capture_default_str();
   cmd->add_option("--config", o->config, "Config (default: the variant's heuristic for a b=1, h=16, n=4096 shape)")
       ->check(non_empty_value());
@@ -209,12 +215,12 @@ void add_inspect(CLI::App& app, int& exit_code) {
     if (o->what == "isa" && !amd) throw Error(Status::invalid_argument, "--show isa: for AMD targets; use --show ptx");
     std::string variant = o->variant;
     if (variant.empty()) {
-      if (o->op != "attention_fwd") throw Error(Status::invalid_argument, "--variant: required for --op " + o->op);
+      if (!op->shape_variant) throw Error(Status::invalid_argument, "--variant: required for --op " + o->op);
       auto dtype = parse_dtype(o->dtype);
       if (!dtype) throw Error(Status::invalid_argument, "--dtype: unknown dtype '" + o->dtype + "'");
-      AttentionForwardSpec spec{*dtype, o->head_dim, o->causal};
-      if (auto why = check_attention_forward_spec(spec)) throw Error(Status::invalid_argument, "--head-dim: " + *why);
-      variant = to_string(spec);
+      std::string why;
+      variant = op->shape_variant(*dtype, o->head_dim, o->causal, &why);
+      if (variant.empty()) throw Error(Status::invalid_argument, "--head-dim: " + why);
     }
     ConfigKernels found = op->config_kernels(variant, o->config, *target);
     if (found.problem != ConfigKernels::Problem::none)

@@ -10,7 +10,7 @@
 #include "ops/tensor_checks.h"
 #include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
-#include "ops/tuning_problems.h"
+#include "ops/lrpe_tuning.h"
 
 namespace kgen {
 namespace {

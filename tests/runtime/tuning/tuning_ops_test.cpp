@@ -17,7 +17,8 @@
 #include "ops/general_path.h"
 #include "ops/lrpe.h"
 #include "tuning/tuning_decision.h"
-#include "ops/tuning_problems.h"
+#include "ops/attention_tuning.h"
+#include "ops/lrpe_tuning.h"
 #include "tests/runtime/tuning/test_support.h"
 
 namespace kgen {

@@ -1,31 +1,14 @@
-#include "ops/buckets.h"
-#include "ops/tuning_problems.h"
+#include "ops/attention_tuning.h"
 
 #include <algorithm>
-#include <utility>
 
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
-#include "generator/lrpe.h"
 #include "ops/buckets.h"
+#include "ops/tuning_support.h"
 
 namespace kgen {
 namespace {
-
-// Config texts through a parser and printer pair: canonical text or nullopt.
-template <class Parse>
-std::optional<std::string> canonical(Parse parse, const std::string& text) {
-  auto c = parse(text);
-  if (!c) return std::nullopt;
-  return to_string(*c);
-}
-
-template <class Config>
-std::vector<std::string> texts(const std::vector<Config>& configs) {
-  std::vector<std::string> out;
-  for (const auto& c : configs) out.push_back(to_string(c));
-  return out;
-}
 
 // What the attention-family problems share: the case, its shape and bucket, TFLOPS.
 class AttentionFamilyTuning : public TuningProblem {
@@ -56,10 +39,10 @@ class ForwardTuning final : public AttentionFamilyTuning {
   std::string_view op() const override { return "attention_fwd"; }
   std::string variant_key() const override { return to_string(spec_); }
   std::optional<std::string> parse_config(const std::string& text) const override {
-    return canonical(parse_attention_forward_config, text);
+    return canonical_config(parse_attention_forward_config, text);
   }
   std::vector<std::string> config_space(const Target& target) const override {
-    return texts(attention_forward_config_space(spec_, target));
+    return config_texts(attention_forward_config_space(spec_, target));
   }
   std::optional<std::string> check_config(const std::string& text, const Target& target) const override {
     auto c = parse_attention_forward_config(text);
@@ -84,12 +67,12 @@ class GradientTuning final : public AttentionFamilyTuning {
     return dbl_ ? double_backward_variant_key(spec_) : attention_backward_variant_key(spec_, det_);
   }
   std::optional<std::string> parse_config(const std::string& text) const override {
-    return canonical(parse_attention_backward_config, text);
+    return canonical_config(parse_attention_backward_config, text);
   }
   std::vector<std::string> config_space(const Target& target) const override {
-    if (dbl_) return texts(attention_double_backward_config_space(spec_, target));
-    if (det_) return texts(attention_backward_config_space(spec_, target));  // no group splits there
-    return texts(attention_backward_config_space(spec_, target, c_.heads_q / std::max(c_.heads_kv, 1)));
+    if (dbl_) return config_texts(attention_double_backward_config_space(spec_, target));
+    if (det_) return config_texts(attention_backward_config_space(spec_, target));  // no group splits there
+    return config_texts(attention_backward_config_space(spec_, target, c_.heads_q / std::max(c_.heads_kv, 1)));
   }
   std::optional<std::string> check_config(const std::string& text, const Target& target) const override {
     auto c = parse_attention_backward_config(text);
@@ -112,58 +95,6 @@ class GradientTuning final : public AttentionFamilyTuning {
   bool dbl_, det_;
 };
 
-class LrpeTuning final : public TuningProblem {
- public:
-  explicit LrpeTuning(const LrpeCase& c) : c_(c), spec_{c.op, c.direction, c.dtype, c.act} {}
-  std::string_view op() const override { return lrpe_op_name(c_.op); }
-  std::string variant_key() const override { return lrpe_variant_key(spec_, c_.cache); }
-  std::string bucket() const override {
-    return lrpe_bucket(shape(), c_.op == LrpeOp::md_cosine ? static_cast<int>(c_.grid.size()) : 0).text();
-  }
-  std::string shape_text() const override {
-    std::string s = "b=" + std::to_string(c_.batch) + " h=" + std::to_string(c_.heads) + " n=" + std::to_string(c_.n) +
-                    " d=" + std::to_string(c_.d);
-    if (c_.op != LrpeOp::md_cosine) return s;
-    s += " grid=";
-    for (std::size_t j = 0; j < c_.grid.size(); ++j) s += (j ? "x" : "") + std::to_string(c_.grid[j]);
-    return s + " l=" + std::to_string(c_.extra) + (c_.cache ? " cache" : "");
-  }
-  std::optional<std::string> check_problem() const override {
-    if (c_.d < 1 || c_.d > kLrpeMaxHeadDim)
-      return "d=" + std::to_string(c_.d) + " is unsupported: kgen serves 1.." + std::to_string(kLrpeMaxHeadDim);
-    if (c_.cache && c_.op != LrpeOp::md_cosine) return std::string("the angle cache exists for md_lrpe_cosine only");
-    if (c_.op == LrpeOp::md_cosine && (c_.grid.empty() || c_.grid.size() > 3))
-      return "the md grid must have 1, 2 or 3 dims, got " + std::to_string(c_.grid.size());
-    return std::nullopt;
-  }
-  std::optional<std::string> parse_config(const std::string& text) const override {
-    return canonical(parse_lrpe_config, text);
-  }
-  std::vector<std::string> config_space(const Target&) const override {
-    std::vector<std::string> out;
-    for (const auto& c : lrpe_config_space(spec_, c_.cache))
-      if (!check_lrpe_config_for_shape(spec_, c, shape())) out.push_back(to_string(c));
-    return out;
-  }
-  std::optional<std::string> check_config(const std::string& text, const Target&) const override {
-    auto c = parse_lrpe_config(text);
-    if (!c) return "cannot parse '" + text + "'";
-    if (c->cache != c_.cache) return std::string(c_.cache ? "the problem uses the angle cache, the config does not" : "the config uses the angle cache, the problem does not");
-    return check_lrpe_config_for_shape(spec_, *c, shape());
-  }
-  std::vector<KernelSource> kernels(const std::string& text) const override {
-    return {render_lrpe(spec_, parse_lrpe_config(text).value())};
-  }
-  std::string_view rate_unit() const override { return "GB/s"; }
-
- const LrpeCase& lrpe_case() const { return c_; }
-
- private:
-  LrpeShape shape() const { return {c_.batch, c_.heads, c_.n, c_.d}; }
-  LrpeCase c_;
-  LrpeSpec spec_;
-};
-
 }  // namespace
 
 std::unique_ptr<TuningProblem> attention_forward_tuning(const AttentionCase& problem) {
@@ -178,21 +109,14 @@ std::unique_ptr<TuningProblem> attention_double_backward_tuning(const AttentionC
   return std::make_unique<GradientTuning>(problem, true, false);
 }
 
-std::unique_ptr<TuningProblem> lrpe_tuning(const LrpeCase& problem) { return std::make_unique<LrpeTuning>(problem); }
-
 const AttentionCase* attention_case_of(const TuningProblem& problem) {
-  auto* p = dynamic_cast<const AttentionFamilyTuning*>(&problem);
+  auto* p = problem_as<AttentionFamilyTuning>(problem);
   return p ? &p->attention_case() : nullptr;
 }
 
 bool deterministic_of(const TuningProblem& problem) {
-  auto* p = dynamic_cast<const GradientTuning*>(&problem);
+  auto* p = problem_as<GradientTuning>(problem);
   return p && p->deterministic();
-}
-
-const LrpeCase* lrpe_case_of(const TuningProblem& problem) {
-  auto* p = dynamic_cast<const LrpeTuning*>(&problem);
-  return p ? &p->lrpe_case() : nullptr;
 }
 
 }  // namespace kgen

@@ -1,0 +1,30 @@
+// The TuningProblems of attention_fwd, attention_bwd and attention_double_bwd
+// (runtime/ops/tuning_support.h has what every operator's share).
+#pragma once
+
+#include <memory>
+
+#include "ops/cases.h"
+#include "tuning/autotune.h"
+
+namespace kgen {
+
+// attention_fwd on `problem` (its config field is ignored); variant to_string(spec), bucket
+// attention_bucket(shape), rate in TFLOPS.
+std::unique_ptr<TuningProblem> attention_forward_tuning(const AttentionCase& problem);
+
+// attention_bwd on `problem`, atomic-dQ or deterministic mode; variant
+// attention_backward_variant_key, bucket attention_bucket, TFLOPS (2.5 × forward).
+std::unique_ptr<TuningProblem> attention_backward_tuning(const AttentionCase& problem, bool deterministic);
+
+// attention_double_bwd on `problem` with every cotangent present; variant
+// double_backward_variant_key, bucket attention_bucket, TFLOPS (22 matmuls).
+std::unique_ptr<TuningProblem> attention_double_backward_tuning(const AttentionCase& problem);
+
+// The call a problem made here describes: nullptr for another operator's problem. What the
+// checking layer's benches are built from.
+const AttentionCase* attention_case_of(const TuningProblem& problem);
+// Whether an attention_bwd problem tunes the deterministic mode.
+bool deterministic_of(const TuningProblem& problem);
+
+}  // namespace kgen
