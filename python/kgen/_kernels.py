@@ -4,10 +4,10 @@ on the current CUDA stream, its tensors passed zero-copy as DLPack descriptors.
 _ops.py registers them with PyTorch's dispatcher, and kgen.torch calls them directly in eager
 mode, which saves the dispatcher's few µs per call. Shapes, dtypes, devices and strides are
 checked by the library alone (its message names the argument); Python checks only the layout and
-act names and the scale. A call's descriptors are PyTorch's own DLPack export, or packed with its
-options into one reused buffer (_lib.Frame) where the bnhd layout needs (b, h, n, d) views, and
-scratch sizes are cached per call form, so that a call costs little host time at decode shapes.
-Signatures and conventions: see _ops.py.
+act names and the scale. A call goes through its call form (_calls.py): its options and
+descriptors (the bnhd layout's as (b, h, n, d) views) packed once per combination of shapes,
+strides, dtypes and devices, its scratch size asked once, so that a repeated call writes only its
+data pointers. Signatures and conventions: see _ops.py.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import ctypes
 
 import torch
 
-from . import _checks, _lib
+from . import _calls, _checks, _lib
 
 LAYOUTS = ("bhnd", "bnhd")
 LRPE_ACTS = tuple(_lib.LRPE_ACTS)
@@ -83,14 +83,10 @@ def _pack(options_format: str, options: tuple, tensors, swap: bool):
     return frame, addresses, None
 
 
-def _launch(function: str, options_format: str, options: tuple, tensors, swap: bool, *extra) -> None:
+def _launch(function: str, options_format: str, options: tuple, tensors, swap: bool, *extra, scratch=None) -> None:
     """C `function(tensors..., &options, extra..., stream)` on the current stream of the first
-    tensor's device."""
-    frame, addresses, keep = _pack(options_format, options, tensors, swap)
-    status = _lib.function(function)(*addresses, frame.options, *extra, _stream(tensors[0].get_device()))
-    del keep  # the exported descriptors, read by the call
-    if status:
-        _lib.raise_error(function, status)
+    tensor's device, through its call form (_calls.py); `scratch`: see _calls.launch."""
+    _calls.launch(function, options_format, options, tensors, swap, *extra, scratch=scratch)
 
 
 def _swap(layout: str) -> bool:
@@ -120,27 +116,6 @@ def _dense(t):
     return t.contiguous()
 
 
-# Scratch sizes by call form: the library's answer depends on the shape, options and device only,
-# and asking it costs a call.
-_scratch_bytes: dict = {}
-
-
-def _scratch(key, query, like: torch.Tensor):
-    """(tensor to keep alive, address, bytes) of a call's scratch from PyTorch's caching allocator
-    (freed stream-ordered like every torch allocation, and capturable in CUDA graphs); bytes from
-    `query()`, cached by `key`. If the query fails, no scratch: the call itself reports why."""
-    nbytes = _scratch_bytes.get(key)
-    if nbytes is None:
-        size = ctypes.c_size_t(0)
-        try:
-            query(ctypes.byref(size))
-        except _lib.KgenError:
-            return None, 0, 0
-        nbytes = _scratch_bytes[key] = size.value
-    scratch = like.new_empty(max(nbytes, 1), dtype=torch.uint8)
-    return scratch, scratch.data_ptr(), nbytes
-
-
 # --- attention ----------------------------------------------------------------------------------------
 
 def _forward_outputs(q, swap: bool, with_lse: bool = True):
@@ -160,10 +135,9 @@ def attention_forward_out(q, k, v, out, lse, scale=None, causal=False, layout="b
 
 
 def attention_forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True):
-    """(o, lse); lse is None unless with_lse (the operator always computes it)."""
-    o, lse = _forward_outputs(q, _swap(layout), with_lse)
-    attention_forward_out(q, k, v, o, lse, scale, causal, layout)
-    return o, lse
+    """(o, lse); lse is None unless with_lse (the operator always computes it). Outputs as
+    _forward_outputs allocates them (_calls.forward)."""
+    return _calls.forward(q, k, v, scale, causal, layout, with_lse)[:2]
 
 
 # --- attention variants ----------------------------------------------------------------------------
@@ -280,7 +254,7 @@ def varlen_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, sinks_grad, tensor_gra
     c, keep = _variant_struct(variant, sinks_grad, tensor_grads)
     sequences = _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _launch("kgen_attention_varlen_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
-            _gradient_options(scale, causal, deterministic, 0, 0, None), (q, k, v, o, lse, _dense(d_o), dq, dk, dv),
+            _gradient_options(scale, causal, deterministic, None), (q, k, v, o, lse, _dense(d_o), dq, dk, dv),
             False, ctypes.addressof(sequences[0]), ctypes.addressof(c))
     del keep, sequences
 
@@ -438,32 +412,31 @@ def attention_forward_variant(q, k, v, scale=None, causal=False, layout="bhnd", 
 
 
 def _gradient_scratch(q, swap: bool, deterministic: bool, double: bool):
+    """(word, query) of a gradient call's scratch (_calls.launch): its bytes for q's shape."""
     def query(size):
         frame, (q_address,), keep = _pack(_lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,),
                                           swap)
         _lib.call("kgen_attention_backward_workspace_bytes", q_address, frame.options, int(double), size)
-    return _scratch((q.shape, swap, bool(deterministic), double), query, q)
+    return _calls.BACKWARD_WORKSPACE, query
 
 
-def _gradient_options(scale, causal, deterministic, address, nbytes, config) -> tuple:
-    return _scale(scale), int(causal), int(deterministic), address, nbytes, _lib.c_string(config)
+def _gradient_options(scale, causal, deterministic, config) -> tuple:
+    """A gradient call's options, its workspace 0 (the call form writes its scratch there)."""
+    return _scale(scale), int(causal), int(deterministic), 0, 0, _lib.c_string(config)
 
 
 def attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale=None, causal=False, layout="bhnd",
                            deterministic=False, config=None):
     swap = _swap(layout)
-    scratch, address, nbytes = _gradient_scratch(q, swap, deterministic, False)
     _launch("kgen_attention_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
-            _gradient_options(scale, causal, deterministic, address, nbytes, config),
-            (q, k, v, o, lse, _dense(d_o), dq, dk, dv), swap)
-    del scratch  # freed stream-ordered: reused only by work queued after the launch
+            _gradient_options(scale, causal, deterministic, config), (q, k, v, o, lse, _dense(d_o), dq, dk, dv), swap,
+            scratch=_gradient_scratch(q, swap, deterministic, False))
 
 
 def attention_backward(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd", deterministic=False,
                        config=None):
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, layout, deterministic, config)
-    return dq, dk, dv
+    """(dq, dk, dv) like q, k, v (_calls.backward)."""
+    return _calls.backward(q, k, v, o, lse, d_o, scale, causal, layout, deterministic, config)
 
 
 def _learnable(variant: _checks.Variant, tensor_learnable) -> tuple:
@@ -497,11 +470,10 @@ def variant_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, sinks_grad, tensor_gr
     sinks) and tensor_grads[i] for each variant tensor i whose entry is not None (it learns)."""
     swap = _swap(layout)
     c, keep = _variant_struct(variant, sinks_grad, tensor_grads)
-    scratch, address, nbytes = _gradient_scratch(q, swap, deterministic, False)
     _launch("kgen_attention_backward_variant", _lib.ATTENTION_BACKWARD_OPTIONS,
-            _gradient_options(scale, causal, deterministic, address, nbytes, config),
-            (q, k, v, o, lse, _dense(d_o), dq, dk, dv), swap, ctypes.addressof(c))
-    del scratch, keep
+            _gradient_options(scale, causal, deterministic, config), (q, k, v, o, lse, _dense(d_o), dq, dk, dv), swap,
+            ctypes.addressof(c), scratch=_gradient_scratch(q, swap, deterministic, False))
+    del keep
 
 
 def attention_backward_variant(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd", deterministic=False,
@@ -521,14 +493,8 @@ def _double_backward_outputs(q, k, v):
 
 def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, layout="bhnd",
                               deterministic=False, config=None):
-    swap = _swap(layout)
-    outputs = _double_backward_outputs(q, k, v)
-    scratch, address, nbytes = _gradient_scratch(q, swap, deterministic, True)
-    _launch("kgen_attention_double_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
-            _gradient_options(scale, causal, deterministic, address, nbytes, config),
-            (q, k, v, o, lse, *map(_dense, (d_o, gq, gk, gv)), *outputs), swap)
-    del scratch
-    return outputs
+    """(q_bar, k_bar, v_bar, do_bar), as _double_backward_outputs allocates them (_calls.double_backward)."""
+    return _calls.double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale, causal, layout, deterministic, config)
 
 
 # --- LRPE-cosine ----------------------------------------------------------------------------------
@@ -555,16 +521,15 @@ def _lrpe(function: str, tensors, act: str, offset: int, grid, extra: int, layou
     """One LRPE call; tensors in the C function's order, x first."""
     swap, code = _swap(layout), _act(act)
     x = tensors[0]
-    scratch, address, nbytes = None, 0, 0
+    scratch = None
     if act == "softmax_seq":
         def query(size):
             frame, (x_address,), keep = _pack(_lib.LRPE_OPTIONS, (0,) * 10, (x,), swap)
             _lib.call("kgen_lrpe_workspace_bytes", x_address, code, int(backward), size)
-        scratch, address, nbytes = _scratch((x.shape, swap, x.dtype, x.get_device(), backward), query, x)
+        scratch = _calls.LRPE_WORKSPACE, query
     g = (*grid, 0, 0, 0)
-    options = (code, offset, len(grid), g[0], g[1], g[2], extra, _lib.c_string(config), address, nbytes)
-    _launch(function, _lib.LRPE_OPTIONS, options, tensors, swap)
-    del scratch
+    options = (code, offset, len(grid), g[0], g[1], g[2], extra, _lib.c_string(config), 0, 0)
+    _launch(function, _lib.LRPE_OPTIONS, options, tensors, swap, scratch=scratch)
 
 
 def lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None):

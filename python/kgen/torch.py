@@ -32,7 +32,7 @@ except ImportError as error:  # the package and the CLI need no PyTorch; this mo
     raise ImportError("kgen.torch needs PyTorch 2.4 or later: pip install 'kgen[torch]' (or install torch "
                       "for your CUDA from pytorch.org)") from error
 
-from . import _checks, _kernels, _ops
+from . import _calls, _checks, _kernels, _ops
 from ._lib import KgenError
 
 __all__ = ["attention", "attention_forward", "attention_backward", "attention_double_backward",
@@ -49,6 +49,41 @@ def _eager(t) -> bool:
     """Whether a call on `t` may run its CUDA kernel directly: not traced, a plain CUDA tensor and
     no dispatch mode active (else the operator goes through PyTorch's dispatcher)."""
     return not _is_compiling() and type(t) is torch.Tensor and t.is_cuda and not _dispatch_modes()
+
+
+_Tensor, _strided = torch.Tensor, torch.strided
+_autocast_enabled = torch.is_autocast_enabled
+
+
+def _direct(q, k, v) -> bool:
+    """The fast path's test (callers test _is_compiling() first, which torch.compile folds): q, k
+    and v plain strided tensors, q on a CUDA device, no dispatch mode and no autocast to apply.
+    What it lets through runs its kernel through a call form (_calls.py); anything else takes the
+    checked path below it, whose errors name the argument."""
+    return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor and q.is_cuda and
+            q.layout is _strided and k.layout is _strided and v.layout is _strided and not _dispatch_modes() and
+            not _autocast_enabled("cuda"))
+
+
+# The C apply of autograd Functions: torch.autograd.Function.apply less its Python preamble (binding
+# default arguments of setup_context-style Functions, routing functorch transforms, unwrapping dead
+# functorch wrappers), for the fast path outside functorch transforms (the caller unwraps).
+_c_apply = torch._C._FunctionBase.__dict__.get("apply")
+_functorch_active = torch._C._are_functorch_transforms_active
+_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+
+
+def _applier(function):
+    """function.apply, or its C apply where this PyTorch has one (see _c_apply)."""
+    if _c_apply is None:
+        return function.apply
+    c_apply = _c_apply.__get__(None, function)
+
+    def apply(*args):
+        if _functorch_active():
+            return function.apply(*args)
+        return c_apply(*[_unwrap_if_dead(a) if type(a) is _Tensor else a for a in args])
+    return apply
 
 
 def _op(name: str):
@@ -206,6 +241,9 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     torch.ops.kgen.attention_forward_variant; lse is then the logsumexp of the modified scores
     (and of the sink's logit, with sinks).
     """
+    if out is None and lse is None and not variant and not _is_compiling() and _direct(q, k, v):
+        o, lse, _ = _calls.forward(q, k, v, scale, causal, layout, return_lse)
+        return (o, lse) if return_lse else o
     _check_types("q k v out lse", q, k, v, out, lse)
     q, k, v = _autocast(q, k, v)
     if variant:  # the plain path's one extra step
@@ -256,33 +294,46 @@ class _AttentionBackward(torch.autograd.Function):
     intermediates of q, k, v, so they get no gradient here)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, o, lse, d_o, causal, scale, layout, deterministic):
+    def forward(ctx, q, k, v, o, lse, d_o, causal, scale, layout, deterministic, form):
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(q, k, v, o, lse, d_o)
-        ctx.options = (causal, scale, layout, deterministic)
+        ctx.options = (causal, scale, layout, deterministic, form)
+        if form is not None:  # eager, from _Attention's fast path
+            return _calls.backward(q, k, v, o, lse, d_o, scale, causal, layout, deterministic, None, form)
         return _run(_BACKWARD, q, k, v, o, lse, d_o, scale, causal, layout, deterministic, None)
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
-        q, k, v, o, lse, d_o = ctx.saved_tensors
-        causal, scale, layout, deterministic = ctx.options
         if gq is None and gk is None and gv is None:
-            return (None,) * 10
-        q_bar, k_bar, v_bar, do_bar = _run(_DOUBLE_BACKWARD, q, k, v, o, lse, d_o, gq, gk, gv, scale, causal, layout,
-                                           deterministic, None)
-        return q_bar, k_bar, v_bar, None, None, do_bar, None, None, None, None
+            return (None,) * 11
+        q, k, v, o, lse, d_o = ctx.saved_tensors
+        causal, scale, layout, deterministic, form = ctx.options
+        if form is not None and not _is_compiling() and not _dispatch_modes():
+            q_bar, k_bar, v_bar, do_bar = _calls.double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale, causal,
+                                                                 layout, deterministic, None, form)
+        else:
+            q_bar, k_bar, v_bar, do_bar = _run(_DOUBLE_BACKWARD, q, k, v, o, lse, d_o, gq, gk, gv, scale, causal,
+                                               layout, deterministic, None)
+        return q_bar, k_bar, v_bar, None, None, do_bar, None, None, None, None, None
 
 
 class _Attention(torch.autograd.Function):
+    """(q, k, v) -> o. In eager mode its forward keeps the forward's call form (_calls.py), whose
+    id keys the backward's and double backward's forms: their descriptors of q, k, v, o and lse
+    are the forward's, so a backward reads only d_o's."""
+
     @staticmethod
     def forward(ctx, q, k, v, causal, scale, layout, deterministic):
         # Without this, autograd would hand backward a zero d_o whenever o gets no gradient (the
         # second grad reaches this node through o, whose gradient the double backward leaves
         # None) and run a whole first-order backward on zeros.
         ctx.set_materialize_grads(False)
-        o, lse = _forward(q, k, v, scale, causal, layout, True)
+        if _eager(q):
+            o, lse, form = _calls.forward(q, k, v, scale, causal, layout, True)
+        else:
+            (o, lse), form = _FORWARD[1](q, k, v, scale, causal, layout), None
         ctx.save_for_backward(q, k, v, o, lse)
-        ctx.options = (causal, scale, layout, deterministic)
+        ctx.options = (causal, scale, layout, deterministic, form)
         return o
 
     @staticmethod
@@ -290,12 +341,22 @@ class _Attention(torch.autograd.Function):
         if d_o is None:
             return (None,) * 7
         q, k, v, o, lse = ctx.saved_tensors
-        causal, scale, layout, deterministic = ctx.options
+        causal, scale, layout, deterministic, form = ctx.options
+        if form is not None and (_is_compiling() or _dispatch_modes()):
+            form = None  # traced (compiled autograd) or under a mode: the operators
         if torch.is_grad_enabled():  # create_graph: the gradients are differentiable again
-            dq, dk, dv = _AttentionBackward.apply(q, k, v, o, lse, d_o, causal, scale, layout, deterministic)
-        else:  # a plain backward: no node to record, so no second Function's bookkeeping (host time)
+            # o detached: _AttentionBackward gives it no gradient, so the second grad has no edge
+            # back to this node to walk (one Python node fewer per double backward).
+            apply = _attention_backward_apply if form is not None else _AttentionBackward.apply
+            dq, dk, dv = apply(q, k, v, o.detach(), lse, d_o, causal, scale, layout, deterministic, form)
+        elif form is not None:  # a plain backward: no node to record, one C call
+            dq, dk, dv = _calls.backward(q, k, v, o, lse, d_o, scale, causal, layout, deterministic, None, form)
+        else:
             dq, dk, dv = _run(_BACKWARD, q, k, v, o, lse, d_o, scale, causal, layout, deterministic, None)
         return dq, dk, dv, None, None, None, None
+
+
+_attention_apply, _attention_backward_apply = _applier(_Attention), _applier(_AttentionBackward)
 
 
 # --- the autograd of attention variants -------------------------------------------------------------
@@ -466,6 +527,10 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     slope is a score_mod such as "score - s[h] * abs(q + n_k - n_q - k)" with tensors={"s": s}).
     The double backward of variants is not available yet: differentiating the gradients again
     (create_graph=True, then a second grad) raises NotImplementedError."""
+    if not variant and not _is_compiling() and _direct(q, k, v):
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return _attention_apply(q, k, v, causal, scale, layout, deterministic)
+        return _calls.forward(q, k, v, scale, causal, layout, False)[0]  # no autograd bookkeeping
     _check_types("q k v", q, k, v)
     q, k, v = _autocast(q, k, v)
     if variant:  # the plain path's one extra step

@@ -1,6 +1,8 @@
 """torch.ops.kgen.* without a GPU: the registrations, the fake kernels' shapes, dtypes, strides and
 errors (FakeTensorMode on CUDA tensors, meta tensors), and torch.compile(fullgraph=True) tracing
 kgen.torch's forward and backward on meta tensors with no graph break."""
+import threading
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -271,7 +273,7 @@ def library_stand_in(monkeypatch):
     device memory."""
     from kgen import _checks, _kernels, _lib
     monkeypatch.setattr(_lib, "function", stand_in)
-    monkeypatch.setattr(_kernels, "_scratch_bytes", {})  # keep the stand-in's sizes out of later tests
+    monkeypatch.setattr(_kernels._calls, "_forms", threading.local())  # keep the stand-in's sizes out of later tests
     device = _checks.dl_device
     monkeypatch.setattr(_checks, "dl_device", lambda d: (_lib.kDLCUDA, 0) if d.type == "cpu" else device(d))
 
@@ -335,7 +337,7 @@ def test_kernels_pass_the_library_logical_views(monkeypatch):
         return function
 
     monkeypatch.setattr(_lib, "function", recorder)
-    monkeypatch.setattr(_kernels, "_scratch_bytes", {})
+    monkeypatch.setattr(_kernels._calls, "_forms", threading.local())
 
     def expected(t, swap=False):
         v = t.transpose(1, 2) if swap and t.dim() == 4 else t
@@ -361,7 +363,7 @@ def test_kernels_pass_the_library_logical_views(monkeypatch):
     assert (opts.scale, opts.causal, opts.deterministic, opts.config) == (0.0, 0, 1, b"x:y")
     assert opts.workspace_bytes == 0 and opts.workspace  # the recorder answers 0 bytes; one byte is passed
 
-    # bhnd: the descriptors are PyTorch's own DLPack export, the same views
+    # bhnd: the views as given (the paged and query paths' descriptors are PyTorch's own DLPack export)
     assert _kernels._EXPORTS_DLTENSORS, "this PyTorch's to_dlpack is not read: every call packs its descriptors"
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     o, lse = _kernels.attention_forward(q, k, v, None, False, "bhnd")

@@ -6,6 +6,7 @@ outputs, torch.compile tracing of the forward and backward, autograd through a s
 machine has: the library validates (and parses the expressions) before any device work, so a
 call that passes validation fails at the device query instead of launching anything."""
 import ctypes
+import threading
 
 import pytest
 
@@ -640,7 +641,7 @@ def calls(monkeypatch):
     tensors for device memory."""
     recorded = []
     monkeypatch.setattr(_lib, "function", recorder(recorded))
-    monkeypatch.setattr(_kernels, "_scratch_bytes", {})  # keep the stand-in's sizes out of later tests
+    monkeypatch.setattr(_kernels._calls, "_forms", threading.local())  # keep the stand-in's sizes out of later tests
     device = _checks.dl_device
     monkeypatch.setattr(_checks, "dl_device", lambda d: (_lib.kDLCUDA, 0) if d.type == "cpu" else device(d))
     return recorded
