@@ -1,19 +1,30 @@
 #!/usr/bin/env python3
-"""Host time per call of kgen's PyTorch entry points against SDPA's default path, at decode shapes.
+"""Host time per call of kgen's PyTorch entry points against SDPA's, in one process: the rows of
+issue 49's host-cost targets side by side.
 
-What a decode step pays on the CPU for each call: the wall time to enqueue --calls calls while
-the GPU is held busy by a spin kernel (torch.cuda._sleep), so that no call waits for the GPU and
-the launch queue never fills; the median over --reps such batches, per call. The GPU time per
-call comes from CUDA events around the same batch (the kernels run back to back once the spin
-ends). Before any timing, every attention output is checked against SDPA's and a float64
-reference, every LRPE output against the float64 formulation.
+Host time is what a call pays on the CPU: the wall time to enqueue --calls calls while the GPU is
+held busy by a spin kernel (torch.cuda._sleep), so that no call waits for the GPU and the launch
+queue never fills; the median over --reps such batches, per call. The GPU time per call comes
+from CUDA events around the same batch (the kernels run back to back once the spin ends). Before
+any timing, every output is checked against a float64 reference (and SDPA's).
 
-    python3 bench/host_cost.py                       # b=1, h=32, n_q=1, n_k=4096, d=128, bf16
-    python3 bench/host_cost.py --n-k 512,8192 --calls 200 --reps 50
+Rows (every one against its SDPA row in the same table):
+- decode forward, b = 1, h = --heads, n_q = 1, n_k in --n-k, d = --head-dim: kgen.torch's
+  attention_forward (with and without out=, return_lse), attention, the dispatcher's operator and
+  the kernel without the wrapper, against SDPA's default backend; LRPE at the same shape;
+- fwd + bwd of one layer at the end-to-end benchmark's XL shape (b = 4, n = 512, h = 25, d = 64,
+  causal, BNHD; a training step there is host-bound): kgen.torch.attention through autograd and
+  its kernels alone, against SDPA's default and cuDNN paths;
+- the double backward at b = 2, h = 2, n = 128, d = 64 (--double-shape): the second
+  torch.autograd.grad of kgen.torch.attention against PyTorch's math path, host time and latency
+  (CUDA events around one call from an idle GPU, the median of --reps calls: what
+  bench/compare_attention_backward.py times).
+A last table compares each target row with issue 49's target (host ≤ 1.0× SDPA's; the double
+backward ≥ 10× faster than the math path).
 
-It also times one attention layer's forward + backward at a training shape (the end-to-end
-benchmark's XL model at context 512, where a step is host-bound): kgen's differentiable
-attention, its kernels without autograd, and SDPA's default and cuDNN paths.
+    python3 bench/host_cost.py                       # the targets: decode h=8, n_k=512, d=128, bf16
+    python3 bench/host_cost.py --n-k 512,4096 --heads 32 --calls 200 --reps 50
+    python3 bench/host_cost.py --profile             # also torch.profiler's top CPU ops per target row
 """
 from __future__ import annotations
 
@@ -31,9 +42,15 @@ def sizes(text):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--heads", type=int, default=32)
-    p.add_argument("--head-dim", type=int, default=128)
-    p.add_argument("--n-k", type=sizes, default=[4096], help="keys of the decode step (comma-separated, 1k = 1024)")
+    p.add_argument("--heads", type=int, default=8, help="heads of the decode rows")
+    p.add_argument("--head-dim", type=int, default=128, help="head dim of the decode rows")
+    p.add_argument("--n-k", type=sizes, default=[512], help="keys of the decode step (comma-separated, 1k = 1024)")
+    p.add_argument("--double-shape", type=lambda t: tuple(int(x) for x in t.split(",")), default=(2, 2, 128, 64),
+                   help="b,h,n,d of the double-backward rows")
+    p.add_argument("--only", choices=("decode", "training", "double"), action="append",
+                   help="run these row groups only (repeatable; default all)")
+    p.add_argument("--profile", action="store_true",
+                   help="after the tables, torch.profiler's self CPU time per call of the top ops of each target row")
     p.add_argument("--dtype", choices=("bf16", "fp16"), default="bf16")
     p.add_argument("--calls", type=int, default=100, help="calls per timed batch (the GPU queue holds them all)")
     p.add_argument("--reps", type=int, default=30, help="timed batches per row")
@@ -176,48 +193,182 @@ def main():
                  ("cuDNN through SDPA, fwd+bwd", sdpa_step(SDPBackend.CUDNN_ATTENTION)),
                  ("kgen.torch.attention fwd+bwd", kgen_step),
                  ("kgen kernels without autograd, fwd+bwd", kernels_only)]
-        return [(text, name, fn, checks(fn)) for name, fn in steps]
+        rows = [(text, name, fn, checks(fn)) for name, fn in steps]
 
-    rows = [row for n_k in args.n_k for row in attention_rows(n_k)]
-    x = torch.randn((1, h, 1, d), device="cuda", dtype=dtype, generator=g)
-    theta = 10000.0 ** (-torch.arange(d, device="cuda", dtype=torch.float32) / d)
-    theta2 = theta.expand(h, d).contiguous()
-    position = 4095
-    ref = lrpe_reference(x, theta2, offset=position)
-    angles = (position * theta2)[:, None, :]
-    cos, sin = torch.cos(angles), torch.sin(angles)
-    kgen_check = [check_lrpe(kgen.torch.lrpe_cosine(x, theta2, offset=position), ref, dtype)]
-    op_check = [check_lrpe(torch.ops.kgen.lrpe_cosine_forward(x, theta2, position, "none", "bhnd", None), ref, dtype)]
-    eager_check = [check_lrpe(torch.cat([x * cos, x * sin], dim=-1), ref, dtype, "eager o")]
-    shape = f"b=1 h={h} n=1 d={d} {args.dtype}"
-    rows += [(shape, name, fn, checks) for name, fn, checks in [
-        ("kgen.torch.lrpe_cosine", lambda: kgen.torch.lrpe_cosine(x, theta2, offset=position), kgen_check),
-        ("torch.ops.kgen.lrpe_cosine_forward (dispatcher)",
-         lambda: torch.ops.kgen.lrpe_cosine_forward(x, theta2, position, "none", "bhnd", None), op_check),
-        ("PyTorch eager (cached cos/sin, 3 ops)", lambda: torch.cat([x * cos, x * sin], dim=-1), eager_check),
-    ]]
+        # The two halves apart: the forward recording its node, and the backward alone (the grad
+        # of a graph kept across calls), each against SDPA's default path.
+        def sdpa_forward():
+            return sdpa(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True).transpose(1, 2)
 
-    rows += training_rows()
-    # "host vs SDPA": against the SDPA row above it (the LRPE rows against the decode shape's)
-    lines = ["| shape | call | host µs/call | host min | GPU µs/call | host vs SDPA |", "|---|---|---|---|---|---|"]
-    sdpa_host = None
+        def kgen_forward():
+            return kgen.torch.attention(q, k, v, causal=True, layout="bnhd")
+
+        def backward_of(forward):
+            o = forward()
+            return lambda: (o, *torch.autograd.grad(o, (q, k, v), d_o, retain_graph=True))
+
+        halves = text.replace("fwd+bwd", "halves")
+        for name, fn in (("SDPA forward, graph recorded (default backend)", lambda: (sdpa_forward(),)),
+                         ("kgen.torch.attention forward, graph recorded", lambda: (kgen_forward(),)),
+                         ("SDPA backward alone (default backend)", backward_of(sdpa_forward)),
+                         ("kgen.torch.attention backward alone", backward_of(kgen_forward))):
+            rows.append((halves, name, fn, checks(fn)))
+        return rows
+
+    def lrpe_rows():
+        x = torch.randn((1, h, 1, d), device="cuda", dtype=dtype, generator=g)
+        theta = 10000.0 ** (-torch.arange(d, device="cuda", dtype=torch.float32) / d)
+        theta2 = theta.expand(h, d).contiguous()
+        position = 4095
+        ref = lrpe_reference(x, theta2, offset=position)
+        angles = (position * theta2)[:, None, :]
+        cos, sin = torch.cos(angles), torch.sin(angles)
+        kgen_check = [check_lrpe(kgen.torch.lrpe_cosine(x, theta2, offset=position), ref, dtype)]
+        op_check = [check_lrpe(torch.ops.kgen.lrpe_cosine_forward(x, theta2, position, "none", "bhnd", None), ref,
+                               dtype)]
+        eager_check = [check_lrpe(torch.cat([x * cos, x * sin], dim=-1), ref, dtype, "eager o")]
+        shape = f"b=1 h={h} n=1 d={d} {args.dtype}"
+        return [(shape, name, fn, checks) for name, fn, checks in [
+            ("kgen.torch.lrpe_cosine", lambda: kgen.torch.lrpe_cosine(x, theta2, offset=position), kgen_check),
+            ("torch.ops.kgen.lrpe_cosine_forward (dispatcher)",
+             lambda: torch.ops.kgen.lrpe_cosine_forward(x, theta2, position, "none", "bhnd", None), op_check),
+            ("PyTorch eager (cached cos/sin, 3 ops)", lambda: torch.cat([x * cos, x * sin], dim=-1), eager_check),
+        ]]
+
+    def double_rows():
+        """The second grad of attention (create_graph=True first) at --double-shape, kgen against
+        PyTorch's math path, checked against each other and a float64 math run."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        b, heads, n, dd = args.double_shape
+        q, k, v, d_o, *cotangents = (torch.randn((b, heads, n, dd), device="cuda", dtype=dtype, generator=g)
+                                     for _ in range(7))
+
+        def math_attention(q_, k_, v_):
+            with sdpa_kernel([SDPBackend.MATH]):
+                return sdpa(q_, k_, v_)
+
+        def second_grad(attention, tensors, grads):
+            ins = [t.detach().requires_grad_(True) for t in tensors]
+            o = attention(*ins[:3])
+            first = torch.autograd.grad(o, ins[:3], ins[3], create_graph=True)
+            return lambda: torch.autograd.grad(first, ins, grads, retain_graph=True)
+
+        reference = second_grad(math_attention, [t.double() for t in (q, k, v, d_o)],
+                                [t.double() for t in cotangents])()
+        steps = {"kgen": second_grad(kgen.torch.attention, (q, k, v, d_o), cotangents),
+                 "math": second_grad(math_attention, (q, k, v, d_o), cotangents)}
+        text = f"b={b} h={heads} n={n} d={dd} {args.dtype} 2nd grad"
+        rows = []
+        for name, label in (("math", "PyTorch math path, double backward (SDPA row of this shape)"),
+                            ("kgen", "kgen.torch.attention double backward")):
+            checks = [compare(f"{name} {part}", got, want, bound=2e-2)
+                      for part, got, want in zip(("q_bar", "k_bar", "v_bar", "do_bar"), steps[name](), reference)]
+            rows.append((text, label, steps[name], checks))
+        return rows
+
+    groups = args.only or ("decode", "training", "double")
+    rows = []
+    if "decode" in groups:
+        rows += [row for n_k in args.n_k for row in attention_rows(n_k)] + lrpe_rows()
+    if "training" in groups:
+        rows += training_rows()
+    if "double" in groups:
+        rows += double_rows()
+
+    # "host vs SDPA": against the SDPA row above it (the LRPE rows against the decode shape's);
+    # the double backward's rows also give their latency from an idle GPU.
+    lines = ["| shape | call | host µs/call | host min | GPU µs/call | latency µs | host vs SDPA |",
+             "|---|---|---|---|---|---|---|"]
+    sdpa_host = sdpa_latency = None
+    measured = {}
     for shape, name, fn, checks in rows:
         if not all(c.ok for c in checks):
-            lines.append(f"| {shape} | {name} | FAIL: {'; '.join(str(c) for c in checks if not c.ok)} | | | |")
+            lines.append(f"| {shape} | {name} | FAIL: {'; '.join(str(c) for c in checks if not c.ok)} | | | | |")
+            print(lines[-1], flush=True)
             continue
         for _ in range(3):
             fn()  # compile and cache kernels, warm the allocator
         torch.cuda.synchronize()
         host, gpu, held = time_calls(torch, fn, args, cycles_per_ms)
         median = statistics.median(host)
-        if name.startswith("SDPA"):
-            sdpa_host = median
+        latency = statistics.median(latencies(torch, fn, args.reps)) if "2nd grad" in shape else None
+        if name.startswith(("SDPA", "PyTorch math")):
+            sdpa_host, sdpa_latency = median, latency
+        measured[(shape, name)] = (median, latency)
         ratio = f"{median / sdpa_host:.2f}×" if sdpa_host else ""
         note = "" if held else " (GPU idle before the batch was enqueued: raise --spin-ms)"
+        lat = "" if latency is None else f"{latency:.1f}"
+        if latency is not None and sdpa_latency and not name.startswith("PyTorch math"):
+            lat += f" ({sdpa_latency / latency:.1f}× faster)"
         lines.append(f"| {shape} | {name} | {median:.1f} | {min(host):.1f} | {statistics.median(gpu):.1f}{note} | "
-                     f"{ratio} |")
+                     f"{lat} | {ratio} |")
         print(lines[-1], flush=True)
     print("\n" + "\n".join(lines))
+    print("\n" + "\n".join(target_table(args, measured)))
+    if args.profile:
+        profile_rows(torch, [r for r in rows if (r[0], r[1]) in measured and is_target(r[1])], args)
+
+
+TARGETS = (  # (call of the row, its reference row, what is compared, issue 49's bound)
+    ("kgen.torch.attention fwd+bwd", "SDPA fwd+bwd (default backend)", "host", 1.0),
+    ("kgen.torch.attention_forward", "SDPA (default backend)", "host", 1.0),
+    ("kgen.torch.attention double backward", "PyTorch math path, double backward (SDPA row of this shape)",
+     "latency", 10.0),
+)
+
+
+def is_target(name: str) -> bool:
+    return any(name in (t[0], t[1]) for t in TARGETS)
+
+
+def target_table(args, measured) -> list:
+    """Issue 49's targets: each kgen row against its reference row of the same shape."""
+    lines = ["| target | shape | kgen | reference | ratio | bound | met |", "|---|---|---|---|---|---|---|"]
+    for call, reference, what, bound in TARGETS:
+        for (shape, name), (host, latency) in measured.items():
+            if name != call or (shape, reference) not in measured:
+                continue
+            ref_host, ref_latency = measured[(shape, reference)]
+            if what == "host":
+                ratio, met = host / ref_host, host / ref_host <= bound
+                cells = f"{host:.1f} µs host | {ref_host:.1f} µs host | {ratio:.2f}× SDPA's | ≤ {bound:g}×"
+            else:
+                ratio, met = ref_latency / latency, ref_latency / latency >= bound
+                cells = f"{latency:.1f} µs | {ref_latency:.1f} µs | {ratio:.1f}× faster | ≥ {bound:g}×"
+            lines.append(f"| {call} | {shape} | {cells} | {'yes' if met else 'no'} |")
+    return lines
+
+
+def latencies(torch, fn, reps):
+    """µs of each of `reps` calls from an idle GPU, CUDA events around the call (host time until
+    the last launch, then the GPU's tail)."""
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        out.append(start.elapsed_time(end) * 1e3)
+    return out
+
+
+def profile_rows(torch, rows, args):
+    """torch.profiler's self CPU time per call of the ops that take the most, for each row."""
+    from torch.profiler import ProfilerActivity, profile
+    calls = 50
+    for shape, name, fn, _ in rows:
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        events = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0),
+                        key=lambda e: -e.self_cpu_time_total)
+        print(f"\n{shape} | {name}: self CPU µs per call (profiler on)")
+        for e in events[:12]:
+            print(f"  {e.self_cpu_time_total / calls:8.1f}  {e.count / calls:5.1f}×  {e.key}")
 
 
 if __name__ == "__main__":
