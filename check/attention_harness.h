@@ -13,6 +13,7 @@
 #include "check/harness_check.h"
 #include "check/harness_support.h"
 #include "check/host_tensor.h"
+#include "ops/attention_tuning.h"
 
 namespace kgen {
 

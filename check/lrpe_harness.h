@@ -15,6 +15,7 @@
 #include "check/harness_check.h"
 #include "check/harness_support.h"
 #include "check/host_tensor.h"
+#include "ops/lrpe_tuning.h"
 
 namespace kgen {
 

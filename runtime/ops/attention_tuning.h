@@ -1,13 +1,28 @@
-// The TuningProblems of attention_fwd, attention_bwd and attention_double_bwd
+// The description of one call of attention_fwd, attention_bwd or attention_double_bwd (what the
+// tuner tunes and the checking layer checks) and their TuningProblems
 // (runtime/ops/tuning_support.h has what every operator's share).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
+#include "kgen/types.hpp"
 #include "ops/cases.h"
 #include "tuning/autotune.h"
 
 namespace kgen {
+
+// One attention call (attention_fwd, attention_bwd, attention_double_bwd).
+struct AttentionCase {
+  DType dtype = DType::bf16;
+  int batch = 1, heads_q = 1, heads_kv = 1, n_q = 1, n_k = 1, head_dim = 64;
+  bool causal = false;
+  Layout layout = Layout::bhnd;
+  double scale = 0;
+  std::string config;      // empty = what attention_forward would choose
+  std::uint64_t seed = 1;  // inputs are fresh random normal values from this seed
+};
 
 // attention_fwd on `problem` (its config field is ignored); variant to_string(spec), bucket
 // attention_bucket(shape), rate in TFLOPS.

@@ -6,8 +6,10 @@ register), so the code shared by every operator (the CLI, the checking layer's s
 runtime layers, the generator's shared parts) iterates the registries and never names one. The
 operators are those `KGEN show-config --json` lists. A file names an operator when its code or
 strings, comments aside, hold the name as a word ("attention_fwd", "attention_fwd.bf16.d128").
-Each operator's own files may name it (OWN below); the registry row and the public entry points
-may name every operator. A folder or own-file pattern that matches nothing fails the test too
+Each operator's own files may name it: those whose name starts with the operator's
+(generator/<op>.cpp, runtime/ops/<op>_tuning.h, check/reference_<op>.cpp, tools/sweep_<op>.cpp),
+and for the operators whose files are named after their family, the patterns of OWN below. The
+registry row and the public entry points may name every operator. A folder or own-file pattern that matches nothing fails the test too
 (a moved file must be named here again, not skipped).
 """
 import fnmatch
@@ -31,7 +33,6 @@ OWN = [
       "check/reference_cpu.*", "check/reference_gpu.*", "tools/sweep_attention.cpp"], ATTENTION),
     (["generator/lrpe.*", "runtime/ops/lrpe.*", "runtime/ops/lrpe_*", "check/lrpe_*", "check/reference_lrpe.*",
       "tools/sweep_lrpe.cpp"], LRPE),
-    (["generator/paged_append.*", "runtime/ops/paged_append.*"], {"paged_append"}),
     # The registry row and the public entry points of every operator.
     (["generator/registry.cpp", "runtime/ops/c_api.cpp"], None),
 ]
@@ -72,12 +73,15 @@ def named(text, names):
     return found
 
 
-def allowed(path):
-    """The names `path` may use: a set, None for all, or an empty set."""
-    for patterns, names in OWN:
+def allowed(path, names):
+    """The operator names `path` may use: a set, or None for all."""
+    for patterns, own in OWN:
         if any(fnmatch.fnmatch(path, p) for p in patterns):
-            return names
-    return set()
+            return own
+    stem = os.path.basename(path).split(".")[0]
+    for prefix in ("sweep_", "reference_"):
+        stem = stem[len(prefix):] if stem.startswith(prefix) else stem
+    return {n for n in names if stem == n or stem.startswith(n + "_")}
 
 
 def main():
@@ -108,7 +112,7 @@ def main():
             if not any(fnmatch.fnmatch(f, p) for f in files):
                 problems.append(f"no file matches the own-file pattern {p}")
     for path in sorted(files):
-        may = allowed(path)
+        may = allowed(path, names)
         if may is None:
             continue
         with open(os.path.join(source_dir, path), encoding="utf-8", errors="replace") as f:
