@@ -16,8 +16,9 @@ d_o's description alone (q, k, v, o and lse are the forward's, whose metadata au
 tensors guard: an in-place change bumps their version and the backward refuses them).
 
 Forms live per thread (a ctypes call releases the GIL, so two threads must not share a buffer) in a
-dict bounded by MAX_FORMS: a key that changes on every call (a growing K/V cache) rebuilds its form,
-as costly as packing the call's descriptors once, and the dict is cleared when full.
+dict bounded by MAX_FORMS (cleared when full). A key's first call is packed once into the thread's
+shared frame (as every call was before forms) and its second builds the form, so that a key that
+changes on every call (a growing K/V cache's shapes) pays no form construction.
 """
 from __future__ import annotations
 
@@ -53,6 +54,21 @@ def _store(cache: dict, key, form):
         cache.clear()
     cache[key] = form
     return form
+
+
+# A key's mark after its first call, which is packed once into the thread's shared frame (K._pack):
+# its second call builds its form. A key that changes on every call (a growing K/V cache's shapes)
+# so costs what packing a call costs, not a form's construction as well.
+_SEEN = "seen"
+
+
+def _once(name: str, options_format: str, options: tuple, tensors, swap: bool, *extra) -> None:
+    """One call packed into the thread's shared frame, without a form."""
+    frame, addresses, keep = K._pack(options_format, options, tensors, swap)
+    status = _lib.function(name)(*addresses, frame.options, *extra, K._stream(tensors[0].get_device()))
+    del keep  # the exported descriptors, read by the call
+    if status:
+        _lib.raise_error(name, status)
 
 
 def reset() -> None:
@@ -130,30 +146,15 @@ class Form:
 
 # --- attention forward ------------------------------------------------------------------------------
 
-def _forward_form(key, q, k, v, scale, causal, layout, with_lse: bool) -> Form:
-    swap = K._swap(layout)
-    options = (K._scale(scale), int(causal))
-    o_shape = tuple(q.shape) if v.dim() != q.dim() else (*q.shape[:-1], v.shape[-1])
-    like = o_shape == tuple(q.shape) and q.is_contiguous()
-    o = _empty_like(q) if like else _empty(*o_shape, dtype=q.dtype, device=q.device)
-    lse = None
-    if with_lse:
-        s = q.shape
-        rows = (s[0], s[2], s[1]) if swap and len(s) == 4 else tuple(s[:-1])
-        lse = _empty(*rows, dtype=_F32, device=q.device)
-    form = Form("kgen_attention_forward", _lib.ATTENTION_OPTIONS, options, (q, k, v, o, lse), swap)
-    form.o_shape, form.o_like, form.rows = o_shape, like, (rows if with_lse else None)
-    return _store(_cache(), key, form)
-
-
 def forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True):
     """(o, lse, form) of kgen_attention_forward: o like q (v's head dim, contiguous in q's layout),
-    lse float32 (b, h_q, n_q) unless not with_lse (then None)."""
+    lse float32 (b, h_q, n_q) unless not with_lse (then None); form None for a call packed once."""
     key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
            q.get_device(), k.get_device(), v.get_device(), scale, causal, layout, with_lse)
-    form = _cache().get(key)
-    if form is None:
-        form = _forward_form(key, q, k, v, scale, causal, layout, with_lse)
+    cache = _cache()
+    form = cache.get(key)
+    if type(form) is not Form:
+        return _forward_miss(cache, key, form is None, q, k, v, scale, causal, layout, with_lse)
     o = _empty_like(q) if form.o_like else _empty(*form.o_shape, dtype=q.dtype, device=form.torch_device)
     words, data = form.words, form.data
     words[data[0]] = q.data_ptr()
@@ -166,6 +167,30 @@ def forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True):
         words[data[4]] = lse.data_ptr()
     form.call()
     return o, lse, form
+
+
+def _forward_miss(cache, key, first: bool, q, k, v, scale, causal, layout, with_lse: bool):
+    """forward's call of a key without a form: packed once on its first sight, through the form
+    built from it on its second."""
+    swap = K._swap(layout)
+    options = (K._scale(scale), int(causal))
+    o_shape = tuple(q.shape) if v.dim() != q.dim() else (*q.shape[:-1], v.shape[-1])
+    like = o_shape == tuple(q.shape) and q.is_contiguous()
+    o = _empty_like(q) if like else _empty(*o_shape, dtype=q.dtype, device=q.device)
+    lse = rows = None
+    if with_lse:
+        s = q.shape
+        rows = (s[0], s[2], s[1]) if swap and len(s) == 4 else tuple(s[:-1])
+        lse = _empty(*rows, dtype=_F32, device=q.device)
+    tensors = (q, k, v, o, lse)
+    if first:
+        _store(cache, key, _SEEN)
+        _once("kgen_attention_forward", _lib.ATTENTION_OPTIONS, options, tensors, swap)
+        return o, lse, None
+    form = Form("kgen_attention_forward", _lib.ATTENTION_OPTIONS, options, tensors, swap)
+    form.o_shape, form.o_like, form.rows = o_shape, like, rows
+    form.call()  # its buffer holds these tensors' pointers
+    return o, lse, _store(cache, key, form)
 
 
 # --- attention backward and double backward --------------------------------------------------------
@@ -284,7 +309,11 @@ def launch(function: str, options_format: str, options: tuple, tensors, swap: bo
     key = (function, options, swap, scratch is None, *[_meta(t) for t in tensors])
     cache = _cache()
     form = cache.get(key)
-    if form is None:
+    if form is None and scratch is None:
+        _store(cache, key, _SEEN)
+        _once(function, options_format, options, tensors, swap, *extra)
+        return
+    if type(form) is not Form:
         form = Form(function, options_format, options, tensors, swap)
         if scratch is not None:
             form.scratch(*scratch)

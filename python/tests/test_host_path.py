@@ -1,8 +1,8 @@
 """kgen.torch's fast host path without a GPU: CPU tensors stand for device memory, the fast path's
 test lets them through, and a stand-in library records what each C call receives. Each call of
 attention's forward, backward and double backward is one C call whose descriptors are its
-tensors' (the (b, h, n, d) views, the forward's o and lse in the backward's), repeated steps reuse
-their call forms, and an expanded gradient is passed as a copy."""
+tensors' (the (b, h, n, d) views, the forward's o and lse in the backward's), from the third step
+on they reuse their call forms, and an expanded gradient is passed as a copy."""
 import ctypes
 import threading
 
@@ -64,7 +64,7 @@ def test_forward_backward_and_double_backward_are_one_call_each(calls, layout):
     q, k, v = (torch.randn(s, dtype=torch.bfloat16, requires_grad=True) for s in (shape, kv_shape, kv_shape))
     d_o = torch.randn(shape, dtype=torch.bfloat16, requires_grad=True)
     cotangents = [torch.randn_like(t) for t in (q, k, v)]
-    for step in range(3):
+    for step in range(5):
         del calls[:]
         o = kgen.torch.attention(q, k, v, causal=True, layout=layout, scale=0.25)
         grads = torch.autograd.grad(o, (q, k, v), d_o, create_graph=True)
@@ -80,9 +80,10 @@ def test_forward_backward_and_double_backward_are_one_call_each(calls, layout):
         assert double[:6] == backward[:6]
         assert double[6:9] == [view(t, swap) for t in cotangents]
         assert double[9:] == [view(t, swap) for t in second]
-        if step == 0:
+        if step == 2:  # a key's first call is packed once, its second builds its form
             forms = len(_calls._cache())
-        assert len(_calls._cache()) == forms  # later steps reuse the forms
+        if step >= 2:
+            assert len(_calls._cache()) == forms  # later steps reuse the forms
 
 
 def test_plain_backward_and_an_expanded_gradient(calls):
