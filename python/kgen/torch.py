@@ -69,20 +69,20 @@ def _direct(q, k, v) -> bool:
 # default arguments of setup_context-style Functions, routing functorch transforms, unwrapping dead
 # functorch wrappers), for the fast path outside functorch transforms (the caller unwraps).
 _c_apply = torch._C._FunctionBase.__dict__.get("apply")
-_functorch_active = torch._C._are_functorch_transforms_active
-_unwrap_if_dead = torch._C._functorch.unwrap_if_dead
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", None)
+_unwrap_if_dead = getattr(torch._C._functorch, "unwrap_if_dead", None)
 
 
 def _applier(function):
-    """function.apply, or its C apply where this PyTorch has one (see _c_apply)."""
-    if _c_apply is None:
+    """function.apply, or its C apply where this PyTorch has the pieces (see _c_apply)."""
+    if _c_apply is None or _functorch_active is None or _unwrap_if_dead is None:
         return function.apply
     c_apply = _c_apply.__get__(None, function)
 
     def apply(*args):
         if _functorch_active():
             return function.apply(*args)
-        return c_apply(*[_unwrap_if_dead(a) if type(a) is _Tensor else a for a in args])
+        return c_apply(*[_unwrap_if_dead(a) if isinstance(a, _Tensor) else a for a in args])
     return apply
 
 

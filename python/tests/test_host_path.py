@@ -125,3 +125,11 @@ def test_the_fast_path_test():
     assert not kgen.torch._direct(sparse, sparse, sparse)
     with pytest.raises(TypeError, match="q must be a strided"):
         kgen.torch.attention(sparse, sparse, sparse)
+
+
+def test_functorch_transforms_take_the_regular_apply(calls):
+    """Under a functorch transform the Functions go through torch.autograd.Function.apply, which
+    refuses them as before (they define no setup_context)."""
+    q, k, v = (torch.randn(1, 2, 3, 8) for _ in range(3))
+    with pytest.raises(RuntimeError, match="setup_context"):
+        torch.func.grad(lambda q_: kgen.torch.attention(q_, k, v).sum())(q)
