@@ -6,6 +6,7 @@
 #include "generator/attention_forward.h"
 #include "ops/buckets.h"
 #include "ops/tuning_support.h"
+#include "tuning/tuning_db.h"
 
 namespace kgen {
 namespace {
@@ -96,6 +97,13 @@ class GradientTuning final : public AttentionFamilyTuning {
 };
 
 }  // namespace
+
+ShapeBucket attention_bucket(const AttentionShape& s) {
+  const long long heads_q = std::max(s.heads_q, 1), heads_kv = std::max(s.heads_kv, 1);
+  const long long bh = static_cast<long long>(std::max(s.batch, 1)) * heads_q;
+  return {{"nq", "nk", "g", "bh"},
+          {next_pow2(s.n_q), next_pow2(s.n_k), std::max(heads_q / heads_kv, 1LL), next_pow2(bh)}};
+}
 
 std::unique_ptr<TuningProblem> attention_forward_tuning(const AttentionCase& problem) {
   return std::make_unique<ForwardTuning>(problem);

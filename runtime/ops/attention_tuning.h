@@ -8,6 +8,8 @@
 #include <string>
 
 #include "kgen/types.hpp"
+#include "generator/attention_forward.h"
+#include "ops/buckets.h"
 #include "ops/cases.h"
 #include "tuning/autotune.h"
 
@@ -23,6 +25,15 @@ struct AttentionCase {
   std::string config;      // empty = what attention_forward would choose
   std::uint64_t seed = 1;  // inputs are fresh random normal values from this seed
 };
+
+// Rule for attention_fwd: nq, nk, g, bh, where nq and nk are n_q and n_k rounded UP to the next
+// power of two (a power of two maps to itself: 4096 -> 4096, 4097 -> 8192, 1 -> 1), g =
+// heads_q / heads_kv exactly (GQA group size, not rounded), and bh = batch * heads_q rounded up
+// to a power of two. Values below 1 count as 1.
+//
+// Rule for attention_bwd and attention_double_bwd: the forward's (their variant keys carry
+// dtype, head dim, causal, and for the backward deterministic mode).
+ShapeBucket attention_bucket(const AttentionShape& shape);
 
 // attention_fwd on `problem` (its config field is ignored); variant to_string(spec), bucket
 // attention_bucket(shape), rate in TFLOPS.

@@ -1,8 +1,11 @@
 #include "ops/lrpe_tuning.h"
 
+#include <algorithm>
+
 #include "generator/lrpe.h"
 #include "ops/buckets.h"
 #include "ops/tuning_support.h"
+#include "tuning/tuning_db.h"
 
 namespace kgen {
 namespace {
@@ -60,6 +63,13 @@ class LrpeTuning final : public TuningProblem {
 };
 
 }  // namespace
+
+ShapeBucket lrpe_bucket(const LrpeShape& s, int md_dims) {
+  const long long bh = static_cast<long long>(std::max(s.batch, 1)) * std::max(s.heads, 1);
+  ShapeBucket b{{"n", "bh", "d", nullptr}, {next_pow2(s.n), next_pow2(bh), std::max(s.d, 1), 0}};
+  if (md_dims > 0) b.names[3] = "m", b.values[3] = md_dims;
+  return b;
+}
 
 std::unique_ptr<TuningProblem> lrpe_tuning(const LrpeCase& problem) { return std::make_unique<LrpeTuning>(problem); }
 

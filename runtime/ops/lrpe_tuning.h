@@ -10,6 +10,7 @@
 
 #include "generator/lrpe.h"
 #include "kgen/types.hpp"
+#include "ops/buckets.h"
 #include "ops/cases.h"
 #include "tuning/autotune.h"
 
@@ -34,6 +35,13 @@ struct LrpeCase {
   std::string config;            // "" = what the API would choose
   std::uint64_t seed = 1;
 };
+
+// Rule for lrpe_cosine and md_lrpe_cosine: n, bh, d, and for md also m, where n is rounded up
+// to a power of two (as above), bh = batch * heads rounded up to a power of two, d = the head
+// dim exactly and m = the md grid's number of dims (1, 2 or 3; 0 leaves m out). Offset, grid
+// sizes, extra tokens and theta's broadcast do not enter (run-time parameters of the same cost);
+// op, direction, dtype, act and the md angle cache are in the variant key.
+ShapeBucket lrpe_bucket(const LrpeShape& shape, int md_dims = 0);
 
 // lrpe_cosine or md_lrpe_cosine (problem.op) on `problem`; variant lrpe_variant_key(spec,
 // problem.cache), bucket lrpe_bucket, rate in GB/s of the bytes a call must move.

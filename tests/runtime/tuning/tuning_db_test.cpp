@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ops/buckets.h"
+#include "ops/attention_tuning.h"
 #include "tuning/tuning_db.h"
 #include "tests/runtime/tuning/test_support.h"
 
