@@ -193,6 +193,27 @@ def _forward_miss(cache, key, first: bool, q, k, v, scale, causal, layout, with_
     return o, lse, _store(cache, key, form)
 
 
+def forward_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd") -> None:
+    """kgen_attention_forward into out (and lse unless None)."""
+    key = ("fwo", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), out.shape, out.stride(), q.dtype,
+           k.dtype, v.dtype, out.dtype, q.get_device(), k.get_device(), v.get_device(), out.get_device(), _meta(lse),
+           scale, causal, layout)
+    cache = _cache()
+    form = cache.get(key)
+    tensors = (q, k, v, out, lse)
+    if type(form) is not Form:
+        options = (K._scale(scale), int(causal))
+        if form is None:
+            _store(cache, key, _SEEN)
+            _once("kgen_attention_forward", _lib.ATTENTION_OPTIONS, options, tensors, K._swap(layout))
+            return
+        form = _store(cache, key, Form("kgen_attention_forward", _lib.ATTENTION_OPTIONS, options, tensors,
+                                       K._swap(layout)))
+    else:
+        _write(form, tensors)
+    form.call()
+
+
 # --- attention backward and double backward --------------------------------------------------------
 
 def _gradient_form(key, name, double: bool, tensors, outputs, dense, scale, causal, layout, deterministic,

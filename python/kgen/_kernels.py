@@ -129,9 +129,8 @@ def _forward_outputs(q, swap: bool, with_lse: bool = True):
 
 
 def attention_forward_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd"):
-    """Writes out (and lse unless None) on the current stream."""
-    _launch("kgen_attention_forward", _lib.ATTENTION_OPTIONS, (_scale(scale), int(causal)), (q, k, v, out, lse),
-            _swap(layout))
+    """Writes out (and lse unless None) on the current stream (_calls.forward_out)."""
+    _calls.forward_out(q, k, v, out, lse, scale, causal, layout)
 
 
 def attention_forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True):

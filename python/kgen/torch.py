@@ -241,9 +241,14 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     torch.ops.kgen.attention_forward_variant; lse is then the logsumexp of the modified scores
     (and of the sink's logit, with sinks).
     """
-    if out is None and lse is None and not variant and not _is_compiling() and _direct(q, k, v):
-        o, lse, _ = _calls.forward(q, k, v, scale, causal, layout, return_lse)
-        return (o, lse) if return_lse else o
+    if not variant and not _is_compiling() and _direct(q, k, v):
+        if out is None and lse is None:
+            o, lse, _ = _calls.forward(q, k, v, scale, causal, layout, return_lse)
+            return (o, lse) if return_lse else o
+        if (type(out) is _Tensor and out.layout is _strided and not (return_lse and lse is None) and
+                (lse is None or (type(lse) is _Tensor and lse.layout is _strided))):
+            _calls.forward_out(q, k, v, out, lse, scale, causal, layout)
+            return (out, lse) if return_lse else out
     _check_types("q k v out lse", q, k, v, out, lse)
     q, k, v = _autocast(q, k, v)
     if variant:  # the plain path's one extra step

@@ -108,6 +108,14 @@ def test_the_fast_forward_allocates_like_the_checked_one(calls):
     assert calls[-1][1] == [view(t, True) for t in (q, k, v, o, lse)]
     o = kgen.torch.attention_forward(q, k, v, layout="bnhd")
     assert calls[-1][1][4] is None and calls[-1][1][3] == view(o, True)
+    out, lse = torch.empty_like(q), torch.empty(2, 4, 300)
+    for _ in range(3):  # packed once, then the form built and reused
+        result = kgen.torch.attention_forward(q, k, v, layout="bnhd", out=out, lse=lse, return_lse=True)
+        assert result[0] is out and result[1] is lse
+        assert calls[-1][1] == [view(t, True) for t in (q, k, v, out, lse)]
+    assert kgen.torch.attention_forward(q, k, v, layout="bnhd", out=out) is out and calls[-1][1][4] is None
+    o, lse = kgen.torch.attention_forward(q, k, v, layout="bnhd", out=out, return_lse=True)  # lse allocated
+    assert o is out and calls[-1][1][4] == view(lse, False)
     with pytest.raises(ValueError, match="layout must be one of"):
         kgen.torch.attention_forward(q, k, v, layout="nhbd")
     with pytest.raises(ValueError, match="scale must be positive"):
