@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import kgen.torch  # noqa: E402
-from kgen import _calls, _kernels, _lib  # noqa: E402
+from kgen import _calls, _lib  # noqa: E402
 
 
 def view(t, swap):
