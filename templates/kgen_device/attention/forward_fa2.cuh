@@ -221,7 +221,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   if constexpr (Variant::kPacked)
     if (static_cast<int>(blockIdx.x) * BM >= n_q) return;  // past this sequence's rows
   const int diag = n_k - n_q;  // causal: row i sees keys j <= i + diag
-  const float scale_log2 = p.scale_log2;
+  const float scale_log2 = variant_softmax_log2<Variant>(p.scale_log2);  // the scores' units
 
   // This block's K and V (query head c.head reads kv head c.head / head_group).
   auto k_ptr = [&](const Coords& c) {

@@ -325,7 +325,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   tma::claim_registers<kConsumers == 2 ? 240 : 160>();
   const int cw = wg - 1;  // consumer index: query rows [64·cw, 64·cw + 64) of the tile
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const float scale_log2 = p.scale_log2;
+  const float scale_log2 = variant_softmax_log2<Variant>(p.scale_log2);  // the scores' units
 
   // Ping-pong: consumer c waits at barrier 1 + c before issuing wgmma and lets the next one
   // (c + 1 modulo the consumers) go after. The last consumer opens the first turn for consumer

@@ -124,43 +124,80 @@ struct VariantAt {
   float scale, inv_scale;  // softmax scale and its reciprocal (raw ↔ scaled units)
 };
 
-// One raw score of (row, col) after the variant, in raw units; `check` also applies the mask and
-// the bounds (col < n_k, row < n_q, and the bottom-right causal mask when Causal). Rows past n_q
-// evaluate the modification at row n_q − 1, so a tensor read never leaves its rows.
-template <class V, bool Causal>
-__device__ __forceinline__ float variant_score(const VariantArgs& a, const VariantAt& at, float raw, int row, int col,
-                                               bool check) {
-  if (check) {
+// The units of a variant kernel's forward scores: with a score modification, scaled (raw · scale,
+// the units the modification takes), so that the score step does not convert back to raw units
+// per element; the softmax then takes log2 e where a plain kernel takes scale · log2 e. A kernel
+// passes its plain factor and uses the result for its softmax, running max and LSE alike.
+template <class V>
+__device__ __forceinline__ float variant_softmax_log2(float scale_log2) {
+  return V::kScoreMod ? kLog2e : scale_log2;
+}
+
+// One score of (row, col) after the variant: in scaled units when Scaled and the variant modifies
+// scores (variant_softmax_log2), else in raw units. Check also applies the mask and the bounds
+// (col < n_k, row < n_q, and the bottom-right causal mask when Causal). Rows past n_q evaluate the
+// modification at row n_q − 1, so a tensor read never leaves its rows.
+template <class V, bool Causal, bool Check, bool Scaled = false>
+__device__ __forceinline__ float variant_score(const VariantArgs& a, const VariantAt& at, float raw, int row,
+                                               int col) {
+  if constexpr (Check) {
     bool visible = (col < at.n_k) & (row < at.n_q);
     if constexpr (Causal) visible = visible & (col <= row + (at.n_k - at.n_q));
     if constexpr (V::kMask)
       visible = visible & V::mask(a, at.batch, at.head, imin(row, at.n_q - 1), imin(col, at.n_k - 1), at.n_q, at.n_k);
-    if (!visible) return -infinity_f32();
+    if constexpr (!V::kScoreMod) return visible ? raw : -infinity_f32();
+    if (!visible) return -infinity_f32();  // the modification may read tensors only visible keys index
   }
   if constexpr (V::kScoreMod) {
     const int q = row < at.n_q ? row : at.n_q - 1;
-    return V::score(a, raw * at.scale, at.batch, at.head, q, col, at.n_q, at.n_k) * at.inv_scale;
+    const float modified = V::score(a, raw * at.scale, at.batch, at.head, q, col, at.n_q, at.n_k);
+    return Scaled ? modified : modified * at.inv_scale;
   }
   return raw;
 }
 
-// The score step's hook on one 16-row accumulator fragment of the m16n8 layout shared by mma.sync
-// and wgmma (element i of 8-key group j: row row0 + 8·(i / 2), key n0 + 2t + 8j + i % 2), read and
-// written through `s(j, i)`. `masked`: the tile is not proven fully visible, so the mask and bounds
-// apply per element; otherwise only the modification.
+// The same with the check chosen at run time (kernels that apply it per element anyway).
+template <class V, bool Causal>
+__device__ __forceinline__ float variant_score(const VariantArgs& a, const VariantAt& at, float raw, int row, int col,
+                                               bool check) {
+  return check ? variant_score<V, Causal, true>(a, at, raw, row, col) : variant_score<V, Causal, false>(a, at, raw, row, col);
+}
+
+// Check: 0 = modification only, 1 = mask and bounds too, 2 = as `masked` says at run time.
+template <class V, bool Causal, int Check, int Groups, class S>
+__device__ __forceinline__ void variant_fragment_pass(const VariantArgs& a, const VariantAt& at, S& s, int row0, int n0,
+                                                      int t, bool masked) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < Groups; ++j)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s(j, 2 * h + e);
+        const int row = row0 + 8 * h, col = n0 + 2 * t + 8 * j + e;
+        if constexpr (Check == 2)
+          x = masked ? variant_score<V, Causal, true, true>(a, at, x, row, col)
+                     : variant_score<V, Causal, false, true>(a, at, x, row, col);
+        else
+          x = variant_score<V, Causal, Check == 1, true>(a, at, x, row, col);
+      }
+}
+
+// The forward score step's hook on one 16-row accumulator fragment of the m16n8 layout shared by
+// mma.sync and wgmma (element i of 8-key group j: row row0 + 8·(i / 2), key n0 + 2t + 8j + i % 2),
+// read and written through `s(j, i)`, leaving scores in variant_softmax_log2's units. `masked`: the
+// tile is not proven fully visible, so the mask and bounds apply per element; otherwise only the
+// modification. A modification runs as straight-line code over the fragment, one copy of the
+// loop for each case, so that no element carries a branch and the modification's latencies
+// overlap across elements; a mask alone selects per element in one loop.
 template <class V, bool Causal, int Groups, class S>
 __device__ __forceinline__ void variant_fragment(const VariantArgs& a, const VariantAt& at, S&& s, int row0, int n0,
                                                  int t, bool masked) {
-  if constexpr (kVariantScores<V>) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int j = 0; j < Groups; ++j)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s(j, 2 * h + e);
-          x = variant_score<V, Causal>(a, at, x, row0 + 8 * h, n0 + 2 * t + 8 * j + e, masked);
-        }
+  if constexpr (V::kScoreMod) {
+    if (masked) variant_fragment_pass<V, Causal, 1, Groups>(a, at, s, row0, n0, t, true);
+    else variant_fragment_pass<V, Causal, 0, Groups>(a, at, s, row0, n0, t, false);
+  } else if constexpr (V::kMask) {
+    variant_fragment_pass<V, Causal, 2, Groups>(a, at, s, row0, n0, t, masked);
   }
 }
 
@@ -215,8 +252,9 @@ template <class V, bool Causal>
 __device__ __forceinline__ float variant_backward(const VariantArgs& a, const VariantAt& at, float raw, float lse2,
                                                   float delta, float dp, int row, int col, bool check,
                                                   float scale_log2, float& p, bool grads) {
-  const float modified = variant_score<V, Causal>(a, at, raw, row, col, check);
-  p = exp2_approx(fmaf(modified, scale_log2, -lse2));
+  const float modified = check ? variant_score<V, Causal, true, true>(a, at, raw, row, col)
+                               : variant_score<V, Causal, false, true>(a, at, raw, row, col);
+  p = exp2_approx(fmaf(modified, variant_softmax_log2<V>(scale_log2), -lse2));
   float g = p * (dp - delta);
   if (p != 0.f) {  // a visible row below n_q (masked keys and rows past n_q have P = 0)
     if constexpr (V::kTensorGrads)
@@ -234,7 +272,6 @@ template <class V>
 __device__ __forceinline__ void variant_finish_row(const VariantArgs* a, int head, float row_max, float l,
                                                    float scale_log2, float& inv_l, float& lse) {
   if constexpr (V::kSinks) {
-    constexpr float kLog2e = 1.44269504088896341f;
     const float m = l > 0.f ? row_max * scale_log2 : -infinity_f32();
     const float s = a->sinks[head] * kLog2e;
     const float top = fmaxf(m, s);

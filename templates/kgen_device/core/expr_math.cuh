@@ -39,7 +39,15 @@ constexpr float kExprLn2Lo = 1.42860682030941723e-6f;  // ln 2 − kExprLn2Hi
 __device__ __forceinline__ float expr_div(float x, float y) { return x * rcp_approx(y); }
 __device__ __forceinline__ float expr_min(float a, float b) { return a < b ? a : b; }
 __device__ __forceinline__ float expr_max(float a, float b) { return a > b ? a : b; }
-__device__ __forceinline__ float expr_abs(float x) { return x < 0.0f ? -x : x; }
+// |x| and x's sign on y: bit operations (a free operand modifier for |x| on NVIDIA), not a
+// compare and select.
+#if KGEN_AMD
+__device__ __forceinline__ float expr_abs(float x) { return __builtin_fabsf(x); }
+__device__ __forceinline__ float expr_copysign(float y, float x) { return __builtin_copysignf(y, x); }
+#else
+__device__ __forceinline__ float expr_abs(float x) { return fabsf(x); }
+__device__ __forceinline__ float expr_copysign(float y, float x) { return copysignf(y, x); }
+#endif
 __device__ __forceinline__ int expr_iabs(int x) { return x < 0 ? -x : x; }
 
 // e^x = 2^n · e^r with n = ⌊x·log2 e⌋ and r = x − n·ln 2 ∈ [0, ln 2) reduced in two steps: a
@@ -75,8 +83,7 @@ __device__ __forceinline__ float expr_log(float x) {
 // most 3e-7·c, far below what the softmax of 16-bit inputs resolves. ±1 at ±inf, never NaN.
 __device__ __forceinline__ float expr_tanh(float x) {
   const float e = exp2_approx(-2.0f * kExprLog2e * expr_abs(x));
-  const float t = (1.0f - e) * rcp_approx(1.0f + e);
-  return x < 0.0f ? -t : t;
+  return expr_copysign((1.0f - e) * rcp_approx(1.0f + e), x);
 }
 
 // 1/(1 + e^{−x}): 0 at −inf (1/inf), 1 at +inf.

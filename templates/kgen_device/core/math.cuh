@@ -10,6 +10,7 @@
 namespace kgen {
 
 constexpr float kLn2 = 0.693147180559945309f;
+constexpr float kLog2e = 1.44269504088896341f;
 
 #if KGEN_AMD
 // Bit patterns: NVRTC lacks __builtin_huge_valf, and the two vendors share this spelling.
