@@ -52,17 +52,18 @@ def _eager(t) -> bool:
 
 
 _Tensor, _strided = torch.Tensor, torch.strided
-_autocast_enabled = torch.is_autocast_enabled
+_autocast_enabled, _autocast_dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
 
 
 def _direct(q, k, v) -> bool:
     """The fast path's test (callers test _is_compiling() first, which torch.compile folds): q, k
-    and v plain strided tensors, q on a CUDA device, no dispatch mode and no autocast to apply.
-    What it lets through runs its kernel through a call form (_calls.py); anything else takes the
-    checked path below it, whose errors name the argument."""
+    and v plain strided tensors, q on a CUDA device, no dispatch mode, and no autocast cast to
+    apply (autocast off, or q, k and v in its dtype already, where it casts nothing). What it lets
+    through runs its kernel through a call form (_calls.py); anything else takes the checked path
+    below it, whose errors name the argument."""
     return (type(q) is _Tensor and type(k) is _Tensor and type(v) is _Tensor and q.is_cuda and
             q.layout is _strided and k.layout is _strided and v.layout is _strided and not _dispatch_modes() and
-            not _autocast_enabled("cuda"))
+            (not _autocast_enabled("cuda") or q.dtype is k.dtype is v.dtype is _autocast_dtype("cuda")))
 
 
 # The C apply of autograd Functions: torch.autograd.Function.apply less its Python preamble (binding

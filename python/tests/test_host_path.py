@@ -141,3 +141,20 @@ def test_functorch_transforms_take_the_regular_apply(calls):
     q, k, v = (torch.randn(1, 2, 3, 8) for _ in range(3))
     with pytest.raises(RuntimeError, match="setup_context"):
         torch.func.grad(lambda q_: kgen.torch.attention(q_, k, v).sum())(q)
+
+
+def test_autocast_in_the_inputs_dtype_keeps_the_fast_path(monkeypatch):
+    """Under autocast, q, k and v already in its dtype take the fast path (it would cast nothing);
+    another dtype takes the checked path, which casts."""
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda t: True))  # CPU tensors stand for device ones
+    enabled, dtype = torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")
+    torch.set_autocast_enabled("cuda", True)
+    torch.set_autocast_dtype("cuda", torch.bfloat16)
+    try:
+        q = torch.empty(1, 2, 3, 8, dtype=torch.bfloat16)
+        assert kgen.torch._direct(q, q, q)
+        assert not kgen.torch._direct(q, q.float(), q)
+    finally:
+        torch.set_autocast_enabled("cuda", enabled)
+        torch.set_autocast_dtype("cuda", dtype)
+    assert kgen.torch._direct(q, q.float(), q)  # autocast off: any dtypes (the library checks them)
