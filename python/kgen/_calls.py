@@ -156,14 +156,15 @@ def forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True):
     if type(form) is not Form:
         return _forward_miss(cache, key, form is None, q, k, v, scale, causal, layout, with_lse)
     o = _empty_like(q) if form.o_like else _empty(*form.o_shape, dtype=q.dtype, device=form.torch_device)
+    lse = _empty(*form.rows, dtype=_F32, device=form.torch_device) if with_lse else None
+    # the pointers written after every allocation, right before the call (nothing between them
+    # runs Python that could call through the same form)
     words, data = form.words, form.data
     words[data[0]] = q.data_ptr()
     words[data[1]] = k.data_ptr()
     words[data[2]] = v.data_ptr()
     words[data[3]] = o.data_ptr()
-    lse = None
     if with_lse:
-        lse = _empty(*form.rows, dtype=_F32, device=form.torch_device)
         words[data[4]] = lse.data_ptr()
     form.call()
     return o, lse, form
