@@ -185,13 +185,13 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
 }
 
 std::string to_string(const AttentionBackwardSpec& s) {
-  return attention_spec_text("attention_bwd", {s.dtype, s.head_dim, s.causal, s.variant, s.sinks, s.packed});
+  return attention_spec_text("attention_bwd", {s.dtype, s.head_dim, s.causal, s.variant, s.sinks, s.packed, false, s.head_dim_v});
 }
 
 std::optional<AttentionBackwardSpec> parse_attention_backward_spec(const std::string& text) {
   const auto f = parse_attention_spec_text("attention_bwd", text);
   if (!f) return std::nullopt;
-  return AttentionBackwardSpec{f->dtype, f->head_dim, f->causal, f->variant, f->sinks, f->packed};
+  return AttentionBackwardSpec{f->dtype, f->head_dim, f->causal, f->variant, f->sinks, f->packed, f->head_dim_v};
 }
 
 std::string attention_backward_variant_key(const AttentionBackwardSpec& s, bool deterministic) {
@@ -210,6 +210,13 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
                                                            const AttentionBackwardConfig& c,
                                                            const Target& target) {
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
+  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(),
+                                  c.path == BackwardPath::wgmma  ? "wg"
+                                  : c.path == BackwardPath::mfma ? "mfma"
+                                  : c.path == BackwardPath::fa2  ? "fa2"
+                                                                 : "simt",
+                                  "attention_bwd"))
+    return why;
   if (auto why = check_variant_path(spec.has_variant(), c.path == BackwardPath::mfma ? "mfma" : "")) return why;
   // The warp-specialised kernel serves variants and packed batches (its atomic mode; the
   // deterministic mode's kernels do not: runtime/ops/attention_backward.cpp runs fa2 or simt
@@ -387,6 +394,15 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
+  if (spec.head_dim_v > 0) {
+    // v's own head dim: fa2 (sm_80's rule for q's head dim, dV and dPᵀ over d_v) on NVIDIA
+    // targets, else the general path. The wgmma kernels take one head dim.
+    AttentionBackwardSpec plain = spec;
+    plain.head_dim_v = 0;
+    if (target.vendor != Vendor::nvidia) return attention_backward_general_config(spec);
+    const AttentionBackwardConfig c = attention_backward_default_config(plain, shape, *parse_target("sm_80"), sm_count);
+    return check_attention_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
+  }
   if (spec.has_variant()) {
     // A variant narrows the plain default: its score step keeps more values live per element.
     AttentionBackwardSpec plain = spec;
@@ -625,12 +641,17 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     case BackwardKernel::preprocess:
     case BackwardKernel::dq_convert:
     case BackwardKernel::dkv_convert:
-      // Independent of head_dim and causal: one variant per dtype.
+      // Independent of head_dim and causal: one variant per dtype (the preprocess of a v head dim
+      // of its own: one per dtype and d_v, "attention_bwd.bf16.dv128.preprocess").
       include = "kgen_device/attention/backward_rows.cuh";
       k.threads = attention_bwd::row_threads(kRowWarps);
       k.variant = "attention_bwd." + std::string(dtype_name(spec.dtype)) + "." + kernel_name(kernel);
       shim.function = "attention_backward_" + kernel_name(kernel);
       shim.args = {targ_type("T", spec.dtype), targ("Warps", kRowWarps)};
+      if (kernel == BackwardKernel::preprocess && spec.head_dim_v > 0) {
+        k.variant = "attention_bwd." + std::string(dtype_name(spec.dtype)) + ".dv" + std::to_string(spec.head_dim_v) + ".preprocess";
+        shim.args.push_back(targ("HeadDimV", spec.head_dim_v));
+      }
       break;
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
@@ -704,7 +725,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.function = "attention_backward_fa2_kv";
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
-      if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d)), shim.args.push_back(targ("Splits", column_splits(d)));
+      if (spec.head_dim_v > 0) add_head_dim_v_args(shim, d, spec.head_dim_v, column_splits(d));
+      else if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d)), shim.args.push_back(targ("Splits", column_splits(d)));
       else add_head_dim_args(shim, tile, d, column_splits(d));
       break;
     }
@@ -723,7 +745,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.function = "attention_backward_fa2_dq";
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),      targ("BM", t.block_m),
                    targ("BN", t.block_n),      targ("Warps", t.warps), targ("Causal", spec.causal)};
-      if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d));
+      if (spec.head_dim_v > 0) add_head_dim_v_args(shim, d, spec.head_dim_v);
+      else if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d));
       else add_head_dim_args(shim, tile, d);
       break;
     }
@@ -737,6 +760,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.function = "attention_backward_" + kernel_name(kernel);
       shim.args = {targ_type("T", spec.dtype), targ("DMax", c.max_head_dim), targ("Warps", c.block_m),
                    targ("Causal", spec.causal)};
+      if (spec.head_dim_v > 0) add_head_dim_v_args(shim, 0, spec.head_dim_v);
       break;
     }
   }
@@ -857,6 +881,16 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
         spec.packed = true;
         add_defaults(spec);
       }
+  // v head dims of their own (kAttentionWarmHeadDimPairs, NVIDIA): the defaults (fa2 for fp16 and
+  // bf16, simt for fp32).
+  if (target.vendor == Vendor::nvidia)
+    for (auto [d, dv] : kAttentionWarmHeadDimPairs)
+      for (DType t : {DType::f16, DType::bf16, DType::f32})
+        for (bool causal : {false, true}) {
+          AttentionBackwardSpec spec{t, d, causal};
+          spec.head_dim_v = dv;
+          add_defaults(spec);
+        }
   return out;
 }
 
@@ -957,6 +991,9 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
   if (spec.has_variant()) return std::string("the double backward of attention variants is not available yet");
+  if (spec.head_dim_v > 0)
+    return "v: head dim " + std::to_string(spec.head_dim_v) + " differs from q's " + std::to_string(spec.head_dim) +
+           "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)";
   if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
   if (c.path == BackwardPath::wgmma) {
     if (auto why = head_dim_range_error(spec.head_dim)) return why;

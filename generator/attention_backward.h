@@ -28,8 +28,10 @@ struct AttentionBackwardSpec {
   std::string variant = {};
   bool sinks = false;
   bool packed = false;  // packed (variable-length) batches, as in the forward's spec
+  int head_dim_v = 0;   // v's (and o's, dO's, dv's) head dim when below q's, as in the forward's spec
   bool operator==(const AttentionBackwardSpec&) const = default;
   bool has_variant() const { return !variant.empty() || sinks || packed; }
+  int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 // fa2: tensor cores, fp16/bf16, head dims 32/64/96/128. simt: any dtype, head_dim <= 256.

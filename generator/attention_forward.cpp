@@ -68,6 +68,13 @@ void add_head_dim_args(EntryShim& shim, int tile, int head_dim, int splits) {
   if (splits > 1) shim.args.push_back(targ("Splits", splits));
 }
 
+void add_head_dim_v_args(EntryShim& shim, int head_dim, int head_dim_v, int splits) {
+  if (head_dim > 0) shim.args.push_back(targ("HeadDim", head_dim));
+  if (splits > 0) shim.args.push_back(targ("Splits", splits));
+  shim.args.push_back(targ("Variant", std::string("kgen::NoVariant")));
+  shim.args.push_back(targ("HeadDimV", head_dim_v));
+}
+
 int attention_simt_bucket(int head_dim) {
   for (int b : kSimtHeadDims)
     if (head_dim <= b) return b;
@@ -167,7 +174,9 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
 
 std::string attention_spec_text(std::string_view op, const AttentionForwardSpec& s) {
   std::ostringstream o;
-  o << op << "." << dtype_name(s.dtype) << ".d" << s.head_dim << (s.causal ? ".causal" : ".full")
+  o << op << "." << dtype_name(s.dtype) << ".d" << s.head_dim;
+  if (s.head_dim_v > 0) o << "v" << s.head_dim_v;
+  o << (s.causal ? ".causal" : ".full")
     << (s.packed ? ".packed" : "") << (s.paged ? ".paged" : "") << (s.sinks ? ".sinks" : "");
   if (!s.variant.empty()) o << ".var{" << s.variant << "}";
   return o.str();
@@ -194,15 +203,38 @@ std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view o
   if (parts.size() > 4 && parts.back() == "packed") packed = true, parts.pop_back();
   if (parts.size() != 4 || parts[0] != op) return std::nullopt;
   auto dtype = parse_dtype(parts[1]);
-  int d = 0;
-  if (!dtype || !parse_prefixed_int(parts[2], "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
-  return AttentionForwardSpec{*dtype, d, parts[3] == "causal", variant, sinks, packed, paged};
+  int d = 0, dv = 0;
+  std::string dims = parts[2];
+  if (const std::size_t v = dims.find('v'); v != std::string::npos) {
+    if (!parse_prefixed_int(dims.substr(v), "v", dv) || dv <= 0) return std::nullopt;
+    dims.resize(v);
+  }
+  if (!dtype || !parse_prefixed_int(dims, "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
+  return AttentionForwardSpec{*dtype, d, parts[3] == "causal", variant, sinks, packed, paged, dv};
+}
+
+std::optional<std::string> check_head_dim_v(int head_dim, int head_dim_v, bool has_variant, std::string_view path,
+                                            std::string_view op) {
+  if (head_dim_v == 0) return std::nullopt;
+  const std::string dv = std::to_string(head_dim_v), dqk = std::to_string(head_dim);
+  if (head_dim_v < 0 || head_dim_v >= head_dim)
+    return "v: head dim " + dv + " must be below q's " + dqk + " (d_v <= d_qk; equal head dims need no d_v)";
+  if (has_variant)
+    return "v: head dim " + dv + " differs from q's " + dqk + "; " + std::string(op) +
+           " serves that for plain and causal attention only, not with a variant, sinks, packed batches or paged K/V";
+  if (path == "ws" || path == "wg" || path == "mfma")
+    return "v: head dim " + dv + " differs from q's " + dqk + "; the " + std::string(path) +
+           " kernels take one head dim, fa2: and simt: serve d_v < d_qk";
+  if (path == "fa2" && head_dim_v % 8 != 0)
+    return "v: head dim " + dv + " is not a multiple of 8, which fa2 needs (simt: serves it)";
+  return std::nullopt;
 }
 
 std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec) {
   if (spec.head_dim < 1 || spec.head_dim > kMaxHeadDim)
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." +
            std::to_string(kMaxHeadDim);
+  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(), "", "attention_fwd")) return why;
   if (!spec.variant.empty()) {
     try {
       Variant::from_canonical(spec.variant);
@@ -247,6 +279,13 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
   if (auto why = check_variant_path(spec.has_variant(), c.path == ForwardPath::wgmma  ? "wg"
                                                         : c.path == ForwardPath::mfma ? "mfma"
                                                                                       : ""))
+    return why;
+  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, false,
+                                  c.path == ForwardPath::ws      ? "ws"
+                                  : c.path == ForwardPath::wgmma ? "wg"
+                                  : c.path == ForwardPath::mfma  ? "mfma"
+                                  : c.path == ForwardPath::fa2   ? "fa2"
+                                                                 : "simt"))
     return why;
   if (c.path == ForwardPath::mfma) return check_mfma_forward_config(spec, c, target);
   int smem = 0;
@@ -392,6 +431,15 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
+  if (spec.head_dim_v > 0) {
+    // v's own head dim: fa2 (sm_80's rule for q's head dim, its V, O and P·V over d_v) on NVIDIA
+    // targets, else the general path. The warp-specialised kernels take one head dim.
+    AttentionForwardSpec plain = spec;
+    plain.head_dim_v = 0;
+    if (target.vendor != Vendor::nvidia) return attention_forward_general_config(spec);
+    const AttentionForwardConfig c = plain_forward_default_config(plain, shape, *parse_target("sm_80"), sm_count);
+    return check_attention_forward_config(spec, c, target) ? attention_forward_general_config(spec) : c;
+  }
   AttentionForwardConfig c = plain_forward_default_config(spec, shape, target, sm_count);
   if (!spec.has_variant()) return c;
   // A variant's score step keeps more values live per score element: the plain defaults' widest
@@ -576,7 +624,8 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.function = "attention_forward_fa2";
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BM", c.block_m), targ("BN", c.block_n),
                                        targ("Warps", c.warps), targ("Stages", c.stages), targ("Causal", spec.causal)});
-    if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim));
+    if (spec.head_dim_v > 0) add_head_dim_v_args(shim, spec.head_dim, spec.head_dim_v);
+    else if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim));
     else add_head_dim_args(shim, tile, spec.head_dim);
   } else if (c.path == ForwardPath::wgmma) {
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
@@ -621,6 +670,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.function = "attention_forward_simt";
     shim.args.insert(shim.args.end(), {targ("DMax", c.max_head_dim), targ("BN", c.block_n), targ("Warps", c.block_m),
                                        targ("Causal", spec.causal)});
+    if (spec.head_dim_v > 0) add_head_dim_v_args(shim, 0, spec.head_dim_v);
   }
   shim.threads = k.threads;
   std::string prelude;
@@ -723,6 +773,18 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
           add({t, d, causal}, attention_forward_default_config({t, d, causal}, shape, target, 132));
       add({t, d, false}, attention_forward_default_config({t, d, false}, kDecodeShape, target, 132));
     }
+  // v head dims of their own (kAttentionWarmHeadDimPairs, NVIDIA): the defaults of each shape
+  // class, fa2 for fp16 and bf16, simt for fp32.
+  if (target.vendor == Vendor::nvidia)
+    for (auto [d, dv] : kAttentionWarmHeadDimPairs)
+      for (DType t : {DType::f16, DType::bf16, DType::f32})
+        for (bool causal : {false, true}) {
+          AttentionForwardSpec spec{t, d, causal};
+          spec.head_dim_v = dv;
+          for (const AttentionShape& shape : forward_default_shapes())
+            add(spec, attention_forward_default_config(spec, shape, target, 132));
+          add(spec, attention_forward_default_config(spec, kDecodeShape, target, 132));
+        }
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "generator/entry_shim.h"
@@ -26,8 +27,13 @@ struct AttentionForwardSpec {
   bool packed = false;
   // Paged K/V (a block table and each batch's key count in VariantArgs); forward only.
   bool paged = false;
+  // v's head dim (d_v) when it differs from q's and k's (head_dim, d_qk): 0 when they are equal, so
+  // that every spec text, key and kernel of one head dim stays as it was. 1 <= d_v < d_qk (MLA's
+  // 192/128; docs/kernels/mla.md); o has d_v columns.
+  int head_dim_v = 0;
   bool operator==(const AttentionForwardSpec&) const = default;
   bool has_variant() const { return !variant.empty() || sinks || packed || paged; }
+  int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
 };
 
 // Run-time shape of one call (strides and pointers are not part of it).
@@ -80,6 +86,10 @@ inline constexpr int kAttentionDefaultWarmHeadDims[] = {64, 128};
 // differs from the tile's or when the kernel splits its columns, then Splits when above 1. Tiles
 // of the exact head dim get neither, so their sources stay as they were.
 void add_head_dim_args(EntryShim& shim, int tile, int head_dim, int splits = 1);
+// Appends the template arguments of a kernel whose v head dim differs from q's: HeadDim (when
+// `head_dim` > 0) and Splits (when `splits` > 0) explicitly, the plain Variant (kgen::NoVariant)
+// and HeadDimV, the trailing parameter of the fa2 and simt templates that take one.
+void add_head_dim_v_args(EntryShim& shim, int head_dim, int head_dim_v, int splits = 0);
 // Largest head dim any path serves.
 inline constexpr int kMaxHeadDim = 256;
 
@@ -93,11 +103,12 @@ std::string to_string(const AttentionForwardConfig& c);
 std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::string& text);
 // Each field of to_string(c), in order, with its meaning.
 std::vector<ConfigField> explain(const AttentionForwardConfig& c);
-// "attention_fwd.bf16.d128.causal" (spec part of a variant name); packed batches append
-// ".packed", paged K/V ".paged", a variant ".sinks" and ".var{CANONICAL}".
+// "attention_fwd.bf16.d128.causal" (spec part of a variant name); a v head dim of its own makes
+// the head-dim field "d192v128"; packed batches append ".packed", paged K/V ".paged", a variant
+// ".sinks" and ".var{CANONICAL}".
 std::string to_string(const AttentionForwardSpec& s);
 
-// The spec text both attention operators share: "<op>.<dtype>.d<D>.<causal|full>[.packed]
+// The spec text both attention operators share: "<op>.<dtype>.d<D>[v<DV>].<causal|full>[.packed]
 // [.paged][.sinks][.var{CANONICAL}]", and its parse (the forward's spec type carries the fields of either).
 std::string attention_spec_text(std::string_view op, const AttentionForwardSpec& s);
 std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view op, const std::string& text);
@@ -114,6 +125,15 @@ std::optional<AttentionForwardSpec> parse_attention_forward_spec(const std::stri
 
 // Why `spec` cannot be served at all (nullopt when it can): names the offending field.
 std::optional<std::string> check_attention_forward_spec(const AttentionForwardSpec& spec);
+// Why a spec whose v head dim is `head_dim_v` (0: q's) cannot be served with `head_dim`, a variant
+// (`has_variant`: presets, sinks, packed batches or paged K/V) or on `path` ("ws", "wg", "mfma",
+// "fa2", "simt"; empty: any); nullopt when it can. The sentence names v. Shared by the forward,
+// the backward and the double backward (`op` names the operator in it).
+std::optional<std::string> check_head_dim_v(int head_dim, int head_dim_v, bool has_variant, std::string_view path,
+                                            std::string_view op = "attention");
+// The (d_qk, d_v) pairs whose default kernels `kgen warm` and the replay table build: MLA's
+// 192/128 and 128/64, fp16, bf16 (and fp32 on the general path), both masks.
+inline constexpr std::pair<int, int> kAttentionWarmHeadDimPairs[] = {{192, 128}, {128, 64}};
 
 // Why `config` is invalid for `spec` on `target` (nullopt when valid): shared memory,
 // register budget, path/dtype/head-dim compatibility.

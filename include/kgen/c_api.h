@@ -35,6 +35,8 @@ typedef struct kgen_attention_options {
 /* Forward attention: o = softmax(scale·q·kᵀ (+ causal mask))·v and lse = logsumexp of the
  * scaled scores per row (natural log, fp32, shape (b, h_q, n_q), -inf for fully masked rows,
  * whose o row is 0). q (b, h_q, n_q, d); k, v (b, h_kv, n_k, d) with h_q % h_kv == 0; o like q.
+ * v may have a head dim d_v < d of its own (MLA's 192/128; plain and causal attention, forward
+ * and backward): o is then (b, h_q, n_q, d_v) and the scale still defaults to 1/sqrt(d).
  * dtypes: float16, bfloat16 (tensor cores, fp32 accumulation) or float32 (plain fp32 math,
  * no tf32); q, k, v and o share one dtype. lse may be NULL (not written); otherwise fp32 with
  * unit stride along n_q. strides == NULL means compact row-major. options == NULL means the
@@ -200,7 +202,8 @@ typedef struct kgen_attention_backward_options {
 } kgen_attention_backward_options;
 
 /* Gradients of kgen_attention_forward: dq (like q), dk and dv (like k; summed over each kv group)
- * from d_o (like q), the forward's o and lse (required). Same dtypes, layouts and limits as the
+ * from d_o (like q; like o when v's head dim is below q's, and dv then like v), the forward's o
+ * and lse (required). Same dtypes, layouts and limits as the
  * forward. options == NULL means the defaults (scale 1/sqrt(d), not causal, nondeterministic,
  * kgen-allocated workspace). */
 kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,

@@ -79,7 +79,9 @@ struct AttentionOptions {
 
 // o = softmax(scale·q·kᵀ (+ mask))·v; lse = natural-log logsumexp of each row's scaled scores
 // (fp32, (b, h_q, n_q), -inf where a row is fully masked and its o row is 0). q (b, h_q, n_q, d),
-// k and v (b, h_kv, n_k, d) with h_q % h_kv == 0, o like q; fp16/bf16 (tensor cores, fp32
+// k and v (b, h_kv, n_k, d) with h_q % h_kv == 0, o like q; v may have a head dim d_v < d of its own
+// (MLA's 192/128; plain and causal attention: o is then (b, h_q, n_q, d_v), the scale still 1/sqrt(d),
+// docs/attention.md §1); fp16/bf16 (tensor cores, fp32
 // accumulation) or fp32 (plain fp32 math, no tf32); any d <= 256 (32/64/96/128/256 on tensor
 // cores). `lse` may be null. Asynchronous on `stream` (a CUstream, null = legacy default
 // stream). Throws kgen::Error naming the offending argument.
@@ -226,7 +228,8 @@ std::size_t attention_backward_workspace_bytes(const TensorView& q, const Attent
 // Gradients of attention_forward: given dO = ∂L/∂o, writes dq = ∂L/∂q, dk, dv (dk/dv summed over
 // the query heads of each kv group for GQA). o and lse are the forward's outputs (lse natural
 // log, fp32 (b, h_q, n_q), unit stride along n_q). d_o and dq are shaped like q, dk and dv like
-// k. Same dtypes, layouts and limits as attention_forward. dq, dk and dv are overwritten.
+// k (with v's own head dim d_v < d: d_o like o, dv like v). Same dtypes, layouts and limits as
+// attention_forward. dq, dk and dv are overwritten. The double backward takes one head dim.
 void attention_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                         const TensorView& lse, const TensorView& d_o, const TensorView& dq,
                         const TensorView& dk, const TensorView& dv, const AttentionBackwardOptions& options,

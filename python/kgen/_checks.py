@@ -160,13 +160,16 @@ def _attention_forward(q: View, k: View, v: View, o: View, lse: View | None, sca
         if t.device != q.device:
             invalid(f"{t.name}: on device {t.device}, q is on device {q.device}")
     b, hq, nq, d = q.shape
-    hkv = k.shape[1]
+    hkv, dv = k.shape[1], v.shape[3]
     if k.shape[0] != b or k.shape[3] != d:
         invalid(f"k: shape {shape_text(k.shape)} does not match q {shape_text(q.shape)} in batch or head_dim")
-    if v.shape != k.shape:
+    if v.shape[:3] != k.shape[:3]:
         invalid(f"v: shape {shape_text(v.shape)} differs from k {shape_text(k.shape)}")
-    if o.shape != q.shape:
-        invalid(f"o: shape {shape_text(o.shape)} differs from q {shape_text(q.shape)}")
+    if dv > d or dv < 1:
+        invalid(f"v: head dim {dv} must be at most q's {d} (d_v <= d_qk)")
+    if o.shape != (b, hq, nq, dv):
+        invalid(f"o: shape {shape_text(o.shape)} differs from q {shape_text(q.shape)}" if dv == d else
+                f"o: shape {shape_text(o.shape)} must be q's (b, h_q, n_q) with v's head dim {dv}")
     if hq % hkv:
         invalid(f"k: heads_kv={hkv} does not divide q's heads={hq}")
     if d > MAX_HEAD_DIM:
@@ -190,10 +193,35 @@ def attention_forward(q, k, v, o, lse, scale: float, swap: bool) -> None:
 
 
 def _gradient_inputs(a: dict, scale: float) -> None:
-    """validate_inputs (runtime/ops/attention_backward.cpp): the forward's checks, then d_o like q."""
+    """validate_inputs (runtime/ops/attention_backward.cpp): the forward's checks, then d_o like q (like o
+    when v has a head dim of its own)."""
     _attention_forward(a["q"], a["k"], a["v"], a["o"], a["lse"], scale)
     check_tensor(a["d_o"], 4)
-    check_like(a["d_o"], a["q"])
+    check_like(a["d_o"], a["o"] if _own_v(a) else a["q"])
+
+
+def _own_v(a: dict) -> bool:
+    """Whether v's head dim differs from q's (MLA: d_v < d_qk)."""
+    return a["v"].shape[3] != a["q"].shape[3]
+
+
+def _variant_given(v) -> bool:
+    """variant_requested (runtime/ops/attention_variant.cpp): any field away from plain attention."""
+    return (v.causal_top_left or v.window_left != -1 or v.window_right != -1 or v.softcap != 0 or
+            v.alibi_slopes is not None or v.prefix != -1 or v.chunk != 0 or v.document_ids is not None or
+            v.sinks is not None or bool(v.score_mod) or bool(v.mask_mod) or len(v.scalar_names) > 0 or
+            len(v.tensors) > 0)
+
+
+def _own_v_refused(a: dict, what: str) -> None:
+    """check_head_dim_v's refusal (generator/attention_forward.cpp) of a v head dim of its own in `what`."""
+    if _own_v(a):
+        dv, d = a["v"].shape[3], a["q"].shape[3]
+        if what == "double":
+            invalid(f"v: head dim {dv} differs from q's {d}; the double backward takes one head dim for q, k and v "
+                    f"(not available yet for d_v < d_qk)")
+        invalid(f"v: head dim {dv} differs from q's {d}; attention serves that for plain and causal attention only, "
+                f"not with a variant, sinks, packed batches or paged K/V")
 
 
 def _gradient_output(a: dict, name: str, like: str) -> None:
@@ -205,7 +233,7 @@ def attention_backward(q, k, v, o, lse, d_o, dq, dk, dv, scale: float, swap: boo
     """kgen_attention_backward's checks."""
     a = views(dict(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=dq, dk=dk, dv=dv), swap)
     _gradient_inputs(a, scale)
-    for name, like in (("dq", "q"), ("dk", "k"), ("dv", "k")):
+    for name, like in (("dq", "q"), ("dk", "k"), ("dv", "v" if _own_v(a) else "k")):
         _gradient_output(a, name, like)
 
 
@@ -215,6 +243,8 @@ def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_
     a = views(dict(q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, gq=gq, gk=gk, gv=gv, q_bar=q_bar, k_bar=k_bar,
                    v_bar=v_bar, do_bar=do_bar), swap)
     _gradient_inputs(a, scale)
+    if _own_v(a):
+        _own_v_refused(a, "double")
     for name, like in (("gq", "q"), ("gk", "k"), ("gv", "k"), ("q_bar", "q"), ("k_bar", "k"), ("v_bar", "k"),
                        ("do_bar", "q")):
         if a[name] is not None:
@@ -396,6 +426,8 @@ def attention_forward_variant(q, k, v, o, lse, scale: float, swap: bool, variant
     variant_views = _variant_views(variant)
     _attention_forward(a["q"], a["k"], a["v"], a["o"], a["lse"], scale)
     _variant(variant, variant_views, a["q"], a["k"])
+    if _variant_given(variant):
+        _own_v_refused(a, "variant")
 
 
 def attention_backward_variant(q, k, v, o, lse, d_o, dq, dk, dv, scale: float, swap: bool, variant: Variant,
@@ -407,6 +439,8 @@ def attention_backward_variant(q, k, v, o, lse, d_o, dq, dk, dv, scale: float, s
     _gradient_inputs(a, scale)
     learnable = [g is not None for g in variant_views["grads"]]
     _variant(variant, variant_views, a["q"], a["k"], learnable)
+    if _variant_given(variant):
+        _own_v_refused(a, "variant")
     for name, like in (("dq", "q"), ("dk", "k"), ("dv", "k")):
         _gradient_output(a, name, like)
 

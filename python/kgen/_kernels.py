@@ -118,10 +118,10 @@ def _dense(t):
 
 # --- attention ----------------------------------------------------------------------------------------
 
-def _forward_outputs(q, swap: bool, with_lse: bool = True):
-    """o (q's shape, contiguous in q's layout) and lse (float32 (b, h, n_q), or None)."""
+def _forward_outputs(q, swap: bool, with_lse: bool = True, v=None):
+    """o (q's shape with v's head dim, contiguous in q's layout) and lse (float32 (b, h, n_q), or None)."""
     s = q.shape
-    o = q.new_empty(s)
+    o = q.new_empty(s if v is None or v.dim() != len(s) else (*s[:-1], v.shape[-1]))
     if not with_lse:
         return o, None
     rows = (s[0], s[2], s[1]) if swap and len(s) == 4 else s[:-1]
@@ -223,7 +223,7 @@ def variant_forward_out(q, k, v, out, lse, scale, causal, layout, variant: _chec
 
 def variant_forward(q, k, v, scale, causal, layout, variant: _checks.Variant, with_lse: bool = True):
     """(o, lse) of a variant; lse is None unless with_lse."""
-    o, lse = _forward_outputs(q, _swap(layout), with_lse)
+    o, lse = _forward_outputs(q, _swap(layout), with_lse, v)
     variant_forward_out(q, k, v, o, lse, scale, causal, layout, variant)
     return o, lse
 

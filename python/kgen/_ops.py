@@ -114,7 +114,7 @@ def _fake_attention_forward_out(q, k, v, out, lse, scale=None, causal=False, lay
 
 
 def _fake_attention_forward(q, k, v, scale=None, causal=False, layout="bhnd"):
-    o, lse = K._forward_outputs(q, K._swap(layout))
+    o, lse = K._forward_outputs(q, K._swap(layout), True, v)
     _fake_attention_forward_out(q, k, v, o, lse, scale, causal, layout)
     return o, lse
 
@@ -145,7 +145,7 @@ def _fake_attention_forward_variant_out(q, k, v, out, lse, scale=None, causal=Fa
 
 
 def _fake_attention_forward_variant(q, k, v, scale=None, causal=False, layout="bhnd", *variant, **named):
-    o, lse = K._forward_outputs(q, K._swap(layout))
+    o, lse = K._forward_outputs(q, K._swap(layout), True, v)
     _fake_attention_forward_variant_out(q, k, v, o, lse, scale, causal, layout, *variant, **named)
     return o, lse
 

@@ -98,7 +98,8 @@ def _needs_grad(*tensors) -> bool:
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """FlashAttention's attention on kgen.torch.attention: q (b, n_q, h, d), k and v (b, n_k, h_kv,
-    d) -> out (b, n_q, h, d), differentiable in q, k, v (alibi_slopes get no gradient);
+    d) -> out (b, n_q, h, d), v's head dim may be below q's (FlashAttention 3's hdim 192/128: out
+    then (b, n_q, h, d_v)), differentiable in q, k, v (alibi_slopes get no gradient);
     return_attn_probs=True gives (out, softmax_lse (b, h, n_q) fp32, None). With gradients
     required, return_attn_probs runs the forward twice (kgen.torch.attention returns no lse)."""
     _no_dropout(dropout_p)

@@ -188,7 +188,7 @@ def _variant_forward(q, k, v, causal, scale, layout, variant: _checks.Variant, o
             o, lse = _FORWARD_VARIANT[1](q, k, v, scale, causal, layout, *variant)
         return (o, lse) if return_lse else o
     if out is None:
-        out = _kernels._forward_outputs(q, _kernels._swap(layout), False)[0]
+        out = _kernels._forward_outputs(q, _kernels._swap(layout), False, v)[0]
     if lse is None and return_lse:
         lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
     if _eager(q):
@@ -224,8 +224,10 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     """o = softmax(scale·q·kᵀ + mask)·v, computed asynchronously on the current CUDA stream.
 
     q is (b, h_q, n_q, d) for layout "bhnd" or (b, n_q, h_q, d) for "bnhd"; k and v likewise
-    with h_kv heads (h_q % h_kv == 0) and n_k keys; any strides with a contiguous last dim.
-    dtypes float16/bfloat16 (tensor cores, fp32 accumulation) or float32 (fp32 math, no tf32);
+    with h_kv heads (h_q % h_kv == 0) and n_k keys; any strides with a contiguous last dim. v may
+    have a head dim d_v < d of its own (MLA's 192/128, plain and causal attention): out then has
+    d_v columns, and the backward gives v's gradient d_v columns. dtypes float16/bfloat16 (tensor
+    cores, fp32 accumulation) or float32 (fp32 math, no tf32);
     under torch.autocast("cuda"), floating q, k, v are cast to the autocast dtype.
     scale defaults to 1/sqrt(d). causal masks key j for j > i + (n_k - n_q) (bottom-right
     aligned, like FlashAttention-2; SDPA's is_causal=True is top-left aligned, so the two agree
@@ -259,7 +261,7 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
         o, lse = _forward(q, k, v, scale, causal, layout, return_lse)
         return (o, lse) if return_lse else o
     if out is None:
-        out = _kernels._forward_outputs(q, _kernels._swap(layout), False)[0]
+        out = _kernels._forward_outputs(q, _kernels._swap(layout), False, v)[0]
     if lse is None and return_lse:
         lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
     _run(_FORWARD_OUT, q, k, v, out, lse, scale, causal, layout)
@@ -335,7 +337,7 @@ class _Attention(torch.autograd.Function):
         # None) and run a whole first-order backward on zeros.
         ctx.set_materialize_grads(False)
         if _eager(q):
-            o, lse, form = _calls.forward(q, k, v, scale, causal, layout, True)
+            o, lse, form = _calls.forward(q, k, v, scale, causal, layout, True, build=True)
         else:
             (o, lse), form = _FORWARD[1](q, k, v, scale, causal, layout), None
         ctx.save_for_backward(q, k, v, o, lse)

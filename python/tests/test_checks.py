@@ -77,6 +77,8 @@ FORWARD_CASES = {  # name: (changed arguments, scale)
     "lse shape": (dict(lse=spec((2, 8, 99), F32)), 0.0),
     "lse 2-d": (dict(lse=spec((16, 100), F32)), 0.0),
     "scale inf": ({}, float("inf")),
+    "v head dim above q's": (dict(v=spec((2, 2, 120, 96))), 0.0),
+    "o with q's head dim, v's below": (dict(v=spec((2, 2, 120, 32))), 0.0),
 }
 
 
@@ -96,6 +98,8 @@ BACKWARD_CASES = {
     "dk like q": dict(dk=Q),
     "dv 3-d": dict(dv=spec((2, 120, 64))),
     "k head dim": dict(k=spec((2, 2, 120, 32))),
+    "v head dim below q's, d_o like q": dict(v=spec((2, 2, 120, 32)), o=spec((2, 8, 100, 32)), dv=spec((2, 2, 120, 32))),
+    "v head dim below q's, dv like k": dict(v=spec((2, 2, 120, 32)), o=spec((2, 8, 100, 32)), d_o=spec((2, 8, 100, 32))),
 }
 
 
@@ -114,6 +118,7 @@ DOUBLE_CASES = {
     "do_bar dtype": dict(do_bar=spec(Q[0], F32)),
     "v_bar like q": dict(v_bar=Q),
     "d_o 3-d": dict(d_o=spec((8, 100, 64))),
+    "v head dim below q's": dict(v=spec((2, 2, 120, 32)), o=spec((2, 8, 100, 32)), d_o=spec((2, 8, 100, 32))),
 }
 
 
@@ -204,6 +209,9 @@ def test_valid_arguments_pass():
     _checks.attention_forward(*map(meta, FORWARD.values()), 0.0, False)
     _checks.attention_backward(*map(meta, BACKWARD.values()), 0.5, False)
     _checks.attention_double_backward(*[None if s is None else meta(s) for s in DOUBLE.values()], 0.0, False)
+    v32, o32 = spec((2, 2, 120, 32)), spec((2, 8, 100, 32))  # v's head dim below q's (MLA)
+    _checks.attention_forward(*map(meta, {**FORWARD, "v": v32, "o": o32}.values()), 0.0, False)
+    _checks.attention_backward(*map(meta, {**BACKWARD, "v": v32, "o": o32, "d_o": o32, "dv": v32}.values()), 0.0, False)
     _checks.lrpe(meta(X), meta(THETA), None, meta(LRPE_FORWARD["o"]), None, md=False, offset=100, swap=False)
     _checks.lrpe(meta(X), meta(spec((4, 24), F32)), meta(spec((2, 4, 33, 96))), meta(X), meta(spec((4, 33, 48), F32)),
                  md=True, grid=(3, 11), swap=False)

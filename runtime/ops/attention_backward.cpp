@@ -41,9 +41,16 @@ AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, 
   fwd.causal = options.causal;
   AttentionForwardCall f = validate_attention_forward(q, k, v, o, &lse, fwd, packed);
   check_tensor(d_o, "d_o", 4);
-  check_like(d_o, "d_o", q, "q");
+  // d_o is shaped like o: like q, or with v's head dim when that is q's own (MLA).
+  const bool own_v = f.spec.head_dim_v > 0;
+  check_like(d_o, "d_o", own_v ? o : q, own_v ? "o" : "q");
+  if (own_v && double_backward)
+    invalid_argument("v: head dim " + std::to_string(f.spec.head_dim_v) + " differs from q's " +
+                     std::to_string(f.spec.head_dim) +
+                     "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)");
   AttentionBackwardCall call;
   call.spec = {f.spec.dtype, f.spec.head_dim, f.spec.causal};
+  call.spec.head_dim_v = f.spec.head_dim_v;
   if (variant_requested(options.variant) || packed) {
     if (double_backward)
       invalid_argument(packed ? "sequences: the double backward of packed batches is not available yet"
@@ -53,6 +60,8 @@ AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, 
     call.spec.variant = call.variant.canonical;
     call.spec.sinks = call.variant.sinks;
     call.spec.packed = call.variant.packed;
+    if (auto why = check_head_dim_v(call.spec.head_dim, call.spec.head_dim_v, true, "", "attention"))
+      invalid_argument(*why);
   }
   call.shape = f.shape;
   call.rows = f.shape;
@@ -142,10 +151,19 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   // their own op name, its inputs as the second parameter, and the sinks' kernel after preprocess.
   VariantArgs variant_args = call.variant.args;
   const bool variant = call.variant.active();
+  // The mask tensors' range tables, stream-ordered beside the caller's workspace (whose size
+  // attention_backward_workspace_bytes gives from q alone).
+  std::optional<Workspace> range_ws;
+  if (!call.variant.ranges.empty()) {
+    range_ws.emplace(nullptr, 0, variant_range_bytes(call.variant.ranges), call.device, stream, "the variant's range tables");
+    build_variant_ranges(call.variant.ranges, variant_args, *range_ws, call.device, stream);
+  }
   for (const auto& [ptr, bytes] : call.variant.grads)
     gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(ptr), 0, bytes / 4, stream);
   auto launch = [&](BackwardKernel kernel) {
-    const KernelKey key{variant ? call.variant.op_name : std::string_view("attention_bwd"),
+    const KernelKey key{variant                    ? call.variant.op_name
+                        : call.spec.head_dim_v > 0 ? attention_head_dim_v_op("attention_bwd", call.spec.head_dim_v)
+                                                   : std::string_view("attention_bwd"),
                         gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& k = loaded_kernel(key, [&] { return render_attention_backward(call.spec, config, kernel); });
     void* params = maps && kernel == BackwardKernel::kv_atomic ? static_cast<void*>(&tp) : static_cast<void*>(&p);
@@ -218,8 +236,10 @@ AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall
                                const AttentionBackwardOptions& options, const DecisionContext& ctx) {
   if (!options.config.empty()) return explicit_config(op, call, options, ctx.target);
   if (!call.aligned16) return attention_backward_general_config(call.spec);
-  // Variants run the heuristic's config (the tuner and its database serve plain attention).
-  if (call.spec.has_variant()) return variant_default(op, call, options.deterministic, ctx.target, ctx.sm_count);
+  // Variants and v head dims of their own run the heuristic's config (the tuner and its database
+  // serve plain attention of one head dim).
+  if (call.spec.has_variant() || call.spec.head_dim_v > 0)
+    return variant_default(op, call, options.deterministic, ctx.target, ctx.sm_count);
   AttentionCase c;
   c.dtype = call.spec.dtype, c.head_dim = call.spec.head_dim, c.causal = call.spec.causal;
   c.batch = call.shape.batch, c.heads_q = call.shape.heads_q, c.heads_kv = call.shape.heads_kv;
@@ -252,7 +272,7 @@ AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackw
   const int shape_class = op.double_backward ? attention_double_backward_shape_class(s, sm_count)
                                              : attention_backward_shape_class(s, sm_count);
   const DecisionKey key{KeyPacker().add(int(call.spec.dtype), 4).add(call.spec.head_dim, 10).add(call.spec.causal, 1)
-                            .add(deterministic, 1).add(call.variant.id, 24).value(),
+                            .add(deterministic, 1).add(call.variant.id, 24).add(call.spec.head_dim_v, 10).value(),
                         attention_bucket(s).values,
                         call.device, shape_class};
   return tables[op.double_backward].get(key, [&] { return decide(op, call, options, decision_context(call.device)); });
@@ -337,7 +357,8 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
   AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, false, packed);
   check_output(dq, "dq", q, "q", call);
   check_output(dk, "dk", k, "k", call);
-  check_output(dv, "dv", k, "k", call);
+  if (call.spec.head_dim_v > 0) check_output(dv, "dv", v, "v", call);
+  else check_output(dv, "dv", k, "k", call);
   AttentionBackwardConfig config = choose_attention_backward_config(call, options);
   std::vector<BackwardKernel> kernels = attention_backward_kernels(config, options.deterministic);
   const bool atomic = std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();

@@ -70,6 +70,15 @@ TensorView make_contiguous_view(void* data, DType dtype, int ndim, const std::in
   return t;
 }
 
+std::string_view attention_head_dim_v_op(std::string_view op, int head_dim_v) {
+  static std::mutex mutex;
+  static std::map<std::pair<std::string, int>, std::string> names;
+  std::lock_guard lock(mutex);
+  auto [it, added] = names.try_emplace({std::string(op), head_dim_v});
+  if (added) it->second = std::string(op) + ".dv" + std::to_string(head_dim_v);
+  return it->second;
+}
+
 void check_head_dim(const TensorView& q) {
   if (q.shape[3] > kMaxHeadDim)
     invalid_argument("q: head_dim=" + std::to_string(q.shape[3]) + " is unsupported (kgen serves head_dim <= " +
@@ -100,17 +109,24 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   for (auto [t, name] : {std::pair{&k, k_name}, {&v, v_name}, {&o, "o"}})
     if (t->device != q.device) invalid_argument(std::string(name) + ": on device " + std::to_string(t->device) + ", q is on device " + std::to_string(q.device));
   const std::int64_t b = q.shape[0], hq = q.shape[1], nq = q.shape[2], d = q.shape[3];
-  const std::int64_t hkv = k.shape[1];
+  const std::int64_t hkv = k.shape[1], dv = v.shape[3];
   if ((!paged && k.shape[0] != b) || k.shape[3] != d)
     invalid_argument(std::string(k_name) + ": shape " + shape_string(k) + " does not match q " + shape_string(q) +
                      (paged ? " in head_dim" : " in batch or head_dim"));
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 3; ++i)
     if (v.shape[i] != k.shape[i])
       invalid_argument(std::string(v_name) + ": shape " + shape_string(v) + " differs from " + k_name + " " +
                        shape_string(k));
+  // v may have a head dim of its own, below q's and k's (MLA, docs/attention.md §1); o has v's.
+  if (dv > d || dv < 1)
+    invalid_argument(std::string(v_name) + ": head dim " + std::to_string(dv) + " must be at most q's " +
+                     std::to_string(d) + " (d_v <= d_qk)");
   const std::int64_t nk = paged ? check_paged_kv(*paged, q, k) * paged->block_table->shape[1] : k.shape[2];
   for (int i = 0; i < 4; ++i)
-    if (o.shape[i] != q.shape[i]) invalid_argument("o: shape " + shape_string(o) + " differs from q " + shape_string(q));
+    if (o.shape[i] != (i < 3 ? q.shape[i] : dv))
+      invalid_argument("o: shape " + shape_string(o) + (dv == d ? " differs from q " + shape_string(q)
+                                                                : " must be q's (b, h_q, n_q) with v's head dim " +
+                                                                      std::to_string(dv)));
   if (hq % hkv) invalid_argument("k: heads_kv=" + std::to_string(hkv) + " does not divide q's heads=" + std::to_string(hq));
   check_head_dim(q);
   if (lse) {
@@ -129,6 +145,11 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   call.spec.sinks = call.variant.sinks;
   call.spec.packed = call.variant.packed;
   call.spec.paged = call.variant.paged;
+  if (dv != d) {
+    call.spec.head_dim_v = static_cast<int>(dv);
+    if (auto why = check_head_dim_v(call.spec.head_dim, call.spec.head_dim_v, call.spec.has_variant(), "", "attention"))
+      invalid_argument(*why);
+  }
   call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
   if (packed) {
     call.shape.batch = sequences;
@@ -168,8 +189,10 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   if (!options.config.empty()) return explicit_config(call, options, ctx.target);
   // Tensor-core loads are 16 bytes wide: serve unaligned views on the general path.
   if (!call.aligned16) return attention_forward_general_config(call.spec);
-  // Variants run the heuristic's config (the tuner and its database serve plain attention).
-  if (call.spec.has_variant()) return attention_forward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count);
+  // Variants and v head dims of their own run the heuristic's config (the tuner and its database
+  // serve plain attention of one head dim).
+  if (call.spec.has_variant() || call.spec.head_dim_v > 0)
+    return attention_forward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count);
   auto problem = attention_forward_tuning(tuning_case(call));
   DecisionRequest request;
   request.problem = problem.get();
@@ -197,6 +220,7 @@ AttentionForwardConfig cached_forward_config(const AttentionForwardCall& call, c
                             .add(call.spec.head_dim, 10)
                             .add(call.spec.causal, 1)
                             .add(call.variant.id, 24)
+                            .add(call.spec.head_dim_v, 10)
                             .value(),
                         attention_bucket(s).values,
                         call.device,
@@ -279,9 +303,12 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     if (units == 0 || units >= (1LL << 31)) config.stream_k = false;
   }
   launch.config = config;
-  const std::string_view op = call.variant.active() ? call.variant.op_name : std::string_view("attention_fwd");
+  const std::string_view op = call.variant.active()    ? call.variant.op_name
+                              : call.spec.head_dim_v > 0 ? attention_head_dim_v_op("attention_fwd", call.spec.head_dim_v)
+                                                         : std::string_view("attention_fwd");
   launch.variant = call.variant.active();
   launch.variant_args = call.variant.args;
+  launch.ranges = call.variant.ranges;
   launch.kernel = loaded_kernel({op, forward_kernel_key(call.spec, config), call.device},
                                 [&] { return render_attention_forward(call.spec, config); });
   AttentionForwardParams& p = launch.params;
@@ -328,19 +355,25 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
 
 namespace {
 
-// The byte sizes of a launch's scratch parts: stream-K (o, lse, flags) or split (o, lse).
+// The byte sizes of a launch's scratch parts: stream-K (o, lse, flags) or split (o, lse), and a
+// variant's range tables.
 struct ScratchParts {
-  std::size_t o = 0, lse = 0, flags = 0;
-  std::size_t total() const { return Workspace::aligned(o) + Workspace::aligned(lse) + Workspace::aligned(flags); }
+  std::size_t o = 0, lse = 0, flags = 0, ranges = 0;
+  std::size_t total() const {
+    return Workspace::aligned(o) + Workspace::aligned(lse) + Workspace::aligned(flags) + ranges;
+  }
 };
 
 ScratchParts scratch_parts(const AttentionForwardLaunch& launch) {
+  ScratchParts parts;
   if (launch.stream_k) {
     const std::size_t rows = std::size_t{launch.grid.x} * launch.stream_rows;
-    return {rows * launch.stream_cols * 4, rows * 4, launch.stream_flags() * sizeof(unsigned long long)};
+    parts = {rows * launch.stream_cols * 4, rows * 4, launch.stream_flags() * sizeof(unsigned long long)};
+  } else if (launch.split) {
+    parts = {launch.partial_rows * launch.params.head_dim * 4, launch.partial_rows * 4, 0};
   }
-  if (launch.split) return {launch.partial_rows * launch.params.head_dim * 4, launch.partial_rows * 4, 0};
-  return {};
+  parts.ranges = variant_range_bytes(launch.ranges);
+  return parts;
 }
 
 }  // namespace
@@ -390,11 +423,17 @@ void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* 
     return;
   }
   if (!launch.split) {
+    std::optional<Workspace> ws;  // lives until the kernel is queued
+    if (!launch.ranges.empty()) {
+      ws.emplace(workspace, workspace_bytes, parts.total(), device, stream, "the variant's range tables");
+      build_variant_ranges(launch.ranges, launch.variant_args, *ws, device, stream);
+    }
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
     return;
   }
   const std::size_t o_bytes = parts.o, lse_bytes = parts.lse;
   Workspace ws(workspace, workspace_bytes, parts.total(), device, stream, "the key ranges' partial results");
+  build_variant_ranges(launch.ranges, launch.variant_args, ws, device, stream);
   launch.split_params.o_partial = ws.take(o_bytes);
   launch.split_params.lse_partial = ws.take(lse_bytes);
   launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");

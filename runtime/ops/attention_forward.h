@@ -20,6 +20,10 @@ struct AttentionForwardCall {
   ResolvedVariant variant;  // options.variant, resolved (spec.variant and spec.sinks follow it)
 };
 
+// The kernel table's op name of `op`'s kernels for a v head dim of their own ("attention_fwd.dv128"),
+// in static storage: their keys pack the same fields as the one-head-dim kernels'.
+std::string_view attention_head_dim_v_op(std::string_view op, int head_dim_v);
+
 // Throws Error(invalid_argument) naming q when its head_dim (q.shape[3]) is above kMaxHeadDim.
 void check_head_dim(const TensorView& q);
 
@@ -63,6 +67,7 @@ struct AttentionForwardLaunch {
   // An attention variant's kernel takes its inputs as a second parameter.
   bool variant = false;
   VariantArgs variant_args{};
+  std::vector<VariantRangeSource> ranges;  // built into variant_args at each launch (workspace)
   void* variant_params() { return variant ? &variant_args : nullptr; }
   // The kernel's one parameter, as launch_kernel takes it.
   void* kernel_params() {

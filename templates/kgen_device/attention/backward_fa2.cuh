@@ -234,15 +234,21 @@ __device__ __forceinline__ void store_rows(T* dst, long long stride_n, int row0,
 //   [128·s, 128·s + 128) of dK, dV (and of dQ). Work: 7 head-dim-long products per tile
 //   instead of 5.
 //   Variant: the score step's modification and mask (variant.cuh), with its inputs `va`.
+//   HeadDimV: v's, o's and dO's head dim when it is below q's and k's (MLA, docs/kernels/mla.md),
+//   a multiple of 8: V and dO tiles are loaded with HeadDimV columns (zero-filled to 16), dPᵀ =
+//   V·dOᵀ reduces over HeadDimV rounded up to 16, and dV is computed and stored with HeadDimV
+//   columns (with two splits, the second owns none of them when HeadDimV <= 128).
 template <class T, int D, int BM, int BN, int Warps, bool Causal, bool AtomicDQ, int HeadDim = D, int Splits = 1,
-          class Variant = NoVariant>
+          class Variant = NoVariant, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwardParams& p,
                                                           const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
+  constexpr int kDCV = (HeadDimV + 15) / 16 * 16;  // v's columns the mma cover
   static_assert(BM % 32 == 0 && BM >= 32 && BM <= 128, "BM must be 32, 64, 96 or 128");
   constexpr int kThreads = Warps * 32;
   constexpr int kKeysPerWarp = BN / Warps;
@@ -303,7 +309,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     const int m0 = walk.m0(it);
     fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
         sm.q(stage), bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0), p.q.stride_n, m0, n_q, tid);
-    fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+    fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDimV>(
         sm.d_o(stage), bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0), p.d_o.stride_n, m0, n_q, tid);
     float* st = sm.stats(stage);
     for (int i = tid; i < BM; i += kThreads) {
@@ -320,7 +326,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   };
 
   fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(sm.k, k_ptr, p.k.stride_n, n0, n_k, tid);
-  fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(sm.v(), v_ptr, p.v.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDimV>(sm.v(), v_ptr, p.v.stride_n, n0, n_k, tid);
   if (total > 0) load_query_tile(0, 0);
   cp_async_commit();
 
@@ -332,6 +338,8 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   // swizzle groups), so the move is a plain add and later advances stay valid.
   const unsigned v_lane_split = Splits == 1 ? v_lane : SwzD::advance(v_lane, 16 * (col0 / 128));
   const int dd_end = (split_end - col0) / 16;  // 16-column pairs of dK, dV this block computes
+  // dV's pairs: fewer when v's head dim is below q's.
+  const int dd_end_v = HeadDimV == HeadDim ? dd_end : imax(imin(split_end, kDCV) - col0, 0) / 16;
 
   float dk[kKT][kDT][4];
   float dv[kKT][kDT][4];
@@ -360,7 +368,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
       const bool masked =
           needs_mask || variant_partial<Variant>(*va, at, m0, imin(m0 + BM, n_q) - 1, n0, imin(n0 + BN, n_k) - 1);
       bwd_detail::zero(ds);
-      bwd_detail::mma_abt<T, kKT, kQT, D, kDC>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
+      bwd_detail::mma_abt<T, kKT, kQT, D, kDCV>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
 #pragma unroll
       for (int kt = 0; kt < kKT; ++kt)
 #pragma unroll
@@ -380,7 +388,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
             }
         }
       // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
-      bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dv, s, sm.d_o(stage) + v_lane_split, dd_end);
+      bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dv, s, sm.d_o(stage) + v_lane_split, dd_end_v);
       bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dk, ds, sm.q(stage) + v_lane_split, dd_end);
     } else {
 #pragma unroll
@@ -412,11 +420,11 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     }
 
     // ---- dV += Pᵀ·dO ----
-    bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dv, s, sm.d_o(stage) + v_lane_split, dd_end);
+    bwd_detail::mma_xb<T, kKT, kQT, D, kSplitCols>(dv, s, sm.d_o(stage) + v_lane_split, dd_end_v);
 
     // ---- dPᵀ = V_w·dOᵀ, dSᵀ = Pᵀ∘(dPᵀ − delta) ----
     bwd_detail::zero(ds);
-    bwd_detail::mma_abt<T, kKT, kQT, D, kDC>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
+    bwd_detail::mma_abt<T, kKT, kQT, D, kDCV>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt) {
       const float d0 = st[BM + nt * 8 + 2 * t];
@@ -489,16 +497,20 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
   const int key_row0 = n0 + key_local0;
   constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
   const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
+  constexpr int kStoreColsV = Splits == 1 ? HeadDimV : kSplitCols;
+  const int cols_v = HeadDimV == HeadDim ? cols : Splits == 1 ? kStoreColsV : imax(imin(HeadDimV - col0, kSplitCols), 0);
   bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dk, batch, kv_head, seq.k0) + col0,
                                                          p.dk.stride_n, key_row0, n_k, dk, p.scale, cols);
-  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreCols>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dv, batch, kv_head, seq.k0) + col0,
-                                                         p.dv.stride_n, key_row0, n_k, dv, 1.f, cols);
+  bwd_detail::store_rows<T, kKT, kSplitCols, kStoreColsV>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dv, batch, kv_head, seq.k0) + col0,
+                                                          p.dv.stride_n, key_row0, n_k, dv, 1.f, cols_v);
 }
 
 // Query-major dQ (deterministic mode): dQ = s·Σ_tiles dS·K, no atomics.
 //   BM: query rows per block, Warps warps own BM / Warps = 16 or 32 rows each; BN: keys per tile.
 //   Variant: the score step's modification and mask (variant.cuh), with its inputs `va`.
-template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, class Variant = NoVariant>
+//   HeadDimV: v's and dO's head dim when it is below q's (as the key-major kernel's).
+template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, class Variant = NoVariant,
+          int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwardParams& p,
                                                           const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
@@ -506,6 +518,8 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
   constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
+  static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
+  constexpr int kDCV = (HeadDimV + 15) / 16 * 16;  // v's columns the mma cover
   static_assert(BN % 16 == 0 && BN >= 16, "BN must be a multiple of 16");
   constexpr int kThreads = Warps * 32;
   constexpr int kRowsPerWarp = BM / Warps;
@@ -557,13 +571,13 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   auto load_kv = [&](int tile, int stage) {
     fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(smem_k(stage), k_ptr, p.k.stride_n, tile * BN,
                                                                    n_k, tid);
-    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(smem_v(stage), v_ptr, p.v.stride_n, tile * BN,
-                                                                   n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDimV>(smem_v(stage), v_ptr, p.v.stride_n, tile * BN,
+                                                                    n_k, tid);
   };
 
   fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
       smem_q, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0), p.q.stride_n, m0, n_q, tid);
-  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDimV>(
       smem_do, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0), p.d_o.stride_n, m0, n_q, tid);
   if (num_tiles > 0) load_kv(tile0, 0);
   cp_async_commit();
@@ -604,7 +618,7 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
     bwd_detail::mma_abt<T, kMT, kNT, D, kDC>(s, smem_q + a_lane, smem_k(stage) + b_lane);
     float ds[kMT][kNT][4];
     bwd_detail::zero(ds);
-    bwd_detail::mma_abt<T, kMT, kNT, D, kDC>(ds, smem_do + a_lane, smem_v(stage) + b_lane);
+    bwd_detail::mma_abt<T, kMT, kNT, D, kDCV>(ds, smem_do + a_lane, smem_v(stage) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
     if constexpr (kVariantScores<Variant>) {
       const bool masked =

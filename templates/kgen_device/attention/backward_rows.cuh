@@ -121,11 +121,14 @@ __device__ __forceinline__ float row_sum(float x, int lanes) {
 // rows before the first sum: the kernel is bound by the bytes in flight. H200, bf16, d = 128,
 // b·h·n_q = 256k rows: 66 µs (cuDNN's dO·O kernel 69 µs), against 127 µs with one row per lane
 // and 8-byte loads.
-template <class T, int Warps>
+// HeadDimV: o's and dO's head dim when it is below q's (MLA, docs/kernels/mla.md): delta sums
+// over those columns, while lanes and the dQ accumulator's rows follow q's p.head_dim; 0: the same.
+template <class T, int Warps, int HeadDimV = 0>
 __device__ __forceinline__ void attention_backward_preprocess(const AttentionBackwardParams& p) {
   constexpr int R = attention_bwd::kPreprocessRows;
-  const int d = p.head_dim;
-  const int lanes = attention_bwd::preprocess_lanes(d);
+  const int dq_cols = p.head_dim;
+  const int d = HeadDimV > 0 ? HeadDimV : dq_cols;  // o's and dO's columns
+  const int lanes = attention_bwd::preprocess_lanes(dq_cols);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int sub = lane % lanes, step = 32 / lanes;
   const int first = (static_cast<int>(blockIdx.x) * Warps + warp) * step * R + lane / lanes;
@@ -178,12 +181,12 @@ __device__ __forceinline__ void attention_backward_preprocess(const AttentionBac
       p.lse2[idx] = l == -infinity_f32() ? infinity_f32() : l * bwd_detail::kLog2e;
       if (p.row_r != nullptr) p.row_r[idx] = p.row_c[idx] = 0.f;  // r/c passes may add splits
     }
-    if (p.dq_accum != nullptr) bwd_detail::zero_row(p.dq_accum + idx * d, d, sub, lanes);
+    if (p.dq_accum != nullptr) bwd_detail::zero_row(p.dq_accum + idx * dq_cols, dq_cols, sub, lanes);
     if (p.dkv_accum != nullptr) {
       // Its 2·b·heads_kv·n_k rows, strided by the query rows' count over the rows of this grid.
       const long long q_rows = static_cast<long long>(p.batch) * p.heads_q * p.n_q;
       const long long kv_rows = 2LL * p.batch * p.heads_kv * p.n_k;
-      for (long long r = idx; r < kv_rows; r += q_rows) bwd_detail::zero_row(p.dkv_accum + r * d, d, sub, lanes);
+      for (long long r = idx; r < kv_rows; r += q_rows) bwd_detail::zero_row(p.dkv_accum + r * dq_cols, dq_cols, sub, lanes);
     }
   }
 }

@@ -54,8 +54,9 @@ __device__ __forceinline__ void axpy(float (&y)[Cols], float a, const float (&x)
 
 }  // namespace bwd_detail
 
-// Variant: the score step's modification and mask (variant.cuh), with its inputs `va`.
-template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+// Variant: the score step's modification and mask (variant.cuh), with its inputs `va`. HeadDimV:
+// v's, o's and dO's head dim when it is below q's (MLA, docs/kernels/mla.md); 0: p.head_dim.
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant, int HeadDimV = 0>
 __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwardParams& p,
                                                            const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
@@ -73,6 +74,7 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
   if (row >= n_q()) return;
   const int kv_head = head / p.head_group;
   const int d = p.head_dim;
+  const int dv = HeadDimV > 0 ? HeadDimV : d;  // v's and dO's columns
   const int limit = Causal ? imin(n_k(), row + n_k() - n_q() + 1) : n_k();
   const int slot = Variant::kPacked ? 0 : batch;
   const long long idx = bwd_detail::stat_row(p, slot, head, seq.q0 + row);
@@ -83,7 +85,7 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
   bwd_detail::load_row<const T>(
       q, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0) + row * p.q.stride_n, d, lane);
   bwd_detail::load_row<const T>(
-      d_o, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0) + row * p.d_o.stride_n, d, lane);
+      d_o, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0) + row * p.d_o.stride_n, dv, lane);
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) dq[ci] = 0.f;
   const T* k_ptr = bwd_detail::rows_ptr<const T, Variant::kPacked>(p.k, batch, kv_head, seq.k0);
@@ -91,7 +93,7 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
   for (int j = 0; j < limit; ++j) {
     float k[kCols], v[kCols];
     bwd_detail::load_row<const T>(k, k_ptr + j * p.k.stride_n, d, lane);
-    bwd_detail::load_row<const T>(v, v_ptr + j * p.v.stride_n, d, lane);
+    bwd_detail::load_row<const T>(v, v_ptr + j * p.v.stride_n, dv, lane);
     if constexpr (kVariantScores<Variant>) {
       const VariantAt at{batch, head, n_q(), n_k(), p.scale, 1.f / p.scale};
       float pe;
@@ -107,7 +109,7 @@ __device__ __forceinline__ void attention_backward_simt_dq(const AttentionBackwa
                            p.scale, d, lane);
 }
 
-template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant, int HeadDimV = 0>
 __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBackwardParams& p,
                                                              const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
@@ -123,13 +125,14 @@ __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBack
   auto n_k = [&] { return sequence.n_k(); };
   if (key >= n_k()) return;
   const int d = p.head_dim;
+  const int dv_cols = HeadDimV > 0 ? HeadDimV : d;  // v's and dO's columns
   const int begin = Causal ? imax(0, key - (n_k() - n_q())) : 0;
 
   float k[kCols], v[kCols], dk[kCols], dv[kCols];
   bwd_detail::load_row<const T>(
       k, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.k, batch, kv_head, seq.k0) + key * p.k.stride_n, d, lane);
   bwd_detail::load_row<const T>(
-      v, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.v, batch, kv_head, seq.k0) + key * p.v.stride_n, d, lane);
+      v, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.v, batch, kv_head, seq.k0) + key * p.v.stride_n, dv_cols, lane);
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) dk[ci] = dv[ci] = 0.f;
   const int slot = Variant::kPacked ? 0 : batch;
@@ -141,7 +144,7 @@ __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBack
       const long long idx = bwd_detail::stat_row(p, slot, head, Variant::kPacked ? seq.q0 + i : i);
       float q[kCols], d_o[kCols];
       bwd_detail::load_row<const T>(q, q_ptr + i * p.q.stride_n, d, lane);
-      bwd_detail::load_row<const T>(d_o, do_ptr + i * p.d_o.stride_n, d, lane);
+      bwd_detail::load_row<const T>(d_o, do_ptr + i * p.d_o.stride_n, dv_cols, lane);
       if constexpr (kVariantScores<Variant>) {
         const VariantAt at{batch, head, n_q(), n_k(), p.scale, 1.f / p.scale};
         float pe;
@@ -160,7 +163,7 @@ __device__ __forceinline__ void attention_backward_simt_dkdv(const AttentionBack
   bwd_detail::store_row<T>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dk, batch, kv_head, seq.k0) + key * p.dk.stride_n,
                            dk, p.scale, d, lane);
   bwd_detail::store_row<T>(bwd_detail::rows_ptr<T, Variant::kPacked>(p.dv, batch, kv_head, seq.k0) + key * p.dv.stride_n,
-                           dv, 1.f, d, lane);
+                           dv, 1.f, dv_cols, lane);
 }
 
 }  // namespace kgen

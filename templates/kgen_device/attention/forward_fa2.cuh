@@ -175,13 +175,17 @@ struct Fa2Coords {
 //   P·V); 2 = double-buffered K/V (tile j+1 loads while tile j is computed).
 //   Causal: bottom-right aligned causal mask.
 //   Variant: the score step's modification, mask and sinks (variant.cuh), with its inputs `va`.
+//   HeadDimV: v's and o's head dim when it is below q's and k's (MLA, docs/kernels/mla.md), a
+//   multiple of 8: V tiles are loaded with HeadDimV columns (zero-filled to 16), P·V and the O
+//   accumulator cover HeadDimV rounded up to 16, and O is stored with HeadDimV columns.
 template <class T, int D, int BM, int BN, int Warps, int Stages, bool Causal, int HeadDim = D,
-          class Variant = NoVariant>
+          class Variant = NoVariant, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardParams& p, const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 kernel takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   static_assert(BN % 16 == 0 && BN >= 16, "BN must be a multiple of 16");
   static_assert(Stages == 1 || Stages == 2, "Stages must be 1 or 2");
 
@@ -193,7 +197,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
                 "fa2_threads must give each warp a multiple of 16 query rows");
   constexpr int kNTiles = BN / 8;   // 8-key n-tiles of S
   constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
-  constexpr int kDTiles = kDC / 8;  // 8-column n-tiles of O
+  constexpr int kDTiles = (HeadDimV + 15) / 16 * 2;  // 8-column n-tiles of O (v's head dim)
   constexpr int kKSteps = kDC / 16; // k-steps of Q·Kᵀ
   constexpr int kPSteps = BN / 16;  // k-steps of P·V
   // Q fragments stay in registers when they fit next to the O accumulator (D ≤ 128 per m-tile);
@@ -277,7 +281,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     if constexpr (Variant::kPaged)
       load_paged(smem_v(stage), false, c, tile);
     else
-      fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDim>(smem_v(stage), v_ptr(c), p.v_stride_n,
+      fa2_detail::load_tile_async<T, BN, D, kThreads, Swz, HeadDimV>(smem_v(stage), v_ptr(c), p.v_stride_n,
                                                       tile * BN, n_k, c.tid);
   };
 
@@ -540,7 +544,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     const int c = idx % kChunks;
     const int local_row = warp * kRowsPerWarp + r;
     const int row = m0 + local_row;
-    if (row < n_q && (HeadDim == D || c < HeadDim / 8)) {
+    if (row < n_q && (HeadDimV == D || c < HeadDimV / 8)) {
       const u32x4 v = ld_shared_16(smem_q + Swz::offset(local_row, c));
       st_global_16(o_ptr + static_cast<long long>(row) * p.o_stride_n + c * 8, v);
     }

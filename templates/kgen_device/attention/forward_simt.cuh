@@ -75,8 +75,9 @@ __device__ __forceinline__ void load_rows_f32(float* dst, RowPtr&& row_ptr, int 
 //   T: float, half_t or bfloat16_t.  DMax: compile-time bound of p.head_dim (32, 64, 128, 256;
 //   any multiple of 32 works).  BN: keys per K/V tile (multiple of 32).  Warps: warps per block
 //   = query rows per block.  Causal: bottom-right aligned causal mask.  Variant: the score
-//   step's modification, mask and sinks (variant.cuh), with its inputs `va`.
-template <class T, int DMax, int BN, int Warps, bool Causal, class Variant = NoVariant>
+//   step's modification, mask and sinks (variant.cuh), with its inputs `va`.  HeadDimV: v's and
+//   o's head dim when it is below q's (MLA, docs/kernels/mla.md); 0: p.head_dim, as q's.
+template <class T, int DMax, int BN, int Warps, bool Causal, class Variant = NoVariant, int HeadDimV = 0>
 __device__ __forceinline__ void attention_forward_simt(const AttentionForwardParams& p, const VariantArgs* va = nullptr) {
   static_assert(is_same<T, float>::value || is_same<T, half_t>::value ||
                     is_same<T, bfloat16_t>::value,
@@ -108,6 +109,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
   if constexpr (Variant::kPacked)
     if (m0 >= n_q) return;  // past this sequence's rows (block-uniform)
   const int d = p.head_dim;
+  const int dv = HeadDimV > 0 ? HeadDimV : d;  // v's and o's columns
   const int diag = n_k - n_q;
   const float scale_log2 = p.scale_log2;
   const bool row_valid = row < n_q;  // warp-uniform
@@ -162,7 +164,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
       }
     } else {
       simt_detail::load_tile_f32<T, DMax, BN, kThreads>(k_s, k_ptr, p.k_stride_n, n0, n_k, d, tid);
-      simt_detail::load_tile_f32<T, DMax, BN, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, d, tid);
+      simt_detail::load_tile_f32<T, DMax, BN, kThreads>(v_s, v_ptr, p.v_stride_n, n0, n_k, dv, tid);
     }
     __syncthreads();
     if (!row_valid) continue;
@@ -233,7 +235,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
         const float* v_row = v_s + (grp * 32 + j) * DMax + lane;
 #pragma unroll
         for (int ci = 0; ci < kCols; ++ci) {
-          if (ci * 32 < d) o[ci] = fmaf(pj, v_row[ci * 32], o[ci]);
+          if (ci * 32 < dv) o[ci] = fmaf(pj, v_row[ci * 32], o[ci]);
         }
       }
     }
@@ -249,7 +251,7 @@ __device__ __forceinline__ void attention_forward_simt(const AttentionForwardPar
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) {
     const int c = ci * 32 + lane;
-    if (c < d) o_ptr[c] = from_float<T>(o[ci] * inv_l);
+    if (c < dv) o_ptr[c] = from_float<T>(o[ci] * inv_l);
   }
   if (p.lse != nullptr && lane == 0) {
     p.lse[seq.slot * p.lse_stride_b + head * p.lse_stride_h + seq.q0 + row] =

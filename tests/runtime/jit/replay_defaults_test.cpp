@@ -160,3 +160,42 @@ TEST(ReplayDefaults, DoubleBackwardDefaultsAreWarmedAndSpillFree) {
 
 }  // namespace
 }  // namespace kgen
+
+namespace kgen {
+namespace {
+
+// v head dims below q's (kAttentionWarmHeadDimPairs): every forward and backward default of
+// each shape class is a row without spills or stack (fp16 and bf16 on fa2, fp32 on simt).
+TEST(ReplayDefaults, MlaPairDefaultsAreWarmedWithoutLocalMemory) {
+  std::vector<AttentionShape> shapes = attention_backward_default_shapes();
+  shapes.push_back({1, 8, 8, 4, 4096});
+  int checked = 0;
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    const Target target = *parse_target(arch);
+    for (auto [d, dv] : kAttentionWarmHeadDimPairs)
+      for (DType t : {DType::f16, DType::bf16, DType::f32})
+        for (bool causal : {false, true})
+          for (const AttentionShape& shape : shapes) {
+            AttentionForwardSpec f{t, d, causal};
+            f.head_dim_v = dv;
+            AttentionBackwardSpec b{t, d, causal};
+            b.head_dim_v = dv;
+            std::vector<KernelSource> sources{
+                render_attention_forward(f, attention_forward_default_config(f, shape, target, 132))};
+            const AttentionBackwardConfig c = attention_backward_default_config(b, shape, target, 132);
+            for (bool deterministic : {false, true})
+              for (BackwardKernel k : attention_backward_kernels(c, deterministic))
+                sources.push_back(render_attention_backward(b, c, k));
+            for (const KernelSource& s : sources)
+              if (const ReplayRow* row = row_of(arch, s.variant)) {
+                EXPECT_EQ(row->spill_bytes, 0) << s.variant << " for " << arch;
+                EXPECT_EQ(row->stack_bytes, 0) << s.variant << " for " << arch;
+                ++checked;
+              }
+          }
+  }
+  EXPECT_GT(checked, 200);
+}
+
+}  // namespace
+}  // namespace kgen
