@@ -146,15 +146,17 @@ class Form:
 
 # --- attention forward ------------------------------------------------------------------------------
 
-def forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True):
+def forward(q, k, v, scale=None, causal=False, layout="bhnd", with_lse=True, build=False):
     """(o, lse, form) of kgen_attention_forward: o like q (v's head dim, contiguous in q's layout),
-    lse float32 (b, h_q, n_q) unless not with_lse (then None); form None for a call packed once."""
+    lse float32 (b, h_q, n_q) unless not with_lse (then None); form None for a call packed once.
+    `build`: a key's first call builds its form too (autograd's forward, whose backward and double
+    backward key their forms by it, even on a graph built once and differentiated many times)."""
     key = ("fwd", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
            q.get_device(), k.get_device(), v.get_device(), scale, causal, layout, with_lse)
     cache = _cache()
     form = cache.get(key)
     if type(form) is not Form:
-        return _forward_miss(cache, key, form is None, q, k, v, scale, causal, layout, with_lse)
+        return _forward_miss(cache, key, form is None and not build, q, k, v, scale, causal, layout, with_lse)
     o = _empty_like(q) if form.o_like else _empty(*form.o_shape, dtype=q.dtype, device=form.torch_device)
     lse = _empty(*form.rows, dtype=_F32, device=form.torch_device) if with_lse else None
     # the pointers written after every allocation, right before the call (nothing between them
