@@ -16,6 +16,7 @@
 #include "ops/attention_forward.h"
 #include "ops/general_path.h"
 #include "ops/lrpe.h"
+#include "tuning/bench_registry.h"
 #include "tuning/tuning_decision.h"
 #include "ops/attention_tuning.h"
 #include "ops/lrpe_tuning.h"
@@ -120,6 +121,16 @@ std::vector<std::unique_ptr<TuningProblem>> one_problem_per_op() {
   md.grid = {64, 64};
   out.push_back(lrpe_tuning(md));
   return out;
+}
+
+// One operator object: every problem's operator is a registry row, and its checking-layer bench
+// (installed by the operator's harness at start-up) is there for the tuner.
+TEST(TuningOpsRegistry, EveryOpsProblemIsARegisteredOperatorWithItsBench) {
+  for (const auto& p : one_problem_per_op()) {
+    EXPECT_NE(find_operator(p->op()), nullptr) << p->op();
+    EXPECT_NO_THROW(problem_bench(p->op())) << p->op();
+  }
+  EXPECT_THROW(problem_bench("no_such_operator"), Error);
 }
 
 TEST(TuningOpsRecords, EveryOpsRecordRoundTripsThroughAShardAndIsFoundByItsKey) {
