@@ -3,8 +3,8 @@
 // buffers (a failing candidate is reported and never wins), time the survivors with device
 // events, and pick the winner with a deterministic tie-break inside the measured noise.
 //
-// What differs per operator sits behind TuningProblem (runtime/ops/tuning_problems.h makes one for
-// each registered op): its candidates, variant key and shape bucket, the kernels a candidate
+// What differs per operator sits behind TuningProblem (each registered op makes its own in
+// runtime/ops/<op>_tuning): its candidates, variant key and shape bucket, the kernels a candidate
 // compiles to, and a bench that checks and times a candidate.
 #pragma once
 

@@ -1,7 +1,8 @@
 // The seam between the launch path and the checking layer. Describing a tuning problem needs no
-// device and lives with the operators (runtime/ops/tuning_problems.h); checking and timing its
+// device and lives with the operators (runtime/ops/<op>_tuning); checking and timing its
 // candidates needs references and harnesses, which the launch path must not link. The checking
-// layer installs, per operator, how to bench a problem and how fast a run is; the tuner asks here.
+// layer installs, per operator, how to bench a problem and how fast a run is (each operator's
+// harness through check/harness_benches.h); the tuner asks here.
 #pragma once
 
 #include <functional>
