@@ -16,7 +16,7 @@
 #include "ops/tensor_maps.h"
 #include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
-#include "ops/tuning_problems.h"
+#include "ops/attention_tuning.h"
 
 namespace kgen {
 namespace {

@@ -20,7 +20,7 @@
 #include "ops/workspace.h"
 #include "tuning/tuning_db.h"
 #include "tuning/tuning_decision.h"
-#include "ops/tuning_problems.h"
+#include "ops/attention_tuning.h"
 
 namespace kgen {
 namespace {
