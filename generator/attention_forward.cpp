@@ -2,6 +2,7 @@
 
 #include "generator/entry_shim.h"
 #include "generator/variant.h"
+#include "generator/variant_ranges.h"
 #include "kgen/types.hpp"
 
 #include <algorithm>
@@ -699,6 +700,9 @@ std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwar
                                                            const AttentionForwardConfig& config) {
   std::vector<KernelSource> out{render_attention_forward(spec, config)};
   if (config.split_keys) out.push_back(render_attention_forward_combine(spec.dtype));
+  // A mask that reads integer tensors (document ids): their range tables' kernel.
+  if (!spec.variant.empty() && !Variant::from_canonical(spec.variant).mask_range_tensors().empty())
+    out.push_back(render_variant_ranges());
   return out;
 }
 
@@ -729,6 +733,7 @@ std::vector<std::pair<std::string, bool>> attention_warm_variants() {
   return {{canonical({.window = true}), false},
           {canonical({.softcap = true}), false},
           {canonical({.alibi = true}), false},
+          {canonical({.document = true}), false},
           {canonical({.window = true, .softcap = true}), true}};
 }
 

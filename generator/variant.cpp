@@ -2,6 +2,7 @@
 // evaluation entry points, and the presets composed into a declaration.
 #include "generator/variant.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <set>
@@ -193,6 +194,19 @@ std::string Variant::digest() const {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
+}
+
+std::vector<int> Variant::mask_range_tensors() const {
+  std::vector<int> out;
+  const std::function<void(const Node&)> walk = [&](const Node& n) {
+    if (n.op == Op::tensor && n.type == VariantType::integer &&
+        std::find(out.begin(), out.end(), static_cast<int>(n.value)) == out.end())
+      out.push_back(static_cast<int>(n.value));
+    for (const auto& a : n.args) walk(*a);
+  };
+  if (expr_->mask) walk(*expr_->mask);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 std::string Variant::device_struct(std::string_view name) const {

@@ -125,7 +125,8 @@ class Variant {
   //     __device__ static bool mask(const kgen::VariantArgs& a, int b, int h, int q, int k,
   //                                 int n_q, int n_k);
   //     // inclusive ranges q0..q1, k0..k1: 0 empty, 1 partial, 2 full (conservative: only
-  //     // what interval arithmetic proves; a tensor read in the mask gives 1)
+  //     // what interval arithmetic proves; an integer tensor read in the mask is bounded by
+  //     // its range table, a.range[j], where the host built one: mask_range_tensors())
   //     __device__ static int tile(const kgen::VariantArgs& a, int b, int h, int q0, int q1,
   //                                int k0, int k1, int n_q, int n_k);
   //     // adds g·∂f/∂t[i] to grad[t][i] (atomically) for each learnable tensor element f reads
@@ -135,6 +136,11 @@ class Variant {
   // Scalar i is a.real[i] or a.integer[i] (by its declared type); tensor j is a.tensor[j] with
   // a.stride[j][…] (elements), gradient a.grad[j] with a.grad_stride[j][…].
   std::string device_struct(std::string_view name) const;
+
+  // The slots of the integer tensors the mask reads: tile() bounds their elements by range
+  // tables (VariantArgs::range, built per call on the GPU), so that it proves tiles empty or
+  // full from their values (a document mask skips other documents' tiles).
+  std::vector<int> mask_range_tensors() const;
 
   // fp64 evaluation on the CPU. `values` must match the declaration (checked: throws
   // kgen::Error naming the input). An index outside a tensor's shape throws, naming the tensor,

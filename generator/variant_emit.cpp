@@ -152,7 +152,20 @@ class TileEmitter {
         const std::string c = tri(*n.args[0]);
         return local("kgen::ExprInterval", "kgen::iv_where(" + c + ", " + iv(*n.args[1]) + ", " + iv(*n.args[2]) + ")");
       }
-      default: return local("kgen::ExprInterval", "kgen::iv_top()");  // a tensor element
+      case Op::tensor: {
+        if (n.type != VariantType::integer) return local("kgen::ExprInterval", "kgen::iv_top()");
+        // An integer element: bounded by the tensor's range table over the last index's interval
+        // (top without a table, or when the leading indices are not single values).
+        const std::string j = std::to_string(n.value);
+        std::string row = "kgen::iv_exact(0)";
+        for (std::size_t d = 0; d + 1 < n.args.size(); ++d)
+          row = "kgen::iv_add(" + row + ", kgen::iv_mul(" + iv(*n.args[d]) + ", kgen::iv_exact(kgv_a.range_lead[" + j + "][" +
+                std::to_string(d) + "])))";
+        const std::string last = iv(*n.args.back());
+        return local("kgen::ExprInterval", "kgen::iv_table(kgv_a.range[" + j + "], kgv_a.range_len[" + j +
+                                               "], kgv_a.range_rows[" + j + "], " + row + ", " + last + ")");
+      }
+      default: return local("kgen::ExprInterval", "kgen::iv_top()");  // a real element
     }
   }
 

@@ -1,9 +1,11 @@
 // The variant expression language on the CPU: fp64 evaluation (64-bit integers, C's truncating
 // / and %), symbolic derivatives with trivial simplification, and the interval classification of
 // a mask over a tile, by the same functions as the device's tile() (expr_interval.h).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "generator/variant_internal.h"
 #include "kgen/types.hpp"
@@ -142,10 +144,52 @@ void collect_reads(const NodeRef& n, const VariantDecl& decl, std::vector<std::p
 
 // ---- Interval classification -------------------------------------------------------------------
 
+// The range table (expr_interval.h) of an integer tensor, as the GPU builds it.
+struct RangeTable {
+  std::vector<int> pairs;
+  std::int64_t n = 0, rows = 0, lead[3] = {};
+};
+
+RangeTable range_table(const VariantTensorValue& t, int rank) {
+  RangeTable r;
+  r.n = t.shape[rank - 1];
+  r.rows = 1;
+  for (int d = rank - 2; d >= 0; --d) r.lead[d] = r.rows, r.rows *= t.shape[d];
+  if (r.n == 0 || r.rows == 0) return r;
+  const std::int64_t blocks = iv_table_blocks(r.n);
+  const int levels = iv_table_levels(blocks);
+  r.pairs.resize(static_cast<std::size_t>(2 * r.rows * levels * blocks));
+  const int* data = static_cast<const int*>(t.data);
+  for (std::int64_t row = 0; row < r.rows; ++row) {
+    std::int64_t base = 0;
+    for (int d = 0; d + 1 < rank; ++d) base += (row / r.lead[d] % t.shape[d]) * t.strides[d];
+    int* level0 = &r.pairs[static_cast<std::size_t>(2 * iv_table_pair(r.n, row, 0, 0))];
+    for (std::int64_t e = 0; e < blocks; ++e) {
+      int lo = data[base + (e << kExprRangeShift) * t.strides[rank - 1]], hi = lo;
+      for (std::int64_t i = e << kExprRangeShift; i < std::min(r.n, (e + 1) << kExprRangeShift); ++i) {
+        const int x = data[base + i * t.strides[rank - 1]];
+        lo = std::min(lo, x), hi = std::max(hi, x);
+      }
+      level0[2 * e] = lo, level0[2 * e + 1] = hi;
+    }
+    for (int l = 1; l < levels; ++l) {
+      const int* below = &r.pairs[static_cast<std::size_t>(2 * iv_table_pair(r.n, row, l - 1, 0))];
+      int* at = &r.pairs[static_cast<std::size_t>(2 * iv_table_pair(r.n, row, l, 0))];
+      for (std::int64_t e = 0; e < blocks; ++e) {
+        const std::int64_t f = std::min(e + (std::int64_t{1} << (l - 1)), blocks - 1);
+        at[2 * e] = std::min(below[2 * e], below[2 * f]);
+        at[2 * e + 1] = std::max(below[2 * e + 1], below[2 * f + 1]);
+      }
+    }
+  }
+  return r;
+}
+
 struct Box {
   const VariantDecl& decl;
   const VariantValues& values;
   std::int64_t b, h, q0, q1, k0, k1, n_q, n_k;
+  std::vector<RangeTable> tables;  // per declared tensor (empty for real ones)
 };
 
 int tri(const Node& n, const Box& box);
@@ -174,7 +218,14 @@ ExprInterval interval(const Node& n, const Box& box) {
     case Op::max: return iv_max(arg(0), arg(1));
     case Op::abs: return iv_abs(arg(0));
     case Op::where: return iv_where(tri(*n.args[0], box), arg(1), arg(2));
-    default: return iv_top();  // a tensor element
+    case Op::tensor: {
+      const RangeTable& t = box.tables[n.value];
+      if (t.pairs.empty()) return iv_top();
+      ExprInterval row = iv_exact(0);
+      for (std::size_t d = 0; d + 1 < n.args.size(); ++d) row = iv_add(row, iv_mul(arg(static_cast<int>(d)), iv_exact(t.lead[d])));
+      return iv_table(t.pairs.data(), t.n, t.rows, row, arg(static_cast<int>(n.args.size()) - 1));
+    }
+    default: return iv_top();
   }
 }
 
@@ -358,7 +409,10 @@ std::vector<LearnableRead> learnable_reads(const NodeRef& score, const VariantDe
 int classify_mask(const Node& mask, const VariantDecl& decl, const VariantValues& values, std::int64_t b,
                   std::int64_t h, std::int64_t q0, std::int64_t q1, std::int64_t k0, std::int64_t k1,
                   std::int64_t n_q, std::int64_t n_k) {
-  return tri(mask, Box{decl, values, b, h, q0, q1, k0, k1, n_q, n_k});
+  Box box{decl, values, b, h, q0, q1, k0, k1, n_q, n_k, std::vector<RangeTable>(decl.tensors.size())};
+  for (std::size_t j = 0; j < decl.tensors.size(); ++j)
+    if (decl.tensors[j].type == VariantType::integer) box.tables[j] = range_table(values.tensors[j], decl.tensors[j].rank);
+  return tri(mask, box);
 }
 
 }  // namespace kgen::variant_detail

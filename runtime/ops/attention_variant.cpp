@@ -12,6 +12,11 @@
 
 #include "generator/target.h"
 #include "generator/variant.h"
+#include "generator/variant_ranges.h"
+#include "jit/kernel_table.h"
+#include "kgen_device/attention/variant_ranges_params.h"
+#include "kgen_device/core/expr_interval.h"
+#include "ops/workspace.h"
 #include "ops/tensor_checks.h"
 #include "driver/device.h"
 #include "driver/gpu_driver.h"
@@ -57,6 +62,7 @@ void check_shape_is(const TensorView& t, const std::string& name, std::initializ
 struct ComposedVariant {
   VariantDecl decl;        // the composed declaration: the run-time inputs' order
   std::string canonical;   // empty when no expression remains
+  std::vector<int> range_tensors;  // the integer tensors its mask reads (Variant::mask_range_tensors)
 };
 
 const ComposedVariant& composed_variant(const VariantPresets& p, const VariantDecl& user) {
@@ -74,7 +80,11 @@ const ComposedVariant& composed_variant(const VariantPresets& p, const VariantDe
     try {
       auto c = std::make_unique<ComposedVariant>();
       c->decl = compose_variant(p, user);
-      if (!c->decl.score_mod.empty() || !c->decl.mask_mod.empty()) c->canonical = Variant::parse(c->decl).canonical();
+      if (!c->decl.score_mod.empty() || !c->decl.mask_mod.empty()) {
+        const Variant v = Variant::parse(c->decl);
+        c->canonical = v.canonical();
+        c->range_tensors = v.mask_range_tensors();
+      }
       slot = std::move(c);
     } catch (...) {
       done.erase(key);
@@ -266,8 +276,55 @@ ResolvedVariant resolve_attention_variant(const AttentionVariant& v, const Tenso
     for (int d = 0; d < t.ndim; ++d) out.args.grad_stride[j][d] = arg.grad.strides[d];
     out.grads.emplace_back(arg.grad.data, static_cast<std::size_t>(elements) * 4);
   }
+  for (int j : composed.range_tensors) out.ranges.push_back({j, *tensor_values.at(decl.tensors[j].name)});
   std::tie(out.id, out.op_name) = variant_id(out.canonical, out.sinks, out.packed, out.paged, op);
   return out;
+}
+
+namespace {
+
+struct RangeTableSize {
+  long long n = 0, rows = 1, lead[3] = {};
+  std::size_t bytes = 0;
+};
+
+RangeTableSize range_table_size(const TensorView& t) {
+  RangeTableSize r;
+  r.n = t.shape[t.ndim - 1];
+  for (int d = t.ndim - 2; d >= 0; --d) r.lead[d] = r.rows, r.rows *= t.shape[d];
+  if (r.n > 0 && r.rows > 0) {
+    const long long blocks = iv_table_blocks(r.n);
+    r.bytes = static_cast<std::size_t>(r.rows * iv_table_levels(blocks) * blocks) * 2 * sizeof(int);
+  }
+  return r;
+}
+
+}  // namespace
+
+std::size_t variant_range_bytes(const std::vector<VariantRangeSource>& ranges) {
+  std::size_t total = 0;
+  for (const auto& r : ranges) total += Workspace::aligned(range_table_size(r.tensor).bytes);
+  return total;
+}
+
+void build_variant_ranges(const std::vector<VariantRangeSource>& ranges, VariantArgs& args, Workspace& ws, int device,
+                          void* stream) {
+  for (const auto& r : ranges) {
+    const RangeTableSize size = range_table_size(r.tensor);
+    if (size.bytes == 0 || size.rows > 2147483647LL) continue;  // no table: tile() leaves its reads unbounded
+    VariantRangeParams p{};
+    p.src = static_cast<const int*>(r.tensor.data);
+    p.table = reinterpret_cast<int*>(ws.take(size.bytes));
+    p.n = size.n, p.rows = size.rows, p.rank = r.tensor.ndim;
+    for (int d = 0; d < r.tensor.ndim; ++d) p.shape[d] = r.tensor.shape[d], p.stride[d] = r.tensor.strides[d];
+    static const auto render = [] { return render_variant_ranges(); };
+    const LoadedKernel& kernel = loaded_kernel({"attention_fwd.variant_ranges", 0, device}, render);
+    launch_kernel(kernel, LaunchGrid{static_cast<unsigned>(size.rows), 1, 1}, &p, stream, "launch(variant ranges)");
+    args.range[r.slot] = p.table;
+    args.range_len[r.slot] = size.n;
+    args.range_rows[r.slot] = size.rows;
+    for (int d = 0; d < 3; ++d) args.range_lead[r.slot][d] = size.lead[d];
+  }
 }
 
 int check_packed_sequences(const PackedSequences& p, std::int64_t total_q, std::int64_t total_k, int device) {

@@ -13,6 +13,12 @@
 
 namespace kgen {
 
+// An integer tensor a variant's mask reads: its slot in VariantArgs and its view.
+struct VariantRangeSource {
+  int slot;
+  TensorView tensor;
+};
+
 struct ResolvedVariant {
   std::string canonical;  // the composed expressions' canonical text; empty when there are none
   bool sinks = false;
@@ -24,8 +30,21 @@ struct ResolvedVariant {
   // Gradient buffers the backward zeroes before its kernels accumulate into them (learnable
   // tensors and sinks): device pointer and bytes.
   std::vector<std::pair<void*, std::size_t>> grads;
+  // The integer tensors the mask reads: a launch builds their range tables
+  // (build_variant_ranges), with which the kernels' tile() skips tiles from the tensors' values.
+  std::vector<VariantRangeSource> ranges;
   bool active() const { return id != 0; }
 };
+
+class Workspace;
+
+// Scratch bytes of the range tables of `ranges` (0 without any).
+std::size_t variant_range_bytes(const std::vector<VariantRangeSource>& ranges);
+// Builds the range tables of `ranges` in scratch from `ws` on `stream` (one small kernel each)
+// and points `args` (a launch's copy of the variant's args) at them. The kernels are correct
+// without them, only without skipping tiles from the tensors' values.
+void build_variant_ranges(const std::vector<VariantRangeSource>& ranges, VariantArgs& args, Workspace& ws, int device,
+                          void* stream);
 
 // Resolves `variant` for a call with these q and k views (b, h_q, n_q, d) / (b, h_kv, n_k, d).
 // `op` is the operator's registry name ("attention_fwd", "attention_bwd"), used for op_name.

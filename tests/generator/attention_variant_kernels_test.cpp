@@ -12,6 +12,7 @@
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
 #include "generator/variant.h"
+#include "generator/variant_ranges.h"
 #include "kgen/types.hpp"
 
 namespace kgen {
@@ -45,6 +46,14 @@ void expect_compiles(const KernelSource& k, const std::string& arch, int max_spi
 // The widest explicit forms keep more of the variant's values than their registers hold; they
 // compile and run (slower). The defaults (narrowed for variants) must not spill.
 constexpr int kWideFormSpills = 4096;
+
+// The range-table kernel (one for every variant) compiles for each vendor, without spills.
+TEST(AttentionVariantKernels, RangeTableKernelCompiles) {
+  const KernelSource k = render_variant_ranges();
+  expect_compiles(k, "sm_80", 0);
+  expect_compiles(k, "sm_90a", 0);
+  if (amd_clang_description().find("unavailable") == std::string::npos) expect_compiles(k, "gfx942", 0);
+}
 
 TEST(AttentionVariantKernels, ForwardFamiliesCompileAndTheDefaultsDoNotSpill) {
   for (const auto& [canonical, sinks] : variants()) {

@@ -222,6 +222,25 @@ std::vector<VariantCase> cases() {
          v.mask_mod = "doc[b][q] == doc[b][k]";
          v.tensors.push_back({"doc", {}, false, {}});
        }},
+      // Segment ids that fall and rise again (not sorted), and per-head ids of a rank-3 tensor:
+      // the range tables bound both; tiles they prove full skip the mask, empty ones are skipped.
+      {"repeating_segments_unsorted", DType::bf16, 2, 4, 2, 700, 700, 64, false,
+       [](AttentionVariant& v, Inputs& in, std::mt19937_64&) {
+         Input& t = in.make("seg", {2, 700}, true);
+         for (int b = 0; b < 2; ++b)
+           for (int j = 0; j < 700; ++j) t.i[std::size_t(b) * 700 + j] = (j / (37 + 40 * b)) % 3;
+         v.mask_mod = "seg[b][q] == seg[b][k]";
+         v.tensors.push_back({"seg", {}, false, {}});
+       }},
+      {"per_head_segments_rank3", DType::f16, 2, 4, 4, 300, 300, 128, true,
+       [](AttentionVariant& v, Inputs& in, std::mt19937_64&) {
+         Input& t = in.make("seg3", {2, 4, 300}, true);
+         for (int b = 0; b < 2; ++b)
+           for (int h = 0; h < 4; ++h)
+             for (int j = 0; j < 300; ++j) t.i[(std::size_t(b) * 4 + h) * 300 + j] = j / (20 + 7 * h + 30 * b);
+         v.mask_mod = "seg3[b][h][q] == seg3[b][h][k] || k == 0";
+         v.tensors.push_back({"seg3", {}, false, {}});
+       }},
       {"sigmoid_gate", DType::f16, 1, 2, 2, 200, 350, 64, false,
        [](AttentionVariant& v, Inputs&, std::mt19937_64&) { v.score_mod = "sigmoid(score) * score"; }},
       {"fully_masked_rows_with_sinks", DType::bf16, 1, 2, 2, 256, 256, 64, true,

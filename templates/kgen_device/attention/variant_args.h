@@ -27,6 +27,14 @@ struct VariantArgs {
   long long table_stride;
   int page_shift;  // log2(page_size)
   const int* seqused_k;
+  // Range tables of the integer tensors a mask reads (expr_interval.h, iv_table), so that tile()
+  // bounds their elements over a tile and proves tiles of, e.g., other documents empty: tensor j's
+  // table (null: none), the length of its last dimension, the number of rows of its leading
+  // dimensions, and their multipliers (row = Σ index_i · range_lead[j][i]).
+  const int* range[4];
+  long long range_len[4];
+  long long range_rows[4];
+  long long range_lead[4][3];
 };
 
 }  // namespace kgen

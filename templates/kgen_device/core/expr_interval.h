@@ -98,4 +98,41 @@ KGEN_HOST_DEVICE constexpr int tri_where(int c, int x, int y) {
   return c == kTriTrue ? x : c == kTriFalse ? y : (x | y);
 }
 
+// Range tables: the bounds of an integer tensor's elements over an index range, for tensor reads
+// in a mask (VariantArgs::range; built on the GPU by variant_ranges.cuh, on the CPU by the
+// generator's classification). A table row covers one row of the tensor's last dimension (n
+// elements) in blocks of 2^kExprRangeShift elements; entry e of level l is the (min, max) pair of
+// blocks [e, e + 2^l) clipped at the last block, so that any block range [b0, b1] is covered
+// exactly by two entries of level ⌊log2(b1 − b0 + 1)⌋. A row is levels(blocks) · blocks pairs.
+constexpr int kExprRangeShift = 4;
+KGEN_HOST_DEVICE constexpr int iv_floor_log2(long long x) {  // x >= 1
+  int l = 0;
+  if (x >= (1LL << 16)) x >>= 16, l += 16;
+  if (x >= (1LL << 8)) x >>= 8, l += 8;
+  if (x >= (1LL << 4)) x >>= 4, l += 4;
+  if (x >= (1LL << 2)) x >>= 2, l += 2;
+  if (x >= 2) l += 1;
+  return l;
+}
+KGEN_HOST_DEVICE constexpr long long iv_table_blocks(long long n) { return (n + (1 << kExprRangeShift) - 1) >> kExprRangeShift; }
+KGEN_HOST_DEVICE constexpr int iv_table_levels(long long blocks) { return iv_floor_log2(blocks) + 1; }
+// The index of the (min, max) pair of (row, level, e) in a table of rows of n elements.
+KGEN_HOST_DEVICE constexpr long long iv_table_pair(long long n, long long row, int level, long long e) {
+  const long long blocks = iv_table_blocks(n);
+  return (row * iv_table_levels(blocks) + level) * blocks + e;
+}
+// The bounds of the elements [index.lo, index.hi] (clipped to [0, n)) of row `row` (which must be
+// one value in [0, rows)) of a table; top when there is no table or nothing is known.
+KGEN_HOST_DEVICE constexpr ExprInterval iv_table(const int* table, long long n, long long rows, ExprInterval row,
+                                                 ExprInterval index) {
+  if (table == nullptr || row.lo != row.hi || row.lo < 0 || row.lo >= rows) return iv_top();
+  const long long lo = iv_max2(index.lo, 0), hi = iv_min2(index.hi, n - 1);
+  if (lo > hi) return iv_top();
+  const long long b0 = lo >> kExprRangeShift, b1 = hi >> kExprRangeShift;
+  const int level = iv_floor_log2(b1 - b0 + 1);
+  const int* x = table + 2 * iv_table_pair(n, row.lo, level, b0);
+  const int* y = table + 2 * iv_table_pair(n, row.lo, level, b1 - (1LL << level) + 1);
+  return ExprInterval{iv_min2(x[0], y[0]), iv_max2(x[1], y[1])};
+}
+
 }  // namespace kgen
