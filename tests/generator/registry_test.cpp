@@ -79,3 +79,33 @@ TEST(Registry, ExplainedConfigsSpellThemselvesFieldByField) {
 
 }  // namespace
 }  // namespace kgen
+
+namespace kgen {
+namespace {
+
+// `kgen inspect` without --variant: an operator whose variant dtype, head dim and mask name gives
+// the key its spec prints, and the reason for a head dim it does not serve; the others need
+// --variant. Every variant key `kgen inspect --help` shows is one of its operator's.
+TEST(Registry, ShapeVariantsAndHelpExamplesAreTheOperatorsOwn) {
+  int with_shape = 0;
+  for (const OperatorInfo& op : operators()) {
+    if (op.shape_variant) {
+      ++with_shape;
+      std::string why;
+      const std::string key = op.shape_variant(DType::bf16, 128, true, &why);
+      EXPECT_TRUE(why.empty()) << op.name << ": " << why;
+      EXPECT_TRUE(key.starts_with(std::string(op.name) + ".")) << key;
+      EXPECT_TRUE(op.config_kernels(key, "", *parse_target("sm_90a")).error.empty()) << key;
+      EXPECT_EQ(op.shape_variant(DType::bf16, 100000, false, &why), "") << op.name;
+      EXPECT_FALSE(why.empty()) << op.name;
+    }
+    if (!op.help_variant.empty()) {
+      const std::string key(op.help_variant);
+      EXPECT_TRUE(op.config_kernels(key, "", *parse_target("sm_90a")).error.empty()) << key;
+    }
+  }
+  EXPECT_GE(with_shape, 1);
+}
+
+}  // namespace
+}  // namespace kgen
