@@ -34,7 +34,6 @@ std::vector<int> parse_grid(const std::string& text) {
   return sizes;
 }
 
-
 std::vector<LrpeAct> parse_acts(const std::string& text) {
   std::vector<LrpeAct> out;
   for (const auto& s : parse_list(text, "--acts")) {
@@ -256,6 +255,8 @@ void print_table(const std::string& title, const std::vector<std::string>& colum
   std::fflush(stdout);
 }
 
+// `kgen bench` of `op`: per table of the reports (direction, shape, dtype, act) a speed table
+// (one column per config) and a memory table.
 int run_lrpe_bench(LrpeOp op, const SweepOptions& o, BenchRows& out) {
   // Arguments first, so a typo is named even on a machine without a GPU.
   const std::vector<LrpeCase> cases = lrpe_cases(op, o);
