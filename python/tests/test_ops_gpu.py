@@ -14,6 +14,8 @@ import kgen  # noqa: E402
 import kgen.torch  # noqa: E402
 from kgen import _kernels  # noqa: E402
 from kgen.testing import AttentionBlock, attention_math, compare, lrpe_reference  # noqa: E402
+from test_paged_append_gpu import _table as page_table, _tables as rotary_tables  # noqa: E402
+from test_varlen_gpu import _cu as cu_seqlens  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("kgen_library")
@@ -40,6 +42,11 @@ def attention_args(layout, dtype=torch.bfloat16):
     k = randn(shaped(2, 2, 90, 64, layout), dtype, 2)
     v = randn(shaped(2, 2, 90, 64, layout), dtype, 3)
     return q, k, v
+
+
+def variant(**keywords):
+    """The operators' trailing variant arguments of kgen.torch's variant keywords, as kgen.torch passes them."""
+    return tuple(kgen.torch._variant_of("attention", keywords))
 
 
 # --- opcheck -----------------------------------------------------------------------------------
@@ -82,7 +89,126 @@ def opcheck_cases():
             (f"md_lrpe_cosine_backward-cached-{layout}", ops.md_lrpe_cosine_backward,
              (x, th_md, do_x, angles, [5, 8], 0, "silu", layout, None)),
         ]
+        cases += mla_cases(layout) + variant_cases(layout) + paged_cases(layout) + paged_append_cases(layout)
+    return cases + varlen_cases()
+
+
+def mla_cases(layout):
+    """v with a head dim of its own (d_v 32 < d_qk 64): o, d_o and dv have 32 columns."""
+    q, k, _ = attention_args(layout)
+    v = randn(shaped(2, 2, 90, 32, layout), seed=10)
+    o, lse = ops.attention_forward(q, k, v, None, True, layout)
+    d_o = randn(o.shape, seed=11)
+    grad = (None, True, layout, True, None)
+    return [
+        (f"attention_forward-mla-{layout}", ops.attention_forward, (q, k, v, None, True, layout)),
+        (f"attention_forward_out-mla-{layout}", ops.attention_forward_out,
+         (q, k, v, torch.empty_like(o), torch.empty_like(lse), None, False, layout)),
+        (f"attention_backward-mla-{layout}", ops.attention_backward, (q, k, v, o, lse, d_o, *grad)),
+        (f"attention_backward_out-mla-{layout}", ops.attention_backward_out,
+         (q, k, v, o, lse, d_o, torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), *grad)),
+    ]
+
+
+def variant_cases(layout):
+    """The variant operators: window + softcap + sinks (causal), alibi + document ids, and an
+    expression with scalars and tensors; the backward with sinks and with a learnable tensor."""
+    q, k, v = attention_args(layout)
+    g = torch.Generator().manual_seed(12)
+    sinks = torch.randn(4, generator=g).cuda()
+    slopes = torch.tensor([2.0 ** (-2.0 * (i + 1)) for i in range(4)]).cuda()
+    docs = (torch.arange(90) * 3 // 90).to(torch.int32).repeat(2, 1).cuda()  # (b, n_k): 3 documents
+    bias = (0.25 * torch.randn(4, 8, generator=g)).cuda()
+    fixed = torch.randn(4, generator=g).cuda()
+    window = variant(window=(32, 0), softcap=30.0, sinks=sinks)
+    alibi = variant(alibi_slopes=slopes, document_ids=docs)
+    expression = variant(score_mod="tanh(score / c) * c + bias[h][k % 8]", mask_mod="k <= q + shift",
+                         scalars={"c": 20.0, "shift": 5}, tensors={"bias": bias})
+    learning = variant(score_mod="score + bias[h][k % 8] + fixed[h]", tensors={"bias": bias, "fixed": fixed})
+    cases = [
+        (f"attention_forward_variant-window-softcap-sinks-{layout}", ops.attention_forward_variant,
+         (q, k, v, None, True, layout, *window)),
+        (f"attention_forward_variant-alibi-documents-{layout}", ops.attention_forward_variant,
+         (q, k, v, 0.2, False, layout, *alibi)),
+        (f"attention_forward_variant-expression-{layout}", ops.attention_forward_variant,
+         (q, k, v, None, False, layout, *expression)),
+        (f"attention_forward_variant_out-window-softcap-sinks-{layout}", ops.attention_forward_variant_out,
+         (q, k, v, torch.empty_like(q), torch.empty((2, 4, 70), device="cuda"), None, True, layout, *window)),
+        (f"attention_forward_variant_out-alibi-documents-no-lse-{layout}", ops.attention_forward_variant_out,
+         (q, k, v, torch.empty_like(q), None, None, False, layout, *alibi)),
+    ]
+    for name, causal, learnable, args in (("window-softcap-sinks", True, None, window),
+                                          ("learnable", False, [True, False], learning)):
+        o, lse = ops.attention_forward_variant(q, k, v, None, causal, layout, *args)
+        d_o = randn(q.shape, seed=13)
+        cases.append((f"attention_backward_variant-{name}-{layout}", ops.attention_backward_variant,
+                      (q, k, v, o, lse, d_o, None, causal, layout, True, None, learnable, *args)))
     return cases
+
+
+def varlen_cases():
+    """Packed batches of 3 sequences, the middle one empty (no queries, no keys)."""
+    lengths_q, lengths_k = [20, 0, 37], [45, 0, 37]
+    q = randn((sum(lengths_q), 4, 64), seed=14)
+    k, v = randn((sum(lengths_k), 2, 64), seed=15), randn((sum(lengths_k), 2, 64), seed=16)
+    cu_q, cu_k = cu_seqlens(lengths_q), cu_seqlens(lengths_k)
+    packed = (cu_q, cu_k, max(lengths_q), max(lengths_k))
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(17)).cuda()
+    cases = []
+    for name, scale, args in (("causal", None, ()), ("window-softcap-sinks", 0.2,
+                                                      variant(window=(16, 0), softcap=30.0, sinks=sinks))):
+        o, lse = ops.varlen_attention_forward(q, k, v, *packed, scale, True, *args)
+        d_o = randn(q.shape, seed=18)
+        cases += [
+            (f"varlen_attention_forward-{name}", ops.varlen_attention_forward, (q, k, v, *packed, scale, True, *args)),
+            (f"varlen_attention_backward-{name}", ops.varlen_attention_backward,
+             (q, k, v, o, lse, d_o, *packed, scale, True, True, None, *args)),
+        ]
+    return cases
+
+
+def paged_cases(layout):
+    """Paged K/V (page_size 16) in shuffled pages: chunked prefill (n_q 4, causal) with
+    cache_seqlens, alone and with window + softcap + sinks, and decode over a full table without."""
+    table, num_pages = page_table([5, 40, 17], 0, 16, seed=19)  # (3, 4), 8 pages
+    lens = torch.tensor([5, 40, 17], dtype=torch.int32).cuda()
+    k_cache, v_cache = (randn((num_pages, 16, 2, 64), seed=s) for s in (20, 21))
+    q = randn(shaped(3, 4, 4, 64, layout), seed=22)
+    sinks = torch.randn(4, generator=torch.Generator().manual_seed(23)).cuda()
+    full = torch.arange(8, dtype=torch.int32).reshape(2, 4).cuda()  # every page of the 8
+    decode = randn(shaped(2, 4, 1, 64, layout), seed=24)
+    return [
+        (f"paged_attention_forward-causal-{layout}", ops.paged_attention_forward,
+         (q, k_cache, v_cache, table, lens, None, True, layout)),
+        (f"paged_attention_forward-window-softcap-sinks-{layout}", ops.paged_attention_forward,
+         (q, k_cache, v_cache, table, lens, 0.2, True, layout, *variant(window=(8, 0), softcap=30.0, sinks=sinks))),
+        (f"paged_attention_forward-no-seqlens-{layout}", ops.paged_attention_forward,
+         (decode, k_cache, v_cache, full, None, None, False, layout)),
+    ]
+
+
+def paged_append_cases(layout):
+    """3 new rows per batch into pages of 16 (crossing a page boundary; an empty batch), plain,
+    with GPT-NeoX rotary and q into q_out, with GPT-J rotary (fp32 tables) and q in place, and into
+    contiguous caches (no block table)."""
+    table, num_pages = page_table([5, 0, 30], 3, 16, seed=25)  # (3, 4), 7 pages
+    lens = torch.tensor([5, 0, 30], dtype=torch.int32).cuda()
+    k, v = randn(shaped(3, 2, 3, 64, layout), seed=26), randn(shaped(3, 2, 3, 64, layout), seed=27)
+    q = randn(shaped(3, 4, 3, 64, layout), seed=28)
+    k_cache, v_cache = (randn((num_pages, 16, 2, 64), seed=s) for s in (29, 30))
+    contiguous = (randn((3, 48, 2, 64), seed=31), randn((3, 48, 2, 64), seed=32))
+    neox = rotary_tables(table.shape[1] * 16, 64, torch.bfloat16)
+    gptj = rotary_tables(table.shape[1] * 16, 32, torch.float32)
+    return [
+        (f"paged_append-copy-{layout}", ops.paged_append,
+         (k, v, k_cache, v_cache, table, lens, None, None, False, None, None, True, layout)),
+        (f"paged_append-neox-q_out-{layout}", ops.paged_append,
+         (k, v, k_cache, v_cache, table, lens, *neox, False, q, torch.empty_like(q), True, layout)),
+        (f"paged_append-gptj-q-in-place-{layout}", ops.paged_append,
+         (k, v, k_cache, v_cache, table, lens, *gptj, True, q, None, False, layout)),
+        (f"paged_append-contiguous-{layout}", ops.paged_append,
+         (k, v, *contiguous, None, lens, None, None, False, None, None, True, layout)),
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +220,16 @@ CASE_NAMES = [f"{case}-{layout}" for layout in ("bhnd", "bnhd") for case in (
     "attention_forward", "attention_forward_out", "attention_forward_out-no-lse", "attention_backward",
     "attention_backward_out", "attention_double_backward", "attention_double_backward-gk-only",
     "lrpe_cosine_forward-silu", "lrpe_cosine_forward-softmax_seq", "lrpe_cosine_backward", "md_lrpe_cosine_forward",
-    "md_lrpe_cosine_forward_cached", "md_lrpe_cosine_backward", "md_lrpe_cosine_backward-cached")]
+    "md_lrpe_cosine_forward_cached", "md_lrpe_cosine_backward", "md_lrpe_cosine_backward-cached",
+    "attention_forward-mla", "attention_forward_out-mla", "attention_backward-mla", "attention_backward_out-mla",
+    "attention_forward_variant-window-softcap-sinks", "attention_forward_variant-alibi-documents",
+    "attention_forward_variant-expression", "attention_forward_variant_out-window-softcap-sinks",
+    "attention_forward_variant_out-alibi-documents-no-lse", "attention_backward_variant-window-softcap-sinks",
+    "attention_backward_variant-learnable", "paged_attention_forward-causal",
+    "paged_attention_forward-window-softcap-sinks", "paged_attention_forward-no-seqlens", "paged_append-copy",
+    "paged_append-neox-q_out", "paged_append-gptj-q-in-place", "paged_append-contiguous")] + [
+    f"{op}-{case}" for op in ("varlen_attention_forward", "varlen_attention_backward")
+    for case in ("causal", "window-softcap-sinks")]
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)
