@@ -147,8 +147,9 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   call.spec.paged = call.variant.paged;
   if (dv != d) {
     call.spec.head_dim_v = static_cast<int>(dv);
+    // The sentence names v (v_cache for paged K/V).
     if (auto why = check_head_dim_v(call.spec.head_dim, call.spec.head_dim_v, call.spec.has_variant(), "", "attention"))
-      invalid_argument(*why);
+      invalid_argument(std::string(v_name) + why->substr(1));
   }
   call.shape = {static_cast<int>(b), static_cast<int>(hq), static_cast<int>(hkv), static_cast<int>(nq), static_cast<int>(nk)};
   if (packed) {

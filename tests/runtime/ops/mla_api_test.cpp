@@ -124,6 +124,16 @@ TEST(AttentionMlaApi, WhatIsNotServedIsRefusedNamingV) {
                    cu_q = make_contiguous_view(fake(0xa0000000), DType::i32, 1, cu, 0);
   const PackedSequences seq{&cu_q, &cu_q, 50, 50};
   expect_invalid([&] { attention_varlen_forward(q, k, v, o, nullptr, seq, {}, nullptr); }, "v:");
+  // Paged K/V: the caches (num_pages, page_size, h_kv, d), v_cache's head dim below q's.
+  std::int64_t q4[4] = {2, 8, 1, 192}, o4[4] = {2, 8, 1, 128}, kc[4] = {10, 16, 2, 192}, vc[4] = {10, 16, 2, 128}, bt[2] = {2, 5};
+  const TensorView pq = make_contiguous_view(m.q.data, DType::bf16, 4, q4, 0),
+                   po = make_contiguous_view(m.o.data, DType::bf16, 4, o4, 0),
+                   k_cache = make_contiguous_view(m.k.data, DType::bf16, 4, kc, 0),
+                   v_cache = make_contiguous_view(m.v.data, DType::bf16, 4, vc, 0),
+                   table = make_contiguous_view(fake(0xb0000000), DType::i32, 2, bt, 0);
+  const PagedKV paged{&table, nullptr};
+  expect_invalid([&] { attention_paged_forward(pq, k_cache, v_cache, po, nullptr, paged, {}, nullptr); },
+                 "v_cache: head dim 128 differs from q's 192", "paged K/V");
 }
 
 DLTensor dl(void* data, int ndim, std::int64_t* shape) {
