@@ -98,7 +98,7 @@ std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpe
     return "mfma backward head_dim=" + number(spec.head_dim) + " exceeds the VGPR budget on " + target.arch +
            " (its dK/dV columns split over two blocks, \":c2\", fit)";
   const int lds = std::max(attention_mfma::kv_lds_bytes(spec.head_dim, c.block_m, c.block_n, true),
-                           attention_mfma::kv_tiles_lds_bytes(spec.head_dim, attention_mfma::kDqBlockN));
+                           attention_mfma::dq_lds_bytes(spec.head_dim, attention_mfma::kDqBlockN));
   return lds_limit_error(lds, target);
 }
 
@@ -130,7 +130,7 @@ std::string render_mfma_backward(const AttentionBackwardSpec& spec, const Attent
   const int d = spec.head_dim;
   if (kernel == BackwardKernel::dq) {
     k.threads = attention_mfma::threads(attention_mfma::kDqWaves);
-    k.smem_bytes = attention_mfma::kv_tiles_lds_bytes(d, attention_mfma::kDqBlockN);
+    k.smem_bytes = attention_mfma::dq_lds_bytes(d, attention_mfma::kDqBlockN);
     k.variant = to_string(spec) + ".mfma_dq:bm" + number(dq_block_m()) + ":bn" + number(attention_mfma::kDqBlockN);
     shim.function = "attention_backward_mfma_dq";
     shim.args = {targ_type("T", spec.dtype), targ("D", d), targ("BN", attention_mfma::kDqBlockN), targ("Causal", spec.causal)};

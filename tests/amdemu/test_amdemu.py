@@ -33,6 +33,9 @@ FORWARD_CASES = [
     (F("gfx942", "bf16", 64, False, None), False),
     (F("gfx942", "fp16", 128, True, None), False),
     (F("gfx942", "fp16", 64, False, None, batch=2, heads_q=2, heads_kv=1, n_q=70, n_k=130), False),
+    # K and V rows longer than d (stride_n = d + 40, NaN between rows): the next tile's loads'
+    # 32-bit offsets and their clamp at n_k (150 keys: two whole tiles and a partial one)
+    (F("gfx942", "bf16", 128, True, None, n_q=100, n_k=150, kv_pad=40), False),
     # gfx90a (CDNA2, built by hiprtc 5): simt, the MFMA defaults and the rest of its config space
     (F("gfx90a", "fp32", 64, False, SIMT), False),
     (F("gfx90a", "bf16", 64, True, SIMT, n_q=45, n_k=20), False),
@@ -43,6 +46,7 @@ FORWARD_CASES = [
     (F("gfx90a", "fp16", 64, False, None, n_q=70, n_k=130), False),
     (F("gfx90a", "bf16", 128, False, "mfma:bm64:bn32:w2", n_q=70, n_k=100), False),
     (F("gfx90a", "fp16", 64, True, "mfma:bm128:bn128:w4", n_q=150, n_k=150), False),
+    (F("gfx90a", "bf16", 64, False, None, n_q=40, n_k=150, kv_pad=40), False),
     # gfx950: the simt kernels only (no MFMA: its 32x32x16 layouts have no source, below)
     (F("gfx950", "bf16", 64, True, SIMT, n_q=45, n_k=20), True),
     (F("gfx950", "fp32", 64, False, SIMT), False),

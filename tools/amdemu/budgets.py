@@ -63,18 +63,26 @@ def _branch_target(ins: Instruction) -> int | None:
 
 
 def main_loop(instructions: list[Instruction]) -> list[Instruction]:
-    """The instructions of the loop with the most MFMAs (the shorter one on a tie); empty when no
-    loop holds an MFMA. A loop: a branch back to an earlier address, and the code between."""
+    """The instructions of the innermost loop with the most MFMAs (the shorter one on a tie);
+    empty when no loop holds an MFMA. A loop: a branch back to an earlier address, and the code
+    between. Innermost: no other loop holding an MFMA lies inside it (a kernel that runs its tile
+    step in two loops, masked and unmasked, inside an outer loop is measured on the inner ones)."""
     index = {ins.addr: i for i, ins in enumerate(instructions)}
-    best: list[Instruction] = []
-    best_mfma = 0
+    loops = []  # (first, last index, MFMAs)
     for i, ins in enumerate(instructions):
         target = _branch_target(ins)
         if target is None or target > ins.addr or target not in index:
             continue
-        body = instructions[index[target]:i + 1]
-        n = sum(map(_is_mfma, body))
-        if n > best_mfma or (n == best_mfma and n and len(body) < len(best)):
+        n = sum(map(_is_mfma, instructions[index[target]:i + 1]))
+        if n:
+            loops.append((index[target], i, n))
+    best: list[Instruction] = []
+    best_mfma = 0
+    for first, last, n in loops:
+        if any(f >= first and l <= last and (f, l) != (first, last) for f, l, _ in loops):
+            continue
+        body = instructions[first:last + 1]
+        if n > best_mfma or (n == best_mfma and len(body) < len(best)):
             best, best_mfma = body, n
     return best
 

@@ -272,11 +272,13 @@ class ForwardCase:
     n_q: int = 37
     n_k: int = 37
     seed: int = 0
+    kv_pad: int = 0  # forward: K and V rows kv_pad elements longer than d (NaN there): stride_n = d + kv_pad
 
     @property
     def name(self) -> str:
         return (f"{self.arch}.{self.dtype}.d{self.head_dim}.{'causal' if self.causal else 'full'}."
-                f"{self.config or 'default'}.b{self.batch}h{self.heads_q}:{self.heads_kv}.{self.n_q}x{self.n_k}")
+                f"{self.config or 'default'}.b{self.batch}h{self.heads_q}:{self.heads_kv}.{self.n_q}x{self.n_k}"
+                + (f".kvpad{self.kv_pad}" if self.kv_pad else ""))
 
 
 def forward_grid(config: str, n_q: int, heads_q: int, batch: int) -> tuple[int, int, int]:
@@ -338,6 +340,13 @@ def run_forward(kgen_bin: str, case: ForwardCase) -> dict:
     o_ref, lse_ref = attention_reference(q, k, v, case.causal, scale)
 
     mem = emu.Memory()
+    kv_n = d + case.kv_pad  # K and V row stride; the padding is NaN, which no kernel may read
+    if case.kv_pad:
+        def padded(x):
+            out = np.full(x.shape[:-1] + (kv_n,), NAN_BITS[dt], dtype=x.dtype)
+            out[..., :d] = x
+            return out
+        k_bits, v_bits = padded(k_bits), padded(v_bits)
     qa, ka, va = (_put(mem, x) for x in (q_bits, k_bits, v_bits))
     oa = _poisoned(mem, q_bits.size, dt)
     lse_n = case.batch * case.heads_q * case.n_q
@@ -345,8 +354,8 @@ def run_forward(kgen_bin: str, case: ForwardCase) -> dict:
     params = pack_params("AttentionForwardParams", dict(
         q=qa, k=ka, v=va, o=oa, lse=la,
         q_stride_b=case.heads_q * case.n_q * d, q_stride_h=case.n_q * d, q_stride_n=d,
-        k_stride_b=case.heads_kv * case.n_k * d, k_stride_h=case.n_k * d, k_stride_n=d,
-        v_stride_b=case.heads_kv * case.n_k * d, v_stride_h=case.n_k * d, v_stride_n=d,
+        k_stride_b=case.heads_kv * case.n_k * kv_n, k_stride_h=case.n_k * kv_n, k_stride_n=kv_n,
+        v_stride_b=case.heads_kv * case.n_k * kv_n, v_stride_h=case.n_k * kv_n, v_stride_n=kv_n,
         o_stride_b=case.heads_q * case.n_q * d, o_stride_h=case.n_q * d, o_stride_n=d,
         lse_stride_b=case.heads_q * case.n_q, lse_stride_h=case.n_q,
         batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, n_q=case.n_q, n_k=case.n_k,

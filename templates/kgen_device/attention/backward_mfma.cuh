@@ -86,7 +86,9 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   for (int head = kv_head * p.head_group; head < (kv_head + 1) * p.head_group; ++head) {
     const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
     const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, batch, head);
-    for (int m0 = m_begin; m0 < n_q; m0 += BM) {
+    // One query tile against the block's keys. Masked: keys past n_k and above the causal
+    // diagonal get P = 0; unmasked tiles (below) have none.
+    auto step = [&](int m0, auto masked) {
       __syncthreads();  // the previous tile's Q, dO and dS are consumed
       mfma_detail::load_tile<BM, D, kThreads>(q_s, q_ptr, p.q.stride_n, m0, n_q, tid);
       mfma_detail::load_tile<BM, D, kThreads>(do_s, do_ptr, p.d_o.stride_n, m0, n_q, tid);
@@ -105,14 +107,17 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
 #pragma unroll
         for (int r = 0; r < mfma::kAccRegisters; ++r) {
           const int i = qb * 32 + mfma::c_row(lane, r);
-          const float pv =
-              mfma_detail::visible<Causal>(key, m0 + i, n_k, diag) ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
+          float pv;
+          if constexpr (decltype(masked)::value)
+            pv = mfma_detail::visible<Causal>(key, m0 + i, n_k, diag) ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
+          else
+            pv = exp2_approx(pm[r] * scale_log2 - lse2_s[i]);
           ds[r] = pv * (ds[r] - delta_s[i]);
           pm[r] = pv;
         }
 #pragma unroll
         for (int c = 0; c < kChainSteps; ++c) {
-          const mfma_operand pb = mfma_detail::chained_operand<T>(pm, c);
+          const mfma_operand pb = mfma_detail::chained_probabilities<T>(pm, c);
           const mfma_operand db = mfma_detail::chained_operand<T>(ds, c);
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb) {
@@ -150,7 +155,14 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
           }
         }
       }
-    }
+    };
+    // Query tiles from m_whole on see every key of the block (none past n_k; causal: the tile's
+    // first row m0 sees the block's last key, m0 + diag ≥ key0 + BN − 1); those before are masked.
+    int m_whole = n_q;
+    if (key0 + BN <= n_k) m_whole = Causal ? imax(m_begin, (imax(0, key0 + BN - 1 - diag) + BM - 1) / BM * BM) : m_begin;
+    int m0 = m_begin;
+    for (; m0 < imin(m_whole, n_q); m0 += BM) step(m0, mfma_detail::Flag<true>{});
+    for (; m0 < n_q; m0 += BM) step(m0, mfma_detail::Flag<false>{});
   }
 
   if (key >= n_k) return;
@@ -180,6 +192,10 @@ __device__ __forceinline__ void attention_backward_mfma_dq(const AttentionBackwa
 
   unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
   unsigned short* v_s = k_s + BN * attention_mfma::lds_row(D);
+  unsigned short* kt_s = v_s + BN * attention_mfma::lds_row(D);  // D x BN: K transposed
+  static_assert(attention_mfma::kv_tiles_lds_bytes(D, BN) + D * attention_mfma::lds_row_transposed(BN) * 2 ==
+                    attention_mfma::dq_lds_bytes(D, BN),
+                "LDS layout must match dq_lds_bytes");
 
   const mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
   const int lane = w.lane, query = w.query;
@@ -205,20 +221,35 @@ __device__ __forceinline__ void attention_backward_mfma_dq(const AttentionBackwa
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) dq[cb] = mfma_zero();
 
-  for (int n0 = 0; n0 < w.n_end; n0 += BN) {
+  // One key tile: K, V and Kᵀ into LDS, then Sᵀ, dPᵀ, dS and dQᵀ += Kᵀ·dSᵀ. Masked: keys past
+  // n_k and above the causal diagonal get P = 0; unmasked tiles (below) have none.
+  auto tile = [&](int n0, auto masked) {
     __syncthreads();
     mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, n0, n_k, w.tid);
     mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, n0, n_k, w.tid);
+    {
+      // Kᵀ for dQ's A operand (rows past n_k repeat the last key, whose dS is 0).
+      mfma_detail::TileStage<BN, D, kThreads, true> kt;
+      kt.load(k_ptr, p.k.stride_n, n0, n_k, w.tid);
+      kt.store(kt_s, w.tid);
+    }
     __syncthreads();
-    if (!w.active || n0 >= w.wave_end) continue;  // wave-uniform
+    if (!w.active || n0 >= w.wave_end) return;  // wave-uniform
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
       const mfma_acc st = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
       mfma_acc dst = mfma_detail::lds_rows_times<T, D>(v_s, nb * 32, do_frag, lane);
 #pragma unroll
       for (int r = 0; r < mfma::kAccRegisters; ++r) {
-        const bool seen = mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), query, n_k, w.diag);
-        const float pv = seen ? exp2_approx(st[r] * scale_log2 - lse2) : 0.f;
+        // The select, not an exponent computed first and zeroed after: hiprtc 5.2 (gfx90a) then
+        // gathers the transposed operands of the backward's kv kernel three times over.
+        float pv;
+        if constexpr (decltype(masked)::value)
+          pv = mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), query, n_k, w.diag)
+                   ? exp2_approx(st[r] * scale_log2 - lse2)
+                   : 0.f;
+        else
+          pv = exp2_approx(st[r] * scale_log2 - lse2);
         dst[r] = pv * (dst[r] - delta);
       }
 #pragma unroll
@@ -226,10 +257,19 @@ __device__ __forceinline__ void attention_backward_mfma_dq(const AttentionBackwa
         const mfma_operand db = mfma_detail::chained_operand<T>(dst, c);
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
-          dq[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(k_s, nb * 32, cb * 32, c, lane), db, dq[cb]);
+          dq[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BN>(kt_s, nb * 32, cb * 32, c, lane), db, dq[cb]);
       }
     }
-  }
+  };
+
+  // Tiles [0, n_full) are whole for every row of the block (the forward's rule): no key past
+  // n_k, none above the causal diagonal of the block's first row. The rest are masked per element.
+  int n_full = n_k / BN * BN;
+  if constexpr (Causal) n_full = imin(n_full, imax(w.m0 + w.diag + 1, 0) / BN * BN);
+  n_full = imin(n_full, w.n_end / BN * BN);
+  int n0 = 0;
+  for (; n0 < n_full; n0 += BN) tile(n0, mfma_detail::Flag<false>{});
+  for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<true>{});
 
   if (!valid) return;
   T* dq_ptr = bwd_detail::head_ptr<T>(p.dq, w.batch, w.head) + static_cast<long long>(query) * p.dq.stride_n;

@@ -71,14 +71,20 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   // One tile: its K and V into LDS, the next tile's loads issued, then Sᵀ, the online softmax of
   // this lane's query and Oᵀ += Vᵀ·Pᵀ. Masked: keys past n_k and above the causal diagonal get
   // −inf; unmasked tiles (below) have none.
-  auto tile = [&](int n0, auto masked) {
+  auto tile = [&](int n0, auto masked, const auto& offsets) {
     __syncthreads();  // every wave finished the previous tile
     k_next.store(k_s, w.tid);
     v_next.store(vt_s, w.tid);
     __syncthreads();
     if (n0 + BN < w.n_end) {
-      k_next.load(k_ptr, p.k_stride_n, n0 + BN, n_k, w.tid);
-      v_next.load(v_ptr, p.v_stride_n, n0 + BN, n_k, w.tid);
+      if constexpr (decltype(offsets.narrow)::value) {
+        const int rows_left = n_k - 1 - (n0 + BN);
+        k_next.load(k_ptr + (n0 + BN) * p.k_stride_n, p.k_stride_n, rows_left, offsets.k, w.tid);
+        v_next.load(v_ptr + (n0 + BN) * p.v_stride_n, p.v_stride_n, rows_left, offsets.v, w.tid);
+      } else {
+        k_next.load(k_ptr, p.k_stride_n, n0 + BN, n_k, w.tid);
+        v_next.load(v_ptr, p.v_stride_n, n0 + BN, n_k, w.tid);
+      }
     }
     if (!w.active || n0 >= w.wave_end) return;  // wave-uniform
 
@@ -103,18 +109,18 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
     row_sum *= alpha;
 #pragma unroll
     for (int cb = 0; cb < kColBlocks; ++cb) o[cb] *= alpha;
-    // P = 2^(s·scale − ref), two at a time (packed fp32 FMA and sum).
-    typedef float f2 __attribute__((ext_vector_type(2)));
-    f2 sum2 = {row_sum, 0.f};
+    // P = 2^(s·scale − ref), two at a time (packed fp32 FMA and sum), each pair rounded to T
+    // into one register (the chained operands' words; the sum takes P unrounded).
+    mfma_detail::mfma_f32x2 sum2 = {row_sum, 0.f};
+    unsigned pw[kKeyBlocks][mfma::kAccRegisters / 2];
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
       for (int r = 0; r < mfma::kAccRegisters; r += 2) {
-        f2 x = f2{s[nb][r], s[nb][r + 1]} * scale_log2 - ref;
-        x = f2{exp2_approx(x[0]), exp2_approx(x[1])};
-        s[nb][r] = x[0];
-        s[nb][r + 1] = x[1];
+        mfma_detail::mfma_f32x2 x = mfma_detail::mfma_f32x2{s[nb][r], s[nb][r + 1]} * scale_log2 - ref;
+        x = mfma_detail::mfma_f32x2{exp2_approx(x[0]), exp2_approx(x[1])};
         sum2 += x;
+        pw[nb][r / 2] = mfma_detail::pack_probabilities<T>(x);
       }
     row_sum = sum2[0] + sum2[1];
 
@@ -123,7 +129,7 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
       for (int c = 0; c < kChainSteps; ++c) {
-        const mfma_operand pt = mfma_detail::chained_operand<T>(s[nb], c);
+        const mfma_operand pt = mfma_detail::chained_words(pw[nb], c);
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb)
           o[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, cb * 32, c, lane), pt, o[cb]);
@@ -135,9 +141,21 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   int n_full = n_k / BN * BN;
   if constexpr (Causal) n_full = imin(n_full, imax(w.m0 + w.diag + 1, 0) / BN * BN);
   n_full = imin(n_full, w.n_end / BN * BN);
-  int n0 = 0;
-  for (; n0 < n_full; n0 += BN) tile(n0, mfma_detail::Flag<false>{});
-  for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<true>{});
+  // The next tile's loads take 32-bit offsets from one scalar base per tile where the strides
+  // allow (every offset inside a tile below 2^32 bytes), 64-bit addresses per row otherwise.
+  auto run = [&](const auto& offsets) {
+    int n0 = 0;
+    for (; n0 < n_full; n0 += BN) tile(n0, mfma_detail::Flag<false>{}, offsets);
+    for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<true>{}, offsets);
+  };
+  if constexpr (decltype(k_next)::kNarrow && decltype(v_next)::kNarrow) {
+    if (decltype(k_next)::Offsets::fits(p.k_stride_n) && decltype(v_next)::Offsets::fits(p.v_stride_n))
+      run(mfma_detail::NarrowOffsets<decltype(k_next), decltype(v_next)>{{p.k_stride_n, w.tid}, {p.v_stride_n, w.tid}});
+    else
+      run(mfma_detail::WideOffsets{});
+  } else {
+    run(mfma_detail::WideOffsets{});
+  }
 
   const float l = row_sum + swap_wave_halves(row_sum);
   if (!w.active || w.query >= n_q) return;

@@ -24,8 +24,13 @@ KGEN_HOST_DEVICE constexpr int lds_tile_bytes(int rows, int cols) { return rows 
 constexpr int kLdsPadTransposed = 4;
 KGEN_HOST_DEVICE constexpr int lds_row_transposed(int rows) { return rows + kLdsPadTransposed; }
 
-// The backward's query-major dQ kernel: K and V tiles of block_n keys.
+// K and V tiles of block_n keys, row-major.
 KGEN_HOST_DEVICE constexpr int kv_tiles_lds_bytes(int head_dim, int block_n) { return 2 * lds_tile_bytes(block_n, head_dim); }
+// The deterministic backward's query-major dQ kernel: those tiles and K's tile again, transposed
+// (head_dim rows of block_n keys: dQ's Kᵀ operand in 8-byte reads).
+KGEN_HOST_DEVICE constexpr int dq_lds_bytes(int head_dim, int block_n) {
+  return kv_tiles_lds_bytes(head_dim, block_n) + head_dim * lds_row_transposed(block_n) * 2;
+}
 // Forward: the K tile of block_n keys row-major and the V tile transposed (head_dim rows of block_n keys).
 KGEN_HOST_DEVICE constexpr int forward_lds_bytes(int head_dim, int block_n) {
   return lds_tile_bytes(block_n, head_dim) + head_dim * lds_row_transposed(block_n) * 2;

@@ -4,8 +4,9 @@
 // lane mapping (a lane's row or column is lane mod 32, its k run a_k = b_k), so one gather serves
 // either: `row` below is A's row or B's column. The forward stages its tiles through registers
 // (TileStage: global loads for a whole tile, then LDS writes) and keeps V transposed in LDS, so
-// every operand it reads is 4 or 8 consecutive elements (ds_read_b64/b128); the backward's
-// transposed operands (lds_operand_transposed) still read LDS one element at a time.
+// every operand it reads is 4 or 8 consecutive elements (ds_read_b64/b128); so does the
+// backward's dQ kernel (K transposed beside K), while the kv kernel's transposed operands
+// (lds_operand_transposed) still read LDS one element at a time.
 #pragma once
 
 #include "kgen_device/attention/mfma_config.h"
@@ -97,6 +98,49 @@ struct TileStage {
     }
   }
 
+  // The same loads with 32-bit offsets from the tile's first row (`tile`, wave-uniform: one
+  // scalar base, global_load's saddr form). Offsets::fits(stride) must hold: every offset inside
+  // a tile fits 32 bits. Rows past `rows_left` (n_rows − 1 − row0 ≥ 0) repeat that row, clamped
+  // in bytes: min(r·s, L·s) = min(r, L)·s for s ≥ 0, one v_min per load.
+  // The offsets take a VGPR per load, so stages of more than 8 loads per thread (the 2-wave
+  // blocks of 128-key tiles: 16) keep the 64-bit addresses (fits() is false): with both forms
+  // the gfx950 bf16 d = 128 mfma:bm64:bn128:w2 forward ran out of registers (512) and spilled.
+  static constexpr bool kNarrow = kIters * kRowsPerChunk <= 8;
+  struct Offsets {
+    unsigned at[kIters][kRowsPerChunk];  // ((r + j)·stride + c)·2 of load (it, j)
+    unsigned col[kIters];                // c·2 of chunk it
+
+    __device__ __forceinline__ static bool fits(long long stride) {
+      return kNarrow && stride >= 0 && stride <= (0xffffffffll - 2 * Cols) / (2 * (Rows > 1 ? Rows - 1 : 1));
+    }
+    __device__ __forceinline__ Offsets(long long stride, int tid) {
+      const unsigned s2 = static_cast<unsigned>(stride) * 2u;
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        int r, c;
+        chunk(tid + it * Threads, r, c);
+        col[it] = 2u * c;
+#pragma unroll
+        for (int j = 0; j < kRowsPerChunk; ++j) at[it][j] = static_cast<unsigned>(r + j) * s2 + col[it];
+      }
+    }
+  };
+
+  template <class T>
+  __device__ __forceinline__ void load(const T* tile, long long stride, int rows_left, const Offsets& o, int tid) {
+    const unsigned lim = static_cast<unsigned>(imin(rows_left, Rows - 1)) * (static_cast<unsigned>(stride) * 2u);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      if (kChunks % Threads != 0 && tid + it * Threads >= kChunks) break;
+#pragma unroll
+      for (int j = 0; j < kRowsPerChunk; ++j) {
+        unsigned off;  // v_min_u32 in asm: a plain min would be widened to 64 bits with the addition
+        asm("v_min_u32 %0, %1, %2" : "=v"(off) : "v"(o.at[it][j]), "v"(lim + o.col[it]));
+        w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
+      }
+    }
+  }
+
   __device__ __forceinline__ void store(unsigned short* dst, int tid) const {
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
@@ -113,8 +157,8 @@ struct TileStage {
             unsigned x[2];
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
-              const unsigned a = w[it][2 * q][m], b = w[it][2 * q + 1][m];
-              x[q] = h == 0 ? (a & 0xffffu) | (b << 16) : (a >> 16) | (b & 0xffff0000u);
+              // h = 0: (a & 0xffff) | (b << 16); h = 1: (a >> 16) | (b & 0xffff0000); one v_perm_b32.
+              x[q] = __builtin_amdgcn_perm(w[it][2 * q + 1][m], w[it][2 * q][m], h == 0 ? 0x05040100u : 0x07060302u);
             }
             typedef unsigned u32x2 __attribute__((ext_vector_type(2)));
             *reinterpret_cast<u32x2*>(dst + (c + 2 * m + h) * attention_mfma::lds_row_transposed(Rows) + r) = u32x2{x[0], x[1]};
@@ -124,6 +168,18 @@ struct TileStage {
       }
     }
   }
+};
+
+// How a kernel addresses its staged tiles' loads (TileStage): 32-bit offsets per thread from a
+// scalar tile base (NarrowOffsets, the two stages' Offsets) or 64-bit row addresses (WideOffsets).
+template <class KStage, class VStage>
+struct NarrowOffsets {
+  typename KStage::Offsets k;
+  typename VStage::Offsets v;
+  Flag<true> narrow;
+};
+struct WideOffsets {
+  Flag<false> narrow;
 };
 
 // Rows run[g .. g + 3] of chain step s: the positions a_k(K, lane, 4g + i), i < 4, of a lane stand
@@ -238,6 +294,69 @@ __device__ __forceinline__ mfma_operand chained_operand(const mfma_acc& x, int s
   for (int e = 0; e < kMfmaElements; ++e) v[e] = static_cast<short>(from_float<T>(x[mfma::chain_register(kMfmaK, s, e)]).bits);
   return v;
 #endif
+}
+
+typedef float mfma_f32x2 __attribute__((ext_vector_type(2)));
+
+// Two probabilities (each in [0, 1], or NaN: the softmax P of the forward and of the backward)
+// rounded to T, to nearest even, packed into one register (the first in bits 0..15). gfx950
+// converts a pair in one instruction (v_cvt_pk_bf16_f32, v_cvt_pk_f16_f32). gfx90a and gfx942
+// have no bf16 conversion; there a pair goes to bf16 by Veltkamp's split in packed fp32
+// arithmetic:
+//   g = x · (2^16 + 1),  h = g + (x − g)
+// leaves h = x rounded to 8 significant bits, to nearest with ties to even: the same bits as
+// types.cuh's from_float for every normal x (checked for every fp32 of several binades), and NaN
+// stays NaN; x · 2^16 must not overflow, which holds for x ≤ 1. The bf16 pair is the upper
+// halves of h, one v_perm_b32: 4 instructions a pair instead of about 11 integer ones.
+// Contraction is off: g must be rounded before x − g (an FMA would compute x − x · c exactly).
+template <class T>
+__device__ __forceinline__ unsigned pack_probabilities(mfma_f32x2 x) {
+#if defined(__gfx950__)
+  if constexpr (is_same<T, bfloat16_t>::value) {
+    typedef __bf16 b2 __attribute__((ext_vector_type(2)));
+    return __builtin_bit_cast(unsigned, __builtin_convertvector(x, b2));
+  } else {
+    typedef _Float16 h2 __attribute__((ext_vector_type(2)));
+    return __builtin_bit_cast(unsigned, __builtin_convertvector(x, h2));
+  }
+#else
+  if constexpr (is_same<T, bfloat16_t>::value) {
+#pragma clang fp contract(off)
+    const mfma_f32x2 g = x * 65537.f;
+    const mfma_f32x2 h = g + (x - g);
+    // Elements copied out first: clang 22 bit-casts an element of an ext_vector (h[1]) as the
+    // vector's first element.
+    const float lo = h[0], hi = h[1];
+    return __builtin_amdgcn_perm(__builtin_bit_cast(unsigned, hi), __builtin_bit_cast(unsigned, lo), 0x07060302u);
+  } else {
+    typedef _Float16 h2 __attribute__((ext_vector_type(2)));
+    return __builtin_bit_cast(unsigned, __builtin_convertvector(x, h2));
+  }
+#endif
+}
+
+// The B operand of chain step s (chained_operand's) from an accumulator whose register pairs
+// (2i, 2i + 1) were packed into words[i]: chain_register(K, s, e) = (K/2)·s + e, so the step's
+// elements are the words [K/4 · s, K/4 · (s + 1)).
+__device__ __forceinline__ mfma_operand chained_words(const unsigned (&words)[mfma::kAccRegisters / 2], int s) {
+  typedef unsigned w_t __attribute__((ext_vector_type(kMfmaElements / 2)));
+  static_assert(mfma::chain_register(kMfmaK, 1, 0) == kMfmaElements && mfma::chain_register(kMfmaK, 0, 1) == 1,
+                "a chain step's elements are consecutive registers");
+  w_t v;
+#pragma unroll
+  for (int i = 0; i < kMfmaElements / 2; ++i) v[i] = words[kMfmaElements / 2 * s + i];
+  return __builtin_bit_cast(mfma_operand, v);
+}
+
+// chained_operand for an accumulator of probabilities (pack_probabilities' rounding).
+template <class T>
+__device__ __forceinline__ mfma_operand chained_probabilities(const mfma_acc& x, int s) {
+  typedef unsigned w_t __attribute__((ext_vector_type(kMfmaElements / 2)));
+  w_t v;
+#pragma unroll
+  for (int e = 0; e < kMfmaElements; e += 2)
+    v[e / 2] = pack_probabilities<T>(mfma_f32x2{x[mfma::chain_register(kMfmaK, s, e)], x[mfma::chain_register(kMfmaK, s, e + 1)]});
+  return __builtin_bit_cast(mfma_operand, v);
 }
 
 // X = Σ_t tile-rows(row0 .. row0 + 31) · frag[t]: the product of 32 rows of an LDS tile (over
