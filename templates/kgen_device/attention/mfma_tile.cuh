@@ -134,8 +134,7 @@ struct TileStage {
       if (kChunks % Threads != 0 && tid + it * Threads >= kChunks) break;
 #pragma unroll
       for (int j = 0; j < kRowsPerChunk; ++j) {
-        unsigned off;  // v_min_u32 in asm: a plain min would be widened to 64 bits with the addition
-        asm("v_min_u32 %0, %1, %2" : "=v"(off) : "v"(o.at[it][j]), "v"(lim + o.col[it]));
+        const unsigned off = min_u32_opaque(o.at[it][j], lim + o.col[it]);
         w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
       }
     }

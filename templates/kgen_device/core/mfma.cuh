@@ -59,6 +59,15 @@ __device__ __forceinline__ mfma_acc mfma_32x32(mfma_operand a, mfma_operand b, m
   }
 }
 
+// min(a, b) as one v_min_u32 that the compiler cannot look through: the MFMA kernels' 32-bit
+// load offsets (attention/mfma_tile.cuh), where LLVM widens a plain min under the address's zero
+// extension into 64-bit compares and adds, and loses global_load's scalar-base form.
+__device__ __forceinline__ unsigned min_u32_opaque(unsigned a, unsigned b) {
+  unsigned r;
+  asm("v_min_u32 %0, %1, %2" : "=v"(r) : "v"(a), "v"(b));
+  return r;
+}
+
 // x of lane (lane ^ 32): the value the other 32-lane half of the wavefront holds in the same
 // position (the two halves of an MFMA operand hold the two halves of K).
 __device__ __forceinline__ float swap_wave_halves(float x) {
