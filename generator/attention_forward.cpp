@@ -444,14 +444,14 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
   AttentionForwardConfig c = plain_forward_default_config(spec, shape, target, sm_count);
   if (!spec.has_variant()) return c;
   // A variant's score step keeps more values live per score element: the plain defaults' widest
-  // tiles would spill (ptxas, d = 128: ws 128-key tiles 12–216 bytes with a modification and sinks
-  // or a tensor-indexed mask, 176-key tiles 288 with a window alone, persistent grids 84–196,
-  // fa2 32 rows per warp 16–260), their one-block-per-tile forms with 128 keys (a mask of indices
-  // and scalars alone) or 80 keys (anything more), and 16 rows per warp, do not.
+  // tiles would spill (ptxas, d = 128: 176-key tiles with a window alone, 128-key tiles with a
+  // modification beside a mask or sinks, persistent grids, fa2 32 rows per warp), their
+  // one-block-per-tile forms with 128 keys (80 for a modification beside a mask or sinks), and 16
+  // rows per warp, do not.
   const Variant v = spec.variant.empty() ? Variant() : Variant::from_canonical(spec.variant);
-  const bool mask_only = !spec.sinks && !v.has_score_mod() && v.decl().tensors.empty();
+  const bool wide_keys = !(v.has_score_mod() && (v.has_mask() || spec.sinks));
   AttentionForwardConfig narrow = c;
-  if (c.path == ForwardPath::ws) narrow.block_n = std::min(c.block_n, mask_only ? 128 : 80);
+  if (c.path == ForwardPath::ws) narrow.block_n = std::min(c.block_n, wide_keys ? 128 : 80);
   if (c.path == ForwardPath::fa2 && c.block_m / c.warps == 32) narrow.block_m = 16 * c.warps;
   if (c.path == ForwardPath::ws && c.block_m == 192) narrow.block_m = 128, narrow.warps = 8;
   narrow.persistent = narrow.stream_k = false;  // the persistent grid's state spills beside a variant's

@@ -118,6 +118,7 @@ class Variant {
   // (kgen_device/attention/variant_args.h):
   //   struct Name {
   //     static constexpr bool kScoreMod, kMask, kUnitSlope, kTensorGrads;
+  //     static constexpr bool kMaskReads;  // the mask reads a tensor (its indices then stay inside)
   //     __device__ static float score(const kgen::VariantArgs& a, float s, int b, int h, int q,
   //                                   int k, int n_q, int n_k);   // f
   //     __device__ static float dscore(... same ...);              // ∂f/∂score

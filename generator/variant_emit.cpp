@@ -182,6 +182,13 @@ class TileEmitter {
 const char* const kScoreParams =
     "(const kgen::VariantArgs& kgv_a, float kgv_s, int kgv_b, int kgv_h, int kgv_q, int kgv_k, int kgv_n_q, int kgv_n_k)";
 
+bool reads_tensor(const Node& n) {
+  if (n.op == Op::tensor) return true;
+  for (const auto& a : n.args)
+    if (reads_tensor(*a)) return true;
+  return false;
+}
+
 std::string function(const char* result, const char* name, const std::string& params, const std::string& body) {
   return "  static __device__ __forceinline__ " + std::string(result) + " " + name + params + " {\n" + body + "  }\n";
 }
@@ -196,6 +203,7 @@ std::string emit_struct(const VariantExpr& e, std::string_view name) {
   s += "  static constexpr bool kMask = " + std::string(flag(e.mask != nullptr)) + ";\n";
   s += "  static constexpr bool kUnitSlope = " + std::string(flag(e.unit_slope)) + ";\n";
   s += "  static constexpr bool kTensorGrads = " + std::string(flag(!e.learnable.empty())) + ";\n";
+  s += "  static constexpr bool kMaskReads = " + std::string(flag(e.mask != nullptr && reads_tensor(*e.mask))) + ";\n";
   const auto ret = [](const std::string& v) { return "    return " + v + ";\n"; };
   s += function("float", "score", kScoreParams, ret(e.score ? real(*e.score, expr(*e.score)) : "kgv_s"));
   s += function("float", "dscore", kScoreParams, ret(expr(*e.dscore)));

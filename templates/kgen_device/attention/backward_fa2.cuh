@@ -120,7 +120,9 @@ __device__ __forceinline__ void mma_xb(float (&acc)[MT][DC / 8][4], const float 
 template <int BM, bool Causal>
 struct QueryTileWalk {
   int group, tile_begin, tiles_per_head, total;
-  // A variant's mask narrows the tiles to those some head of the group may see (keys [k0, k1]).
+  VariantFullSpan full;  // the query tiles every head of the group sees in full (variants with a mask)
+  // A variant's mask narrows the tiles to those some head of the group may see (keys [k0, k1]),
+  // and finds the span of them that every head sees in full.
   template <class V>
   __device__ __forceinline__ void narrow(const VariantArgs* a, VariantAt at, int kv_head, int k0, int k1) {
     if constexpr (V::kMask) {
@@ -128,12 +130,17 @@ struct QueryTileWalk {
       for (int hg = 0; hg < group; ++hg) {
         at.head = kv_head * group + hg;
         int first = tile_begin, end = tile_begin + tiles_per_head;
-        variant_query_tiles<V, BM>(*a, at, k0, k1, first, end);
+        variant_query_tiles<V, BM, true>(*a, at, k0, k1, first, end);
         if (first < end) lo = imin(lo, first), hi = imax(hi, end);
       }
       tile_begin = lo;
       tiles_per_head = imax(hi - lo, 0);
       total = group * tiles_per_head;
+      for (int hg = 0; hg < group; ++hg) {
+        at.head = kv_head * group + hg;
+        const VariantFullSpan f = variant_full_query_tiles<V, BM>(*a, at, k0, k1, tile_begin, tile_begin + tiles_per_head);
+        full = hg == 0 ? f : VariantFullSpan{imax(full.lo, f.lo), imin(full.hi, f.hi)};
+      }
     }
   }
   __device__ __forceinline__ QueryTileWalk(int n0, int n_q, int n_k, int head_group) : group(head_group) {
@@ -143,7 +150,8 @@ struct QueryTileWalk {
     total = group * tiles_per_head;
   }
   __device__ __forceinline__ int head(int kv_head, int it) const { return kv_head * group + it / tiles_per_head; }
-  __device__ __forceinline__ int m0(int it) const { return (tile_begin + it % tiles_per_head) * BM; }
+  __device__ __forceinline__ int tile(int it) const { return tile_begin + it % tiles_per_head; }
+  __device__ __forceinline__ int m0(int it) const { return tile(it) * BM; }
 };
 
 // Shared-memory regions of the key-major kernels from `k` (the K tile): K and V tiles of
@@ -365,8 +373,7 @@ __device__ __forceinline__ void attention_backward_fa2_kv(const AttentionBackwar
     if constexpr (kVariantScores<Variant>) {
       // ---- a variant: dPᵀ = V_w·dOᵀ first, then per element P and dS = P∘(dP − delta)∘f' ----
       at.head = head;
-      const bool masked =
-          needs_mask || variant_partial<Variant>(*va, at, m0, imin(m0 + BM, n_q) - 1, n0, imin(n0 + BN, n_k) - 1);
+      const bool masked = needs_mask || variant_partial<Variant>(walk.full, walk.tile(it));
       bwd_detail::zero(ds);
       bwd_detail::mma_abt<T, kKT, kQT, D, kDCV>(ds, sm.v() + a_lane, sm.d_o(stage) + b_lane);
 #pragma unroll
@@ -556,9 +563,11 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   int num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
   int tile0 = 0;  // the first key tile (a variant's mask may skip leading tiles)
   VariantAt at{};
+  VariantFullSpan full;  // the key tiles the block's rows see in full (variants with a mask)
   if constexpr (kVariantScores<Variant>) {
     at = {batch, head, n_q, n_k, p.scale, 1.f / p.scale};
-    variant_key_tiles<Variant, BN>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, num_tiles);
+    variant_key_tiles<Variant, BN, true>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, num_tiles);
+    full = variant_full_key_tiles<Variant, BN>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, num_tiles);
     num_tiles = imax(num_tiles - tile0, 0);
   }
 
@@ -621,8 +630,7 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
     bwd_detail::mma_abt<T, kMT, kNT, D, kDCV>(ds, smem_do + a_lane, smem_v(stage) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
     if constexpr (kVariantScores<Variant>) {
-      const bool masked =
-          needs_mask || variant_partial<Variant>(*va, at, m0, imin(m0 + BM, n_q) - 1, n0, imin(n0 + BN, n_k) - 1);
+      const bool masked = needs_mask || variant_partial<Variant>(full, tile0 + tile);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll

@@ -326,7 +326,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
       // their lse2 is 0, which a modification would turn into P ≠ 0.
       at.head = walk.head(kv_y, it);
       const bool masked = needs_mask || m0 + BM > n_q ||
-                          variant_partial<Variant>(*va, at, m0, imin(m0 + BM, n_q) - 1, n0, imin(n0 + BN, n_k) - 1);
+                          variant_partial<Variant>(walk.full, walk.tile(it));
       if (masked)
         bwd_detail::key_major_variant_p_ds<Variant, Causal, BM>(*va, at, s, dp, sm.stats(stage), scale_log2, true,
                                                                 key0, m0, g, t);

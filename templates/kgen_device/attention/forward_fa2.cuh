@@ -240,6 +240,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
   int num_tiles;
   int tile0 = 0;  // the first key tile the block visits (a variant's mask may skip leading tiles)
   VariantAt at{};
+  VariantFullSpan full;  // the key tiles the block's rows see in full (variants with a mask)
   {
     const Coords c = Coords::read();
     // Keys [0, n_end) are visible to at least one row of this block.
@@ -248,7 +249,8 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     num_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
     if constexpr (kVariantScores<Variant> || Variant::kSinks) at = {c.batch, c.head, n_q, n_k, p.scale, 1.f / p.scale};
     if constexpr (Variant::kMask) {
-      variant_key_tiles<Variant, BN>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, tile0, num_tiles);
+      variant_key_tiles<Variant, BN, true>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, tile0, num_tiles);
+      full = variant_full_key_tiles<Variant, BN>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, tile0, num_tiles);
       num_tiles = imax(num_tiles - tile0, 0);
     }
   }
@@ -410,7 +412,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > c.m0 + diag);
     if constexpr (kVariantScores<Variant>) {
       const bool masked =
-          needs_mask || variant_partial<Variant>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, n0, n0 + BN - 1);
+          needs_mask || variant_partial<Variant>(full, tile0 + tile);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt)
         variant_fragment<Variant, Causal, kNTiles>(

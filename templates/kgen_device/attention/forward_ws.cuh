@@ -208,12 +208,15 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   auto variant_at = [&](const wgmma_fwd_detail::QueryBlock& qb) {
     return VariantAt{qb.batch, qb.head, qb.n_q, qb.n_k, p.scale, 1.f / p.scale};
   };
-  auto key_range = [&](const wgmma_fwd_detail::QueryBlock& qb, int& first_tile, int& num_tiles) {
+  // warp: every lane of the caller's warp calls it together (variant_narrow).
+  auto key_range = [&](const wgmma_fwd_detail::QueryBlock& qb, int& first_tile, int& num_tiles, bool warp) {
     first_tile = 0, num_tiles = qb.num_tiles;
     if constexpr (Variant::kMask) {
       // The tiles between the first and the last that the mask does not prove empty.
       int end = qb.num_tiles;
-      variant_key_tiles<Variant, BN>(*va, variant_at(qb), qb.m0, imin(qb.m0 + BM, qb.n_q) - 1, first_tile, end);
+      const int q1 = imin(qb.m0 + BM, qb.n_q) - 1;
+      if (warp) variant_key_tiles<Variant, BN, true>(*va, variant_at(qb), qb.m0, q1, first_tile, end);
+      else variant_key_tiles<Variant, BN>(*va, variant_at(qb), qb.m0, q1, first_tile, end);
       num_tiles = imax(end - first_tile, 0);
     }
     if constexpr (StreamK) first_tile = part_first, num_tiles = part_tiles;
@@ -238,11 +241,32 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   // Q buffer `buf`: q_full first (bars), the second buffer's and both q_empty after the ring's.
   auto q_full = [&](int buf) { return buf == 0 ? bars : bars + 8 * (1 + 4 * Stages); };
   auto q_empty = [&](int buf) { return bars + 8 * (2 + 4 * Stages + buf); };
+  // A masked variant's key range on a grid of one query tile per block: the first consumer thread
+  // narrows it (its warp's lanes share the work, variant_narrow) and hands it to the producer
+  // through two ints after the barriers and range_full, so the producer's single thread neither
+  // repeats the narrowing nor holds its state in its 24 registers; it loads Q meanwhile.
+  constexpr bool kSharedRange = Variant::kMask && !Persistent && !StreamK;
+  auto range_full = [&] { return bars + 8 * (4 + 4 * Stages); };
+  volatile int* const range_slot =
+      reinterpret_cast<volatile int*>(dynamic_smem() + (bars + 8 * (5 + 4 * Stages) - smem_raw));
+  // Q tile `qb` into the buffer of the block's local-th tile.
+  auto load_q = [&](const wgmma_fwd_detail::QueryBlock& qb, int local) {
+    const int buf = local % kQBuffers;
+    if (Persistent && local >= kQBuffers) tma::wait(q_empty(buf), (local / kQBuffers - 1) & 1);
+    tma::arrive_expect_tx(q_full(buf), QTile::kBytes);
+#pragma unroll
+    for (int b = 0; b < D / 64; ++b)
+#pragma unroll
+      for (int c = 0; c < kConsumers; ++c)
+        tma::load_4d(smem_q(buf) + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b,
+                     sequence_row0<Variant>(va, qb.batch) + qb.m0 + 64 * c, qb.head, slot(qb), q_full(buf));
+  };
 
   if (tid == 0) {
     for (int b = 0; b < kQBuffers; ++b) tma::barrier_init(q_full(b), 1);
     if constexpr (Persistent)
       for (int b = 0; b < kQBuffers; ++b) tma::barrier_init(q_empty(b), kConsumers);
+    if constexpr (kSharedRange) tma::barrier_init(range_full(), 1);
     for (int s = 0; s < Stages; ++s) {
       tma::barrier_init(k_full(s), 1);
       tma::barrier_init(v_full(s), 1);
@@ -261,17 +285,15 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       int ring = 0;  // K/V tiles loaded so far
       for (int round = 0, local = 0; next_tile(round); ++local) {
         int first_tile, num_tiles;
-        key_range(qb, first_tile, num_tiles);
+        if constexpr (kSharedRange) {
+          load_q(qb, local);  // under the consumer's narrowing
+          tma::wait(range_full(), 0);
+          first_tile = range_slot[0], num_tiles = range_slot[1];
+        } else {
+          key_range(qb, first_tile, num_tiles, false);
+        }
         const int kv_head = qb.head / p.head_group;
-        const int buf = local % kQBuffers;
-        if (Persistent && local >= kQBuffers) tma::wait(q_empty(buf), (local / kQBuffers - 1) & 1);
-        tma::arrive_expect_tx(q_full(buf), QTile::kBytes);
-#pragma unroll
-        for (int b = 0; b < D / 64; ++b)
-#pragma unroll
-          for (int c = 0; c < kConsumers; ++c)
-            tma::load_4d(smem_q(buf) + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b,
-                         sequence_row0<Variant>(va, qb.batch) + qb.m0 + 64 * c, qb.head, slot(qb), q_full(buf));
+        if constexpr (!kSharedRange) load_q(qb, local);
         // Paged K/V: the pages of the tile at key n0, boxes of min(BN, page_size) rows (the map's),
         // read from the block table before the stage is waited for (the reads are independent,
         // so their latencies overlap each other and the wait).
@@ -354,7 +376,12 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   for (int round = 0, local = 0; next_tile(round); ++local) {
     const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
     int first_tile, num_tiles;
-    key_range(qb, first_tile, num_tiles);
+    key_range(qb, first_tile, num_tiles, true);
+    if constexpr (kSharedRange)
+      if (tid == 128) {
+        range_slot[0] = first_tile, range_slot[1] = num_tiles;
+        tma::arrive(range_full());
+      }
     const int buf = local % kQBuffers;
     const int wg_row0 = m0 + cw * 64;
     const int row0 = wg_row0 + warp * 16 + g;  // this thread's first fragment row (the other: + 8)
@@ -406,11 +433,15 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     float row_sum[2] = {0.f, 0.f};
     VariantAt at{};
     if constexpr (kVariantScores<Variant> || Variant::kSinks) at = variant_at(qb);
-    // The score step of the tile at key n0: the variant (if any), then the mask and the online softmax.
-    auto score_step = [&](float (&s)[kSRegs], float (&alpha)[2], int n0) {
+    VariantFullSpan full;  // the key tiles this consumer's rows see in full (variants with a mask)
+    if constexpr (Variant::kMask)
+      full = variant_full_key_tiles<Variant, BN>(*va, at, wg_row0, imin(wg_row0 + 63, n_q - 1), first_tile,
+                                                 first_tile + num_tiles);
+    // The score step of key tile `kt`: the variant (if any), then the mask and the online softmax.
+    auto score_step = [&](float (&s)[kSRegs], float (&alpha)[2], int kt) {
+      const int n0 = kt * BN;
       if constexpr (kVariantScores<Variant>) {
-        const bool masked =
-            needs_mask(n0) || variant_partial<Variant>(*va, at, wg_row0, imin(wg_row0 + 63, n_q - 1), n0, n0 + BN - 1);
+        const bool masked = needs_mask(n0) || variant_partial<Variant>(full, kt);
         variant_fragment<Variant, Causal, BN / 8>(
             *va, at, [&](int j, int i) -> float& { return s[4 * j + i]; }, row0, n0, t, masked);
         wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
@@ -436,7 +467,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       wgmma::fence_operand(s);
       release(k_empty(stage));
       float alpha[2];
-      score_step(s, alpha, first_tile * BN);
+      score_step(s, alpha, first_tile);
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
     }
@@ -455,7 +486,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       wgmma::fence_operand(s);
       release(k_empty(next));
       float alpha[2];
-      score_step(s, alpha, (first_tile + tile + 1) * BN);
+      score_step(s, alpha, first_tile + tile + 1);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       release(v_empty(stage));

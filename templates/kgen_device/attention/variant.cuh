@@ -11,7 +11,8 @@
 //   3. the sinks (when args.sinks is set): each row's softmax denominator gains exp(sinks[h]),
 //      applied once in the epilogue (variant_finish_row).
 // Key tiles: a block visits only tiles that its query rows may see (variant_key_tiles), and a
-// tile that Variant::tile proves fully visible skips the mask.
+// tile that Variant::tile proves fully visible skips the mask (variant_full_key_tiles finds the
+// span of them once per block; the tiles outside it take the mask, variant_partial).
 //
 // Packed batches (Variant::kPacked; docs/attention.md §9): the tensors hold the sequences one
 // after another along n, batch b owning rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) of q and o
@@ -28,6 +29,7 @@
 #include "kgen_device/attention/variant_args.h"
 #include "kgen_device/core/block.cuh"
 #include "kgen_device/core/math.cuh"
+#include "kgen_device/core/warp.cuh"
 
 // How a variant kernel's entry declares its VariantArgs parameter (generator/entry_shim.cpp): a
 // __grid_constant__ on NVIDIA, so the kernel reads it in place through a pointer.
@@ -41,7 +43,7 @@ namespace kgen {
 
 // Plain attention: no modification, no mask, no sinks.
 struct NoVariant {
-  static constexpr bool kScoreMod = false, kMask = false, kUnitSlope = true, kTensorGrads = false;
+  static constexpr bool kScoreMod = false, kMask = false, kUnitSlope = true, kTensorGrads = false, kMaskReads = false;
   static constexpr bool kSinks = false, kPacked = false, kPaged = false;
   __device__ static float score(const VariantArgs&, float s, int, int, int, int, int, int) { return s; }
   __device__ static float dscore(const VariantArgs&, float, int, int, int, int, int, int) { return 1.f; }
@@ -143,8 +145,11 @@ __device__ __forceinline__ float variant_score(const VariantArgs& a, const Varia
   if constexpr (Check) {
     bool visible = (col < at.n_k) & (row < at.n_q);
     if constexpr (Causal) visible = visible & (col <= row + (at.n_k - at.n_q));
-    if constexpr (V::kMask)
+    // A mask that reads tensors takes indices inside them; the bounds decide for the others.
+    if constexpr (V::kMask && V::kMaskReads)
       visible = visible & V::mask(a, at.batch, at.head, imin(row, at.n_q - 1), imin(col, at.n_k - 1), at.n_q, at.n_k);
+    else if constexpr (V::kMask)
+      visible = visible & V::mask(a, at.batch, at.head, row, col, at.n_q, at.n_k);
     if constexpr (!V::kScoreMod) return visible ? raw : -infinity_f32();
     if (!visible) return -infinity_f32();  // the modification may read tensors only visible keys index
   }
@@ -163,10 +168,10 @@ __device__ __forceinline__ float variant_score(const VariantArgs& a, const Varia
   return check ? variant_score<V, Causal, true>(a, at, raw, row, col) : variant_score<V, Causal, false>(a, at, raw, row, col);
 }
 
-// Check: 0 = modification only, 1 = mask and bounds too, 2 = as `masked` says at run time.
-template <class V, bool Causal, int Check, int Groups, class S>
+// Check: the mask and the bounds too, else the modification only.
+template <class V, bool Causal, bool Check, int Groups, class S>
 __device__ __forceinline__ void variant_fragment_pass(const VariantArgs& a, const VariantAt& at, S& s, int row0, int n0,
-                                                      int t, bool masked) {
+                                                      int t) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -174,12 +179,7 @@ __device__ __forceinline__ void variant_fragment_pass(const VariantArgs& a, cons
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         float& x = s(j, 2 * h + e);
-        const int row = row0 + 8 * h, col = n0 + 2 * t + 8 * j + e;
-        if constexpr (Check == 2)
-          x = masked ? variant_score<V, Causal, true, true>(a, at, x, row, col)
-                     : variant_score<V, Causal, false, true>(a, at, x, row, col);
-        else
-          x = variant_score<V, Causal, Check == 1, true>(a, at, x, row, col);
+        x = variant_score<V, Causal, Check, true>(a, at, x, row0 + 8 * h, n0 + 2 * t + 8 * j + e);
       }
 }
 
@@ -187,61 +187,159 @@ __device__ __forceinline__ void variant_fragment_pass(const VariantArgs& a, cons
 // mma.sync and wgmma (element i of 8-key group j: row row0 + 8·(i / 2), key n0 + 2t + 8j + i % 2),
 // read and written through `s(j, i)`, leaving scores in variant_softmax_log2's units. `masked`: the
 // tile is not proven fully visible, so the mask and bounds apply per element; otherwise only the
-// modification. A modification runs as straight-line code over the fragment, one copy of the
-// loop for each case, so that no element carries a branch and the modification's latencies
-// overlap across elements; a mask alone selects per element in one loop.
+// modification, and a mask alone does nothing. Each case is its own straight-line copy of the
+// loop, so that no element carries a branch or a select on the tile's kind, the modification's
+// latencies overlap across elements, and tiles proven visible pay nothing for the mask.
 template <class V, bool Causal, int Groups, class S>
 __device__ __forceinline__ void variant_fragment(const VariantArgs& a, const VariantAt& at, S&& s, int row0, int n0,
                                                  int t, bool masked) {
-  if constexpr (V::kScoreMod) {
-    if (masked) variant_fragment_pass<V, Causal, 1, Groups>(a, at, s, row0, n0, t, true);
-    else variant_fragment_pass<V, Causal, 0, Groups>(a, at, s, row0, n0, t, false);
-  } else if constexpr (V::kMask) {
-    variant_fragment_pass<V, Causal, 2, Groups>(a, at, s, row0, n0, t, masked);
+  if constexpr (kVariantScores<V>) {
+    if (masked) variant_fragment_pass<V, Causal, true, Groups>(a, at, s, row0, n0, t);
+    else if constexpr (V::kScoreMod) variant_fragment_pass<V, Causal, false, Groups>(a, at, s, row0, n0, t);
   }
 }
 
-// Whether a tile of rows [q0, q1] × keys [k0, k1] needs the per-element mask: it does unless the
-// variant's tile() proves every key visible (plain kernels: never, for the variant's part).
-template <class V>
-__device__ __forceinline__ bool variant_partial(const VariantArgs& a, const VariantAt& at, int q0, int q1, int k0,
-                                                int k1) {
-  if constexpr (V::kMask) return V::tile(a, at.batch, at.head, q0, q1, k0, k1, at.n_q, at.n_k) != 2;
-  return false;
-}
-
 // Narrows the tiles [first, end) to those from the first to the last that `empty(t0, t1)` (tiles
-// t0..t1 − 1 all proven empty) does not rule out. The scans step over 64, then 8, then single
-// tiles, so a window far from the start costs a few dozen tile() calls, not one per tile.
-template <class Empty>
+// t0..t1 − 1 all proven empty) does not rule out. One thread: the scans step over 64, then 8,
+// then single tiles, so a window far from the start costs a few dozen empty() calls, not one per
+// tile. Warp (every lane of a warp calls it together, with the same arguments): the lanes test
+// 32 spans at once, a first round spans of ⌈(end − first) / 32⌉ tiles, the next the first span
+// not proven empty split in 32, and so on down to single tiles (two rounds up to 1024 tiles),
+// then the same from the end; the dependent empty() calls fall from dozens to a few.
+template <bool Warp, class Empty>
 __device__ __forceinline__ void variant_narrow(int& first, int& end, Empty&& empty) {
+  if constexpr (Warp) {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    // The first tile not proven empty: [lo, hi) holds it, or lo == hi when there is none.
+    int lo = first, hi = end;
 #pragma unroll 1
-  for (int step = 64; step >= 1; step /= 8)
-    while (first + step <= end && empty(first, first + step)) first += step;
+    while (hi - lo > 0) {
+      const int span = (hi - lo + 31) / 32, t0 = lo + lane * span, t1 = imin(t0 + span, hi);
+      const unsigned open = ballot32(t0 < t1 && !empty(t0, t1));
+      if (open == 0) {
+        lo = hi;
+        break;
+      }
+      lo += lowest_bit32(open) * span;
+      if (span == 1) break;
+      hi = imin(lo + span, hi);
+    }
+    first = lo;
+    // The last tile not proven empty, in [first, end).
+    lo = first, hi = end;
 #pragma unroll 1
-  for (int step = 64; step >= 1; step /= 8)
-    while (end - step >= first && empty(end - step, end)) end -= step;
+    while (hi - lo > 0) {
+      const int span = (hi - lo + 31) / 32, t1 = hi - lane * span, t0 = imax(t1 - span, lo);
+      const unsigned open = ballot32(t0 < t1 && !empty(t0, t1));
+      if (open == 0) {
+        hi = lo;
+        break;
+      }
+      hi -= lowest_bit32(open) * span;
+      if (span == 1) break;
+      lo = imax(hi - span, lo);
+    }
+    end = hi;
+  } else {
+#pragma unroll 1
+    for (int step = 64; step >= 1; step /= 8)
+      while (first + step <= end && empty(first, first + step)) first += step;
+#pragma unroll 1
+    for (int step = 64; step >= 1; step /= 8)
+      while (end - step >= first && empty(end - step, end)) end -= step;
+  }
 }
 
-// The key tiles of BN keys [first, end) that rows [q0, q1] visit, narrowed by the mask.
-template <class V, int BN>
+// The key tiles of BN keys [first, end) that rows [q0, q1] visit, narrowed by the mask (Warp: as
+// variant_narrow says).
+template <class V, int BN, bool Warp = false>
 __device__ __forceinline__ void variant_key_tiles(const VariantArgs& a, const VariantAt& at, int q0, int q1,
                                                   int& first, int& end) {
   if constexpr (V::kMask)
-    variant_narrow(first, end, [&](int t0, int t1) {
+    variant_narrow<Warp>(first, end, [&](int t0, int t1) {
       return V::tile(a, at.batch, at.head, q0, q1, t0 * BN, imin(t1 * BN, at.n_k) - 1, at.n_q, at.n_k) == 0;
     });
 }
 
 // The query tiles of BM rows [first, end) that see some key of [k0, k1], narrowed by the mask
-// (the backward's key-major kernels).
-template <class V, int BM>
+// (the backward's key-major kernels; Warp: as variant_narrow says).
+template <class V, int BM, bool Warp = false>
 __device__ __forceinline__ void variant_query_tiles(const VariantArgs& a, const VariantAt& at, int k0, int k1,
                                                     int& first, int& end) {
   if constexpr (V::kMask)
-    variant_narrow(first, end, [&](int t0, int t1) {
+    variant_narrow<Warp>(first, end, [&](int t0, int t1) {
       return V::tile(a, at.batch, at.head, t0 * BM, imin(t1 * BM, at.n_q) - 1, k0, k1, at.n_q, at.n_k) == 0;
     });
+}
+
+// A span of tiles [lo, hi) that the mask proves fully visible as a whole (empty when lo == hi).
+struct VariantFullSpan {
+  int lo = 0, hi = 0;
+  __device__ __forceinline__ bool contains(int tile) const { return tile >= lo && tile < hi; }
+};
+
+// The tiles of [first, end) proven fully visible as one span, once per block, by the 32 lanes of
+// a warp together (every lane calls it, with the same arguments): `empty(t0, t1)` and
+// `full(t0, t1)` say whether tiles t0..t1 − 1 are all proven empty or all proven fully visible.
+// The caller's own visible tiles first (a block's range may hold tiles that only its other rows
+// see), then from each end the first tile proven full (the lanes test 32 tiles at once: a
+// window's edges, a document's first tile, the diagonal are partial), then the tiles between
+// them as one span; where that is not proven (visible tiles with holes), the span is empty and
+// every tile takes the mask (variant_partial).
+template <class Empty, class Full>
+__device__ __forceinline__ VariantFullSpan variant_full_span(int first, int end, Empty&& empty, Full&& full) {
+  VariantFullSpan span;
+  int lo = first, hi = end;
+  variant_narrow<true>(lo, hi, empty);
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const unsigned left = ballot32(lo + lane < hi && full(lo + lane, lo + lane + 1));
+  if (left == 0) return span;
+  lo += lowest_bit32(left);
+  const unsigned right = ballot32(hi - 1 - lane >= lo && full(hi - 1 - lane, hi - lane));
+  if (right == 0) return span;  // no full tile among the last 32
+  hi -= lowest_bit32(right);
+  if (full(lo, hi)) span.lo = lo, span.hi = hi;
+  return span;
+}
+
+// The full span of the key tiles [first, end) of BN keys that rows [q0, q1] visit.
+template <class V, int BN>
+__device__ __forceinline__ VariantFullSpan variant_full_key_tiles(const VariantArgs& a, const VariantAt& at, int q0,
+                                                                  int q1, int first, int end) {
+  if constexpr (V::kMask) {
+    auto tile = [&](int t0, int t1) {
+      return V::tile(a, at.batch, at.head, q0, q1, t0 * BN, imin(t1 * BN, at.n_k) - 1, at.n_q, at.n_k);
+    };
+    return variant_full_span(
+        first, end, [&](int t0, int t1) { return tile(t0, t1) == 0; }, [&](int t0, int t1) { return tile(t0, t1) == 2; });
+  }
+  return {};
+}
+
+// The full span of the query tiles [first, end) of BM rows that see keys [k0, k1] (the backward's
+// key-major kernels).
+template <class V, int BM>
+__device__ __forceinline__ VariantFullSpan variant_full_query_tiles(const VariantArgs& a, const VariantAt& at, int k0,
+                                                                    int k1, int first, int end) {
+  if constexpr (V::kMask) {
+    auto tile = [&](int t0, int t1) {
+      return V::tile(a, at.batch, at.head, t0 * BM, imin(t1 * BM, at.n_q) - 1, k0, k1, at.n_q, at.n_k);
+    };
+    return variant_full_span(
+        first, end, [&](int t0, int t1) { return tile(t0, t1) == 0; }, [&](int t0, int t1) { return tile(t0, t1) == 2; });
+  }
+  return {};
+}
+
+// Whether key tile (or, key-major, query tile) `tile` of a block needs the per-element mask: it
+// does unless it lies in the block's full span (plain kernels: never, for the variant's part).
+// Tiles outside the span keep the mask even where tile() might prove them full one by one: the
+// span holds the full tiles of windows, documents, prefixes and chunks, and the loop then keeps
+// no classification state.
+template <class V>
+__device__ __forceinline__ bool variant_partial(VariantFullSpan span, int tile) {
+  if constexpr (V::kMask) return !span.contains(tile);
+  return false;
 }
 
 // The backward's score step for one element (row, col) of raw score `raw`: P (into p, 0 where

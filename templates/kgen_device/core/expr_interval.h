@@ -106,13 +106,11 @@ KGEN_HOST_DEVICE constexpr int tri_where(int c, int x, int y) {
 // exactly by two entries of level ⌊log2(b1 − b0 + 1)⌋. A row is levels(blocks) · blocks pairs.
 constexpr int kExprRangeShift = 4;
 KGEN_HOST_DEVICE constexpr int iv_floor_log2(long long x) {  // x >= 1
-  int l = 0;
-  if (x >= (1LL << 16)) x >>= 16, l += 16;
-  if (x >= (1LL << 8)) x >>= 8, l += 8;
-  if (x >= (1LL << 4)) x >>= 4, l += 4;
-  if (x >= (1LL << 2)) x >>= 2, l += 2;
-  if (x >= 2) l += 1;
-  return l;
+#if defined(__CUDA_ARCH__)
+  return 63 - __clzll(x);
+#else
+  return 63 - __builtin_clzll(static_cast<unsigned long long>(x));
+#endif
 }
 KGEN_HOST_DEVICE constexpr long long iv_table_blocks(long long n) { return (n + (1 << kExprRangeShift) - 1) >> kExprRangeShift; }
 KGEN_HOST_DEVICE constexpr int iv_table_levels(long long blocks) { return iv_floor_log2(blocks) + 1; }

@@ -39,6 +39,17 @@ __device__ __forceinline__ bool all32(bool pred) {
 #endif
   return static_cast<unsigned>(wave_lane() & 32 ? ballot >> 32 : ballot) == 0xffffffffu;
 }
+// Bit i set where pred holds on lane i of the caller's 32-lane half.
+__device__ __forceinline__ unsigned ballot32(bool pred) {
+#if __has_builtin(__builtin_amdgcn_ballot_w64)
+  const unsigned long long ballot = __builtin_amdgcn_ballot_w64(pred);
+#else
+  const unsigned long long ballot = __builtin_amdgcn_uicmp(static_cast<unsigned>(pred), 0u, 33);
+#endif
+  return static_cast<unsigned>(wave_lane() & 32 ? ballot >> 32 : ballot);
+}
+// The index of the lowest set bit of x (x != 0).
+__device__ __forceinline__ int lowest_bit32(unsigned x) { return __builtin_ctz(x); }
 #else
 
 // x of lane (lane ^ lane_mask).
@@ -55,6 +66,10 @@ __device__ __forceinline__ int shfl32(int x, int src_lane) { return __shfl_sync(
 
 // Whether pred holds on all 32 lanes (the same answer on every lane).
 __device__ __forceinline__ bool all32(bool pred) { return __all_sync(0xffffffffu, pred); }
+// Bit i set where pred holds on lane i.
+__device__ __forceinline__ unsigned ballot32(bool pred) { return __ballot_sync(0xffffffffu, pred); }
+// The index of the lowest set bit of x (x != 0).
+__device__ __forceinline__ int lowest_bit32(unsigned x) { return __ffs(static_cast<int>(x)) - 1; }
 
 #endif  // KGEN_AMD
 
