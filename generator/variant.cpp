@@ -112,6 +112,7 @@ std::shared_ptr<const VariantExpr> build(const VariantDecl& decl) {
   e->unit_slope = is_const(*e->dscore) && const_value(*e->dscore) == 1 && is_const(*e->d2score) &&
                   const_value(*e->d2score) == 0;
   e->learnable = learnable_reads(e->score, decl);
+  if (auto keys = key_bounds(e->mask)) e->key_lo = keys->lo, e->key_hi = keys->hi;
   e->canonical = canonical_text(*e);
   return e;
 }
@@ -254,6 +255,15 @@ TileClass Variant::classify(const VariantValues& values, std::int64_t b, std::in
   if (!expr_->mask) return TileClass::full;
   const int t = classify_mask(*expr_->mask, expr_->decl, values, b, h, q0, q1, k0, k1, n_q, n_k);
   return t == kTriTrue ? TileClass::full : t == kTriFalse ? TileClass::empty : TileClass::partial;
+}
+
+bool Variant::has_key_bounds() const { return expr_->key_lo != nullptr; }
+
+std::pair<std::int64_t, std::int64_t> Variant::key_bounds(const VariantValues& values, std::int64_t b, std::int64_t h,
+                                                          std::int64_t q, std::int64_t n_q, std::int64_t n_k) const {
+  if (!expr_->key_lo) fail("variant key_bounds: the mask is not one interval of keys per row (has_key_bounds()).");
+  const EvalContext cx = context(*expr_, values, 0, {b, h, q, 0, n_q, n_k});
+  return {evaluate(*expr_->key_lo, cx).i, evaluate(*expr_->key_hi, cx).i};
 }
 
 // ---- Presets -------------------------------------------------------------------------------

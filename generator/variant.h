@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace kgen {
@@ -158,6 +159,12 @@ class Variant {
   TileClass classify(const VariantValues& values, std::int64_t b, std::int64_t h, std::int64_t q0,
                      std::int64_t q1, std::int64_t k0, std::int64_t k1, std::int64_t n_q,
                      std::int64_t n_k) const;
+  // Whether the mask is one interval of keys per row (windows, causal masks of either alignment,
+  // prefix-LM and their conjunctions; not chunks or tensor-indexed masks), and that interval
+  // [lo, hi] for row q (for every key k of [0, n_k): mask(q, k) exactly when lo <= k <= hi).
+  bool has_key_bounds() const;
+  std::pair<std::int64_t, std::int64_t> key_bounds(const VariantValues& values, std::int64_t b, std::int64_t h,
+                                                   std::int64_t q, std::int64_t n_q, std::int64_t n_k) const;
 
  private:
   std::shared_ptr<const VariantExpr> expr_;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,7 @@ class VariantExpr {
   variant_detail::NodeRef mask;   // null: every key visible
   variant_detail::NodeRef dscore, d2score;
   std::vector<variant_detail::LearnableRead> learnable;
+  variant_detail::NodeRef key_lo, key_hi;  // the mask's keys per row where it is one interval (key_bounds)
   bool unit_slope = true;
   std::string canonical;
 };
@@ -105,6 +107,16 @@ int classify_mask(const Node& mask, const VariantDecl& decl, const VariantValues
                   std::int64_t n_q, std::int64_t n_k);
 
 std::string emit_struct(const VariantExpr& e, std::string_view name);
+
+// The keys a row sees where the mask is one interval of k per row (windows, causal masks of
+// either alignment, prefix-LM and their conjunctions): integer expressions lo and hi that do not
+// read k, such that for every key k of [0, n_k) the mask holds exactly when lo <= k <= hi.
+// nullopt where the mask is not of that form (k under arithmetic or in a tensor index, k != e,
+// a union of intervals that need not touch). variant_keys.cpp.
+struct KeyBounds {
+  NodeRef lo, hi;
+};
+std::optional<KeyBounds> key_bounds(const NodeRef& mask);
 
 }  // namespace variant_detail
 }  // namespace kgen

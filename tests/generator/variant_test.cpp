@@ -9,6 +9,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/amd_compilers.h"
@@ -350,6 +351,59 @@ TEST(Variant, ClassificationIsConservativeAgainstBruteForce) {
 // A document mask's tiles are proved from the ids' range tables: tiles of two other documents
 // empty, tiles inside one document full, tiles across a boundary partial; ids that fall and rise
 // again (an unsorted row) are bounded all the same.
+// Masks that are one interval of keys per row have bounds whose interval is exactly the mask's
+// keys, for every row, key and scalar tried (negative windows, empty prefixes, n_q != n_k); the
+// others say they have none.
+TEST(Variant, KeyBoundsAreExactlyTheMasksKeysPerRow) {
+  const VariantScalar w{"w", VariantType::integer};
+  std::vector<VariantDecl> intervals;
+  const VariantPresets one[] = {{.causal_top_left = true}, {.window = true}, {.prefix_lm = true}};
+  for (const auto& p : one) intervals.push_back(compose_variant(p));
+  intervals.push_back(compose_variant({.causal_top_left = true, .window = true}));
+  intervals.push_back(compose_variant({.window = true, .prefix_lm = true}));
+  for (const char* m : {"k <= q + (n_k - n_q)", "k > q - w && k < q + w", "where(q > w, k >= q - w, k <= w)",
+                        "k == q || w > 3", "q - w <= k", "k >= 2 * w && (k < q || q < w)", "k > w || k >= q"})
+    intervals.push_back(decl("", m, std::string_view(m).find('w') != std::string_view::npos
+                                        ? std::vector<VariantScalar>{w}
+                                        : std::vector<VariantScalar>{}));
+  std::mt19937 rng(5);
+  for (const auto& d : intervals) {
+    SCOPED_TRACE(d.mask_mod);
+    const Variant v = Variant::parse(d);
+    ASSERT_TRUE(v.has_key_bounds());
+    Inputs in = make_inputs(d, rng);
+    int visible = 0, hidden = 0;
+    for (int t = 0; t < 200; ++t) {
+      const std::int64_t n_q = 1 + rng() % 64, n_k = 1 + rng() % 64;
+      std::map<std::string, double> values{{"window_left", static_cast<int>(rng() % 40) - 8},
+                                           {"window_right", static_cast<int>(rng() % 40) - 8},
+                                           {"prefix", static_cast<int>(rng() % 48) - 4},
+                                           {"w", static_cast<int>(rng() % 20) - 4}};
+      for (std::size_t i = 0; i < d.scalars.size(); ++i) in.values.scalars[i] = values[d.scalars[i].name];
+      for (std::int64_t q = 0; q < n_q; ++q) {
+        const auto [lo, hi] = v.key_bounds(in.values, 1, 2, q, n_q, n_k);
+        for (std::int64_t k = 0; k < n_k; ++k) {
+          const bool m = v.mask(in.values, {1, 2, q, k, n_q, n_k});
+          ASSERT_EQ(m, lo <= k && k <= hi) << "q " << q << " k " << k << " n_q " << n_q << " n_k " << n_k
+                                          << " bounds " << lo << ".." << hi;
+          (m ? visible : hidden) += 1;
+        }
+      }
+    }
+    EXPECT_GT(visible, 100);  // not vacuous either way
+    EXPECT_GT(hidden, 100);
+  }
+  const VariantTensor ids{"ids", 2, VariantType::integer, false};
+  for (const VariantDecl& d : {compose_variant({.chunked = true}), compose_variant({.document = true}),
+                               decl("", "k != q"), decl("", "k % 2 == 0"), decl("", "k < w || k > q", {w}),
+                               decl("", "k + 1 <= q"), decl("", "ids[b][k] == ids[b][q]", {}, {ids}),
+                               decl("", "!(k > q)")}) {
+    SCOPED_TRACE(d.mask_mod);
+    EXPECT_FALSE(Variant::parse(d).has_key_bounds());
+  }
+  EXPECT_FALSE(Variant::parse(decl("score * 2", "")).has_key_bounds());
+}
+
 TEST(Variant, DocumentTilesAreProvedFromRangeTables) {
   const VariantDecl d = compose_variant({.document = true});
   const Variant v = Variant::parse(d);
