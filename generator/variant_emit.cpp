@@ -182,13 +182,6 @@ class TileEmitter {
 const char* const kScoreParams =
     "(const kgen::VariantArgs& kgv_a, float kgv_s, int kgv_b, int kgv_h, int kgv_q, int kgv_k, int kgv_n_q, int kgv_n_k)";
 
-bool reads_tensor(const Node& n) {
-  if (n.op == Op::tensor) return true;
-  for (const auto& a : n.args)
-    if (reads_tensor(*a)) return true;
-  return false;
-}
-
 std::string function(const char* result, const char* name, const std::string& params, const std::string& body) {
   return "  static __device__ __forceinline__ " + std::string(result) + " " + name + params + " {\n" + body + "  }\n";
 }

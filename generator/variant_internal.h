@@ -44,7 +44,23 @@ struct Node {
 
 bool is_const(const Node& n);  // a literal
 double const_value(const Node& n);
-bool reads_score(const Node& n);
+// Whether n or a node under it satisfies `hit`.
+template <class Hit>
+bool any_node(const Node& n, const Hit& hit) {
+  if (hit(n)) return true;
+  for (const auto& a : n.args)
+    if (any_node(*a, hit)) return true;
+  return false;
+}
+inline bool reads_score(const Node& n) {
+  return any_node(n, [](const Node& x) { return x.op == Op::score; });
+}
+inline bool reads_tensor(const Node& n) {
+  return any_node(n, [](const Node& x) { return x.op == Op::tensor; });
+}
+inline bool reads_k(const Node& n) {
+  return any_node(n, [](const Node& x) { return x.op == Op::input && x.value == in_k; });
+}
 NodeRef make_node(Op op, VariantType type, std::vector<NodeRef> args, int column = 0);
 std::string_view op_text(Op op);  // "+", "&&", "tanh", …
 

@@ -10,13 +10,6 @@
 namespace kgen::variant_detail {
 namespace {
 
-bool reads_k(const Node& n) {
-  if (n.op == Op::input && n.value == in_k) return true;
-  for (const auto& a : n.args)
-    if (reads_k(*a)) return true;
-  return false;
-}
-
 NodeRef int_lit(std::int64_t v) {
   auto n = std::make_shared<Node>();
   n->op = Op::int_lit;

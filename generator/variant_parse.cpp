@@ -400,12 +400,6 @@ class Parser {
 
 bool is_const(const Node& n) { return n.op == Op::int_lit || n.op == Op::real_lit; }
 double const_value(const Node& n) { return n.op == Op::real_lit ? n.real : static_cast<double>(n.value); }
-bool reads_score(const Node& n) {
-  if (n.op == Op::score) return true;
-  for (const auto& a : n.args)
-    if (reads_score(*a)) return true;
-  return false;
-}
 
 NodeRef make_node(Op op, VariantType type, std::vector<NodeRef> args, int column) {
   auto n = std::make_shared<Node>();
