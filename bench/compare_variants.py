@@ -20,8 +20,15 @@ With --mode fwdbwd each implementation runs the forward and the backward (torch.
 of q, k and v against a fixed output gradient), and the check also compares the sampled heads'
 dq, dk and dv with the fp32 reference's autograd gradients.
 
+With --mode dbl each implementation runs the forward, the backward with create_graph=True and a
+second grad of (dq, dk, dv) against fixed cotangents (the double backward), checked on the
+sampled heads against the fp32 reference differentiated twice. The peer is "math": the same
+formula in bf16 on n×n score tensors under autograd (PyTorch's math path with the modification;
+FlashAttention-4, FlexAttention and cuDNN have no double backward).
+
     python3 bench/compare_variants.py                                  # forward, d = 64 and 128, 4k and 16k
     python3 bench/compare_variants.py --mode fwdbwd --seqlens 4k --head-dims 128 --out r.md
+    python3 bench/compare_variants.py --mode dbl --impls kgen,math --seqlens 4k --head-dims 128 --tokens 4096
 """
 from __future__ import annotations
 
@@ -41,7 +48,7 @@ from rounds import interleaved  # noqa: E402
 
 REL_L2_BOUND = 2e-2  # bf16 outputs against the fp32 reference (docs/attention.md §5)
 SAMPLED_HEADS = 2
-IMPLS = ("kgen", "fa4", "flex", "cudnn")
+IMPLS = ("kgen", "fa4", "flex", "cudnn", "math")
 
 
 def parse_n(text: str) -> int:
@@ -101,16 +108,41 @@ def reference_rows(cell: Cell, qh, kh, vh, bb: int, hh: int, scale: float):
     return torch.softmax(s, dim=1) @ vh
 
 
-def reference_head(cell: Cell, q, k, v, bb: int, hh: int, scale: float, d_o=None):
-    """fp32 o of head (bb, hh) (tensors (b, n, h, d)); with d_o, the head's [o, dq, dk, dv]."""
+def reference_head(cell: Cell, q, k, v, bb: int, hh: int, scale: float, d_o=None, cotangents=None):
+    """fp32 o of head (bb, hh) (tensors (b, n, h, d)); with d_o, the head's [o, dq, dk, dv]; with
+    cotangents of (dq, dk, dv) too, then also the second grads [q̄, k̄, v̄]."""
     rows = [t[bb, :, hh].detach().float() for t in (q, k, v)]
     if d_o is None:
         return [reference_rows(cell, *rows, bb, hh, scale)]
     with torch.enable_grad():
         rows = [r.requires_grad_() for r in rows]
         o = reference_rows(cell, *rows, bb, hh, scale)
-        grads = torch.autograd.grad(o, rows, d_o[bb, :, hh].float())
-    return [o.detach(), *grads]
+        grads = torch.autograd.grad(o, rows, d_o[bb, :, hh].float(), create_graph=cotangents is not None)
+        if cotangents is None:
+            return [o.detach(), *grads]
+        second = torch.autograd.grad(grads, rows, [c[bb, :, hh].float() for c in cotangents])
+    return [o.detach(), *(g.detach() for g in grads), *second]
+
+
+def math_attention(cell: Cell, q, k, v, scale: float):
+    """The cell's formula on (b, h, n, n) score tensors in q's dtype (softmax in fp32), under
+    autograd: PyTorch's math path with the modification. Tensors (b, n, h, d)."""
+    b, n, h, _ = q.shape
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    s = (qt @ kt.transpose(-1, -2)) * scale
+    idx = lambda size, dim: torch.arange(size, device=q.device).view([-1 if i == dim else 1 for i in range(4)])  # noqa: E731
+    bb, hh, qi, ki = idx(b, 0), idx(h, 1), idx(n, 2), idx(n, 3)
+    if cell.score is not None:
+        s = cell.score(s, bb, hh, qi, ki)
+    if cell.mask is not None:
+        s = s.masked_fill(~cell.mask(bb, hh, qi, ki), float("-inf"))
+    s = s.float()
+    if cell.sinks:
+        s = torch.cat([s, cell.tensors["sinks"].view(1, h, 1, 1).expand(b, h, n, 1)], dim=-1)
+        p = torch.softmax(s, dim=-1)[..., :n]
+    else:
+        p = torch.softmax(s, dim=-1)
+    return (p.to(q.dtype) @ vt).transpose(1, 2)
 
 
 def runners(cell: Cell, q, k, v, scale: float, impls, fa4, backward: bool = False):
@@ -123,6 +155,8 @@ def runners(cell: Cell, q, k, v, scale: float, impls, fa4, backward: bool = Fals
         out["fa4"] = lambda: fa4(q, k, v, softmax_scale=scale, **cell.fa4_kw)[0]
     if "flex" in impls:
         out["flex"] = flex_runner(cell, q, k, v, scale)
+    if "math" in impls and backward:
+        out["math"] = lambda: math_attention(cell, q, k, v, scale)
     if "cudnn" in impls and cell.name == "causal (plain)":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -169,6 +203,16 @@ def with_backward(forward, q, k, v, d_o):
     return run
 
 
+def with_double_backward(forward, q, k, v, d_o, cotangents):
+    """forward, the gradients of q, k and v against d_o with create_graph=True, then their
+    gradients against `cotangents`: returns [o, dq, dk, dv, q̄, k̄, v̄]."""
+    def run():
+        o = forward()
+        first = torch.autograd.grad(o, (q, k, v), d_o, create_graph=True)
+        return [o.detach(), *(g.detach() for g in first), *torch.autograd.grad(first, (q, k, v), cotangents)]
+    return run
+
+
 def rel_l2(out, ref) -> float:
     return float((out.float() - ref).norm() / ref.norm().clamp_min(1e-30))
 
@@ -196,8 +240,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--mode", default="fwd", choices=("fwd", "fwdbwd"),
-                    help="fwd: the forward; fwdbwd: forward and backward (dq, dk, dv checked too)")
+    ap.add_argument("--mode", default="fwd", choices=("fwd", "fwdbwd", "dbl"),
+                    help="fwd: the forward; fwdbwd: forward and backward (dq, dk, dv checked too); dbl: forward, "
+                         "backward and double backward (second grads checked too; peer: math)")
     ap.add_argument("--out", default="", help="also write the table (markdown) here")
     args = ap.parse_args()
     impls = [i for i in args.impls.split(",") if i]
@@ -212,7 +257,7 @@ def main() -> None:
     device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
     lines = [f"device: {props.name}; torch {torch.__version__}; bf16; causal; b·n = {args.tokens}, h·d = {args.hidden}; "
-             f"{'forward' if args.mode == 'fwd' else 'forward + backward'}",
+             f"{ {'fwd': 'forward', 'fwdbwd': 'forward + backward', 'dbl': 'forward + backward + double backward'}[args.mode]}",
              "", "| d | n | cell | " + " | ".join(f"{i} ms" for i in impls) + " | " +
              " | ".join(f"{i}/kgen" for i in impls if i != "kgen") + " |",
              "|" + "---|" * (3 + len(impls) + len(impls) - 1)]
@@ -222,8 +267,10 @@ def main() -> None:
             b, h = max(1, args.tokens // n), max(1, args.hidden // d)
             gen = torch.Generator(device=device).manual_seed(n + d)
             q, k, v = (torch.randn(b, n, h, d, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(3))
-            backward = args.mode == "fwdbwd"
+            backward = args.mode != "fwd"
             d_o = torch.randn(b, n, h, d, device=device, dtype=torch.bfloat16, generator=gen) if backward else None
+            cotangents = [torch.randn(b, n, h, d, device=device, dtype=torch.bfloat16, generator=gen)
+                          for _ in range(3)] if args.mode == "dbl" else None
             if backward:
                 q, k, v = (t.requires_grad_() for t in (q, k, v))
             scale = 1.0 / math.sqrt(d)
@@ -234,7 +281,9 @@ def main() -> None:
                 for name, run in runners(cell, q, k, v, scale, impls, fa4, backward).items():
                     if run is None:
                         continue
-                    if backward:
+                    if cotangents is not None:
+                        run = with_double_backward(run, q, k, v, d_o, cotangents)
+                    elif backward:
                         run = with_backward(run, q, k, v, d_o)
                     try:
                         out = run()
@@ -242,7 +291,8 @@ def main() -> None:
                         outs = list(out) if backward else [out]
                         errors = [rel_l2(got[bb, :, hh], want)
                                   for bb, hh in [(0, 0), (b - 1, h - 1)][:SAMPLED_HEADS]
-                                  for got, want in zip(outs, reference_head(cell, q, k, v, bb, hh, scale, d_o))]
+                                  for got, want in zip(outs, reference_head(cell, q, k, v, bb, hh, scale, d_o,
+                                                                            cotangents))]
                         if max(errors) > REL_L2_BOUND or not all(torch.isfinite(t).all() for t in outs):
                             notes[name] = f"FAIL ({max(errors):.1e})"
                             continue

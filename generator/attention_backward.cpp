@@ -990,7 +990,9 @@ std::optional<AttentionBackwardSpec> parse_double_backward_variant_key(const std
 std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
-  if (spec.has_variant()) return std::string("the double backward of attention variants is not available yet");
+  if (spec.packed) return std::string("the double backward of packed batches is not available yet");
+  if (spec.has_variant() && c.path == BackwardPath::wgmma)
+    return std::string("the wgmma double backward does not serve attention variants yet (fa2 and simt do)");
   if (spec.head_dim_v > 0)
     return "v: head dim " + std::to_string(spec.head_dim_v) + " differs from q's " + std::to_string(spec.head_dim) +
            "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)";
@@ -1153,7 +1155,8 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_q";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n, spec.head_dim)),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
-      add_head_dim_args(shim, d, spec.head_dim);
+      if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim)), shim.args.push_back(targ("Splits", 1));
+      else add_head_dim_args(shim, d, spec.head_dim);
       break;
     case DoubleBackwardKernel::fused:
       // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
@@ -1163,7 +1166,9 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_fused";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("KvBM", dbl_wide_tile(c.block_n, spec.head_dim)), targ("Warps", c.warps), targ("Causal", spec.causal)};
-      add_head_dim_args(shim, d, spec.head_dim, column_splits(spec.head_dim));
+      if (spec.has_variant())
+        shim.args.push_back(targ("HeadDim", spec.head_dim)), shim.args.push_back(targ("Splits", column_splits(spec.head_dim)));
+      else add_head_dim_args(shim, d, spec.head_dim, column_splits(spec.head_dim));
       break;
     default:
       include = "kgen_device/attention/double_backward_simt.cuh";
@@ -1177,7 +1182,14 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   k.variant = double_backward_variant_key(named) + "." + to_string(c) + "." + dbl_kernel_name(kernel);
   shim.entry = k.entry;
   shim.threads = k.threads;
-  k.source = render_entry_shims(include, k.variant, std::span(&shim, 1));
+  // Every kernel here computes scores: a variant's struct and inputs reach them all.
+  std::string prelude;
+  if (spec.has_variant()) {
+    shim.args.push_back(targ("Variant", std::string("KgenVariant")));
+    shim.variant_args = true;
+    prelude = render_variant_prelude(spec.variant, spec.sinks, spec.packed);
+  }
+  k.source = render_entry_shims(include, k.variant, std::span(&shim, 1), prelude);
   return k;
 }
 

@@ -197,12 +197,17 @@ std::string emit_struct(const VariantExpr& e, std::string_view name) {
   s += "  static constexpr bool kUnitSlope = " + std::string(flag(e.unit_slope)) + ";\n";
   s += "  static constexpr bool kTensorGrads = " + std::string(flag(!e.learnable.empty())) + ";\n";
   s += "  static constexpr bool kMaskReads = " + std::string(flag(e.mask != nullptr && reads_tensor(*e.mask))) + ";\n";
+  s += "  static constexpr bool kKeyBounds = " + std::string(flag(e.key_lo != nullptr)) + ";\n";
   const auto ret = [](const std::string& v) { return "    return " + v + ";\n"; };
   s += function("float", "score", kScoreParams, ret(e.score ? real(*e.score, expr(*e.score)) : "kgv_s"));
   s += function("float", "dscore", kScoreParams, ret(expr(*e.dscore)));
   s += function("float", "d2score", kScoreParams, ret(expr(*e.d2score)));
   s += function("bool", "mask", "(const kgen::VariantArgs& kgv_a, int kgv_b, int kgv_h, int kgv_q, int kgv_k, int kgv_n_q, int kgv_n_k)",
                 ret(e.mask ? expr(*e.mask) : "true"));
+  // The keys row q sees, [lo, hi], where the mask is one interval of k per row (key_bounds).
+  s += function("void", "keys", "(const kgen::VariantArgs& kgv_a, int kgv_b, int kgv_h, int kgv_q, int kgv_n_q, int kgv_n_k, int& kgv_lo, int& kgv_hi)",
+                e.key_lo ? "    kgv_lo = " + expr(*e.key_lo) + ";\n    kgv_hi = " + expr(*e.key_hi) + ";\n"
+                         : std::string("    kgv_lo = 0;\n    kgv_hi = kgv_n_k - 1;\n"));
   std::string tile = ret("2");
   if (e.mask) {
     TileEmitter t;

@@ -218,7 +218,7 @@ kgen_status kgen_attention_backward(const DLTensor* q, const DLTensor* k, const 
  * variant and options->scale/causal must be the forward's. variant == NULL is plain attention
  * (exactly kgen_attention_backward). Errors as kgen_attention_forward_variant's, the gradient
  * fields named as "variant.sinks_grad: ..." and "variant.tensors[bias].grad: ...". The double
- * backward of variants is not available yet. */
+ * backward: kgen_attention_double_backward_variant. */
 kgen_status kgen_attention_backward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* o,
                                             const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
                                             DLTensor* dv, const kgen_attention_backward_options* options,
@@ -247,6 +247,17 @@ kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k,
                                            const DLTensor* gk, const DLTensor* gv, DLTensor* q_bar, DLTensor* k_bar,
                                            DLTensor* v_bar, DLTensor* do_bar,
                                            const kgen_attention_backward_options* options, void* stream);
+
+/* kgen_attention_double_backward of a variant (the forward's; NULL is plain attention): the
+ * modification's first and second derivatives and the mask enter every term (docs/attention.md
+ * §8). The variant's sinks and tensors are constants here: no gradient reaches them, and
+ * variant->sinks_grad and the tensors' grad fields are not read. Packed batches are refused. */
+kgen_status kgen_attention_double_backward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                                   const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+                                                   const DLTensor* gq, const DLTensor* gk, const DLTensor* gv,
+                                                   DLTensor* q_bar, DLTensor* k_bar, DLTensor* v_bar, DLTensor* do_bar,
+                                                   const kgen_attention_backward_options* options,
+                                                   const kgen_attention_variant* variant, void* stream);
 
 /* Scratch bytes of a backward (double_backward == 0) or double backward call for q's shape. */
 kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kgen_attention_backward_options* options,

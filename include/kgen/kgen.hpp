@@ -254,7 +254,10 @@ std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const
 // as functions of (q, k, v, d_o) and an outer loss ℒ(dq, dk, dv) whose cotangents are
 // gq = ∂ℒ/∂dq (shaped like q), gk, gv (like k), any of them null (= zero, its work skipped),
 // writes q_bar = ∂ℒ/∂q, k_bar, v_bar (like k, summed over each kv group) and do_bar = ∂ℒ/∂d_o
-// (like q). o and lse are the forward's outputs. Nothing n×n is stored.
+// (like q). o and lse are the forward's outputs. Nothing n×n is stored. options.variant, the
+// forward's, enters every term through the modification's first and second derivatives and the
+// mask (docs/attention.md §8); its sinks and tensors are constants here (no gradient reaches
+// them; the grad fields are not read). Packed batches are refused.
 void attention_double_backward(const TensorView& q, const TensorView& k, const TensorView& v,
                                const TensorView& o, const TensorView& lse, const TensorView& d_o,
                                const TensorView* gq, const TensorView* gk, const TensorView* gv,

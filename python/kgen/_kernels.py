@@ -496,6 +496,22 @@ def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, caus
     return _calls.double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale, causal, layout, deterministic, config)
 
 
+def attention_double_backward_variant(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, layout="bhnd",
+                                      deterministic=False, config=None, *variant, **named):
+    """The operator's kernel: (q_bar, k_bar, v_bar, do_bar) of kgen_attention_double_backward_variant
+    (the variant's sinks and tensors are constants: no gradient reaches them)."""
+    variant = _variant(variant, named)
+    swap = _swap(layout)
+    outputs = _double_backward_outputs(q, k, v)
+    c, keep = _variant_struct(variant)
+    _launch("kgen_attention_double_backward_variant", _lib.ATTENTION_BACKWARD_OPTIONS,
+            _gradient_options(scale, causal, deterministic, config),
+            (q, k, v, o, lse, *map(_dense, (d_o, gq, gk, gv)), *outputs), swap, ctypes.addressof(c),
+            scratch=_gradient_scratch(q, swap, deterministic, True))
+    del keep
+    return outputs
+
+
 # --- LRPE-cosine ----------------------------------------------------------------------------------
 
 def _act(act: str) -> int:

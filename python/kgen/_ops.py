@@ -18,6 +18,8 @@ torch.compile traces them as leaves of the forward and backward graphs.
     attention_forward_variant_out(q, k, v, out!, lse!?, scale, causal, layout, <variant>) -> ()
     attention_backward_variant(q, k, v, o, lse, d_o, scale, causal, layout, deterministic, config,
                                tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad, tensor_grads[])
+    attention_double_backward_variant(q, k, v, o, lse, d_o, gq?, gk?, gv?, scale, causal, layout,
+                                      deterministic, config, <variant>) -> (q_bar, k_bar, v_bar, do_bar)
     varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal,
                              <variant>) -> (o, lse)
     paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens?, scale, causal, layout="bnhd",
@@ -139,6 +141,13 @@ def _fake_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None
     return outputs
 
 
+def _fake_attention_double_backward_variant(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False,
+                                            layout="bhnd", deterministic=False, config=None, *variant, **named):
+    outputs = _fake_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale, causal, layout)
+    _checks.attention_forward_variant(q, k, v, o, lse, K._scale(scale), K._swap(layout), K._variant(variant, named))
+    return outputs
+
+
 def _fake_attention_forward_variant_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd", *variant,
                                         **named):
     _checks.attention_forward_variant(q, k, v, out, lse, K._scale(scale), K._swap(layout), K._variant(variant, named))
@@ -229,6 +238,9 @@ _register("attention_backward_out(Tensor q, Tensor k, Tensor v, Tensor o, Tensor
 _register("attention_double_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, Tensor? gq, "
           f"Tensor? gk, Tensor? gv, {_GRADIENT}) -> (Tensor, Tensor, Tensor, Tensor)",
           K.attention_double_backward, _fake_attention_double_backward)
+_register("attention_double_backward_variant(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
+          f"Tensor? gq, Tensor? gk, Tensor? gv, {_GRADIENT}, {_VARIANT}) -> (Tensor, Tensor, Tensor, Tensor)",
+          K.attention_double_backward_variant, _fake_attention_double_backward_variant)
 
 
 # --- LRPE-cosine ----------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ backward kernels and is itself differentiable through kgen's double-backward ker
 attention_forward/backward/double_backward are the raw operators (autograd does not see them).
 attention and attention_forward also take attention variants (sliding windows, softcap, ALiBi,
 sinks, prefix-LM, chunks, documents and score/mask expressions); attention's gradients flow
-through them (to q, k, v, the sinks and learnable expression tensors), its double backward not yet.
+through them (to q, k, v, the sinks and learnable expression tensors) and, for q, k, v and d_o,
+through its double backward (the sinks and tensors are constants there).
 lrpe_cosine and md_lrpe_cosine are autograd Functions whose backward runs kgen's backward kernels
 (theta gets no gradient, as in the reference library).
 
@@ -95,6 +96,7 @@ def _op(name: str):
 _FORWARD, _FORWARD_OUT = _op("attention_forward"), _op("attention_forward_out")
 _BACKWARD, _BACKWARD_OUT = _op("attention_backward"), _op("attention_backward_out")
 _DOUBLE_BACKWARD = _op("attention_double_backward")
+_DOUBLE_BACKWARD_VARIANT = _op("attention_double_backward_variant")
 _FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("attention_forward_variant_out")
 _BACKWARD_VARIANT = _op("attention_backward_variant")
 _VARLEN_FORWARD, _VARLEN_BACKWARD = _op("varlen_attention_forward"), _op("varlen_attention_backward")
@@ -369,8 +371,9 @@ _attention_apply, _attention_backward_apply = _applier(_Attention), _applier(_At
 
 # --- the autograd of attention variants -------------------------------------------------------------
 
-_NO_DOUBLE_BACKWARD = ("kgen.torch.attention: the double backward of attention variants is not available yet "
-                       "(plain and causal attention have one)")
+_NO_PACKED_DOUBLE_BACKWARD = "kgen.torch.varlen_attention: the double backward of packed batches is not available yet"
+_CONSTANTS_ONLY = ("kgen.torch.attention: the double backward of a variant gives no gradient to {what}; differentiate "
+                   "the gradients again with {what} not requiring grad (or detached)")
 
 
 def _variant_constants(variant: _checks.Variant) -> tuple:
@@ -390,24 +393,50 @@ def _variant_from(constants: tuple, alibi_slopes, document_ids, sinks, tensors) 
                            list(scalar_integer), list(tensor_names), list(tensors))
 
 
+# Where attention_backward_variant's arguments (q, k, v, o, lse, d_o, scale, causal, layout,
+# deterministic, config, tensor_learnable, <variant>) hold the variant, and its sinks within it.
+_VARIANT_ARGS = 12
+_SINKS_FIELD = _checks.Variant._fields.index("sinks")
+
+
 class _AttentionVariantBackward(torch.autograd.Function):
     """A variant backward operator (attention_backward_variant or varlen_attention_backward) and
     its arguments -> (dq, dk, dv, sinks_grad, *tensor grads) where autograd records it
-    (create_graph=True): differentiating these gradients again, the double backward of variants
-    and packed batches, raises NotImplementedError."""
+    (create_graph=True). Differentiating dq, dk, dv again runs kgen's double backward of the
+    variant (attention_double_backward_variant), which gives q, k, v and d_o their gradients and
+    treats the variant's sinks and tensors as constants: where a second grad needs theirs (sinks
+    that require grad, a learnable tensor, a cotangent of sinks_grad or a tensor's gradient), and
+    for packed batches, it raises NotImplementedError."""
 
     @staticmethod
     def forward(ctx, op, *args):
         ctx.set_materialize_grads(False)
         ctx.inputs = len(args) + 1
+        ctx.op = op
+        ctx.save_for_backward(*args[:6])
+        ctx.rest = args[6:]
         dq, dk, dv, sinks_grad, grads = _run(op, *args)
         return (dq, dk, dv, sinks_grad, *grads)
 
     @staticmethod
-    def backward(ctx, *cotangents):
+    def backward(ctx, gq, gk, gv, *cotangents):
+        if gq is None and gk is None and gv is None and all(g is None for g in cotangents):
+            return (None,) * ctx.inputs
+        if ctx.op is not _BACKWARD_VARIANT:
+            raise NotImplementedError(_NO_PACKED_DOUBLE_BACKWARD)
         if any(g is not None for g in cotangents):
-            raise NotImplementedError(_NO_DOUBLE_BACKWARD)
-        return (None,) * ctx.inputs
+            raise NotImplementedError(_CONSTANTS_ONLY.format(what="the sinks' or tensors' gradients"))
+        scale, causal, layout, deterministic, _config, learnable, *variant = ctx.rest
+        if any(learnable):
+            raise NotImplementedError(_CONSTANTS_ONLY.format(what="the tensors"))
+        if ctx.needs_input_grad[1 + _VARIANT_ARGS + _SINKS_FIELD]:
+            raise NotImplementedError(_CONSTANTS_ONLY.format(what="the sinks"))
+        if gq is None and gk is None and gv is None:
+            return (None,) * ctx.inputs
+        q, k, v, o, lse, d_o = ctx.saved_tensors
+        q_bar, k_bar, v_bar, do_bar = _run(_DOUBLE_BACKWARD_VARIANT, q, k, v, o, lse, d_o, gq, gk, gv, scale, causal,
+                                           layout, deterministic, None, *variant)
+        return (None, q_bar, k_bar, v_bar, None, None, do_bar) + (None,) * (ctx.inputs - 7)
 
 
 def _variant_gradients(op, args, learnable, sinks) -> tuple:
@@ -533,8 +562,11 @@ def attention(q, k, v, *, causal: bool = False, scale: float | None = None, layo
     table such as the bias above; a bias constant along each query row has gradient 0). alibi_slopes
     are constants of the preset and document_ids integers: neither gets a gradient (a learnable
     slope is a score_mod such as "score - s[h] * abs(q + n_k - n_q - k)" with tensors={"s": s}).
-    The double backward of variants is not available yet: differentiating the gradients again
-    (create_graph=True, then a second grad) raises NotImplementedError."""
+    The gradients of q, k and v are differentiable again (create_graph=True, then a second grad)
+    through kgen's double backward of the variant: the modification's first and second derivatives
+    and the mask enter every term, with O(n·d) memory. The sinks and tensors are constants there:
+    a second grad that needs their gradient (sinks or a learnable tensor requiring grad) raises
+    NotImplementedError."""
     if not variant and not _is_compiling() and _direct(q, k, v):
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return _attention_apply(q, k, v, causal, scale, layout, deterministic)

@@ -1,9 +1,10 @@
 """GPU tests of attention variants through kgen.torch: o and lse of every preset and of user
 expressions against a float64 reference built here from the formulas (docs/attention.md §8), with
 the pass rule of docs/attention.md §5.2 including the row rule, on NaN-poisoned outputs; kgen's
-error against PyTorch FlexAttention's for the same variant where FlexAttention runs; and the
+error against PyTorch FlexAttention's for the same variant where FlexAttention runs; the
 gradients of kgen.torch.attention with a variant (q, k, v, sinks, learnable tensors) against
-float64 autograd through the same reference. Skipped unless PyTorch with CUDA and libkgen.so are
+float64 autograd through the same reference; and its second-order gradients (the double
+backward) against float64 autograd twice. Skipped unless PyTorch with CUDA and libkgen.so are
 available."""
 import math
 from dataclasses import dataclass, field
@@ -461,6 +462,16 @@ def logical(t, layout):
     return t.transpose(1, 2) if layout == "bnhd" else t
 
 
+def gradient_problem(dtype, n_q, n_k, d, layout, seed):
+    """q, k, v (requiring grad; GQA 4) and an output gradient r of `layout`, from `seed` on."""
+    def shaped(heads, n):
+        return (BATCH, n, heads, d) if layout == "bnhd" else (BATCH, heads, n, d)
+    q = randn(shaped(HEADS_Q, n_q), dtype, seed).requires_grad_()
+    k = randn(shaped(HEADS_KV, n_k), dtype, seed + 1).requires_grad_()
+    v = randn(shaped(HEADS_KV, n_k), dtype, seed + 2).requires_grad_()
+    return q, k, v, randn(shaped(HEADS_Q, n_q), dtype, seed + 3)
+
+
 @pytest.mark.parametrize("c", GRADIENT_CASES, ids=_gradient_id)
 def test_variant_gradients(c):
     """dq, dk, dv (GQA 4: dk and dv sum over the query heads of each kv group) and the gradients
@@ -468,14 +479,7 @@ def test_variant_gradients(c):
     slopes and tensors that do not learn get no gradient."""
     name, dtype, (n_q, n_k), d, layout, learn = c
     case = make_case(name, n_q, n_k)
-    seed = 31 * n_q + d
-
-    def shaped(heads, n):
-        return (BATCH, n, heads, d) if layout == "bnhd" else (BATCH, heads, n, d)
-    q = randn(shaped(HEADS_Q, n_q), dtype, seed).requires_grad_()
-    k = randn(shaped(HEADS_KV, n_k), dtype, seed + 1).requires_grad_()
-    v = randn(shaped(HEADS_KV, n_k), dtype, seed + 2).requires_grad_()
-    r = randn(shaped(HEADS_Q, n_q), dtype, seed + 3)  # dO, exact in dtype
+    q, k, v, r = gradient_problem(dtype, n_q, n_k, d, layout, 31 * n_q + d)  # r: dO, exact in dtype
     keywords, leaves = _learning(case, learn)
     constants = []  # alibi slopes requiring grad: constants of the preset all the same
     if "alibi_slopes" in keywords:
@@ -560,13 +564,75 @@ def test_compiled_variant_gradients_equal_eager():
         check_gradient(grad_name, a, e, 1e-5, False, "compiled against eager")
 
 
-def test_double_backward_of_a_variant_raises():
+# --- the double backward: second-order gradients against float64 autograd ------------------------------
+
+# rel_l2 bounds of the second-order gradients (docs/attention.md §5.2, as test_autograd_gpu.py's).
+SECOND_BOUND = {torch.float16: 2e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}
+
+# (case, dtype, (n_q, n_k), d, layout): the fa2 kernels for 16-bit (sm_90a too: the wgmma double
+# backward has no variants), the general path for fp32; sinks and tensors are constants.
+DOUBLE_CASES = [
+    ("window_left", torch.float16, (257, 257), 64, "bhnd"),
+    ("window_both", torch.bfloat16, (100, 300), 128, "bnhd"),
+    ("softcap30", torch.bfloat16, (257, 257), 64, "bnhd"),
+    ("softcap50", torch.float16, (100, 300), 128, "bhnd"),
+    ("alibi", torch.bfloat16, (100, 300), 80, "bnhd"),
+    ("window_softcap_sinks", torch.bfloat16, (1000, 1000), 128, "bhnd"),
+    ("documents", torch.bfloat16, (257, 257), 64, "bnhd"),
+    ("prefix_lm", torch.float16, (257, 257), 256, "bhnd"),
+    ("chunked", torch.bfloat16, (1000, 1000), 64, "bnhd"),
+    ("causal_top_left", torch.float16, (100, 300), 64, "bhnd"),
+    ("relative_bias", torch.bfloat16, (257, 257), 64, "bnhd"),
+    ("t5_buckets", torch.float16, (100, 300), 64, "bhnd"),
+    ("tanh_key_bias", torch.bfloat16, (257, 257), 128, "bhnd"),
+    ("sigmoid_score", torch.float16, (257, 257), 64, "bnhd"),
+    ("document_mask_mod", torch.bfloat16, (100, 300), 64, "bhnd"),
+    ("softcap30", torch.float32, (100, 300), 72, "bnhd"),
+    ("window_softcap_sinks", torch.float32, (257, 257), 64, "bhnd"),
+]
+
+
+def _double_id(c):
+    name, dtype, (n_q, n_k), d, layout = c
+    return f"{name}-{str(dtype)[6:]}-{n_q}x{n_k}-d{d}-{layout}"
+
+
+@pytest.mark.parametrize("c", DOUBLE_CASES, ids=_double_id)
+def test_variant_double_backward(c):
+    """q̄, k̄, v̄ and dŌ of an outer loss Σ⟨gq, dq⟩ + ⟨gk, dk⟩ + ⟨gv, dv⟩ (create_graph=True, then a
+    second grad; GQA 4) against float64 autograd twice through the reference: the modification's
+    first and second derivatives and the mask in every term."""
+    name, dtype, (n_q, n_k), d, layout = c
+    case = make_case(name, n_q, n_k)
+    seed = 17 * n_q + d
+    q, k, v, r = gradient_problem(dtype, n_q, n_k, d, layout, seed)
+    r.requires_grad_()  # dO, a leaf of its own
+    cotangents = [randn(t.shape, dtype, seed + 4 + i) for i, t in enumerate((q, k, v))]
+    o = kgen.torch.attention(q, k, v, causal=case.causal, layout=layout, **case.keywords)
+    first = torch.autograd.grad(o, (q, k, v), r, create_graph=True)
+    got = torch.autograd.grad(first, (q, k, v, r), cotangents)
+    torch.cuda.synchronize()
+
+    leaves = [logical(t, layout).detach().double().requires_grad_() for t in (q, k, v, r)]
+    o64, _ = reference(*leaves[:3], case, d ** -0.5)
+    first64 = torch.autograd.grad(o64, leaves[:3], leaves[3], create_graph=True)
+    ref = torch.autograd.grad(first64, leaves, [logical(t, layout).double() for t in cotangents])
+    what = _double_id(c)
+    for grad_name, a, e in zip(("q_bar", "k_bar", "v_bar", "do_bar"), got, ref):
+        assert logical(a, layout).shape == e.shape
+        check_gradient(grad_name, logical(a, layout), e, SECOND_BOUND[dtype], True, what)
+
+
+def test_double_backward_of_a_variant_refuses_learning_sinks():
+    """The double backward treats sinks and tensors as constants: where a second grad needs their
+    gradient it says so."""
     case = make_case("sinks", 64, 64)
     q = randn((1, HEADS_Q, 64, 64), torch.float16, 12).requires_grad_()
     k = randn((1, HEADS_KV, 64, 64), torch.float16, 13).requires_grad_()
-    o = kgen.torch.attention(q, k, k, **case.keywords)
+    sinks = case.sinks.clone().requires_grad_()
+    o = kgen.torch.attention(q, k, k, sinks=sinks)
     dq, = torch.autograd.grad(o.float().sum(), q, create_graph=True)
     assert torch.isfinite(dq).all()
-    with pytest.raises(NotImplementedError, match="^kgen.torch.attention: the double backward of attention variants "
-                                                  "is not available yet"):
+    with pytest.raises(NotImplementedError, match="^kgen.torch.attention: the double backward of a variant gives no "
+                                                  "gradient to the sinks"):
         torch.autograd.grad(dq.float().square().sum(), (q, k))

@@ -52,11 +52,11 @@ AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, 
   call.spec = {f.spec.dtype, f.spec.head_dim, f.spec.causal};
   call.spec.head_dim_v = f.spec.head_dim_v;
   if (variant_requested(options.variant) || packed) {
-    if (double_backward)
-      invalid_argument(packed ? "sequences: the double backward of packed batches is not available yet"
-                              : "variant: the double backward of attention variants is not available yet (plain "
-                                "and causal attention have one)");
-    call.variant = resolve_attention_variant(options.variant, q, k, "attention_bwd", true, packed);
+    if (double_backward && packed) invalid_argument("sequences: the double backward of packed batches is not available yet");
+    // The double backward takes the variant's sinks and tensors as constants: it gives them no
+    // gradient, so it needs no gradient buffers.
+    call.variant = double_backward ? resolve_attention_variant(options.variant, q, k, "attention_double_bwd", false)
+                                   : resolve_attention_variant(options.variant, q, k, "attention_bwd", true, packed);
     call.spec.variant = call.variant.canonical;
     call.spec.sinks = call.variant.sinks;
     call.spec.packed = call.variant.packed;
@@ -129,6 +129,17 @@ void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& ca
   gpu_driver().encode_tensor_map(&tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
 }
 
+// A variant's inputs for its kernels: with mask tensors, their range tables built into `ranges`,
+// stream-ordered beside the caller's workspace (whose size the workspace queries give from q alone).
+VariantArgs variant_launch_args(const AttentionBackwardCall& call, std::optional<Workspace>& ranges, void* stream) {
+  VariantArgs args = call.variant.args;
+  if (!call.variant.ranges.empty()) {
+    ranges.emplace(nullptr, 0, variant_range_bytes(call.variant.ranges), call.device, stream, "the variant's range tables");
+    build_variant_ranges(call.variant.ranges, args, *ranges, call.device, stream);
+  }
+  return args;
+}
+
 // `loads`: with config.tma_loads, the TMA views of q and d_o (tiled_map, boxes of block_m rows).
 void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
                              const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p,
@@ -149,15 +160,9 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   const int sm_count = device_info(call.device).sm_count;
   // A variant: its gradient buffers zeroed before the kernels add into them, its kernels under
   // their own op name, its inputs as the second parameter, and the sinks' kernel after preprocess.
-  VariantArgs variant_args = call.variant.args;
-  const bool variant = call.variant.active();
-  // The mask tensors' range tables, stream-ordered beside the caller's workspace (whose size
-  // attention_backward_workspace_bytes gives from q alone).
   std::optional<Workspace> range_ws;
-  if (!call.variant.ranges.empty()) {
-    range_ws.emplace(nullptr, 0, variant_range_bytes(call.variant.ranges), call.device, stream, "the variant's range tables");
-    build_variant_ranges(call.variant.ranges, variant_args, *range_ws, call.device, stream);
-  }
+  VariantArgs variant_args = variant_launch_args(call, range_ws, stream);
+  const bool variant = call.variant.active();
   for (const auto& [ptr, bytes] : call.variant.grads)
     gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(ptr), 0, bytes / 4, stream);
   auto launch = [&](BackwardKernel kernel) {
@@ -440,11 +445,17 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
   const int sm_count = device_info(call.device).sm_count;
   p.stats_splits = attention_double_backward_stats_splits(config, call.shape, sm_count, options.deterministic);
   use_primary_context(call.device);
+  // A variant: its kernels under their own op name, its inputs as the second parameter.
+  std::optional<Workspace> range_ws;
+  VariantArgs variant_args = variant_launch_args(call, range_ws, stream);
+  const bool variant = call.variant.active();
   for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
-    const KernelKey key{"attention_double_bwd", gradient_kernel_key(call.spec, config, int(kernel)), call.device};
+    const KernelKey key{variant ? call.variant.op_name : std::string_view("attention_double_bwd"),
+                        gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& lk = loaded_kernel(key, [&] { return render_attention_double_backward(call.spec, config, kernel); });
     launch_kernel(lk, attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic, call.spec.head_dim), &p,
-                  stream, "launch(attention_double_bwd)");
+                  variant && kernel != DoubleBackwardKernel::preprocess ? &variant_args : nullptr, stream,
+                  "launch(attention_double_bwd)");
   }
 }
 

@@ -412,6 +412,16 @@ kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k,
                                            const DLTensor* gk, const DLTensor* gv, DLTensor* q_bar, DLTensor* k_bar,
                                            DLTensor* v_bar, DLTensor* do_bar,
                                            const kgen_attention_backward_options* options, void* stream) {
+  return kgen_attention_double_backward_variant(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_bar, do_bar, options,
+                                                nullptr, stream);
+}
+
+kgen_status kgen_attention_double_backward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                                   const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+                                                   const DLTensor* gq, const DLTensor* gk, const DLTensor* gv,
+                                                   DLTensor* q_bar, DLTensor* k_bar, DLTensor* v_bar, DLTensor* do_bar,
+                                                   const kgen_attention_backward_options* options,
+                                                   const kgen_attention_variant* variant, void* stream) {
   return guarded([&] {
     const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
                            lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o");
@@ -422,8 +432,11 @@ kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k,
       if (given[i]) g[i] = to_view(given[i], names[i]);
     const kgen::TensorView qb = to_view(q_bar, "q_bar"), kb = to_view(k_bar, "k_bar"), vb = to_view(v_bar, "v_bar"),
                            dob = to_view(do_bar, "do_bar");
+    kgen::AttentionBackwardOptions opts = backward_options(options);
+    VariantViews views;
+    set_variant(variant, false, views, opts.variant);
     kgen::attention_double_backward(qv, kv, vv, ov, lv, dov, gq ? &g[0] : nullptr, gk ? &g[1] : nullptr,
-                                    gv ? &g[2] : nullptr, qb, kb, vb, dob, backward_options(options), stream);
+                                    gv ? &g[2] : nullptr, qb, kb, vb, dob, opts, stream);
   });
 }
 

@@ -1,7 +1,7 @@
 // The attention kernels with a variant (docs/attention.md §8), deviceless: every family that
 // serves variants renders and compiles for its targets (NVRTC for sm_80 and sm_90a, clang for an
-// AMD target where it is installed), without spills; the families that do not serve them refuse
-// the config with a sentence; the variant spec's text round-trips.
+// AMD target where it is installed), without spills, the double backward's too; the families
+// that do not serve them refuse the config with a sentence; the variant spec's text round-trips.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -122,6 +122,46 @@ TEST(AttentionVariantKernels, BackwardFamiliesCompile) {
         expect_compiles(render_attention_backward(spec, simt, kernel), "sm_80", kWideFormSpills);
     }
   }
+}
+
+// The double backward of variants: the fa2 kernels on both NVIDIA targets (sm_90a's wgmma double
+// backward refuses variants and its default falls through to fa2), the general path for fp32,
+// odd head dims and the AMD targets; packed batches are refused. At d = 64 the defaults do not
+// spill; above, the fused kernel (at 255 registers plain) spills 64–160 bytes with a variant.
+constexpr int kDoubleBackwardSpills = 192;
+
+TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSpill) {
+  for (const auto& [canonical, sinks] : variants()) {
+    for (int d : {64, 128, 256}) {
+      SCOPED_TRACE("d = " + std::to_string(d));
+      const AttentionBackwardSpec spec{DType::bf16, d, true, canonical, sinks};
+      for (const char* arch : {"sm_80", "sm_90a"}) {
+        const Target target = *parse_target(arch);
+        const AttentionBackwardConfig c = attention_double_backward_default_config(spec, {1, 8, 8, 4096, 4096}, target, 132);
+        EXPECT_EQ(c.path, BackwardPath::fa2) << to_string(c);
+        for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c))
+          expect_compiles(render_attention_double_backward(spec, c, kernel), arch, d == 64 ? 0 : kDoubleBackwardSpills);
+      }
+      const auto why = check_attention_double_backward_config(
+          spec, *parse_attention_backward_config(d <= 128 ? "wg:bm64:bn64" : "wg:bm32:bn64:c2"), *parse_target("sm_90a"));
+      ASSERT_TRUE(why);
+      EXPECT_NE(why->find("fa2 and simt"), std::string::npos) << *why;
+    }
+    const AttentionBackwardSpec wide{DType::f32, 72, false, canonical, sinks};
+    const AttentionBackwardConfig simt = attention_double_backward_default_config(wide, *parse_target("sm_80"));
+    EXPECT_EQ(simt.path, BackwardPath::simt) << to_string(simt);
+    for (DoubleBackwardKernel kernel : attention_double_backward_kernels(simt)) {
+      expect_compiles(render_attention_double_backward(wide, simt, kernel), "sm_80", 0);
+      if (amd_clang_description().find("unavailable") == std::string::npos)
+        expect_compiles(render_attention_double_backward(wide, simt, kernel), "gfx942", kWideFormSpills);
+    }
+  }
+  AttentionBackwardSpec packed{DType::bf16, 64, true};
+  packed.packed = true;
+  const auto why = check_attention_double_backward_config(packed, attention_backward_general_config(packed),
+                                                          *parse_target("sm_90a"));
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("packed"), std::string::npos) << *why;
 }
 
 // Packed batches on sm_90a: the warp-specialised kernel unsplit (GQA groups included), without

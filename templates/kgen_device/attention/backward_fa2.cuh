@@ -136,9 +136,11 @@ struct QueryTileWalk {
       tile_begin = lo;
       tiles_per_head = imax(hi - lo, 0);
       total = group * tiles_per_head;
+      // One head: its range is the union; several: each head's own tiles again.
       for (int hg = 0; hg < group; ++hg) {
         at.head = kv_head * group + hg;
-        const VariantFullSpan f = variant_full_query_tiles<V, BM>(*a, at, k0, k1, tile_begin, tile_begin + tiles_per_head);
+        const VariantFullSpan f =
+            variant_full_query_tiles<V, BM>(*a, at, k0, k1, tile_begin, tile_begin + tiles_per_head, group == 1);
         full = hg == 0 ? f : VariantFullSpan{imax(full.lo, f.lo), imin(full.hi, f.hi)};
       }
     }
@@ -567,7 +569,7 @@ __device__ __forceinline__ void attention_backward_fa2_dq(const AttentionBackwar
   if constexpr (kVariantScores<Variant>) {
     at = {batch, head, n_q, n_k, p.scale, 1.f / p.scale};
     variant_key_tiles<Variant, BN, true>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, num_tiles);
-    full = variant_full_key_tiles<Variant, BN>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, num_tiles);
+    full = variant_full_key_tiles<Variant, BN>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, num_tiles, true);
     num_tiles = imax(num_tiles - tile0, 0);
   }
 

@@ -54,6 +54,30 @@ __device__ __forceinline__ void second_order(float& s, float& dp, float& g, floa
   g = p * (gs - r);
 }
 
+// The same under a score modification f (docs/attention.md §8, "Double backward"), with f1 =
+// f'(s), f2 = f''(s) at the element's scaled score: dS = dZ·f' (dZ = P∘(dP − delta)), G reaches
+// dZ as G·f', and f' depending on s adds G·dZ·f'' to S̄. r and c (variant_row_stats) are the
+// row sums taken with G·f'.
+__device__ __forceinline__ void second_order(float& s, float& dp, float& g, float& z, float scale, float delta,
+                                             float r, float c, float f1, float f2) {
+  const float p = s;
+  const float gs = g * scale, gm = gs * f1;
+  const float pbar = z + gm * (dp - delta) - r * dp;
+  const float dz = p * (dp - delta);
+  dp = dz * f1;
+  z = fmaf(p * (pbar - c), f1, gs * dz * f2);
+  g = p * (gm - r);
+}
+
+// One element's share of the row sums r = Σ P·G·f' and c + r·delta = Σ P·(Z + (dP − delta)·G·f')
+// (g unscaled, as second_order takes it).
+__device__ __forceinline__ void second_order_stats(float p, float dp, float g, float z, float scale, float delta,
+                                                   float f1, float& r, float& c) {
+  const float gm = g * scale * f1;
+  r = fmaf(p, gm, r);
+  c = fmaf(p, z + (dp - delta) * gm, c);
+}
+
 // A row-wise helper thread's place: `lanes` = row_lanes(head_dim) lanes share a row, `sub` is the
 // lane's index among them; rows past n_q keep their lanes for the shuffles but do nothing.
 template <int Warps>

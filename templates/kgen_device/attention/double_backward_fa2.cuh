@@ -19,6 +19,11 @@
 //   keys, walking the query tiles (BM rows) of every head of its group, with the transposed
 //   tiles (keys as rows) and per-query statistics from shared memory; K̄, V̄ in registers.
 //
+// Variant (variant.cuh), with its inputs `va`: P from the modified, masked score and the chain
+// rule through f' and f'' (variant_double, second_order's variant form; docs/attention.md §8); a
+// mask narrows the key tiles of a query tile and the query tiles of a key tile to those it may
+// show, and is applied per element on every tile walked.
+//
 // Operand layouts are those of backward_fa2.cuh (mma_abt: A·Bᵀ from two row-major tiles;
 // mma_xb: register C fragments times a [k][n] tile).
 #pragma once
@@ -73,8 +78,10 @@ enum class DoubleBackwardRowPass { both, stats, apply };
 // dim and split s accumulates the columns [128·s, 128·s + 128) of Q̄ and dŌ. The stats pass
 // keeps no row accumulators and is never split.
 template <class T, int D, int BM, int BN, int Warps, bool Causal,
-          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both, int HeadDim = D, int Splits = 1>
+          DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both, int HeadDim = D, int Splits = 1,
+          class Variant = NoVariant>
 __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionBackwardParams& p,
+                                                                const VariantArgs* va = nullptr,
                                                                 int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
@@ -128,9 +135,18 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
 
   int n_end = n_k;
   if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
-  const int all_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
-  const int tile_lo = split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
-  const int num_tiles = (split + 1) * all_tiles / splits - tile_lo;
+  int all_tiles = n_end > 0 ? (n_end + BN - 1) / BN : 0;
+  int tile0 = 0;  // the first key tile (a variant's mask may skip leading tiles)
+  VariantAt at{};
+  if constexpr (kVariantScores<Variant>) {
+    at = {batch, head, n_q, n_k, scale, 1.f / scale};
+    if constexpr (Variant::kMask) {
+      variant_key_tiles<Variant, BN, true>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, all_tiles);
+      all_tiles = imax(all_tiles - tile0, 0);
+    }
+  }
+  const int tile_lo = tile0 + split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
+  const int num_tiles = tile0 + (split + 1) * all_tiles / splits - tile_lo;
 
   const unsigned smem_q = smem_u32(dynamic_smem());
   const unsigned smem_do = smem_q + kQBytes;
@@ -178,7 +194,9 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   const unsigned v_lane_split = Splits == 1 ? v_lane : SwzD::advance(v_lane, 16 * (col0 / 128));
   const int dd_end = (imin(kDC, col0 + kSplitCols) - col0) / 16;
 
-  // Forms P (masked), dP, unscaled G and Z of K/V tile `tile` (already in `stage`).
+  // Forms P (masked), dP, unscaled G and Z of K/V tile `tile` (already in `stage`); with a
+  // variant s keeps the raw scores, which the passes turn into P element by element
+  // (variant_double, with f' and f'' used at once).
   auto tiles = [&](int tile, int stage, float (&s)[1][kNT][4], float (&dp)[1][kNT][4], float (&gg)[1][kNT][4],
                    float (&z)[1][kNT][4]) {
     bwd_detail::zero(s);
@@ -201,9 +219,11 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
       for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          float pe = exp2_approx(fmaf(s[0][nt][2 * h + e], scale_log2, -lse2[h]));
-          if (needs_mask && n0 + nt * 8 + 2 * t + e >= limit) pe = 0.f;
-          s[0][nt][2 * h + e] = pe;
+          if constexpr (!kVariantScores<Variant>) {
+            float pe = exp2_approx(fmaf(s[0][nt][2 * h + e], scale_log2, -lse2[h]));
+            if (needs_mask && n0 + nt * 8 + 2 * t + e >= limit) pe = 0.f;
+            s[0][nt][2 * h + e] = pe;
+          }
         }
     }
   };
@@ -245,6 +265,12 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
       cp_async_commit();
       float s[1][kNT][4], dp[1][kNT][4], gg[1][kNT][4], z[1][kNT][4];
       tiles(tile, stage, s, dp, gg, z);
+      // A variant's P, f' and f'' of element (h, nt, i) (variant_double).
+      const bool check = tile * BN + BN > n_k || (Causal && tile * BN + BN - 1 > m0 + diag) || Variant::kMask;
+      auto variant_p = [&](int h, int nt, int i, float& f1, float& f2) {
+        s[0][nt][i] = variant_double<Variant, Causal>(*va, at, s[0][nt][i], lse2[h], m0 + row_local0 + g + 8 * h,
+                                                      tile * BN + nt * 8 + 2 * t + i % 2, check, scale_log2, f1, f2);
+      };
       if (pass == 0) {
 #pragma unroll
         for (int h = 0; h < 2; ++h)
@@ -253,10 +279,17 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int i = 2 * h + e;
-              const float gs = gg[0][nt][i] * scale;
-              const float pe = s[0][nt][i];
-              r[h] = fmaf(pe, gs, r[h]);
-              c[h] = fmaf(pe, z[0][nt][i] + (dp[0][nt][i] - delta[h]) * gs, c[h]);
+              if constexpr (kVariantScores<Variant>) {
+                float f1, f2;
+                variant_p(h, nt, i, f1, f2);
+                bwd_detail::second_order_stats(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, delta[h],
+                                               f1, r[h], c[h]);
+              } else {
+                const float gs = gg[0][nt][i] * scale;
+                const float pe = s[0][nt][i];
+                r[h] = fmaf(pe, gs, r[h]);
+                c[h] = fmaf(pe, z[0][nt][i] + (dp[0][nt][i] - delta[h]) * gs, c[h]);
+              }
             }
       } else {
 #pragma unroll
@@ -266,8 +299,14 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int i = 2 * h + e;
-              bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, delta[h], r[h],
-                                       c[h]);
+              if constexpr (kVariantScores<Variant>) {
+                float f1, f2;
+                variant_p(h, nt, i, f1, f2);
+                bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, delta[h], r[h],
+                                         c[h], f1, f2);
+              } else
+                bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, delta[h], r[h],
+                                         c[h]);
             }
         if (has_gk) bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(qbar, dp, smem_kv(stage, 2) + v_lane_split, dd_end);
         bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(qbar, z, smem_kv(stage, 0) + v_lane_split, dd_end);
@@ -289,8 +328,10 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
                                   m0 + row_local0, n_q, dobar, 1.f, cols);
 }
 
-template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, int Splits = 1>
+template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, int Splits = 1,
+          class Variant = NoVariant>
 __device__ __forceinline__ void attention_double_backward_fa2_kv(const AttentionBackwardParams& p,
+                                                                 const VariantArgs* va = nullptr,
                                                                  int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the FA2 double backward takes half_t or bfloat16_t");
@@ -331,9 +372,15 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   const bool has_gv = p.gv.data != nullptr;
 
   const int q_tiles = (n_q + BM - 1) / BM;
-  const int tile_begin = Causal ? imin(q_tiles, imax(0, n0 - diag) / BM) : 0;
-  const int tiles_per_head = q_tiles - tile_begin;
-  const int total = group * tiles_per_head;
+  int tile_begin = Causal ? imin(q_tiles, imax(0, n0 - diag) / BM) : 0;
+  int tiles_per_head = q_tiles - tile_begin;
+  int total = group * tiles_per_head;
+  if constexpr (Variant::kMask) {  // the query tiles some head of the group may see
+    bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, group);
+    walk.template narrow<Variant>(va, VariantAt{batch, 0, n_q, n_k, scale, 1.f / scale}, kv_head, n0,
+                                  imin(n0 + BN, n_k) - 1);
+    tile_begin = walk.tile_begin, tiles_per_head = walk.tiles_per_head, total = walk.total;
+  }
 
   unsigned char* smem = dynamic_smem();
   const unsigned smem_base = smem_u32(smem);
@@ -417,10 +464,18 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
         for (int h = 0; h < 2; ++h) {
           const int i = 2 * h + e;
           const int key = n0 + key_local0 + g + 8 * h;
-          float pe = exp2_approx(fmaf(s[0][nt][i], scale_log2, -l2));
-          if (needs_mask && (key >= n_k || (Causal && key > query + diag))) pe = 0.f;
-          s[0][nt][i] = pe;
-          bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, dl, rr, cc);
+          if constexpr (kVariantScores<Variant>) {
+            const VariantAt at{batch, kv_head * group + it / tiles_per_head, n_q, n_k, scale, 1.f / scale};
+            float f1, f2;
+            s[0][nt][i] = variant_double<Variant, Causal>(*va, at, s[0][nt][i], l2, query, key,
+                                                          needs_mask || Variant::kMask, scale_log2, f1, f2);
+            bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, dl, rr, cc, f1, f2);
+          } else {
+            float pe = exp2_approx(fmaf(s[0][nt][i], scale_log2, -l2));
+            if (needs_mask && (key >= n_k || (Causal && key > query + diag))) pe = 0.f;
+            s[0][nt][i] = pe;
+            bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, dl, rr, cc);
+          }
         }
       }
     // K̄ += dSᵀ·gQ + S̄ᵀ·Q (× s at the end); V̄ += Hᵀ·dO.
@@ -444,14 +499,17 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
 // (blockIdx.y < heads_kv), so that the two, which do not depend on each other, share the machine
 // (two blocks per SM) when b·h is small.
 // With Splits = 2 each part has twice the blocks (two column splits of every tile).
-template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal, int HeadDim = D, int Splits = 1>
-__device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p) {
+template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal, int HeadDim = D, int Splits = 1,
+          class Variant = NoVariant>
+__device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p,
+                                                                    const VariantArgs* va = nullptr) {
   const int q_blocks = (p.n_q + BM - 1) / BM * Splits;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
-    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits>(
-        p, blockIdx.x);
+    attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits,
+                                    Variant>(p, va, blockIdx.x);
   } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
-    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal, HeadDim, Splits>(p, blockIdx.x - q_blocks);
+    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal, HeadDim, Splits, Variant>(p, va,
+                                                                                              blockIdx.x - q_blocks);
   }
 }
 

@@ -2,6 +2,8 @@
 // runtime head_dim d <= DMax, plain fp32 math, deterministic. The algebra and the names are
 // those of double_backward_fa2.cuh; lanes own head-dim columns as in backward_simt.cuh.
 //
+// Variant (variant.cuh): as double_backward_fa2.cuh's, the mask applied per element on every key.
+//
 // attention_double_backward_simt_q: one warp per query row: pass 1 over its keys forms r and c
 //   (written to the workspace), pass 2 accumulates Q̄ and dŌ.
 // attention_double_backward_simt_kv: one warp per key: K̄, V̄ over the query rows of every head
@@ -27,8 +29,9 @@ __device__ __forceinline__ void load_optional_row(float (&x)[Cols], const Attent
 
 }  // namespace bwd_detail
 
-template <class T, int DMax, int Warps, bool Causal>
-__device__ __forceinline__ void attention_double_backward_simt_q(const AttentionBackwardParams& p) {
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+__device__ __forceinline__ void attention_double_backward_simt_q(const AttentionBackwardParams& p,
+                                                                 const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
   constexpr int kCols = DMax / 32;
   const int warp = threadIdx.x / 32;
@@ -50,14 +53,20 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
   bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, row, d, lane);
   bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, row, d, lane);
 
-  // P, dP, unscaled G and Z of key j; k and v rows are returned for pass 2.
+  VariantAt at{};
+  if constexpr (kVariantScores<Variant>) at = {batch, head, p.n_q, p.n_k, scale, 1.f / scale};
+  // P, dP, unscaled G and Z of key j, and a variant's f', f'' (variant_double); k and v rows are
+  // returned for pass 2.
   auto scores = [&](int j, float (&k)[kCols], float (&v)[kCols], float (&gk)[kCols], float (&gv)[kCols], float& s,
-                    float& dp, float& g, float& z) {
+                    float& dp, float& g, float& z, float& f1, float& f2) {
     bwd_detail::load_optional_row<T>(k, p.k, batch, kv_head, j, d, lane);
     bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, j, d, lane);
     bwd_detail::load_optional_row<T>(gk, p.gk, batch, kv_head, j, d, lane);
     bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, j, d, lane);
-    s = exp2_approx(fmaf(bwd_detail::dot(q, k), p.scale_log2, -lse2));
+    if constexpr (kVariantScores<Variant>)
+      s = variant_double<Variant, Causal>(*va, at, bwd_detail::dot(q, k), lse2, row, j, true, p.scale_log2, f1, f2);
+    else
+      s = exp2_approx(fmaf(bwd_detail::dot(q, k), p.scale_log2, -lse2));
     dp = bwd_detail::dot(d_o, v);
     g = bwd_detail::dot(gq, k) + bwd_detail::dot(q, gk);
     z = bwd_detail::dot(d_o, gv);
@@ -65,10 +74,14 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
 
   float r = 0.f, c = 0.f;
   for (int j = 0; j < limit; ++j) {
-    float k[kCols], v[kCols], gk[kCols], gv[kCols], s, dp, g, z;
-    scores(j, k, v, gk, gv, s, dp, g, z);
-    r = fmaf(s, g * scale, r);
-    c = fmaf(s, z + (dp - delta) * g * scale, c);
+    float k[kCols], v[kCols], gk[kCols], gv[kCols], s, dp, g, z, f1 = 1.f, f2 = 0.f;
+    scores(j, k, v, gk, gv, s, dp, g, z, f1, f2);
+    if constexpr (kVariantScores<Variant>) {
+      bwd_detail::second_order_stats(s, dp, g, z, scale, delta, f1, r, c);
+    } else {
+      r = fmaf(s, g * scale, r);
+      c = fmaf(s, z + (dp - delta) * g * scale, c);
+    }
   }
   c -= r * delta;
   if (lane == 0) {
@@ -80,9 +93,10 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) qbar[ci] = dobar[ci] = 0.f;
   for (int j = 0; j < limit; ++j) {
-    float k[kCols], v[kCols], gk[kCols], gv[kCols], s, dp, g, z;
-    scores(j, k, v, gk, gv, s, dp, g, z);
-    bwd_detail::second_order(s, dp, g, z, scale, delta, r, c);
+    float k[kCols], v[kCols], gk[kCols], gv[kCols], s, dp, g, z, f1 = 1.f, f2 = 0.f;
+    scores(j, k, v, gk, gv, s, dp, g, z, f1, f2);
+    if constexpr (kVariantScores<Variant>) bwd_detail::second_order(s, dp, g, z, scale, delta, r, c, f1, f2);
+    else bwd_detail::second_order(s, dp, g, z, scale, delta, r, c);
     bwd_detail::axpy(qbar, dp, gk);
     bwd_detail::axpy(qbar, z, k);
     bwd_detail::axpy(dobar, s, gv);
@@ -92,8 +106,9 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
   bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.do_bar, batch, head) + row * p.do_bar.stride_n, dobar, 1.f, d, lane);
 }
 
-template <class T, int DMax, int Warps, bool Causal>
-__device__ __forceinline__ void attention_double_backward_simt_kv(const AttentionBackwardParams& p) {
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+__device__ __forceinline__ void attention_double_backward_simt_kv(const AttentionBackwardParams& p,
+                                                                  const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
   constexpr int kCols = DMax / 32;
   const int warp = threadIdx.x / 32;
@@ -121,11 +136,21 @@ __device__ __forceinline__ void attention_double_backward_simt_kv(const Attentio
       bwd_detail::load_optional_row<T>(q, p.q, batch, head, i, d, lane);
       bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, i, d, lane);
       bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, i, d, lane);
-      float s = exp2_approx(fmaf(bwd_detail::dot(q, k), p.scale_log2, -p.lse2[idx]));
+      float s, f1 = 1.f, f2 = 0.f;
+      if constexpr (kVariantScores<Variant>) {
+        const VariantAt at{batch, head, p.n_q, p.n_k, scale, 1.f / scale};
+        s = variant_double<Variant, Causal>(*va, at, bwd_detail::dot(q, k), p.lse2[idx], i, key, true, p.scale_log2,
+                                            f1, f2);
+      } else {
+        s = exp2_approx(fmaf(bwd_detail::dot(q, k), p.scale_log2, -p.lse2[idx]));
+      }
       float dp = bwd_detail::dot(d_o, v);
       float g = bwd_detail::dot(gq, k) + bwd_detail::dot(q, gk);
       float z = bwd_detail::dot(d_o, gv);
-      bwd_detail::second_order(s, dp, g, z, scale, p.delta[idx], p.row_r[idx], p.row_c[idx]);
+      if constexpr (kVariantScores<Variant>)
+        bwd_detail::second_order(s, dp, g, z, scale, p.delta[idx], p.row_r[idx], p.row_c[idx], f1, f2);
+      else
+        bwd_detail::second_order(s, dp, g, z, scale, p.delta[idx], p.row_r[idx], p.row_c[idx]);
       bwd_detail::axpy(kbar, dp, gq);
       bwd_detail::axpy(kbar, z, q);
       bwd_detail::axpy(vbar, g, d_o);

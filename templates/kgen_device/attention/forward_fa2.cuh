@@ -250,7 +250,7 @@ __device__ __forceinline__ void attention_forward_fa2(const AttentionForwardPara
     if constexpr (kVariantScores<Variant> || Variant::kSinks) at = {c.batch, c.head, n_q, n_k, p.scale, 1.f / p.scale};
     if constexpr (Variant::kMask) {
       variant_key_tiles<Variant, BN, true>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, tile0, num_tiles);
-      full = variant_full_key_tiles<Variant, BN>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, tile0, num_tiles);
+      full = variant_full_key_tiles<Variant, BN>(*va, at, c.m0, imin(c.m0 + BM, n_q) - 1, tile0, num_tiles, true);
       num_tiles = imax(num_tiles - tile0, 0);
     }
   }

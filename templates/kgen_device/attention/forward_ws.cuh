@@ -436,7 +436,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     VariantFullSpan full;  // the key tiles this consumer's rows see in full (variants with a mask)
     if constexpr (Variant::kMask)
       full = variant_full_key_tiles<Variant, BN>(*va, at, wg_row0, imin(wg_row0 + 63, n_q - 1), first_tile,
-                                                 first_tile + num_tiles);
+                                                 first_tile + num_tiles, false);
     // The score step of key tile `kt`: the variant (if any), then the mask and the online softmax.
     auto score_step = [&](float (&s)[kSRegs], float (&alpha)[2], int kt) {
       const int n0 = kt * BN;

@@ -44,11 +44,13 @@ namespace kgen {
 // Plain attention: no modification, no mask, no sinks.
 struct NoVariant {
   static constexpr bool kScoreMod = false, kMask = false, kUnitSlope = true, kTensorGrads = false, kMaskReads = false;
+  static constexpr bool kKeyBounds = false;
   static constexpr bool kSinks = false, kPacked = false, kPaged = false;
   __device__ static float score(const VariantArgs&, float s, int, int, int, int, int, int) { return s; }
   __device__ static float dscore(const VariantArgs&, float, int, int, int, int, int, int) { return 1.f; }
   __device__ static float d2score(const VariantArgs&, float, int, int, int, int, int, int) { return 0.f; }
   __device__ static bool mask(const VariantArgs&, int, int, int, int, int, int) { return true; }
+  __device__ static void keys(const VariantArgs&, int, int, int, int, int n_k, int& lo, int& hi) { lo = 0, hi = n_k - 1; }
   __device__ static int tile(const VariantArgs&, int, int, int, int, int, int, int, int) { return 2; }
   __device__ static void tensor_grads(const VariantArgs&, float, float, int, int, int, int, int, int) {}
 };
@@ -145,8 +147,14 @@ __device__ __forceinline__ float variant_score(const VariantArgs& a, const Varia
   if constexpr (Check) {
     bool visible = (col < at.n_k) & (row < at.n_q);
     if constexpr (Causal) visible = visible & (col <= row + (at.n_k - at.n_q));
-    // A mask that reads tensors takes indices inside them; the bounds decide for the others.
-    if constexpr (V::kMask && V::kMaskReads)
+    // A mask that is one interval of keys per row: two comparisons against the row's bounds
+    // (computed once per row where the compiler sees the row repeat). A mask that reads tensors
+    // takes indices inside them; the bounds decide for the others.
+    if constexpr (V::kMask && V::kKeyBounds) {
+      int lo, hi;
+      V::keys(a, at.batch, at.head, row, at.n_q, at.n_k, lo, hi);
+      visible = visible & (col >= lo) & (col <= hi);
+    } else if constexpr (V::kMask && V::kMaskReads)
       visible = visible & V::mask(a, at.batch, at.head, imin(row, at.n_q - 1), imin(col, at.n_k - 1), at.n_q, at.n_k);
     else if constexpr (V::kMask)
       visible = visible & V::mask(a, at.batch, at.head, row, col, at.n_q, at.n_k);
@@ -250,26 +258,39 @@ __device__ __forceinline__ void variant_narrow(int& first, int& end, Empty&& emp
   }
 }
 
-// The key tiles of BN keys [first, end) that rows [q0, q1] visit, narrowed by the mask (Warp: as
+// The mask's verdict on tiles t0..t1 − 1 along one axis, the other held to [lo, hi] (V::tile: 0
+// all empty, 1 partial, 2 all visible). Keys: key tiles of B keys for rows [lo, hi]; otherwise
+// query tiles of B rows for keys [lo, hi] (the backward's key-major kernels).
+template <class V, int B, bool Keys>
+struct VariantTiles {
+  const VariantArgs& a;
+  const VariantAt& at;
+  int lo, hi;
+  __device__ __forceinline__ int operator()(int t0, int t1) const {
+    if constexpr (Keys) return V::tile(a, at.batch, at.head, lo, hi, t0 * B, imin(t1 * B, at.n_k) - 1, at.n_q, at.n_k);
+    else return V::tile(a, at.batch, at.head, t0 * B, imin(t1 * B, at.n_q) - 1, lo, hi, at.n_q, at.n_k);
+  }
+};
+
+// The tiles [first, end) narrowed by the mask to those `tiles` does not prove empty (Warp: as
 // variant_narrow says).
+template <class V, bool Warp, class Tiles>
+__device__ __forceinline__ void variant_visible_tiles(const Tiles& tiles, int& first, int& end) {
+  if constexpr (V::kMask) variant_narrow<Warp>(first, end, [&](int t0, int t1) { return tiles(t0, t1) == 0; });
+}
+
+// The key tiles of BN keys [first, end) that rows [q0, q1] visit, narrowed by the mask.
 template <class V, int BN, bool Warp = false>
 __device__ __forceinline__ void variant_key_tiles(const VariantArgs& a, const VariantAt& at, int q0, int q1,
                                                   int& first, int& end) {
-  if constexpr (V::kMask)
-    variant_narrow<Warp>(first, end, [&](int t0, int t1) {
-      return V::tile(a, at.batch, at.head, q0, q1, t0 * BN, imin(t1 * BN, at.n_k) - 1, at.n_q, at.n_k) == 0;
-    });
+  variant_visible_tiles<V, Warp>(VariantTiles<V, BN, true>{a, at, q0, q1}, first, end);
 }
 
-// The query tiles of BM rows [first, end) that see some key of [k0, k1], narrowed by the mask
-// (the backward's key-major kernels; Warp: as variant_narrow says).
+// The query tiles of BM rows [first, end) that see some key of [k0, k1], narrowed by the mask.
 template <class V, int BM, bool Warp = false>
 __device__ __forceinline__ void variant_query_tiles(const VariantArgs& a, const VariantAt& at, int k0, int k1,
                                                     int& first, int& end) {
-  if constexpr (V::kMask)
-    variant_narrow<Warp>(first, end, [&](int t0, int t1) {
-      return V::tile(a, at.batch, at.head, t0 * BM, imin(t1 * BM, at.n_q) - 1, k0, k1, at.n_q, at.n_k) == 0;
-    });
+  variant_visible_tiles<V, Warp>(VariantTiles<V, BM, false>{a, at, k0, k1}, first, end);
 }
 
 // A span of tiles [lo, hi) that the mask proves fully visible as a whole (empty when lo == hi).
@@ -279,56 +300,43 @@ struct VariantFullSpan {
 };
 
 // The tiles of [first, end) proven fully visible as one span, once per block, by the 32 lanes of
-// a warp together (every lane calls it, with the same arguments): `empty(t0, t1)` and
-// `full(t0, t1)` say whether tiles t0..t1 − 1 are all proven empty or all proven fully visible.
-// The caller's own visible tiles first (a block's range may hold tiles that only its other rows
-// see), then from each end the first tile proven full (the lanes test 32 tiles at once: a
-// window's edges, a document's first tile, the diagonal are partial), then the tiles between
-// them as one span; where that is not proven (visible tiles with holes), the span is empty and
-// every tile takes the mask (variant_partial).
-template <class Empty, class Full>
-__device__ __forceinline__ VariantFullSpan variant_full_span(int first, int end, Empty&& empty, Full&& full) {
+// a warp together (every lane calls it, with the same arguments; `tiles` as VariantTiles). The
+// caller's own visible tiles first, unless `narrowed` says [first, end) already is exactly them
+// (a block's range may hold tiles that only its other rows or heads see), then from each end the
+// first tile proven full (the lanes test 32 tiles at once: a window's edges, a document's first
+// tile, the diagonal are partial), then the tiles between them as one span; where that is not
+// proven (visible tiles with holes), the span is empty and every tile takes the mask
+// (variant_partial).
+template <class V, class Tiles>
+__device__ __forceinline__ VariantFullSpan variant_full_span(const Tiles& tiles, int first, int end, bool narrowed) {
   VariantFullSpan span;
-  int lo = first, hi = end;
-  variant_narrow<true>(lo, hi, empty);
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const unsigned left = ballot32(lo + lane < hi && full(lo + lane, lo + lane + 1));
-  if (left == 0) return span;
-  lo += lowest_bit32(left);
-  const unsigned right = ballot32(hi - 1 - lane >= lo && full(hi - 1 - lane, hi - lane));
-  if (right == 0) return span;  // no full tile among the last 32
-  hi -= lowest_bit32(right);
-  if (full(lo, hi)) span.lo = lo, span.hi = hi;
+  if constexpr (V::kMask) {
+    int lo = first, hi = end;
+    if (!narrowed) variant_visible_tiles<V, true>(tiles, lo, hi);
+    const int lane = static_cast<int>(threadIdx.x % 32);
+    const unsigned left = ballot32(lo + lane < hi && tiles(lo + lane, lo + lane + 1) == 2);
+    if (left == 0) return span;
+    lo += lowest_bit32(left);
+    const unsigned right = ballot32(hi - 1 - lane >= lo && tiles(hi - 1 - lane, hi - lane) == 2);
+    if (right == 0) return span;  // no full tile among the last 32
+    hi -= lowest_bit32(right);
+    if (tiles(lo, hi) == 2) span.lo = lo, span.hi = hi;
+  }
   return span;
 }
 
 // The full span of the key tiles [first, end) of BN keys that rows [q0, q1] visit.
 template <class V, int BN>
 __device__ __forceinline__ VariantFullSpan variant_full_key_tiles(const VariantArgs& a, const VariantAt& at, int q0,
-                                                                  int q1, int first, int end) {
-  if constexpr (V::kMask) {
-    auto tile = [&](int t0, int t1) {
-      return V::tile(a, at.batch, at.head, q0, q1, t0 * BN, imin(t1 * BN, at.n_k) - 1, at.n_q, at.n_k);
-    };
-    return variant_full_span(
-        first, end, [&](int t0, int t1) { return tile(t0, t1) == 0; }, [&](int t0, int t1) { return tile(t0, t1) == 2; });
-  }
-  return {};
+                                                                  int q1, int first, int end, bool narrowed) {
+  return variant_full_span<V>(VariantTiles<V, BN, true>{a, at, q0, q1}, first, end, narrowed);
 }
 
-// The full span of the query tiles [first, end) of BM rows that see keys [k0, k1] (the backward's
-// key-major kernels).
+// The full span of the query tiles [first, end) of BM rows that see keys [k0, k1].
 template <class V, int BM>
 __device__ __forceinline__ VariantFullSpan variant_full_query_tiles(const VariantArgs& a, const VariantAt& at, int k0,
-                                                                    int k1, int first, int end) {
-  if constexpr (V::kMask) {
-    auto tile = [&](int t0, int t1) {
-      return V::tile(a, at.batch, at.head, t0 * BM, imin(t1 * BM, at.n_q) - 1, k0, k1, at.n_q, at.n_k);
-    };
-    return variant_full_span(
-        first, end, [&](int t0, int t1) { return tile(t0, t1) == 0; }, [&](int t0, int t1) { return tile(t0, t1) == 2; });
-  }
-  return {};
+                                                                    int k1, int first, int end, bool narrowed) {
+  return variant_full_span<V>(VariantTiles<V, BM, false>{a, at, k0, k1}, first, end, narrowed);
 }
 
 // Whether key tile (or, key-major, query tile) `tile` of a block needs the per-element mask: it
@@ -360,6 +368,25 @@ __device__ __forceinline__ float variant_backward(const VariantArgs& a, const Va
     if constexpr (!V::kUnitSlope) g *= V::dscore(a, raw * at.scale, at.batch, at.head, row, col, at.n_q, at.n_k);
   }
   return g;
+}
+
+// The double backward's score step for one element (row, col) of raw score `raw`: P (0 where
+// masked, `check` as variant_score's) from the row's lse2, and the modification's derivatives at
+// the scaled score, f1 = f'(s) and f2 = f''(s) (1 and 0 without a modification, and where P = 0).
+template <class V, bool Causal>
+__device__ __forceinline__ float variant_double(const VariantArgs& a, const VariantAt& at, float raw, float lse2,
+                                                int row, int col, bool check, float scale_log2, float& f1,
+                                                float& f2) {
+  const float modified = check ? variant_score<V, Causal, true, true>(a, at, raw, row, col)
+                               : variant_score<V, Causal, false, true>(a, at, raw, row, col);
+  const float p = exp2_approx(fmaf(modified, variant_softmax_log2<V>(scale_log2), -lse2));
+  f1 = 1.f, f2 = 0.f;
+  if constexpr (!V::kUnitSlope)
+    if (p != 0.f) {  // a visible row below n_q
+      f1 = V::dscore(a, raw * at.scale, at.batch, at.head, row, col, at.n_q, at.n_k);
+      f2 = V::d2score(a, raw * at.scale, at.batch, at.head, row, col, at.n_q, at.n_k);
+    }
+  return p;
 }
 
 // The epilogue of one row: from its running max (raw units, −inf when no key was seen) and its

@@ -31,23 +31,16 @@ __device__ __forceinline__ float shfl32(float x, int src_lane) {
   return __builtin_bit_cast(float, bpermute32(__builtin_bit_cast(int, x), src_lane));
 }
 __device__ __forceinline__ int shfl32(int x, int src_lane) { return bpermute32(x, src_lane); }
-__device__ __forceinline__ bool all32(bool pred) {
+// Bit i set where pred holds on lane i of the caller's 32-lane half.
+__device__ __forceinline__ unsigned ballot32(bool pred) {
 #if __has_builtin(__builtin_amdgcn_ballot_w64)
   const unsigned long long ballot = __builtin_amdgcn_ballot_w64(pred);
 #else  // hiprtc 5.2 (LLVM 15): the compare form of the ballot; 33 is ICMP_NE
   const unsigned long long ballot = __builtin_amdgcn_uicmp(static_cast<unsigned>(pred), 0u, 33);
 #endif
-  return static_cast<unsigned>(wave_lane() & 32 ? ballot >> 32 : ballot) == 0xffffffffu;
-}
-// Bit i set where pred holds on lane i of the caller's 32-lane half.
-__device__ __forceinline__ unsigned ballot32(bool pred) {
-#if __has_builtin(__builtin_amdgcn_ballot_w64)
-  const unsigned long long ballot = __builtin_amdgcn_ballot_w64(pred);
-#else
-  const unsigned long long ballot = __builtin_amdgcn_uicmp(static_cast<unsigned>(pred), 0u, 33);
-#endif
   return static_cast<unsigned>(wave_lane() & 32 ? ballot >> 32 : ballot);
 }
+__device__ __forceinline__ bool all32(bool pred) { return ballot32(pred) == 0xffffffffu; }
 // The index of the lowest set bit of x (x != 0).
 __device__ __forceinline__ int lowest_bit32(unsigned x) { return __builtin_ctz(x); }
 #else
