@@ -1227,6 +1227,11 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
   for (DType t : {DType::f16, DType::bf16})
     for (int d : attention_default_only_head_dims())
       for (bool causal : {false, true}) add_double_backward_defaults(out, {t, d, causal}, target);
+  // The warm variants' defaults (NVIDIA, as the backward's).
+  if (target.vendor == Vendor::nvidia)
+    for (const auto& [canonical, sinks] : attention_warm_variants())
+      for (DType t : {DType::f16, DType::bf16})
+        for (int d : kAttentionDefaultWarmHeadDims) add_double_backward_defaults(out, {t, d, true, canonical, sinks}, target);
   return out;
 }
 
