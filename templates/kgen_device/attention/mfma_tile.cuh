@@ -298,16 +298,15 @@ __device__ __forceinline__ mfma_operand chained_operand(const mfma_acc& x, int s
 typedef float mfma_f32x2 __attribute__((ext_vector_type(2)));
 
 // Two probabilities (each in [0, 1], or NaN: the softmax P of the forward and of the backward)
-// rounded to T, to nearest even, packed into one register (the first in bits 0..15). gfx950
-// converts a pair in one instruction (v_cvt_pk_bf16_f32, v_cvt_pk_f16_f32). gfx90a and gfx942
-// have no bf16 conversion; there a pair goes to bf16 by Veltkamp's split in packed fp32
-// arithmetic:
-//   g = x · (2^16 + 1),  h = g + (x − g)
-// leaves h = x rounded to 8 significant bits, to nearest with ties to even: the same bits as
-// types.cuh's from_float for every normal x (checked for every fp32 of several binades), and NaN
-// stays NaN; x · 2^16 must not overflow, which holds for x ≤ 1. The bf16 pair is the upper
-// halves of h, one v_perm_b32: 4 instructions a pair instead of about 11 integer ones.
-// Contraction is off: g must be rounded before x − g (an FMA would compute x − x · c exactly).
+// rounded to T, to nearest, packed into one register (the first in bits 0..15). gfx950 converts
+// a pair in one instruction (v_cvt_pk_bf16_f32, v_cvt_pk_f16_f32: ties to even). gfx90a and
+// gfx942 have no bf16 conversion; there each element gets half a bf16 ulp added to its bit
+// pattern (x + 0x8000: a carry into the upper half rounds up) and one v_perm_b32 takes the two
+// upper halves: 3 instructions a pair. That is rounding to nearest with ties away from zero
+// (types.cuh's from_float rounds ties to even: the bits differ only where the lower 16 bits are
+// exactly 0x8000), within half a bf16 ulp as from_float. Every x in [0, 1] keeps its sign and
+// exponent field (no carry out of bit 31 below 0x7fff8000); a NaN stays NaN unless the top eight
+// bits of its payload are all ones.
 template <class T>
 __device__ __forceinline__ unsigned pack_probabilities(mfma_f32x2 x) {
 #if defined(__gfx950__)
@@ -320,13 +319,11 @@ __device__ __forceinline__ unsigned pack_probabilities(mfma_f32x2 x) {
   }
 #else
   if constexpr (is_same<T, bfloat16_t>::value) {
-#pragma clang fp contract(off)
-    const mfma_f32x2 g = x * 65537.f;
-    const mfma_f32x2 h = g + (x - g);
-    // Elements copied out first: clang 22 bit-casts an element of an ext_vector (h[1]) as the
+    // Elements copied out first: clang 22 bit-casts an element of an ext_vector (x[1]) as the
     // vector's first element.
-    const float lo = h[0], hi = h[1];
-    return __builtin_amdgcn_perm(__builtin_bit_cast(unsigned, hi), __builtin_bit_cast(unsigned, lo), 0x07060302u);
+    const float lo = x[0], hi = x[1];
+    return __builtin_amdgcn_perm(__builtin_bit_cast(unsigned, hi) + 0x8000u, __builtin_bit_cast(unsigned, lo) + 0x8000u,
+                                 0x07060302u);
   } else {
     typedef _Float16 h2 __attribute__((ext_vector_type(2)));
     return __builtin_bit_cast(unsigned, __builtin_convertvector(x, h2));
