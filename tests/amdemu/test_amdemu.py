@@ -36,6 +36,11 @@ FORWARD_CASES = [
     # K and V rows longer than d (stride_n = d + 40, NaN between rows): the next tile's loads'
     # 32-bit offsets and their clamp at n_k (150 keys: two whole tiles and a partial one)
     (F("gfx942", "bf16", 128, True, None, n_q=100, n_k=150, kv_pad=40), False),
+    # Several whole tiles (no mask, no clamp on the next tile's rows) before the general steps,
+    # beside waves past n_q (n_q = 70: two of block 0's four waves have no row) and, causal, on
+    # the diagonal blocks
+    (F("gfx942", "bf16", 128, False, None, n_q=70, n_k=300), False),
+    (F("gfx942", "bf16", 128, True, None, heads_q=2, heads_kv=1, n_q=300, n_k=300), False),
     # gfx90a (CDNA2, built by hiprtc 5): simt, the MFMA defaults and the rest of its config space
     (F("gfx90a", "fp32", 64, False, SIMT), False),
     (F("gfx90a", "bf16", 64, True, SIMT, n_q=45, n_k=20), False),

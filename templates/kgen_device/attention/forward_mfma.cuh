@@ -42,7 +42,9 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());  // BN x D, row-major
   unsigned short* vt_s = k_s + BN * attention_mfma::lds_row(D);             // D x BN: V transposed
 
-  const mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
+  mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
+  // Wave-uniform (run() branches on it around barriers): from the wave index in a scalar register.
+  w.active = w.m0 + __builtin_amdgcn_readfirstlane(w.wave) * attention_mfma::kWaveRows < p.n_q;
   const int lane = w.lane;
   const int n_q = p.n_q, n_k = p.n_k;
   const float scale_log2 = p.scale_log2;
@@ -69,24 +71,30 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   }
 
   // One tile: its K and V into LDS, the next tile's loads issued, then Sᵀ, the online softmax of
-  // this lane's query and Oᵀ += Vᵀ·Pᵀ. Masked: keys past n_k and above the causal diagonal get
-  // −inf; unmasked tiles (below) have none.
-  auto tile = [&](int n0, auto masked, const auto& offsets) {
+  // this lane's query and Oᵀ += Vᵀ·Pᵀ. The general step masks keys past n_k and above the causal
+  // diagonal (−inf) and clamps the next tile's rows at n_k; a whole tile (below) needs neither,
+  // and its wave is active and sees every key of it.
+  auto tile = [&](int n0, auto whole, const auto& offsets) {
     __syncthreads();  // every wave finished the previous tile
     k_next.store(k_s, w.tid);
     v_next.store(vt_s, w.tid);
     __syncthreads();
-    if (n0 + BN < w.n_end) {
+    if (decltype(whole)::value || n0 + BN < w.n_end) {
       if constexpr (decltype(offsets.narrow)::value) {
-        const int rows_left = n_k - 1 - (n0 + BN);
-        k_next.load(k_ptr + (n0 + BN) * p.k_stride_n, p.k_stride_n, rows_left, offsets.k, w.tid);
-        v_next.load(v_ptr + (n0 + BN) * p.v_stride_n, p.v_stride_n, rows_left, offsets.v, w.tid);
+        if constexpr (decltype(whole)::value) {
+          k_next.load_whole(k_ptr + (n0 + BN) * p.k_stride_n, offsets.k, w.tid);
+          v_next.load_whole(v_ptr + (n0 + BN) * p.v_stride_n, offsets.v, w.tid);
+        } else {
+          const int rows_left = n_k - 1 - (n0 + BN);
+          k_next.load(k_ptr + (n0 + BN) * p.k_stride_n, p.k_stride_n, rows_left, offsets.k, w.tid);
+          v_next.load(v_ptr + (n0 + BN) * p.v_stride_n, p.v_stride_n, rows_left, offsets.v, w.tid);
+        }
       } else {
         k_next.load(k_ptr, p.k_stride_n, n0 + BN, n_k, w.tid);
         v_next.load(v_ptr, p.v_stride_n, n0 + BN, n_k, w.tid);
       }
     }
-    if (!w.active || n0 >= w.wave_end) return;  // wave-uniform
+    if (!decltype(whole)::value && (!w.active || n0 >= w.wave_end)) return;  // wave-uniform
 
     mfma_acc s[kKeyBlocks];
 #pragma unroll
@@ -97,7 +105,7 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
       for (int r = 0; r < mfma::kAccRegisters; ++r) {
-        if constexpr (decltype(masked)::value)
+        if constexpr (!decltype(whole)::value)
           if (!mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), w.query, n_k, w.diag))
             s[nb][r] = -infinity_f32();
         mx = fmaxf(mx, s[nb][r]);
@@ -141,12 +149,19 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   int n_full = n_k / BN * BN;
   if constexpr (Causal) n_full = imin(n_full, imax(w.m0 + w.diag + 1, 0) / BN * BN);
   n_full = imin(n_full, w.n_end / BN * BN);
+  // Whole tiles: an active wave's tiles below n_full that a tile below n_end follows (the next
+  // tile's rows are all below n_k); it sees every key of them (n0 < n_full implies n0 < wave_end).
+  // The other tiles (at most one more per block without causal masking, about (BM + BN) / BN
+  // with it) take the general step, as does every tile of an inactive wave (the same barriers; it
+  // returns after the loads).
+  const int n_whole = imin(n_full, w.n_end - 2 * BN + 1);
   // The next tile's loads take 32-bit offsets from one scalar base per tile where the strides
   // allow (every offset inside a tile below 2^32 bytes), 64-bit addresses per row otherwise.
   auto run = [&](const auto& offsets) {
     int n0 = 0;
-    for (; n0 < n_full; n0 += BN) tile(n0, mfma_detail::Flag<false>{}, offsets);
-    for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<true>{}, offsets);
+    if (w.active)  // wave-uniform
+      for (; n0 < n_whole; n0 += BN) tile(n0, mfma_detail::Flag<true>{}, offsets);
+    for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<false>{}, offsets);
   };
   if constexpr (decltype(k_next)::kNarrow && decltype(v_next)::kNarrow) {
     if (decltype(k_next)::Offsets::fits(p.k_stride_n) && decltype(v_next)::Offsets::fits(p.v_stride_n))

@@ -140,6 +140,23 @@ struct TileStage {
     }
   }
 
+  // The same for a tile whose rows are all below n_rows: no clamp.
+  template <class T>
+  __device__ __forceinline__ void load_whole(const T* tile, const Offsets& o, int tid) {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      if (kChunks % Threads != 0 && tid + it * Threads >= kChunks) break;
+#pragma unroll
+      for (int j = 0; j < kRowsPerChunk; ++j) {
+        // Opaque to the compiler (no instruction), as min_u32_opaque's result in load(): LLVM
+        // would otherwise form a 64-bit address per load instead of the scalar base's form.
+        unsigned off = o.at[it][j];
+        asm("" : "+v"(off));
+        w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
+      }
+    }
+  }
+
   __device__ __forceinline__ void store(unsigned short* dst, int tid) const {
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
