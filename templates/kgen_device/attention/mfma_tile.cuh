@@ -151,7 +151,9 @@ struct TileStage {
         // Opaque to the compiler (no instruction), as min_u32_opaque's result in load(): LLVM
         // would otherwise form a 64-bit address per load instead of the scalar base's form.
         unsigned off = o.at[it][j];
+#if !defined(__gfx90a__)  // hiprtc 5.2 (gfx90a) keeps the scalar-base form without it, and spills with it
         asm("" : "+v"(off));
+#endif
         w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
       }
     }
