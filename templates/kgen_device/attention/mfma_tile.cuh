@@ -148,11 +148,10 @@ struct TileStage {
       if (kChunks % Threads != 0 && tid + it * Threads >= kChunks) break;
 #pragma unroll
       for (int j = 0; j < kRowsPerChunk; ++j) {
-        // Opaque to the compiler (no instruction), as min_u32_opaque's result in load(): LLVM
-        // would otherwise form a 64-bit address per load instead of the scalar base's form.
+        // Opaque to the compiler (opaque_u32), as min_u32_opaque's result in load().
         unsigned off = o.at[it][j];
 #if !defined(__gfx90a__)  // hiprtc 5.2 (gfx90a) keeps the scalar-base form without it, and spills with it
-        asm("" : "+v"(off));
+        off = opaque_u32(off);
 #endif
         w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
       }

@@ -68,6 +68,14 @@ __device__ __forceinline__ unsigned min_u32_opaque(unsigned a, unsigned b) {
   return r;
 }
 
+// x itself in a vector register the compiler cannot look through (no instruction): the MFMA
+// kernels' 32-bit load offsets on whole tiles, which LLVM would otherwise widen into a 64-bit
+// address per load (as min_u32_opaque's result).
+__device__ __forceinline__ unsigned opaque_u32(unsigned x) {
+  asm("" : "+v"(x));
+  return x;
+}
+
 // x of lane (lane ^ 32): the value the other 32-lane half of the wavefront holds in the same
 // position (the two halves of an MFMA operand hold the two halves of K).
 __device__ __forceinline__ float swap_wave_halves(float x) {
