@@ -61,6 +61,14 @@ def backward(variant, options=None):
     return run_variant("kgen_attention_backward_variant", tensors, options or _lib.AttentionBackwardOptions(), variant)
 
 
+def double_backward(variant, options=None):
+    """(status, message) of kgen_attention_double_backward_variant on a valid (q, k, v, o, lse, d_o,
+    gq, gk, gv, q_bar, k_bar, v_bar, do_bar)."""
+    tensors = [descriptor(s, F32 if s == LSE else BF16) for s in (Q, KV, KV, Q, LSE, Q, Q, KV, KV, Q, KV, KV, Q)]
+    return run_variant("kgen_attention_double_backward_variant", tensors, options or _lib.AttentionBackwardOptions(),
+                       variant)
+
+
 def refused(variant, call=forward, **kwargs):
     status, message = call(variant, **kwargs)
     assert status == Status.INVALID_ARGUMENT, f"status {status}: {message}"
@@ -191,6 +199,28 @@ def test_backward_gradient_buffers():
         "variant.tensors[bias].grad: dtype (code 0, 32 bits) is not float16, bfloat16 or float32"
     tensors[0].grad = None
     passes_validation(c, backward)
+
+
+def test_double_backward_checks_the_variant_and_reads_no_gradient_field():
+    """The double backward takes the forward's variant (null or empty: the plain call), checks it
+    as the forward does, and reads neither sinks_grad nor a tensor's grad (it gives them none)."""
+    tensors = [descriptor(s, F32 if s == LSE else BF16) for s in (Q, KV, KV, Q, LSE, Q, Q, KV, KV, Q, KV, KV, Q)]
+    options = _lib.AttentionBackwardOptions(causal=1)
+    plain = _lib.function("kgen_attention_double_backward")(*map(ctypes.byref, tensors), ctypes.byref(options), None)
+    plain_message = _lib.last_error()
+    assert double_backward(None, options) == double_backward(_lib.AttentionVariant(), options) == (plain, plain_message)
+    sinks, int_grad = descriptor((8,), F32), descriptor((8,), I32)
+    c = _lib.AttentionVariant(window_left=16, window_right=0, softcap=30.0, sinks=ctypes.addressof(sinks))
+    passes_validation(c, double_backward)  # no sinks_grad needed
+    c.sinks_grad = ctypes.addressof(int_grad)  # nor read
+    passes_validation(c, double_backward)
+    bias = descriptor((8, 120), F32)
+    tensors = (_lib.VariantTensor * 1)(_lib.VariantTensor(b"bias", ctypes.addressof(bias), 1, None))
+    c = _lib.AttentionVariant(score_mod=b"score + bias[h][k]", tensors=ctypes.addressof(tensors), num_tensors=1)
+    passes_validation(c, double_backward)  # learnable without grad: the double backward gives it none
+    assert refused(_lib.AttentionVariant(score_mod=b"score + bais"), double_backward).startswith(
+        "score_mod, column 9: unknown name 'bais'")
+    assert refused(_lib.AttentionVariant(softcap=-1.0), double_backward) == refused(_lib.AttentionVariant(softcap=-1.0))
 
 
 # --- the fake kernel's sentences against the library's ------------------------------------------------
