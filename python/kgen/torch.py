@@ -431,8 +431,6 @@ class _AttentionVariantBackward(torch.autograd.Function):
             raise NotImplementedError(_CONSTANTS_ONLY.format(what="the tensors"))
         if ctx.needs_input_grad[1 + _VARIANT_ARGS + _SINKS_FIELD]:
             raise NotImplementedError(_CONSTANTS_ONLY.format(what="the sinks"))
-        if gq is None and gk is None and gv is None:
-            return (None,) * ctx.inputs
         q, k, v, o, lse, d_o = ctx.saved_tensors
         q_bar, k_bar, v_bar, do_bar = _run(_DOUBLE_BACKWARD_VARIANT, q, k, v, o, lse, d_o, gq, gk, gv, scale, causal,
                                            layout, deterministic, None, *variant)
