@@ -991,8 +991,6 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
   if (spec.packed) return std::string("the double backward of packed batches is not available yet");
-  if (spec.has_variant() && c.path == BackwardPath::wgmma)
-    return std::string("the wgmma double backward does not serve attention variants yet (fa2 and simt do)");
   if (spec.head_dim_v > 0)
     return "v: head dim " + std::to_string(spec.head_dim_v) + " differs from q's " + std::to_string(spec.head_dim) +
            "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)";
@@ -1147,7 +1145,8 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
     shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Tile", c.block_m), targ("WGs", wgs),
                  targ("Causal", spec.causal)};
     if (stats) shim.args.push_back(targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats")));
-    add_head_dim_args(shim, tile, spec.head_dim, splits);
+    if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim)), shim.args.push_back(targ("Splits", splits));
+    else add_head_dim_args(shim, tile, spec.head_dim, splits);
   } else switch (kernel) {
     case DoubleBackwardKernel::q_stats:
       k.threads = c.warps * 32;

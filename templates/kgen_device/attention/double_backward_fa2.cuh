@@ -467,8 +467,11 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
           if constexpr (kVariantScores<Variant>) {
             const VariantAt at{batch, kv_head * group + it / tiles_per_head, n_q, n_k, scale, 1.f / scale};
             float f1, f2;
+            // Rows past n_q take the mask too: their zero Q and statistics would give a
+            // modification's P there.
             s[0][nt][i] = variant_double<Variant, Causal>(*va, at, s[0][nt][i], l2, query, key,
-                                                          needs_mask || Variant::kMask, scale_log2, f1, f2);
+                                                          needs_mask || Variant::kMask || m0 + BM > n_q, scale_log2,
+                                                          f1, f2);
             bwd_detail::second_order(s[0][nt][i], dp[0][nt][i], gg[0][nt][i], z[0][nt][i], scale, dl, rr, cc, f1, f2);
           } else {
             float pe = exp2_approx(fmaf(s[0][nt][i], scale_log2, -l2));

@@ -28,6 +28,12 @@
 // row accumulators' columns (the r/c pass has none and runs one warpgroup on the 256 tile).
 // Rows >= n_q and keys >= n_k are zero-filled (their lse2 = +inf in the query-major kernel; zero
 // statistics in the key-major one, where the zero Q, dO and gQ rows make every product zero).
+// Variant (variant.cuh), with its inputs `va`, as in double_backward_fa2.cuh: a mask narrows
+// the walked tiles; the score step turns the raw scores into P, f' and f'' element by element
+// after the other products have landed (variant_double; the apply pass rounds P to 16 bits there,
+// as the plain pass does), and the chain rule takes second_order's variant form. Query tiles with
+// rows past n_q take the mask in the key-major kernel (their zero Q and statistics would give a
+// modification's P there).
 // Padded head dims as backward_wgmma.cuh: HeadDim a multiple of 8 in (D − 64, D], or (128, 256]
 // on the 256 tile; the score products reduce over HeadDim rounded up to 16, the row products run
 // all their columns and only those below HeadDim are stored.
@@ -179,8 +185,10 @@ __device__ __forceinline__ void row_products(float (&a1)[D / 2], float (&a2)[D /
 
 // Query-major pass: Pass::stats writes r and c (split over p.stats_splits blocks per query tile
 // as attention_double_backward_fa2_q), Pass::apply reads them and stores Q̄ and dŌ.
-template <class T, int D, int Tile, int WGs, bool Causal, DoubleBackwardRowPass Pass, int HeadDim = D, int Splits = 1>
+template <class T, int D, int Tile, int WGs, bool Causal, DoubleBackwardRowPass Pass, int HeadDim = D, int Splits = 1,
+          class Variant = NoVariant>
 __device__ __forceinline__ void attention_double_backward_wgmma_q(const AttentionBackwardParams& p,
+                                                                  const VariantArgs* va = nullptr,
                                                                   int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma double backward takes half_t or bfloat16_t");
@@ -221,9 +229,18 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
 
   int n_end = n_k;
   if constexpr (Causal) n_end = imin(n_k, imin(m0 + BM, n_q) + diag);
-  const int all_tiles = n_end > 0 ? (n_end + Tile - 1) / Tile : 0;
-  const int tile_lo = split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
-  const int num_tiles = (split + 1) * all_tiles / splits - tile_lo;
+  int all_tiles = n_end > 0 ? (n_end + Tile - 1) / Tile : 0;
+  int tile0 = 0;  // the first key tile (a variant's mask may skip leading tiles)
+  VariantAt at{};
+  if constexpr (kVariantScores<Variant>) {
+    at = {batch, head, n_q, n_k, scale, 1.f / scale};
+    if constexpr (Variant::kMask) {
+      variant_key_tiles<Variant, Tile, true>(*va, at, m0, imin(m0 + BM, n_q) - 1, tile0, all_tiles);
+      all_tiles = imax(all_tiles - tile0, 0);
+    }
+  }
+  const int tile_lo = tile0 + split * all_tiles / splits;  // this block's key tiles [tile_lo, +num_tiles)
+  const int num_tiles = tile0 + (split + 1) * all_tiles / splits - tile_lo;
 
   // [Q][dO][gQ], then stage s: [K][V][gK][gV], then the row statistics.
   dbl_detail::require_aligned_smem();
@@ -298,54 +315,87 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
     dbl_detail::issue_scores<T, Tile, HeadDim, RowTile::kBlockBytes, KeyTile::kBlockBytes>(
         x, q_a, k_major(0), do_a, k_major(1), gq_a, k_major(0), q_a, k_major(2), do_a, k_major(3));
 
-    // P = exp2(S·scale_log2 − lse2), masked, while dP, G and Z are in flight.
-    wgmma::wait<1>();
-    wgmma::fence_operand(x.s);
-    const int n0 = tile * Tile;
-    const bool needs_mask = n0 + Tile > n_k || (Causal && n0 + Tile - 1 > m0 + diag);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      // Columns 8j + e at or past `cut` are masked (cut >= Tile: none).
-      int cut = Tile;
-      if (needs_mask) {
-        int limit = n_k;
-        if constexpr (Causal) limit = imin(n_k, row0 + g + 8 * h + diag + 1);
-        cut = limit - n0 - 2 * t;
-      }
-      const float l2 = stat(0, h);
+    unsigned pp[kApply ? Tile / 16 : 1][4];
+    if constexpr (kVariantScores<Variant>) {
+      // A variant: P, f' and f'' of each element once every product has landed; the apply pass
+      // rounds P to 16 bits a pair at a time (the P of dŌ += P·gV and of the elementwise step).
+      dbl_detail::wait_rest(x);
+      wgmma::fence_operand(x.s);
+      const int n0 = tile * Tile;
+      const bool check = n0 + Tile > n_k || (Causal && n0 + Tile - 1 > m0 + diag) || Variant::kMask;
 #pragma unroll
       for (int j = 0; j < Tile / 8; ++j)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& v = x.s[4 * j + 2 * h + e];
-          const float pe = exp2_approx(fmaf(v, scale_log2, -l2));
-          v = 8 * j + e >= cut ? 0.f : pe;
-        }
-    }
-    // The apply pass keeps P only rounded to 16 bits, as the A operand of dŌ += P·gV and the P of
-    // the elementwise step: at D = 128 the fp32 tile beside the other three and the row
-    // accumulators would spill (the products read P̃ = P rounded either way).
-    unsigned pp[kApply ? Tile / 16 : 1][4];
-    if constexpr (kApply) dbl_detail::pack_tile<T, Tile>(pp, x.s);
-    dbl_detail::wait_rest(x);
+        for (int h = 0; h < 2; ++h) {
+          float pr[2], f1[2], f2[2];
 #pragma unroll
-    for (int j = 0; j < Tile / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float pr[2];
-        if constexpr (kApply) unpack2<T>(pp[j / 2][(j % 2) * 2 + h], pr[0], pr[1]);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int i = 4 * j + 2 * h + e;
+          for (int e = 0; e < 2; ++e)
+            pr[e] = variant_double<Variant, Causal>(*va, at, x.s[4 * j + 2 * h + e], stat(0, h), row0 + g + 8 * h,
+                                                    n0 + 8 * j + 2 * t + e, check, scale_log2, f1[e], f2[e]);
           if constexpr (kApply) {
-            bwd_detail::second_order(pr[e], x.dp[i], x.g[i], x.z[i], scale, stat(1, h), stat(2, h), stat(3, h));
-          } else {
-            const float gs = x.g[i] * scale;
-            r[h] = fmaf(x.s[i], gs, r[h]);
-            c[h] = fmaf(x.s[i], x.z[i] + (x.dp[i] - stat(1, h)) * gs, c[h]);
+            unsigned& w = pp[j / 2][(j % 2) * 2 + h];
+            w = pack2<T>(pr[0], pr[1]);
+            unpack2<T>(w, pr[0], pr[1]);
+          }
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = 4 * j + 2 * h + e;
+            if constexpr (kApply)
+              bwd_detail::second_order(pr[e], x.dp[i], x.g[i], x.z[i], scale, stat(1, h), stat(2, h), stat(3, h),
+                                       f1[e], f2[e]);
+            else
+              bwd_detail::second_order_stats(pr[e], x.dp[i], x.g[i], x.z[i], scale, stat(1, h), f1[e], r[h], c[h]);
           }
         }
+    } else {
+      // P = exp2(S·scale_log2 − lse2), masked, while dP, G and Z are in flight.
+      wgmma::wait<1>();
+      wgmma::fence_operand(x.s);
+      const int n0 = tile * Tile;
+      const bool needs_mask = n0 + Tile > n_k || (Causal && n0 + Tile - 1 > m0 + diag);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // Columns 8j + e at or past `cut` are masked (cut >= Tile: none).
+        int cut = Tile;
+        if (needs_mask) {
+          int limit = n_k;
+          if constexpr (Causal) limit = imin(n_k, row0 + g + 8 * h + diag + 1);
+          cut = limit - n0 - 2 * t;
+        }
+        const float l2 = stat(0, h);
+#pragma unroll
+        for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float& v = x.s[4 * j + 2 * h + e];
+            const float pe = exp2_approx(fmaf(v, scale_log2, -l2));
+            v = 8 * j + e >= cut ? 0.f : pe;
+          }
       }
+      // The apply pass keeps P only rounded to 16 bits, as the A operand of dŌ += P·gV and the P of
+      // the elementwise step: at D = 128 the fp32 tile beside the other three and the row
+      // accumulators would spill (the products read P̃ = P rounded either way).
+      if constexpr (kApply) dbl_detail::pack_tile<T, Tile>(pp, x.s);
+      dbl_detail::wait_rest(x);
+#pragma unroll
+      for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float pr[2];
+          if constexpr (kApply) unpack2<T>(pp[j / 2][(j % 2) * 2 + h], pr[0], pr[1]);
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = 4 * j + 2 * h + e;
+            if constexpr (kApply) {
+              bwd_detail::second_order(pr[e], x.dp[i], x.g[i], x.z[i], scale, stat(1, h), stat(2, h), stat(3, h));
+            } else {
+              const float gs = x.g[i] * scale;
+              r[h] = fmaf(x.s[i], gs, r[h]);
+              c[h] = fmaf(x.s[i], x.z[i] + (x.dp[i] - stat(1, h)) * gs, c[h]);
+            }
+          }
+        }
+    }
     if constexpr (kApply) {
       // Q̄ += dS·gK + S̄·K, dŌ += P·gV + H·V (the key tiles read MN-major from column col0).
       auto mn_major = [&](int which) {
@@ -373,8 +423,9 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
 
 // Key-major pass: K̄ and V̄ of the block's 64·WGs keys (Splits = 2: 64 keys, warpgroup wg keeping
 // the columns [wg·D/2, +D/2)).
-template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1>
+template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1, class Variant = NoVariant>
 __device__ __forceinline__ void attention_double_backward_wgmma_kv(const AttentionBackwardParams& p,
+                                                                   const VariantArgs* va = nullptr,
                                                                    int block = blockIdx.x) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma double backward takes half_t or bfloat16_t");
@@ -401,7 +452,10 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   const int n_q = p.n_q, n_k = p.n_k, diag = n_k - n_q;
   const float scale = p.scale, scale_log2 = p.scale_log2;
   const bool has_gq = p.gq.data != nullptr, has_gk = p.gk.data != nullptr, has_gv = p.gv.data != nullptr;
-  const bwd_detail::QueryTileWalk<Tile, Causal> walk(n0, n_q, n_k, p.head_group);
+  bwd_detail::QueryTileWalk<Tile, Causal> walk(n0, n_q, n_k, p.head_group);
+  if constexpr (Variant::kMask)  // the query tiles some head of the group may see
+    walk.template narrow<Variant>(va, VariantAt{batch, 0, n_q, n_k, scale, 1.f / scale}, kv_head, n0,
+                                  imin(n0 + BN, n_k) - 1);
   const int total = walk.total;
 
   // [K][V][gK][gV], then stage s: [Q][dO][gQ], then stage s: [lse2][delta][r][c] (Tile each).
@@ -471,42 +525,65 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
     dbl_detail::issue_scores<T, Tile, HeadDim, KeyRows::kBlockBytes, QTile::kBlockBytes>(
         x, k_a, k_major(0), v_a, k_major(1), k_a, k_major(2), gk_a, k_major(0), gv_a, k_major(1));
 
-    wgmma::wait<1>();
-    wgmma::fence_operand(x.s);
-    const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
-    // Key row h masks the query columns 8j + 2t + e below cut[h] (all past n_k; causal: the
-    // queries before the key's diagonal).
-    int cut[2] = {0, 0};
+    if constexpr (kVariantScores<Variant>) {
+      dbl_detail::wait_rest(x);
+      wgmma::fence_operand(x.s);
+      const VariantAt at{batch, walk.head(kv_head, it), n_q, n_k, scale, 1.f / scale};
+      const bool check =
+          n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag) || Variant::kMask || m0 + Tile > n_q;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int key = key0 + g + 8 * h;
-      if (needs_mask) cut[h] = key >= n_k ? Tile : Causal ? key - m0 - diag - 2 * t : 0;
+      for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * j + 2 * t + e;
+          const float l2 = st[col], dl = st[Tile + col], rr = st[2 * Tile + col], cc = st[3 * Tile + col];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = 4 * j + 2 * h + e;
+            float f1, f2;
+            x.s[i] = variant_double<Variant, Causal>(*va, at, x.s[i], l2, m0 + col, key0 + g + 8 * h, check,
+                                                     scale_log2, f1, f2);
+            bwd_detail::second_order(x.s[i], x.dp[i], x.g[i], x.z[i], scale, dl, rr, cc, f1, f2);
+          }
+        }
+    } else {
+      wgmma::wait<1>();
+      wgmma::fence_operand(x.s);
+      const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
+      // Key row h masks the query columns 8j + 2t + e below cut[h] (all past n_k; causal: the
+      // queries before the key's diagonal).
+      int cut[2] = {0, 0};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int key = key0 + g + 8 * h;
+        if (needs_mask) cut[h] = key >= n_k ? Tile : Causal ? key - m0 - diag - 2 * t : 0;
+      }
+#pragma unroll
+      for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float l2 = st[8 * j + 2 * t + e];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float& v = x.s[4 * j + 2 * h + e];
+            const float pe = exp2_approx(fmaf(v, scale_log2, -l2));
+            v = 8 * j + e < cut[h] ? 0.f : pe;
+          }
+        }
+      dbl_detail::wait_rest(x);
+#pragma unroll
+      for (int j = 0; j < Tile / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = 8 * j + 2 * t + e;
+          const float dl = st[Tile + col], rr = st[2 * Tile + col], cc = st[3 * Tile + col];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = 4 * j + 2 * h + e;
+            bwd_detail::second_order(x.s[i], x.dp[i], x.g[i], x.z[i], scale, dl, rr, cc);
+          }
+        }
     }
-#pragma unroll
-    for (int j = 0; j < Tile / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float l2 = st[8 * j + 2 * t + e];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float& v = x.s[4 * j + 2 * h + e];
-          const float pe = exp2_approx(fmaf(v, scale_log2, -l2));
-          v = 8 * j + e < cut[h] ? 0.f : pe;
-        }
-      }
-    dbl_detail::wait_rest(x);
-#pragma unroll
-    for (int j = 0; j < Tile / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int col = 8 * j + 2 * t + e;
-        const float dl = st[Tile + col], rr = st[2 * Tile + col], cc = st[3 * Tile + col];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int i = 4 * j + 2 * h + e;
-          bwd_detail::second_order(x.s[i], x.dp[i], x.g[i], x.z[i], scale, dl, rr, cc);
-        }
-      }
 
     // K̄ += dSᵀ·gQ + S̄ᵀ·Q, V̄ += Hᵀ·dO (the query tiles read MN-major from column col0).
     auto mn_major = [&](int which) { return bwd_detail::mn_major_cols<QTile::kBlockBytes>(smem_qt(stage, which), col0); };
@@ -526,15 +603,17 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
 // The second stage: blocks [0, ceil(n_q / 64·WGs)) run the apply pass, the following
 // ceil(n_k / 64·WGs) the key-major kernel (blockIdx.y < heads_kv), so that the two, which do
 // not depend on each other, share the machine.
-template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1>
-__device__ __forceinline__ void attention_double_backward_wgmma_fused(const AttentionBackwardParams& p) {
+template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1, class Variant = NoVariant>
+__device__ __forceinline__ void attention_double_backward_wgmma_fused(const AttentionBackwardParams& p,
+                                                                      const VariantArgs* va = nullptr) {
   constexpr int kRows = dbl_detail::WgPlace<D, WGs, Splits>::kRows;
   const int q_blocks = (p.n_q + kRows - 1) / kRows;
   if (static_cast<int>(blockIdx.x) < q_blocks) {
-    attention_double_backward_wgmma_q<T, D, Tile, WGs, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits>(
-        p, blockIdx.x);
+    attention_double_backward_wgmma_q<T, D, Tile, WGs, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits,
+                                      Variant>(p, va, blockIdx.x);
   } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
-    attention_double_backward_wgmma_kv<T, D, Tile, WGs, Causal, HeadDim, Splits>(p, blockIdx.x - q_blocks);
+    attention_double_backward_wgmma_kv<T, D, Tile, WGs, Causal, HeadDim, Splits, Variant>(p, va,
+                                                                                          blockIdx.x - q_blocks);
   }
 }
 
