@@ -7,6 +7,7 @@
 
 #include "generator/attention_mfma.h"
 #include "generator/config_text.h"
+#include "generator/variant.h"
 #include "kgen_device/attention/backward_config.h"
 
 namespace kgen {
@@ -1043,9 +1044,14 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   // (b = 1, n = 8192, docs/kernels/measurements.md "The double backward on wgmma") d = 64 ran 0.400 ms against
   // 0.755 for the fa2 default at h = 1 (causal 0.273 against 0.520) and 5.94 against 11.21 at
   // h = 16; d = 128 0.811 against 1.407 (causal 0.531 against 0.951), 12.1 against 21.4 at h = 16;
-  // d = 32 0.325 against 0.481 (causal 0.276 against 0.391).
+  // d = 32 0.325 against 0.481 (causal 0.276 against 0.391). A score modification (f′ and f″ per
+  // element) takes 32-wide tiles on the 64-column tile too: at 64 its fused kernel spills
+  // 128–160 bytes, and on an H200 (b·n = 4096, h·d = 2048, n = 4096, causal) softcap ran 5.32 ms
+  // against 5.90 and window + softcap + sinks 2.37 against 2.50, where masks alone ran 10 %
+  // faster at 64.
   if (spec.dtype != DType::f32 && spec.head_dim >= 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
-    const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 ? 64 : 32;
+    const bool score_mod = !spec.variant.empty() && Variant::from_canonical(spec.variant).has_score_mod();
+    const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 && !score_mod ? 64 : 32;
     const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_m = tile, .block_n = 64, .warps = 4};
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }

@@ -124,12 +124,15 @@ TEST(AttentionVariantKernels, BackwardFamiliesCompile) {
   }
 }
 
-// The double backward of variants: the wgmma kernels on sm_90a (64- or 32-wide score tiles up to
-// 128 columns, two warpgroups sharing the columns above), fa2 on sm_80 and in every explicit fa2
-// form, the general path for fp32, odd head dims and the AMD targets; packed batches are refused.
-// At d = 64 the defaults do not spill; above, the fa2 fused kernel (at 255 registers plain)
-// spills 64–160 bytes with a variant.
+// The double backward of variants: the wgmma kernels on sm_90a (32-wide score tiles up to 128
+// columns where the variant modifies scores, 64-wide at d = 64 for masks alone; two warpgroups
+// sharing the columns above), fa2 on sm_80 and in every explicit fa2 form, the general path for
+// fp32, odd head dims and the AMD targets; packed batches are refused. sm_80's defaults at d = 64
+// do not spill; above, the fa2 fused kernel (at 255 registers plain) spills 64–160 bytes with a
+// variant. On sm_90a the fused kernel of every preset with sinks spills 24 bytes at d = 128 and
+// 256 (at 255 registers).
 constexpr int kDoubleBackwardSpills = 192;
+constexpr int kWgmmaDoubleBackwardSpills = 32;
 
 TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSpill) {
   for (const auto& [canonical, sinks] : variants()) {
@@ -141,9 +144,10 @@ TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSp
         const AttentionBackwardConfig c = attention_double_backward_default_config(spec, {1, 8, 8, 4096, 4096}, target, 132);
         const bool hopper = std::string(arch) == "sm_90a";
         EXPECT_EQ(c.path, hopper ? BackwardPath::wgmma : BackwardPath::fa2) << to_string(c);
+        if (hopper && d <= 128) EXPECT_EQ(c.block_m, 32) << "a score modification takes 32-wide score tiles";
         for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c))
           expect_compiles(render_attention_double_backward(spec, c, kernel), arch,
-                          d == 64 || hopper ? 0 : kDoubleBackwardSpills);
+                          hopper ? kWgmmaDoubleBackwardSpills : d == 64 ? 0 : kDoubleBackwardSpills);
       }
     }
     const AttentionBackwardSpec wide{DType::f32, 72, false, canonical, sinks};
@@ -155,6 +159,9 @@ TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSp
         expect_compiles(render_attention_double_backward(wide, simt, kernel), "gfx942", kWideFormSpills);
     }
   }
+  const AttentionBackwardSpec window{DType::bf16, 64, true, Variant::parse(compose_variant({.window = true})).canonical()};
+  EXPECT_EQ(attention_double_backward_default_config(window, *parse_target("sm_90a")).block_m, 64)
+      << "a mask alone keeps the 64-wide score tiles at d = 64";
   AttentionBackwardSpec packed{DType::bf16, 64, true};
   packed.packed = true;
   const auto why = check_attention_double_backward_config(packed, attention_backward_general_config(packed),
