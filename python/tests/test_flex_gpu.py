@@ -103,7 +103,9 @@ def test_flex_forward(name, dtype, n_q, n_k):
         return
     torch._dynamo.reset()  # each case's closures as constants
     block_mask = None if mask_mod is None else functions[2](mask_mod, BATCH, HEADS_Q, n_q, n_k, device=DEVICE)
-    o_flex = torch_flex(functions[:2], q, k, v, score_mod=score_mod, block_mask=block_mask, scale=d ** -0.5,
+    # fp32: eager FlexAttention only (inductor's fp32 FlexAttention kernels did not compile in 270 s)
+    runs = functions[1:2] if dtype == torch.float32 else functions[:2]
+    o_flex = torch_flex(runs, q, k, v, score_mod=score_mod, block_mask=block_mask, scale=d ** -0.5,
                         enable_gqa=True)
     errors = [float((out.double() - o_ref).abs().max()) for out in (o, o_flex)]
     assert errors[0] <= 1.5 * errors[1] + FLEX_FLOOR[dtype], \

@@ -368,6 +368,8 @@ def test_variant_error_against_flex_attention(name, dtype, n_q, n_k):
     kwargs = dict(score_mod=score_mod if case.score is not None else None, block_mask=block_mask,
                   scale=d ** -0.5, enable_gqa=True)
     try:
+        if dtype == torch.float32:  # fp32: eager (inductor's fp32 FlexAttention kernels did not compile in 270 s)
+            raise NotImplementedError
         o_flex = compiled(q, k, v, **kwargs)
     except Exception:  # noqa: BLE001 - this shape or dtype is not compiled here: eager FlexAttention
         try:
