@@ -712,7 +712,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
                        targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
         }
         if (atomic && c.async_wgs != 0 && c.group_splits != 1) {  // GroupSplit follows an explicit HeadDim
-          shim.args.push_back(targ("HeadDim", d));
+          add_explicit_head_dim_args(shim, d);
           shim.args.push_back(targ("GroupSplit", c.group_splits));
         } else {
           add_head_dim_args(shim, tile, d);
@@ -727,7 +727,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
       if (spec.head_dim_v > 0) add_head_dim_v_args(shim, d, spec.head_dim_v, column_splits(d));
-      else if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d)), shim.args.push_back(targ("Splits", column_splits(d)));
+      else if (spec.has_variant()) add_explicit_head_dim_args(shim, d, column_splits(d));
       else add_head_dim_args(shim, tile, d, column_splits(d));
       break;
     }
@@ -747,7 +747,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
       shim.args = {targ_type("T", spec.dtype), targ("D", tile),      targ("BM", t.block_m),
                    targ("BN", t.block_n),      targ("Warps", t.warps), targ("Causal", spec.causal)};
       if (spec.head_dim_v > 0) add_head_dim_v_args(shim, d, spec.head_dim_v);
-      else if (spec.has_variant()) shim.args.push_back(targ("HeadDim", d));
+      else if (spec.has_variant()) add_explicit_head_dim_args(shim, d);
       else add_head_dim_args(shim, tile, d);
       break;
     }
@@ -1151,7 +1151,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
     shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Tile", c.block_m), targ("WGs", wgs),
                  targ("Causal", spec.causal)};
     if (stats) shim.args.push_back(targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats")));
-    if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim)), shim.args.push_back(targ("Splits", splits));
+    if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, splits);
     else add_head_dim_args(shim, tile, spec.head_dim, splits);
   } else switch (kernel) {
     case DoubleBackwardKernel::q_stats:
@@ -1160,7 +1160,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_q";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n, spec.head_dim)),
                    targ("Warps", c.warps),     targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
-      if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim)), shim.args.push_back(targ("Splits", 1));
+      if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, 1);
       else add_head_dim_args(shim, d, spec.head_dim);
       break;
     case DoubleBackwardKernel::fused:
@@ -1171,8 +1171,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_fused";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
                    targ("KvBM", dbl_wide_tile(c.block_n, spec.head_dim)), targ("Warps", c.warps), targ("Causal", spec.causal)};
-      if (spec.has_variant())
-        shim.args.push_back(targ("HeadDim", spec.head_dim)), shim.args.push_back(targ("Splits", column_splits(spec.head_dim)));
+      if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, column_splits(spec.head_dim));
       else add_head_dim_args(shim, d, spec.head_dim, column_splits(spec.head_dim));
       break;
     default:

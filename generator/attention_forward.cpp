@@ -69,6 +69,11 @@ void add_head_dim_args(EntryShim& shim, int tile, int head_dim, int splits) {
   if (splits > 1) shim.args.push_back(targ("Splits", splits));
 }
 
+void add_explicit_head_dim_args(EntryShim& shim, int head_dim, int splits) {
+  shim.args.push_back(targ("HeadDim", head_dim));
+  if (splits > 0) shim.args.push_back(targ("Splits", splits));
+}
+
 void add_head_dim_v_args(EntryShim& shim, int head_dim, int head_dim_v, int splits) {
   if (head_dim > 0) shim.args.push_back(targ("HeadDim", head_dim));
   if (splits > 0) shim.args.push_back(targ("Splits", splits));
@@ -626,7 +631,7 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BM", c.block_m), targ("BN", c.block_n),
                                        targ("Warps", c.warps), targ("Stages", c.stages), targ("Causal", spec.causal)});
     if (spec.head_dim_v > 0) add_head_dim_v_args(shim, spec.head_dim, spec.head_dim_v);
-    else if (spec.has_variant()) shim.args.push_back(targ("HeadDim", spec.head_dim));
+    else if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim);
     else add_head_dim_args(shim, tile, spec.head_dim);
   } else if (c.path == ForwardPath::wgmma) {
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);

@@ -86,6 +86,10 @@ inline constexpr int kAttentionDefaultWarmHeadDims[] = {64, 128};
 // differs from the tile's or when the kernel splits its columns, then Splits when above 1. Tiles
 // of the exact head dim get neither, so their sources stay as they were.
 void add_head_dim_args(EntryShim& shim, int tile, int head_dim, int splits = 1);
+// HeadDim (and Splits where `splits` > 0, i.e. where the kernel template takes it) written out
+// whatever their values: for shims whose later template arguments (a variant, a group split)
+// follow them.
+void add_explicit_head_dim_args(EntryShim& shim, int head_dim, int splits = 0);
 // Appends the template arguments of a kernel whose v head dim differs from q's: HeadDim (when
 // `head_dim` > 0) and Splits (when `splits` > 0) explicitly, the plain Variant (kgen::NoVariant)
 // and HeadDimV, the trailing parameter of the fa2 and simt templates that take one.

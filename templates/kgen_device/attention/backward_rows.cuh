@@ -56,7 +56,7 @@ __device__ __forceinline__ void second_order(float& s, float& dp, float& g, floa
 
 // The same under a score modification f (docs/attention.md §8, "Double backward"), with f1 =
 // f'(s), f2 = f''(s) at the element's scaled score: dS = dZ·f' (dZ = P∘(dP − delta)), G reaches
-// dZ as G·f', and f' depending on s adds G·dZ·f'' to S̄. r and c (variant_row_stats) are the
+// dZ as G·f', and f' depending on s adds G·dZ·f'' to S̄. r and c (second_order_stats) are the
 // row sums taken with G·f'.
 __device__ __forceinline__ void second_order(float& s, float& dp, float& g, float& z, float scale, float delta,
                                              float r, float c, float f1, float f2) {

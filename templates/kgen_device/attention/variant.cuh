@@ -350,6 +350,17 @@ __device__ __forceinline__ bool variant_partial(VariantFullSpan span, int tile) 
   return false;
 }
 
+// P of one element (row, col) of raw score `raw` from its row's lse2, recomputed as the forward
+// formed it: the modified score (masked: −inf, so P = 0; `check` as variant_score's) in the
+// softmax's log2 units. The backward's and the double backward's score steps start here.
+template <class V, bool Causal>
+__device__ __forceinline__ float variant_probability(const VariantArgs& a, const VariantAt& at, float raw, float lse2,
+                                                     int row, int col, bool check, float scale_log2) {
+  const float modified = check ? variant_score<V, Causal, true, true>(a, at, raw, row, col)
+                               : variant_score<V, Causal, false, true>(a, at, raw, row, col);
+  return exp2_approx(fmaf(modified, variant_softmax_log2<V>(scale_log2), -lse2));
+}
+
 // The backward's score step for one element (row, col) of raw score `raw`: P (into p, 0 where
 // masked) from the row's lse2, and the gradient with respect to the raw scaled score, dS =
 // P·(dP − delta)·f'(score); with `grads` (exactly one kernel of a backward call, once per
@@ -358,9 +369,7 @@ template <class V, bool Causal>
 __device__ __forceinline__ float variant_backward(const VariantArgs& a, const VariantAt& at, float raw, float lse2,
                                                   float delta, float dp, int row, int col, bool check,
                                                   float scale_log2, float& p, bool grads) {
-  const float modified = check ? variant_score<V, Causal, true, true>(a, at, raw, row, col)
-                               : variant_score<V, Causal, false, true>(a, at, raw, row, col);
-  p = exp2_approx(fmaf(modified, variant_softmax_log2<V>(scale_log2), -lse2));
+  p = variant_probability<V, Causal>(a, at, raw, lse2, row, col, check, scale_log2);
   float g = p * (dp - delta);
   if (p != 0.f) {  // a visible row below n_q (masked keys and rows past n_q have P = 0)
     if constexpr (V::kTensorGrads)
@@ -377,9 +386,7 @@ template <class V, bool Causal>
 __device__ __forceinline__ float variant_double(const VariantArgs& a, const VariantAt& at, float raw, float lse2,
                                                 int row, int col, bool check, float scale_log2, float& f1,
                                                 float& f2) {
-  const float modified = check ? variant_score<V, Causal, true, true>(a, at, raw, row, col)
-                               : variant_score<V, Causal, false, true>(a, at, raw, row, col);
-  const float p = exp2_approx(fmaf(modified, variant_softmax_log2<V>(scale_log2), -lse2));
+  const float p = variant_probability<V, Causal>(a, at, raw, lse2, row, col, check, scale_log2);
   f1 = 1.f, f2 = 0.f;
   if constexpr (!V::kUnitSlope)
     if (p != 0.f) {  // a visible row below n_q
