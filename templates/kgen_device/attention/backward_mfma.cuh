@@ -44,19 +44,22 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   constexpr int kChainSteps = 32 / kMfmaK;
   static_assert(D % 32 == 0 && BM % 32 == 0, "32-row MFMA tiles");
   static_assert(Splits == 1 || (Splits == 2 && D % 64 == 0), "one or two column splits");
-  constexpr int kKvTile = BN * attention_mfma::lds_row(D);
   constexpr int kQTile = BM * attention_mfma::lds_row(D);
-  static_assert((2 * kKvTile + 2 * kQTile + (AtomicDQ ? BM * attention_mfma::lds_row(BN) : 0)) * 2 + 2 * BM * 4 ==
+  constexpr int kQTileT = D * attention_mfma::lds_row_transposed(BM);
+  constexpr int kDsTile = AtomicDQ ? BM * attention_mfma::lds_row(BN) : 0;
+  constexpr int kKtTile = AtomicDQ ? D * attention_mfma::lds_row_transposed(BN) : 0;
+  static_assert((2 * kQTile + 2 * kQTileT + kDsTile + kKtTile) * 2 + 2 * BM * 4 ==
                     attention_mfma::kv_lds_bytes(D, BM, BN, AtomicDQ),
                 "LDS layout must match kv_lds_bytes");
 
-  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
-  unsigned short* v_s = k_s + kKvTile;
-  unsigned short* q_s = v_s + kKvTile;
+  unsigned short* q_s = reinterpret_cast<unsigned short*>(dynamic_smem());
   unsigned short* do_s = q_s + kQTile;
-  float* lse2_s = reinterpret_cast<float*>(do_s + kQTile);
+  unsigned short* qt_s = do_s + kQTile;   // D x BM: Q transposed
+  unsigned short* dot_s = qt_s + kQTileT;  // D x BM: dO transposed
+  float* lse2_s = reinterpret_cast<float*>(dot_s + kQTileT);
   float* delta_s = lse2_s + BM;
   unsigned short* ds_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // AtomicDQ only
+  unsigned short* kt_s = ds_s + kDsTile;                                   // AtomicDQ only: D x BN, K transposed
 
   const int tid = threadIdx.x;
   const int wave = tid / 64;
@@ -73,8 +76,21 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
 
   const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
   const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
-  mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, key0, n_k, tid);
-  mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, key0, n_k, tid);
+  // The wave's K and V rows as the B operands of S and dP, in registers for the whole kernel
+  // (keys past n_k zero).
+  mfma_operand k_frag[D / kMfmaK], v_frag[D / kMfmaK];
+#pragma unroll
+  for (int t = 0; t < D / kMfmaK; ++t) {
+    k_frag[t] = mfma_detail::global_operand_vector(k_ptr, p.k.stride_n, key0 + kw, n_k, t * kMfmaK, lane);
+    v_frag[t] = mfma_detail::global_operand_vector(v_ptr, p.v.stride_n, key0 + kw, n_k, t * kMfmaK, lane);
+  }
+  if constexpr (AtomicDQ) {
+    // Kᵀ for dQ's B operand (rows past n_k repeat the last key, whose dS is 0); the first tile
+    // step's barriers order it before its reads.
+    mfma_detail::TileStage<BN, D, kThreads, true> kt;
+    kt.load(k_ptr, p.k.stride_n, key0, n_k, tid);
+    kt.store(kt_s, tid);
+  }
   mfma_acc dk[kColBlocks], dv[kColBlocks];
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) dk[cb] = dv[cb] = mfma_zero();
@@ -89,9 +105,16 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
     // One query tile against the block's keys. Masked: keys past n_k and above the causal
     // diagonal get P = 0; unmasked tiles (below) have none.
     auto step = [&](int m0, auto masked) {
+      // Q and dO in both layouts from one set of loads (rows past n_q repeat row n_q − 1: their
+      // lse2 is +inf, so P and dS are 0 there), issued before the barrier.
+      mfma_detail::TileStage<BM, D, kThreads, true> qst, dost;
+      qst.load(q_ptr, p.q.stride_n, m0, n_q, tid);
+      dost.load(do_ptr, p.d_o.stride_n, m0, n_q, tid);
       __syncthreads();  // the previous tile's Q, dO and dS are consumed
-      mfma_detail::load_tile<BM, D, kThreads>(q_s, q_ptr, p.q.stride_n, m0, n_q, tid);
-      mfma_detail::load_tile<BM, D, kThreads>(do_s, do_ptr, p.d_o.stride_n, m0, n_q, tid);
+      qst.store_rows(q_s, tid);
+      qst.store(qt_s, tid);
+      dost.store_rows(do_s, tid);
+      dost.store(dot_s, tid);
       for (int i = tid; i < BM; i += kThreads) {
         const bool valid = m0 + i < n_q;
         const long long row = bwd_detail::stat_row(p, batch, head, valid ? m0 + i : 0);
@@ -102,8 +125,8 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
 
       // One 32-query block at a time: S, dP, then P and dS in their accumulators.
       for (int qb = 0; qb < kQueryBlocks; ++qb) {
-        mfma_acc pm = mfma_detail::lds_rows_times_rows<T, D>(q_s, qb * 32, k_s, kw, lane);
-        mfma_acc ds = mfma_detail::lds_rows_times_rows<T, D>(do_s, qb * 32, v_s, kw, lane);
+        mfma_acc pm = mfma_detail::lds_rows_times<T, D>(q_s, qb * 32, k_frag, lane);
+        mfma_acc ds = mfma_detail::lds_rows_times<T, D>(do_s, qb * 32, v_frag, lane);
 #pragma unroll
         for (int r = 0; r < mfma::kAccRegisters; ++r) {
           const int i = qb * 32 + mfma::c_row(lane, r);
@@ -121,9 +144,9 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
           const mfma_operand db = mfma_detail::chained_operand<T>(ds, c);
 #pragma unroll
           for (int cb = 0; cb < kColBlocks; ++cb) {
-            dv[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(do_s, qb * 32, (cb0 + cb) * 32, c, lane), pb,
+            dv[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BM>(dot_s, qb * 32, (cb0 + cb) * 32, c, lane), pb,
                                    dv[cb]);
-            dk[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(q_s, qb * 32, (cb0 + cb) * 32, c, lane), db,
+            dk[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BM>(qt_s, qb * 32, (cb0 + cb) * 32, c, lane), db,
                                    dk[cb]);
           }
         }
@@ -147,7 +170,7 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
 #pragma unroll
             for (int c = 0; c < kChainSteps; ++c)
               acc = mfma_32x32<T>(mfma_detail::lds_operand_chained<BN>(ds_s, qb * 32, kb * 32, c, lane),
-                                  mfma_detail::lds_operand_transposed<D>(k_s, kb * 32, cb * 32, c, lane), acc);
+                                  mfma_detail::lds_transposed_operand<BN>(kt_s, kb * 32, cb * 32, c, lane), acc);
 #pragma unroll
           for (int r = 0; r < mfma::kAccRegisters; ++r) {
             const int row = m0 + qb * 32 + mfma::c_row(lane, r);

@@ -185,6 +185,20 @@ struct TileStage {
       }
     }
   }
+
+  // The loaded rows again, row-major (row stride lds_row(Cols)): a transposed stage also serves
+  // the tile's untransposed copy from the same loads, one 16-byte write per loaded row.
+  __device__ __forceinline__ void store_rows(unsigned short* dst, int tid) const {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + it * Threads;
+      if (kChunks % Threads != 0 && i >= kChunks) break;
+      int r, c;
+      chunk(i, r, c);
+#pragma unroll
+      for (int j = 0; j < kRowsPerChunk; ++j) *reinterpret_cast<mfma_u32x4*>(dst + (r + j) * lds_row(Cols) + c) = w[it][j];
+    }
+  }
 };
 
 // How a kernel addresses its staged tiles' loads (TileStage): 32-bit offsets per thread from a
@@ -278,6 +292,22 @@ __device__ __forceinline__ mfma_operand global_operand(const T* src, long long s
   const T* at = src + static_cast<long long>(row) * stride + col0;
 #pragma unroll
   for (int e = 0; e < kMfmaElements; ++e) v[e] = row < n_rows ? static_cast<short>(at[mfma::b_k(kMfmaK, lane, e)].bits) : 0;
+  return v;
+}
+
+// The same operand in one 8-byte (gfx950: 16-byte) load per lane: a lane's elements are
+// consecutive columns (b_k(K, lane, e) = b_k(K, lane, 0) + e), which lie inside one aligned
+// vector (col0 a multiple of K, rows 16-byte aligned); zero at rows at or past n_rows.
+template <class T>
+__device__ __forceinline__ mfma_operand global_operand_vector(const T* src, long long stride, int row0, int n_rows,
+                                                              int col0, int lane) {
+  static_assert(mfma::b_k(kMfmaK, 32, kMfmaElements - 1) == mfma::b_k(kMfmaK, 32, 0) + kMfmaElements - 1,
+                "a lane's elements are consecutive columns");
+  const int row = row0 + mfma::b_col(lane);
+  mfma_operand v = {};
+  if (row < n_rows)
+    v = *reinterpret_cast<const mfma_operand*>(src + static_cast<long long>(row) * stride + col0 +
+                                                mfma::b_k(kMfmaK, lane, 0));
   return v;
 }
 
