@@ -51,8 +51,11 @@ constexpr int kDqBlockN = 64;
 
 // VGPRs per lane (32-bit registers, architectural and accumulation together), estimated from the
 // fragments each wave keeps: forward: Q operands (D/4), the O accumulator (D/2), S (BN/2) and P
-// packed (BN/4); key-major backward (one 32-query block at a time, K and V read from LDS): dK and
-// dV accumulators (D), S and dP (32), P and dS packed (16); plus addressing and softmax state.
+// packed (BN/4); key-major backward (one 32-query block at a time): dK and dV accumulators (D),
+// S and dP (32), P and dS packed (16); plus addressing and softmax state. The key-major estimate
+// leaves out the wave's K and V operands (D/2, over the whole head dim also with column splits),
+// which the code objects place within the accumulation registers' slack: every default fits
+// without scratch (tests/replay/amd.tsv records their registers).
 KGEN_HOST_DEVICE constexpr int forward_vgpr_estimate(int d, int bn) { return d / 4 + d / 2 + bn / 2 + bn / 4 + 40; }
 KGEN_HOST_DEVICE constexpr int kv_vgpr_estimate(int d) { return d + 32 + 16 + 48; }
 
