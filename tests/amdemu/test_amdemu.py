@@ -257,6 +257,18 @@ def test_gfx90a_instructions():
     assert list(w.v[24][[0, 3, 4, 7, 8]]) == [5, 5, 103, 103, 107]
 
 
+def test_ds_write_b16_d16_hi():
+    """gfx950's kv_atomic kernel writes the upper half of a packed pair with ds_write_b16_d16_hi:
+    the 16 bits of DATA[31:16] at the address, the bytes beside them untouched."""
+    w = emu.Wave(emu.Workgroup(4 * 64 + 4), 0)
+    w.set_s64(emu.EXEC, (1 << 64) - 1)
+    w.v[1] = np.arange(64, dtype=np.uint32) * 4  # addresses
+    w.v[2] = (np.arange(64, dtype=np.uint32) << 16) | 0xBEEF
+    _run_one("ds_write_b16_d16_hi v1, v2 offset:2", w)
+    got = w.wg.lds[:256].view(np.uint16).reshape(64, 2)
+    assert (got[:, 0] == 0).all() and (got[:, 1] == np.arange(64)).all()
+
+
 @pytest.mark.parametrize("op", sorted(emu.MFMA_TABLES))
 def test_mfma_tables_are_permutations_and_multiply(op):
     """Every (lane, register half) of the calculator's tables holds one matrix entry, and the

@@ -1356,9 +1356,12 @@ def _lds_read_into(w, em, di, addr, nbytes, what, signed=False):
         w.v[di + j][em] = vals[:, j]
 
 
-def _lds_write_from(w, em, si, addr, nbytes, what):
+def _lds_write_from(w, em, si, addr, nbytes, what, d16_hi=False):
     ndw = max(1, nbytes // 4)
-    data = np.stack([w.v[si + j][em] for j in range(ndw)], axis=1).copy().view(np.uint8)
+    data = np.stack([w.v[si + j][em] for j in range(ndw)], axis=1).copy()
+    if d16_hi:  # DS_WRITE_B16_D16_HI ("Data Share Operations"): MEM[ADDR].b16 = DATA[31:16]
+        data = data >> U32(16)
+    data = data.view(np.uint8)
     w.wg.lds[w.wg.lds_index(addr, nbytes, what)] = data[:, :nbytes]
 
 
@@ -1380,10 +1383,10 @@ def _ds_read2(elem, stride):
     return compile_
 
 
-def _ds_write(nbytes):
+def _ds_write(nbytes, d16_hi=False):
     def compile_(ins: Instruction, ctx):
         si, off = vdst_index(ins.operands[1]), int(ins.mods.get("offset", 0))
-        return _lds_access(ins, 0, lambda w, em, a: _lds_write_from(w, em, si, a + off, nbytes, ins.text))
+        return _lds_access(ins, 0, lambda w, em, a: _lds_write_from(w, em, si, a + off, nbytes, ins.text, d16_hi))
     return compile_
 
 
@@ -1429,6 +1432,7 @@ LDS = {
     "ds_read2_b32": _ds_read2(4, 1), "ds_read2_b64": _ds_read2(8, 1),
     "ds_read2st64_b32": _ds_read2(4, 64), "ds_read2st64_b64": _ds_read2(8, 64),
     "ds_write_b8": _ds_write(1), "ds_write_b16": _ds_write(2), "ds_write_b32": _ds_write(4),
+    "ds_write_b16_d16_hi": _ds_write(2, d16_hi=True),
     "ds_write_b64": _ds_write(8), "ds_write_b96": _ds_write(12), "ds_write_b128": _ds_write(16),
     "ds_write2_b32": _ds_write2(4, 1), "ds_write2_b64": _ds_write2(8, 1),
     "ds_write2st64_b32": _ds_write2(4, 64), "ds_write2st64_b64": _ds_write2(8, 64),

@@ -3,14 +3,18 @@
 // (preprocess, dq_convert); the workspace rows and dQ accumulator follow backward_params.h.
 //
 // Key-major kernel (attention_backward_mfma_kv). Grid (ceil(n_k / (32·Waves)), heads_kv, batch);
-// each wave owns 32 keys of the block's K and V tiles (LDS, loaded once); the block walks every
-// query tile (BM rows, staged in LDS with their lse2 and delta) of every query head of its kv
-// group, so GQA sums dK and dV in registers. Per wave and 32-query block, keys as the MFMA's N:
-//   S (32 x 32)  = Q · Kᵀ,  dP = dO · Vᵀ        A = Q / dO rows, B = the wave's K / V rows (LDS)
+// each wave owns 32 keys, whose K and V rows it keeps in registers as MFMA operands (loaded
+// once); the block walks every query tile (BM rows, staged in LDS with their lse2 and delta) of
+// every query head of its kv group, so GQA sums dK and dV in registers. Q and dO are staged
+// twice from one set of loads: row-major (k = head dim) and transposed (k = query rows), so every
+// operand read from LDS is 4 (gfx950: 8) consecutive elements. Per wave and 32-query block, keys
+// as the MFMA's N:
+//   S (32 x 32)  = Q · Kᵀ,  dP = dO · Vᵀ        A = Q / dO rows (LDS), B = the wave's K / V rows (registers)
 //   P = exp2(S·scale_log2 − lse2), dS = P ∘ (dP − delta)   (in the accumulators)
-//   dVᵀ += dOᵀ · P,  dKᵀ += Qᵀ · dS              A = dO / Q read transposed, B chained from P / dS
+//   dVᵀ += dOᵀ · P,  dKᵀ += Qᵀ · dS              A = the transposed dO / Q tiles, B chained from P / dS
 // With AtomicDQ the block writes dS to LDS and computes dQ = dS · K per (32-query, 32-column)
-// block, the blocks spread over the waves, adding them into the fp32 accumulator with atomics.
+// block (K from a transposed tile, written once), the blocks spread over the waves, adding them
+// into the fp32 accumulator with atomics.
 // Splits = 2 (where one block's dK/dV accumulators would not fit its VGPRs): two blocks share a
 // key block (blockIdx.x = key block · 2 + split); both compute S and dP over the whole head dim,
 // and split s keeps the columns [s·D/2, s·D/2 + D/2) of dK, dV and dQ.
@@ -44,19 +48,22 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   constexpr int kChainSteps = 32 / kMfmaK;
   static_assert(D % 32 == 0 && BM % 32 == 0, "32-row MFMA tiles");
   static_assert(Splits == 1 || (Splits == 2 && D % 64 == 0), "one or two column splits");
-  constexpr int kKvTile = BN * attention_mfma::lds_row(D);
   constexpr int kQTile = BM * attention_mfma::lds_row(D);
-  static_assert((2 * kKvTile + 2 * kQTile + (AtomicDQ ? BM * attention_mfma::lds_row(BN) : 0)) * 2 + 2 * BM * 4 ==
+  constexpr int kQTileT = D * attention_mfma::lds_row_transposed(BM);
+  constexpr int kDsTile = AtomicDQ ? BM * attention_mfma::lds_row(BN) : 0;
+  constexpr int kKtTile = AtomicDQ ? D * attention_mfma::lds_row_transposed(BN) : 0;
+  static_assert((2 * kQTile + 2 * kQTileT + kDsTile + kKtTile) * 2 + 2 * BM * 4 ==
                     attention_mfma::kv_lds_bytes(D, BM, BN, AtomicDQ),
                 "LDS layout must match kv_lds_bytes");
 
-  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());
-  unsigned short* v_s = k_s + kKvTile;
-  unsigned short* q_s = v_s + kKvTile;
+  unsigned short* q_s = reinterpret_cast<unsigned short*>(dynamic_smem());
   unsigned short* do_s = q_s + kQTile;
-  float* lse2_s = reinterpret_cast<float*>(do_s + kQTile);
+  unsigned short* qt_s = do_s + kQTile;   // D x BM: Q transposed
+  unsigned short* dot_s = qt_s + kQTileT;  // D x BM: dO transposed
+  float* lse2_s = reinterpret_cast<float*>(dot_s + kQTileT);
   float* delta_s = lse2_s + BM;
   unsigned short* ds_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // AtomicDQ only
+  unsigned short* kt_s = ds_s + kDsTile;                                   // AtomicDQ only: D x BN, K transposed
 
   const int tid = threadIdx.x;
   const int wave = tid / 64;
@@ -73,8 +80,21 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
 
   const T* k_ptr = bwd_detail::head_ptr<const T>(p.k, batch, kv_head);
   const T* v_ptr = bwd_detail::head_ptr<const T>(p.v, batch, kv_head);
-  mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, key0, n_k, tid);
-  mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, key0, n_k, tid);
+  // The wave's K and V rows as the B operands of S and dP, in registers for the whole kernel
+  // (keys past n_k zero).
+  mfma_operand k_frag[D / kMfmaK], v_frag[D / kMfmaK];
+#pragma unroll
+  for (int t = 0; t < D / kMfmaK; ++t) {
+    k_frag[t] = mfma_detail::global_operand_vector(k_ptr, p.k.stride_n, key0 + kw, n_k, t * kMfmaK, lane);
+    v_frag[t] = mfma_detail::global_operand_vector(v_ptr, p.v.stride_n, key0 + kw, n_k, t * kMfmaK, lane);
+  }
+  if constexpr (AtomicDQ) {
+    // Kᵀ for dQ's B operand (rows past n_k repeat the last key, whose dS is 0); the first tile
+    // step's barriers order it before its reads.
+    mfma_detail::TileStage<BN, D, kThreads, true> kt;
+    kt.load(k_ptr, p.k.stride_n, key0, n_k, tid);
+    kt.store(kt_s, tid);
+  }
   mfma_acc dk[kColBlocks], dv[kColBlocks];
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) dk[cb] = dv[cb] = mfma_zero();
@@ -83,86 +103,121 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   int m_begin = 0;
   if constexpr (Causal) m_begin = imax(0, key0 - diag) / BM * BM;
 
-  for (int head = kv_head * p.head_group; head < (kv_head + 1) * p.head_group; ++head) {
-    const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
-    const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, batch, head);
-    // One query tile against the block's keys. Masked: keys past n_k and above the causal
-    // diagonal get P = 0; unmasked tiles (below) have none.
-    auto step = [&](int m0, auto masked) {
-      __syncthreads();  // the previous tile's Q, dO and dS are consumed
-      mfma_detail::load_tile<BM, D, kThreads>(q_s, q_ptr, p.q.stride_n, m0, n_q, tid);
-      mfma_detail::load_tile<BM, D, kThreads>(do_s, do_ptr, p.d_o.stride_n, m0, n_q, tid);
-      for (int i = tid; i < BM; i += kThreads) {
-        const bool valid = m0 + i < n_q;
-        const long long row = bwd_detail::stat_row(p, batch, head, valid ? m0 + i : 0);
-        lse2_s[i] = valid ? p.lse2[row] : infinity_f32();
-        delta_s[i] = valid ? p.delta[row] : 0.f;
-      }
-      __syncthreads();
-
-      // One 32-query block at a time: S, dP, then P and dS in their accumulators.
-      for (int qb = 0; qb < kQueryBlocks; ++qb) {
-        mfma_acc pm = mfma_detail::lds_rows_times_rows<T, D>(q_s, qb * 32, k_s, kw, lane);
-        mfma_acc ds = mfma_detail::lds_rows_times_rows<T, D>(do_s, qb * 32, v_s, kw, lane);
-#pragma unroll
-        for (int r = 0; r < mfma::kAccRegisters; ++r) {
-          const int i = qb * 32 + mfma::c_row(lane, r);
-          float pv;
-          if constexpr (decltype(masked)::value)
-            pv = mfma_detail::visible<Causal>(key, m0 + i, n_k, diag) ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
-          else
-            pv = exp2_approx(pm[r] * scale_log2 - lse2_s[i]);
-          ds[r] = pv * (ds[r] - delta_s[i]);
-          pm[r] = pv;
+  // Q and dO of a query tile: one transposed stage each (TileStage<…, true>), whose loads take
+  // 32-bit offsets from one scalar base per tile where the strides allow (every offset inside a
+  // tile below 2^32 bytes; NarrowOffsets' k and v: Q's and dO's), 64-bit row addresses otherwise.
+  // The walk is forced inline: hiprtc 5.2 (gfx90a) left one of its two calls outlined at fp16
+  // d = 64 mfma:bm64:bn64:w2 and kept the arrays it captures in 1416 B of scratch per lane.
+  using QStage = mfma_detail::TileStage<BM, D, kThreads, true>;
+  auto walk = [&](const auto& offsets) __attribute__((always_inline)) {
+    for (int head = kv_head * p.head_group; head < (kv_head + 1) * p.head_group; ++head) {
+      const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
+      const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, batch, head);
+      // One query tile against the block's keys. Masked: keys past n_k and above the causal
+      // diagonal get P = 0; unmasked tiles (below) have none.
+      auto step = [&](int m0, auto masked) {
+        // Q and dO in both layouts from one set of loads (rows past n_q repeat row n_q − 1: their
+        // lse2 is +inf, so P and dS are 0 there), issued before the barrier.
+        QStage qst, dost;
+        if constexpr (decltype(offsets.narrow)::value) {
+          const int rows_left = n_q - 1 - m0;
+          qst.load(q_ptr + m0 * p.q.stride_n, p.q.stride_n, rows_left, offsets.k, tid);
+          dost.load(do_ptr + m0 * p.d_o.stride_n, p.d_o.stride_n, rows_left, offsets.v, tid);
+        } else {
+          qst.load(q_ptr, p.q.stride_n, m0, n_q, tid);
+          dost.load(do_ptr, p.d_o.stride_n, m0, n_q, tid);
         }
-#pragma unroll
-        for (int c = 0; c < kChainSteps; ++c) {
-          const mfma_operand pb = mfma_detail::chained_probabilities<T>(pm, c);
-          const mfma_operand db = mfma_detail::chained_operand<T>(ds, c);
-#pragma unroll
-          for (int cb = 0; cb < kColBlocks; ++cb) {
-            dv[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(do_s, qb * 32, (cb0 + cb) * 32, c, lane), pb,
-                                   dv[cb]);
-            dk[cb] = mfma_32x32<T>(mfma_detail::lds_operand_transposed<D>(q_s, qb * 32, (cb0 + cb) * 32, c, lane), db,
-                                   dk[cb]);
-          }
+        __syncthreads();  // the previous tile's Q, dO and dS are consumed
+        qst.store_rows(q_s, tid);
+        qst.store(qt_s, tid);
+        dost.store_rows(do_s, tid);
+        dost.store(dot_s, tid);
+        for (int i = tid; i < BM; i += kThreads) {
+          const bool valid = m0 + i < n_q;
+          const long long row = bwd_detail::stat_row(p, batch, head, valid ? m0 + i : 0);
+          lse2_s[i] = valid ? p.lse2[row] : infinity_f32();
+          delta_s[i] = valid ? p.delta[row] : 0.f;
         }
-        if constexpr (AtomicDQ) {
-#pragma unroll
-          for (int r = 0; r < mfma::kAccRegisters; ++r)
-            ds_s[(qb * 32 + mfma::c_row(lane, r)) * attention_mfma::lds_row(BN) + kw + mfma::c_col(lane)] =
-                from_float<T>(ds[r]).bits;
-        }
-      }
-
-      if constexpr (AtomicDQ) {
         __syncthreads();
-        // dQ (BM x D) = dS (BM x BN) · K (BN x D), one 32x32 block per wave at a time; k runs
-        // over the block's keys in the chain order of each 32-key block (the same for A and B).
-        float* dq_accum = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * d;
-        for (int blk = wave; blk < kQueryBlocks * kColBlocks; blk += Waves) {
-          const int qb = blk / kColBlocks, cb = cb0 + blk % kColBlocks;
-          mfma_acc acc = mfma_zero();
-          for (int kb = 0; kb < Waves; ++kb)
-#pragma unroll
-            for (int c = 0; c < kChainSteps; ++c)
-              acc = mfma_32x32<T>(mfma_detail::lds_operand_chained<BN>(ds_s, qb * 32, kb * 32, c, lane),
-                                  mfma_detail::lds_operand_transposed<D>(k_s, kb * 32, cb * 32, c, lane), acc);
+
+        // One 32-query block at a time: S, dP, then P and dS in their accumulators.
+        for (int qb = 0; qb < kQueryBlocks; ++qb) {
+          mfma_acc pm = mfma_detail::lds_rows_times<T, D>(q_s, qb * 32, k_frag, lane);
+          mfma_acc ds = mfma_detail::lds_rows_times<T, D>(do_s, qb * 32, v_frag, lane);
 #pragma unroll
           for (int r = 0; r < mfma::kAccRegisters; ++r) {
-            const int row = m0 + qb * 32 + mfma::c_row(lane, r);
-            if (row < n_q) red_add(dq_accum + static_cast<long long>(row) * d + cb * 32 + mfma::c_col(lane), acc[r]);
+            const int i = qb * 32 + mfma::c_row(lane, r);
+            float pv;
+            if constexpr (decltype(masked)::value)
+              pv = mfma_detail::visible<Causal>(key, m0 + i, n_k, diag) ? exp2_approx(pm[r] * scale_log2 - lse2_s[i]) : 0.f;
+            else
+              pv = exp2_approx(pm[r] * scale_log2 - lse2_s[i]);
+            ds[r] = pv * (ds[r] - delta_s[i]);
+            pm[r] = pv;
+          }
+          mfma_operand ds_t[kChainSteps];  // dS rounded to T, as the chain steps take it
+#pragma unroll
+          for (int c = 0; c < kChainSteps; ++c) {
+            const mfma_operand pb = mfma_detail::chained_probabilities<T>(pm, c);
+            const mfma_operand db = mfma_detail::chained_operand<T>(ds, c);
+            ds_t[c] = db;
+#pragma unroll
+            for (int cb = 0; cb < kColBlocks; ++cb) {
+              dv[cb] = mfma_32x32<T>(
+                  mfma_detail::lds_transposed_operand<BM>(dot_s, qb * 32, (cb0 + cb) * 32, c, lane), pb, dv[cb]);
+              dk[cb] = mfma_32x32<T>(
+                  mfma_detail::lds_transposed_operand<BM>(qt_s, qb * 32, (cb0 + cb) * 32, c, lane), db, dk[cb]);
+            }
+          }
+          if constexpr (AtomicDQ) {
+            // dS for dQ from the chained operands' rounded elements (gfx950 rounds a pair in one
+            // instruction there): element e of step c is register chain_register(K, c, e).
+#pragma unroll
+            for (int c = 0; c < kChainSteps; ++c)
+#pragma unroll
+              for (int e = 0; e < kMfmaElements; ++e)
+                ds_s[(qb * 32 + mfma::c_row(lane, mfma::chain_register(kMfmaK, c, e))) * attention_mfma::lds_row(BN) + kw +
+                     mfma::c_col(lane)] = static_cast<unsigned short>(ds_t[c][e]);
           }
         }
-      }
-    };
-    // Query tiles from m_whole on see every key of the block (none past n_k; causal: the tile's
-    // first row m0 sees the block's last key, m0 + diag ≥ key0 + BN − 1); those before are masked.
-    int m_whole = n_q;
-    if (key0 + BN <= n_k) m_whole = Causal ? imax(m_begin, (imax(0, key0 + BN - 1 - diag) + BM - 1) / BM * BM) : m_begin;
-    int m0 = m_begin;
-    for (; m0 < imin(m_whole, n_q); m0 += BM) step(m0, mfma_detail::Flag<true>{});
-    for (; m0 < n_q; m0 += BM) step(m0, mfma_detail::Flag<false>{});
+
+        if constexpr (AtomicDQ) {
+          __syncthreads();
+          // dQ (BM x D) = dS (BM x BN) · K (BN x D), one 32x32 block per wave at a time; k runs
+          // over the block's keys in the chain order of each 32-key block (the same for A and B).
+          float* dq_accum = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * d;
+          for (int blk = wave; blk < kQueryBlocks * kColBlocks; blk += Waves) {
+            const int qb = blk / kColBlocks, cb = cb0 + blk % kColBlocks;
+            mfma_acc acc = mfma_zero();
+            for (int kb = 0; kb < Waves; ++kb)
+#pragma unroll
+              for (int c = 0; c < kChainSteps; ++c)
+                acc = mfma_32x32<T>(mfma_detail::lds_operand_chained<BN>(ds_s, qb * 32, kb * 32, c, lane),
+                                    mfma_detail::lds_transposed_operand<BN>(kt_s, kb * 32, cb * 32, c, lane), acc);
+#pragma unroll
+            for (int r = 0; r < mfma::kAccRegisters; ++r) {
+              const int row = m0 + qb * 32 + mfma::c_row(lane, r);
+              if (row < n_q) red_add(dq_accum + static_cast<long long>(row) * d + cb * 32 + mfma::c_col(lane), acc[r]);
+            }
+          }
+        }
+      };
+      // Query tiles from m_whole on see every key of the block (none past n_k; causal: the tile's
+      // first row m0 sees the block's last key, m0 + diag ≥ key0 + BN − 1); those before are masked.
+      int m_whole = n_q;
+      if (key0 + BN <= n_k) m_whole = Causal ? imax(m_begin, (imax(0, key0 + BN - 1 - diag) + BM - 1) / BM * BM) : m_begin;
+      int m0 = m_begin;
+      for (; m0 < imin(m_whole, n_q); m0 += BM) step(m0, mfma_detail::Flag<true>{});
+      for (; m0 < n_q; m0 += BM) step(m0, mfma_detail::Flag<false>{});
+    }
+  };
+  if constexpr (QStage::kNarrow) {
+    if (QStage::Offsets::fits(p.q.stride_n) && QStage::Offsets::fits(p.d_o.stride_n))
+      walk(mfma_detail::NarrowOffsets<QStage, QStage>{{p.q.stride_n, tid}, {p.d_o.stride_n, tid}});
+    else
+      walk(mfma_detail::WideOffsets{});
+  } else {
+    walk(mfma_detail::WideOffsets{});
   }
 
   if (key >= n_k) return;

@@ -36,11 +36,13 @@ KGEN_HOST_DEVICE constexpr int forward_lds_bytes(int head_dim, int block_n) {
   return lds_tile_bytes(block_n, head_dim) + head_dim * lds_row_transposed(block_n) * 2;
 }
 
-// Key-major backward kernel: the block's K and V tiles (block_n keys), Q and dO tiles of block_m
-// query rows and their lse2 and delta rows; with atomic dQ also the dS tile (block_m x block_n).
+// Key-major backward kernel (its K and V operands in registers): the Q and dO tiles of block_m
+// query rows, row-major and transposed (head_dim rows of block_m queries), and their lse2 and
+// delta rows; with atomic dQ also the dS tile (block_m x block_n) and K's tile transposed
+// (head_dim rows of block_n keys).
 KGEN_HOST_DEVICE constexpr int kv_lds_bytes(int head_dim, int block_m, int block_n, bool atomic_dq) {
-  return kv_tiles_lds_bytes(head_dim, block_n) + 2 * lds_tile_bytes(block_m, head_dim) + 2 * block_m * 4 +
-         (atomic_dq ? lds_tile_bytes(block_m, block_n) : 0);
+  return 2 * lds_tile_bytes(block_m, head_dim) + 2 * head_dim * lds_row_transposed(block_m) * 2 + 2 * block_m * 4 +
+         (atomic_dq ? lds_tile_bytes(block_m, block_n) + head_dim * lds_row_transposed(block_n) * 2 : 0);
 }
 
 // Query-major dQ kernel of the deterministic backward: 2 waves (64 query rows), 64-key tiles.
@@ -49,8 +51,11 @@ constexpr int kDqBlockN = 64;
 
 // VGPRs per lane (32-bit registers, architectural and accumulation together), estimated from the
 // fragments each wave keeps: forward: Q operands (D/4), the O accumulator (D/2), S (BN/2) and P
-// packed (BN/4); key-major backward (one 32-query block at a time, K and V read from LDS): dK and
-// dV accumulators (D), S and dP (32), P and dS packed (16); plus addressing and softmax state.
+// packed (BN/4); key-major backward (one 32-query block at a time): dK and dV accumulators (D),
+// S and dP (32), P and dS packed (16); plus addressing and softmax state. The key-major estimate
+// leaves out the wave's K and V operands (D/2, over the whole head dim also with column splits),
+// which the code objects place within the accumulation registers' slack: every default fits
+// without scratch (tests/replay/amd.tsv records their registers).
 KGEN_HOST_DEVICE constexpr int forward_vgpr_estimate(int d, int bn) { return d / 4 + d / 2 + bn / 2 + bn / 4 + 40; }
 KGEN_HOST_DEVICE constexpr int kv_vgpr_estimate(int d) { return d + 32 + 16 + 48; }
 

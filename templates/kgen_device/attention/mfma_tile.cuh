@@ -4,9 +4,8 @@
 // lane mapping (a lane's row or column is lane mod 32, its k run a_k = b_k), so one gather serves
 // either: `row` below is A's row or B's column. The forward stages its tiles through registers
 // (TileStage: global loads for a whole tile, then LDS writes) and keeps V transposed in LDS, so
-// every operand it reads is 4 or 8 consecutive elements (ds_read_b64/b128); so does the
-// backward's dQ kernel (K transposed beside K), while the kv kernel's transposed operands
-// (lds_operand_transposed) still read LDS one element at a time.
+// every operand it reads is 4 or 8 consecutive elements (ds_read_b64/b128); so do the
+// backward's dQ kernel (K transposed beside K) and kv kernel (Q and dO in both layouts, Kᵀ).
 #pragma once
 
 #include "kgen_device/attention/mfma_config.h"
@@ -159,13 +158,15 @@ struct TileStage {
   }
 
   __device__ __forceinline__ void store(unsigned short* dst, int tid) const {
+    if constexpr (!Transposed) {
+      store_rows(dst, tid);
+    } else {
 #pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int i = tid + it * Threads;
-      if (kChunks % Threads != 0 && i >= kChunks) break;
-      int r, c;
-      chunk(i, r, c);
-      if constexpr (Transposed) {
+      for (int it = 0; it < kIters; ++it) {
+        const int i = tid + it * Threads;
+        if (kChunks % Threads != 0 && i >= kChunks) break;
+        int r, c;
+        chunk(i, r, c);
         // Column c + 2m + h of rows r .. r + 3: halves h of dword m of the four loaded rows.
 #pragma unroll
         for (int m = 0; m < 4; ++m)
@@ -180,9 +181,22 @@ struct TileStage {
             typedef unsigned u32x2 __attribute__((ext_vector_type(2)));
             *reinterpret_cast<u32x2*>(dst + (c + 2 * m + h) * attention_mfma::lds_row_transposed(Rows) + r) = u32x2{x[0], x[1]};
           }
-      } else {
-        *reinterpret_cast<mfma_u32x4*>(dst + r * lds_row(Cols) + c) = w[it][0];
       }
+    }
+  }
+
+  // The loaded rows row-major (row stride lds_row(Cols)): store() of an untransposed stage, and
+  // for a transposed one the tile's untransposed copy from the same loads, one 16-byte write per
+  // loaded row.
+  __device__ __forceinline__ void store_rows(unsigned short* dst, int tid) const {
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int i = tid + it * Threads;
+      if (kChunks % Threads != 0 && i >= kChunks) break;
+      int r, c;
+      chunk(i, r, c);
+#pragma unroll
+      for (int j = 0; j < kRowsPerChunk; ++j) *reinterpret_cast<mfma_u32x4*>(dst + (r + j) * lds_row(Cols) + c) = w[it][j];
     }
   }
 };
@@ -212,14 +226,10 @@ KGEN_HOST_DEVICE constexpr bool chain_runs_of_four(int k) {
   return true;
 }
 
-// The operand of Zᵀ for Z kept transposed in LDS (TileStage<..., true>: tile_t[c][r] = Z[r][c]),
-// k (Z's rows) in the order of chain step s: element e = Z[row0 + chain_row(K, s, a_k(K, lane, e))][col0 + a_row(lane)],
-// Rows the transposed tile's row length (Z's rows). 8-byte reads, one per 4 elements.
-template <int Rows>
-__device__ __forceinline__ mfma_operand lds_transposed_operand(const unsigned short* tile_t, int row0, int col0, int s,
-                                                               int lane) {
+// The elements at[chain_row(K, s, a_k(K, lane, e))] of one LDS row: runs of 4 consecutive
+// elements, one 8-byte read each (`at` 8-byte aligned).
+__device__ __forceinline__ mfma_operand lds_chain_runs(const unsigned short* at, int s, int lane) {
   static_assert(chain_runs_of_four(kMfmaK), "chained k runs of 4 rows");
-  const unsigned short* at = tile_t + (col0 + mfma::a_row(lane)) * attention_mfma::lds_row_transposed(Rows) + row0;
   mfma_s16x4 g[kMfmaElements / 4];
 #pragma unroll
   for (int q = 0; q < kMfmaElements / 4; ++q)
@@ -229,6 +239,15 @@ __device__ __forceinline__ mfma_operand lds_transposed_operand(const unsigned sh
 #else
   return g[0];
 #endif
+}
+
+// The operand of Zᵀ for Z kept transposed in LDS (TileStage<..., true>: tile_t[c][r] = Z[r][c]),
+// k (Z's rows) in the order of chain step s: element e = Z[row0 + chain_row(K, s, a_k(K, lane, e))][col0 + a_row(lane)],
+// Rows the transposed tile's row length (Z's rows). 8-byte reads, one per 4 elements.
+template <int Rows>
+__device__ __forceinline__ mfma_operand lds_transposed_operand(const unsigned short* tile_t, int row0, int col0, int s,
+                                                               int lane) {
+  return lds_chain_runs(tile_t + (col0 + mfma::a_row(lane)) * attention_mfma::lds_row_transposed(Rows) + row0, s, lane);
 }
 
 // Operand with its rows along the tile's rows and k along its columns (contiguous k):
@@ -243,29 +262,12 @@ __device__ __forceinline__ mfma_operand lds_operand(const unsigned short* tile, 
 }
 
 // The same with k in the order of chain step s (the A operand multiplying a chained B):
-// element e = tile[row0 + a_row(lane)][col0 + chain_row(K, s, a_k(K, lane, e))].
+// element e = tile[row0 + a_row(lane)][col0 + chain_row(K, s, a_k(K, lane, e))]. 8-byte reads
+// (col0 a multiple of 4).
 template <int Cols>
 __device__ __forceinline__ mfma_operand lds_operand_chained(const unsigned short* tile, int row0, int col0, int s,
                                                             int lane) {
-  mfma_operand v;
-  const unsigned short* at = tile + (row0 + mfma::a_row(lane)) * lds_row(Cols) + col0;
-#pragma unroll
-  for (int e = 0; e < kMfmaElements; ++e)
-    v[e] = static_cast<short>(at[mfma::chain_row(kMfmaK, s, mfma::a_k(kMfmaK, lane, e))]);
-  return v;
-}
-
-// Transposed and chained: the operand of Zᵀ for Z stored row-major in the tile, its k (Z's rows)
-// in the order of chain step s: element e = tile[row0 + chain_row(K, s, a_k(K, lane, e))][col0 + a_row(lane)].
-template <int Cols>
-__device__ __forceinline__ mfma_operand lds_operand_transposed(const unsigned short* tile, int row0, int col0, int s,
-                                                               int lane) {
-  mfma_operand v;
-  const unsigned short* at = tile + row0 * lds_row(Cols) + col0 + mfma::a_row(lane);
-#pragma unroll
-  for (int e = 0; e < kMfmaElements; ++e)
-    v[e] = static_cast<short>(at[mfma::chain_row(kMfmaK, s, mfma::a_k(kMfmaK, lane, e)) * lds_row(Cols)]);
-  return v;
+  return lds_chain_runs(tile + (row0 + mfma::a_row(lane)) * lds_row(Cols) + col0, s, lane);
 }
 
 // Operand straight from a row-major global matrix (kept in registers for a whole kernel):
@@ -278,6 +280,22 @@ __device__ __forceinline__ mfma_operand global_operand(const T* src, long long s
   const T* at = src + static_cast<long long>(row) * stride + col0;
 #pragma unroll
   for (int e = 0; e < kMfmaElements; ++e) v[e] = row < n_rows ? static_cast<short>(at[mfma::b_k(kMfmaK, lane, e)].bits) : 0;
+  return v;
+}
+
+// The same operand in one 8-byte (gfx950: 16-byte) load per lane: a lane's elements are
+// consecutive columns (b_k(K, lane, e) = b_k(K, lane, 0) + e), which lie inside one aligned
+// vector (col0 a multiple of K, rows 16-byte aligned); zero at rows at or past n_rows.
+template <class T>
+__device__ __forceinline__ mfma_operand global_operand_vector(const T* src, long long stride, int row0, int n_rows,
+                                                              int col0, int lane) {
+  static_assert(mfma::b_k(kMfmaK, 32, kMfmaElements - 1) == mfma::b_k(kMfmaK, 32, 0) + kMfmaElements - 1,
+                "a lane's elements are consecutive columns");
+  const int row = row0 + mfma::b_col(lane);
+  mfma_operand v = {};
+  if (row < n_rows)
+    v = *reinterpret_cast<const mfma_operand*>(src + static_cast<long long>(row) * stride + col0 +
+                                                mfma::b_k(kMfmaK, lane, 0));
   return v;
 }
 
