@@ -44,7 +44,7 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
 
   mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
   // Wave-uniform (run() branches on it around barriers): from the wave index in a scalar register.
-  w.active = w.m0 + __builtin_amdgcn_readfirstlane(w.wave) * attention_mfma::kWaveRows < p.n_q;
+  w.active = w.m0 + wave_uniform(w.wave) * attention_mfma::kWaveRows < p.n_q;
   const int lane = w.lane;
   const int n_q = p.n_q, n_k = p.n_k;
   const float scale_log2 = p.scale_log2;

@@ -176,7 +176,7 @@ struct TileStage {
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
               // h = 0: (a & 0xffff) | (b << 16); h = 1: (a >> 16) | (b & 0xffff0000); one v_perm_b32.
-              x[q] = __builtin_amdgcn_perm(w[it][2 * q + 1][m], w[it][2 * q][m], h == 0 ? 0x05040100u : 0x07060302u);
+              x[q] = perm_b32(w[it][2 * q + 1][m], w[it][2 * q][m], h == 0 ? 0x05040100u : 0x07060302u);
             }
             typedef unsigned u32x2 __attribute__((ext_vector_type(2)));
             *reinterpret_cast<u32x2*>(dst + (c + 2 * m + h) * attention_mfma::lds_row_transposed(Rows) + r) = u32x2{x[0], x[1]};
@@ -358,8 +358,8 @@ __device__ __forceinline__ unsigned pack_probabilities(mfma_f32x2 x) {
     // Elements copied out first: clang 22 bit-casts an element of an ext_vector (x[1]) as the
     // vector's first element.
     const float lo = x[0], hi = x[1];
-    return __builtin_amdgcn_perm(__builtin_bit_cast(unsigned, hi) + 0x8000u, __builtin_bit_cast(unsigned, lo) + 0x8000u,
-                                 0x07060302u);
+    return perm_b32(__builtin_bit_cast(unsigned, hi) + 0x8000u, __builtin_bit_cast(unsigned, lo) + 0x8000u,
+                    0x07060302u);
   } else {
     typedef _Float16 h2 __attribute__((ext_vector_type(2)));
     return __builtin_bit_cast(unsigned, __builtin_convertvector(x, h2));

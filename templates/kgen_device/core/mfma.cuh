@@ -76,6 +76,16 @@ __device__ __forceinline__ unsigned opaque_u32(unsigned x) {
   return x;
 }
 
+// v_perm_b32: the bytes `selector` picks (one selector byte per result byte) from the 8 bytes of
+// {hi, lo}, lo's bytes 0–3 and hi's 4–7 (CDNA3 ISA, "Vector ALU Operations").
+__device__ __forceinline__ unsigned perm_b32(unsigned hi, unsigned lo, unsigned selector) {
+  return __builtin_amdgcn_perm(hi, lo, selector);
+}
+
+// x of the wavefront's first active lane, in a scalar register: a value every lane holds alike,
+// made uniform to the compiler (v_readfirstlane_b32).
+__device__ __forceinline__ int wave_uniform(int x) { return __builtin_amdgcn_readfirstlane(x); }
+
 // x of lane (lane ^ 32): the value the other 32-lane half of the wavefront holds in the same
 // position (the two halves of an MFMA operand hold the two halves of K).
 __device__ __forceinline__ float swap_wave_halves(float x) {
