@@ -12,6 +12,7 @@
 #include "generator/attention_mfma.h"
 #include "generator/config_text.h"
 #include "kgen_device/attention/forward_config.h"
+#include "kgen_device/attention/fp8_params.h"
 
 namespace kgen {
 namespace {
@@ -183,7 +184,7 @@ std::string attention_spec_text(std::string_view op, const AttentionForwardSpec&
   o << op << "." << dtype_name(s.dtype) << ".d" << s.head_dim;
   if (s.head_dim_v > 0) o << "v" << s.head_dim_v;
   o << (s.causal ? ".causal" : ".full")
-    << (s.packed ? ".packed" : "") << (s.paged ? ".paged" : "") << (s.sinks ? ".sinks" : "");
+    << (s.packed ? ".packed" : "") << (s.paged ? ".paged" : "") << (s.sinks ? ".sinks" : "") << (s.fp8 ? ".fp8" : "");
   if (!s.variant.empty()) o << ".var{" << s.variant << "}";
   return o.str();
 }
@@ -203,7 +204,8 @@ std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view o
     if (variant.empty()) return std::nullopt;
   }
   std::vector<std::string> parts = split_fields(head, '.');
-  bool sinks = false, packed = false, paged = false;
+  bool sinks = false, packed = false, paged = false, fp8 = false;
+  if (parts.size() > 4 && parts.back() == "fp8") fp8 = true, parts.pop_back();
   if (parts.size() > 4 && parts.back() == "sinks") sinks = true, parts.pop_back();
   if (parts.size() > 4 && parts.back() == "paged") paged = true, parts.pop_back();
   if (parts.size() > 4 && parts.back() == "packed") packed = true, parts.pop_back();
@@ -216,7 +218,7 @@ std::optional<AttentionForwardSpec> parse_attention_spec_text(std::string_view o
     dims.resize(v);
   }
   if (!dtype || !parse_prefixed_int(dims, "d", d) || (parts[3] != "causal" && parts[3] != "full")) return std::nullopt;
-  return AttentionForwardSpec{*dtype, d, parts[3] == "causal", variant, sinks, packed, paged, dv};
+  return AttentionForwardSpec{*dtype, d, parts[3] == "causal", variant, sinks, packed, paged, dv, fp8};
 }
 
 std::optional<std::string> check_head_dim_v(int head_dim, int head_dim_v, bool has_variant, std::string_view path,
@@ -241,6 +243,15 @@ std::optional<std::string> check_attention_forward_spec(const AttentionForwardSp
     return "head_dim=" + std::to_string(spec.head_dim) + " is unsupported: kgen serves 1.." +
            std::to_string(kMaxHeadDim);
   if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(), "", "attention_fwd")) return why;
+  if (spec.fp8) {
+    if (spec.dtype != DType::f16 && spec.dtype != DType::bf16)
+      return "o: dtype " + std::string(dtype_name(spec.dtype)) + " is unsupported with FP8 inputs (fp16 or bf16)";
+    if (spec.head_dim != 128 && spec.head_dim != 256)
+      return "q: head_dim=" + std::to_string(spec.head_dim) + " is unsupported with FP8 inputs (128 or 256)";
+    if (spec.has_variant() || spec.head_dim_v > 0)
+      return std::string("q: FP8 inputs run plain or causal attention, not a variant, sinks, packed batches, paged "
+                         "K/V or a head dim of v's own");
+  }
   if (!spec.variant.empty()) {
     try {
       Variant::from_canonical(spec.variant);
@@ -294,6 +305,12 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
                                                                  : "simt"))
     return why;
   if (c.path == ForwardPath::mfma) return check_mfma_forward_config(spec, c, target);
+  if (spec.fp8) {
+    if (c.path != ForwardPath::ws || !has_wgmma(target))
+      return "FP8 inputs run on ws configs on the sm_90a target (Hopper), not " + to_string(c) + " on " + target.arch;
+    if (c.block_n != attention_fwd::kFp8KeyTile || c.split_keys || c.persistent || c.block_m != 128)
+      return std::string("FP8 inputs run ws configs of block_m 128 and block_n 128 on the plain grid (no split, no persist)");
+  }
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
     if (auto why = nvidia_only_path("fa2", target)) return why;
@@ -349,10 +366,12 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (c.stages < 2 || c.stages > 4) return std::string("ws stages must be 2, 3 or 4");
     if (c.ping_pong != 0 && c.ping_pong != 1) return std::string("ws pp must be 0 or 1");
     if (c.warps != c.block_m / 16) return std::string("ws warps must be block_m / 16");
-    if (ws_register_estimate(tile, c.block_n) > kWsConsumerRegisters)
+    // FP8: P packs to half the registers (four values each), so the 128-key tile fits at both
+    // of its head dims (ptxas: spill-free, tests/replay/table.tsv).
+    if (!spec.fp8 && ws_register_estimate(tile, c.block_n) > kWsConsumerRegisters)
       return "ws head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
-    smem = attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent);
+    smem = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages) : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent));
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
@@ -373,6 +392,11 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
   auto keep = [&](const AttentionForwardConfig& c) {
     if (!check_attention_forward_config(spec, c, target)) out.push_back(c);
   };
+  if (spec.fp8) {
+    for (int stages : {2, 3, 4})
+      for (int pp : {1, 0}) keep({.path = ForwardPath::ws, .block_m = 128, .block_n = attention_fwd::kFp8KeyTile, .stages = stages, .warps = 8, .ping_pong = pp});
+    return out;
+  }
   for (const auto& c : mfma_forward_config_space(spec, target)) out.push_back(c);
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     // Ping-pong off is kept for the tuner only at 128-key tiles, where it came within noise.
@@ -437,6 +461,11 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count) {
+  if (spec.fp8) {
+    // Two stages of 128-key tiles with ping-pong turns (d = 256: 196 KB of shared memory).
+    return {.path = ForwardPath::ws, .block_m = 128, .block_n = attention_fwd::kFp8KeyTile, .stages = 2, .warps = 8,
+            .ping_pong = 1};
+  }
   if (spec.head_dim_v > 0) {
     // v's own head dim: fa2 (sm_80's rule for q's head dim, its V, O and P·V over d_v) on NVIDIA
     // targets, else the general path. The warp-specialised kernels take one head dim.
@@ -621,6 +650,8 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   k.entry = "kgen_attention_fwd";
   k.variant = to_string(spec) + "." + to_string(c);
   EntryShim shim{k.entry, 0, 1, "AttentionForwardParams", "", {targ_type("T", spec.dtype)}};
+  // FP8 inputs: the element type E4m3In<o's type> (forward_ws.cuh).
+  if (spec.fp8) shim.args[0] = targ("T", "kgen::E4m3In<" + targ_type("T", spec.dtype).value + ">");
   std::string header;
   if (c.path == ForwardPath::fa2) {
     k.threads = attention_fwd::fa2_threads(c.warps);
@@ -645,11 +676,12 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   } else if (c.path == ForwardPath::ws) {
     k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
-    k.smem_bytes = attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent);
+    k.smem_bytes = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages) : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent));
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
     shim.params = c.stream_k     ? "AttentionForwardStreamParams"
                   : c.split_keys ? "AttentionForwardSplitParams"
+                  : spec.fp8     ? "AttentionForwardFp8Params"
                                  : "AttentionForwardTmaParams";
     shim.grid_constant = true;
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("Stages", c.stages),
@@ -701,9 +733,32 @@ KernelSource render_attention_forward_combine(DType dtype) {
   return k;
 }
 
+KernelSource render_attention_fp8_v_transpose() {
+  KernelSource k;
+  k.op = "attention_fwd";
+  k.entry = "kgen_attention_fp8_v_transpose";
+  k.variant = "attention_fwd.fp8.v_transpose";
+  k.threads = 128;
+  k.smem_bytes = 0;
+  EntryShim shim{k.entry, k.threads, 0, "AttentionFp8VParams", "attention_fp8_v_transpose", {targ("T", std::string("kgen::float8_e4m3_t"))}};
+  k.source = render_entry_shims("kgen_device/attention/forward_fp8.cuh", k.variant, std::span(&shim, 1));
+  return k;
+}
+
+int attention_fp8_keys_padded(int n_k) {
+  const int tile = attention_fwd::kFp8KeyTile;
+  return (n_k + tile - 1) / tile * tile;
+}
+
+LaunchGrid attention_fp8_v_transpose_grid(const AttentionShape& shape, int head_dim) {
+  return {static_cast<unsigned>(attention_fp8_keys_padded(shape.n_k) / 32), static_cast<unsigned>((head_dim + 127) / 128),
+          static_cast<unsigned>(shape.batch * shape.heads_kv)};
+}
+
 std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwardSpec& spec,
                                                            const AttentionForwardConfig& config) {
   std::vector<KernelSource> out{render_attention_forward(spec, config)};
+  if (spec.fp8) out.insert(out.begin(), render_attention_fp8_v_transpose());
   if (config.split_keys) out.push_back(render_attention_forward_combine(spec.dtype));
   // A mask that reads integer tensors (document ids): their range tables' kernel.
   if (!spec.variant.empty() && !Variant::from_canonical(spec.variant).mask_range_tensors().empty())

@@ -31,6 +31,9 @@ struct AttentionForwardSpec {
   // that every spec text, key and kernel of one head dim stays as it was. 1 <= d_v < d_qk (MLA's
   // 192/128; docs/kernels/mla.md); o has d_v columns.
   int head_dim_v = 0;
+  // FP8: q, k and v in E4M3 with descale factors, o (and `dtype`) fp16 or bf16; plain or causal
+  // attention at head dims 128 and 256 on the warp-specialised Hopper kernel (docs/attention.md §11).
+  bool fp8 = false;
   bool operator==(const AttentionForwardSpec&) const = default;
   bool has_variant() const { return !variant.empty() || sinks || packed || paged; }
   int v_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
@@ -109,7 +112,7 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
 std::vector<ConfigField> explain(const AttentionForwardConfig& c);
 // "attention_fwd.bf16.d128.causal" (spec part of a variant name); a v head dim of its own makes
 // the head-dim field "d192v128"; packed batches append ".packed", paged K/V ".paged", a variant
-// ".sinks" and ".var{CANONICAL}".
+// ".sinks" and ".var{CANONICAL}", FP8 inputs ".fp8" (the dtype field is then o's).
 std::string to_string(const AttentionForwardSpec& s);
 
 // The spec text both attention operators share: "<op>.<dtype>.d<D>[v<DV>].<causal|full>[.packed]
@@ -181,7 +184,16 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
 // The kernel that merges a split-keys launch's key ranges into o and lse (forward_combine.cuh):
 // one per 16-bit dtype, any head dim.
 KernelSource render_attention_forward_combine(DType dtype);
-// Every kernel a launch of `config` runs: the forward, then the combine kernel when it splits keys.
+// The FP8 forward's first kernel (forward_fp8.cuh): V transposed into the workspace, its keys in
+// the order of the 8-bit wgmma's A fragment. One kernel for every head dim.
+KernelSource render_attention_fp8_v_transpose();
+// n_k rounded up to the FP8 forward's key tile: the transposed V's row length.
+int attention_fp8_keys_padded(int n_k);
+// The transposition's grid: x = groups of 32 keys of the padded length, y = 128-column groups of
+// the head dim, z = batch · heads_kv.
+LaunchGrid attention_fp8_v_transpose_grid(const AttentionShape& shape, int head_dim);
+// Every kernel a launch of `config` runs: the forward, then the combine kernel when it splits keys
+// (FP8: the V transposition first).
 std::vector<KernelSource> render_attention_forward_kernels(const AttentionForwardSpec& spec,
                                                            const AttentionForwardConfig& config);
 

@@ -3,13 +3,22 @@
 per accumulator width N, spelled out; this script is the header's source. The test
 tools/tests/test_gen_wgmma_header.py checks that the checked-in header equals its output.
 
-Usage (from the repository root): python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
+It also writes templates/kgen_device/core/wgmma_fp8.cuh, the E4M3 shapes (m64nNk32) of the FP8
+forward, with its own operand lists for the widths that forward uses.
+
+Usage (from the repository root):
+  python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
+  python3 tools/gen_wgmma_header.py --fp8 > templates/kgen_device/core/wgmma_fp8.cuh
 """
+
+import sys
 
 # The accumulator widths kgen's kernels use (wgmma m64nNk16), each with the narrower width whose
 # operand list it extends (None: the first).
 BASE = {32: None, 64: 32, 80: 64, 128: 64, 176: 128, 192: 176, 256: 192}
 NS = list(BASE)
+# The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128-key score tile and its head dims 128 and 256.
+BASE8 = {128: None, 256: 128}
 
 # Everything before the operand lists: the header's comment, the fragment helpers, the
 # descriptor and KGEN_WG_ACC8.
@@ -175,15 +184,16 @@ def groups(n):
     return n // 16
 
 
-def operand_lists():
-    out = ["// The accumulator operands %0 .. %(N/2 \u2212 1) of an m64nNk16 shape, in groups of eight.\n"]
-    for g in range(groups(max(NS))):
+def operand_lists(base=BASE, shape="m64nNk16"):
+    ns = list(base)
+    out = [f"// The accumulator operands %0 .. %(N/2 \u2212 1) of an {shape} shape, in groups of eight.\n"]
+    for g in range(groups(max(ns))):
         regs = ",".join(f"%{i}" for i in range(8 * g, 8 * g + 8))
         out.append(f'#define KGEN_WG_R8_{g} "{regs}"\n')
     out.append("\n")
     out.append('// KGEN_WG_REGS_N: those operands for N columns; KGEN_WG_OUT_N(d): the matching "+f" outputs.\n')
-    for n in NS:
-        prev = BASE[n]
+    for n in ns:
+        prev = base[n]
         first = groups(prev) if prev else 0
         new = range(first, groups(n))
         regs = [f"KGEN_WG_REGS_{prev}"] if prev else []
@@ -217,5 +227,97 @@ def header():
     return PREFIX + operand_lists() + SHAPE_MACROS + shapes() + SUFFIX
 
 
+PREFIX8 = r'''// wgmma with E4M3 operands (sm_90a only): the 8-bit shapes m64nNk32 of the FP8 attention forward.
+// Written by tools/gen_wgmma_header.py --fp8 (the per-N operand lists): edit the script, not this file.
+// NVIDIA only (see mma_sm80.cuh): a second vendor provides nothing here.
+//
+// One wgmma.mma_async.m64nNk32.f32.e4m3.e4m3 computes D(64 x N, fp32) += A(64 x 32) · B(32 x N).
+// 8-bit wgmma takes no transpose: A and B are both K-major, so a k-step reads 32 bytes of each
+// operand row inside a 128-byte swizzled column block (wgmma.cuh's Sw128, whose 16-bit columns
+// hold two E4M3 values each), as the 16-bit k16 step does. D's layout is wgmma.cuh's; the A
+// fragment in registers holds four bytes per register (lower k in the lower byte):
+//   a[0] = row g, k 4t..4t+3;  a[1] = row g+8, k 4t..;  a[2] = row g, k 4t+16..;  a[3] = row g+8, k 4t+16..
+#pragma once
+
+#include "kgen_device/core/fp8.cuh"
+#include "kgen_device/core/wgmma.cuh"
+
+namespace kgen {
+namespace wgmma {
+
+// The four A registers of k-step kk (32 columns) from fp32 accumulators of a previous wgmma of the
+// same 64 rows. The accumulator gives this thread columns 2t, 2t+1, 8+2t, 9+2t (and 16 more in
+// the upper half) where the A fragment expects k 4t..4t+3, so k position p of the step stands for
+// column 16·(p / 16) + 8·((p % 4) / 2) + 2·((p % 16) / 4) + p % 2: the B operand's k rows must
+// come in that order (the FP8 forward writes its transposed V so, forward_fp8.cuh).
+template <int N>
+__device__ __forceinline__ void pack_a8(unsigned (&a)[4], const float (&x)[N], int kk) {
+  a[0] = pack4_e4m3(x[16 * kk + 0], x[16 * kk + 1], x[16 * kk + 4], x[16 * kk + 5]);
+  a[1] = pack4_e4m3(x[16 * kk + 2], x[16 * kk + 3], x[16 * kk + 6], x[16 * kk + 7]);
+  a[2] = pack4_e4m3(x[16 * kk + 8], x[16 * kk + 9], x[16 * kk + 12], x[16 * kk + 13]);
+  a[3] = pack4_e4m3(x[16 * kk + 10], x[16 * kk + 11], x[16 * kk + 14], x[16 * kk + 15]);
+}
+
+#define KGEN_WG_ACC8(d, i)                                                                   \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// One m64nNk32 E4M3 shape: ss (A by descriptor) and rs (A in 4 registers), fp32 accumulators;
+// `accumulate` = 0 overwrites D.
+template <int N>
+struct Mma8;
+
+'''
+
+SHAPE_MACROS8 = r'''#define KGEN_WG_SS8(N, A, B, P)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
+               "k32.f32.e4m3.e4m3 " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1;\n}\n"                \
+               : KGEN_WG_OUT_##N(d)                                                            \
+               : "l"(a), "l"(b), "r"(accumulate))
+#define KGEN_WG_RS8(N, A, B, P)                                                                 \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
+               "k32.f32.e4m3.e4m3 " KGEN_WG_ACC_##N ", " A ", " B ", p, 1, 1;\n}\n"                \
+               : KGEN_WG_OUT_##N(d)                                                            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate))
+#define KGEN_WG_SHAPE8(N, A_SS, B_SS, P_SS, A_RS, B_RS, P_RS)                                     \
+  template <>                                                                                  \
+  struct Mma8<N> {                                                                             \
+    __device__ __forceinline__ static void ss(float (&d)[N / 2], unsigned long long a,         \
+                                              unsigned long long b, int accumulate) {          \
+      KGEN_WG_SS8(N, A_SS, B_SS, P_SS);                                                        \
+    }                                                                                          \
+    __device__ __forceinline__ static void rs(float (&d)[N / 2], const unsigned (&a)[4],       \
+                                              unsigned long long b, int accumulate) {          \
+      KGEN_WG_RS8(N, A_RS, B_RS, P_RS);                                                        \
+    }                                                                                          \
+  };
+
+'''
+
+
+def shapes8():
+    out = []
+    for n in BASE8:
+        a = n // 2
+        ss = ", ".join(f'"%{a + i}"' for i in range(3))
+        rs = f'"{{%{a},%{a + 1},%{a + 2},%{a + 3}}}", "%{a + 4}", "%{a + 5}"'
+        out.append(f"KGEN_WG_SHAPE8({n}, {ss},\n               {rs})\n")
+    out.append("\n")
+    for name in ["KGEN_WG_SHAPE8", "KGEN_WG_RS8", "KGEN_WG_SS8", "KGEN_WG_ACC8"]:
+        out.append(f"#undef {name}\n")
+    for g in range(groups(max(BASE8))):
+        out.append(f"#undef KGEN_WG_R8_{g}\n")
+    for n in BASE8:
+        out.append(f"#undef KGEN_WG_REGS_{n}\n#undef KGEN_WG_ACC_{n}\n#undef KGEN_WG_OUT_{n}\n")
+    out.append("\n")
+    return "".join(out)
+
+
+def header_fp8():
+    # Macros of their own (KGEN_W8_*): wgmma.cuh leaves its operand lists defined.
+    text = PREFIX8 + operand_lists(BASE8, "m64nNk32") + SHAPE_MACROS8 + shapes8() + SUFFIX
+    return text.replace("KGEN_WG_", "KGEN_W8_")
+
+
 if __name__ == "__main__":
-    print(header(), end="")
+    print(header_fp8() if sys.argv[1:] == ["--fp8"] else header(), end="")

@@ -1,5 +1,6 @@
-"""templates/kgen_device/core/wgmma.cuh is generated: it must equal tools/gen_wgmma_header.py's
-output, so an edit to the header alone (lost at the next generation) fails here."""
+"""templates/kgen_device/core/wgmma.cuh and wgmma_fp8.cuh are generated: each must equal
+tools/gen_wgmma_header.py's output, so an edit to a header alone (lost at the next generation)
+fails here."""
 import sys
 from pathlib import Path
 
@@ -13,6 +14,14 @@ def test_the_checked_in_header_is_the_scripts_output():
     assert gen_wgmma_header.header() == header, (
         "templates/kgen_device/core/wgmma.cuh differs from tools/gen_wgmma_header.py's output: edit the script and "
         "regenerate with `python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh`"
+    )
+
+
+def test_the_checked_in_fp8_header_is_the_scripts_output():
+    header = (ROOT / "templates" / "kgen_device" / "core" / "wgmma_fp8.cuh").read_text()
+    assert gen_wgmma_header.header_fp8() == header, (
+        "templates/kgen_device/core/wgmma_fp8.cuh differs from tools/gen_wgmma_header.py --fp8's output: edit the "
+        "script and regenerate with `python3 tools/gen_wgmma_header.py --fp8 > templates/kgen_device/core/wgmma_fp8.cuh`"
     )
 
 

@@ -66,6 +66,7 @@
 
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/forward_wgmma.cuh"
+#include "kgen_device/attention/fp8_params.h"
 #include "kgen_device/attention/params.h"
 #include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
@@ -76,10 +77,60 @@
 #include "kgen_device/core/types.cuh"
 #include "kgen_device/core/warp.cuh"
 #include "kgen_device/core/wgmma.cuh"
+#include "kgen_device/core/wgmma_fp8.cuh"
 
 namespace kgen {
+namespace wgmma_fwd_detail {
 
-// T: half_t or bfloat16_t. D: the tile's head dim (64 .. 256). BN: keys per tile. Stages: K/V
+// S = Q·Kᵀ for E4M3 Q and K (issue_qk's 8-bit form): HeadDim / 32 k-steps of 32 bytes per row,
+// four to a 128-byte column block; issued and not committed.
+template <class QTile, class KTile, int HeadDim, int N>
+__device__ __forceinline__ void issue_qk8(float (&acc)[N], unsigned long long q_desc, unsigned smem_k) {
+  const unsigned long long k_desc = wgmma::desc_sw128(smem_k, 16, 1024);
+  auto k_step = [](int kk, int block_bytes) { return (kk / 4) * block_bytes + (kk % 4) * 32; };
+#pragma unroll
+  for (int kk = 0; kk < HeadDim / 32; ++kk)
+    wgmma::Mma8<2 * N>::ss(acc, q_desc + (k_step(kk, QTile::kBlockBytes) >> 4),
+                           k_desc + (k_step(kk, KTile::kBlockBytes) >> 4), kk > 0);
+}
+
+// O += P·V for E4M3 as one committed group: A = P packed to E4M3 in registers (KSteps steps of 32
+// keys, wgmma::pack_a8), B = the transposed V tile at `smem_vt` (head-dim rows of the tile's key
+// bytes in pack_a8's order, K-major).
+template <int N, int KSteps>
+__device__ __forceinline__ void issue_pv8(float (&o)[N], const unsigned (&pa)[KSteps][4], unsigned smem_vt) {
+  const unsigned long long vt_desc = wgmma::desc_sw128(smem_vt, 16, 1024);
+  wgmma::fence_operand(o);
+  wgmma::fence();
+#pragma unroll
+  for (int kk = 0; kk < KSteps; ++kk) wgmma::Mma8<2 * N>::rs(o, pa[kk], vt_desc + ((kk * 32) >> 4), 1);
+  wgmma::commit();
+}
+
+}  // namespace wgmma_fwd_detail
+
+// The FP8 forward's element type: q, k and v in E4M3 (float8_e4m3_t), o in Out (half_t or
+// bfloat16_t). With it the kernel reads q and k as 16-bit pairs of bytes (their TMA maps view
+// two E4M3 values as one 16-bit element), runs Q·Kᵀ and P·V on the 8-bit wgmma (m64nNk32), takes
+// V transposed (AttentionFp8VParams: head-dim rows of key bytes, the tile a K-major B operand)
+// and multiplies the scores by descale_q · descale_k and O by descale_v
+// (AttentionForwardFp8Params). Plain or causal attention on the plain grid, D = 128 or 256, BN = 128.
+template <class Out>
+struct E4m3In {};
+template <class T>
+struct ws_elements {
+  using In = T;
+  using Out = T;
+  static constexpr bool kFp8 = false;
+};
+template <class O>
+struct ws_elements<E4m3In<O>> {
+  using In = float8_e4m3_t;
+  using Out = O;
+  static constexpr bool kFp8 = true;
+};
+
+// T: half_t or bfloat16_t, or E4m3In<half_t or bfloat16_t> (above). D: the tile's head dim (64 .. 256). BN: keys per tile. Stages: K/V
 // buffers in the ring. Causal: bottom-right mask. HeadDim: the tensors' head dim, a multiple of
 // 8 in (D − 64, D]. PingPong: the consumers take turns to issue their wgmma. SplitKeys: one key
 // range per block, partial results to the workspace (Params = AttentionForwardSplitParams).
@@ -92,9 +143,15 @@ namespace kgen {
 template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
           bool Persistent = false, int Consumers = 2, bool StreamK = false, class Variant = NoVariant, class Params>
 __device__ __forceinline__ void attention_forward_ws(const Params& tp, const VariantArgs* va = nullptr) {
-  static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
-                "the warp-specialised kernel takes half_t or bfloat16_t");
+  using TI = typename ws_elements<T>::In;    // q, k and v
+  using TO = typename ws_elements<T>::Out;   // o
+  constexpr bool kFp8 = ws_elements<T>::kFp8;
+  static_assert(is_same<TO, half_t>::value || is_same<TO, bfloat16_t>::value,
+                "the warp-specialised kernel writes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
+  static_assert(!kFp8 || (D % 128 == 0 && HeadDim == D && BN == attention_fwd::kFp8KeyTile && !SplitKeys && !Persistent &&
+                          !StreamK && is_same<Variant, NoVariant>::value),
+                "the FP8 forward runs D = 128 or 256 with 128-key tiles, plain or causal, on the plain grid");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
   static_assert(BN == 64 || BN == 80 || BN == 128 || BN == 176 || BN == 192, "BN must be 64, 80, 128, 176 or 192");
   static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
@@ -110,10 +167,17 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   constexpr int BM = 64 * kConsumers;
   constexpr int kConsumerWarps = 4 * kConsumers;
   constexpr int kQBuffers = attention_fwd::ws_q_buffers(D, BN, Stages, BM, Persistent);
+  // The Q buffer holds the 16-bit O rows of the epilogue; Q and K take D · bytes / 2 columns of
+  // 16 bits (E4M3: two values per column); V is BN x D, or with E4M3 transposed, D rows of BN bytes.
+  constexpr int kInBytes = element_traits<TI>::bytes;
+  constexpr int DU = D * kInBytes / 2;
   using QTile = wgmma::Sw128<BM, D>;
-  using KVTile = wgmma::Sw128<BN, D>;
-  static_assert(1024 + kQBuffers * QTile::kBytes + Stages * 2 * KVTile::kBytes + attention_fwd::kWsBarrierBytes ==
-                    attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers, BM),
+  using KTile = wgmma::Sw128<BN, DU>;
+  using VTile = wgmma::Sw128<kFp8 ? D : BN, kFp8 ? BN / 2 : D>;
+  static_assert(1024 + kQBuffers * QTile::kBytes + Stages * (KTile::kBytes + VTile::kBytes) +
+                        attention_fwd::kWsBarrierBytes ==
+                    (kFp8 ? attention_fwd::fp8_ws_smem_bytes(D, Stages)
+                          : attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers, BM)),
                 "shared memory layout must match ws_smem_bytes");
   constexpr int kSRegs = BN / 2;
   constexpr int kORegs = D / 2;
@@ -231,8 +295,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   const unsigned smem_raw = smem_u32(dynamic_smem());
   const unsigned smem_q0 = (smem_raw + 1023u) & ~1023u;
   auto smem_q = [&](int buf) { return smem_q0 + buf * QTile::kBytes; };
-  auto smem_k = [&](int stage) { return smem_q0 + kQBuffers * QTile::kBytes + stage * 2 * KVTile::kBytes; };
-  auto smem_v = [&](int stage) { return smem_k(stage) + KVTile::kBytes; };
+  auto smem_k = [&](int stage) {
+    return smem_q0 + kQBuffers * QTile::kBytes + stage * (KTile::kBytes + VTile::kBytes);
+  };
+  auto smem_v = [&](int stage) { return smem_k(stage) + KTile::kBytes; };
   const unsigned bars = smem_k(Stages);
   auto k_full = [&](int stage) { return bars + 8 * (1 + stage); };
   auto v_full = [&](int stage) { return bars + 8 * (1 + Stages + stage); };
@@ -255,7 +321,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     if (Persistent && local >= kQBuffers) tma::wait(q_empty(buf), (local / kQBuffers - 1) & 1);
     tma::arrive_expect_tx(q_full(buf), QTile::kBytes);
 #pragma unroll
-    for (int b = 0; b < D / 64; ++b)
+    for (int b = 0; b < DU / 64; ++b)
 #pragma unroll
       for (int c = 0; c < kConsumers; ++c)
         tma::load_4d(smem_q(buf) + b * QTile::kBlockBytes + c * kBoxBytes64, &tp.q_map, 64 * b,
@@ -317,25 +383,30 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
               if (i * box_rows < BN)
 #pragma unroll
                 for (int b = 0; b < D / 64; ++b)
-                  tma::load_4d(dst + b * KVTile::kBlockBytes + i * box_rows * 128, map, 64 * b, row, kv_head, pages[i],
+                  tma::load_4d(dst + b * KTile::kBlockBytes + i * box_rows * 128, map, 64 * b, row, kv_head, pages[i],
                                bar);
           } else {
 #pragma unroll
-            for (int b = 0; b < D / 64; ++b)
-              tma::load_4d(dst + b * KVTile::kBlockBytes, map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0,
+            for (int b = 0; b < DU / 64; ++b)
+              tma::load_4d(dst + b * KTile::kBlockBytes, map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0,
                            kv_head, slot(qb), bar);
           }
+        };
+        // The E4M3 V tile at key n0: one box of the transposed V, its D rows of BN key bytes.
+        auto load_v = [&](unsigned dst, int n0, unsigned bar) {
+          if constexpr (kFp8) tma::load_4d(dst, &tp.v_map, n0 / 2, 0, kv_head, qb.batch, bar);
+          else load_kv(&tp.v_map, dst, n0, bar);
         };
         for (int tile = 0; tile < num_tiles; ++tile, ++ring) {
           const int stage = ring % Stages, use = ring / Stages;
           const int n0 = (first_tile + tile) * BN;
           read_pages(n0);
           if (use > 0) tma::wait(k_empty(stage), (use - 1) & 1);
-          tma::arrive_expect_tx(k_full(stage), KVTile::kBytes);
+          tma::arrive_expect_tx(k_full(stage), KTile::kBytes);
           load_kv(&tp.k_map, smem_k(stage), n0, k_full(stage));
           if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
-          tma::arrive_expect_tx(v_full(stage), KVTile::kBytes);
-          load_kv(&tp.v_map, smem_v(stage), n0, v_full(stage));
+          tma::arrive_expect_tx(v_full(stage), VTile::kBytes);
+          load_v(smem_v(stage), n0, v_full(stage));
         }
       }
     }
@@ -347,7 +418,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   tma::claim_registers<kConsumers == 2 ? 240 : 160>();
   const int cw = wg - 1;  // consumer index: query rows [64·cw, 64·cw + 64) of the tile
   const int warp = (tid / 32) % 4, lane = tid % 32, g = lane / 4, t = lane % 4;
-  const float scale_log2 = variant_softmax_log2<Variant>(p.scale_log2);  // the scores' units
+  // The scores' units (E4M3: times the block's descale_q · descale_k, set per query tile).
+  float scale_log2 = variant_softmax_log2<Variant>(p.scale_log2);
 
   // Ping-pong: consumer c waits at barrier 1 + c before issuing wgmma and lets the next one
   // (c + 1 modulo the consumers) go after. The last consumer opens the first turn for consumer
@@ -375,6 +447,11 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   int ring = 0;  // K/V tiles consumed before this query tile
   for (int round = 0, local = 0; next_tile(round); ++local) {
     const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
+    // E4M3: the factors of this (batch, kv head).
+    auto descale = [&](const Fp8Descale& f) {
+      return f.ptr == nullptr ? 1.f : f.ptr[batch * f.stride_b + (head / p.head_group) * f.stride_h];
+    };
+    if constexpr (kFp8) scale_log2 = p.scale_log2 * descale(tp.descale_q) * descale(tp.descale_k);
     int first_tile, num_tiles;
     key_range(qb, first_tile, num_tiles, true);
     if constexpr (kSharedRange)
@@ -422,10 +499,21 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
 #pragma unroll
     for (int i = 0; i < kORegs; ++i) o[i] = 0.f;
     auto issue_s = [&](float (&acc)[kSRegs], int stage) {
-      wgmma_fwd_detail::issue_qk<T, QTile, KVTile, HeadDim>(acc, q_desc, smem_k(stage));
+      if constexpr (kFp8) wgmma_fwd_detail::issue_qk8<QTile, KTile, HeadDim>(acc, q_desc, smem_k(stage));
+      else wgmma_fwd_detail::issue_qk<T, QTile, KTile, HeadDim>(acc, q_desc, smem_k(stage));
     };
-    auto issue_pv = [&](const unsigned (&pa)[BN / 16][4], int stage) {
-      wgmma_fwd_detail::issue_pv<T, KVTile>(o, pa, smem_v(stage));
+    // P's k-steps: 16 keys each, or 32 with E4M3.
+    constexpr int kPSteps = BN / (32 / kInBytes);
+    auto issue_pv = [&](const unsigned (&pa)[kPSteps][4], int stage) {
+      if constexpr (kFp8) wgmma_fwd_detail::issue_pv8(o, pa, smem_v(stage));
+      else wgmma_fwd_detail::issue_pv<T, VTile>(o, pa, smem_v(stage));
+    };
+    auto pack_p = [&](unsigned (&pa)[kPSteps][4], const float (&s)[kSRegs]) {
+#pragma unroll
+      for (int kk = 0; kk < kPSteps; ++kk) {
+        if constexpr (kFp8) wgmma::pack_a8(pa[kk], s, kk);
+        else wgmma::pack_a<T>(pa[kk], s, kk);
+      }
     };
     auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
 
@@ -452,7 +540,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       }
     };
 
-    unsigned pa[BN / 16][4];
+    unsigned pa[kPSteps][4];
     tma::wait(q_full(buf), (local / kQBuffers) & 1);
     if (num_tiles > 0) {
       const int stage = ring % Stages;
@@ -468,8 +556,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       release(k_empty(stage));
       float alpha[2];
       score_step(s, alpha, first_tile);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+      pack_p(pa, s);
     }
     for (int tile = 0; tile + 1 < num_tiles; ++tile) {
       const int next = (ring + tile + 1) % Stages, stage = (ring + tile) % Stages;
@@ -491,8 +578,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       wgmma::fence_operand(o);
       release(v_empty(stage));
       wgmma_fwd_detail::scale_rows(o, alpha);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
+      pack_p(pa, s);
     }
     if (num_tiles > 0) {  // P·V of the last tile
       const int stage = (ring + num_tiles - 1) % Stages;
@@ -588,17 +674,22 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     }
 
     // ---- epilogue: O / l into this consumer's Q rows, one TMA store per column block; LSE ----
+    if constexpr (kFp8) {
+      const float dv = descale(tp.descale_v);
+#pragma unroll
+      for (int i = 0; i < kORegs; ++i) o[i] *= dv;
+    }
     const int q0 = sequence_row0<Variant>(va, batch);
     float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h + q0;
-    wgmma_fwd_detail::stage_output<T, QTile, kORegs, Variant>(smem_q(buf), o, row_sum, row_max, cw * 64 + warp * 16 + g,
+    wgmma_fwd_detail::stage_output<TO, QTile, kORegs, Variant>(smem_q(buf), o, row_sum, row_max, cw * 64 + warp * 16 + g,
                                                              t, m0, n_q, scale_log2, lse_ptr, va, head);
     if constexpr (Variant::kPacked) {
       // A packed sequence's last rows: a TMA box would run into the next sequence's rows, so each
       // warp stores its own staged rows below n_q.
       if (wg_row0 + 64 > n_q) {
         __syncwarp();
-        T* o_ptr = static_cast<T*>(p.o) + head * p.o_stride_h + static_cast<long long>(q0) * p.o_stride_n;
-        wgmma_fwd_detail::store_warp_rows<T, QTile, D, HeadDim>(smem_q(buf), o_ptr, p.o_stride_n,
+        TO* o_ptr = static_cast<TO*>(p.o) + head * p.o_stride_h + static_cast<long long>(q0) * p.o_stride_n;
+        wgmma_fwd_detail::store_warp_rows<TO, QTile, D, HeadDim>(smem_q(buf), o_ptr, p.o_stride_n,
                                                                cw * 64 + warp * 16, m0, n_q, lane);
         continue;
       }
