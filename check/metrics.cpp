@@ -13,6 +13,7 @@ Tolerance tolerance_for(DType dtype) {
     case DType::f16: return {1e-2, 1e-2, 1e-2};
     case DType::bf16: return {1e-2, 2e-2, 2e-2};
     case DType::i32: break;
+    case DType::f8e4m3: break;
   }
   return {1e-2, 1e-2, 1e-2};
 }

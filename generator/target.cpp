@@ -8,6 +8,7 @@ std::string_view dtype_name(DType t) {
     case DType::bf16: return "bf16";
     case DType::f32: return "fp32";
     case DType::i32: return "int32";
+    case DType::f8e4m3: return "fp8_e4m3";
   }
   return "?";
 }
@@ -19,7 +20,7 @@ std::optional<DType> parse_dtype(std::string_view n) {
   return std::nullopt;
 }
 
-int dtype_bytes(DType t) { return t == DType::f32 || t == DType::i32 ? 4 : 2; }
+int dtype_bytes(DType t) { return t == DType::f32 || t == DType::i32 ? 4 : t == DType::f8e4m3 ? 1 : 2; }
 
 std::string_view dtype_cxx(DType t) {
   switch (t) {
@@ -27,6 +28,7 @@ std::string_view dtype_cxx(DType t) {
     case DType::bf16: return "kgen::bfloat16_t";
     case DType::f32: return "float";
     case DType::i32: return "int";
+    case DType::f8e4m3: return "kgen::float8_e4m3_t";
   }
   return "void";
 }

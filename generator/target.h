@@ -9,7 +9,7 @@
 
 namespace kgen {
 
-std::string_view dtype_name(DType t);                      // "fp16", "bf16", "fp32"
+std::string_view dtype_name(DType t);                      // "fp16", "bf16", "fp32", "int32", "fp8_e4m3"
 std::optional<DType> parse_dtype(std::string_view name);   // accepts fp16/f16/float16, ...
 int dtype_bytes(DType t);
 std::string_view dtype_cxx(DType t);                      // the device type: "kgen::bfloat16_t", ...

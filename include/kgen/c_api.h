@@ -48,6 +48,19 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
                                    DLTensor* o, DLTensor* lse,
                                    const kgen_attention_options* options, void* stream);
 
+/* kgen_attention_forward on FP8 inputs (docs/attention.md §11): q, k and v float8_e4m3fn
+ * (DLPack code 10, 8 bits), o float16 or bfloat16 (the output's dtype), lse as there. descale_q,
+ * descale_k and descale_v (each may be NULL: 1) are float32 with one element or of shape
+ * (b, h_kv): the real inputs are the stored values times them. Scores are scale · descale_q ·
+ * descale_k · q·kᵀ; the probabilities are rounded to E4M3 for the product with v; fp32
+ * accumulation. Plain or causal, GQA, head dims 128 and 256, sm_90a only; 16-byte aligned
+ * pointers and strides. config: NULL for the default, or a ws config of block_m and block_n 128
+ * ("ws:bm128:bn128:s3:pp1"). Scratch (V transposed) comes from kgen's stream-ordered pool. */
+kgen_status kgen_attention_forward_fp8(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o,
+                                       DLTensor* lse, const DLTensor* descale_q, const DLTensor* descale_k,
+                                       const DLTensor* descale_v, const kgen_attention_options* options,
+                                       const char* config, void* stream);
+
 /* --- Attention variants (docs/attention.md §8 and its "Variants from C and Python") ---------------------
  * Presets and a user's score/mask modification, composed, for kgen_attention_forward_variant and
  * kgen_attention_backward_variant.

@@ -89,6 +89,29 @@ void attention_forward(const TensorView& q, const TensorView& k, const TensorVie
                        const TensorView& o, const TensorView* lse, const AttentionOptions& options,
                        void* stream);
 
+// The descale factors of an FP8 forward's inputs (FlashAttention-3's and cuDNN's convention):
+// the real q is q's stored E4M3 values times descale_q, and so on. Each is a float32 tensor on
+// q's device with one element (the whole tensor) or of shape (batch, heads_kv) (one per batch and
+// K/V head; a query head takes its K/V head's), or null (1).
+struct Fp8Descales {
+  const TensorView* q = nullptr;
+  const TensorView* k = nullptr;
+  const TensorView* v = nullptr;
+};
+
+// attention_forward on FP8 inputs: q, k and v in E4M3 (DType::f8e4m3, PyTorch's
+// float8_e4m3fn) with their descale factors, o fp16 or bf16 (its dtype is the output's), lse as
+// attention_forward's. Scores are scale · descale_q · descale_k · q·kᵀ, o is the softmax's
+// probabilities rounded to E4M3 times v, times descale_v (fp32 accumulation; docs/attention.md
+// §11). Plain or causal attention (options.variant must be empty), GQA, head dims 128 and 256, on
+// sm_90a (Hopper) only; every pointer and stride 16-byte aligned, the last dimension contiguous.
+// options.config may name a ws config of block_m 128 and block_n 128 (e.g. ws:bm128:bn128:s3:pp1).
+// Scratch: V transposed, batch · heads_kv · head_dim · n_k rounded up to 128 bytes, from kgen's
+// stream-ordered pool. Throws kgen::Error naming the offending argument.
+void attention_forward_fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                           const TensorView* lse, const Fp8Descales& descales, const AttentionOptions& options,
+                           void* stream);
+
 // Packed (variable-length) batches, FlashAttention's varlen layout (docs/attention.md §9): b
 // sequences one after another along the token dimension. Sequence i owns query rows
 // [cu_seqlens_q[i], cu_seqlens_q[i + 1]) and key rows [cu_seqlens_k[i], cu_seqlens_k[i + 1]);

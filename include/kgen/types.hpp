@@ -7,8 +7,9 @@
 namespace kgen {
 
 // Element types of kernel inputs and outputs.
-// i32 serves index tensors of attention variants (document ids) only.
-enum class DType { f16, bf16, f32, i32 };
+// i32 serves index tensors of attention variants (document ids) only; f8e4m3 (OCP FP8 E4M3,
+// PyTorch's float8_e4m3fn) the inputs of the FP8 attention forward (attention_forward_fp8).
+enum class DType { f16, bf16, f32, i32, f8e4m3 };
 
 // The activation of lrpe_cosine / md_lrpe_cosine applied to x before the rotation
 // (docs/lrpe.md §1): softmax over the features of each row (dim −1), or over the sequence of

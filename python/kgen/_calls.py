@@ -217,6 +217,15 @@ def forward_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd") -> N
     form.call()
 
 
+def forward_fp8(q, k, v, descales, scale, causal, layout, out, lse, config=None) -> None:
+    """kgen_attention_forward_fp8 into out (and lse unless None); descales (q, k, v), each None or a
+    float32 tensor (a 0-d one is passed as one element); config None: the default."""
+    descales = tuple(None if d is None else (d.reshape(1) if d.dim() == 0 else d) for d in descales)
+    options = (K._scale(scale), int(causal))
+    Form("kgen_attention_forward_fp8", _lib.ATTENTION_OPTIONS, options, (q, k, v, out, lse, *descales),
+         K._swap(layout)).call(_lib.c_string(config))
+
+
 # --- attention backward and double backward --------------------------------------------------------
 
 def _gradient_form(key, name, double: bool, tensors, outputs, dense, scale, causal, layout, deterministic,

@@ -48,6 +48,8 @@ def _exported_dtype(dtype: torch.dtype) -> tuple[int, int] | None:
 
 
 def _dtype_rule(dtype: torch.dtype) -> tuple[int, int]:
+    if dtype == getattr(torch, "float8_e4m3fn", None):
+        return _lib.kDLFloat8_e4m3fn, 8
     if dtype == torch.bfloat16:
         code = _lib.kDLBfloat
     elif dtype.is_complex:

@@ -19,6 +19,7 @@ from typing import Sequence
 
 kDLCPU, kDLCUDA, kDLCUDAHost, kDLROCM, kDLExtDev = 1, 2, 3, 10, 12  # DLDeviceType
 kDLInt, kDLUInt, kDLFloat, kDLBfloat, kDLComplex = 0, 1, 2, 4, 5  # DLDataTypeCode
+kDLFloat8_e4m3fn = 10  # DLPack 1.1's OCP FP8 E4M3 (torch.float8_e4m3fn)
 
 
 class DLDevice(ctypes.Structure):
@@ -156,6 +157,7 @@ _P, _SIZE = ctypes.c_void_p, ctypes.c_void_p
 _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_forward": (ctypes.c_int, [_P] * 7),
     "kgen_attention_forward_variant": (ctypes.c_int, [_P] * 8),
+    "kgen_attention_forward_fp8": (ctypes.c_int, [_P] * 11),
     "kgen_attention_variant_init": (None, [_P]),
     "kgen_attention_varlen_forward": (ctypes.c_int, [_P] * 9),
     "kgen_attention_varlen_backward": (ctypes.c_int, [_P] * 13),

@@ -222,7 +222,8 @@ def _with_variant_keywords(function):
 
 @_with_variant_keywords
 def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = None,
-                      layout: str = "bhnd", out=None, lse=None, return_lse: bool = False, **variant):
+                      layout: str = "bhnd", out=None, lse=None, return_lse: bool = False, descale_q=None,
+                      descale_k=None, descale_v=None, out_dtype=None, config: str | None = None, **variant):
     """o = softmax(scale·q·kᵀ + mask)·v, computed asynchronously on the current CUDA stream.
 
     q is (b, h_q, n_q, d) for layout "bhnd" or (b, n_q, h_q, d) for "bnhd"; k and v likewise
@@ -245,7 +246,21 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     Variants (the remaining keywords, any combination; see `attention`) run the operator
     torch.ops.kgen.attention_forward_variant; lse is then the logsumexp of the modified scores
     (and of the sink's logit, with sinks).
+
+    FP8: q, k and v of dtype torch.float8_e4m3fn run the FP8 forward (docs/attention.md §11; sm_90a,
+    head dims 128 and 256, plain or causal, GQA; no autograd). descale_q, descale_k and descale_v
+    (float32, one element or (b, h_kv); None: 1) turn the stored values into the real ones;
+    out_dtype (torch.bfloat16 by default, or torch.float16) is o's dtype when out is not given;
+    config may name its kernel's config (a ws config of block_m and block_n 128).
     """
+    if q.dtype == _FP8:
+        return _forward_fp8(q, k, v, causal, scale, layout, out, lse, return_lse, (descale_q, descale_k, descale_v),
+                            out_dtype, config, variant)
+    if config is not None:
+        _checks.invalid("config: attention_forward takes a config for float8_e4m3fn inputs only (16-bit calls: "
+                        "kgen tune, or the C++ API's AttentionOptions.config)")
+    if descale_q is not None or descale_k is not None or descale_v is not None or out_dtype is not None:
+        _checks.invalid(f"descale_q: descale factors and out_dtype apply to float8_e4m3fn q, k and v only, not {q.dtype}")
     if not variant and not _is_compiling() and _direct(q, k, v):
         if out is None and lse is None:
             o, lse, _ = _calls.forward(q, k, v, scale, causal, layout, return_lse)
@@ -267,6 +282,27 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     if lse is None and return_lse:
         lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
     _run(_FORWARD_OUT, q, k, v, out, lse, scale, causal, layout)
+    return (out, lse) if return_lse else out
+
+
+_FP8 = getattr(torch, "float8_e4m3fn", None)
+
+
+def _forward_fp8(q, k, v, causal, scale, layout, out, lse, return_lse, descales, out_dtype, config, variant):
+    """attention_forward on E4M3 inputs (kgen_attention_forward_fp8)."""
+    if variant:
+        _checks.invalid(f"{next(iter(variant))}: FP8 inputs run plain or causal attention, not a variant")
+    if any(t.requires_grad for t in (q, k, v) if isinstance(t, torch.Tensor)):
+        _checks.invalid("q: the FP8 forward has no backward; detach q, k and v (or run them in 16 bits)")
+    if out_dtype is None:
+        out_dtype = torch.bfloat16 if out is None else out.dtype
+    if out_dtype not in (torch.float16, torch.bfloat16):
+        _checks.invalid(f"out_dtype: {out_dtype} must be torch.float16 or torch.bfloat16")
+    if out is None:
+        out = torch.empty(q.shape, dtype=out_dtype, device=q.device)
+    if lse is None and return_lse:
+        lse = _kernels._forward_outputs(out, _kernels._swap(layout))[1]
+    _calls.forward_fp8(q, k, v, descales, scale, causal, layout, out, lse, config)
     return (out, lse) if return_lse else out
 
 

@@ -93,6 +93,8 @@ AttentionForwardCall validate_attention_forward(const TensorView& q, const Tenso
   // dimension counts pages, not batches (no grid limit applies to it).
   const char* k_name = paged ? "k_cache" : "k";
   const char* v_name = paged ? "v_cache" : "v";
+  if (q.dtype == DType::f8e4m3)
+    invalid_argument("q: dtype fp8_e4m3: FP8 inputs run through attention_forward_fp8, with their descale factors");
   check_tensor(q, "q", 4);
   if (paged) {
     check_view(k, k_name, 4);

@@ -1,6 +1,7 @@
 // The C API: DLTensor descriptors in, kgen_status out, one sentence in kgen_last_error().
 #include "kgen/c_api.h"
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -18,9 +19,13 @@ kgen_status fail(kgen_status s, const std::string& message) {
   return s;
 }
 
+// DLPack's code of OCP FP8 E4M3 (float8_e4m3fn), DLPack 1.1 on.
+constexpr std::uint8_t kDLFloat8E4m3fn = 10;
+
 // Converts a DLTensor into a TensorView; throws Error(invalid_argument) naming `name`. `index_ok`
-// also accepts int32 (kDLInt, 32 bits): the variants' index and integer tensors.
-kgen::TensorView to_view(const DLTensor* t, const char* name, bool index_ok = false) {
+// also accepts int32 (kDLInt, 32 bits): the variants' index and integer tensors; `fp8_ok` E4M3
+// (the FP8 forward's inputs).
+kgen::TensorView to_view(const DLTensor* t, const char* name, bool index_ok = false, bool fp8_ok = false) {
   using kgen::Error;
   using kgen::Status;
   if (!t) throw Error(Status::invalid_argument, std::string(name) + ": tensor descriptor is null");
@@ -30,10 +35,13 @@ kgen::TensorView to_view(const DLTensor* t, const char* name, bool index_ok = fa
   else if (t->dtype.code == kDLBfloat && t->dtype.bits == 16) v.dtype = kgen::DType::bf16;
   else if (t->dtype.code == kDLFloat && t->dtype.bits == 32) v.dtype = kgen::DType::f32;
   else if (index_ok && t->dtype.code == kDLInt && t->dtype.bits == 32) v.dtype = kgen::DType::i32;
+  else if (fp8_ok && t->dtype.code == kDLFloat8E4m3fn && t->dtype.bits == 8) v.dtype = kgen::DType::f8e4m3;
   else
-    throw Error(Status::invalid_argument, std::string(name) + ": dtype (code " + std::to_string(t->dtype.code) + ", " +
-                                              std::to_string(t->dtype.bits) + " bits) is not float16, bfloat16" +
-                                              (index_ok ? ", float32 or int32" : " or float32"));
+    throw Error(Status::invalid_argument,
+                std::string(name) + ": dtype (code " + std::to_string(t->dtype.code) + ", " +
+                    std::to_string(t->dtype.bits) + " bits) is not float16, bfloat16" +
+                    (index_ok ? ", float32 or int32" : fp8_ok ? ", float32 or float8_e4m3fn" : " or float32") +
+                    (!fp8_ok && t->dtype.code == kDLFloat8E4m3fn ? " (float8_e4m3fn inputs: kgen_attention_forward_fp8)" : ""));
   if (t->device.device_type != kDLCUDA)
     throw Error(Status::invalid_argument, std::string(name) + ": tensor is not in CUDA device memory (DLPack device type " +
                                               std::to_string(t->device.device_type) + ")");
@@ -225,6 +233,24 @@ kgen_status kgen_attention_forward(const DLTensor* q, const DLTensor* k, const D
     kgen::TensorView lse_view;
     if (lse) lse_view = to_view(lse, "lse");
     kgen::attention_forward(qv, kv, vv, ov, lse ? &lse_view : nullptr, forward_options(options), stream);
+  });
+}
+
+kgen_status kgen_attention_forward_fp8(const DLTensor* q, const DLTensor* k, const DLTensor* v, DLTensor* o, DLTensor* lse,
+                                       const DLTensor* descale_q, const DLTensor* descale_k, const DLTensor* descale_v,
+                                       const kgen_attention_options* options, const char* config, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q", false, true), kv = to_view(k, "k", false, true),
+                           vv = to_view(v, "v", false, true), ov = to_view(o, "o");
+    kgen::TensorView lse_view, dq, dk, dv;
+    if (lse) lse_view = to_view(lse, "lse");
+    if (descale_q) dq = to_view(descale_q, "descale_q");
+    if (descale_k) dk = to_view(descale_k, "descale_k");
+    if (descale_v) dv = to_view(descale_v, "descale_v");
+    const kgen::Fp8Descales descales{descale_q ? &dq : nullptr, descale_k ? &dk : nullptr, descale_v ? &dv : nullptr};
+    kgen::AttentionOptions fwd = forward_options(options);
+    if (config) fwd.config = config;
+    kgen::attention_forward_fp8(qv, kv, vv, ov, lse ? &lse_view : nullptr, descales, fwd, stream);
   });
 }
 

@@ -172,6 +172,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   constexpr int kInBytes = element_traits<TI>::bytes;
   constexpr int DU = D * kInBytes / 2;
   using QTile = wgmma::Sw128<BM, D>;
+  using QInTile = wgmma::Sw128<BM, DU>;  // the bytes a Q load brings
   using KTile = wgmma::Sw128<BN, DU>;
   using VTile = wgmma::Sw128<kFp8 ? D : BN, kFp8 ? BN / 2 : D>;
   static_assert(1024 + kQBuffers * QTile::kBytes + Stages * (KTile::kBytes + VTile::kBytes) +
@@ -319,7 +320,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   auto load_q = [&](const wgmma_fwd_detail::QueryBlock& qb, int local) {
     const int buf = local % kQBuffers;
     if (Persistent && local >= kQBuffers) tma::wait(q_empty(buf), (local / kQBuffers - 1) & 1);
-    tma::arrive_expect_tx(q_full(buf), QTile::kBytes);
+    tma::arrive_expect_tx(q_full(buf), QInTile::kBytes);
 #pragma unroll
     for (int b = 0; b < DU / 64; ++b)
 #pragma unroll
@@ -508,6 +509,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       if constexpr (kFp8) wgmma_fwd_detail::issue_pv8(o, pa, smem_v(stage));
       else wgmma_fwd_detail::issue_pv<T, VTile>(o, pa, smem_v(stage));
     };
+    // P into the fragment of the next P·V: 16 bits, or E4M3 in pack_a8's order.
     auto pack_p = [&](unsigned (&pa)[kPSteps][4], const float (&s)[kSRegs]) {
 #pragma unroll
       for (int kk = 0; kk < kPSteps; ++kk) {
