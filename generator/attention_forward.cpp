@@ -850,6 +850,15 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
             add(spec, attention_forward_default_config(spec, shape, target, 132));
           add(spec, attention_forward_default_config(spec, kDecodeShape, target, 132));
         }
+  // FP8 inputs (wgmma targets): every config of their space, fp16 and bf16 outputs, both masks.
+  if (has_wgmma(target))
+    for (DType t : {DType::f16, DType::bf16})
+      for (int d : {128, 256})
+        for (bool causal : {false, true}) {
+          AttentionForwardSpec spec{t, d, causal};
+          spec.fp8 = true;
+          for (const auto& c : attention_forward_config_space(spec, target)) add(spec, c);
+        }
   return out;
 }
 

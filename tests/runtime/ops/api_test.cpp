@@ -164,6 +164,50 @@ TEST(CApi, ReportsStatusAndMessage) {
   EXPECT_STREQ(kgen_version(), kgen::version());
 }
 
+TEST(AttentionFp8Api, RefusalsNameTheArgumentBeforeAnyDeviceWork) {
+  std::int64_t qs[4] = {1, 2, 16, 128}, ks[4] = {1, 2, 40, 128}, one[1] = {1}, three[1] = {3};
+  const TensorView q = make_contiguous_view(fake(0x10000), DType::f8e4m3, 4, qs, 0);
+  const TensorView k = make_contiguous_view(fake(0x20000), DType::f8e4m3, 4, ks, 0);
+  const TensorView v = make_contiguous_view(fake(0x30000), DType::f8e4m3, 4, ks, 0);
+  const TensorView o = make_contiguous_view(fake(0x40000), DType::bf16, 4, qs, 0);
+  const TensorView o32 = make_contiguous_view(fake(0x40000), DType::f32, 4, qs, 0);
+  const TensorView k16 = make_contiguous_view(fake(0x20000), DType::bf16, 4, ks, 0);
+  const TensorView d3 = make_contiguous_view(fake(0x50000), DType::f32, 1, three, 0);
+  const TensorView d16 = make_contiguous_view(fake(0x50000), DType::bf16, 1, one, 0);
+  auto message = [&](const TensorView& kk, const TensorView& oo, const Fp8Descales& d, const AttentionOptions& opt) {
+    try {
+      attention_forward_fp8(q, kk, v, oo, nullptr, d, opt, nullptr);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::invalid_argument) << e.what();
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(k16, o, {}, {}).rfind("k: dtype bf16", 0), 0u) << message(k16, o, {}, {});
+  EXPECT_EQ(message(k, o32, {}, {}).rfind("o: dtype fp32", 0), 0u);
+  EXPECT_EQ(message(k, o, {.k = &d3}, {}).rfind("descale_k: shape (3)", 0), 0u) << message(k, o, {.k = &d3}, {});
+  EXPECT_EQ(message(k, o, {.v = &d16}, {}).rfind("descale_v: dtype bf16", 0), 0u);
+  AttentionOptions windowed;
+  windowed.variant.window_left = 16;
+  EXPECT_EQ(message(k, o, {}, windowed).rfind("q: FP8 inputs run plain or causal", 0), 0u) << message(k, o, {}, windowed);
+  // 16-bit entry points name the FP8 one.
+  try {
+    attention_forward(q, k, v, o, nullptr, {}, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_forward_fp8"), std::string::npos) << e.what();
+  }
+  DLTensor dq = dl(fake(0x1000), static_cast<DLDataTypeCode>(10), 8, 4, qs), dk = dl(fake(0x2000), static_cast<DLDataTypeCode>(10), 8, 4, ks);
+  DLTensor dv = dk, dout = dl(fake(0x4000), kDLBfloat, 16, 4, qs);
+  EXPECT_EQ(kgen_attention_forward(&dq, &dk, &dv, &dout, nullptr, nullptr, nullptr), KGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kgen_last_error()).find("kgen_attention_forward_fp8"), std::string::npos) << kgen_last_error();
+  DLTensor dk16 = dl(fake(0x2000), kDLBfloat, 16, 4, ks);
+  EXPECT_EQ(kgen_attention_forward_fp8(&dq, &dk16, &dv, &dout, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                       nullptr),
+            KGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(kgen_last_error()).rfind("k: dtype bf16", 0), 0u) << kgen_last_error();
+}
+
 // The message of the last call starts with `name` (an argument: "q:", "bytes:").
 void expect_names(const char* name) {
   EXPECT_EQ(std::string(kgen_last_error()).rfind(name, 0), 0u) << "message should start with '" << name << "': "
