@@ -179,7 +179,7 @@ TEST(Target, BlackwellDefaultsAreSm80RulesWithinTheTargetsSharedMemory) {
     rules.max_smem_per_block = target.max_smem_per_block;
     const bool small_smem = target.max_smem_per_block == sm86.max_smem_per_block;
     for (DType t : {DType::f16, DType::bf16, DType::f32})
-      for (int d : {16, 32, 40, 64, 96, 100, 128, 160, 168, 192, 256})
+      for (int d : {16, 32, 40, 64, 96, 100, 128, 136, 160, 168, 192, 256})
         for (bool causal : {false, true})
           for (const AttentionShape& shape : {AttentionShape{8, 16, 16, 4096, 4096}, AttentionShape{1, 1, 1, 64, 64},
                                               AttentionShape{1, 32, 8, 4, 65536}}) {
@@ -208,7 +208,7 @@ TEST(Target, BlackwellDefaultsAreSm80RulesWithinTheTargetsSharedMemory) {
             ++compared;
           }
   }
-  EXPECT_EQ(compared, 4 * 3 * 11 * 2 * 3);
+  EXPECT_EQ(compared, 4 * 3 * 12 * 2 * 3);
 }
 
 // sm_120's 99 KiB refuse what fits sm_80's 163 KiB and sm_100a's 227 KiB, with the reason.
