@@ -24,7 +24,6 @@ using attention_fwd::mma_head_dim;
 using attention_fwd::wgmma_tile_head_dim;
 bool is_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
 bool is_wgmma_head_dim(int d) { return is_fa2_head_dim(d); }
-// wgmma and setmaxnreg exist only on the arch-specific Hopper target.
 
 // Registers per thread of the wgmma kernel: O (D/2) and S (BN/2) accumulators, P packed to 16
 // bits (BN/4), plus addressing and softmax state.

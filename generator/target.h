@@ -40,8 +40,8 @@ std::optional<Target> parse_target(std::string_view arch);
 // cannot run on `target`, or nullopt on NVIDIA targets.
 std::optional<std::string> nvidia_only_path(std::string_view path, const Target& target);
 
-// Whether `target` has Hopper's warpgroup MMA (wgmma) with TMA and clusters, which the wgmma and
-// ws families are built on: sm_90a only (Blackwell has no wgmma).
+// Whether `target` has Hopper's warpgroup MMA (wgmma), which the wgmma and ws families are built
+// on: sm_90a only (an architecture-specific instruction, which Blackwell does not have).
 bool has_wgmma(const Target& target);
 
 // Why `path` (a family built on wgmma: "wgmma", "ws") cannot run on `target`, or nullopt on
