@@ -29,7 +29,6 @@ bool is_bwd_wgmma_cols_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_
 // block keeps at most 128 of them in registers.
 int column_splits(int d) { return mma_head_dim(d) > 128 ? 2 : 1; }
 int split_columns(int d) { return std::min(mma_head_dim(d), 128); }
-bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 
 // Registers per thread of the wgmma key-major kernel: dK and dV accumulators (D/2 each), Sᵀ and
 // dPᵀ (BM/2 each), plus addressing and loop state.
@@ -247,7 +246,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(tile, dq.block_m, dq.block_n));
   } else if (c.path == BackwardPath::wgmma) {
     if (auto why = nvidia_only_path("wgmma", target)) return why;
-    if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
+    if (auto why = wgmma_only_path("wgmma", target)) return why;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
     const int tile = wgmma_tile_head_dim(spec.head_dim);
     if (c.block_m != 64 && c.block_m != 128)
@@ -937,7 +936,7 @@ int dbl_wgmma_smem_bytes(int d, const AttentionBackwardConfig& c) {
 std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
                                                   const Target& target) {
   if (auto why = nvidia_only_path("wgmma", target)) return why;
-  if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
+  if (auto why = wgmma_only_path("wgmma", target)) return why;
   if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
   if (c.async_wgs != 0 || c.tma_dq || c.tma_loads || c.cluster != 1)
     return std::string(

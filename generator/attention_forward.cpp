@@ -25,8 +25,6 @@ using attention_fwd::mma_head_dim;
 using attention_fwd::wgmma_tile_head_dim;
 bool is_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
 bool is_wgmma_head_dim(int d) { return is_fa2_head_dim(d); }
-// wgmma and setmaxnreg exist only on the arch-specific Hopper target.
-bool has_wgmma(const Target& target) { return target.arch == "sm_90a"; }
 
 // Registers per thread of the wgmma kernel: O (D/2) and S (BN/2) accumulators, P packed to 16
 // bits (BN/4), plus addressing and softmax state.
@@ -329,7 +327,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     smem = attention_fwd::fa2_smem_bytes(fa2_tile_head_dim(spec.head_dim), c.block_m, c.block_n, c.stages);
   } else if (c.path == ForwardPath::wgmma) {
     if (auto why = nvidia_only_path("wgmma", target)) return why;
-    if (!has_wgmma(target)) return "wgmma path needs the sm_90a target, not " + target.arch;
+    if (auto why = wgmma_only_path("wgmma", target)) return why;
     if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
     if (!is_wgmma_head_dim(spec.head_dim))
       return "wgmma path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
@@ -347,7 +345,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
              " and " + std::to_string(c.block_m / 64) + " warpgroups exceeds the register budget";
     smem = attention_fwd::wgmma_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m / 64, c.block_n, c.stages);
   } else if (c.path == ForwardPath::ws) {
-    if (!has_wgmma(target)) return "ws path needs the sm_90a target, not " + target.arch;
+    if (auto why = wgmma_only_path("ws", target)) return why;
     if (spec.dtype == DType::f32) return std::string("ws path needs fp16 or bf16 inputs");
     if (!is_wgmma_head_dim(spec.head_dim))
       return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";

@@ -13,10 +13,11 @@ namespace kgen::cli {
 void add_replay_command(CLI::App& app, int& exit_code) {
   auto* cmd = app.add_subcommand(
       "replay",
-      "Build every variant `kgen warm` builds and write or check the replay table: a digest of each kernel's "
-      "machine code with its registers, spills and shared memory (tests/replay/table.tsv)");
+      "Build every variant `kgen warm` builds (on the Blackwell targets, the built-in defaults `kgen warm --defaults` "
+      "builds) and write or check the replay table: a digest of each kernel's machine code with its registers, spills "
+      "and shared memory (tests/replay/table.tsv)");
   struct Opts {
-    std::string archs = "sm_80,sm_90a", ops, write, check, dir;
+    std::string archs = std::string(kReplayTableTargets), ops, write, check, dir;
     int jobs = 0;
     bool full = false;
   };
@@ -52,7 +53,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
         }
       }
     }
-    auto items = warm_items(split_list(o->ops), split_list(o->archs));
+    auto items = replay_items(split_list(o->ops), split_list(o->archs));
     KernelBuilder builder(o->dir.empty() ? cache::default_cache_root() : std::filesystem::path(o->dir));
     std::size_t built = 0;
     auto rows = replay_rows(

@@ -56,7 +56,8 @@ DeviceSlot& slot(int ordinal) {
     if (!target)
       throw Error(Status::no_device, "GPU " + d.name + " (sm_" + std::to_string(d.cc_major) +
                                          std::to_string(d.cc_minor) +
-                                         ") is not supported: kgen needs sm_80 or newer");
+                                         ") is not supported: kgen compiles for sm_80, sm_86, sm_89, sm_90a, sm_100a, "
+                                         "sm_103a, sm_120 and sm_121");
     d.target = *target;
     d.target.max_smem_per_block = d.max_smem_optin;
   });

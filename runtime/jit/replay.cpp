@@ -12,6 +12,7 @@
 #include "cache/sha256.h"
 #include "compiler/compiler.h"
 #include "generator/embedded_templates.h"
+#include "generator/registry.h"
 #include "kgen/types.hpp"
 
 namespace kgen {
@@ -145,6 +146,25 @@ std::vector<ReplayRow> replay_rows(KernelBuilder& builder, const std::vector<War
   }
   std::sort(rows.begin(), rows.end(), [](const ReplayRow& a, const ReplayRow& b) { return row_key(a) < row_key(b); });
   return rows;
+}
+
+bool replay_defaults_only(const Target& target) { return target.vendor == Vendor::nvidia && target.sm >= 100; }
+
+std::vector<WarmItem> replay_items(const std::vector<std::string>& ops, const std::vector<std::string>& archs) {
+  std::vector<WarmItem> items;
+  for (const Target& target : warm_targets(archs)) {
+    if (!replay_defaults_only(target)) {
+      auto all = warm_items(ops, {target.arch});
+      items.insert(items.end(), std::make_move_iterator(all.begin()), std::make_move_iterator(all.end()));
+      continue;
+    }
+    for (const auto& name : ops)
+      if (!find_operator(name))
+        throw Error(Status::invalid_argument, "--ops: unknown operator '" + name + "' (known: " + operator_names() + ")");
+    for (auto& item : default_warm_items({target.arch}))
+      if (ops.empty() || std::find(ops.begin(), ops.end(), item.source.op) != ops.end()) items.push_back(std::move(item));
+  }
+  return items;
 }
 
 std::string format_replay_table(const std::vector<ReplayRow>& rows) {

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "jit/kernel_builder.h"
@@ -54,6 +55,20 @@ std::string code_digest(const std::vector<std::byte>& image);
 std::vector<ReplayRow> replay_rows(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs,
                                    const WarmProgress& progress = {}, const std::vector<ReplayRow>& known = {},
                                    std::size_t* built = nullptr);
+
+// The targets of tests/replay/table.tsv, `kgen replay`'s default.
+inline constexpr std::string_view kReplayTableTargets = "sm_80,sm_90a,sm_100a,sm_103a,sm_120";
+
+// Whether the replay table holds only `target`'s built-in defaults (default_warm_items) rather
+// than every variant: the Blackwell targets (sm_100a, sm_103a, sm_120, sm_121), which kgen compiles
+// for but has not run on. Their rows show that the kernels those devices would launch first
+// compile without spills, and guard their machine code, at a tenth of a whole space's compiles.
+bool replay_defaults_only(const Target& target);
+
+// The kernels of the replay table for `archs`, restricted to the operators `ops` (all if empty):
+// warm_items(ops, {arch}) for each target, or its defaults where replay_defaults_only(). Throws
+// Error(invalid_argument) naming an unknown operator or target.
+std::vector<WarmItem> replay_items(const std::vector<std::string>& ops, const std::vector<std::string>& archs);
 
 // The table as text: a header line, then one tab-separated line per row.
 std::string format_replay_table(const std::vector<ReplayRow>& rows);

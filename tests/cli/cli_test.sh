@@ -13,6 +13,16 @@ for cmd in warm show-config inspect check bench demo "cache ls" "cache verify" "
 done
 expect 2 "archs: unknown target 'sm_99'" -- warm --arch sm_99 --cache-dir "$cache"
 expect 2 "ops: unknown operator 'nope'" -- warm --ops nope --cache-dir "$cache"
+# The Blackwell targets: listed, the exact forms only, wgmma refused with the reason naming the
+# target, the fa2 kernel their default forward.
+expect 0 "sm_90a, sm_100a, sm_103a, sm_120, sm_121, gfx90a" -- warm --help
+expect 0 "sm_100a, sm_103a, sm_120, sm_121" -- inspect --help
+expect 0 "sm_80,sm_90a,sm_100a,sm_103a,sm_120" -- replay --help
+expect 2 "archs: unknown target 'sm_100' \\(known: .*sm_100a" -- warm --arch sm_100 --cache-dir "$cache"
+expect 2 "config: config 'wg:bm128:bn128:s2': wgmma path needs the sm_90a target, not sm_100a: Blackwell has no wgmma; its tensor-core path is tcgen05" -- inspect --arch sm_100a --config wg:bm128:bn128:s2
+expect 2 "config: config 'ws:bm128:bn128:s2:pp1': ws path needs the sm_90a target, not sm_103a: Blackwell has no wgmma" -- inspect --arch sm_103a --config ws:bm128:bn128:s2:pp1
+expect 2 "wgmma path needs the sm_90a target, not sm_120: Blackwell has no wgmma, and sm_120 has no tcgen05 either" -- inspect --arch sm_120 --op attention_bwd --variant attention_bwd.bf16.d64.causal --config wg:bm64:bn128:a2:t
+expect 0 "^#include \"kgen_device/attention/forward_fa2.cuh\"" -- inspect --show source --dtype bf16 --head-dim 128 --causal --arch sm_121
 expect 2 "jobs" -- warm --jobs -3
 expect 2 "dtype: unknown dtype 'fp8'" -- inspect --dtype fp8
 expect 2 "head-dim" -- inspect --head-dim 300

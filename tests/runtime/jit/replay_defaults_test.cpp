@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -126,6 +128,39 @@ TEST(ReplayDefaults, EveryPagedAppendVariantIsWarmedWithoutLocalMemory) {
     EXPECT_EQ(row.spill_bytes, 0) << row.variant << " " << row.target;
     EXPECT_EQ(row.stack_bytes, 0) << row.variant << " " << row.target;
   });
+}
+
+// The Blackwell targets (compiled for, never run) hold the kernels of `kgen warm --defaults` only:
+// each is a row without spills or stack, but for two known cases. LRPE's occupancy-capped configs
+// (":o<k>") keep the allowance of the LRPE rule above. The fa2 double backward's fused kernel at
+// 128 columns, at 255 registers on every target, spills 8–44 bytes (stack 8–24) on sm_100a and
+// sm_103a (ptxas 13.0), where sm_80, sm_90a and sm_120 compile it without; the smallest fa2 tile
+// of that double backward (fa2:bm32:bn16:w2) spills too, and the general path is the only other.
+TEST(ReplayDefaults, BlackwellDefaultsAreRowsWithoutLocalMemory) {
+  const std::vector<std::string> archs = {"sm_100a", "sm_103a", "sm_120"};
+  const auto items = replay_items({}, archs);
+  ASSERT_GT(items.size(), 3 * 100u);
+  EXPECT_EQ(items.size(), default_warm_items(archs).size());
+  for (const WarmItem& item : items) {
+    EXPECT_TRUE(replay_defaults_only(item.target)) << item.target.arch;
+    const ReplayRow* row = row_of(item.target.arch, item.source.variant);
+    if (!row) continue;
+    const std::string& v = row->variant;
+    const bool capped = row->op.find("lrpe") != std::string::npos && v.find(":o") != std::string::npos;
+    const bool dbl_fused_d128 = row->target != "sm_120" && v.starts_with("attention_double_bwd.") &&
+                                v.find(".d128.") != std::string::npos && v.ends_with(".fused");
+    EXPECT_LE(row->spill_bytes, capped ? 2 * 128 : dbl_fused_d128 ? 64 : 0) << v << " " << row->target;
+    EXPECT_LE(row->stack_bytes, capped ? 128 : dbl_fused_d128 ? 32 : 0) << v << " " << row->target;
+    EXPECT_FALSE(row->serialized_wgmma) << v << " " << row->target;
+    EXPECT_EQ(v.find(".wg:"), std::string::npos) << v << " " << row->target;
+    EXPECT_EQ(v.find(".ws:"), std::string::npos) << v << " " << row->target;
+  }
+  // Every row of those targets is one of the defaults: the table holds nothing else for them.
+  std::size_t rows = 0;
+  for (const auto& [key, row] : table()) rows += std::find(archs.begin(), archs.end(), key.first) != archs.end();
+  std::set<std::pair<std::string, std::string>> distinct;
+  for (const WarmItem& item : items) distinct.insert({item.target.arch, item.source.variant});
+  EXPECT_EQ(rows, distinct.size());
 }
 
 TEST(ReplayDefaults, FirstOrderBackwardDefaultsAreWarmedAndSpillFree) {
