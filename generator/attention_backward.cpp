@@ -990,7 +990,6 @@ std::optional<AttentionBackwardSpec> parse_double_backward_variant_key(const std
 std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
-  if (spec.packed) return std::string("the double backward of packed batches is not available yet");
   if (spec.head_dim_v > 0)
     return "v: head dim " + std::to_string(spec.head_dim_v) + " differs from q's " + std::to_string(spec.head_dim) +
            "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)";
@@ -1106,7 +1105,8 @@ std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const Attent
 }
 
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, DoubleBackwardKernel kernel,
-                                          const AttentionShape& s, int sm_count, bool deterministic, int head_dim) {
+                                          const AttentionShape& s, int sm_count, bool deterministic, int head_dim,
+                                          bool packed) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
   const int rows = c.path == BackwardPath::wgmma ? c.block_n : c.block_m;  // rows per block of both passes
@@ -1118,6 +1118,8 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
               hq, b};
     case DoubleBackwardKernel::fused: {
       const unsigned splits = c.path == BackwardPath::wgmma ? 1u : static_cast<unsigned>(column_splits(head_dim));
+      // Packed: two equal halves (the kernels' fused_query_blocks), each of the longest sequence's tiles.
+      if (packed) return {2 * std::max(blocks(s.n_q, rows), blocks(s.n_k, rows)) * splits, hq, b};
       return {(blocks(s.n_q, rows) + blocks(s.n_k, rows)) * splits, hq, b};
     }
     case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
@@ -1235,6 +1237,26 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
     for (const auto& [canonical, sinks] : attention_warm_variants())
       for (DType t : {DType::f16, DType::bf16})
         for (int d : kAttentionDefaultWarmHeadDims) add_double_backward_defaults(out, {t, d, true, canonical, sinks}, target);
+  // Packed batches, causal (NVIDIA, as the backward's): the defaults, fp32's general path, and on
+  // wgmma targets the fa2 kernels an explicit config names.
+  if (target.vendor == Vendor::nvidia)
+    for (int d : kAttentionDefaultWarmHeadDims) {
+      for (DType t : {DType::f16, DType::bf16, DType::f32}) {
+        AttentionBackwardSpec spec{t, d, true};
+        spec.packed = true;
+        add_double_backward_defaults(out, spec, target);
+      }
+      AttentionBackwardSpec spec{DType::bf16, d, true};
+      spec.packed = true;
+      if (has_wgmma(target))  // sm_80's default fa2 form (64-row tiles, the widest score tile that fits)
+        for (int bn : {64, 32, 16}) {
+          const AttentionBackwardConfig fa2{.path = BackwardPath::fa2, .block_m = 64, .block_n = bn, .warps = 4};
+          if (check_attention_double_backward_config(spec, fa2, target)) continue;
+          for (DoubleBackwardKernel kernel : attention_double_backward_kernels(fa2))
+            if (kernel != DoubleBackwardKernel::preprocess) add_unique(out, render_attention_double_backward(spec, fa2, kernel));
+          break;
+        }
+    }
   return out;
 }
 

@@ -192,8 +192,12 @@ std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const Attent
 int attention_double_backward_stats_splits(const AttentionBackwardConfig& config, const AttentionShape& shape,
                                            int sm_count, bool deterministic = false);
 // head_dim: above 128 the fused kernel's blocks split the columns in two (column_splits in attention_backward.cpp).
+// packed: a packed batch, `shape` its sequences (batch) and longest lengths (n_q, n_k), except for
+// the row-wise preprocess kernel, which takes the tensors' rows (one batch of every row); the
+// fused grid then holds the query and key parts in two equal halves.
 LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& config, DoubleBackwardKernel kernel,
-                                          const AttentionShape& shape, int sm_count, bool deterministic, int head_dim);
+                                          const AttentionShape& shape, int sm_count, bool deterministic, int head_dim,
+                                          bool packed = false);
 KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                               DoubleBackwardKernel kernel);
 

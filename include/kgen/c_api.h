@@ -264,13 +264,32 @@ kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k,
 /* kgen_attention_double_backward of a variant (the forward's; NULL is plain attention): the
  * modification's first and second derivatives and the mask enter every term (docs/attention.md
  * §8). The variant's sinks and tensors are constants here: no gradient reaches them, and
- * variant->sinks_grad and the tensors' grad fields are not read. Packed batches are refused. */
+ * variant->sinks_grad and the tensors' grad fields are not read. Packed batches:
+ * kgen_attention_varlen_double_backward. */
 kgen_status kgen_attention_double_backward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v,
                                                    const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
                                                    const DLTensor* gq, const DLTensor* gk, const DLTensor* gv,
                                                    DLTensor* q_bar, DLTensor* k_bar, DLTensor* v_bar, DLTensor* do_bar,
                                                    const kgen_attention_backward_options* options,
                                                    const kgen_attention_variant* variant, void* stream);
+
+/* kgen_attention_double_backward_variant over a packed batch (kgen_attention_varlen_forward's
+ * layouts and sequences): lse (h_q, total_q) as the forward wrote it, d_o, gq, q_bar and do_bar
+ * like q, gk, gv, k_bar and v_bar like k (gq, gk, gv may be NULL). Rows no sequence owns are not
+ * written. variant may be NULL. options->workspace, when set, holds at least
+ * kgen_attention_varlen_double_backward_workspace_bytes. */
+kgen_status kgen_attention_varlen_double_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                                  const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+                                                  const DLTensor* gq, const DLTensor* gk, const DLTensor* gv,
+                                                  DLTensor* q_bar, DLTensor* k_bar, DLTensor* v_bar, DLTensor* do_bar,
+                                                  const kgen_attention_backward_options* options,
+                                                  const kgen_packed_sequences* sequences,
+                                                  const kgen_attention_variant* variant, void* stream);
+
+/* Scratch bytes of kgen_attention_varlen_double_backward for q (total_q, h_q, d) into *bytes. */
+kgen_status kgen_attention_varlen_double_backward_workspace_bytes(const DLTensor* q,
+                                                                  const kgen_attention_backward_options* options,
+                                                                  size_t* bytes);
 
 /* Scratch bytes of a backward (double_backward == 0) or double backward call for q's shape. */
 kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kgen_attention_backward_options* options,

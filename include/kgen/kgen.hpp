@@ -260,8 +260,8 @@ void attention_backward(const TensorView& q, const TensorView& k, const TensorVi
 
 // attention_backward over a packed batch (attention_varlen_forward's layouts and sequences): lse
 // (h_q, total_q) as the forward wrote it, d_o and dq like q, dk and dv like k. Rows that no
-// sequence owns: dk and dv are not written, dq may be written with zeros. The double backward of
-// packed batches is not available yet.
+// sequence owns: dk and dv are not written, dq may be written with zeros. The double backward:
+// attention_varlen_double_backward.
 void attention_varlen_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                                const TensorView& lse, const TensorView& d_o, const TensorView& dq, const TensorView& dk,
                                const TensorView& dv, const PackedSequences& sequences,
@@ -280,12 +280,27 @@ std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const
 // (like q). o and lse are the forward's outputs. Nothing n×n is stored. options.variant, the
 // forward's, enters every term through the modification's first and second derivatives and the
 // mask (docs/attention.md §8); its sinks and tensors are constants here (no gradient reaches
-// them; the grad fields are not read). Packed batches are refused.
+// them; the grad fields are not read). Packed batches: attention_varlen_double_backward.
 void attention_double_backward(const TensorView& q, const TensorView& k, const TensorView& v,
                                const TensorView& o, const TensorView& lse, const TensorView& d_o,
                                const TensorView* gq, const TensorView* gk, const TensorView* gv,
                                const TensorView& q_bar, const TensorView& k_bar, const TensorView& v_bar,
                                const TensorView& do_bar, const AttentionBackwardOptions& options, void* stream);
+
+// attention_double_backward over a packed batch (attention_varlen_forward's layouts and
+// sequences; docs/attention.md §9): lse (h_q, total_q) as the forward wrote it, d_o, gq, q_bar and
+// do_bar like q, gk, gv, k_bar and v_bar like k. Each sequence's terms are its own (causal:
+// bottom-right per sequence). Rows that no sequence owns are not written.
+void attention_varlen_double_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& o, const TensorView& lse, const TensorView& d_o,
+                                      const TensorView* gq, const TensorView* gk, const TensorView* gv,
+                                      const TensorView& q_bar, const TensorView& k_bar, const TensorView& v_bar,
+                                      const TensorView& do_bar, const PackedSequences& sequences,
+                                      const AttentionBackwardOptions& options, void* stream);
+
+// Bytes of scratch attention_varlen_double_backward needs (q: (total_q, h_q, d)).
+std::size_t attention_varlen_double_backward_workspace_bytes(const TensorView& q,
+                                                             const AttentionBackwardOptions& options);
 
 // --- LRPE-cosine (docs/lrpe.md) ----------------------------------------------------------------
 // x is (batch, heads, n, d) (any strides, last dim contiguous; a (b, n, h, d) tensor as its

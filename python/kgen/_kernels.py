@@ -270,6 +270,24 @@ def varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, 
     return dq, dk, dv, sinks_grad, grads
 
 
+def varlen_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                     max_seqlen_k, scale=None, causal=False, deterministic=False, config=None, *variant,
+                                     **named):
+    """The operator's kernel: (q_bar, k_bar, v_bar, do_bar) of kgen_attention_varlen_double_backward
+    (packed like q and k; the library allocates its scratch stream-ordered; the variant's sinks and
+    tensors are constants)."""
+    variant = _variant(variant, named)
+    outputs = _double_backward_outputs(q, k, v)
+    c, keep = _variant_struct(variant)
+    sequences = _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    _launch("kgen_attention_varlen_double_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
+            _gradient_options(scale, causal, deterministic, config),
+            (q, k, v, o, lse, *map(_dense, (d_o, gq, gk, gv)), *outputs), False, ctypes.addressof(sequences[0]),
+            ctypes.addressof(c))
+    del keep, sequences  # read by the call
+    return outputs
+
+
 def paged_forward_out(q, k_cache, v_cache, out, lse, block_table, cache_seqlens, scale, causal, layout,
                       variant: _checks.Variant) -> None:
     """kgen_attention_paged_forward on the current stream: q (b, n_q, h_q, d) for layout "bnhd"

@@ -161,6 +161,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_variant_init": (None, [_P]),
     "kgen_attention_varlen_forward": (ctypes.c_int, [_P] * 9),
     "kgen_attention_varlen_backward": (ctypes.c_int, [_P] * 13),
+    "kgen_attention_varlen_double_backward": (ctypes.c_int, [_P] * 17),
     "kgen_attention_paged_forward": (ctypes.c_int, [_P] * 9),
     "kgen_attention_paged_append": (ctypes.c_int, [_P] * 9),
     "kgen_attention_paged_plan": (ctypes.c_int, [_P] * 9),

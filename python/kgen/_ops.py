@@ -29,6 +29,9 @@ torch.compile traces them as leaves of the forward and backward graphs.
     varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
                               causal, deterministic, tensor_learnable?, <variant>) -> (dq, dk, dv, sinks_grad,
                               tensor_grads[])
+    varlen_attention_double_backward(q, k, v, o, lse, d_o, gq?, gk?, gv?, cu_seqlens_q, cu_seqlens_k,
+                                     max_seqlen_q, max_seqlen_k, scale, causal, deterministic, config,
+                                     <variant>) -> (q_bar, k_bar, v_bar, do_bar)
     lrpe_cosine_forward(x, theta, offset=0, act="none", layout="bhnd", config=None) -> o
     lrpe_cosine_backward(x, theta, d_o, offset, act, layout, config) -> dx
     md_lrpe_cosine_forward(x, theta, grid, extra=0, act="none", layout="bhnd", config=None) -> o
@@ -201,6 +204,25 @@ _register("varlen_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Ten
           "Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, int max_seqlen_k, float? scale=None, "
           f"bool causal=False, bool deterministic=False, bool[]? tensor_learnable=None, {_VARIANT}) "
           "-> (Tensor, Tensor, Tensor, Tensor, Tensor[])", K.varlen_attention_backward, _fake_varlen_attention_backward)
+def _fake_varlen_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k, scale=None, causal=False, deterministic=False, config=None,
+                                           *variant, **named):
+    """Shapes of a packed double backward (the library checks the arguments when it runs)."""
+    for name, t, ndim in (("q", q, 3), ("k", k, 3), ("v", v, 3), ("d_o", d_o, 3), ("gq", gq, 3), ("gk", gk, 3),
+                          ("gv", gv, 3), ("cu_seqlens_q", cu_seqlens_q, 1), ("cu_seqlens_k", cu_seqlens_k, 1)):
+        if t is not None and t.dim() != ndim:
+            raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
+    K._variant(variant, named)
+    return K._double_backward_outputs(q, k, v)
+
+
+_register("varlen_attention_double_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
+          "Tensor? gq, Tensor? gk, Tensor? gv, Tensor cu_seqlens_q, Tensor cu_seqlens_k, int max_seqlen_q, "
+          "int max_seqlen_k, float? scale=None, bool causal=False, bool deterministic=False, str? config=None, "
+          f"{_VARIANT}) -> (Tensor, Tensor, Tensor, Tensor)", K.varlen_attention_double_backward,
+          _fake_varlen_attention_double_backward)
+
+
 def _fake_paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens=None, scale=None, causal=False,
                                   layout="bnhd", *variant, **named):
     for name, t, ndim in (("q", q, 4), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4), ("block_table", block_table, 2)):

@@ -100,6 +100,7 @@ _DOUBLE_BACKWARD_VARIANT = _op("attention_double_backward_variant")
 _FORWARD_VARIANT, _FORWARD_VARIANT_OUT = _op("attention_forward_variant"), _op("attention_forward_variant_out")
 _BACKWARD_VARIANT = _op("attention_backward_variant")
 _VARLEN_FORWARD, _VARLEN_BACKWARD = _op("varlen_attention_forward"), _op("varlen_attention_backward")
+_VARLEN_DOUBLE_BACKWARD = _op("varlen_attention_double_backward")
 _PAGED_FORWARD = _op("paged_attention_forward")
 _PAGED_APPEND = _op("paged_append")
 _LRPE_FORWARD, _LRPE_BACKWARD = _op("lrpe_cosine_forward"), _op("lrpe_cosine_backward")
@@ -407,7 +408,6 @@ _attention_apply, _attention_backward_apply = _applier(_Attention), _applier(_At
 
 # --- the autograd of attention variants -------------------------------------------------------------
 
-_NO_PACKED_DOUBLE_BACKWARD = "kgen.torch.varlen_attention: the double backward of packed batches is not available yet"
 _CONSTANTS_ONLY = ("kgen.torch.attention: the double backward of a variant gives no gradient to {what}; differentiate "
                    "the gradients again with {what} not requiring grad (or detached)")
 
@@ -430,8 +430,11 @@ def _variant_from(constants: tuple, alibi_slopes, document_ids, sinks, tensors) 
 
 
 # Where attention_backward_variant's arguments (q, k, v, o, lse, d_o, scale, causal, layout,
-# deterministic, config, tensor_learnable, <variant>) hold the variant, and its sinks within it.
+# deterministic, config, tensor_learnable, <variant>) and varlen_attention_backward's (q, k, v, o,
+# lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, deterministic,
+# tensor_learnable, <variant>) hold the variant, and its sinks within it.
 _VARIANT_ARGS = 12
+_VARLEN_VARIANT_ARGS = 14
 _SINKS_FIELD = _checks.Variant._fields.index("sinks")
 
 
@@ -439,10 +442,10 @@ class _AttentionVariantBackward(torch.autograd.Function):
     """A variant backward operator (attention_backward_variant or varlen_attention_backward) and
     its arguments -> (dq, dk, dv, sinks_grad, *tensor grads) where autograd records it
     (create_graph=True). Differentiating dq, dk, dv again runs kgen's double backward of the
-    variant (attention_double_backward_variant), which gives q, k, v and d_o their gradients and
-    treats the variant's sinks and tensors as constants: where a second grad needs theirs (sinks
-    that require grad, a learnable tensor, a cotangent of sinks_grad or a tensor's gradient), and
-    for packed batches, it raises NotImplementedError."""
+    variant (attention_double_backward_variant, or varlen_attention_double_backward for packed
+    batches), which gives q, k, v and d_o their gradients and treats the variant's sinks and
+    tensors as constants: where a second grad needs theirs (sinks that require grad, a learnable
+    tensor, a cotangent of sinks_grad or a tensor's gradient), it raises NotImplementedError."""
 
     @staticmethod
     def forward(ctx, op, *args):
@@ -458,18 +461,24 @@ class _AttentionVariantBackward(torch.autograd.Function):
     def backward(ctx, gq, gk, gv, *cotangents):
         if gq is None and gk is None and gv is None and all(g is None for g in cotangents):
             return (None,) * ctx.inputs
-        if ctx.op is not _BACKWARD_VARIANT:
-            raise NotImplementedError(_NO_PACKED_DOUBLE_BACKWARD)
         if any(g is not None for g in cotangents):
             raise NotImplementedError(_CONSTANTS_ONLY.format(what="the sinks' or tensors' gradients"))
-        scale, causal, layout, deterministic, _config, learnable, *variant = ctx.rest
+        packed = ctx.op is _VARLEN_BACKWARD
+        if packed:
+            cu_q, cu_k, max_q, max_k, scale, causal, deterministic, learnable, *variant = ctx.rest
+        else:
+            scale, causal, layout, deterministic, _config, learnable, *variant = ctx.rest
         if any(learnable):
             raise NotImplementedError(_CONSTANTS_ONLY.format(what="the tensors"))
-        if ctx.needs_input_grad[1 + _VARIANT_ARGS + _SINKS_FIELD]:
+        if ctx.needs_input_grad[1 + (_VARLEN_VARIANT_ARGS if packed else _VARIANT_ARGS) + _SINKS_FIELD]:
             raise NotImplementedError(_CONSTANTS_ONLY.format(what="the sinks"))
         q, k, v, o, lse, d_o = ctx.saved_tensors
-        q_bar, k_bar, v_bar, do_bar = _run(_DOUBLE_BACKWARD_VARIANT, q, k, v, o, lse, d_o, gq, gk, gv, scale, causal,
-                                           layout, deterministic, None, *variant)
+        if packed:
+            q_bar, k_bar, v_bar, do_bar = _run(_VARLEN_DOUBLE_BACKWARD, q, k, v, o, lse, d_o, gq, gk, gv, cu_q, cu_k,
+                                               max_q, max_k, scale, causal, deterministic, None, *variant)
+        else:
+            q_bar, k_bar, v_bar, do_bar = _run(_DOUBLE_BACKWARD_VARIANT, q, k, v, o, lse, d_o, gq, gk, gv, scale,
+                                               causal, layout, deterministic, None, *variant)
         return (None, q_bar, k_bar, v_bar, None, None, do_bar) + (None,) * (ctx.inputs - 7)
 
 
@@ -632,7 +641,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     Returns o (like q; rows no sequence owns hold unspecified values), or (o, lse) with
     return_lse, lse fp32 (h_q, total_q). Differentiable: q, k, v, sinks and fp32 tensors that
     require grad get their gradients from kgen's packed backward (dq rows no sequence owns get 0);
-    differentiating those gradients again raises NotImplementedError."""
+    differentiating those gradients again (create_graph=True) runs kgen's packed double backward,
+    which gives q, k, v their second-order gradients and treats sinks and tensors as constants."""
     _check_types("q k v cu_seqlens_q cu_seqlens_k", q, k, v, cu_seqlens_q, cu_seqlens_k)
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if not _is_int(m) or m < 0:

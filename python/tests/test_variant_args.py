@@ -793,6 +793,23 @@ def test_double_backward_of_a_variant_runs_its_kernel(calls):
 
 
 @needs_torch
+def test_double_backward_of_a_packed_batch_runs_its_kernel(calls):
+    q, k = torch.randn(20, 4, 16).requires_grad_(), torch.randn(20, 2, 16).requires_grad_()
+    cu = torch.tensor([0, 7, 7, 20], dtype=torch.int32)
+    o = kgen.torch.varlen_attention(q, k, k, cu, cu, 13, 13, causal=True)
+    dq, dk = torch.autograd.grad(o.sum(), (q, k), create_graph=True)
+    assert dq.requires_grad and dk.requires_grad and calls[-1][0] == "kgen_attention_varlen_backward"
+    q_bar, k_bar = torch.autograd.grad((dq * torch.randn_like(dq)).sum(), (q, k))
+    name, *tensors = calls[-1]
+    assert name == "kgen_attention_varlen_double_backward" and len(calls) == 3
+    # q, k, v, o, lse, d_o, gq, gk (None: dk got no cotangent), gv (None), q_bar, k_bar, v_bar, do_bar
+    assert [None if x is None else x[0] for x in tensors] == [
+        (20, 4, 16), (20, 2, 16), (20, 2, 16), (20, 4, 16), (4, 20), (20, 4, 16), (20, 4, 16), None, None,
+        (20, 4, 16), (20, 2, 16), (20, 2, 16), (20, 4, 16)]
+    assert q_bar.shape == q.shape and k_bar.shape == k.shape and not q_bar.any()  # the stand-in's zeros
+
+
+@needs_torch
 def test_double_backward_of_a_variant_refuses_gradients_it_does_not_give(calls):
     q, k = torch.randn(1, 4, 8, 16).requires_grad_(), torch.randn(1, 2, 8, 16).requires_grad_()
     sinks = torch.rand(4, requires_grad=True)

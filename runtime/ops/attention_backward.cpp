@@ -52,10 +52,9 @@ AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, 
   call.spec = {f.spec.dtype, f.spec.head_dim, f.spec.causal};
   call.spec.head_dim_v = f.spec.head_dim_v;
   if (variant_requested(options.variant) || packed) {
-    if (double_backward && packed) invalid_argument("sequences: the double backward of packed batches is not available yet");
     // The double backward takes the variant's sinks and tensors as constants: it gives them no
     // gradient, so it needs no gradient buffers.
-    call.variant = double_backward ? resolve_attention_variant(options.variant, q, k, "attention_double_bwd", false)
+    call.variant = double_backward ? resolve_attention_variant(options.variant, q, k, "attention_double_bwd", false, packed)
                                    : resolve_attention_variant(options.variant, q, k, "attention_bwd", true, packed);
     call.spec.variant = call.variant.canonical;
     call.spec.sinks = call.variant.sinks;
@@ -417,12 +416,56 @@ std::size_t attention_double_backward_workspace_bytes(const TensorView& q, const
   return 4 * Workspace::aligned(stat_rows(q) * 4);
 }
 
+std::size_t attention_varlen_double_backward_workspace_bytes(const TensorView& q, const AttentionBackwardOptions& options) {
+  check_shape(q, "q", 3);
+  TensorView q4 = q;
+  q4.ndim = 4, q4.shape[0] = 1, q4.shape[1] = q.shape[1], q4.shape[2] = q.shape[0], q4.shape[3] = q.shape[2];
+  return attention_double_backward_workspace_bytes(q4, options);
+}
+
+namespace {
+
+void double_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                     const TensorView& lse, const TensorView& d_o, const TensorView* gq, const TensorView* gk,
+                     const TensorView* gv, const TensorView& q_bar, const TensorView& k_bar, const TensorView& v_bar,
+                     const TensorView& do_bar, const AttentionBackwardOptions& options, void* stream,
+                     const PackedSequences* packed);
+
+}  // namespace
+
 void attention_double_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                                const TensorView& lse, const TensorView& d_o, const TensorView* gq,
                                const TensorView* gk, const TensorView* gv, const TensorView& q_bar,
                                const TensorView& k_bar, const TensorView& v_bar, const TensorView& do_bar,
                                const AttentionBackwardOptions& options, void* stream) {
-  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, true);
+  double_backward(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_bar, do_bar, options, stream, nullptr);
+}
+
+void attention_varlen_double_backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& o, const TensorView& lse, const TensorView& d_o,
+                                      const TensorView* gq, const TensorView* gk, const TensorView* gv,
+                                      const TensorView& q_bar, const TensorView& k_bar, const TensorView& v_bar,
+                                      const TensorView& do_bar, const PackedSequences& sequences,
+                                      const AttentionBackwardOptions& options, void* stream) {
+  const PackedViews views = packed_views(q, k, v, o, &lse);
+  TensorView g[3];
+  if (gq) g[0] = packed_view(*gq, "gq", &q, "q");
+  if (gk) g[1] = packed_view(*gk, "gk", &k, "k");
+  if (gv) g[2] = packed_view(*gv, "gv", &k, "k");
+  double_backward(views.q, views.k, views.v, views.o, views.lse, packed_view(d_o, "d_o", &q, "q"), gq ? &g[0] : nullptr,
+                  gk ? &g[1] : nullptr, gv ? &g[2] : nullptr, packed_view(q_bar, "q_bar", &q, "q"),
+                  packed_view(k_bar, "k_bar", &k, "k"), packed_view(v_bar, "v_bar", &k, "k"),
+                  packed_view(do_bar, "do_bar", &q, "q"), options, stream, &sequences);
+}
+
+namespace {
+
+void double_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                     const TensorView& lse, const TensorView& d_o, const TensorView* gq, const TensorView* gk,
+                     const TensorView* gv, const TensorView& q_bar, const TensorView& k_bar, const TensorView& v_bar,
+                     const TensorView& do_bar, const AttentionBackwardOptions& options, void* stream,
+                     const PackedSequences* packed) {
+  AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, true, packed);
   if (gq) check_output(*gq, "gq", q, "q", call);
   if (gk) check_output(*gk, "gk", k, "k", call);
   if (gv) check_output(*gv, "gv", k, "k", call);
@@ -453,10 +496,15 @@ void attention_double_backward(const TensorView& q, const TensorView& k, const T
     const KernelKey key{variant ? call.variant.op_name : std::string_view("attention_double_bwd"),
                         gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& lk = loaded_kernel(key, [&] { return render_attention_double_backward(call.spec, config, kernel); });
-    launch_kernel(lk, attention_double_backward_grid(config, kernel, call.shape, sm_count, options.deterministic, call.spec.head_dim), &p,
-                  variant && kernel != DoubleBackwardKernel::preprocess ? &variant_args : nullptr, stream,
-                  "launch(attention_double_bwd)");
+    // The row-wise preprocess walks the tensors' rows, the others the sequences (the same for dense batches).
+    const bool row_wise = kernel == DoubleBackwardKernel::preprocess;
+    launch_kernel(lk,
+                  attention_double_backward_grid(config, kernel, row_wise ? call.rows : call.shape, sm_count,
+                                                 options.deterministic, call.spec.head_dim, call.spec.packed),
+                  &p, variant && !row_wise ? &variant_args : nullptr, stream, "launch(attention_double_bwd)");
   }
 }
+
+}  // namespace
 
 }  // namespace kgen

@@ -466,6 +466,41 @@ kgen_status kgen_attention_double_backward_variant(const DLTensor* q, const DLTe
   });
 }
 
+kgen_status kgen_attention_varlen_double_backward(const DLTensor* q, const DLTensor* k, const DLTensor* v,
+                                                  const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+                                                  const DLTensor* gq, const DLTensor* gk, const DLTensor* gv,
+                                                  DLTensor* q_bar, DLTensor* k_bar, DLTensor* v_bar, DLTensor* do_bar,
+                                                  const kgen_attention_backward_options* options,
+                                                  const kgen_packed_sequences* sequences,
+                                                  const kgen_attention_variant* variant, void* stream) {
+  return guarded([&] {
+    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
+                           lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o");
+    kgen::TensorView g[3];
+    const DLTensor* given[3] = {gq, gk, gv};
+    const char* names[3] = {"gq", "gk", "gv"};
+    for (int i = 0; i < 3; ++i)
+      if (given[i]) g[i] = to_view(given[i], names[i]);
+    const kgen::TensorView qb = to_view(q_bar, "q_bar"), kb = to_view(k_bar, "k_bar"), vb = to_view(v_bar, "v_bar"),
+                           dob = to_view(do_bar, "do_bar");
+    PackedViews packed(sequences);
+    kgen::AttentionBackwardOptions opts = backward_options(options);
+    VariantViews views;
+    set_variant(variant, false, views, opts.variant);
+    kgen::attention_varlen_double_backward(qv, kv, vv, ov, lv, dov, gq ? &g[0] : nullptr, gk ? &g[1] : nullptr,
+                                           gv ? &g[2] : nullptr, qb, kb, vb, dob, packed.sequences, opts, stream);
+  });
+}
+
+kgen_status kgen_attention_varlen_double_backward_workspace_bytes(const DLTensor* q,
+                                                                  const kgen_attention_backward_options* options,
+                                                                  size_t* bytes) {
+  return guarded([&] {
+    if (!bytes) kgen::invalid_argument("bytes: NULL");
+    *bytes = kgen::attention_varlen_double_backward_workspace_bytes(to_view(q, "q"), backward_options(options));
+  });
+}
+
 kgen_status kgen_attention_backward_workspace_bytes(const DLTensor* q, const kgen_attention_backward_options* options,
                                                     int double_backward, size_t* bytes) {
   return guarded([&] {

@@ -127,7 +127,7 @@ TEST(AttentionVariantKernels, BackwardFamiliesCompile) {
 // The double backward of variants: the wgmma kernels on sm_90a (32-wide score tiles up to 128
 // columns where the variant modifies scores, 64-wide at d = 64 for masks alone; two warpgroups
 // sharing the columns above), fa2 on sm_80 and in every explicit fa2 form, the general path for
-// fp32, odd head dims and the AMD targets; packed batches are refused. sm_80's defaults at d = 64
+// fp32, odd head dims and the AMD targets (packed batches: below). sm_80's defaults at d = 64
 // do not spill; above, the fa2 fused kernel (at 255 registers plain) spills 64–160 bytes with a
 // variant. On sm_90a the fused kernel of every preset with sinks spills 24 bytes at d = 128 and
 // 256 (at 255 registers).
@@ -162,12 +162,69 @@ TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSp
   const AttentionBackwardSpec window{DType::bf16, 64, true, Variant::parse(compose_variant({.window = true})).canonical()};
   EXPECT_EQ(attention_double_backward_default_config(window, *parse_target("sm_90a")).block_m, 64)
       << "a mask alone keeps the 64-wide score tiles at d = 64";
-  AttentionBackwardSpec packed{DType::bf16, 64, true};
-  packed.packed = true;
-  const auto why = check_attention_double_backward_config(packed, attention_backward_general_config(packed),
+}
+
+// The double backward of packed batches (docs/attention.md §9): every family takes them, the
+// defaults as for dense batches (wgmma on sm_90a, fa2 on sm_80, simt for fp32 and odd head dims),
+// fa2 by name on sm_90a too, plain and with a window + softcap variant, within the dense
+// variants' spill bounds; the
+// fused grid holds its two parts in equal halves of the longest sequence's tiles.
+TEST(AttentionVariantKernels, PackedDoubleBackwardRunsEveryFamily) {
+  const std::string window_softcap =
+      Variant::parse(compose_variant({.window = true, .softcap = true})).canonical();
+  for (const std::string& canonical : {std::string(), window_softcap})
+    for (int d : {64, 128}) {
+      SCOPED_TRACE("d = " + std::to_string(d) + " " + canonical);
+      AttentionBackwardSpec spec{DType::bf16, d, true, canonical};
+      spec.packed = true;
+      // sm_80's fa2 default form (16-key score tiles at d = 128: registers).
+      const AttentionBackwardConfig fa2{.path = BackwardPath::fa2, .block_m = 64, .block_n = d == 64 ? 32 : 16, .warps = 4};
+      for (const char* arch : {"sm_80", "sm_90a"}) {
+        const Target target = *parse_target(arch);
+        const bool hopper = std::string(arch) == "sm_90a";
+        const AttentionBackwardConfig c = attention_double_backward_default_config(spec, {12, 4, 4, 2000, 2000}, target, 132);
+        EXPECT_EQ(c.path, hopper ? BackwardPath::wgmma : BackwardPath::fa2) << to_string(c);
+        std::vector<AttentionBackwardConfig> configs = {c};
+        if (hopper) configs.push_back(fa2);
+        for (const AttentionBackwardConfig& config : configs) {
+          EXPECT_FALSE(check_attention_double_backward_config(spec, config, target)) << to_string(config);
+          for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
+            const KernelSource k = render_attention_double_backward(spec, config, kernel);
+            if (kernel != DoubleBackwardKernel::preprocess) {
+              EXPECT_NE(k.source.find("kPacked = true"), std::string::npos) << k.variant;
+            }
+            expect_compiles(k, arch, config.path == BackwardPath::wgmma ? kWgmmaDoubleBackwardSpills
+                                     : d == 64                          ? 0
+                                                                        : kDoubleBackwardSpills);
+          }
+        }
+      }
+    }
+  AttentionBackwardSpec odd{DType::f32, 33, true};
+  odd.packed = true;
+  const AttentionBackwardConfig simt = attention_double_backward_default_config(odd, *parse_target("sm_90a"));
+  EXPECT_EQ(simt.path, BackwardPath::simt) << to_string(simt);
+  for (DoubleBackwardKernel kernel : attention_double_backward_kernels(simt))
+    expect_compiles(render_attention_double_backward(odd, simt, kernel), "sm_80", 0);
+  // The spec text names packed batches and reads back.
+  AttentionBackwardSpec spec{DType::bf16, 64, true};
+  spec.packed = true;
+  EXPECT_EQ(double_backward_variant_key(spec), "attention_double_bwd.bf16.d64.causal.packed");
+  EXPECT_EQ(parse_double_backward_variant_key(double_backward_variant_key(spec)), spec);
+  // The fused grid: 3 sequences of at most 300 queries and 1000 keys, 64-row blocks: two halves of
+  // ceil(1000 / 64) = 16 blocks (dense: 5 + 16).
+  const AttentionBackwardConfig wg{.path = BackwardPath::wgmma, .block_m = 64, .block_n = 64, .warps = 4};
+  const AttentionShape shape{3, 4, 4, 300, 1000};
+  EXPECT_EQ(attention_double_backward_grid(wg, DoubleBackwardKernel::fused, shape, 132, false, 64, true).x, 32u);
+  EXPECT_EQ(attention_double_backward_grid(wg, DoubleBackwardKernel::fused, shape, 132, false, 64).x, 21u);
+  EXPECT_EQ(attention_double_backward_grid(wg, DoubleBackwardKernel::fused, shape, 132, false, 64, true).z, 3u);
+  // What remains refused: v with a head dim of its own.
+  AttentionBackwardSpec mla{DType::bf16, 192, true};
+  mla.packed = true, mla.head_dim_v = 128;
+  const auto why = check_attention_double_backward_config(mla, attention_backward_general_config(mla),
                                                           *parse_target("sm_90a"));
   ASSERT_TRUE(why);
-  EXPECT_NE(why->find("packed"), std::string::npos) << *why;
+  EXPECT_NE(why->find("one head dim"), std::string::npos) << *why;
 }
 
 // Packed batches on sm_90a: the warp-specialised kernel unsplit (GQA groups included), without

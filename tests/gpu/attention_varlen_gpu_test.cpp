@@ -1,7 +1,8 @@
 // Packed (variable-length) batches on the GPU (docs/attention.md §9): long-tailed sequence
 // lengths with empty and one-row sequences, GQA, causal, head dims the families serve, and a
 // window + softcap + sinks variant, on every kernel family that serves packed batches (the
-// default, ws, fa2 and simt), each sequence against the fp64 reference of its own rows. Outputs
+// default, ws, fa2 and simt), each sequence against the fp64 reference of its own rows; the
+// backward and the double backward (every family: the default, fa2 and simt) likewise. Outputs
 // are NaN-poisoned first; the row rule applies to o, the element rule to lse, and the rows no
 // sequence owns must keep their poison.
 #include <gtest/gtest.h>
@@ -19,6 +20,7 @@
 #include "check/metrics.h"
 #include "check/reference_cpu.h"
 #include "driver/device.h"
+#include "generator/attention_backward.h"
 #include "generator/variant.h"
 #include "kgen/kgen.hpp"
 #include "gpt_oss_variant.h"
@@ -308,6 +310,138 @@ TEST(AttentionVarlenGpu, BackwardMatchesEachSequencesFp64GradientsWithSinkGradie
   EXPECT_GT(checked, 20);
 }
 
+// Plain packed batches for the double backward (its fp64 reference takes no variant; Python's
+// test_varlen_gpu.py checks variants against float64 autograd): lengths of at most 1000 rows,
+// since the reference forms each sequence's n × n terms.
+std::vector<VarlenCase> double_cases() {
+  std::mt19937_64 rng(0xdb1);
+  std::vector<int> tail = long_tailed(10, 4.5, rng);
+  for (int& n : tail) n = std::min(n, 1000);
+  std::vector<VarlenCase> out;
+  out.push_back({"double_causal_bf16_d128", DType::bf16, 4, 4, 128, true, tail, tail});
+  out.push_back({"double_full_f16_d64_gqa", DType::f16, 8, 2, 64, false, tail, tail});
+  // Fewer queries than keys per sequence (bottom-right causal per sequence), a sequence with keys
+  // but no queries and one with queries but no keys.
+  out.push_back({"double_cross_lengths_causal_bf16_d64_gqa", DType::bf16, 4, 2, 64, true, {100, 0, 300, 1, 64, 5},
+                 {400, 50, 300, 129, 64, 0}});
+  out.push_back({"double_d256_f16_causal", DType::f16, 2, 2, 256, true, {200, 77, 1, 313}, {200, 77, 1, 313}});
+  out.push_back({"double_fp32_d33_gqa", DType::f32, 2, 1, 33, true, {50, 0, 1, 130}, {50, 0, 1, 130}});
+  return out;
+}
+
+TEST(AttentionVarlenGpu, DoubleBackwardMatchesEachSequencesFp64SecondOrderGradients) {
+  KGEN_REQUIRE_GPU();
+  use_primary_context(0);
+  int checked = 0;
+  for (const VarlenCase& c : double_cases()) {
+    PackedCase pc(c, 0xdb1b);
+    const int batch = pc.batch, pad = PackedCase::pad;
+    std::mt19937_64 rng(0xc07a + c.d);
+    HostTensor gq = pc.q, gk = pc.k, gv = pc.v;
+    fill_random(gq, rng), fill_random(gk, rng), fill_random(gv, rng);
+    // Each sequence's fp64 second-order gradients, with the cotangents of its rows.
+    std::vector<AttentionDoubleBackwardReference> refs(batch);
+    for (int i = 0; i < batch; ++i)
+      if (c.len_q[i] > 0 && c.len_k[i] > 0)
+        refs[i] = attention_double_backward_cpu(pc.problem(i), rows_of(pc.d_o, pc.cu_q[i], c.len_q[i]),
+                                                rows_of(gq, pc.cu_q[i], c.len_q[i]),
+                                                rows_of(gk, pc.cu_k[i], c.len_k[i]),
+                                                rows_of(gv, pc.cu_k[i], c.len_k[i]));
+    attention_varlen_forward(pc.qv, pc.kv, pc.vv, pc.ov, &pc.lv, pc.sequences(), pc.options, nullptr);
+    DeviceBuffer dgq(gq.bytes.size()), dgk(gk.bytes.size()), dgv(gv.bytes.size());
+    dgq.upload(gq.bytes.data()), dgk.upload(gk.bytes.data()), dgv.upload(gv.bytes.data());
+    DeviceBuffer q_bar(pc.q.bytes.size()), do_bar(pc.q.bytes.size()), k_bar(pc.k.bytes.size()), v_bar(pc.k.bytes.size());
+    const TensorView gqv = packed_view3(gq, dgq.get()), gkv = packed_view3(gk, dgk.get()), gvv = packed_view3(gv, dgv.get());
+    const TensorView qbv = packed_view3(pc.q, q_bar.get()), dobv = packed_view3(pc.q, do_bar.get()),
+                     kbv = packed_view3(pc.k, k_bar.get()), vbv = packed_view3(pc.k, v_bar.get());
+    AttentionBackwardOptions bo;
+    bo.causal = c.causal;
+    const Tolerance tol = second_order_tolerance_for(c.dtype);
+    const std::string simt = "simt:w4:dmax" + std::to_string(c.d <= 64 ? 64 : c.d <= 128 ? 128 : 256);
+    // The default (wg: on sm_90a, fa2 on sm_80, simt for fp32), fa2 by name (also on sm_90a; the
+    // first form the head dim admits) and simt.
+    const Target target = device_info(0).target;
+    std::string fa2;
+    for (const char* form : {"fa2:bm64:bn32:w4", "fa2:bm64:bn16:w4", "fa2:bm32:bn16:w2"})
+      if (!check_attention_double_backward_config({c.dtype, c.d, c.causal}, *parse_attention_backward_config(form), target)) {
+        fa2 = form;
+        break;
+      }
+    std::vector<std::string> configs = {std::string(), simt};
+    if (!fa2.empty()) configs.push_back(fa2);
+    else EXPECT_EQ(c.dtype, DType::f32) << c.name << ": no fa2 form serves d = " << c.d;
+    for (const std::string& config : configs) {
+      const std::string label = c.name + " [" + (config.empty() ? "default" : config) + "]";
+      bo.config = config;
+      for (DeviceBuffer* b : {&q_bar, &do_bar, &k_bar, &v_bar}) b->poison(c.dtype);
+      try {
+        attention_varlen_double_backward(pc.qv, pc.kv, pc.vv, pc.ov, pc.lv, pc.dov, &gqv, &gkv, &gvv, qbv, kbv, vbv, dobv,
+                                         pc.sequences(), bo, nullptr);
+      } catch (const Error& e) {
+        ADD_FAILURE() << label << ": " << e.what();
+        continue;
+      }
+      gpu_driver().synchronize_device("varlen double backward test");
+      // A sequence of under 8 rows is held to the element rule and the cosine (its norm is a few
+      // elements' noise, as in the backward's test above).
+      auto expect = [&](const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                        bool few_rows) {
+        const Comparison cmp = compare(got, want, tol, c.d);
+        const bool elementwise = few_rows && cmp.failed == Comparison::Failure::rel_l2 && cmp.outside_tolerance == 0 &&
+                                 cmp.cosine >= 0.999;
+        EXPECT_TRUE(cmp.pass || elementwise) << label << " " << what << ": " << cmp.why << " " << to_string(cmp);
+      };
+      for (int i = 0; i < batch; ++i) {
+        const std::string seq = " sequence " + std::to_string(i);
+        const bool few = c.len_q[i] < 8 || c.len_k[i] < 8;
+        if (c.len_q[i] > 0) {
+          const std::vector<double> qb = download_rows(pc.q, q_bar, pc.cu_q[i], c.len_q[i]),
+                                    dob = download_rows(pc.q, do_bar, pc.cu_q[i], c.len_q[i]);
+          if (c.len_k[i] == 0) {  // no keys: P = 0, every term vanishes
+            for (double x : qb) ASSERT_EQ(x, 0.0) << label << seq << " q_bar (no keys)";
+            for (double x : dob) ASSERT_EQ(x, 0.0) << label << seq << " do_bar (no keys)";
+          } else {
+            expect("q_bar" + seq, qb, refs[i].q_bar, few);
+            expect("do_bar" + seq, dob, refs[i].do_bar, few);
+          }
+        }
+        if (c.len_k[i] > 0) {
+          const std::vector<double> kb = download_rows(pc.k, k_bar, pc.cu_k[i], c.len_k[i]),
+                                    vb = download_rows(pc.k, v_bar, pc.cu_k[i], c.len_k[i]);
+          if (c.len_q[i] == 0) {
+            for (double x : kb) ASSERT_EQ(x, 0.0) << label << seq << " k_bar (no queries)";
+            for (double x : vb) ASSERT_EQ(x, 0.0) << label << seq << " v_bar (no queries)";
+          } else {
+            expect("k_bar" + seq, kb, refs[i].k_bar, few);
+            expect("v_bar" + seq, vb, refs[i].v_bar, few);
+          }
+        }
+      }
+      // The rows past the last sequence keep their poison.
+      for (DeviceBuffer* b : {&q_bar, &do_bar})
+        for (double x : download_rows(pc.q, *b, pc.total_q, pad))
+          EXPECT_TRUE(std::isnan(x)) << label << ": a q_bar or do_bar padding row was written (" << x << ")";
+      ++checked;
+    }
+    // Absent cotangents (null = zero): gq alone on the default config.
+    bo.config.clear();
+    for (DeviceBuffer* b : {&q_bar, &do_bar, &k_bar, &v_bar}) b->poison(c.dtype);
+    attention_varlen_double_backward(pc.qv, pc.kv, pc.vv, pc.ov, pc.lv, pc.dov, &gqv, nullptr, nullptr, qbv, kbv, vbv,
+                                     dobv, pc.sequences(), bo, nullptr);
+    gpu_driver().synchronize_device("varlen double backward test");
+    for (int i = 0; i < batch; ++i) {
+      if (c.len_q[i] == 0 || c.len_k[i] == 0 || c.len_q[i] < 8 || c.len_k[i] < 8) continue;
+      const AttentionDoubleBackwardReference ref = attention_double_backward_cpu(
+          pc.problem(i), rows_of(pc.d_o, pc.cu_q[i], c.len_q[i]), rows_of(gq, pc.cu_q[i], c.len_q[i]), {}, {});
+      const Comparison cmp = compare(download_rows(pc.q, q_bar, pc.cu_q[i], c.len_q[i]), ref.q_bar, tol, c.d);
+      EXPECT_TRUE(cmp.pass) << c.name << " gq only, sequence " << i << " q_bar: " << cmp.why << " " << to_string(cmp);
+      const Comparison cmk = compare(download_rows(pc.k, k_bar, pc.cu_k[i], c.len_k[i]), ref.k_bar, tol, c.d);
+      EXPECT_TRUE(cmk.pass) << c.name << " gq only, sequence " << i << " k_bar: " << cmk.why << " " << to_string(cmk);
+    }
+  }
+  EXPECT_GT(checked, 10);
+}
+
 TEST(AttentionVarlenGpu, BadArgumentsAreNamed) {
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
@@ -337,6 +471,24 @@ TEST(AttentionVarlenGpu, BadArgumentsAreNamed) {
   ::setenv("KGEN_CHECK_INDICES", "1", 1);
   EXPECT_EQ(message({&cuv, &cuv, 64, 64}).rfind("cu_seqlens_q[2]: 30 is below", 0), 0u);
   ::unsetenv("KGEN_CHECK_INDICES");
+  // The double backward names its own arguments: a cotangent of another shape, an output missing.
+  std::vector<int> good = {0, 40, 64, 64};
+  dcu.upload(good.data());
+  DeviceBuffer dlse(std::size_t(h) * total * 4), small(32 * h * d * 2);
+  const std::int64_t lse_shape[2] = {h, total}, small_shape[3] = {32, h, d};
+  const TensorView lse = make_contiguous_view(dlse.get(), DType::f32, 2, lse_shape, 0),
+                   half = make_contiguous_view(small.get(), DType::bf16, 3, small_shape, 0);
+  auto double_message = [&](const TensorView* gk, const TensorView& k_bar) -> std::string {
+    try {
+      attention_varlen_double_backward(q, q, q, o, lse, o, nullptr, gk, nullptr, o, k_bar, o, o, {&cuv, &cuv, 40, 40},
+                                       {}, nullptr);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(double_message(&half, o).rfind("gk:", 0), 0u) << double_message(&half, o);
+  EXPECT_EQ(double_message(nullptr, half).rfind("k_bar:", 0), 0u) << double_message(nullptr, half);
 }
 
 }  // namespace

@@ -24,6 +24,13 @@
 // mask narrows the key tiles of a query tile and the query tiles of a key tile to those it may
 // show, and is applied per element on every tile walked.
 //
+// Packed batches (Variant::kPacked; docs/attention.md §9): a block's tiles are its sequence's
+// (sequence_rows: blockIdx.z is the sequence), its tensor and workspace rows start at the
+// sequence's first rows, causal is bottom-right per sequence, and blocks past the sequence's
+// rows (keys) idle. The fused grid then holds the two parts in equal halves (fused_query_blocks).
+// The dense kernels' code is unchanged by this (the replay table); a lambda for the Q, dO, gQ
+// loads reordered that of the dense variant kernels, so they are three calls.
+//
 // Operand layouts are those of backward_fa2.cuh (mma_abt: A·Bᵀ from two row-major tiles;
 // mma_xb: register C fragments times a [k][n] tile).
 #pragma once
@@ -39,7 +46,8 @@ constexpr int kQSmemBytes = attention_bwd::fa2_dbl_q_smem_bytes(D, BM, BN);
 template <int D, int BM, int BN>
 constexpr int kKvSmemBytes = attention_bwd::fa2_dbl_kv_smem_bytes(D, BM, BN);
 
-// End of the r/c pass for a thread's rows row0 + g + 8h below n_q (g, t: its place in the quad layout):
+// End of the r/c pass for a thread's rows row0 + g + 8h below n_q (g, t: its place in the quad layout;
+// a packed sequence's rows and n_q counted from the tensors' first row):
 // the quad sums of its partials, c = rowsum(P∘Z + dS∘G) − r·delta, written by the lane with
 // t == 0 to the workspace rows, or added there (fp32 atomics) when `splits` blocks share the
 // keys (c's r·delta term is linear too).
@@ -62,6 +70,16 @@ __device__ __forceinline__ void finish_row_stats(const AttentionBackwardParams& 
       }
     }
   }
+}
+
+// The fused grids' query part: its first blocks. Dense batches: ceil(n_q / rows) · splits. Packed
+// batches: the grid's first half; the host gives both parts the blocks of the
+// longest sequence's queries or keys, whichever are more, and the blocks past a sequence's rows
+// idle.
+template <class Variant>
+__device__ __forceinline__ int fused_query_blocks(int n_q, int rows, int splits) {
+  if constexpr (Variant::kPacked) return static_cast<int>(gridDim.x) / 2;
+  else return (n_q + rows - 1) / rows * splits;
 }
 
 }  // namespace dbl_detail
@@ -124,8 +142,12 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / p.head_group;
-  const int n_q = p.n_q;
-  const int n_k = p.n_k;
+  // Packed batches: the sequence's rows (tensor and workspace rows from its first ones).
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, p.n_q, p.n_k);
+  const int n_q = seq.n_q;
+  const int n_k = seq.n_k;
+  if constexpr (Variant::kPacked)
+    if (m0 >= n_q) return;  // past this sequence's rows
   const int diag = n_k - n_q;
   const float scale = p.scale;
   const float scale_log2 = p.scale_log2;
@@ -154,8 +176,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   // Stage s: [K][V][gK][gV].
   auto smem_kv = [&](int stage, int which) { return smem_q + 3 * kQBytes + (stage * 4 + which) * kKVBytes; };
   auto load_one = [&](const AttentionTensorArg& a, unsigned dst, int tile) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
-                                                    tile * BN, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(
+        dst, bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, kv_head, seq.k0), a.stride_n, tile * BN, n_k, tid);
   };
   auto load_kv = [&](int tile, int stage) {
     load_one(p.k, smem_kv(stage, 0), tile);
@@ -164,13 +186,13 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     if (has_gv) load_one(p.gv, smem_kv(stage, 3), tile);
   };
 
-  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(smem_q, bwd_detail::head_ptr<const T>(p.q, batch, head),
-                                                  p.q.stride_n, m0, n_q, tid);
-  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(smem_do, bwd_detail::head_ptr<const T>(p.d_o, batch, head),
-                                                  p.d_o.stride_n, m0, n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+      smem_q, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0), p.q.stride_n, m0, n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+      smem_do, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0), p.d_o.stride_n, m0, n_q, tid);
   if (has_gq)
-    fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(smem_gq, bwd_detail::head_ptr<const T>(p.gq, batch, head),
-                                                    p.gq.stride_n, m0, n_q, tid);
+    fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+        smem_gq, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.gq, batch, head, seq.q0), p.gq.stride_n, m0, n_q, tid);
   if (num_tiles > 0) load_kv(tile_lo, 0);
   cp_async_commit();
 
@@ -182,7 +204,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     lse2[h] = infinity_f32();
     delta[h] = 0.f;
     if (row < n_q) {
-      const long long idx = bwd_detail::stat_row(p, batch, head, row);
+      const long long idx = bwd_detail::stat_row(p, seq.slot, head, seq.q0 + row);
       lse2[h] = p.lse2[idx];
       delta[h] = p.delta[idx];
     }
@@ -238,14 +260,16 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     for (int h = 0; h < 2; ++h) {
       const int row = m0 + row_local0 + g + 8 * h;
       if (row < n_q) {
-        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        const long long idx = bwd_detail::stat_row(p, seq.slot, head, seq.q0 + row);
         r[h] = p.row_r[idx];
         c[h] = p.row_c[idx];
       }
     }
   }
   // Quad sums of the pass-0 partials; c = rowsum(P∘Z + dS∘G) − r·delta; written to the workspace.
-  auto finish_stats = [&]() { dbl_detail::finish_row_stats(p, batch, head, m0 + row_local0, n_q, g, t, r, c, delta, splits); };
+  auto finish_stats = [&]() {
+    dbl_detail::finish_row_stats(p, seq.slot, head, seq.q0 + m0 + row_local0, seq.q0 + n_q, g, t, r, c, delta, splits);
+  };
   constexpr int kFirstPass = Pass == DoubleBackwardRowPass::apply ? 1 : 0;
   constexpr int kEndPass = Pass == DoubleBackwardRowPass::stats ? 1 : 2;
 #pragma unroll 1
@@ -322,10 +346,12 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   }
   constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
   const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
-  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.q_bar, batch, head) + col0,
-                                  p.q_bar.stride_n, m0 + row_local0, n_q, qbar, scale, cols);
-  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.do_bar, batch, head) + col0, p.do_bar.stride_n,
-                                  m0 + row_local0, n_q, dobar, 1.f, cols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
+      bwd_detail::rows_ptr<T, Variant::kPacked>(p.q_bar, batch, head, seq.q0) + col0, p.q_bar.stride_n, m0 + row_local0,
+      n_q, qbar, scale, cols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
+      bwd_detail::rows_ptr<T, Variant::kPacked>(p.do_bar, batch, head, seq.q0) + col0, p.do_bar.stride_n,
+      m0 + row_local0, n_q, dobar, 1.f, cols);
 }
 
 template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, int Splits = 1,
@@ -361,8 +387,11 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   const int n0 = (Splits == 1 ? block : block / Splits) * BN;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
-  const int n_q = p.n_q;
-  const int n_k = p.n_k;
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, p.n_q, p.n_k);
+  const int n_q = seq.n_q;
+  const int n_k = seq.n_k;
+  if constexpr (Variant::kPacked)
+    if (n0 >= n_k) return;  // past this sequence's keys
   const int diag = n_k - n_q;
   const int group = p.head_group;
   const float scale = p.scale;
@@ -390,8 +419,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   auto stats = [&](int stage) { return reinterpret_cast<float*>(smem + kStatsOffset) + stage * 4 * BM; };
 
   auto load_key_tile = [&](const AttentionTensorArg& a, unsigned dst) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n,
-                                                    n0, n_k, tid);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(
+        dst, bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, kv_head, seq.k0), a.stride_n, n0, n_k, tid);
   };
   load_key_tile(p.k, smem_kv(0));
   load_key_tile(p.v, smem_kv(1));
@@ -401,8 +430,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
     const int head = kv_head * group + it / tiles_per_head;
     const int m0 = (tile_begin + it % tiles_per_head) * BM;
     auto load_one = [&](const AttentionTensorArg& a, unsigned dst) {
-      fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, head), a.stride_n,
-                                                      m0, n_q, tid);
+      fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+          dst, bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, head, seq.q0), a.stride_n, m0, n_q, tid);
     };
     load_one(p.q, smem_qt(stage, 0));
     load_one(p.d_o, smem_qt(stage, 1));
@@ -412,7 +441,7 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
       const int row = m0 + i;
       float v[4] = {infinity_f32(), 0.f, 0.f, 0.f};
       if (row < n_q) {
-        const long long idx = bwd_detail::stat_row(p, batch, head, row);
+        const long long idx = bwd_detail::stat_row(p, seq.slot, head, seq.q0 + row);
         v[0] = p.lse2[idx], v[1] = p.delta[idx], v[2] = p.row_r[idx], v[3] = p.row_c[idx];
       }
 #pragma unroll
@@ -490,10 +519,12 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   const int key_row0 = n0 + key_local0;
   constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
   const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
-  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head) + col0,
-                                                       p.k_bar.stride_n, key_row0, n_k, kbar, scale, cols);
-  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head) + col0,
-                                                       p.v_bar.stride_n, key_row0, n_k, vbar, 1.f, cols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
+      bwd_detail::rows_ptr<T, Variant::kPacked>(p.k_bar, batch, kv_head, seq.k0) + col0, p.k_bar.stride_n, key_row0,
+      n_k, kbar, scale, cols);
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
+      bwd_detail::rows_ptr<T, Variant::kPacked>(p.v_bar, batch, kv_head, seq.k0) + col0, p.v_bar.stride_n, key_row0,
+      n_k, vbar, 1.f, cols);
 }
 
 // The second stage of the split double backward: query tiles [0, ceil(n_q / BM)) run the apply
@@ -501,12 +532,13 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
 // ceil(n_k / BM) blocks run the key-major kernel on BM-key blocks against KvBM-row query tiles
 // (blockIdx.y < heads_kv), so that the two, which do not depend on each other, share the machine
 // (two blocks per SM) when b·h is small.
-// With Splits = 2 each part has twice the blocks (two column splits of every tile).
+// With Splits = 2 each part has twice the blocks (two column splits of every tile). Packed
+// batches: the grid's two halves (dbl_detail::fused_query_blocks).
 template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal, int HeadDim = D, int Splits = 1,
           class Variant = NoVariant>
 __device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p,
                                                                     const VariantArgs* va = nullptr) {
-  const int q_blocks = (p.n_q + BM - 1) / BM * Splits;
+  const int q_blocks = dbl_detail::fused_query_blocks<Variant>(p.n_q, BM, Splits);
   if (static_cast<int>(blockIdx.x) < q_blocks) {
     attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits,
                                     Variant>(p, va, blockIdx.x);

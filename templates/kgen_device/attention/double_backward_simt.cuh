@@ -3,6 +3,9 @@
 // those of double_backward_fa2.cuh; lanes own head-dim columns as in backward_simt.cuh.
 //
 // Variant (variant.cuh): as double_backward_fa2.cuh's, the mask applied per element on every key.
+// Packed batches (Variant::kPacked): a warp's row or key is its sequence's (BlockSequence), its
+// tensor rows and workspace rows start at the sequence's first row; the loops add that row under
+// `if constexpr`, so that the dense kernels' loops stay as they were (the replay table).
 //
 // attention_double_backward_simt_q: one warp per query row: pass 1 over its keys forms r and c
 //   (written to the workspace), pass 2 accumulates Q̄ and dŌ.
@@ -39,30 +42,40 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
   const int row = blockIdx.x * Warps + warp;
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
-  if (row >= p.n_q) return;
+  // Packed batches: the sequence's rows (its row `row` is tensor row q0 + row).
+  const BlockSequence<Variant, AttentionBackwardParams> sequence(p, va, batch);
+  const SequenceRows& seq = sequence.rows;
+  auto n_q = [&] { return sequence.n_q(); };
+  auto n_k = [&] { return sequence.n_k(); };
+  if (row >= n_q()) return;
   const int kv_head = head / p.head_group;
   const int d = p.head_dim;
-  const int limit = Causal ? imin(p.n_k, row + p.n_k - p.n_q + 1) : p.n_k;
-  const long long idx = bwd_detail::stat_row(p, batch, head, row);
+  const int limit = Causal ? imin(n_k(), row + n_k() - n_q() + 1) : n_k();
+  const int slot = Variant::kPacked ? 0 : batch;
+  int q_row = row;  // the row in the tensors
+  if constexpr (Variant::kPacked) q_row += seq.q0;
+  const long long idx = bwd_detail::stat_row(p, slot, head, q_row);
   const float lse2 = p.lse2[idx];
   const float delta = p.delta[idx];
   const float scale = p.scale;
 
   float q[kCols], d_o[kCols], gq[kCols];
-  bwd_detail::load_optional_row<T>(q, p.q, batch, head, row, d, lane);
-  bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, row, d, lane);
-  bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, row, d, lane);
+  bwd_detail::load_optional_row<T>(q, p.q, batch, head, q_row, d, lane);
+  bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, q_row, d, lane);
+  bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, q_row, d, lane);
 
   VariantAt at{};
-  if constexpr (kVariantScores<Variant>) at = {batch, head, p.n_q, p.n_k, scale, 1.f / scale};
+  if constexpr (kVariantScores<Variant>) at = {batch, head, n_q(), n_k(), scale, 1.f / scale};
   // P, dP, unscaled G and Z of key j, and a variant's f', f'' (variant_double); k and v rows are
   // returned for pass 2.
   auto scores = [&](int j, float (&k)[kCols], float (&v)[kCols], float (&gk)[kCols], float (&gv)[kCols], float& s,
                     float& dp, float& g, float& z, float& f1, float& f2) {
-    bwd_detail::load_optional_row<T>(k, p.k, batch, kv_head, j, d, lane);
-    bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, j, d, lane);
-    bwd_detail::load_optional_row<T>(gk, p.gk, batch, kv_head, j, d, lane);
-    bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, j, d, lane);
+    int key_row = j;  // the key's row in the tensors
+    if constexpr (Variant::kPacked) key_row += seq.k0;
+    bwd_detail::load_optional_row<T>(k, p.k, batch, kv_head, key_row, d, lane);
+    bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, key_row, d, lane);
+    bwd_detail::load_optional_row<T>(gk, p.gk, batch, kv_head, key_row, d, lane);
+    bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, key_row, d, lane);
     if constexpr (kVariantScores<Variant>)
       s = variant_double<Variant, Causal>(*va, at, bwd_detail::dot(q, k), lse2, row, j, true, p.scale_log2, f1, f2);
     else
@@ -102,8 +115,8 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
     bwd_detail::axpy(dobar, s, gv);
     bwd_detail::axpy(dobar, g, v);
   }
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.q_bar, batch, head) + row * p.q_bar.stride_n, qbar, scale, d, lane);
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.do_bar, batch, head) + row * p.do_bar.stride_n, dobar, 1.f, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.q_bar, batch, head) + q_row * p.q_bar.stride_n, qbar, scale, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.do_bar, batch, head) + q_row * p.do_bar.stride_n, dobar, 1.f, d, lane);
 }
 
 template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
@@ -116,29 +129,38 @@ __device__ __forceinline__ void attention_double_backward_simt_kv(const Attentio
   const int key = blockIdx.x * Warps + warp;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
-  if (key >= p.n_k) return;
+  const BlockSequence<Variant, AttentionBackwardParams> sequence(p, va, batch);
+  const SequenceRows& seq = sequence.rows;
+  auto n_q = [&] { return sequence.n_q(); };
+  auto n_k = [&] { return sequence.n_k(); };
+  if (key >= n_k()) return;
   const int d = p.head_dim;
-  const int begin = Causal ? imax(0, key - (p.n_k - p.n_q)) : 0;
+  const int begin = Causal ? imax(0, key - (n_k() - n_q())) : 0;
   const float scale = p.scale;
+  const int slot = Variant::kPacked ? 0 : batch;
+  int k_row = key;  // the key's row in the tensors
+  if constexpr (Variant::kPacked) k_row += seq.k0;
 
   float k[kCols], v[kCols], gk[kCols], gv[kCols], kbar[kCols], vbar[kCols];
-  bwd_detail::load_optional_row<T>(k, p.k, batch, kv_head, key, d, lane);
-  bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, key, d, lane);
-  bwd_detail::load_optional_row<T>(gk, p.gk, batch, kv_head, key, d, lane);
-  bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, key, d, lane);
+  bwd_detail::load_optional_row<T>(k, p.k, batch, kv_head, k_row, d, lane);
+  bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, k_row, d, lane);
+  bwd_detail::load_optional_row<T>(gk, p.gk, batch, kv_head, k_row, d, lane);
+  bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, k_row, d, lane);
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) kbar[ci] = vbar[ci] = 0.f;
   for (int hg = 0; hg < p.head_group; ++hg) {
     const int head = kv_head * p.head_group + hg;
-    for (int i = begin; i < p.n_q; ++i) {
-      const long long idx = bwd_detail::stat_row(p, batch, head, i);
+    for (int i = begin; i < n_q(); ++i) {
+      int query_row = i;  // the query's row in the tensors
+      if constexpr (Variant::kPacked) query_row += seq.q0;
+      const long long idx = bwd_detail::stat_row(p, slot, head, query_row);
       float q[kCols], d_o[kCols], gq[kCols];
-      bwd_detail::load_optional_row<T>(q, p.q, batch, head, i, d, lane);
-      bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, i, d, lane);
-      bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, i, d, lane);
+      bwd_detail::load_optional_row<T>(q, p.q, batch, head, query_row, d, lane);
+      bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, query_row, d, lane);
+      bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, query_row, d, lane);
       float s, f1 = 1.f, f2 = 0.f;
       if constexpr (kVariantScores<Variant>) {
-        const VariantAt at{batch, head, p.n_q, p.n_k, scale, 1.f / scale};
+        const VariantAt at{batch, head, n_q(), n_k(), scale, 1.f / scale};
         s = variant_double<Variant, Causal>(*va, at, bwd_detail::dot(q, k), p.lse2[idx], i, key, true, p.scale_log2,
                                             f1, f2);
       } else {
@@ -156,8 +178,8 @@ __device__ __forceinline__ void attention_double_backward_simt_kv(const Attentio
       bwd_detail::axpy(vbar, g, d_o);
     }
   }
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head) + key * p.k_bar.stride_n, kbar, scale, d, lane);
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head) + key * p.v_bar.stride_n, vbar, 1.f, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head) + k_row * p.k_bar.stride_n, kbar, scale, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head) + k_row * p.v_bar.stride_n, vbar, 1.f, d, lane);
 }
 
 }  // namespace kgen

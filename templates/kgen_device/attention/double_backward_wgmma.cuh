@@ -34,6 +34,12 @@
 // as the plain pass does), and the chain rule takes second_order's variant form. Query tiles with
 // rows past n_q take the mask in the key-major kernel (their zero Q and statistics would give a
 // modification's P there).
+// Packed batches (Variant::kPacked) as in double_backward_fa2.cuh: a block's tiles are its
+// sequence's, its rows start at the sequence's first rows, and blocks past them idle. Dense
+// batches read what they read before, in the same order (the lengths from p, each pointer before
+// its packed move, which `if constexpr` keeps out of their code): the lengths read through the
+// sequence's struct, or a lambda that names it, reordered the code of ten dense variant kernels
+// (the replay table).
 // Padded head dims as backward_wgmma.cuh: HeadDim a multiple of 8 in (D − 64, D], or (128, 256]
 // on the 256 tile; the score products reduce over HeadDim rounded up to 16, the row products run
 // all their columns and only those below HeadDim are stored.
@@ -223,7 +229,14 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
   const int head = blockIdx.y;
   const int batch = blockIdx.z;
   const int kv_head = head / p.head_group;
-  const int n_q = p.n_q, n_k = p.n_k, diag = n_k - n_q;
+  // Packed batches: the sequence's rows (tensor and workspace rows from its first ones).
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, p.n_q, p.n_k);
+  const int n_q = Variant::kPacked ? seq.n_q : p.n_q, n_k = Variant::kPacked ? seq.n_k : p.n_k, diag = n_k - n_q;
+  int slot = batch, q0 = 0;  // the tensors' batch and the sequence's first row there
+  if constexpr (Variant::kPacked) {
+    if (m0 >= n_q) return;  // past this sequence's rows
+    slot = 0, q0 = seq.q0;
+  }
   const float scale = p.scale, scale_log2 = p.scale_log2;
   const bool has_gq = p.gq.data != nullptr, has_gk = p.gk.data != nullptr, has_gv = p.gv.data != nullptr;
 
@@ -248,13 +261,16 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
   const unsigned smem_do = smem_q + RowTile::kBytes, smem_gq = smem_q + 2 * RowTile::kBytes;
   auto smem_kv = [&](int stage, int which) { return smem_q + 3 * RowTile::kBytes + (stage * 4 + which) * KeyTile::kBytes; };
   auto load_rows = [&](const AttentionTensorArg& a, unsigned dst) {
-    fa2_detail::load_tile_async<T, BM, D, kThreads, RowTile, HeadDim>(dst, bwd_detail::head_ptr<const T>(a, batch, head),
-                                                                      a.stride_n, m0, n_q, tid);
+    const T* rows = bwd_detail::head_ptr<const T>(a, batch, head);
+    if constexpr (Variant::kPacked) rows = bwd_detail::rows_ptr<const T, true>(a, batch, head, seq.q0);
+    fa2_detail::load_tile_async<T, BM, D, kThreads, RowTile, HeadDim>(dst, rows, a.stride_n, m0, n_q, tid);
   };
   auto load_kv = [&](int tile, int stage) {
     auto one = [&](const AttentionTensorArg& a, int which) {
-      fa2_detail::load_tile_async<T, Tile, D, kThreads, KeyTile, HeadDim>(
-          smem_kv(stage, which), bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n, tile * Tile, n_k, tid);
+      const unsigned dst = smem_kv(stage, which);
+      const T* rows = bwd_detail::head_ptr<const T>(a, batch, kv_head);
+      if constexpr (Variant::kPacked) rows = bwd_detail::rows_ptr<const T, true>(a, batch, kv_head, seq.k0);
+      fa2_detail::load_tile_async<T, Tile, D, kThreads, KeyTile, HeadDim>(dst, rows, a.stride_n, tile * Tile, n_k, tid);
     };
     one(p.k, 0);
     one(p.v, 1);
@@ -276,7 +292,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
   // BM each (registers are the apply pass's limit at D = 128).
   float* const row_stats = dbl_detail::smem_floats(kStatsOffset);
   {
-    const long long row_base = bwd_detail::stat_row(p, batch, head, 0);
+    const long long row_base = bwd_detail::stat_row(p, slot, head, q0);
     for (int i = tid; i < 4 * BM; i += kThreads) {
       const int which = i / BM;
       const int row = m0 + i % BM;
@@ -408,15 +424,15 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
 
   if constexpr (kApply) {
     if constexpr (Splits == 1) {
-      bwd_detail::store_pair<T, D, HeadDim>(p, p.q_bar, p.do_bar, batch, head, 0, row0, n_q, qbar, dobar);
+      bwd_detail::store_pair<T, D, HeadDim>(p, p.q_bar, p.do_bar, slot, head, 0, q0 + row0, q0 + n_q, qbar, dobar);
     } else {
-      bwd_detail::store_pair<T, kCols>(p, p.q_bar, p.do_bar, batch, head, col0, row0, n_q, qbar, dobar,
+      bwd_detail::store_pair<T, kCols>(p, p.q_bar, p.do_bar, slot, head, col0, q0 + row0, q0 + n_q, qbar, dobar,
                                        imin(kCols, HeadDim - col0));
     }
   } else {
     cp_async_wait<0>();
     const float delta[2] = {stat(1, 0), stat(1, 1)};
-    dbl_detail::finish_row_stats(p, batch, head, row0, n_q, g, t, r, c, delta, splits);
+    dbl_detail::finish_row_stats(p, slot, head, q0 + row0, q0 + n_q, g, t, r, c, delta, splits);
   }
 #endif
 }
@@ -449,7 +465,13 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   const int n0 = block * BN;
   const int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
-  const int n_q = p.n_q, n_k = p.n_k, diag = n_k - n_q;
+  const SequenceRows seq = sequence_rows<Variant>(va, batch, p.n_q, p.n_k);
+  const int n_q = Variant::kPacked ? seq.n_q : p.n_q, n_k = Variant::kPacked ? seq.n_k : p.n_k, diag = n_k - n_q;
+  int slot = batch, k0 = 0;  // the tensors' batch and the sequence's first key there
+  if constexpr (Variant::kPacked) {
+    if (n0 >= n_k) return;  // past this sequence's keys
+    slot = 0, k0 = seq.k0;
+  }
   const float scale = p.scale, scale_log2 = p.scale_log2;
   const bool has_gq = p.gq.data != nullptr, has_gk = p.gk.data != nullptr, has_gv = p.gv.data != nullptr;
   bwd_detail::QueryTileWalk<Tile, Causal> walk(n0, n_q, n_k, p.head_group);
@@ -467,8 +489,10 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   auto stats = [&](int stage) { return stats_base + stage * 4 * Tile; };
 
   auto load_keys = [&](const AttentionTensorArg& a, int which) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, KeyRows, HeadDim>(
-        smem_key(which), bwd_detail::head_ptr<const T>(a, batch, kv_head), a.stride_n, n0, n_k, tid);
+    const unsigned dst = smem_key(which);
+    const T* rows = bwd_detail::head_ptr<const T>(a, batch, kv_head);
+    if constexpr (Variant::kPacked) rows = bwd_detail::rows_ptr<const T, true>(a, batch, kv_head, seq.k0);
+    fa2_detail::load_tile_async<T, BN, D, kThreads, KeyRows, HeadDim>(dst, rows, a.stride_n, n0, n_k, tid);
   };
   load_keys(p.k, 0);
   load_keys(p.v, 1);
@@ -484,13 +508,16 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
     auto one = [&](const AttentionTensorArg& a, int which) {
-      fa2_detail::load_tile_async<T, Tile, D, kThreads, QTile, HeadDim>(
-          smem_qt(stage, which), bwd_detail::head_ptr<const T>(a, batch, head), a.stride_n, m0, n_q, tid);
+      const unsigned dst = smem_qt(stage, which);
+      const T* rows = bwd_detail::head_ptr<const T>(a, batch, head);
+      if constexpr (Variant::kPacked) rows = bwd_detail::rows_ptr<const T, true>(a, batch, head, seq.q0);
+      fa2_detail::load_tile_async<T, Tile, D, kThreads, QTile, HeadDim>(dst, rows, a.stride_n, m0, n_q, tid);
     };
     one(p.q, 0);
     one(p.d_o, 1);
     if (has_gq) one(p.gq, 2);
-    const long long row_base = bwd_detail::stat_row(p, batch, head, 0);
+    long long row_base = bwd_detail::stat_row(p, batch, head, 0);
+    if constexpr (Variant::kPacked) row_base = bwd_detail::stat_row(p, 0, head, seq.q0);
     for (int i = tid; i < 4 * Tile; i += kThreads) {
       const int which = i / Tile;
       const int row = m0 + i % Tile;
@@ -592,9 +619,9 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
   }
 
   if constexpr (Splits == 1) {
-    bwd_detail::store_pair<T, D, HeadDim>(p, p.k_bar, p.v_bar, batch, kv_head, 0, key0, n_k, kbar, vbar);
+    bwd_detail::store_pair<T, D, HeadDim>(p, p.k_bar, p.v_bar, slot, kv_head, 0, k0 + key0, k0 + n_k, kbar, vbar);
   } else {
-    bwd_detail::store_pair<T, kCols>(p, p.k_bar, p.v_bar, batch, kv_head, col0, key0, n_k, kbar, vbar,
+    bwd_detail::store_pair<T, kCols>(p, p.k_bar, p.v_bar, slot, kv_head, col0, k0 + key0, k0 + n_k, kbar, vbar,
                                      imin(kCols, HeadDim - col0));
   }
 #endif
@@ -602,12 +629,13 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
 
 // The second stage: blocks [0, ceil(n_q / 64·WGs)) run the apply pass, the following
 // ceil(n_k / 64·WGs) the key-major kernel (blockIdx.y < heads_kv), so that the two, which do
-// not depend on each other, share the machine.
+// not depend on each other, share the machine (packed batches: the grid's two halves,
+// dbl_detail::fused_query_blocks).
 template <class T, int D, int Tile, int WGs, bool Causal, int HeadDim = D, int Splits = 1, class Variant = NoVariant>
 __device__ __forceinline__ void attention_double_backward_wgmma_fused(const AttentionBackwardParams& p,
                                                                       const VariantArgs* va = nullptr) {
   constexpr int kRows = dbl_detail::WgPlace<D, WGs, Splits>::kRows;
-  const int q_blocks = (p.n_q + kRows - 1) / kRows;
+  const int q_blocks = dbl_detail::fused_query_blocks<Variant>(p.n_q, kRows, 1);
   if (static_cast<int>(blockIdx.x) < q_blocks) {
     attention_double_backward_wgmma_q<T, D, Tile, WGs, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits,
                                       Variant>(p, va, blockIdx.x);
