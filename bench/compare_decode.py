@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
 from compare_variants import parse_n  # noqa: E402
-from rounds import interleaved  # noqa: E402
+from rounds import interleaved, write_table  # noqa: E402
 
 IMPLS = ("paged16", "paged64", "contig", "sdpa")
 
@@ -161,10 +161,7 @@ def main() -> None:
                              f"{host.get('paged16', float('nan')):.0f} / {host.get('sdpa', float('nan')):.0f} |")
                 print(lines[-1], flush=True)
                 del k, v, caches
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    write_table(lines, args.out)
 
 
 if __name__ == "__main__":

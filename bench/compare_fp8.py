@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_variants import parse_n, time_round  # noqa: E402
-from rounds import interleaved  # noqa: E402
+from rounds import interleaved, write_table  # noqa: E402
 
 import kgen.torch  # noqa: E402
 
@@ -109,9 +109,7 @@ def main() -> None:
     clock = os.popen("nvidia-smi --query-gpu=clocks.sm --format=csv,noheader").read().strip()
     lines.append(f"# SM clock {clock} at the end")
     print(lines[-1])
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    write_table(lines, args.out, show=False)
 
 
 def _cudnn(q, k, v, causal):

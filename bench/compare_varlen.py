@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
 from compare_variants import parse_n, time_round  # noqa: E402
-from rounds import interleaved  # noqa: E402
+from rounds import interleaved, write_table  # noqa: E402
 
 REL_L2_BOUND = 2e-2
 IMPLS = ("kgen", "dense", "fa4", "flex", "njt")
@@ -182,10 +182,7 @@ def main() -> None:
                 lines.append(f"| {tokens} | {len(lengths)} | {d} | {mode} | " + " | ".join(cell[i] for i in impls) +
                              f" | {tflops:.0f} | " + " | ".join(ratios) + " |")
                 print(lines[-1], flush=True)
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    write_table(lines, args.out)
 
 
 if __name__ == "__main__":

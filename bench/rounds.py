@@ -11,6 +11,17 @@ import math
 import statistics
 
 
+def write_table(lines, out: str = "", show: bool = True) -> None:
+    """The table's lines printed (unless `show` is False: a script that printed its rows as they
+    came) and, with `out`, written to that file too."""
+    text = "\n".join(lines)
+    if show:
+        print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
+
+
 def interleaved(runs, time_round, reps, warmup, rounds):
     """{name: (median ms, median host µs)} of the callables `runs` ({name: run}): `rounds` rounds
     of ⌈reps / rounds⌉ timed calls each, the implementations' order rotating from round to round,

@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
 from compare_variants import parse_n  # noqa: E402
+from rounds import write_table  # noqa: E402
 from kgen import distributed as kd  # noqa: E402
 
 IMPLS = ("kgen-ring", "kgen-ulysses", "cp-cudnn", "cp-flash")
@@ -248,10 +249,7 @@ def main():
             cp = [times[i] for i in ("cp-cudnn", "cp-flash") if i in times]
             ratio = f"{min(cp) / times['kgen-ring']:.2f}" if cp and "kgen-ring" in times else "–"
             lines.append(f"| {n // 1024}k | {p} | " + " | ".join(cells) + f" | {ratio} |")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    write_table(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -52,3 +52,13 @@ def test_no_implementation_and_more_rounds_than_reps():
     gpu = CappedGpu(ramp_calls=0)
     assert interleaved({"a": ("a", 1.0)}, gpu.time_round, reps=2, warmup=0, rounds=4) == {"a": (1.0, 5.0)}
     assert [reps for _, reps, _ in gpu.order] == [1, 1, 1, 1]
+
+
+def test_write_table_prints_and_writes_the_same_lines(tmp_path, capsys):
+    from rounds import write_table
+    out = tmp_path / "table.md"
+    write_table(["| a |", "|---|", "| 1 |"], str(out))
+    assert capsys.readouterr().out == "| a |\n|---|\n| 1 |\n"
+    assert out.read_text() == "| a |\n|---|\n| 1 |\n"
+    write_table(["x"], "", show=False)
+    assert capsys.readouterr().out == ""
