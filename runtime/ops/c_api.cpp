@@ -442,6 +442,30 @@ kgen_status kgen_attention_double_backward(const DLTensor* q, const DLTensor* k,
                                                 nullptr, stream);
 }
 
+namespace {
+
+// The double backward's tensors, converted in parameter order (an error names the first bad one);
+// the cotangents gq, gk, gv may be NULL.
+struct DoubleBackwardViews {
+  kgen::TensorView q, k, v, o, lse, d_o, g[3], q_bar, k_bar, v_bar, do_bar;
+  bool has[3] = {false, false, false};
+  DoubleBackwardViews(const DLTensor* q_, const DLTensor* k_, const DLTensor* v_, const DLTensor* o_, const DLTensor* lse_,
+                      const DLTensor* d_o_, const DLTensor* gq, const DLTensor* gk, const DLTensor* gv,
+                      const DLTensor* q_bar_, const DLTensor* k_bar_, const DLTensor* v_bar_, const DLTensor* do_bar_)
+      : q(to_view(q_, "q")), k(to_view(k_, "k")), v(to_view(v_, "v")), o(to_view(o_, "o")), lse(to_view(lse_, "lse")),
+        d_o(to_view(d_o_, "d_o")) {
+    const DLTensor* given[3] = {gq, gk, gv};
+    const char* names[3] = {"gq", "gk", "gv"};
+    for (int i = 0; i < 3; ++i)
+      if ((has[i] = given[i] != nullptr)) g[i] = to_view(given[i], names[i]);
+    q_bar = to_view(q_bar_, "q_bar"), k_bar = to_view(k_bar_, "k_bar"), v_bar = to_view(v_bar_, "v_bar");
+    do_bar = to_view(do_bar_, "do_bar");
+  }
+  const kgen::TensorView* given(int i) const { return has[i] ? &g[i] : nullptr; }
+};
+
+}  // namespace
+
 kgen_status kgen_attention_double_backward_variant(const DLTensor* q, const DLTensor* k, const DLTensor* v,
                                                    const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
                                                    const DLTensor* gq, const DLTensor* gk, const DLTensor* gv,
@@ -449,20 +473,12 @@ kgen_status kgen_attention_double_backward_variant(const DLTensor* q, const DLTe
                                                    const kgen_attention_backward_options* options,
                                                    const kgen_attention_variant* variant, void* stream) {
   return guarded([&] {
-    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
-                           lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o");
-    kgen::TensorView g[3];
-    const DLTensor* given[3] = {gq, gk, gv};
-    const char* names[3] = {"gq", "gk", "gv"};
-    for (int i = 0; i < 3; ++i)
-      if (given[i]) g[i] = to_view(given[i], names[i]);
-    const kgen::TensorView qb = to_view(q_bar, "q_bar"), kb = to_view(k_bar, "k_bar"), vb = to_view(v_bar, "v_bar"),
-                           dob = to_view(do_bar, "do_bar");
+    const DoubleBackwardViews t(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_bar, do_bar);
     kgen::AttentionBackwardOptions opts = backward_options(options);
     VariantViews views;
     set_variant(variant, false, views, opts.variant);
-    kgen::attention_double_backward(qv, kv, vv, ov, lv, dov, gq ? &g[0] : nullptr, gk ? &g[1] : nullptr,
-                                    gv ? &g[2] : nullptr, qb, kb, vb, dob, opts, stream);
+    kgen::attention_double_backward(t.q, t.k, t.v, t.o, t.lse, t.d_o, t.given(0), t.given(1), t.given(2), t.q_bar,
+                                    t.k_bar, t.v_bar, t.do_bar, opts, stream);
   });
 }
 
@@ -474,21 +490,13 @@ kgen_status kgen_attention_varlen_double_backward(const DLTensor* q, const DLTen
                                                   const kgen_packed_sequences* sequences,
                                                   const kgen_attention_variant* variant, void* stream) {
   return guarded([&] {
-    const kgen::TensorView qv = to_view(q, "q"), kv = to_view(k, "k"), vv = to_view(v, "v"), ov = to_view(o, "o"),
-                           lv = to_view(lse, "lse"), dov = to_view(d_o, "d_o");
-    kgen::TensorView g[3];
-    const DLTensor* given[3] = {gq, gk, gv};
-    const char* names[3] = {"gq", "gk", "gv"};
-    for (int i = 0; i < 3; ++i)
-      if (given[i]) g[i] = to_view(given[i], names[i]);
-    const kgen::TensorView qb = to_view(q_bar, "q_bar"), kb = to_view(k_bar, "k_bar"), vb = to_view(v_bar, "v_bar"),
-                           dob = to_view(do_bar, "do_bar");
+    const DoubleBackwardViews t(q, k, v, o, lse, d_o, gq, gk, gv, q_bar, k_bar, v_bar, do_bar);
     PackedViews packed(sequences);
     kgen::AttentionBackwardOptions opts = backward_options(options);
     VariantViews views;
     set_variant(variant, false, views, opts.variant);
-    kgen::attention_varlen_double_backward(qv, kv, vv, ov, lv, dov, gq ? &g[0] : nullptr, gk ? &g[1] : nullptr,
-                                           gv ? &g[2] : nullptr, qb, kb, vb, dob, packed.sequences, opts, stream);
+    kgen::attention_varlen_double_backward(t.q, t.k, t.v, t.o, t.lse, t.d_o, t.given(0), t.given(1), t.given(2),
+                                           t.q_bar, t.k_bar, t.v_bar, t.do_bar, packed.sequences, opts, stream);
   });
 }
 
