@@ -262,6 +262,28 @@ bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const Tenso
   return true;
 }
 
+AttentionForwardParams attention_forward_params(const AttentionForwardCall& call, const TensorView& q,
+                                                const TensorView& k, const TensorView& v, const TensorView& o,
+                                                const TensorView* lse, const AttentionOptions& options) {
+  AttentionForwardParams p;
+  std::memset(&p, 0, sizeof p);
+  p.q = q.data; p.k = k.data; p.v = v.data; p.o = o.data;
+  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
+  p.q_stride_b = q.strides[0]; p.q_stride_h = q.strides[1]; p.q_stride_n = q.strides[2];
+  p.k_stride_b = k.strides[0]; p.k_stride_h = k.strides[1]; p.k_stride_n = k.strides[2];
+  p.v_stride_b = v.strides[0]; p.v_stride_h = v.strides[1]; p.v_stride_n = v.strides[2];
+  p.o_stride_b = o.strides[0]; p.o_stride_h = o.strides[1]; p.o_stride_n = o.strides[2];
+  if (lse) { p.lse_stride_b = lse->strides[0]; p.lse_stride_h = lse->strides[1]; }
+  p.batch = call.shape.batch; p.heads_q = call.shape.heads_q; p.heads_kv = call.shape.heads_kv;
+  p.n_q = call.shape.n_q; p.n_k = call.shape.n_k;
+  p.head_dim = call.spec.head_dim;
+  p.head_group = call.shape.heads_q / call.shape.heads_kv;
+  const double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(call.spec.head_dim));
+  p.scale = static_cast<float>(scale);
+  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  return p;
+}
+
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const TensorView& k, const TensorView& v,
                                                  const TensorView& o_in, const TensorView* lse_in,
                                                  const AttentionOptions& options_in, const PackedSequences* packed,
@@ -315,24 +337,10 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   launch.kernel = loaded_kernel({op, forward_kernel_key(call.spec, config), call.device},
                                 [&] { return render_attention_forward(call.spec, config); });
   AttentionForwardParams& p = launch.params;
-  std::memset(&p, 0, sizeof p);
-  p.q = q.data; p.k = k.data; p.v = v.data; p.o = o.data;
-  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
-  p.q_stride_b = q.strides[0]; p.q_stride_h = q.strides[1]; p.q_stride_n = q.strides[2];
-  p.k_stride_b = k.strides[0]; p.k_stride_h = k.strides[1]; p.k_stride_n = k.strides[2];
-  p.v_stride_b = v.strides[0]; p.v_stride_h = v.strides[1]; p.v_stride_n = v.strides[2];
-  p.o_stride_b = o.strides[0]; p.o_stride_h = o.strides[1]; p.o_stride_n = o.strides[2];
-  if (lse) { p.lse_stride_b = lse->strides[0]; p.lse_stride_h = lse->strides[1]; }
-  p.batch = call.shape.batch; p.heads_q = call.shape.heads_q; p.heads_kv = call.shape.heads_kv;
-  p.n_q = call.shape.n_q; p.n_k = call.shape.n_k;
+  p = attention_forward_params(call, q, k, v, o, lse, options);
   // A packed batch: one physical batch of all rows (the kernels take each sequence's from
   // cu_seqlens; the grid covers the longest).
   if (packed) p.n_q = static_cast<int>(q.shape[2]), p.n_k = static_cast<int>(k.shape[2]);
-  p.head_dim = call.spec.head_dim;
-  p.head_group = call.shape.heads_q / call.shape.heads_kv;
-  double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(call.spec.head_dim));
-  p.scale = static_cast<float>(scale);
-  p.scale_log2 = static_cast<float>(scale * kLog2e);
   const int sm_count = device_info(call.device).sm_count;
   const int splits = attention_forward_key_splits(config, call.shape, sm_count);
   launch.grid = attention_forward_grid(config, call.shape, splits, sm_count);

@@ -92,6 +92,12 @@ inline constexpr std::int64_t kMaxPackedQueryRows = 128;
 // set. prepare_attention_forward calls it on validated views.
 bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const TensorView& k, AttentionOptions& options);
 
+// The kernels' parameters of a validated call on these views: pointers, strides, the call's shape,
+// the head dim and group, and the scale (options.scale, or 1/√d) with its log2(e) multiple.
+AttentionForwardParams attention_forward_params(const AttentionForwardCall& call, const TensorView& q,
+                                                const TensorView& k, const TensorView& v, const TensorView& o,
+                                                const TensorView* lse, const AttentionOptions& options);
+
 // Validates, chooses the config and resolves the kernel (compiling or loading it on first use)
 // without launching: attention_forward is this plus one cuLaunchKernel.
 AttentionForwardLaunch prepare_attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,

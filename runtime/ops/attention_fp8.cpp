@@ -1,8 +1,6 @@
 // The FP8 (E4M3) attention forward behind kgen::attention_forward_fp8: validation, config, and a
 // launch of two kernels, the V transposition (forward_fp8.cuh) into scratch, then the
 // warp-specialised forward with E4M3 inputs (forward_ws.cuh). docs/attention.md §11.
-#include <cmath>
-#include <cstring>
 
 #include "driver/device.h"
 #include "jit/kernel_table.h"
@@ -15,7 +13,6 @@
 namespace kgen {
 namespace {
 
-constexpr double kLog2e = 1.4426950408889634;
 constexpr std::string_view kOp = "attention_fwd.fp8";
 
 // An E4M3 (batch, heads, n, d) view seen as 16-bit elements: two values per element, half the head
@@ -90,8 +87,7 @@ void attention_forward_fp8(const TensorView& q, const TensorView& k, const Tenso
   }
   if (auto why = check_attention_forward_config(call.spec, config, device.target))
     invalid_argument((options.config.empty() ? "q: " : "config: " + options.config + " is invalid here: ") + *why);
-  const AttentionShape& shape = call.shape;
-  if (shape.n_q == 0 || shape.batch == 0) return;
+  const AttentionShape& shape = call.shape;  // every size >= 1 (validated)
 
   const LoadedKernel forward = loaded_kernel({kOp, fp8_kernel_key(call.spec, config), call.device},
                                              [&] { return render_attention_forward(call.spec, config); });
@@ -111,19 +107,8 @@ void attention_forward_fp8(const TensorView& q, const TensorView& k, const Tenso
   tp.batch = shape.batch, tp.heads_kv = shape.heads_kv, tp.n_k = shape.n_k, tp.head_dim = d, tp.n_pad = n_pad;
 
   AttentionForwardFp8Params fp{};
-  AttentionForwardParams& p = fp.a;
-  p.q = q.data, p.k = k.data, p.v = vt, p.o = o.data;
-  p.lse = lse ? static_cast<float*>(lse->data) : nullptr;
-  p.q_stride_b = q.strides[0], p.q_stride_h = q.strides[1], p.q_stride_n = q.strides[2];
-  p.k_stride_b = k.strides[0], p.k_stride_h = k.strides[1], p.k_stride_n = k.strides[2];
-  p.o_stride_b = o.strides[0], p.o_stride_h = o.strides[1], p.o_stride_n = o.strides[2];
-  if (lse) p.lse_stride_b = lse->strides[0], p.lse_stride_h = lse->strides[1];
-  p.batch = shape.batch, p.heads_q = shape.heads_q, p.heads_kv = shape.heads_kv, p.n_q = shape.n_q, p.n_k = shape.n_k;
-  p.head_dim = d;
-  p.head_group = shape.heads_q / shape.heads_kv;
-  const double scale = options.scale > 0 ? options.scale : 1.0 / std::sqrt(double(d));
-  p.scale = static_cast<float>(scale);
-  p.scale_log2 = static_cast<float>(scale * kLog2e);
+  fp.a = attention_forward_params(call, q, k, v, o, lse, options);
+  fp.a.v = vt;  // the kernel reads V through v_map, the transposed copy
   fp.descale_q = dq, fp.descale_k = dk, fp.descale_v = dv;
 
   // Tensor maps: q and k as pairs of E4M3 values, the transposed V as (n_pad / 2, d, heads_kv,
