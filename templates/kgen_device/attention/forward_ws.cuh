@@ -346,46 +346,57 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
 
   if (wg == 0) {
     // ---- producer: one thread issues every copy; the ring's stage s of its g-th tile waits for
-    // the consumers to release tile g − Stages; a Q buffer waits for the stores of its last tile ----
+    // the consumers to release tile g − Stages; a Q buffer waits for the stores of its last tile.
+    // Paged K/V: the whole first warp runs the loop, its lanes issuing the K/V boxes (below) ----
     tma::release_registers<24>();
-    if (tid == 0) {
+    constexpr bool kWarpProducer = Variant::kPaged;
+    if (kWarpProducer ? tid < 32 : tid == 0) {
+      const bool issuer = !kWarpProducer || tid == 0;  // the thread that issues copies and arrivals
       int ring = 0;  // K/V tiles loaded so far
       for (int round = 0, local = 0; next_tile(round); ++local) {
         int first_tile, num_tiles;
         if constexpr (kSharedRange) {
-          load_q(qb, local);  // under the consumer's narrowing
+          if (issuer) load_q(qb, local);  // under the consumer's narrowing
           tma::wait(range_full(), 0);
           first_tile = range_slot[0], num_tiles = range_slot[1];
         } else {
           key_range(qb, first_tile, num_tiles, false);
         }
         const int kv_head = qb.head / p.head_group;
-        if constexpr (!kSharedRange) load_q(qb, local);
-        // Paged K/V: the pages of the tile at key n0, boxes of min(BN, page_size) rows (the map's),
-        // read from the block table before the stage is waited for (the reads are independent,
-        // so their latencies overlap each other and the wait).
-        constexpr int kMaxBoxes = Variant::kPaged ? BN / 16 : 1;
-        int pages[kMaxBoxes];
-        int box_rows = BN;
-        auto read_pages = [&](int n0) {
-          if constexpr (Variant::kPaged) {
-            box_rows = imin(BN, 1 << va->page_shift);
-#pragma unroll
-            for (int i = 0; i < kMaxBoxes; ++i)
-              if (i * box_rows < BN) pages[i] = paged_row(va, qb.batch, n0 + i * box_rows, qb.n_k - 1).page;
-          }
+        if constexpr (!kSharedRange)
+          if (issuer) load_q(qb, local);
+        // Paged K/V: the tile at key n0 takes one box of min(BN, page_size) rows (the map's) per
+        // page it spans and column block. The warp's lanes issue the boxes together, box
+        // j = 32·r + lane in round r (page j / (D / 64), column block j % (D / 64)), and read their
+        // pages from the block table a tile ahead, so the reads' latency passes under the waits.
+        constexpr int kBoxRounds = Variant::kPaged ? (BN / 16 * (D / 64) + 31) / 32 : 1;
+        const int box_rows = Variant::kPaged ? imin(BN, 1 << va->page_shift) : BN;
+        struct Pages {
+          int of[kBoxRounds];
         };
-        // The K or V tile at key n0: one box per column block, or with paged K/V one per page.
-        auto load_kv = [&](const TensorMapBytes* map, unsigned dst, int n0, unsigned bar) {
+        auto read_pages = [&](int n0) -> Pages {
+          Pages pages{};
+          if constexpr (Variant::kPaged) {
+#pragma unroll
+            for (int r = 0; r < kBoxRounds; ++r) {
+              const int i = (32 * r + tid) / (D / 64);
+              if (i * box_rows < BN) pages.of[r] = paged_row(va, qb.batch, n0 + i * box_rows, qb.n_k - 1).page;
+            }
+          }
+          return pages;
+        };
+        // The K or V tile at key n0: one box per column block, or with paged K/V one per page and
+        // column block (every lane of the warp calling).
+        auto load_kv = [&](const TensorMapBytes* map, unsigned dst, int n0, unsigned bar, const Pages& pages) {
           if constexpr (Variant::kPaged) {
             const int row = n0 & ((1 << va->page_shift) - 1);
 #pragma unroll
-            for (int i = 0; i < kMaxBoxes; ++i)
+            for (int r = 0; r < kBoxRounds; ++r) {
+              const int j = 32 * r + tid, i = j / (D / 64), b = j % (D / 64);
               if (i * box_rows < BN)
-#pragma unroll
-                for (int b = 0; b < D / 64; ++b)
-                  tma::load_4d(dst + b * KTile::kBlockBytes + i * box_rows * 128, map, 64 * b, row, kv_head, pages[i],
-                               bar);
+                tma::load_4d(dst + b * KTile::kBlockBytes + i * box_rows * 128, map, 64 * b, row, kv_head, pages.of[r],
+                             bar);
+            }
           } else {
 #pragma unroll
             for (int b = 0; b < DU / 64; ++b)
@@ -394,20 +405,22 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
           }
         };
         // The E4M3 V tile at key n0: one box of the transposed V, its D rows of BN key bytes.
-        auto load_v = [&](unsigned dst, int n0, unsigned bar) {
+        auto load_v = [&](unsigned dst, int n0, unsigned bar, const Pages& pages) {
           if constexpr (kFp8) tma::load_4d(dst, &tp.v_map, n0 / 2, 0, kv_head, qb.batch, bar);
-          else load_kv(&tp.v_map, dst, n0, bar);
+          else load_kv(&tp.v_map, dst, n0, bar, pages);
         };
+        Pages next_pages = num_tiles > 0 ? read_pages(first_tile * BN) : Pages{};
         for (int tile = 0; tile < num_tiles; ++tile, ++ring) {
           const int stage = ring % Stages, use = ring / Stages;
           const int n0 = (first_tile + tile) * BN;
-          read_pages(n0);
+          const Pages pages = next_pages;
+          if (tile + 1 < num_tiles) next_pages = read_pages(n0 + BN);
           if (use > 0) tma::wait(k_empty(stage), (use - 1) & 1);
-          tma::arrive_expect_tx(k_full(stage), KTile::kBytes);
-          load_kv(&tp.k_map, smem_k(stage), n0, k_full(stage));
+          if (issuer) tma::arrive_expect_tx(k_full(stage), KTile::kBytes);
+          load_kv(&tp.k_map, smem_k(stage), n0, k_full(stage), pages);
           if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
-          tma::arrive_expect_tx(v_full(stage), VTile::kBytes);
-          load_v(smem_v(stage), n0, v_full(stage));
+          if (issuer) tma::arrive_expect_tx(v_full(stage), VTile::kBytes);
+          load_v(smem_v(stage), n0, v_full(stage), pages);
         }
       }
     }
