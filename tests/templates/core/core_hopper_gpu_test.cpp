@@ -323,8 +323,11 @@ extern "C" __global__ void core_mbarrier(const unsigned* src, unsigned* out) {
   __shared__ __align__(8) unsigned long long bar;
   const int l = threadIdx.x;
   const unsigned b = kgen::smem_u32(&bar);
-  if (l == 0) kgen::tma::barrier_init(b, 32);
-  __syncwarp();
+  if (l == 0) {
+    kgen::tma::barrier_init(b, 32);
+    kgen::tma::fence_barrier_init();
+  }
+  __syncthreads();
   kgen::cp_async_16(kgen::smem_u32(&words[4 * l]), src + 4 * l, true);
   kgen::tma::cp_async_arrive(b);
   kgen::tma::wait(b, 0);
