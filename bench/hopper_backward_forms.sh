@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# One device batch for the Hopper backward's pair and TMA-load forms (ARCHITECTURE.md, "backward,
-# wgmma with decoupled warpgroups"; docs/kernels/measurements.md "Q and dO by TMA" has its first
-# run): key pairs (`:x2`, two key blocks per cluster summing dQ in distributed shared memory) and
-# Q/dO loaded by TMA (`:l`, multicast inside a pair). Correctness first, then time:
+# One device batch for the Hopper backward's TMA-load forms (ARCHITECTURE.md, "backward, wgmma
+# with decoupled warpgroups"; docs/kernels/measurements.md "Q and dO by TMA" has its first run):
+# Q/dO loaded by TMA (`:l`), with and without dQ by TMA. Correctness first, then time:
 #   1. the GPU test of those forms (every form at d = 64, 128, 80, 40, causal and not, the odd
 #      sizes, GQA 1/4/8, both layouts, atomic and deterministic dQ, NaN-poisoned outputs);
 #   2. `kgen check` of every form at the benchmark's head dims;
@@ -20,7 +19,7 @@ out=${1:?usage: bench/hopper_backward_forms.sh OUT_DIR}
 mkdir -p "$out"
 export KGEN_LOG_LEVEL=warn
 clock() { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader | sed "s/^/$1: /" >>"$out/clocks.log"; }
-forms=wg:bm64:bn128:a2:t:x2,wg:bm64:bn128:a1:t:x2,wg:bm64:bn128:a2:t:l,wg:bm64:bn128:a2:t:l:x2,wg:bm64:bn128:a1:l,wg:bm64:bn128:a2:l
+forms=wg:bm64:bn128:a2:t:l,wg:bm64:bn128:a1:l,wg:bm64:bn128:a2:l
 clock before
 dist/bin/kgen_bwd_gpu_tests --gtest_filter='AttentionBackwardGpuWgmma.ExplicitFormsOnSmallAndLargeShapes' 2>&1 |
   tee "$out/forms_test.log"

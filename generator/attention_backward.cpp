@@ -79,10 +79,10 @@ std::optional<std::string> head_dim_range_error(int head_dim) {
   return "head_dim=" + std::to_string(head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
 }
 
-// Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns.
+// Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns (no key
+// pairs: see render's Pair argument).
 int async_smem_bytes(int tile, const AttentionBackwardConfig& c) {
-  const bool pair = c.cluster == 2;
-  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, pair, pair && c.tma_loads,
+  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, false, false,
                                                   c.warp_specialised && c.tma_dq);
 }
 
@@ -104,7 +104,6 @@ std::string to_string(const AttentionBackwardConfig& c) {
     if (c.tma_loads) s << ":l";
     if (c.warp_specialised) s << ":w";
     if (c.persistent) s << ":p";
-    if (c.cluster != 1) s << ":x" << c.cluster;
     if (c.group_splits != 1) s << ":g" << c.group_splits;
   }
   else
@@ -137,7 +136,6 @@ std::vector<ConfigField> explain(const AttentionBackwardConfig& c) {
   if (c.tma_loads) f.push_back({"l", "Q and dO tiles loaded by TMA"});
   if (c.warp_specialised) f.push_back({"w", "a producer warpgroup issues the loads (and dQ's reduce-adds); the others only compute"});
   if (c.persistent) f.push_back({"p", "persistent grid: one block per SM walks the key blocks"});
-  if (c.cluster != 1) f.push_back({"x" + n(c.cluster), n(c.cluster) + " neighbouring key blocks sum their dQ tiles in shared memory first"});
   if (c.group_splits != 1)
     f.push_back({"g" + n(c.group_splits), n(c.group_splits) + " blocks per K/V head and key block split the group's query heads"});
   return f;
@@ -161,14 +159,13 @@ std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std
       if (parse_prefixed_int(parts[3], "c", c.splits))
         ok = c.splits != 1 && parts.size() == 4;
       else {
-        // a<k>, then in this order the flags t, l, w, p, x<k> and g<k>, each at most once
+        // a<k>, then in this order the flags t, l, w, p and g<k>, each at most once
         ok = parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0;
         std::size_t i = 4;
         if (i < parts.size() && parts[i] == "t") c.tma_dq = true, ++i;
         if (i < parts.size() && parts[i] == "l") c.tma_loads = true, ++i;
         if (i < parts.size() && parts[i] == "w") c.warp_specialised = true, ++i;
         if (i < parts.size() && parts[i] == "p") c.persistent = true, ++i;
-        if (i < parts.size() && parse_prefixed_int(parts[i], "x", c.cluster) && c.cluster != 1) ++i;
         if (i < parts.size() && parse_prefixed_int(parts[i], "g", c.group_splits) && c.group_splits != 1) ++i;
         ok = ok && i == parts.size();
       }
@@ -252,23 +249,21 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
     if (c.block_m != 64 && c.block_m != 128)
       return std::string("wgmma block_m must be 64 (one wgmma M of query rows) or 128");
     if (c.block_m == 128 && (c.async_wgs == 0 || tile != 64 || (c.tma_dq && !c.warp_specialised) ||
-                             c.cluster != 1 || c.splits != 1))
+                             c.splits != 1))
       return std::string(
           "wgmma block_m 128 takes a decoupled kernel (a1, a2) on the 64-column tile (head dims up to 64), "
-          "with dQ by red_add2 or, warp-specialised (w), by TMA (t); no x2");
+          "with dQ by red_add2 or, warp-specialised (w), by TMA (t)");
     if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
     if (c.tma_loads && c.async_wgs == 0)
       return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
-    if (c.cluster != 1 && (c.cluster != 2 || !c.tma_dq))
-      return std::string("wgmma key pairs take clusters of two (x2) and dQ by TMA (t): wg:bm64:bn128:a2:t:x2");
-    if (c.warp_specialised && ((!c.tma_dq && c.block_m != 128) || !c.tma_loads || c.cluster != 1))
-      return std::string("wgmma warp specialisation (w) takes loads by TMA (l), dQ by TMA (t) with 64-row tiles, "
-                         "and no key pairs: wg:bm64:bn128:a2:t:l:w, wg:bm128:bn128:a2:l:w or wg:bm128:bn128:a2:t:l:w");
+    if (c.warp_specialised && ((!c.tma_dq && c.block_m != 128) || !c.tma_loads))
+      return std::string("wgmma warp specialisation (w) takes loads by TMA (l) and dQ by TMA (t) with 64-row tiles: "
+                         "wg:bm64:bn128:a2:t:l:w, wg:bm128:bn128:a2:l:w or wg:bm128:bn128:a2:t:l:w");
     if (c.persistent && !c.warp_specialised)
       return std::string("wgmma persistent grids (p) take the warp-specialised kernel (w): wg:bm64:bn128:a2:t:l:w:p");
     if (c.group_splits != 1 &&
-        ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0 || c.cluster != 1))
-      return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits, a decoupled kernel (a1, a2) and no key pairs");
+        ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0))
+      return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits and a decoupled kernel (a1, a2)");
     if (c.splits == 2) {
       if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
         return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
@@ -598,9 +593,6 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
       const unsigned splits = c.path == BackwardPath::fa2    ? static_cast<unsigned>(column_splits(head_dim))
                               : c.path == BackwardPath::mfma ? static_cast<unsigned>(c.splits)
                                                              : 1u;
-      // Key pairs (the atomic kernel; the deterministic mode's is the block-synchronous one): an
-      // even x, the last pair's second block past n_k when the key blocks are odd.
-      const int cluster = kernel == BackwardKernel::kv_atomic ? c.cluster : 1;
       // Group splits (the atomic kernel): y = kv head · splits + part.
       const unsigned parts = kernel == BackwardKernel::kv_atomic ? static_cast<unsigned>(c.group_splits) : 1u;
       // Persistent (the atomic kernel): at most one block per SM over every key block
@@ -609,7 +601,7 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
         const long long items = 1LL * blocks(s.n_k, c.block_n) * hkv * parts * b;
         return {static_cast<unsigned>(std::clamp<long long>(items, 1, std::max(sm_count, 1))), 1, 1};
       }
-      return {blocks(s.n_k, c.block_n * cluster) * static_cast<unsigned>(cluster) * splits, hkv * parts, b};
+      return {blocks(s.n_k, c.block_n) * splits, hkv * parts, b};
     }
     case BackwardKernel::dkv_convert: return {blocks(s.n_k, attention_bwd::row_block_rows(kRowWarps, head_dim)), hkv, b};
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
@@ -690,18 +682,20 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
           k.threads = 256;
           k.smem_bytes = async_smem_bytes(tile, c);
-          // dQ by TMA alone keeps its own entry (the default); key pairs, TMA loads and group
-          // splits take the general one.
-          const bool general = c.tma_loads || c.cluster != 1 || c.group_splits != 1;
+          // dQ by TMA alone keeps its own entry (the default); TMA loads and group splits take the
+          // general one.
+          const bool general = c.tma_loads || c.group_splits != 1;
           shim.function = general    ? "attention_backward_wgmma_kv_async_maps"
                           : c.tma_dq ? "attention_backward_wgmma_kv_async_tma"
                                      : "attention_backward_wgmma_kv_async";
           if (c.tma_dq || general) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
-          shim.cluster_x = c.cluster;
           shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),
                        targ("Causal", spec.causal), targ("Stagger", c.async_wgs == 2)};
+          // Pair (key pairs in clusters of two) stays false: no config chooses that form of the
+          // template (it measured slower), and dropping it from the template would change the
+          // rendered source of every row that instantiates it.
           if (general)
-            for (TemplateArg a : {targ("TmaDQ", c.tma_dq), targ("TmaLoads", c.tma_loads), targ("Pair", c.cluster == 2)})
+            for (TemplateArg a : {targ("TmaDQ", c.tma_dq), targ("TmaLoads", c.tma_loads), targ("Pair", false)})
               shim.args.push_back(std::move(a));
         } else {
           k.threads = c.block_n / 64 * 128;
@@ -938,9 +932,8 @@ std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& s
   if (auto why = nvidia_only_path("wgmma", target)) return why;
   if (auto why = wgmma_only_path("wgmma", target)) return why;
   if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
-  if (c.async_wgs != 0 || c.tma_dq || c.tma_loads || c.cluster != 1)
-    return std::string(
-        "the wgmma double backward has no decoupled (a1, a2), TMA dQ (t), TMA load (l) or key-pair (x2) form");
+  if (c.async_wgs != 0 || c.tma_dq || c.tma_loads)
+    return std::string("the wgmma double backward has no decoupled (a1, a2), TMA dQ (t) or TMA load (l) form");
   if (c.splits == 2) {
     if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
       return "wgmma double backward with two column halves (c2) serves head dims above 128, not head_dim=" +

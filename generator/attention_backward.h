@@ -60,9 +60,6 @@ struct AttentionBackwardConfig {
                          // from registers ("wg:bm64:bn128:a2:t")
   bool tma_loads = false;  // wgmma async: Q and dO tiles loaded by TMA (one thread issues them) instead
                           // of cp.async from every thread ("wg:bm64:bn128:a2:t:l")
-  int cluster = 1;       // wgmma async with TMA dQ: key blocks per cluster; 2 = two neighbouring
-                         // key blocks sum their dQ tiles in shared memory before the reduce-adds,
-                         // each adding half the rows ("wg:bm64:bn128:a2:t:x2")
   int group_splits = 1;  // wgmma async, atomic mode: blocks per K/V head and key block, each walking
                          // 1/group_splits of the group's query heads and adding its dK and dV into
                          // fp32 rows that a last kernel converts (":g2"; groups of an odd size
@@ -82,7 +79,7 @@ struct AttentionBackwardConfig {
 enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, simt_dkdv, dkv_convert, sinks };
 
 // "fa2:bm64:bn128:w8", "wg:bm64:bn128" ("wg:bm64:bn128:a1" decoupled, ":a2:t" with dQ by TMA,
-// ":a2:t:x2" with it summed over key pairs first, ":l" with Q and dO loaded by TMA, ":g2" with
+// ":l" with Q and dO loaded by TMA, ":g2" with
 // each group's query heads split over two blocks,
 // "wg:bm128:bn128:a2" against 128-row query tiles up to 64 columns,
 // "wg:bm64:bn64:c2" above 128 columns), "mfma:bm32:bn64:w2"

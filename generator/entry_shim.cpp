@@ -18,7 +18,6 @@ std::string render_entry_shims(std::string_view header, std::string_view variant
   src += prelude;
   for (const EntryShim& s : shims) {
     src += "extern \"C\" __global__ void ";
-    if (s.cluster_x > 1) src += "__cluster_dims__(" + std::to_string(s.cluster_x) + ", 1, 1) ";
     src += "__launch_bounds__(" + std::to_string(s.threads);
     if (s.min_blocks > 0) src += ", " + std::to_string(s.min_blocks);
     src += ") " + s.entry + "(const " + (s.grid_constant ? "__grid_constant__ " : "") + "kgen::" + s.params +

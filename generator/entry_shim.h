@@ -36,7 +36,6 @@ struct EntryShim {
   std::string function;  // device template in namespace kgen: "attention_forward_fa2", "lrpe::lrpe_forward"
   std::vector<TemplateArg> args;
   bool grid_constant = false;  // pass it as a __grid_constant__ (the kernel takes its address: TMA maps)
-  int cluster_x = 1;           // blocks per cluster along x; above 1 the entry declares __cluster_dims__
   // An attention variant's kernel: the entry takes a second parameter, `KGEN_VARIANT_ARGS va`
   // (kgen_device/attention/variant.cuh: a const __grid_constant__ VariantArgs on NVIDIA), and
   // passes `&va` after p.

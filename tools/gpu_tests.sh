@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Both C++ GPU test suites over an installed tree in dist/, split over every GPU and core of the
-# machine: the tests that walk a whole config space run as KGEN_GPU_TEST_SPLIT=i/n parts, the
+# The C++ GPU test suites over an installed tree in dist/, split over every GPU and core of the
+# machine (the device core's primitives in one process): the tests that walk a whole config space run as KGEN_GPU_TEST_SPLIT=i/n parts, the
 # rest as gtest shards, all at once, sharing one kernel cache. A cold cache takes about 5 minutes
 # on two H200s with 32 cores. Logs go to $1 (default ./gpu-tests), one per process, with a
 # summary at the end; the exit status is 1 when any process failed.
@@ -45,6 +45,7 @@ done
 for ((i = 0; i < 6; ++i)); do
   launch "bwd_rest_$i" GTEST_TOTAL_SHARDS=6 GTEST_SHARD_INDEX=$i timeout "$limit" dist/bin/kgen_bwd_gpu_tests --gtest_brief=1 "--gtest_filter=$bwd_rest"
 done
+launch core timeout "$limit" dist/bin/kgen_core_gpu_tests --gtest_brief=1
 wait
 status=0
 for f in "$out"/*.log; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Batches on the lent GPU machine over an installed tree in dist/. Steps (default: all, in order):
 #   warm      kgen warm for sm_90a, every operator
-#   cpp       both C++ GPU test suites, split over the GPUs and cores (tools/gpu_tests.sh)
+#   cpp       the C++ GPU test suites, split over the GPUs and cores (tools/gpu_tests.sh)
 #   python    the Python tests
 #   check     kgen check --op X for every operator (--quick where it applies)
 #   bench     the standard forward and backward sweep of kgen bench, side by side with a second

@@ -113,9 +113,8 @@ std::size_t backward_workspace_bytes(const TensorView& q, bool atomic_dq) {
 }
 
 // The TMA view of dq_accum for the kernels that add dQ by TMA (AttentionBackwardTmaParams): 3-d
-// (head_dim, n_q, batch·heads_q), fp32, boxes of 32 columns by `box_rows` (64; 32 for key
-// pairs, each block adding half of a tile's rows).
-void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& call, std::uint32_t box_rows) {
+// (head_dim, n_q, batch·heads_q), fp32, boxes of 32 columns by 64 rows.
+void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& call) {
   TiledTensorMap m;
   m.base = tp.a.dq_accum;
   m.rank = 3;
@@ -124,7 +123,7 @@ void fill_dq_map(AttentionBackwardTmaParams& tp, const AttentionBackwardCall& ca
   const std::uint64_t d = static_cast<std::uint64_t>(call.spec.head_dim), n_q = static_cast<std::uint64_t>(call.rows.n_q);
   m.dims[0] = d, m.dims[1] = n_q, m.dims[2] = static_cast<std::uint64_t>(call.rows.batch) * call.rows.heads_q;
   m.strides_bytes[0] = d * 4, m.strides_bytes[1] = d * n_q * 4;
-  m.box[0] = 32, m.box[1] = box_rows, m.box[2] = 1;
+  m.box[0] = 32, m.box[1] = 64, m.box[2] = 1;
   gpu_driver().encode_tensor_map(&tp.dq_map, m, "cuTensorMapEncodeTiled(attention_bwd dq_accum)");
 }
 
@@ -150,7 +149,7 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   const bool maps = (config.tma_dq || config.tma_loads || config.group_splits != 1) && p.dq_accum;
   if (maps) {
     tp.a = p;
-    if (config.tma_dq) fill_dq_map(tp, call, config.cluster == 2 ? 32 : 64);
+    if (config.tma_dq) fill_dq_map(tp, call);
     if (config.tma_loads) {
       gpu_driver().encode_tensor_map(&tp.q_map, loads[0], "cuTensorMapEncodeTiled(attention_bwd q)");
       gpu_driver().encode_tensor_map(&tp.do_map, loads[1], "cuTensorMapEncodeTiled(attention_bwd d_o)");
@@ -191,7 +190,7 @@ std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const Attentio
   KeyPacker k;
   k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 8).add(c.block_n, 9);
   k.add(c.warps, 5).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
-  k.add(c.cluster == 2, 1).add(c.tma_loads, 1).add(std::countr_zero(static_cast<unsigned>(c.group_splits)), 2).add(c.warp_specialised, 1);
+  k.add(c.tma_loads, 1).add(std::countr_zero(static_cast<unsigned>(c.group_splits)), 2).add(c.warp_specialised, 1);
   k.add(c.persistent, 1);
   return k.value();
 }

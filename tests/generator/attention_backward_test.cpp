@@ -271,69 +271,21 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(grouped(128, false, {1, 16, 16, 1024, 1024}), "wg:bm64:bn64");
 }
 
-TEST(AttentionBackwardConfig, KeyPairsTextRulesGridAndRender) {
-  for (const char* text : {"wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a2:t:x2"}) {
-    auto c = parse_attention_backward_config(text);
-    ASSERT_TRUE(c) << text;
-    EXPECT_EQ(c->cluster, 2);
-    EXPECT_TRUE(c->tma_dq);
-    EXPECT_EQ(to_string(*c), text);
-    EXPECT_FALSE(check_attention_backward_config({DType::bf16, 128, true}, *c, sm90a())) << text;
-    EXPECT_FALSE(check_attention_backward_config({DType::f16, 40, false}, *c, sm90a())) << text;
-    EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, true}, *c, sm80())) << text;
-    // The double backward has no such kernel.
-    auto why = check_attention_double_backward_config({DType::bf16, 64, false}, *c, sm90a());
-    ASSERT_TRUE(why) << text;
-    EXPECT_NE(why->find("key-pair"), std::string::npos) << *why;
-  }
-  for (const char* bad : {"wg:bm64:bn128:a2:t:x1", "wg:bm64:bn128:a2:t:2", "wg:bm64:bn128:a2:t:x2:t",
-                          "wg:bm64:bn128:t:x2", "wg:bm64:bn128:a2:t:xx", "wg:bm64:bn128:a2:x2:t"})
+// Key pairs (":x2", clusters of two key blocks summing dQ before the reduce-adds) are no config:
+// the text does not parse, and every rendered decoupled kernel passes Pair = false.
+TEST(AttentionBackwardConfig, KeyPairsAreNoConfig) {
+  for (const char* bad : {"wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a2:t:x2", "wg:bm64:bn128:a2:t:l:x2", "wg:bm64:bn128:a2:t:x1",
+                          "wg:bm64:bn128:a2:t:l:w:x2", "wg:bm64:bn128:a2:t:x2:g2"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
-  // Clusters of two only, and only with dQ by TMA (without it there is nothing to pair).
-  for (const char* bad : {"wg:bm64:bn128:a2:t:x3", "wg:bm64:bn128:a2:x2", "wg:bm64:bn128:a1:l:x2"}) {
-    auto c = parse_attention_backward_config(bad);
-    ASSERT_TRUE(c) << bad;
-    EXPECT_EQ(to_string(*c), bad);
-    auto why = check_attention_backward_config({DType::bf16, 128, false}, *c, sm90a());
-    ASSERT_TRUE(why) << bad;
-    EXPECT_NE(why->find("x2"), std::string::npos) << *why;
-  }
-
-  // The atomic kernel is declared in clusters of two along x, its grid has an even x; the
-  // deterministic mode's key-major kernel is the block-synchronous one with the plain grid.
-  const auto c = *parse_attention_backward_config("wg:bm64:bn128:a2:t:x2");
-  const auto t = *parse_attention_backward_config("wg:bm64:bn128:a2:t");
-  const KernelSource pair = render_attention_backward({DType::bf16, 80, true}, c, BackwardKernel::kv_atomic);
-  EXPECT_NE(pair.source.find("__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1)"), std::string::npos)
-      << pair.source;
-  EXPECT_NE(pair.source.find("attention_backward_wgmma_kv_async_maps</*T=*/kgen::bfloat16_t, /*D=*/128, /*BM=*/64, "
-                             "/*Causal=*/true, /*Stagger=*/true, /*TmaDQ=*/true, /*TmaLoads=*/false, /*Pair=*/true, "
-                             "/*HeadDim=*/80>"),
-            std::string::npos)
-      << pair.source;
-  EXPECT_NE(pair.source.find("(const __grid_constant__ kgen::AttentionBackwardTmaParams p)"), std::string::npos);
-  EXPECT_EQ(pair.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true, true));
-  EXPECT_EQ(pair.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true) + 32);  // four mbarriers
-  EXPECT_LE(pair.smem_bytes, sm90a().max_smem_per_block);
-  const KernelSource single = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv_atomic);
-  EXPECT_EQ(single.source.find("__cluster_dims__"), std::string::npos);
-  EXPECT_NE(pair.variant, single.variant);
-  const std::string det = render_attention_backward({DType::bf16, 80, true}, c, BackwardKernel::kv).source;
-  const std::string det_t = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv).source;
-  EXPECT_EQ(det.substr(det.find("extern")), det_t.substr(det_t.find("extern")));
-  for (int n_k : {1, 128, 129, 256, 257, 4096, 4097}) {
-    const AttentionShape shape{2, 8, 4, 1000, n_k};
-    const LaunchGrid g = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 80, 132);
-    EXPECT_EQ(g.x % 2, 0u) << n_k;
-    EXPECT_EQ(g.x, 2u * ((n_k + 255) / 256)) << n_k;
-    EXPECT_EQ(g.y, 4u);
-    EXPECT_EQ(g.z, 2u);
-    EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv, shape, 80, 132).x, static_cast<unsigned>((n_k + 127) / 128)) << n_k;
+  for (const auto& c : attention_backward_config_space({DType::bf16, 128, true}, sm90a())) {
+    const KernelSource k = render_attention_backward({DType::bf16, 128, true}, c, BackwardKernel::kv_atomic);
+    EXPECT_EQ(k.source.find("/*Pair=*/true"), std::string::npos) << to_string(c);
+    EXPECT_EQ(k.source.find("__cluster_dims__"), std::string::npos) << to_string(c);
   }
 }
 
 TEST(AttentionBackwardConfig, TmaLoadsTextRulesAndRender) {
-  for (const char* text : {"wg:bm64:bn128:a1:l", "wg:bm64:bn128:a2:t:l", "wg:bm64:bn128:a2:t:l:x2"}) {
+  for (const char* text : {"wg:bm64:bn128:a1:l", "wg:bm64:bn128:a2:t:l"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
     EXPECT_TRUE(c->tma_loads);
@@ -364,12 +316,6 @@ TEST(AttentionBackwardConfig, TmaLoadsTextRulesAndRender) {
   EXPECT_EQ(k.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(64, 64));
   const std::string det = render_attention_backward({DType::f16, 64, false}, l, BackwardKernel::kv).source;
   EXPECT_NE(det.find("attention_backward_wgmma_kv<"), std::string::npos) << det;
-  // In a key pair the loads are multicast: one more mbarrier per ring stage.
-  const KernelSource lx = render_attention_backward({DType::bf16, 128, true}, *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:x2"),
-                                                    BackwardKernel::kv_atomic);
-  EXPECT_EQ(lx.smem_bytes, attention_bwd::wgmma_kv_async_smem_bytes(128, 64, true, true) + 8 * attention_bwd::kWgmmaAsyncStages);
-  EXPECT_LE(lx.smem_bytes, sm90a().max_smem_per_block);
-  EXPECT_NE(lx.source.find("/*TmaDQ=*/true, /*TmaLoads=*/true, /*Pair=*/true>"), std::string::npos) << lx.source;
   // The default form of dQ by TMA keeps its own entry.
   const KernelSource t = render_attention_backward({DType::bf16, 128, false}, *parse_attention_backward_config("wg:bm64:bn128:a2:t"),
                                                    BackwardKernel::kv_atomic);
@@ -390,9 +336,9 @@ TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
     EXPECT_TRUE(check_attention_backward_config({DType::bf16, 64, false}, *c, sm80())) << text;
   }
   // Not on the 128-column tile (Sᵀ, dPᵀ, dK and dV would take 256 registers), not block-synchronous,
-  // not with dQ by TMA or in key pairs; the text names the rule.
+  // not with dQ by TMA; the text names the rule.
   for (const char* bad : {"wg:bm128:bn128:a1 d72", "wg:bm128:bn128 d64", "wg:bm128:bn64 d64",
-                          "wg:bm128:bn128:a2:t d64", "wg:bm128:bn128:a2:t:x2 d64"}) {
+                          "wg:bm128:bn128:a2:t d64"}) {
     const std::string text(bad);
     const auto c = parse_attention_backward_config(text.substr(0, text.find(' ')));
     ASSERT_TRUE(c) << bad;
@@ -426,8 +372,8 @@ TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
       << det;
 }
 
-// Warp specialisation (":w"): with the loads by TMA and, in 64-row tiles, dQ by TMA; no key
-// pairs, group splits allowed; 384 threads (a producer warpgroup) and, with TMA dQ, four more
+// Warp specialisation (":w"): with the loads by TMA and, in 64-row tiles, dQ by TMA; group
+// splits allowed; 384 threads (a producer warpgroup) and, with TMA dQ, four more
 // mbarriers; the deterministic mode keeps the block-synchronous kernel.
 TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
   for (const char* text : {"wg:bm64:bn128:a2:t:l:w", "wg:bm64:bn128:a1:t:l:w", "wg:bm64:bn128:a1:t:l:w:g2",
@@ -445,8 +391,7 @@ TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
   }
   for (const char* bad : {"wg:bm64:bn128:w", "wg:bm64:bn128:a2:w:t:l", "wg:bm64:bn128:a2:t:l:w:w"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
-  for (const char* text : {"wg:bm64:bn128:a2:t:w", "wg:bm64:bn128:a2:l:w", "wg:bm64:bn128:a2:t:l:w:x2",
-                           "wg:bm128:bn128:a2:w"}) {
+  for (const char* text : {"wg:bm64:bn128:a2:t:w", "wg:bm64:bn128:a2:l:w", "wg:bm128:bn128:a2:w"}) {
     const auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
     auto why = check_attention_backward_config({DType::bf16, 64, false}, *c, sm90a());
@@ -568,7 +513,7 @@ TEST(AttentionBackwardConfig, PersistentTextRulesGridRenderAndDefaults) {
   EXPECT_EQ(def(128, false, {1, 64, 8, 4096, 4096}), "wg:bm64:bn128:a2:t:l:w:p");
 }
 
-// Group splits (":g2"): decoupled kernels only, no key pairs; the atomic mode adds a dK/dV
+// Group splits (":g2"): decoupled kernels only; the atomic mode adds a dK/dV
 // conversion and doubles the key-major grid's y; the general entry with GroupSplit.
 TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
   for (const char* text : {"wg:bm64:bn128:a2:t:l:g2", "wg:bm64:bn128:a1:g2", "wg:bm128:bn128:a2:l:g2"}) {
@@ -587,7 +532,7 @@ TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
   }
   for (const char* bad : {"wg:bm64:bn128:g2", "wg:bm64:bn128:a2:g2:l", "wg:bm64:bn128:a2:g2:g2", "wg:bm64:bn128:a2:g1"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
-  for (const char* text : {"wg:bm64:bn128:a2:t:x2:g2", "wg:bm64:bn128:a2:g3", "wg:bm64:bn128:a2:g6", "wg:bm64:bn128:a2:g16"}) {
+  for (const char* text : {"wg:bm64:bn128:a2:g3", "wg:bm64:bn128:a2:g6", "wg:bm64:bn128:a2:g16"}) {
     auto why = check_attention_backward_config({DType::bf16, 128, true}, *parse_attention_backward_config(text), sm90a());
     ASSERT_TRUE(why) << text;
     EXPECT_NE(why->find("g2"), std::string::npos) << *why;

@@ -40,7 +40,7 @@ TEST(ConfigText, EveryParserRefusesNegativeAndHugeFields) {
   EXPECT_FALSE(parse_attention_backward_spec("attention_bwd.bf16.d4294967360.full"));
   // The forms kgen writes still parse.
   EXPECT_TRUE(parse_attention_forward_config("fa2:bm64:bn64:w4:s2"));
-  EXPECT_TRUE(parse_attention_backward_config("wg:bm64:bn128:a2:t:x2"));
+  EXPECT_TRUE(parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w:p:g8"));
   EXPECT_TRUE(parse_lrpe_config("sp:t256:r1:v8:b4:o2"));
 }
 

@@ -149,18 +149,15 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
   if (tested == 0) GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
 }
 
-// The decoupled kernel's explicit forms outside the tuner's space: key pairs (":x2", clusters of
-// two key blocks summing dQ in distributed shared memory) and Q/dO loads by TMA (":l"), alone and
-// together. The same grid as above (bf16 at the tile head dims, fp16 on padded tiles), plus a
-// shape whose key blocks are odd in number (n_k = 1337: the last pair's second block has no
-// keys) with a mask and GQA.
+// The decoupled kernel's explicit forms outside the tuner's space: Q/dO loads by TMA (":l"), with
+// and without dQ by TMA. The same grid as above (bf16 at the tile head dims, fp16 on padded
+// tiles), plus a shape whose key blocks are odd in number (n_k = 1337) with a mask and GQA.
 TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
   if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
   std::uint64_t seed = 7331;
-  for (const char* text : {"wg:bm64:bn128:a2:t:x2", "wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a1:l", "wg:bm64:bn128:a2:l",
-                           "wg:bm64:bn128:a2:t:l", "wg:bm64:bn128:a2:t:l:x2"})
+  for (const char* text : {"wg:bm64:bn128:a1:l", "wg:bm64:bn128:a2:l", "wg:bm64:bn128:a2:t:l"})
     for (int d : {64, 128, 80, 40})
       for (bool causal : {false, true}) {
         const DType dtype = d == 64 || d == 128 ? DType::bf16 : DType::f16;

@@ -25,7 +25,7 @@ std::vector<AttentionBackwardConfig> configs_of(const AttentionBackwardSpec& spe
       out.push_back(dbl ? attention_double_backward_default_config(spec, shape, target, sm_count)
                         : attention_backward_default_config(spec, shape, target, sm_count));
   if (!dbl)
-    for (const char* text : {"wg:bm64:bn128:a2:t:l:x2", "wg:bm64:bn128:a1:t:l:g2", "wg:bm128:bn128:a2:l:g2",
+    for (const char* text : {"wg:bm64:bn128:a1:t:l:g2", "wg:bm128:bn128:a2:l:g2",
                              "wg:bm64:bn128:a1:t:l:w:g2", "wg:bm64:bn128:a2:t:l:w:g4", "wg:bm64:bn128:a2:t:l:w:g8",
                              "wg:bm128:bn128:a2:l:w:g4", "wg:bm64:bn128:a2:t:l:w:p:g8", "wg:bm128:bn128:a2:t:l:w:p"}) {
       const auto c = *parse_attention_backward_config(text);
