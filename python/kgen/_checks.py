@@ -137,15 +137,17 @@ def descriptor(t: torch.Tensor, swap: bool = False) -> _lib.DLTensor:
     return _lib.dltensor(address, shape, strides, dl_dtype(t.dtype), dl_device(t.device))
 
 
-def validate(function: str, tensors, swap: bool, options, extra=None) -> None:
+def validate(function: str, tensors, swap, options, extra=None) -> None:
     """C `function(tensors..., &options, extra..., stream)` in validate-only mode: the library's
     own checks of the call, as a launch runs them; a refusal raises its KgenError. `tensors` in
-    the function's order (None = NULL), described by `descriptor`; `options` the options struct
+    the function's order (None = NULL), described by `descriptor` with `swap` (one for all, or a
+    tuple with one per tensor); `options` the options struct
     (or a function making it, where it holds sizes); `extra()`, if given, builds the arguments
     between the options and the stream as the launch does (its tensors described by
     `descriptor`), returning (arguments, what must live until the call returns)."""
     try:
-        descriptors = [None if t is None else descriptor(t, swap) for t in tensors]
+        swaps = swap if isinstance(swap, tuple) else (swap,) * len(tensors)
+        descriptors = [None if t is None else descriptor(t, s) for t, s in zip(tensors, swaps)]
         if callable(options):
             options = options()
         arguments, keep = extra() if extra is not None else ((), None)

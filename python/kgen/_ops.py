@@ -265,10 +265,24 @@ _register("varlen_attention_double_backward(Tensor q, Tensor k, Tensor v, Tensor
 
 def _fake_paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens=None, scale=None, causal=False,
                                   layout="bnhd", *variant, **named):
+    """Shapes of a paged forward, its call validated (the pages a row reads live on the GPU: the
+    library reads them, under KGEN_CHECK_INDICES, when the call runs)."""
     for name, t, ndim in (("q", q, 4), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4), ("block_table", block_table, 2)):
         if t.dim() != ndim:
             raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
-    return K._forward_outputs(q, K._swap(layout))
+    swap = K._swap(layout)
+    o, lse = K._forward_outputs(q, swap)
+    variant = K._variant(variant, named)
+
+    def extra():  # the paged K/V and the variant, as paged_forward_out passes them
+        c, keep = K._variant_struct(variant, describe=_checks.descriptor)
+        table = _checks.descriptor(block_table)
+        lens = None if cache_seqlens is None else _checks.descriptor(cache_seqlens)
+        kv = _lib.PagedKV(ctypes.addressof(table), None if lens is None else ctypes.addressof(lens))
+        return (ctypes.addressof(kv), ctypes.addressof(c)), (c, keep, table, lens, kv)
+    _checks.validate("kgen_attention_paged_forward", (q, k_cache, v_cache, o, lse), (swap, False, False, swap, False),
+                     _forward_options(scale, causal), extra)
+    return o, lse
 
 
 def _fake_paged_append(k, v, k_cache, v_cache, block_table, cache_seqlens, rotary_cos=None, rotary_sin=None,

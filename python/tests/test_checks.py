@@ -279,3 +279,16 @@ def test_dynamic_shapes_are_checked_at_the_example_without_guards(monkeypatch):
         assert compiled(q, k, k).shape == q.shape
     assert "kgen_attention_forward" in asked
     torch._dynamo.reset()
+
+
+def test_the_paged_forward_fake_asks_the_library():
+    """q and o in the bnhd layout, the caches as given: a valid call passes, a page size the
+    kernels do not serve is refused with the library's sentence."""
+    q = meta(spec((2, 1, 8, 64)))
+    table, lens = meta(spec((2, 3), torch.int32)), meta(spec((2,), torch.int32))
+    o, lse = torch.ops.kgen.paged_attention_forward(q, meta(spec((8, 16, 2, 64))), meta(spec((8, 16, 2, 64))), table,
+                                                    lens)
+    assert o.shape == q.shape and lse.shape == (2, 8, 1)
+    cache = meta(spec((8, 24, 2, 64)))
+    with pytest.raises(KgenError, match=r"^k_cache: page_size 24 must be a power of two from 16 to 256$"):
+        torch.ops.kgen.paged_attention_forward(q, cache, cache, table, lens)
