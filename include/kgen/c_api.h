@@ -341,6 +341,18 @@ kgen_status kgen_md_lrpe_cosine_backward(const DLTensor* x, const DLTensor* thet
  * scratch from the caller's allocator saves the call a stream-ordered allocation and free. */
 kgen_status kgen_lrpe_workspace_bytes(const DLTensor* x, int act, int backward, size_t* bytes);
 
+/* Validate-only calls, for callers that trace a program without running it (PyTorch's fake
+ * kernels). While on (on != 0), this thread's operator calls (the functions above that take a
+ * stream, and kgen_attention_paged_plan) convert and check their arguments exactly as a launch
+ * does, in the same order and with the same sentences, then return KGEN_OK without touching a
+ * device: no driver, context, config decision, compile, allocation or launch, so they work on a
+ * machine without a GPU or libcuda. The stream is not used; data pointers are checked (not null,
+ * aligned to the element) but never read, so any such address serves; kgen_attention_paged_plan
+ * makes no plan (*plan is NULL). What needs the device is not checked: an explicit config against
+ * the device's target, a caller's workspace size, tensor maps, the index reads of
+ * KGEN_CHECK_INDICES. Other functions behave as always. Returns the previous setting. */
+int kgen_validate_only(int on);
+
 /* The message of the last failed call on this thread ("" if none). */
 const char* kgen_last_error(void);
 

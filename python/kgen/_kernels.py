@@ -178,15 +178,16 @@ def _variant_tensor(t, swap: bool = False) -> _lib.DLTensor:
     return _lib.dltensor(t.data_ptr(), shape, strides, _checks.dl_dtype(t.dtype), (device_type, max(device, 0)))
 
 
-def _variant_struct(variant: _checks.Variant, sinks_grad=None, tensor_grads=()):
+def _variant_struct(variant: _checks.Variant, sinks_grad=None, tensor_grads=(), describe=_variant_tensor):
     """(kgen_attention_variant, what must live until the call returns). The backward's gradient
-    buffers: sinks_grad, and tensor_grads[i] for variant.tensors[i] (learnable if not None)."""
+    buffers: sinks_grad, and tensor_grads[i] for variant.tensors[i] (learnable if not None).
+    `describe` makes a tensor's DLTensor (_checks.descriptor for tensors without storage)."""
     keep = []
 
     def address(t):
         if t is None:
             return None
-        d = _variant_tensor(t)
+        d = describe(t)
         keep.append(d)
         return ctypes.addressof(d)
 
@@ -239,11 +240,12 @@ def varlen_forward_out(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen
     del keep, sequences  # read by the call
 
 
-def _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k):
-    """(kgen_packed_sequences, its descriptors): all must live until the call returns."""
-    cu_q, cu_k = _variant_tensor(cu_seqlens_q), _variant_tensor(cu_seqlens_k)
-    return _lib.PackedSequences(ctypes.addressof(cu_q), ctypes.addressof(cu_k), int(max_seqlen_q),
-                                int(max_seqlen_k)), cu_q, cu_k
+def _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, describe=_variant_tensor, number=int):
+    """(kgen_packed_sequences, its descriptors): all must live until the call returns. `describe`
+    and `number` make the descriptors and the ints (see _variant_struct)."""
+    cu_q, cu_k = describe(cu_seqlens_q), describe(cu_seqlens_k)
+    return _lib.PackedSequences(ctypes.addressof(cu_q), ctypes.addressof(cu_k), number(max_seqlen_q),
+                                number(max_seqlen_k)), cu_q, cu_k
 
 
 def varlen_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, sinks_grad, tensor_grads, cu_seqlens_q, cu_seqlens_k,

@@ -178,6 +178,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_lrpe_cosine_backward": (ctypes.c_int, [_P] * 6),
     "kgen_md_lrpe_cosine_forward": (ctypes.c_int, [_P] * 6),
     "kgen_md_lrpe_cosine_backward": (ctypes.c_int, [_P] * 7),
+    "kgen_validate_only": (ctypes.c_int, [ctypes.c_int]),
     "kgen_last_error": (ctypes.c_char_p, []),
     "kgen_version": (ctypes.c_char_p, []),
 }

@@ -3,7 +3,8 @@
 Each operator has a fixed arity and is registered with `torch.library.Library("kgen", "DEF")`:
 `define`, the CUDA kernel of _kernels.py (also for CPU tensors, which the library refuses with
 its own message), a fake kernel that gives the outputs' shapes and dtypes and raises the
-library's error for invalid arguments at trace time (_checks.py), and for the forward operators
+library's error for invalid arguments at trace time (the library's own checks, asked through
+_checks.validate), and for the forward operators
 an autocast kernel. `define` + `impl` costs less per call than `torch.library.custom_op`.
 Autograd is not registered: kgen.torch's autograd Functions call these operators, so
 torch.compile traces them as leaves of the forward and backward graphs.
@@ -57,9 +58,11 @@ theta) to the autocast dtype, as SDPA does, and run in it.
 """
 from __future__ import annotations
 
+import ctypes
+
 import torch
 
-from . import _checks
+from . import _checks, _lib
 from . import _kernels as K
 
 _LIB = torch.library.Library("kgen", "DEF")
@@ -114,8 +117,29 @@ def _register(schema: str, kernel, fake, cast: tuple = ()) -> None:
 
 # --- attention -----------------------------------------------------------------------------------
 
+def _forward_options(scale, causal):
+    return _lib.AttentionOptions(K._scale(scale), int(causal))
+
+
+def _gradient_options(scale, causal, deterministic, config):
+    return _lib.AttentionBackwardOptions(K._scale(scale), int(causal), int(deterministic), None, 0,
+                                         config.encode() if config else None)
+
+
+def _variant_argument(variant, sinks_grad=None, tensor_grads=(), sequences=None):
+    """_checks.validate's `extra` of a call taking a variant (after the packed batch's sequences,
+    (cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k), when given), built as the kernel builds it."""
+    def extra():
+        c, keep = K._variant_struct(variant, sinks_grad, tensor_grads, _checks.descriptor)
+        if sequences is None:
+            return (ctypes.addressof(c),), (c, keep)
+        packed = K._sequences(*sequences, _checks.descriptor, _checks.example_int)
+        return (ctypes.addressof(packed[0]), ctypes.addressof(c)), (c, keep, packed)
+    return extra
+
+
 def _fake_attention_forward_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd"):
-    _checks.attention_forward(q, k, v, out, lse, K._scale(scale), K._swap(layout))
+    _checks.validate("kgen_attention_forward", (q, k, v, out, lse), K._swap(layout), _forward_options(scale, causal))
 
 
 def _fake_attention_forward(q, k, v, scale=None, causal=False, layout="bhnd"):
@@ -126,34 +150,32 @@ def _fake_attention_forward(q, k, v, scale=None, causal=False, layout="bhnd"):
 
 def _fake_attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale=None, causal=False, layout="bhnd",
                                  deterministic=False, config=None):
-    _checks.attention_backward(q, k, v, o, lse, K._dense(d_o), dq, dk, dv, K._scale(scale), K._swap(layout))
+    _checks.validate("kgen_attention_backward", (q, k, v, o, lse, K._dense(d_o), dq, dk, dv), K._swap(layout),
+                     _gradient_options(scale, causal, deterministic, config))
 
 
 def _fake_attention_backward(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd", deterministic=False,
                              config=None):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    _fake_attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, layout)
+    _fake_attention_backward_out(q, k, v, o, lse, d_o, dq, dk, dv, scale, causal, layout, deterministic, config)
     return dq, dk, dv
 
 
 def _fake_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, layout="bhnd",
-                                    deterministic=False, config=None):
+                                    deterministic=False, config=None, *variant, **named):
+    """Also the fake of attention_double_backward_variant (with the variant's fields)."""
     outputs = K._double_backward_outputs(q, k, v)
-    _checks.attention_double_backward(q, k, v, o, lse, *map(K._dense, (d_o, gq, gk, gv)), *outputs,
-                                      K._scale(scale), K._swap(layout))
-    return outputs
-
-
-def _fake_attention_double_backward_variant(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False,
-                                            layout="bhnd", deterministic=False, config=None, *variant, **named):
-    outputs = _fake_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale, causal, layout)
-    _checks.attention_forward_variant(q, k, v, o, lse, K._scale(scale), K._swap(layout), K._variant(variant, named))
+    extra = _variant_argument(K._variant(variant, named)) if variant or named else None
+    _checks.validate("kgen_attention_double_backward_variant" if extra else "kgen_attention_double_backward",
+                     (q, k, v, o, lse, *map(K._dense, (d_o, gq, gk, gv)), *outputs), K._swap(layout),
+                     _gradient_options(scale, causal, deterministic, config), extra)
     return outputs
 
 
 def _fake_attention_forward_variant_out(q, k, v, out, lse, scale=None, causal=False, layout="bhnd", *variant,
                                         **named):
-    _checks.attention_forward_variant(q, k, v, out, lse, K._scale(scale), K._swap(layout), K._variant(variant, named))
+    _checks.validate("kgen_attention_forward_variant", (q, k, v, out, lse), K._swap(layout),
+                     _forward_options(scale, causal), _variant_argument(K._variant(variant, named)))
 
 
 def _fake_attention_forward_variant(q, k, v, scale=None, causal=False, layout="bhnd", *variant, **named):
@@ -162,15 +184,23 @@ def _fake_attention_forward_variant(q, k, v, scale=None, causal=False, layout="b
     return o, lse
 
 
-def _fake_attention_backward_variant(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd",
-                                     deterministic=False, config=None, tensor_learnable=None, *variant, **named):
+def _fake_variant_backward(function, q, k, v, o, lse, d_o, options, tensor_learnable, variant, named, swap=False,
+                           sequences=None):
+    """The outputs of a variant's backward (dense or, with `sequences`, packed), its call validated."""
     variant = K._variant(variant, named)
     learnable = K._learnable(variant, tensor_learnable)
     dq, dk, dv, sinks_grad, grads = K._variant_backward_outputs(q, k, v, variant, learnable)
-    _checks.attention_backward_variant(q, k, v, o, lse, K._dense(d_o), dq, dk, dv, K._scale(scale), K._swap(layout),
-                                       variant, None if variant.sinks is None else sinks_grad,
-                                       K._tensor_grads(learnable, grads))
+    extra = _variant_argument(variant, None if variant.sinks is None else sinks_grad,
+                              K._tensor_grads(learnable, grads), sequences)
+    _checks.validate(function, (q, k, v, o, lse, K._dense(d_o), dq, dk, dv), swap, options, extra)
     return dq, dk, dv, sinks_grad, grads
+
+
+def _fake_attention_backward_variant(q, k, v, o, lse, d_o, scale=None, causal=False, layout="bhnd",
+                                     deterministic=False, config=None, tensor_learnable=None, *variant, **named):
+    return _fake_variant_backward("kgen_attention_backward_variant", q, k, v, o, lse, d_o,
+                                  _gradient_options(scale, causal, deterministic, config), tensor_learnable, variant,
+                                  named, K._swap(layout))
 
 
 _register(f"attention_forward(Tensor q, Tensor k, Tensor v, {_ATTENTION}) -> (Tensor, Tensor)",
@@ -181,13 +211,17 @@ _register(f"attention_forward_variant(Tensor q, Tensor k, Tensor v, {_ATTENTION}
           K.attention_forward_variant, _fake_attention_forward_variant, cast=(0, 1, 2))
 def _fake_varlen_attention_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale=None,
                                    causal=False, *variant, **named):
-    """Shapes of a packed forward; the library checks the arguments when it runs (a packed batch's
-    bounds live on the GPU, so most checks cannot run at trace time)."""
+    """Shapes of a packed forward, its call validated (a packed batch's bounds live on the GPU: the
+    library reads them, under KGEN_CHECK_INDICES, when the call runs)."""
     for name, t, ndim in (("q", q, 3), ("k", k, 3), ("v", v, 3), ("cu_seqlens_q", cu_seqlens_q, 1),
                           ("cu_seqlens_k", cu_seqlens_k, 1)):
         if t.dim() != ndim:
             raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
-    return K.varlen_outputs(q)
+    o, lse = K.varlen_outputs(q)
+    _checks.validate("kgen_attention_varlen_forward", (q, k, v, o, lse), False, _forward_options(scale, causal),
+                     _variant_argument(K._variant(variant, named),
+                                       sequences=(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)))
+    return o, lse
 
 
 _register(f"varlen_attention_forward(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k, "
@@ -196,8 +230,9 @@ _register(f"varlen_attention_forward(Tensor q, Tensor k, Tensor v, Tensor cu_seq
 def _fake_varlen_attention_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                     scale=None, causal=False, deterministic=False, tensor_learnable=None, *variant,
                                     **named):
-    variant = K._variant(variant, named)
-    return K._variant_backward_outputs(q, k, v, variant, K._learnable(variant, tensor_learnable))
+    return _fake_variant_backward("kgen_attention_varlen_backward", q, k, v, o, lse, d_o,
+                                  _gradient_options(scale, causal, deterministic, None), tensor_learnable, variant,
+                                  named, sequences=(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k))
 
 
 _register("varlen_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
@@ -207,13 +242,18 @@ _register("varlen_attention_backward(Tensor q, Tensor k, Tensor v, Tensor o, Ten
 def _fake_varlen_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k, scale=None, causal=False, deterministic=False, config=None,
                                            *variant, **named):
-    """Shapes of a packed double backward (the library checks the arguments when it runs)."""
+    """Shapes of a packed double backward, its call validated."""
     for name, t, ndim in (("q", q, 3), ("k", k, 3), ("v", v, 3), ("d_o", d_o, 3), ("gq", gq, 3), ("gk", gk, 3),
                           ("gv", gv, 3), ("cu_seqlens_q", cu_seqlens_q, 1), ("cu_seqlens_k", cu_seqlens_k, 1)):
         if t is not None and t.dim() != ndim:
             raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
-    K._variant(variant, named)
-    return K._double_backward_outputs(q, k, v)
+    outputs = K._double_backward_outputs(q, k, v)
+    _checks.validate("kgen_attention_varlen_double_backward",
+                     (q, k, v, o, lse, *map(K._dense, (d_o, gq, gk, gv)), *outputs), False,
+                     _gradient_options(scale, causal, deterministic, config),
+                     _variant_argument(K._variant(variant, named),
+                                       sequences=(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)))
+    return outputs
 
 
 _register("varlen_attention_double_backward(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
@@ -225,10 +265,24 @@ _register("varlen_attention_double_backward(Tensor q, Tensor k, Tensor v, Tensor
 
 def _fake_paged_attention_forward(q, k_cache, v_cache, block_table, cache_seqlens=None, scale=None, causal=False,
                                   layout="bnhd", *variant, **named):
+    """Shapes of a paged forward, its call validated (the pages a row reads live on the GPU: the
+    library reads them, under KGEN_CHECK_INDICES, when the call runs)."""
     for name, t, ndim in (("q", q, 4), ("k_cache", k_cache, 4), ("v_cache", v_cache, 4), ("block_table", block_table, 2)):
         if t.dim() != ndim:
             raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
-    return K._forward_outputs(q, K._swap(layout))
+    swap = K._swap(layout)
+    o, lse = K._forward_outputs(q, swap)
+    variant = K._variant(variant, named)
+
+    def extra():  # the paged K/V and the variant, as paged_forward_out passes them
+        c, keep = K._variant_struct(variant, describe=_checks.descriptor)
+        table = _checks.descriptor(block_table)
+        lens = None if cache_seqlens is None else _checks.descriptor(cache_seqlens)
+        kv = _lib.PagedKV(ctypes.addressof(table), None if lens is None else ctypes.addressof(lens))
+        return (ctypes.addressof(kv), ctypes.addressof(c)), (c, keep, table, lens, kv)
+    _checks.validate("kgen_attention_paged_forward", (q, k_cache, v_cache, o, lse), (swap, False, False, swap, False),
+                     _forward_options(scale, causal), extra)
+    return o, lse
 
 
 def _fake_paged_append(k, v, k_cache, v_cache, block_table, cache_seqlens, rotary_cos=None, rotary_sin=None,
@@ -262,15 +316,21 @@ _register("attention_double_backward(Tensor q, Tensor k, Tensor v, Tensor o, Ten
           K.attention_double_backward, _fake_attention_double_backward)
 _register("attention_double_backward_variant(Tensor q, Tensor k, Tensor v, Tensor o, Tensor lse, Tensor d_o, "
           f"Tensor? gq, Tensor? gk, Tensor? gv, {_GRADIENT}, {_VARIANT}) -> (Tensor, Tensor, Tensor, Tensor)",
-          K.attention_double_backward_variant, _fake_attention_double_backward_variant)
+          K.attention_double_backward_variant, _fake_attention_double_backward)
 
 
 # --- LRPE-cosine ----------------------------------------------------------------------------------
 
 def _fake_lrpe(x, theta, d_o, out, angles, *, offset=0, grid=(), extra=0, act, layout, md):
-    K._act(act)
-    _checks.lrpe(x, theta, K._dense(d_o), out, angles, md=md, offset=offset, grid=grid, extra=extra,
-                 swap=K._swap(layout))
+    """`out`, the LRPE call validated: its C function by `md` and whether d_o is given (then out is dx)."""
+    code, n = K._act(act), _checks.example_int
+
+    def options():
+        g = [n(size) for size in grid] + [0, 0, 0]
+        return _lib.LrpeOptions(code, n(offset), len(grid), (ctypes.c_int64 * 3)(*g[:3]), n(extra))
+    tensors = (x, theta, out) if d_o is None else (x, theta, K._dense(d_o), out)
+    function = ("kgen_md_lrpe_cosine_" if md else "kgen_lrpe_cosine_") + ("forward" if d_o is None else "backward")
+    _checks.validate(function, (*tensors, angles) if md else tensors, K._swap(layout), options)
     return out
 
 

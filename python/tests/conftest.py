@@ -1,4 +1,5 @@
-"""Puts python/ on sys.path (no install needed) and offers the `kgen_library` fixture."""
+"""Puts python/ on sys.path (no install needed) and offers the `kgen_library` fixture and the
+validate-only mode of the tests' stand-ins for the library."""
 import os
 import sys
 from pathlib import Path
@@ -17,3 +18,15 @@ def kgen_library():
     if not os.environ.get("KGEN_LIBRARY") and _lib.find_library() is None:
         pytest.skip("libkgen.so not built: set KGEN_LIBRARY or build into build/lib/")
     return _lib.library()
+
+
+class StandInMode:
+    """kgen_validate_only for a stand-in of the library (tests that replace _lib.function): while
+    on, the stand-in's calls return OK and touch nothing, as the library's validate-only calls do."""
+
+    def __init__(self):
+        self.on = 0
+
+    def __call__(self, on: int) -> int:
+        previous, self.on = self.on, int(on)
+        return previous

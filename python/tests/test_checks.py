@@ -1,15 +1,18 @@
-"""The fake kernels' argument checks (kgen/_checks.py) against the library's own: for each invalid
-call below, the sentence Python raises must be the one kgen's C function returns. No GPU: the C
-side gets descriptors that claim device memory on a device index no machine has, so a call that
-passed validation would fail at the device query instead of launching anything."""
+"""The fake kernels' question to the library (kgen/_checks.py validate, on tensors without storage)
+against a launch's own checks: for each invalid call below, the sentence the fake kernel raises
+must be the one kgen's C function returns for the tensors' real descriptors. No GPU: those
+descriptors claim device memory on a device index no machine has, so a call that passed
+validation would fail at the device query instead of launching anything; in validate-only mode
+(kgen_validate_only) a valid call returns OK without any device."""
 import ctypes
+import re
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from kgen import KgenError, Status, _lib  # noqa: E402
-from kgen import _checks  # noqa: E402
+from kgen import _checks, _ops  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("kgen_library")
 
@@ -45,9 +48,10 @@ def library_message(function, specs, options, *extra):
     return _lib.last_error()
 
 
-def python_message(check, specs, *args, **kwargs):
+def python_message(function, specs, options, extra=None):
+    """The sentence of the fake kernels' validate call on meta tensors of `specs`."""
     with pytest.raises(KgenError) as e:
-        check(*[None if s is None else meta(s) for s in specs], *args, **kwargs)
+        _checks.validate(function, [None if s is None else meta(s) for s in specs], False, options, extra)
     assert e.value.status == Status.INVALID_ARGUMENT
     return str(e.value)
 
@@ -86,8 +90,9 @@ FORWARD_CASES = {  # name: (changed arguments, scale)
 def test_attention_forward_messages(case):
     changes, scale = FORWARD_CASES[case]
     specs = list({**FORWARD, **changes}.values())
-    expected = library_message("kgen_attention_forward", specs, _lib.AttentionOptions(scale=scale), None)
-    assert python_message(_checks.attention_forward, specs, scale, False) == expected
+    options = _lib.AttentionOptions(scale=scale)
+    expected = library_message("kgen_attention_forward", specs, options, None)
+    assert python_message("kgen_attention_forward", specs, options) == expected
 
 
 BACKWARD = {**FORWARD, "d_o": Q, "dq": Q, "dk": KV, "dv": KV}
@@ -107,7 +112,7 @@ BACKWARD_CASES = {
 def test_attention_backward_messages(case):
     specs = list({**BACKWARD, **BACKWARD_CASES[case]}.values())
     expected = library_message("kgen_attention_backward", specs, _lib.AttentionBackwardOptions(), None)
-    assert python_message(_checks.attention_backward, specs, 0.0, False) == expected
+    assert python_message("kgen_attention_backward", specs, _lib.AttentionBackwardOptions()) == expected
 
 
 DOUBLE = {**FORWARD, "d_o": Q, "gq": None, "gk": KV, "gv": None, "q_bar": Q, "k_bar": KV, "v_bar": KV, "do_bar": Q}
@@ -126,7 +131,7 @@ DOUBLE_CASES = {
 def test_attention_double_backward_messages(case):
     specs = list({**DOUBLE, **DOUBLE_CASES[case]}.values())
     expected = library_message("kgen_attention_double_backward", specs, _lib.AttentionBackwardOptions(), None)
-    assert python_message(_checks.attention_double_backward, specs, 0.0, False) == expected
+    assert python_message("kgen_attention_double_backward", specs, _lib.AttentionBackwardOptions()) == expected
 
 
 # --- LRPE-cosine: x, theta, o (forward), x, theta, d_o, dx (backward), + angles (md) ---------------------
@@ -164,10 +169,7 @@ def test_lrpe_messages(case):
     specs = list({**(LRPE_FORWARD if forward else LRPE_BACKWARD), **changes}.values())
     function = "kgen_lrpe_cosine_forward" if forward else "kgen_lrpe_cosine_backward"
     expected = library_message(function, specs, _lib.LrpeOptions(offset=offset), None)
-    if forward:
-        specs = [specs[0], specs[1], None, specs[2]]
-    got = python_message(lambda *t: _checks.lrpe(*t, None, md=False, offset=offset, swap=False), specs)
-    assert got == expected
+    assert python_message(function, specs, _lib.LrpeOptions(offset=offset)) == expected
 
 
 MD_FORWARD = dict(x=X, theta=spec((4, 24), F32), o=spec((2, 4, 33, 96)), angles=None)
@@ -198,20 +200,99 @@ def test_md_lrpe_messages(case):
         options.grid[j] = size
     function = "kgen_md_lrpe_cosine_forward" if forward else "kgen_md_lrpe_cosine_backward"
     expected = library_message(function, specs, options, None)
-    x, theta, *rest = specs
-    d_o, out, angles = (None, *rest) if forward else rest
-    got = python_message(lambda *t: _checks.lrpe(*t, md=True, grid=grid, extra=extra, swap=False),
-                         [x, theta, d_o, out, angles])
-    assert got == expected
+    assert python_message(function, specs, options) == expected
+
+
+def valid(function, specs, options, extra=None):
+    _checks.validate(function, [None if s is None else meta(s) for s in specs], False, options, extra)
 
 
 def test_valid_arguments_pass():
-    _checks.attention_forward(*map(meta, FORWARD.values()), 0.0, False)
-    _checks.attention_backward(*map(meta, BACKWARD.values()), 0.5, False)
-    _checks.attention_double_backward(*[None if s is None else meta(s) for s in DOUBLE.values()], 0.0, False)
+    """Valid calls return OK in validate-only mode, on this machine without a GPU or its driver."""
+    valid("kgen_attention_forward", FORWARD.values(), _lib.AttentionOptions())
+    valid("kgen_attention_backward", BACKWARD.values(), _lib.AttentionBackwardOptions(scale=0.5))
+    valid("kgen_attention_double_backward", DOUBLE.values(), _lib.AttentionBackwardOptions())
     v32, o32 = spec((2, 2, 120, 32)), spec((2, 8, 100, 32))  # v's head dim below q's (MLA)
-    _checks.attention_forward(*map(meta, {**FORWARD, "v": v32, "o": o32}.values()), 0.0, False)
-    _checks.attention_backward(*map(meta, {**BACKWARD, "v": v32, "o": o32, "d_o": o32, "dv": v32}.values()), 0.0, False)
-    _checks.lrpe(meta(X), meta(THETA), None, meta(LRPE_FORWARD["o"]), None, md=False, offset=100, swap=False)
-    _checks.lrpe(meta(X), meta(spec((4, 24), F32)), meta(spec((2, 4, 33, 96))), meta(X), meta(spec((4, 33, 48), F32)),
-                 md=True, grid=(3, 11), swap=False)
+    valid("kgen_attention_forward", {**FORWARD, "v": v32, "o": o32}.values(), _lib.AttentionOptions())
+    valid("kgen_attention_backward", {**BACKWARD, "v": v32, "o": o32, "d_o": o32, "dv": v32}.values(),
+          _lib.AttentionBackwardOptions())
+    valid("kgen_lrpe_cosine_forward", LRPE_FORWARD.values(), _lib.LrpeOptions(offset=100))
+    options = _lib.LrpeOptions(dims=2, extra=0)
+    options.grid[0], options.grid[1] = 3, 11
+    valid("kgen_md_lrpe_cosine_backward", [X, spec((4, 24), F32), spec((2, 4, 33, 96)), X, spec((4, 33, 48), F32)],
+          options)
+    assert _lib.function("kgen_validate_only")(0) == 0  # validate left the mode as it found it
+
+
+def test_validate_only_is_the_launch_path():
+    """The same refusal with and without validate-only, and a valid call that only validate-only
+    lets through (without it, the device query fails)."""
+    tensors = [descriptor(s) for s in FORWARD.values()]
+    options = _lib.AttentionOptions()
+    run = _lib.function("kgen_attention_forward")
+    assert run(*map(_lib.ref, tensors), ctypes.byref(options), None) != Status.OK
+    mode = _lib.function("kgen_validate_only")
+    assert mode(1) == 0
+    try:
+        assert run(*map(_lib.ref, tensors), ctypes.byref(options), None) == Status.OK
+    finally:
+        mode(0)
+
+
+def test_a_storage_offset_moves_the_address():
+    """A view's descriptor carries its offset in bytes: the alignment the library checks is the view's."""
+    base = torch.empty(2, 8, 100, 64, dtype=BF16, device="meta")
+    assert _checks.descriptor(base).data == _checks.FAKE_ADDRESS
+    assert _checks.descriptor(base.view(-1)[3:].view(-1)).data == _checks.FAKE_ADDRESS + 6
+
+
+def test_the_fake_kernels_ask_the_library():
+    """The operators' fake kernels on meta tensors raise the library's sentence (and pass valid calls)."""
+    q, k, lse = meta(Q), meta(KV), meta(LSE)
+    o, got_lse = torch.ops.kgen.attention_forward(q, k, k)
+    assert o.shape == q.shape and got_lse.shape == lse.shape
+    expected = library_message("kgen_attention_forward", [Q, spec((2, 3, 120, 64)), spec((2, 3, 120, 64)), Q, LSE],
+                               _lib.AttentionOptions(), None)
+    k3 = meta(spec((2, 3, 120, 64)))
+    with pytest.raises(KgenError, match="^" + re.escape(expected) + "$"):
+        torch.ops.kgen.attention_forward(q, k3, k3)
+    with pytest.raises(KgenError, match="^" + re.escape(expected) + "$"):
+        _ops._fake_attention_backward(q, k3, k3, q, lse, q)
+
+
+def test_dynamic_shapes_are_checked_at_the_example_without_guards(monkeypatch):
+    """torch.compile(dynamic=True): the fake kernel checks the traced example's sizes and adds no
+    guard on them, so other sequence lengths reuse the one graph."""
+    import kgen.torch
+    torch._dynamo.reset()
+    asked = []  # the C functions called: the library was asked, not skipped
+    function = _lib.function
+    monkeypatch.setattr(_lib, "function", lambda name: (asked.append(name), function(name))[1])
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(q, k, v):
+        return kgen.torch.attention(q, k, v, causal=True)
+
+    compiled = torch.compile(f, dynamic=True, fullgraph=True, backend=backend)
+    for n in (16, 40, 100):
+        q, k = meta(spec((1, 8, n, 64))), meta(spec((1, 2, n + 3, 64)))
+        assert compiled(q, k, k).shape == q.shape
+    assert len(graphs) == 1 and "kgen_validate_only" in asked
+    torch._dynamo.reset()
+
+
+def test_the_paged_forward_fake_asks_the_library():
+    """q and o in the bnhd layout, the caches as given: a valid call passes, a page size the
+    kernels do not serve is refused with the library's sentence."""
+    q = meta(spec((2, 1, 8, 64)))
+    table, lens = meta(spec((2, 3), torch.int32)), meta(spec((2,), torch.int32))
+    o, lse = torch.ops.kgen.paged_attention_forward(q, meta(spec((8, 16, 2, 64))), meta(spec((8, 16, 2, 64))), table,
+                                                    lens)
+    assert o.shape == q.shape and lse.shape == (2, 8, 1)
+    cache = meta(spec((8, 24, 2, 64)))
+    with pytest.raises(KgenError, match=r"^k_cache: page_size 24 must be a power of two from 16 to 256$"):
+        torch.ops.kgen.paged_attention_forward(q, cache, cache, table, lens)

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from conftest import StandInMode
 from kgen import KgenError, Status, _lib
 
 try:
@@ -19,7 +20,7 @@ except ImportError:  # the C API's tests run without PyTorch
     torch = None
 else:
     import kgen.torch
-    from kgen import _checks, _kernels
+    from kgen import _checks, _kernels, _ops
     from torch._subclasses.fake_tensor import FakeTensorMode
 
 pytestmark = pytest.mark.usefixtures("kgen_library")
@@ -327,7 +328,7 @@ VARIANT_CASES = {
 @pytest.mark.parametrize("case", VARIANT_CASES)
 def test_variant_messages(case):
     fields = dict(VARIANT_CASES[case])
-    if case == "scalar integer 2.5":  # an integer scalar with a fractional value: only C can say so
+    if case == "scalar integer 2.5":  # an integer scalar with a fractional value (the helpers take int for integer)
         c, keep = library_variant({k: v for k, v in fields.items() if k != "scalars"})
         scalars = (_lib.VariantScalar * 1)(_lib.VariantScalar(b"c", 2.5, 1))
         c.scalars, c.num_scalars = ctypes.addressof(scalars), 1
@@ -339,7 +340,7 @@ def test_variant_messages(case):
         got_variant = python_variant(fields)
     q, k, o, lse = (meta(spec(s, "bfloat16")) for s in (Q, KV, Q, LSE))
     with pytest.raises(KgenError) as e:
-        _checks.attention_forward_variant(q, k, k, o, lse.float(), 0.0, False, got_variant)
+        _ops._fake_attention_forward_variant_out(q, k, k, o, lse.float(), None, False, "bhnd", *got_variant)
     assert e.value.status == Status.INVALID_ARGUMENT
     assert str(e.value) == expected
 
@@ -373,8 +374,9 @@ def test_backward_variant_messages(case):
     expected = refused(c, backward)
     q, k, o, lse = (meta(spec(s, "bfloat16")) for s in (Q, KV, Q, LSE))
     with pytest.raises(KgenError) as e:
-        _checks.attention_backward_variant(q, k, k, o, lse.float(), q, q, k, k, 0.0, False, python_variant(fields),
-                                           *python_grads(fields))
+        _checks.validate("kgen_attention_backward_variant", (q, k, k, o, lse.float(), q, q, k, k), False,
+                         _lib.AttentionBackwardOptions(), _ops._variant_argument(python_variant(fields),
+                                                                                 *python_grads(fields)))
     assert e.value.status == Status.INVALID_ARGUMENT
     assert str(e.value) == expected
 
@@ -386,8 +388,8 @@ def test_document_ids_need_n_q_at_most_n_k():
     assert expected == "variant.document_ids: needs n_q <= n_k (query q is key q + n_k - n_q), got n_q=130 and n_k=120"
     q, k, lse = meta(spec((2, 8, 130, 64), "bfloat16")), meta(spec(KV, "bfloat16")), meta(spec((2, 8, 130)))
     with pytest.raises(KgenError) as e:
-        _checks.attention_forward_variant(q, k, k, q, lse, 0.0, False,
-                                          python_variant(dict(document_ids=spec((2, 120), "int32"))))
+        _ops._fake_attention_forward_variant_out(q, k, k, q, lse, None, False, "bhnd",
+                                                 *python_variant(dict(document_ids=spec((2, 120), "int32"))))
     assert str(e.value) == expected
 
 
@@ -397,7 +399,7 @@ def test_valid_variant_passes_the_fake_checks():
     variant = python_variant(dict(window_left=4, window_right=0, softcap=30.0, alibi_slopes=spec((8,)),
                                   document_ids=spec((2, 120), "int32"), sinks=spec((8,)), prefix=3, chunk=7,
                                   score_mod="score + t[h][k]", tensors={"t": spec((8, 120))}))
-    _checks.attention_forward_variant(q, k, k, o, lse.float(), 0.0, False, variant)
+    _ops._fake_attention_forward_variant_out(q, k, k, o, lse.float(), None, False, "bhnd", *variant)
 
 
 # --- kgen.torch's keyword arguments -------------------------------------------------------------------
@@ -623,9 +625,16 @@ def fill(address, value=None):
 def recorder(calls):
     """A stand-in for the library's C functions: each call is recorded (its tensors and variant),
     its outputs zero-filled (o, lse; dq, dk, dv), the variant's gradient buffers set to GRAD, and
-    scratch queries answered with 64 bytes."""
+    scratch queries answered with 64 bytes; a validate-only call (the fake kernels') returns OK."""
+    mode = StandInMode()
+
     def function(name):
+        if name == "kgen_validate_only":
+            return mode
+
         def call(*args):
+            if mode.on:
+                return 0
             if name.endswith("workspace_bytes"):
                 ctypes.cast(args[-1], ctypes.POINTER(ctypes.c_size_t))[0] = 64
                 return 0

@@ -17,6 +17,7 @@
 #include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
 #include "ops/attention_tuning.h"
+#include "ops/validate_only.h"
 
 namespace kgen {
 namespace {
@@ -362,6 +363,7 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
   check_output(dk, "dk", k, "k", call);
   if (call.spec.head_dim_v > 0) check_output(dv, "dv", v, "v", call);
   else check_output(dv, "dv", k, "k", call);
+  end_of_validation();
   AttentionBackwardConfig config = choose_attention_backward_config(call, options);
   std::vector<BackwardKernel> kernels = attention_backward_kernels(config, options.deterministic);
   const bool atomic = std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
@@ -472,6 +474,7 @@ void double_backward(const TensorView& q, const TensorView& k, const TensorView&
   check_output(k_bar, "k_bar", k, "k", call);
   check_output(v_bar, "v_bar", k, "k", call);
   check_output(do_bar, "do_bar", q, "q", call);
+  end_of_validation();
   const AttentionBackwardConfig config = choose_attention_double_backward_config(call, options);
 
   AttentionBackwardParams p = base_params(call, q, k, v, o, lse, d_o, options.scale);

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "ops/tensor_checks.h"
 #include "ops/tensor_maps.h"
+#include "ops/validate_only.h"
 #include "ops/workspace.h"
 #include "tuning/tuning_db.h"
 #include "tuning/tuning_decision.h"
@@ -289,6 +290,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
                                                  const AttentionOptions& options_in, const PackedSequences* packed,
                                                  const PagedKV* paged) {
   AttentionForwardCall call = validate_attention_forward(q_in, k, v, o_in, lse_in, options_in, packed, paged);
+  end_of_validation();
   TensorView q = q_in, o = o_in, lse_packed = lse_in ? *lse_in : TensorView{};
   const TensorView* lse = lse_in ? &lse_packed : nullptr;
   AttentionOptions options = options_in;

@@ -9,6 +9,7 @@
 #include "ops/tensor_checks.h"
 #include "ops/tensor_maps.h"
 #include "ops/workspace.h"
+#include "ops/validate_only.h"
 
 namespace kgen {
 namespace {
@@ -75,6 +76,7 @@ void attention_forward_fp8(const TensorView& q, const TensorView& k, const Tenso
   const Fp8Descale dq = descale_of(descales.q, "descale_q", q, heads_kv);
   const Fp8Descale dk = descale_of(descales.k, "descale_k", q, heads_kv);
   const Fp8Descale dv = descale_of(descales.v, "descale_v", q, heads_kv);
+  end_of_validation();
 
   const DeviceInfo& device = device_info(call.device);
   AttentionForwardConfig config;

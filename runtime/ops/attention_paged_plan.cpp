@@ -8,6 +8,7 @@
 #include "driver/device.h"
 #include "ops/attention_forward.h"
 #include "ops/tensor_checks.h"
+#include "ops/validate_only.h"
 
 namespace kgen {
 
@@ -92,6 +93,7 @@ void attention_paged_run(const AttentionPagedPlan& plan, const TensorView& q, co
   if (kv.cache_seqlens) check_planned(*kv.cache_seqlens, s.cache_seqlens, "cache_seqlens", false);
   if (s.workspace_bytes && !workspace)
     invalid_argument("workspace: null, the plan needs " + std::to_string(s.workspace_bytes) + " bytes");
+  end_of_validation();
 
   AttentionForwardLaunch launch = s.launch;
   TensorView qv = q, ov = o, lsev = lse ? *lse : TensorView{};

@@ -9,6 +9,7 @@
 
 #include "kgen/kgen.hpp"
 #include "ops/tensor_checks.h"
+#include "ops/validate_only.h"
 
 namespace {
 
@@ -68,6 +69,9 @@ template <class Body>
 kgen_status guarded(Body&& body) {
   try {
     body();
+    last_error.clear();
+    return KGEN_OK;
+  } catch (const kgen::ValidationComplete&) {  // a validate-only call whose arguments passed
     last_error.clear();
     return KGEN_OK;
   } catch (const kgen::Error& e) {
@@ -567,6 +571,8 @@ kgen_status kgen_md_lrpe_cosine_backward(const DLTensor* x, const DLTensor* thet
     kgen::md_lrpe_cosine_backward(xv, tv, gv, dv, angles ? &av : nullptr, md_lrpe_options(options), stream);
   });
 }
+
+int kgen_validate_only(int on) { return kgen::set_validate_only(on != 0) ? 1 : 0; }
 
 const char* kgen_last_error(void) { return last_error.c_str(); }
 

@@ -11,6 +11,7 @@
 #include "ops/workspace.h"
 #include "tuning/tuning_decision.h"
 #include "ops/lrpe_tuning.h"
+#include "ops/validate_only.h"
 
 namespace kgen {
 namespace {
@@ -259,6 +260,7 @@ LrpeConfig choose_lrpe_config(const LrpeRequest& r, const LrpeSpec& spec, const 
 LrpeLaunch prepare_lrpe(const LrpeRequest& r, const TensorView& x, const TensorView& theta, const TensorView* d_o,
                         const TensorView& out, const TensorView* angles) {
   LrpeLaunch l = validate_lrpe(r, x, theta, d_o, out, angles);
+  end_of_validation();
   l.config = choose_lrpe_config(r, l.spec, l.shape, angles != nullptr, l.device);
   l.params.vectorized = l.params.vectorized && l.shape.d % l.config.vec == 0;
   const ResolvedKernels kernels = resolve_kernels(l.spec, l.config, l.device);

@@ -9,6 +9,7 @@
 #include "driver/gpu_driver.h"
 #include "jit/kernel_table.h"
 #include "ops/tensor_checks.h"
+#include "ops/validate_only.h"
 
 namespace kgen {
 namespace {
@@ -54,7 +55,7 @@ bool pieces_fit(const TensorView& t, int vec) {
 
 bool check_indices_requested() {
   const char* env = std::getenv("KGEN_CHECK_INDICES");
-  return env && std::string(env) == "1";
+  return env && std::string(env) == "1" && !validate_only();  // reads device memory
 }
 
 // KGEN_CHECK_INDICES=1: every position a row is written at, and every page it lands in.
@@ -245,6 +246,7 @@ void attention_paged_append(const TensorView& k_new, const TensorView& v_new, co
                             const TensorView& v_cache, const PagedKV& kv, const PagedAppendOptions& options,
                             void* stream) {
   PagedAppendCall call = prepare_paged_append(k_new, v_new, k_cache, v_cache, kv, options);
+  end_of_validation();
   const LoadedKernel& kernel = loaded_kernel({kPagedAppendOp, append_kernel_key(call.spec, call.config), call.device},
                                              [&] { return render_paged_append(call.spec, call.config); });
   use_primary_context(call.device);

@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 DEVICE_TYPES = ("cuda",)  # where kgen's kernels run; other devices fall back to SDPA
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_MAX_HEAD_DIM = 256  # kgen's limit (_checks.MAX_HEAD_DIM)
+_MAX_HEAD_DIM = 256  # kgen's limit (kMaxHeadDim, generator/attention_forward.h)
 _MASK_FALLBACK = "a padding, packed-sequence or custom attention mask (kgen.torch.attention takes no mask)"
 
 _logged_reasons: set[str] = set()
