@@ -41,6 +41,8 @@ FORWARD_CASES = [
     # the diagonal blocks
     (F("gfx942", "bf16", 128, False, None, n_q=70, n_k=300), False),
     (F("gfx942", "bf16", 128, True, None, heads_q=2, heads_kv=1, n_q=300, n_k=300), False),
+    (F("gfx942", "fp16", 128, False, None, heads_q=2, heads_kv=1, n_q=45, n_k=70), False),
+    (F("gfx942", "fp16", 64, True, None, batch=2, n_q=70, n_k=45), False),
     # gfx90a (CDNA2, built by hiprtc 5): simt, the MFMA defaults and the rest of its config space
     (F("gfx90a", "fp32", 64, False, SIMT), False),
     (F("gfx90a", "bf16", 64, True, SIMT, n_q=45, n_k=20), False),
@@ -52,6 +54,9 @@ FORWARD_CASES = [
     (F("gfx90a", "bf16", 128, False, "mfma:bm64:bn32:w2", n_q=70, n_k=100), False),
     (F("gfx90a", "fp16", 64, True, "mfma:bm128:bn128:w4", n_q=150, n_k=150), False),
     (F("gfx90a", "bf16", 64, False, None, n_q=40, n_k=150, kv_pad=40), False),
+    (F("gfx90a", "fp16", 128, False, None, n_q=45, n_k=70), False),
+    (F("gfx90a", "fp16", 64, True, None, heads_q=2, heads_kv=1, n_q=70, n_k=45), False),
+    (F("gfx90a", "bf16", 128, True, None, n_q=37, n_k=90), False),
     # gfx950: the simt kernels only (no MFMA: its 32x32x16 layouts have no source, below)
     (F("gfx950", "bf16", 64, True, SIMT, n_q=45, n_k=20), True),
     (F("gfx950", "fp32", 64, False, SIMT), False),
@@ -82,6 +87,12 @@ BACKWARD_CASES = [
     (B("gfx942", "fp16", 128, False, None), False),
     (B("gfx942", "fp16", 128, True, None, deterministic=True), False),
     *((c, False) for c in ISSUE_CASES),
+    (B("gfx942", "bf16", 64, False, None, deterministic=True, n_q=45, n_k=70), False),
+    (B("gfx942", "bf16", 128, False, None, heads_q=2, heads_kv=1, n_q=37, n_k=50), False),
+    (B("gfx942", "bf16", 128, True, None, deterministic=True, n_q=50, n_k=37), False),
+    (B("gfx942", "fp16", 64, True, None, deterministic=True, batch=2, n_q=37, n_k=45), False),
+    (B("gfx942", "fp16", 64, False, None, heads_q=4, heads_kv=2, n_q=45, n_k=37), False),
+    (B("gfx942", "fp16", 128, False, None, deterministic=True, heads_q=2, heads_kv=1, n_q=37, n_k=45), False),
     # The rest of gfx942's config space (LDS: the 64 KiB allow these).
     (B("gfx942", "fp16", 64, False, "mfma:bm64:bn64:w2", n_q=100, n_k=130), False),
     (B("gfx942", "bf16", 64, True, "mfma:bm64:bn64:w2", deterministic=True, heads_q=4, heads_kv=2, n_q=70, n_k=40), False),
@@ -98,6 +109,15 @@ BACKWARD_CASES = [
     (B("gfx90a", "bf16", 64, False, None, batch=2, heads_q=4, heads_kv=2, n_q=70, n_k=100), False),
     (B("gfx90a", "fp16", 64, True, None, deterministic=True, heads_q=4, heads_kv=2, n_q=100, n_k=70), False),
     (B("gfx90a", "bf16", 128, False, None, deterministic=True, n_q=70, n_k=70), False),
+    (B("gfx90a", "fp16", 128, True, None, deterministic=True, n_q=37, n_k=50), False),
+    (B("gfx90a", "fp16", 128, False, None, deterministic=True, heads_q=2, heads_kv=1, n_q=45, n_k=37), False),
+    (B("gfx90a", "bf16", 128, True, None, n_q=50, n_k=37), False),
+    (B("gfx90a", "bf16", 128, False, None, n_q=37, n_k=45), False),
+    (B("gfx90a", "bf16", 64, True, None, deterministic=True, n_q=45, n_k=37), False),
+    (B("gfx90a", "bf16", 64, False, None, deterministic=True, n_q=37, n_k=45), False),
+    (B("gfx90a", "fp16", 64, True, None, n_q=37, n_k=45), False),
+    (B("gfx90a", "fp16", 64, False, None, n_q=45, n_k=37), False),
+    (B("gfx90a", "fp16", 64, False, None, deterministic=True, batch=2, n_q=37, n_k=37), False),
     (B("gfx90a", "fp16", 64, False, "mfma:bm64:bn64:w2", n_q=100, n_k=130), False),
     (B("gfx90a", "bf16", 64, True, "mfma:bm64:bn64:w2", deterministic=True, n_q=70, n_k=40), False),
     (B("gfx90a", "bf16", 64, True, "mfma:bm32:bn128:w4", deterministic=True, heads_q=4, heads_kv=2, n_q=100, n_k=70), False),
@@ -110,26 +130,124 @@ BACKWARD_CASES = [
 ]
 
 
+D = kd.DoubleBackwardCase
+# (case, in the default subset). The double backward's general path (simt_q, simt_kv after the
+# backward's preprocess; there is no MFMA double backward), dense and packed, at small odd shapes,
+# causal and not, GQA, rows that see no key (causal n_q > n_k), cotangents left out. It covers the
+# head-dim buckets dmax32 to dmax256, among them the kernels whose code the packed double backward's
+# change moved (tests/replay/amd.tsv): gfx942 and gfx950 simt_kv at dmax32 (fp16, fp32), gfx90a
+# simt_q at dmax128 and dmax256.
+# A packed batch with a sequence of one key, gK left out; also run with the hazard probes.
+DOUBLE_HAZARD_CASE = D("gfx942", "bf16", 32, False, None, absent="k", seqlens=((5, 9), (16, 1), (12, 12)))
+DOUBLE_CASES = [
+    (D("gfx942", "fp16", 32, True, None, heads_q=2, heads_kv=1, n_q=13, n_k=17), True),
+    (D("gfx942", "fp16", 32, True, None, heads_q=4, heads_kv=2, n_q=19, n_k=23), False),
+    (D("gfx942", "fp32", 32, False, None, batch=2, n_q=30, n_k=17), False),
+    (D("gfx942", "bf16", 40, True, None, n_q=37, n_k=20), False),  # d in the dmax64 bucket; rows see no key
+    (D("gfx942", "fp16", 128, False, None, heads_q=2, heads_kv=1, n_q=17, n_k=21), False),
+    (D("gfx942", "bf16", 256, True, None, heads_q=1, heads_kv=1, n_q=9, n_k=11), False),
+    (D("gfx942", "fp32", 64, False, None, absent="qv", n_q=21, n_k=26), False),
+    (D("gfx942", "fp32", 64, True, None, heads_q=2, heads_kv=1, seqlens=((7, 3), (12, 15))), True),
+    (D("gfx942", "fp32", 64, True, None, heads_q=4, heads_kv=2, seqlens=((7, 3), (20, 25), (33, 33))), False),
+    (DOUBLE_HAZARD_CASE, False),
+    (D("gfx950", "fp16", 32, True, None, n_q=25, n_k=18), True),
+    (D("gfx950", "fp32", 32, False, None, heads_q=4, heads_kv=2, n_q=13, n_k=29), False),
+    (D("gfx950", "bf16", 64, True, None, heads_q=2, heads_kv=1, seqlens=((11, 17), (29, 8))), False),
+    (D("gfx950", "fp16", 104, False, None, n_q=15, n_k=12), False),
+    (D("gfx90a", "fp16", 128, True, None, heads_q=4, heads_kv=2, n_q=21, n_k=15), False),
+    (D("gfx90a", "fp32", 96, False, None, n_q=11, n_k=19), False),
+    (D("gfx90a", "bf16", 256, False, None, heads_q=1, heads_kv=1, n_q=7, n_k=10), False),
+    (D("gfx90a", "fp16", 64, True, None, absent="v", seqlens=((9, 14), (18, 6))), False),
+]
+# The rest of the 20 kernels the packed double backward's change moved, at tiny shapes: gfx942 and
+# gfx950 simt_kv at dmax32 (fp16 full, fp32 causal), gfx90a simt_q at dmax128 and dmax256 (each
+# dtype and mask the cases above leave out).
+MOVED = [(a, t, 32, c) for a in ("gfx942", "gfx950") for t, c in (("fp16", False), ("fp32", True))]
+MOVED += [("gfx90a", t, d, c) for t, d, c in (("fp16", 128, False), ("bf16", 128, True), ("bf16", 128, False),
+                                              ("fp32", 128, True), ("fp16", 256, True), ("fp16", 256, False),
+                                              ("bf16", 256, True), ("fp32", 256, True), ("fp32", 256, False))]
+DOUBLE_CASES += [(D(a, t, d, c, None, heads_q=2, heads_kv=1, n_q=9, n_k=7), False) for a, t, d, c in MOVED]
+
+
+def _mfma_specs() -> set:
+    """(arch, op, dtype, head dim, mask) of every spec with an MFMA kernel in tests/replay/amd.tsv
+    (each such spec's default is an MFMA config: generator/attention_mfma.cpp)."""
+    specs = set()
+    with open(os.path.join(kd.REPO, "tests", "replay", "amd.tsv")) as f:
+        for line in f:
+            arch, op, variant = line.split("\t")[:3]
+            if op in ("attention_fwd", "attention_bwd") and "mfma" in variant:
+                _, dtype, d, mask = variant.split(".")[:4]
+                specs.add((arch, op, dtype, int(d[1:]), mask == "causal"))
+    return specs
+
+
+def test_every_mfma_default_has_a_case():
+    """Every MFMA default of gfx942 and gfx90a (each spec the MFMA path serves; the backward in both
+    modes) has an emulator case. gfx950's need the 32x32x16 MFMAs, which have no layout source yet
+    (tools/amdemu/README.md, Limits): there the tier checks only that every other instruction is known
+    (test_every_instruction_known)."""
+    have = {(c.arch, "attention_fwd", c.dtype, c.head_dim, c.causal) for c, _ in FORWARD_CASES if c.config is None}
+    have |= {(c.arch, "attention_bwd", c.dtype, c.head_dim, c.causal, c.deterministic)
+             for c, _ in BACKWARD_CASES if c.config is None}
+    specs = _mfma_specs()
+    assert len(specs) == 48, "the MFMA path serves other specs now: add their cases"
+    want = {s for s in specs if s[1] == "attention_fwd" and s[0] != "gfx950"}
+    want |= {s + (mode,) for s in specs if s[1] == "attention_bwd" and s[0] != "gfx950" for mode in (False, True)}
+    assert not want - have, f"MFMA defaults without an emulator case: {sorted(want - have)}"
+
+
 def _skip_reason():
     return kd.missing_tools(KGEN_BIN)
 
 
 @pytest.mark.parametrize("case", [c for c, default in FORWARD_CASES if default or ALL], ids=lambda c: c.name)
 def test_forward(case):
+    _passes(kd.run_forward, case)
+
+
+def _passes(run, case):
+    """`run(kgen, case)` finds no error (docs/attention.md §5.2 on every output)."""
     why = _skip_reason()
     if why:
         pytest.skip(why)
-    r = kd.run_forward(KGEN_BIN, case)
-    assert not r["errors"], f"{r['variant']} on {case.name}: " + "; ".join(r["errors"])
+    r = run(KGEN_BIN, case)
+    kernels = f" ({', '.join(r['kernels'])})" if "kernels" in r else ""
+    assert not r["errors"], f"{r['variant']}{kernels} on {case.name}: " + "; ".join(r["errors"])
 
 
 @pytest.mark.parametrize("case", [c for c, default in BACKWARD_CASES if default or ALL], ids=lambda c: c.name)
 def test_backward(case):
-    why = _skip_reason()
-    if why:
-        pytest.skip(why)
-    r = kd.run_backward(KGEN_BIN, case)
-    assert not r["errors"], f"{r['variant']} ({', '.join(r['kernels'])}) on {case.name}: " + "; ".join(r["errors"])
+    _passes(kd.run_backward, case)
+
+
+@pytest.mark.parametrize("case", [c for c, default in DOUBLE_CASES if default or ALL], ids=lambda c: c.name)
+def test_double_backward(case):
+    _passes(kd.run_double_backward, case)
+
+
+def test_double_backward_reference_is_the_gradient():
+    """The float64 double backward reference against central differences of
+    L = ⟨gQ, dQ⟩ + ⟨gK, dK⟩ + ⟨gV, dV⟩ (the backward reference's) in q, k, v and dO (causal, GQA, a
+    row that sees no key)."""
+    rng = np.random.default_rng(5)
+    q, do, gq = rng.standard_normal((3, 1, 2, 5, 4))
+    k, v, gk, gv = rng.standard_normal((4, 1, 1, 3, 4))
+    scale = 0.7
+
+    def loss():
+        return sum(np.sum(g * x) for g, x in zip((gq, gk, gv), kd.attention_backward_reference(q, k, v, do, True, scale)))
+    grads = kd.attention_double_backward_reference(q, k, v, do, gq, gk, gv, True, scale)
+    h = 1e-6
+    for x, g in zip((q, k, v, do), grads):
+        for idx in np.ndindex(x.shape):
+            old = x[idx]
+            x[idx] = old + h
+            up = loss()
+            x[idx] = old - h
+            down = loss()
+            x[idx] = old
+            assert abs((up - down) / (2 * h) - g[idx]) < 1e-6
 
 
 # Issue 50's gfx942 cases again with the emulator's hazard probes (waves in reverse order between
@@ -140,14 +258,26 @@ HAZARD_CASES = ISSUE_CASES + [BACKWARD_CASES[2][0]] + GFX90A_C2_CASES  # and row
 
 @pytest.mark.parametrize("case", HAZARD_CASES if ALL else [], ids=lambda c: c.name)
 def test_backward_hazards(case):
+    _same_bits_under_probes(kd.run_backward, case)
+
+
+def _same_bits_under_probes(run, case):
+    """`run(kgen, case, hazards)` passes with the hazard probes and gives the same bits as without."""
     why = _skip_reason()
     if why:
         pytest.skip(why)
-    plain = kd.run_backward(KGEN_BIN, case)
-    probed = kd.run_backward(KGEN_BIN, case, hazards=True)
+    plain = run(KGEN_BIN, case)
+    probed = run(KGEN_BIN, case, hazards=True)
     assert not probed["errors"], f"{probed['variant']} on {case.name} with hazard probes: " + "; ".join(probed["errors"])
     for name, out in plain["out"].items():
         assert np.array_equal(out, probed["out"][name]), f"{name} changes under the hazard probes"
+
+
+@pytest.mark.parametrize("case", [DOUBLE_HAZARD_CASE] if ALL else [], ids=lambda c: c.name)
+def test_double_backward_hazards(case):
+    """A packed double backward with the hazard probes (registers and LDS NaN before their first
+    write, waves in reverse order): the same bits."""
+    _same_bits_under_probes(kd.run_double_backward, case)
 
 
 def _synthetic_exchange(barrier: bool, probes: bool):

@@ -79,14 +79,17 @@ def params_layout() -> dict:
 
 
 def pack_params(struct_name: str, values: dict) -> bytes:
+    """`struct_name`'s bytes with every field of `values`; each field must be given but the arrays
+    of kind "zeros", which stay zero."""
     layout = params_layout()[struct_name]
     buf = bytearray(layout["size"])
-    names = {f[0] for f in layout["fields"]}
+    names = {f[0] for f in layout["fields"] if f[3] != "zeros"}
     if set(values) != names:
         raise ValueError(f"{struct_name}: missing {sorted(names - set(values))}, unknown {sorted(set(values) - names)}")
     fmt = {"ptr": "<Q", "i64": "<q", "i32": "<i", "f32": "<f"}
     for name, off, size, kind in layout["fields"]:
-        struct.pack_into(fmt[kind], buf, off, values[name])
+        if kind != "zeros":
+            struct.pack_into(fmt[kind], buf, off, values[name])
     return bytes(buf)
 
 
@@ -274,9 +277,13 @@ class ForwardCase:
     seed: int = 0
     kv_pad: int = 0  # forward: K and V rows kv_pad elements longer than d (NaN there): stride_n = d + kv_pad
 
+    def spec_text(self, op: str) -> str:
+        """The spec as kgen prints it: "<op>.bf16.d128.causal"."""
+        return f"{op}.{self.dtype}.d{self.head_dim}.{'causal' if self.causal else 'full'}"
+
     @property
     def name(self) -> str:
-        return (f"{self.arch}.{self.dtype}.d{self.head_dim}.{'causal' if self.causal else 'full'}."
+        return (f"{self.arch}.{self.spec_text('attention_fwd')[len('attention_fwd.'):]}."
                 f"{self.config or 'default'}.b{self.batch}h{self.heads_q}:{self.heads_kv}.{self.n_q}x{self.n_k}"
                 + (f".kvpad{self.kv_pad}" if self.kv_pad else ""))
 
@@ -393,8 +400,7 @@ class BackwardCase(ForwardCase):
     @property
     def variant_key(self) -> str:
         """attention_backward_variant_key: the spec, plus ".deterministic" in that mode."""
-        return (f"attention_bwd.{self.dtype}.d{self.head_dim}.{'causal' if self.causal else 'full'}"
-                + (".deterministic" if self.deterministic else ""))
+        return self.spec_text("attention_bwd") + (".deterministic" if self.deterministic else "")
 
     @property
     def name(self) -> str:
@@ -434,6 +440,26 @@ def backward_grid(kernel: Kernel, config: str, case: BackwardCase) -> tuple[int,
         rows = config_fields(config)["w"]
         return (_blocks(case.n_q if name == "simt_dq" else case.n_k, rows), hq if name == "simt_dq" else hkv, b)
     raise RuntimeError(f"no launch grid for the backward kernel {kernel.meta['entry']}")
+
+
+BACKWARD_TENSORS = ("q", "k", "v", "o", "d_o", "dq", "dk", "dv", "gq", "gk", "gv", "q_bar", "k_bar", "v_bar", "do_bar")
+
+
+def backward_params(tensors: dict, case: ForwardCase, rows: tuple[int, int, int], **fields) -> bytes:
+    """AttentionBackwardParams: `tensors` maps a tensor to (address, (stride_b, stride_h, stride_n))
+    (a tensor left out is null), `rows` = (batch, n_q, n_k) of the tensors (a packed batch: one batch
+    of every sequence's rows), `fields` the workspace rows and lse; heads, head dim and the scale
+    from `case` (scale 1/sqrt(d), as runtime/ops/attention_backward.cpp's base_params)."""
+    scale = 1.0 / math.sqrt(case.head_dim)
+    values = dict(fields, batch=rows[0], heads_q=case.heads_q, heads_kv=case.heads_kv, n_q=rows[1], n_k=rows[2],
+                  head_dim=case.head_dim, head_group=case.heads_q // case.heads_kv, scale=scale,
+                  scale_log2=scale * math.log2(math.e), stats_splits=0, dkv_accum=0)
+    for t in BACKWARD_TENSORS:
+        addr, strides = tensors.get(t, (0, (0, 0, 0)))
+        values[f"{t}.data"] = addr
+        for axis, stride in zip("bhn", strides):
+            values[f"{t}.stride_{axis}"] = stride
+    return pack_params("AttentionBackwardParams", values)
 
 
 def run_backward(kgen_bin: str, case: BackwardCase, hazards: bool = False) -> dict:
@@ -478,19 +504,10 @@ def run_backward(kgen_bin: str, case: BackwardCase, hazards: bool = False) -> di
     dq_accum = _poisoned(mem, rows * d, "fp32") if atomic else 0
     q_strides = (case.heads_q * case.n_q * d, case.n_q * d, d)
     kv_strides = (case.heads_kv * case.n_k * d, case.n_k * d, d)
-    values = dict(lse=la, lse_stride_b=case.heads_q * case.n_q, lse_stride_h=case.n_q, lse2=lse2, delta=delta,
-                  row_r=0, row_c=0, dq_accum=dq_accum, batch=case.batch, heads_q=case.heads_q,
-                  heads_kv=case.heads_kv, n_q=case.n_q, n_k=case.n_k, head_dim=d,
-                  head_group=case.heads_q // case.heads_kv, scale=scale, scale_log2=scale * math.log2(math.e),
-                  stats_splits=0, dkv_accum=0)
     tensors = dict(q=(qa, q_strides), k=(ka, kv_strides), v=(va, kv_strides), o=(oa, q_strides),
                    d_o=(doa, q_strides), dq=(dqa, q_strides), dk=(dka, kv_strides), dv=(dva, kv_strides))
-    for t in ("q", "k", "v", "o", "d_o", "dq", "dk", "dv", "gq", "gk", "gv", "q_bar", "k_bar", "v_bar", "do_bar"):
-        addr, strides = tensors.get(t, (0, (0, 0, 0)))  # absent: the double backward's
-        values[f"{t}.data"] = addr
-        for axis, stride in zip("bhn", strides):
-            values[f"{t}.stride_{axis}"] = stride
-    params = pack_params("AttentionBackwardParams", values)
+    params = backward_params(tensors, case, (case.batch, case.n_q, case.n_k), lse=la, lse_stride_b=case.heads_q * case.n_q,
+                             lse_stride_h=case.n_q, lse2=lse2, delta=delta, row_r=0, row_c=0, dq_accum=dq_accum)
     executed = {}
     for kernel, name in zip(kernels, names):
         executed[name] = launch(kernel, mem, params, backward_grid(kernel, config, case), hazards)
@@ -500,3 +517,158 @@ def run_backward(kgen_bin: str, case: BackwardCase, hazards: bool = False) -> di
     errs = compare("dq", dq, dq_ref, dt) + compare("dk", dk, dk_ref, dt) + compare("dv", dv, dv_ref, dt)
     return {"case": case.name, "variant": kv[0].variant, "kernels": names, "instructions": executed, "errors": errs,
             "out": {"dq": dq, "dk": dk, "dv": dv}, "ref": {"dq": dq_ref, "dk": dk_ref, "dv": dv_ref}}
+
+
+# ---------------------------------------------------------------- attention double backward
+def attention_double_backward_reference(q, k, v, d_o, gq, gk, gv, causal: bool, scale: float):
+    """float64 Q̄, K̄, V̄, dŌ (docs/attention.md §4) from the cotangents gQ, gK, gV of dQ, dK, dV:
+    G = s·(gQ·Kᵀ + Q·gKᵀ), r = Σ_j P∘G, H = P∘(G − r), P̄ = dO·gVᵀ + G∘(dP − D) − r∘dP,
+    c = Σ_j P∘P̄, S̄ = P∘(P̄ − c); Q̄ = s·(dS·gK + S̄·K), K̄ = s·(dSᵀ·gQ + S̄ᵀ·Q), V̄ = Hᵀ·dO,
+    dŌ = P·gV + H·V, K̄ and V̄ summed over the query heads of each kv group."""
+    b, hq, nq, d = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    group = hq // hkv
+    kk, vv, _, visible, p = _softmax_terms(q, k, v, causal, scale)
+    p = p / np.where(visible, p.sum(axis=-1, keepdims=True), 1)
+    gkk, gvv = np.repeat(gk, group, axis=1), np.repeat(gv, group, axis=1)
+
+    def scores(a, c):
+        return np.einsum("bhid,bhjd->bhij", a, c)
+
+    def rows(m, x):  # m·x
+        return np.einsum("bhij,bhjd->bhid", m, x)
+
+    def keys(m, x):  # mᵀ·x, summed over each kv group
+        return np.einsum("bhij,bhid->bhjd", m, x).reshape(b, hkv, group, nk, d).sum(axis=2)
+
+    dp = scores(d_o, vv)
+    dp_centred = dp - np.sum(p * dp, axis=-1, keepdims=True)
+    ds = p * dp_centred
+    g = scale * (scores(gq, kk) + scores(q, gkk))
+    r = np.sum(p * g, axis=-1, keepdims=True)
+    h = p * (g - r)
+    p_bar = scores(d_o, gvv) + g * dp_centred - r * dp
+    s_bar = p * (p_bar - np.sum(p * p_bar, axis=-1, keepdims=True))
+    return (scale * (rows(ds, gkk) + rows(s_bar, kk)), scale * (keys(ds, gq) + keys(s_bar, q)), keys(h, d_o),
+            rows(p, gvv) + rows(h, vv))
+
+
+@dataclass
+class DoubleBackwardCase(ForwardCase):
+    """A double backward call (attention_double_bwd; on AMD its general path, simt_q and simt_kv after
+    the backward's preprocess). seqlens: a packed batch of these (n_q, n_k) sequences
+    (attention_varlen_double_backward; batch, n_q and n_k unused); absent: the cotangents left out
+    (letters of "qkv": gQ, gK, gV)."""
+    seqlens: tuple = ()
+    absent: str = ""
+
+    @property
+    def variant_key(self) -> str:
+        """double_backward_variant_key: the spec, ".packed" for a packed batch."""
+        return self.spec_text("attention_double_bwd") + (".packed" if self.seqlens else "")
+
+    @property
+    def name(self) -> str:
+        shape = ("packed" + "+".join(f"{a}x{b}" for a, b in self.seqlens) if self.seqlens
+                 else f"b{self.batch}.{self.n_q}x{self.n_k}")
+        return (f"{self.arch}.{self.variant_key[len('attention_double_bwd.'):]}.{self.config or 'default'}."
+                f"h{self.heads_q}:{self.heads_kv}.{shape}" + (f".no_g{self.absent}" if self.absent else ""))
+
+
+def _memory_layout(parts: list, packed: bool) -> np.ndarray:
+    """Sequences' (1, h, n, d) arrays as the kernels read them: dense (b, h, n, d); packed (total, h,
+    d), the (total, heads, head_dim) layout of attention_varlen_*."""
+    if packed:
+        return np.concatenate([np.moveaxis(x[0], 1, 0) for x in parts], axis=0)
+    return np.concatenate(parts, axis=0)
+
+
+def run_double_backward(kgen_bin: str, case: DoubleBackwardCase, hazards: bool = False) -> dict:
+    """One double backward call as runtime/ops/attention_backward.cpp makes it: preprocess (the
+    backward's row kernel), simt_q (r and c into the workspace, then Q̄ and dŌ), simt_kv (K̄, V̄), on
+    one AttentionBackwardParams; the workspace rows lse2, delta, r, c and the four outputs start
+    NaN-poisoned. A packed batch: the tensors' rows in one batch, the sequences' bounds in the
+    VariantArgs after the params (the kernels but preprocess), grids of the longest sequence
+    (attention_double_backward_grid) and, for preprocess, of the tensors' rows."""
+    kernels = build_kernels(kgen_bin, case.arch, "attention_double_bwd", ["--variant", case.variant_key], case.config)
+    names = [k.meta["entry"].removeprefix("kgen_attention_bwd_").removeprefix("kgen_attention_double_bwd_")
+             for k in kernels]
+    if names != ["preprocess", "simt_q", "simt_kv"]:
+        raise RuntimeError(f"{case.variant_key}: kernels {names}, expected preprocess, simt_q, simt_kv")
+    config = kernels[1].variant.split(".")[-2]
+    if case.config is not None and config != case.config:
+        raise RuntimeError(f"built {kernels[1].variant}, expected config {case.config}")
+    packed = bool(case.seqlens)
+    seqs = list(case.seqlens) if packed else [(case.n_q, case.n_k)] * case.batch
+    rng = np.random.default_rng(case.seed)
+    d, dt, hq, hkv = case.head_dim, case.dtype, case.heads_q, case.heads_kv
+    scale = 1.0 / math.sqrt(d)
+
+    # Per sequence (1, h, n, d): inputs as dtype bits, their float64 values, the references.
+    names_in = ("q", "k", "v", "d_o", "gq", "gk", "gv")
+    bits, ref = {n: [] for n in names_in + ("o",)}, {n: [] for n in ("q_bar", "k_bar", "v_bar", "do_bar", "lse")}
+    for n_q, n_k in seqs:
+        x = {}
+        for n in names_in:
+            shape = (1, hq if n in ("q", "d_o", "gq") else hkv, n_q if n in ("q", "d_o", "gq") else n_k, d)
+            bits[n].append(to_bits(rng.standard_normal(shape), dt))
+            x[n] = from_bits(bits[n][-1], dt)
+        for n in case.absent:
+            x["g" + n] = np.zeros_like(x["g" + n])
+        o, lse = attention_reference(x["q"], x["k"], x["v"], case.causal, scale)
+        bits["o"].append(to_bits(o, dt))
+        ref["lse"].append(lse)
+        for n, r in zip(("q_bar", "k_bar", "v_bar", "do_bar"), attention_double_backward_reference(
+                x["q"], x["k"], x["v"], x["d_o"], x["gq"], x["gk"], x["gv"], case.causal, scale)):
+            ref[n].append(r)
+
+    mem = emu.Memory()
+    total_q, total_k = sum(s[0] for s in seqs), sum(s[1] for s in seqs)
+    if packed:  # packed_view: (total, h, d) with stride_b 0; lse (h, total_q)
+        q_strides, kv_strides = (0, d, hq * d), (0, d, hkv * d)
+        lse_bits = np.concatenate([x[0] for x in ref["lse"]], axis=1).astype(np.float32)
+        lse_strides, rows = (0, total_q), (1, total_q, total_k)
+    else:
+        q_strides = (hq * case.n_q * d, case.n_q * d, d)
+        kv_strides = (hkv * case.n_k * d, case.n_k * d, d)
+        lse_bits = np.concatenate(ref["lse"], axis=0).astype(np.float32)
+        lse_strides, rows = (hq * case.n_q, case.n_q), (case.batch, case.n_q, case.n_k)
+    tensors, outputs = {}, {}
+    for n in names_in + ("o",):
+        if n[0] == "g" and n[1] in case.absent:
+            continue  # a cotangent left out: null
+        tensors[n] = (_put(mem, _memory_layout(bits[n], packed)), kv_strides if n in ("k", "v", "gk", "gv") else q_strides)
+    for n in ("q_bar", "k_bar", "v_bar", "do_bar"):
+        like = bits["k" if n in ("k_bar", "v_bar") else "q"]
+        shape = _memory_layout(like, packed).shape
+        outputs[n] = shape
+        tensors[n] = (_poisoned(mem, int(np.prod(shape)), dt), kv_strides if n in ("k_bar", "v_bar") else q_strides)
+    stat_rows = hq * total_q
+    work = {n: _poisoned(mem, stat_rows, "fp32") for n in ("lse2", "delta", "row_r", "row_c")}
+    params = backward_params(tensors, case, rows, lse=_put(mem, lse_bits), lse_stride_b=lse_strides[0],
+                             lse_stride_h=lse_strides[1], dq_accum=0, **work)
+    if packed:  # the VariantArgs after the params (entry_shim.cpp: the kernel's second parameter)
+        va = params_layout()["VariantArgs"]
+        cu = [np.concatenate([[0], np.cumsum([s[i] for s in seqs])]).astype(np.int32) for i in (0, 1)]
+        args = pack_params("VariantArgs", {f[0]: 0 for f in va["fields"] if f[3] != "zeros"} |
+                           dict(cu_seqlens_q=_put(mem, cu[0]), cu_seqlens_k=_put(mem, cu[1])))
+        variant_params = params + bytes(-len(params) % va["align"]) + args
+    w = config_fields(config)["w"]
+    longest_q, longest_k = max(s[0] for s in seqs), max(s[1] for s in seqs)
+    executed = {}
+    for kernel, name in zip(kernels, names):
+        if name == "preprocess":  # the tensors' rows, kRowWarps warps (the kernel's threads)
+            pre_rows = params_layout()["backward_rows"][f"{kernel.meta['threads'] // 32}:{d}"][0]
+            grid, kp = (_blocks(rows[1], pre_rows), hq, rows[0]), params
+        else:
+            n_rows, heads = (longest_q, hq) if name == "simt_q" else (longest_k, hkv)
+            grid, kp = (_blocks(n_rows, w), heads, len(seqs)), variant_params if packed else params
+        executed[name] = launch(kernel, mem, kp, grid, hazards)
+    out, errs = {}, []
+    for n, shape in outputs.items():
+        out[n] = _read(mem, tensors[n][0], shape, dt)
+        r = _memory_layout(ref[n], packed)
+        ref[n] = r
+        errs += compare(n, out[n], r, dt)
+    return {"case": case.name, "variant": kernels[1].variant, "kernels": names, "instructions": executed,
+            "errors": errs, "out": out, "ref": {n: ref[n] for n in outputs}}

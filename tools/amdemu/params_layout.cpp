@@ -4,7 +4,8 @@
 // i32, i64, f32; the fields of a nested AttentionTensorArg as "q.data", "q.stride_b", .... Also the
 // launch geometry of the backward's row kernels and query-major dQ kernel, from the same headers:
 // {"backward_rows": {"<warps>:<head_dim>": [preprocess_block_rows, row_block_rows]},
-//  "mfma_dq_block_m": rows}.
+//  "mfma_dq_block_m": rows}. VariantArgs (a variant kernel's second parameter: packed batches'
+// cu_seqlens) with its alignment; its array fields have kind "zeros" (the driver leaves them 0).
 #include <cstddef>
 #include <cstdio>
 #include <initializer_list>
@@ -14,12 +15,14 @@
 #include "kgen_device/attention/backward_params.h"
 #include "kgen_device/attention/mfma_config.h"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/attention/variant_args.h"
 
 namespace {
 
 template <class M>
 const char* kind() {
-  if constexpr (std::is_pointer_v<M>) return "ptr";
+  if constexpr (std::is_array_v<M>) return "zeros";
+  else if constexpr (std::is_pointer_v<M>) return "ptr";
   else if constexpr (std::is_same_v<M, float>) return "f32";
   else if constexpr (std::is_integral_v<M> && sizeof(M) == 8) return "i64";
   else if constexpr (std::is_integral_v<M> && sizeof(M) == 4) return "i32";
@@ -73,10 +76,21 @@ int main() {
   KGEN_FIELD(B, stats_splits); KGEN_FIELD(B, dkv_accum);
   std::printf("]}");
 
+  using V = kgen::VariantArgs;
+  std::printf(", \"VariantArgs\": {\"size\": %zu, \"align\": %zu, \"fields\": [", sizeof(V), alignof(V));
+  first_field = true;
+  KGEN_FIELD(V, real); KGEN_FIELD(V, integer); KGEN_FIELD(V, tensor); KGEN_FIELD(V, stride); KGEN_FIELD(V, grad);
+  KGEN_FIELD(V, grad_stride); KGEN_FIELD(V, sinks); KGEN_FIELD(V, sinks_grad); KGEN_FIELD(V, cu_seqlens_q);
+  KGEN_FIELD(V, cu_seqlens_k); KGEN_FIELD(V, block_table); KGEN_FIELD(V, table_stride); KGEN_FIELD(V, page_shift);
+  KGEN_FIELD(V, seqused_k); KGEN_FIELD(V, range); KGEN_FIELD(V, range_len); KGEN_FIELD(V, range_rows);
+  KGEN_FIELD(V, range_lead);
+  std::printf("]}");
+
+  // Every head dim: the simt kernels (and the double backward's preprocess) take any d <= 256.
   std::printf(", \"backward_rows\": {");
   const char* sep = "";
   for (int warps : {1, 2, 4, 8})
-    for (int d : {64, 128}) {
+    for (int d = 1; d <= 256; ++d) {
       std::printf("%s\"%d:%d\": [%d, %d]", sep, warps, d, kgen::attention_bwd::preprocess_block_rows(warps, d),
                   kgen::attention_bwd::row_block_rows(warps, d));
       sep = ", ";
