@@ -143,6 +143,12 @@ def variant_cases(layout):
         d_o = randn(q.shape, seed=13)
         cases.append((f"attention_backward_variant-{name}-{layout}", ops.attention_backward_variant,
                       (q, k, v, o, lse, d_o, None, causal, layout, True, None, learnable, *args)))
+    o, lse = ops.attention_forward_variant(q, k, v, None, True, layout, *window)
+    d_o = randn(q.shape, seed=13)
+    g = (randn(q.shape, seed=5), randn(k.shape, seed=6), randn(k.shape, seed=7))
+    cases.append((f"attention_double_backward_variant-window-softcap-sinks-{layout}",
+                  ops.attention_double_backward_variant,
+                  (q, k, v, o, lse, d_o, *g, None, True, layout, True, None, *window)))
     return cases
 
 
@@ -163,6 +169,9 @@ def varlen_cases():
             (f"varlen_attention_forward-{name}", ops.varlen_attention_forward, (q, k, v, *packed, scale, True, *args)),
             (f"varlen_attention_backward-{name}", ops.varlen_attention_backward,
              (q, k, v, o, lse, d_o, *packed, scale, True, True, None, *args)),
+            (f"varlen_attention_double_backward-{name}", ops.varlen_attention_double_backward,
+             (q, k, v, o, lse, d_o, randn(q.shape, seed=19), randn(k.shape, seed=20), randn(v.shape, seed=21),
+              *packed, scale, True, True, None, *args)),
         ]
     return cases
 
@@ -225,10 +234,11 @@ CASE_NAMES = [f"{case}-{layout}" for layout in ("bhnd", "bnhd") for case in (
     "attention_forward_variant-window-softcap-sinks", "attention_forward_variant-alibi-documents",
     "attention_forward_variant-expression", "attention_forward_variant_out-window-softcap-sinks",
     "attention_forward_variant_out-alibi-documents-no-lse", "attention_backward_variant-window-softcap-sinks",
-    "attention_backward_variant-learnable", "paged_attention_forward-causal",
+    "attention_backward_variant-learnable", "attention_double_backward_variant-window-softcap-sinks",
+    "paged_attention_forward-causal",
     "paged_attention_forward-window-softcap-sinks", "paged_attention_forward-no-seqlens", "paged_append-copy",
     "paged_append-neox-q_out", "paged_append-gptj-q-in-place", "paged_append-contiguous")] + [
-    f"{op}-{case}" for op in ("varlen_attention_forward", "varlen_attention_backward")
+    f"{op}-{case}" for op in ("varlen_attention_forward", "varlen_attention_backward", "varlen_attention_double_backward")
     for case in ("causal", "window-softcap-sinks")]
 
 
