@@ -347,21 +347,16 @@ namespace {
 
 // Grouped heads on the Hopper key-major kernels (the 64- and 128-column tiles, the atomic mode):
 // into how many blocks (2, 4 or 8) each K/V head's query heads split, or 1. Each block adds its
-// partial dK and dV into fp32 rows. H100, bf16, b = 1, h_q 64, h_kv 8, docs/kernels/measurements.md "Finer group
-// splits", kgen bench, ms:
-// - with a mask, d = 128 at n = 1k / 2k / 4k / 8k / 16k: a2:t:l:w:g8 0.211 / 0.639 / 1.657 / 5.950
-//   / 22.556 against the defaults before (wg:bm64:bn64 0.382 / 1.191, a1:t:l:g2 1.902 / 6.725,
-//   a1:t:l:w:g2 23.008); :w:g2 0.237 / 0.587 / 2.007 / 7.022 / 22.549, :w:g4 at 4k–16k 1.808 /
-//   6.228 / 22.394. Below d = 120 four blocks: d = 112 :w:g4 1.541 at 4k against :w:g8's 1.630
-//   (8k 5.870 against 5.819), d = 96 1.473 against 1.572 (:w:g2 1.470; level at 8k);
-// - without a mask only while the K/V blocks fill at most half the machine: d = 128 1k :w:g2
-//   0.238 against wg:bm64:bn64's 0.403; at 2k :w 0.718 against :w:g2's 0.750;
-// - the 64-column tile (d = 64), four blocks with the producer warpgroup: with a mask 0.114 /
-//   0.307 / 0.983 / 13.920 at 1k / 2k / 4k / 16k against 0.230 / 0.589 / 1.015 / 14.867 (:w:g8
-//   0.126 / 0.339 / 1.067 / 13.974); without one 0.156 / 0.493 at 1k / 2k against 0.233 / 0.744.
+// partial dK and dV into fp32 rows. The rules, each the fastest measured
+// (docs/kernels/measurements.md, "Finer group splits, and scratch memory that stays mapped"):
+// - with a mask, the 128-column tile: eight blocks from d = 120 (once the K/V blocks fill about
+//   two waves, below), else four (two where the group is no multiple of 4);
+// - without a mask, from 1k keys and only while the K/V blocks fill at most half the machine:
+//   two blocks;
+// - the 64-column tile, from 1k keys, with a mask or up to 2k keys: four blocks with the
+//   producer warpgroup.
 // Below 1k keys the split stays as measured first (with a mask, the 128-column tile, two
-// blocks); groups of 2 are not split (h_q 32, h_kv 16, d = 128, 4k: a1:t:l:g2 0.977 against
-// 0.795).
+// blocks); groups of 2 are not split, which was slower.
 // Whether the groups split at all: of an even size from 4, of a multiple of 4 above 48 columns
 // on the 64-column tile (nothing measured below).
 bool hopper_group_splittable(const AttentionBackwardSpec& spec, int group, bool tile64) {
@@ -376,10 +371,8 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
   if (tile64) return shape.n_k >= 1024 && (spec.causal || shape.n_k <= 2048) ? 4 : 1;
   if (!spec.causal) return shape.n_k >= 1024 && kv_blocks * 2 <= sm_count ? 2 : 1;
   if (shape.n_k < 1024) return 2;
-  // Eight blocks only once the K/V blocks fill about two waves: d = 128, h_q 64 / h_kv 8
-  // (H100, kgen bench, TFLOPS, docs/kernels/measurements.md "Three consumer warpgroups"): b = 1 at 1k / 2k / 3k
-  // keys (64 / 128 / 192 K/V blocks) g4 233 / 335 / 394 against g8 201 / 265 / 378, at 4k (256)
-  // g8 420 against 380; b = 2 at 2k (256) g8 337 against 253.
+  // Eight blocks only once the K/V blocks fill about two waves; four won below that
+  // (docs/kernels/measurements.md, "Eight-block group splits by wave count").
   if (spec.head_dim >= 120 && group % 8 == 0 && 2 * kv_blocks > 3LL * sm_count) return 8;
   return group % 4 == 0 ? 4 : 2;
 }
@@ -425,19 +418,16 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     return check_attention_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
   }
   if (auto c = mfma_backward_default_config(spec, target)) return *c;  // AMD matrix cores
-  // d = 32 on sm_90a (H200, bf16, b·n = 16k, h = 64, `kgen bench --op attention_bwd --head-dims 32`,
-  // docs/kernels/measurements.md "d = 32 backward"): without a mask the padded 64-column wgmma tile ran 165 / 204 /
-  // 217 TFLOPS at n = 1k / 4k / 16k against 147 / 184 / 198 for fa2:bm64:bn128:w8; causal,
-  // fa2:bm64:bn64:w4 ran 124 / 177 / 199 against 109 / 161 / 184 (wg 114–191), and 159 at 4k
-  // against 169 for the decoupled wg:bm64:bn128:a2 ("Decoupled warpgroups", 2026-11-24).
+  // d = 32 on sm_90a: without a mask the padded 64-column wgmma tile, faster than fa2 at every
+  // length; causal, fa2:bm64:bn64:w4 on small grids, the wgmma kernels on full ones
+  // (docs/kernels/measurements.md, "d = 32 backward").
   const bool tile64 = wgmma_tile_head_dim(spec.head_dim) == 64;
   const bool hopper = spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target);
   const long long kv_blocks = 1LL * shape.batch * shape.heads_kv * blocks(shape.n_k, 128);
   const int group_split = hopper ? hopper_group_split(spec, shape, tile64, kv_blocks, sm_count) : 1;
   // Grouped heads from 1k keys (hopper_group_splittable): each K/V block walks the whole group,
-  // so the two-warpgroup kernels win once their blocks, split or not, fill half the machine (b =
-  // 1, h_q 64, h_kv 8, H100: d = 128 at 1k :w:g2 0.238 ms against wg:bm64:bn64's 0.403, at 2k :w
-  // 0.718 against 1.426; d = 64 at 1k bm128:a2:l:w:g4 0.156 against 0.233).
+  // so the two-warpgroup kernels win once their blocks, split or not, fill half the machine
+  // (docs/kernels/measurements.md, "Finer group splits, and scratch memory that stays mapped").
   const bool grouped_tiles = hopper && shape.n_k >= 1024 &&
                              hopper_group_splittable(spec, shape.heads_q / shape.heads_kv, tile64);
   const bool small = attention_backward_shape_class(shape, sm_count) == 1 &&
@@ -450,29 +440,21 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     const bool grouped = shape.heads_q != shape.heads_kv;
     AttentionBackwardConfig c{.path = BackwardPath::wgmma};
     if (tile64) {
-      // The 64-column tile: 128-row query tiles (H100, bf16, b·n = 16k, h·d = 2048, `kgen bench
-      // --op attention_bwd`, docs/kernels/measurements.md "128-row query tiles", against the 64-row defaults
-      // before them at n = 1k / 4k / 16k): d = 64 without a mask a2 1.181 / 3.565 / 13.749 ms
-      // against 1.259 / 4.050 / 15.189 (bm128 a1:l 1.160 / 3.678 / 13.797), with one a2:l 0.816
-      // / 2.123 / 7.320 against 0.872 / 2.276 / 7.757; d = 48 without a mask a1:l 1.260 / 4.101
-      // / 15.644 against 1.408 / 4.660 / 17.709 (a2 1.265 / 4.202 / 15.758); d = 32 a1:l 1.528 /
-      // 5.225 / 20.199 against 1.872 / 6.334 / 24.175, with a mask a2:l 1.046 / 3.045 / 10.859
-      // against 1.208 / 3.619 / 13.029. dQ by red_add2 (TMA reduce-adds gained nothing on this
-      // tile with 64-row tiles: d = 64 313 → 310 TFLOPS at 4k, H200).
+      // The 64-column tile: 128-row query tiles, faster than 64-row ones at d = 32–64; without a
+      // mask a2 above 48 columns and a1 with TMA loads (:l) up to 48, with one a2:l
+      // (docs/kernels/measurements.md, "128-row query tiles in the Hopper backward"). dQ by
+      // red_add2: TMA reduce-adds gained nothing on this tile ("dQ by TMA reduce-adds in the
+      // Hopper backward").
       c.block_m = 128;
       c.async_wgs = !spec.causal && spec.head_dim <= 48 ? 1 : 2;
       c.tma_loads = spec.causal || spec.head_dim <= 48;
-      // A producer warpgroup for the loads (dQ stays red_add2 from the consumers; H100, bf16,
-      // docs/kernels/measurements.md "Warp-specialised Hopper backward", kgen bench, ms, n = 4k / 16k): d = 64
-      // a2:l:w 3.408 / 13.184 against a2's 3.629 / 13.627, with a mask 2.019 / 6.840 against
-      // a2:l's 2.149 / 7.208 (a1:l:w 3.532 / 13.345, 2.062 / 7.114). Measured at d = 64 from 4k
-      // keys: taken from d = 49 there. Split grouped heads (hopper_group_split) take it from 1k keys.
-      // Unsplit, dQ goes through the staging boxes to the producer's dQ warp as well (:t, a
-      // two-stage ring; H100, bf16, b·n = 16k, h·d = 2048, docs/kernels/measurements.md "dQ by TMA on 128-row
-      // tiles", kgen bench, ms, n = 1k / 4k / 8k): d = 64 a2:t:l:w 0.938 / 2.787 / 5.707 against
-      // a2 1.191, a2:l:w 3.412 / 6.775; with a mask a1:t:l:w 0.729 / 1.713 / 3.011 against a2:l
-      // 0.813, a2:l:w 2.009 / 3.620 (a2:t:l:w 0.713 / 1.711 / 3.049 spills 16 bytes with a mask).
-      // Measured at d = 64 from 1k keys without grouped heads: taken from d = 49 there.
+      // A producer warpgroup for the loads (dQ stays red_add2 from the consumers), faster at d = 64
+      // from 4k keys (measured there, taken from d = 49; docs/kernels/measurements.md,
+      // "Warp-specialised Hopper backward"). Split grouped heads (hopper_group_split) take it from
+      // 1k keys. Unsplit, dQ goes through the staging boxes to the producer's dQ warp as well (:t,
+      // a two-stage ring), faster at d = 64 from 1k keys without grouped heads, a1 with a mask
+      // (a2:t:l:w spills there; measured at d = 64, taken from d = 49: "dQ by TMA on 128-row
+      // tiles").
       if (spec.head_dim > 48 && group_split > 1) {
         c.tma_loads = true, c.warp_specialised = true;
       } else if (spec.head_dim > 48 && shape.n_k >= 1024) {
@@ -481,51 +463,36 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
       }
       c.group_splits = group_split;  // only above 48 columns, where async_wgs is already 2
     } else {
-      // The 128-column tile: the staggered a2 against the block-synchronous wg:bm64:bn128 at n =
-      // 4k / 16k (H200, bf16, b·n = 16k, h·d = 2048, docs/kernels/measurements.md "Decoupled warpgroups"): d = 128
-      // 396 / 409 TFLOPS against 369 / 393 (causal 356 / 417 against 318 / 383); d = 80 318
-      // against 284 at 4k (causal 259 against 244).
-      // dQ through shared memory and TMA reduce-adds (docs/kernels/measurements.md "dQ by TMA", H200, bf16, 16k
-      // tokens: d = 128 a2 411 → 432 TFLOPS at 16k, causal 360 → 396 at 4k and 414 → 449 at 16k).
+      // The 128-column tile: the staggered a2, faster than the block-synchronous wg:bm64:bn128
+      // (docs/kernels/measurements.md, "Decoupled warpgroups in the Hopper backward").
+      // dQ through shared memory and TMA reduce-adds, faster everywhere on this tile ("dQ by TMA
+      // reduce-adds in the Hopper backward").
       c.tma_dq = true;
-      // Q and dO by TMA (docs/kernels/measurements.md "Q and dO by TMA", H100, bf16, 16k tokens, 4k / 16k): d =
-      // 128 400 → 452 / 433 → 473 TFLOPS, d = 96 368 → 391 / 385 → 402; with a mask d = 112 (the
-      // synchronous kernel before: a1 and a2 spilled there without TMA loads) 275 → 352 / 344 →
-      // 459, d = 96 296 → 315 / 344 → 364. With a mask at d = 128 it lost (383 → 362 at 4k, 466
-      // → 456 at 16k; d = 120 is taken as d = 128), except with grouped heads (h_q 64, h_kv 8, b
-      // = 1), where the unstaggered a1:t:l won: 382 → 423 at 16k, 318 → 313 at 4k.
+      // Q and dO by TMA: faster without a mask and with one below d = 120; with a mask at d = 128
+      // it lost (d = 120 is taken as d = 128), except with grouped heads, where the unstaggered
+      // a1:t:l won ("Q and dO by TMA in the Hopper backward").
       c.tma_loads = !spec.causal || spec.head_dim < 120 || grouped;
       // The unstaggered a1 with a mask at d = 104 and 112, where it is the one that stays
       // spill-free, and with a mask and grouped heads from d = 120.
       const bool a1 = spec.causal && ((spec.head_dim >= 104 && spec.head_dim <= 112) || (spec.head_dim >= 120 && grouped));
       c.async_wgs = a1 ? 1 : 2;
       // Grouped heads: each group's query heads split over several blocks (hopper_group_split;
-      // first measured with two, H100, bf16, h_q 64, h_kv 8, b = 1, docs/kernels/measurements.md "Group splits":
-      // d = 128 a1:t:l:g2 1.899 / 6.615 / 24.375 ms against a1:t:l's 2.188 / 7.568 / 26.213 at n
-      // = 4k / 8k / 16k). The causal walks of a group's key blocks are long (8 heads × the tiles
-      // from the diagonal on), and the heaviest ones set the kernel's time; split, they are
-      // shorter.
+      // first measured with two: docs/kernels/measurements.md, "Group splits: grouped heads with a
+      // mask"). The causal walks of a group's key blocks are long (8 heads × the tiles from the
+      // diagonal on), and the heaviest ones set the kernel's time; split, they are shorter.
       c.group_splits = group_split;
-      // A producer warpgroup for the loads and the dQ reduce-adds (H100, bf16,
-      // docs/kernels/measurements.md "Warp-specialised Hopper backward", kgen bench, ms, against the defaults
-      // before it at n = 4k / 16k): d = 128 2.713 / 10.787 against a2:t:l's 2.890 / 11.417, with a
-      // mask 1.603 / 5.528 against a2:t's 1.735 / 5.742 (1k 0.669 against 0.697); d = 80 3.815 /
-      // 14.424 against 4.238 / 15.774, d = 96 with a mask 1.994 / 6.919 against 2.157 / 7.523;
-      // GQA 64/8 without a mask 2.611 against 2.943 at 4k. Left out then: 1k keys without a mask
-      // (0.939 against 0.933; the persistent form below takes them), n ≤ 512 with one (b = 64,
-      // h = 16: 0.482 against 0.472 at 256, level at 512).
+      // A producer warpgroup for the loads and the dQ reduce-adds, from 1k keys: faster than the
+      // decoupled kernels at d = 80–128 (docs/kernels/measurements.md, "Warp-specialised Hopper
+      // backward"); at 1k keys without a mask it only tied (the persistent form below takes
+      // them), and rows of 512 keys and under did not gain.
       // Grouped heads, split (hopper_group_split): from 1k keys with or without a mask, the
       // stagger as without grouped heads from d = 120.
       // Without group splits, the a2 form on a persistent grid (:p): the next key block's K, V,
-      // Q and dO load under this one's last dQ and its dK and dV stores. H200, d = 128,
-      // b·n = 16k, median ms of 10 (docs/kernels/measurements.md "A persistent grid for the warp-specialised
-      // backward"): without a mask 0.808 / 1.358 / 2.458 at 1k / 2k / 4k
-      // against 0.818 / 1.377 / 2.494 (and the 1k default a2:t:l's 0.836), with one 0.892 /
-      // 1.491 / 2.694 at 2k / 4k / 8k against 0.896 / 1.509 / 2.717 (1k level); GQA (b = 1,
-      // h 64 / 8) without a mask at 4k 2.359 against 2.402. Group splits and the a1 forms keep
-      // one block per key block (the a1 forms spill on it; GQA with a mask at 16k ran 22.64
-      // with :p:g8 against :g8's 22.20); rows under 1k keys keep the decoupled kernel (b = 64,
-      // h = 16, with a mask at 256 / 512 keys :p ran 0.392 / 0.864 against 0.354 / 0.835).
+      // Q and dO load under this one's last dQ and its dK and dV stores; a little faster from 1k
+      // keys. Group splits and the a1 forms keep one block per key block (the a1 forms spill on
+      // it; with a group split it lost); rows under 1k keys keep the decoupled kernel, which won
+      // there (docs/kernels/measurements.md, "A persistent grid for the warp-specialised
+      // backward").
       if (shape.n_k >= 1024) {
         c.tma_loads = true, c.warp_specialised = true;
         if (group_split > 1 && spec.head_dim >= 120) c.async_wgs = 2;
@@ -1031,15 +998,11 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target) {
   // Hopper, 32 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
-  // score tiles on the 64-column tile and 32-wide on the 128-column one (registers). On an H200
-  // (b = 1, n = 8192, docs/kernels/measurements.md "The double backward on wgmma") d = 64 ran 0.400 ms against
-  // 0.755 for the fa2 default at h = 1 (causal 0.273 against 0.520) and 5.94 against 11.21 at
-  // h = 16; d = 128 0.811 against 1.407 (causal 0.531 against 0.951), 12.1 against 21.4 at h = 16;
-  // d = 32 0.325 against 0.481 (causal 0.276 against 0.391). A score modification (f′ and f″ per
-  // element) takes 32-wide tiles on the 64-column tile too: at 64 its fused kernel spills
-  // 128–160 bytes, and on an H200 (b·n = 4096, h·d = 2048, n = 4096, causal) softcap ran 5.32 ms
-  // against 5.90 and window + softcap + sinks 2.37 against 2.50, where masks alone ran 10 %
-  // faster at 64.
+  // score tiles on the 64-column tile and 32-wide on the 128-column one (registers); faster than
+  // fa2 at every measured d (docs/kernels/measurements.md, "The double backward on wgmma"). A score
+  // modification (f′ and f″ per element) takes 32-wide tiles on the 64-column tile too: at 64 its
+  // fused kernel spills, and the 32-wide tiles were faster ("Score modifications on 32-wide
+  // tiles").
   if (spec.dtype != DType::f32 && spec.head_dim >= 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     const bool score_mod = !spec.variant.empty() && Variant::from_canonical(spec.variant).has_score_mod();
     const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 && !score_mod ? 64 : 32;
@@ -1047,9 +1010,8 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }
   // Above 128 columns: the 256-column tile, two warpgroups sharing 64 rows and splitting the
-  // columns (`:c2`). H200, b = h = 1, n = 8192, bf16: d = 256 2.38 ms (causal 1.34) against
-  // 6.77 (3.45) for fa2, d = 192 1.96 (1.08) against 5.04 (2.50), d = 160 1.79 (0.97) against
-  // 4.49 (2.17).
+  // columns (`:c2`), faster than fa2 at d = 160–256 (docs/kernels/measurements.md, "The double
+  // backward on wgmma").
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
     const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .splits = 2};
     if (!check_attention_double_backward_config(spec, c, target)) return c;
@@ -1068,9 +1030,9 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
                                                                  int sm_count) {
   AttentionBackwardConfig c = attention_double_backward_default_config(spec, target);
   // Fewer 64-row query tiles than half the SMs (b·h = 1 at n <= 4096 on 132 SMs): 32-row tiles on
-  // 2 warps double the blocks of both passes. Measured on an H200 at b = h = 1
-  // (docs/kernels/measurements.md, "Double backward"): d = 128 n = 2048 gains 10 %, n = 4096 ties, n = 8192 (128 tiles) loses 19 %, where the
-  // 64-row tiles' larger K/V reuse wins over the fuller grid.
+  // 2 warps double the blocks of both passes, which gains on small grids; on larger ones the
+  // 64-row tiles' K/V reuse wins over the fuller grid (docs/kernels/measurements.md, "32-row
+  // double-backward tiles for small grids").
   if (c.path == BackwardPath::fa2 && attention_double_backward_shape_class(shape, sm_count) == 1) {
     AttentionBackwardConfig small{.path = BackwardPath::fa2, .block_m = 32, .block_n = c.block_n, .warps = 2};
     if (!check_attention_double_backward_config(spec, small, target)) return small;

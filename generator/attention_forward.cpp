@@ -417,11 +417,9 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     };
     for (int bn : {128, 64, 192})
       if (two_q_buffers(bn, 128)) keep_ws({.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .warps = 8, .ping_pong = 1, .persistent = true});
-    // Ping-pong off on the persistent 128-key grid, for the tuner: H200, d = 128 without a mask,
-    // median ms of 50 calls (docs/kernels/measurements.md "Ping-pong off on the persistent grid")
-    // 0.223 / 0.414 / 0.797 at 1k / 2k / 4k against 0.225 / 0.419 / 0.804 with turns; GQA
-    // (h 64 / 8) at 4k bimodal, 0.79–0.86. Its stream-K form gained nothing (0.230 / 0.419 /
-    // 0.801), so none.
+    // Ping-pong off on the persistent 128-key grid, for the tuner: level with turns at d = 128
+    // without a mask, bimodal for GQA; no stream-K form, which gained nothing
+    // (docs/kernels/measurements.md, "Ping-pong off on the persistent grid").
     if (two_q_buffers(128, 128)) keep({.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .persistent = true});
     // 176-key tiles on the 128-column tile (S, P and O in 240 registers; two stages fit shared
     // memory with one Q buffer, so their persistent grid keeps one: ws_q_buffers), and 80-key
@@ -496,92 +494,70 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
                                                     const Target& target, int sm_count) {
   if (!spec.has_variant())
     if (auto c = mfma_forward_default_config(spec, target)) return *c;  // AMD matrix cores
-  // d = 32 joins from 4k keys: 245 / 263 TFLOPS at 4k / 16k with 192-key tiles against 217 / 222
-  // for the fa2 kernel, which keeps shorter rows (204 against 196 at 1k); and wherever it takes
-  // three consumers (below): H100, without a mask at 1k 0.586 ms against fa2's 0.672.
+  // d = 32 takes the warp-specialised kernel from 4k keys, where its 192-key tiles beat fa2, and
+  // wherever it takes three consumers (below); fa2 keeps shorter rows
+  // (docs/kernels/measurements.md, "d = 32 on the warp-specialised forward").
   const int tile = wgmma_tile_head_dim(spec.head_dim);
   // Decode-like grids (shape class 2): the keys of each query tile over several blocks, so
-  // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (docs/kernels/measurements.md, "Decode").
+  // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (docs/kernels/measurements.md, "Decode with
+  // few sequences: split keys").
   const bool split = attention_forward_shape_class(shape, sm_count) == 2;
   const bool three_consumers =
       spec.head_dim >= 32 && tile == 64 && shape.n_q >= 1024 && (!spec.causal || shape.n_k > 2048) && !split;
   const bool ws_head_dim = spec.head_dim > 32 || (spec.head_dim == 32 && (shape.n_k >= 4096 || three_consumers));
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && ws_head_dim && has_wgmma(target)) {
-    // Hopper: the warp-specialised TMA kernel, two consumer warpgroups of 64 query rows. On an
-    // H200 (bf16, b·n = 16k, h·d = 2048, docs/kernels/measurements.md "Warp-specialised forward")
-    // d = 128 ran 655 / 642 TFLOPS at n = 4k / 16k with 128-key tiles (causal 595 / 687) against
-    // 488 / 494 (426 / 493) for the non-specialised wgmma kernel; d = 64 ran 459 / 476 with 192-key
-    // tiles at 4k / 16k and 372 with 128-key tiles at 1k.
-    // Other head dims run on the padded tile: 128-key tiles up to 192 columns (their registers
-    // allow it), 80-key tiles for 256 columns (S, P and O within 240 registers, two stages within
-    // shared memory). On an H200 (bf16, b·n = 16k, h·d = 2048, docs/kernels/measurements.md "80-key
-    // tiles") d = 256 ran 0.213 / 0.729 / 2.93 ms at 1k / 4k / 16k against 0.230 / 0.792 / 3.16
-    // with 64-key tiles, causal 0.149 / 0.421 / 1.39 against 0.154 / 0.455 / 1.54. Split-key grids
-    // keep 64-key tiles (their space has no 80-key form).
-    // The 128-column tile takes 176-key tiles for long rows: from 8k keys without a mask, above
-    // 4k with one (the persistent rule below then makes the first persistent with one Q buffer,
-    // the second one block per query tile). H100, d = 128, median ms of 50 calls, two runs
-    // (docs/kernels/measurements.md "176-key tiles and persistent grids at d = 128 and 256"):
-    // without a mask at 8k 1.535 / 1.539 against 1.726 / 1.640 (the persistent 128-key kernel,
-    // bimodal there), at 16k within 1 %, GQA (b = 1, h = 64 / 8) at 16k 12.91 / 12.93 against
-    // 13.31; with a mask at 8k 0.821 / 0.828 against 0.834 / 0.836, GQA 1.605 / 1.604 against
-    // 1.771 / 1.823, at 16k GQA 6.665 / 6.601 against 6.805 / 6.742. Shorter rows and split grids
-    // keep 128-key tiles (2k without a mask: 0.430 against 0.414).
+    // Hopper: the warp-specialised TMA kernel, two consumer warpgroups of 64 query rows, faster
+    // than the non-specialised wgmma kernel at every measured length (docs/kernels/measurements.md,
+    // "Warp-specialised forward"). Key tiles per column tile:
+    // - the 64-column tile: 192 keys from 4k keys, else 128 (same section);
+    // - up to 192 columns: 128 keys (their registers allow it);
+    // - 256 columns: 80 keys (S, P and O within 240 registers, two stages within shared memory),
+    //   faster than 64 at every length; split-key grids keep 64, their space has no 80-key form
+    //   ("80-key tiles at d = 256");
+    // - 128 columns with long rows, from 8k keys without a mask and above 4k with one: 176 keys
+    //   (the persistent rule below then makes the first persistent with one Q buffer, the second
+    //   one block per query tile); shorter rows and split grids keep 128, faster at 2k
+    //   ("176-key tiles and persistent grids at d = 128 and 256").
     const bool long_rows = spec.causal ? shape.n_k > 4096 : shape.n_k >= 8192;
     const int bn = tile == 64    ? (shape.n_k >= 4096 ? 192 : 128)
                    : tile == 256 ? (split ? 64 : 80)
                                  : (tile == 128 && long_rows && !split ? 176 : 128);
-    // Short rows on the 64-column tile with a mask: one warpgroup of 64 rows per block, several
-    // blocks per SM, beat the warp-specialised kernel in the short-sequence sweep (H200, b = 64,
-    // h = 16, docs/kernels/measurements.md "Short sequences"): causal d = 64 0.051 / 0.133 / 0.419
-    // ms at 256 / 512 / 1k against 0.074 / 0.174 / 0.480 (and against 0.056 / 0.145 / 0.435 for the
-    // persistent grid below); d = 48 alike.
+    // Short rows on the 64-column tile with a mask, up to 1k keys: one warpgroup of 64 rows per
+    // block, several blocks per SM, beat the warp-specialised kernel and its persistent grid
+    // (docs/kernels/measurements.md, "Short sequences on the 64-column tile").
     if (spec.causal && tile == 64 && shape.n_k <= 1024) {
       const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
-    // The 64-column tile: three consumers of 64 rows (192 query rows per block) on 128-key
-    // tiles. On an H100 (bf16, b·n = 16k, h·d = 2048, d = 64, docs/kernels/measurements.md "Three
-    // consumer warpgroups") without a mask 0.325 / 0.561 / 1.071 / 2.023 ms at 1k / 2k / 4k / 8k
-    // against 0.339 / 0.630 / 1.186 / 2.276 for the two-consumer kernels (persistent to 2k, one
-    // block per query tile above); causal 0.639 / 1.171 / 2.179 at 4k / 8k / 16k against 0.653 /
-    // 1.251 / 2.342; d = 32–48 gained 3–16 %. Causal rows up to 2k keep the kernels below (0.365
-    // against 0.380 at 2k), as do calls of under 1k query rows (not measured with three consumers)
-    // and split-key grids.
+    // The 64-column tile from 1k query rows: three consumers of 64 rows (192 query rows per
+    // block) on 128-key tiles, a few percent faster than two. Causal rows up to 2k keys keep the
+    // kernels below, which won there, as do calls of under 1k query rows (not measured with three
+    // consumers) and split-key grids (docs/kernels/measurements.md, "Three consumer warpgroups").
     if (three_consumers) {
       AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 192, .block_n = 128, .warps = 12, .ping_pong = 1};
       c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
-      // Without a mask, stream-K: H200, d = 64, median ms of 50 calls (docs/kernels/measurements.md
-      // "Stream-K") 0.313 / 0.527 at 1k / 2k against 0.324 / 0.561. (At d = 128 it only ties
-      // the plain persistent grid: 0.234 / 0.424 / 0.812 against 0.227 / 0.423 / 0.812 at
-      // 1k / 2k / 4k, so the rule below keeps that.)
+      // Without a mask, stream-K: faster than the plain persistent grid at d = 64; at d = 128 it
+      // only ties, so the rule below keeps the plain grid (docs/kernels/measurements.md,
+      // "Stream-K").
       c.stream_k = c.persistent && !spec.causal;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
-    // Up to 128 columns and at 256, a persistent grid (one block per SM over every query
-    // tile, the next tile's loads under the current one's work; docs/kernels/measurements.md,
-    // "Persistent forward grid"). Without a mask d = 128 ran 0.079 / 0.245 ms at n = 256 / 512
-    // (b = 64, h = 16) against 0.106 / 0.289, and 0.221 / 0.794 / 3.10 ms at 1k / 4k / 16k against
-    // 0.245 / 0.818 / 3.3–3.5; d = 64 0.188 against 0.195 (wg:bm64:bn64) at 512 and 0.338
-    // against 0.375 at 1k. Causal, up to 4k keys: d = 128 0.081 / 0.187 ms at 256 / 512 against
-    // 0.094 / 0.221, 0.144 / 0.430 at 1k / 4k against 0.165 / 0.457; at 16k 1.624 against 1.560,
-    // so longer causal rows keep one block per query tile. The 256-column tile (80-key tiles,
-    // one Q buffer), causal up to 8k keys: H100, d = 256, median ms of 50 calls
-    // (docs/kernels/measurements.md "176-key tiles and persistent grids at d = 128 and 256") with a
-    // mask 0.225 / 0.392 / 0.729 at 2k / 4k / 8k against 0.242 / 0.425 / 0.781, at 16k 1.488
-    // against 1.401; without one 0.212 / 0.380 / 0.723 / 2.997 at 1k / 2k / 4k / 16k against
-    // 0.215 / 0.384 / 0.732 / 3.172. (d = 32 keeps its measured default below; the 192-column tile
-    // is unmeasured.)
+    // Up to 128 columns and at 256, a persistent grid (one block per SM over every query tile,
+    // the next tile's loads under the current one's work): faster without a mask at every length
+    // and with one up to 4k keys; longer causal rows keep one block per query tile, which won at
+    // 16k (docs/kernels/measurements.md, "Persistent forward grid"). The 256-column tile (80-key
+    // tiles, one Q buffer) is persistent without a mask and with one up to 8k keys, alike
+    // ("176-key tiles and persistent grids at d = 128 and 256"). d = 32 keeps its measured
+    // default below; the 192-column tile is unmeasured.
     const bool persistent_rows =
         (tile <= 128 || tile == 256) && (!spec.causal || shape.n_k <= (tile == 256 ? 8192 : 4096));
     if (!split && spec.head_dim > 32 && persistent_rows) {
       AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .warps = 8, .ping_pong = 1};
       c.persistent = true;
       // The 64-column tile with a mask, 1k to 2k keys (128-key tiles there; shorter rows took
-      // wg:bm64:bn64 above): without ping-pong turns. H200, d = 64, b·n = 16k, n = 2k, median ms
-      // (docs/kernels/measurements.md "Ping-pong off on the persistent grid"): 0.360 against 0.364
-      // with turns in `kgen bench`, and 1.8 % ahead in `kgen tune`'s interleaved final. d = 40–56
-      // follow unmeasured.
+      // wg:bm64:bn64 above): without ping-pong turns, ahead of them in `kgen bench` and in the
+      // tuner's interleaved final at d = 64; d = 40–56 follow unmeasured
+      // (docs/kernels/measurements.md, "Ping-pong off on the persistent grid").
       if (tile == 64 && spec.causal && shape.n_k <= 2048 && shape.n_q >= 1024) c.ping_pong = 0;
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
@@ -590,8 +566,8 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
-    // 128 query rows on 4 warps, 64-key tiles: the fastest for d = 64 and 128 on an H200
-    // (docs/kernels/measurements.md, "Tile choice" and "spill-free 64-key tile"). d = 96 keeps
+    // 128 query rows on 4 warps, 64-key tiles: the fastest for d = 64 and 128
+    // (docs/kernels/measurements.md, "Tile choice and the spill-free 64-key tile"). d = 96 keeps
     // 32-key tiles (unmeasured). d = 256 keeps 16 rows per warp: 32 would not fit in registers.
     // Other head dims take the rule of the mma width they round up to.
     const int dc = mma_head_dim(spec.head_dim);
