@@ -19,7 +19,7 @@ bench() { echo "\$ kgen bench $*"; KGEN_LOG_LEVEL=info /usr/bin/time -f "wall %e
 # Candidates for the elementwise acts and softmax over features (the "kgen" column is each act's
 # default, generator/lrpe.cpp swept_default): folds 2 and 4 at 128 and 256 threads with occupancy
 # caps (o<k>: registers for k resident blocks), two rows in flight, the bp launch, one uncapped
-# config. (vec 16 was measured slower for every act: BENCHMARKS.md, "LRPE at the bandwidth floor".)
+# config. (vec 16 was measured slower for every act: docs/kernels/measurements.md, "LRPE defaults".)
 configs='sp:t128:r1:v8:b2:o8|sp:t128:r1:v8:b4:o4|sp:t128:r1:v8:b4:o6|sp:t128:r2:v8:b2:o6|sp:t256:r1:v8:b4|sp:t256:r1:v8:b2:o4|bp:t256:r1:v8:b2:o3|bp:t128:r1:v8:b2:o6'
 # Softmax over the sequence (bp only, fold <= 4).
 seq_configs='bp:t128:r2:v8:o8|bp:t128:r2:v8:o5|bp:t128:r4:v8:o4|bp:t256:r2:v8:o3|bp:t256:r2:v8'

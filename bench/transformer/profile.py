@@ -3,7 +3,8 @@
 Builds the benchmark's model (bench/transformer/model.py), runs --warmup steps, then profiles
 --steps forward + backward steps (bf16 autocast, batch --batch) and prints the total GPU kernel
 time per step and the --top kernels by time, one table per implementation. It shows where a
-step's GPU time differs between implementations (BENCHMARKS.md, "Where the end-to-end gap went").
+step's GPU time differs between implementations (docs/kernels/measurements.md, "Where the end-to-end
+gap went").
 Each implementation's attention is first checked on the model's shape (o, dq, dk, dv against the
 math reference, as `python3 -m bench.transformer` does); one that fails is reported, not profiled.
 
