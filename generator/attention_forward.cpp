@@ -529,6 +529,19 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
       const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
+    // Decode-like calls on grids that need no split: at most 64 query rows per (batch, head)
+    // (one token per sequence with its group's query heads packed, or a few) against 1k keys or
+    // more. One warpgroup of 64 rows per block streams K and V at the copy rate, where the
+    // warp-specialised kernel's second consumer computes 64 rows that are never stored: 64-key
+    // tiles where the grid has two blocks per SM or more (two fit on one), 128-key tiles where it
+    // has fewer (docs/kernels/measurements.md, "Decode without a split: one warpgroup").
+    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024) {
+      const long long blocks = 1LL * shape.batch * shape.heads_q;
+      AttentionForwardConfig w{.path = ForwardPath::wgmma, .block_m = 64, .block_n = blocks >= 2LL * sm_count ? 64 : 128,
+                               .stages = 2, .warps = 4};
+      if (check_attention_forward_config(spec, w, target)) w.block_n = 64;
+      if (!check_attention_forward_config(spec, w, target)) return w;
+    }
     // The 64-column tile from 1k query rows: three consumers of 64 rows (192 query rows per
     // block) on 128-key tiles, a few percent faster than two. Causal rows up to 2k keys keep the
     // kernels below, which won there, as do calls of under 1k query rows (not measured with three

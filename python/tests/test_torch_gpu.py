@@ -86,6 +86,19 @@ def test_many_waves():
     run_and_check(q, k, v, causal=True, layout="bhnd", ref_device="cuda")
 
 
+@pytest.mark.parametrize("b", [1, 20, 40], ids=["split", "one_block_per_sm", "two_blocks_per_sm"])
+@pytest.mark.parametrize("n_q,n_k", [(1, 1024), (3, 1500), (16, 4097)])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128, 256])
+def test_decode_grids(d, causal, n_q, n_k, b):
+    """Decode-like calls (h_q = 16 over h_kv = 8, a few query rows, long keys) on the grids the
+    defaults pick by batch: keys split over blocks (b = 1), one block per SM and 128-key tiles
+    (b = 20), two blocks per SM and 64-key tiles (b = 40); float64 reference on the GPU."""
+    dtype = torch.float16 if d == 64 else torch.bfloat16
+    q, k, v = inputs(b, 16, 8, n_q, n_k, d, dtype, "bnhd", seed=b * 31 + n_k)
+    run_and_check(q, k, v, causal=causal, layout="bnhd", ref_device="cuda")
+
+
 def test_gpu_reference_matches_cpu_reference():
     q, k, v = (t.double() for t in inputs(2, 4, 2, 63, 90, 64, torch.float32, "bhnd"))
     for causal in (False, True):

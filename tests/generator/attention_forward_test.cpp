@@ -181,11 +181,28 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
       EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, true}, {64, 16, 16, n, n}, sm90a(), 132)),
                 "wg:bm64:bn64:s2")
           << d << " " << n;
-      // Decode-like rows without a mask: the persistent grid too.
+      // Decode-like rows without a mask: the persistent grid up to 512 keys, one warpgroup per
+      // block from 1k (below).
       EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, false}, {64, 16, 16, 1, n}, sm90a(), 132)),
-                "ws:bm128:bn128:s2:pp1:persist")
+                n >= 1024 ? "wg:bm64:bn64:s2" : "ws:bm128:bn128:s2:pp1:persist")
           << d << " " << n;
     }
+  // Decode without a split (up to 64 query rows, 1k keys or more): one warpgroup of 64 rows per
+  // block, 64-key tiles from two blocks per SM, else 128-key; grids of under half the SMs split
+  // the keys on the warp-specialised kernel; a query tile of more rows keeps it too.
+  for (int d : {64, 128, 256}) {
+    EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, false}, {64, 8, 8, 4, 4096}, sm90a(), 132)),
+              "wg:bm64:bn64:s2") << d;
+    EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, true}, {64, 32, 32, 1, 32768}, sm90a(), 132)),
+              "wg:bm64:bn64:s2") << d;
+    EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, false}, {4, 8, 8, 4, 32768}, sm90a(), 132)),
+              d == 64 ? "ws:bm128:bn192:s2:pp1:split" : d == 256 ? "ws:bm128:bn64:s2:pp1:split" : "ws:bm128:bn128:s2:pp1:split")
+        << d;
+    EXPECT_NE(to_string(attention_forward_default_config({DType::bf16, d, false}, {64, 8, 8, 65, 4096}, sm90a(), 132)).rfind("ws:", 0),
+              std::string::npos) << d;
+  }
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {16, 8, 8, 4, 32768}, sm90a(), 132)),
+            "wg:bm64:bn128:s2");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {64, 16, 16, 512, 512}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)),
