@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
 #include "generator/attention_mfma.h"
 #include "generator/config_table.h"
@@ -217,13 +218,29 @@ std::optional<AttentionBackwardConfig> parse_form(const ConfigTextForm<C>& form,
   return std::nullopt;
 }
 
+// The form of path C in `c`, for a kernel only that path launches.
+template <class C>
+const C& form_of(const AttentionBackwardConfig& c) {
+  if (const C* f = c.as<C>()) return *f;
+  throw std::invalid_argument(to_string(c) + " launches no such kernel (attention_backward_kernels lists its kernels)");
+}
+
 }  // namespace
 
 BackwardPath AttentionBackwardConfig::path() const {
-  static constexpr BackwardPath kPaths[] = {BackwardPath::fa2,  BackwardPath::wgmma, BackwardPath::simt,
-                                            BackwardPath::mfma, BackwardPath::fa2,   BackwardPath::wgmma};
-  static_assert(std::size(kPaths) == std::variant_size_v<Form>);
-  return kPaths[form.index()];
+  return std::visit(
+      [](const auto& f) {
+        using C = std::decay_t<decltype(f)>;
+        if constexpr (std::is_same_v<C, BackwardFa2Config> || std::is_same_v<C, DoubleBackwardFa2Config>) return BackwardPath::fa2;
+        else if constexpr (std::is_same_v<C, BackwardWgmmaConfig> || std::is_same_v<C, DoubleBackwardWgmmaConfig>)
+          return BackwardPath::wgmma;
+        else if constexpr (std::is_same_v<C, BackwardMfmaConfig>) return BackwardPath::mfma;
+        else {
+          static_assert(std::is_same_v<C, BackwardSimtConfig>);
+          return BackwardPath::simt;
+        }
+      },
+      form);
 }
 
 std::string to_string(const AttentionBackwardConfig& c) {
@@ -643,7 +660,7 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
         return {blocks(s.n_k, f->keys) * static_cast<unsigned>(column_splits(head_dim)), hkv, b};
       if (const auto* m = c.as<BackwardMfmaConfig>())
         return {blocks(s.n_k, m->keys) * static_cast<unsigned>(m->column_splits), hkv, b};
-      const auto& wg = *c.as<BackwardWgmmaConfig>();
+      const auto& wg = form_of<BackwardWgmmaConfig>(c);
       // Group splits (the atomic kernel): y = kv head · splits + part.
       const unsigned parts = kernel == BackwardKernel::kv_atomic ? static_cast<unsigned>(wg.group_splits) : 1u;
       // Persistent (the atomic kernel): at most one block per SM over every key block
@@ -656,8 +673,8 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
     }
     case BackwardKernel::dkv_convert: return {blocks(s.n_k, attention_bwd::row_block_rows(kRowWarps, head_dim)), hkv, b};
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
-    case BackwardKernel::simt_dq: return {blocks(s.n_q, c.as<BackwardSimtConfig>()->warps), hq, b};
-    case BackwardKernel::simt_dkdv: return {blocks(s.n_k, c.as<BackwardSimtConfig>()->warps), hkv, b};
+    case BackwardKernel::simt_dq: return {blocks(s.n_q, form_of<BackwardSimtConfig>(c).warps), hq, b};
+    case BackwardKernel::simt_dkdv: return {blocks(s.n_k, form_of<BackwardSimtConfig>(c).warps), hkv, b};
     case BackwardKernel::sinks: return {blocks(s.n_q, 32 * kRowWarps), hq, b};
   }
   return {};
@@ -763,7 +780,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         }
         break;
       }
-      const auto& fa2 = *c.as<BackwardFa2Config>();
+      const auto& fa2 = form_of<BackwardFa2Config>(c);
       const int tile = fa2_tile_head_dim(d);
       include = "kgen_device/attention/backward_fa2.cuh";
       k.threads = fa2.warps * 32;
@@ -798,7 +815,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     }
     case BackwardKernel::simt_dq:
     case BackwardKernel::simt_dkdv: {
-      const auto& simt = *c.as<BackwardSimtConfig>();
+      const auto& simt = form_of<BackwardSimtConfig>(c);
       include = "kgen_device/attention/backward_simt.cuh";
       k.threads = attention_bwd::row_threads(simt.warps);
       AttentionBackwardSpec bucket = spec;
@@ -1162,7 +1179,7 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
              b = static_cast<unsigned>(s.batch);
   const auto* wg = c.as<DoubleBackwardWgmmaConfig>();
   // Rows per block of both passes (the tensor-core forms).
-  const auto rows = [&] { return wg ? wg->rows : c.as<DoubleBackwardFa2Config>()->rows; };
+  const auto rows = [&] { return wg ? wg->rows : form_of<DoubleBackwardFa2Config>(c).rows; };
   switch (kernel) {
     case DoubleBackwardKernel::preprocess:
       return {blocks(s.n_q, attention_bwd::preprocess_block_rows(kRowWarps, head_dim)), hq, b};
@@ -1175,8 +1192,8 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
       if (packed) return {2 * std::max(blocks(s.n_q, rows()), blocks(s.n_k, rows())) * splits, hq, b};
       return {(blocks(s.n_q, rows()) + blocks(s.n_k, rows())) * splits, hq, b};
     }
-    case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.as<BackwardSimtConfig>()->warps), hq, b};
-    case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.as<BackwardSimtConfig>()->warps), hkv, b};
+    case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, form_of<BackwardSimtConfig>(c).warps), hq, b};
+    case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, form_of<BackwardSimtConfig>(c).warps), hkv, b};
   }
   return {};
 }
@@ -1215,7 +1232,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
     shim.args = {targ_type("T", spec.dtype), targ("DMax", simt->max_head_dim), targ("Warps", simt->warps),
                  targ("Causal", spec.causal)};
   } else {
-    const auto& fa2 = *c.as<DoubleBackwardFa2Config>();
+    const auto& fa2 = form_of<DoubleBackwardFa2Config>(c);
     const int wide = dbl_wide_tile(fa2.tile, spec.head_dim);
     if (kernel == DoubleBackwardKernel::q_stats) {
       k.threads = fa2.warps * 32;

@@ -198,6 +198,8 @@ std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardCo
 LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, BackwardKernel kernel,
                                    const AttentionShape& shape, int head_dim, int sm_count);
 
+// `kernel`: one of attention_backward_kernels(config, …) (another path's kernel throws
+// std::invalid_argument, as in attention_backward_grid).
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                        BackwardKernel kernel);
 

@@ -374,11 +374,13 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
 // Key pairs (":x2", clusters of two key blocks summing dQ before the reduce-adds) are no config:
 // the text does not parse, and every rendered decoupled kernel passes Pair = false.
 TEST(AttentionBackwardConfig, KeyPairsAreNoConfig) {
+  using K = BackwardKernel;
   for (const char* bad : {"wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a2:t:x2", "wg:bm64:bn128:a2:t:l:x2", "wg:bm64:bn128:a2:t:x1",
                           "wg:bm64:bn128:a2:t:l:w:x2", "wg:bm64:bn128:a2:t:x2:g2"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
   for (const auto& c : attention_backward_config_space({DType::bf16, 128, true}, sm90a())) {
-    const KernelSource k = render_attention_backward({DType::bf16, 128, true}, c, BackwardKernel::kv_atomic);
+    const K kernel = attention_backward_kernels(c, false)[1];  // kv_atomic, or simt_dkdv
+    const KernelSource k = render_attention_backward({DType::bf16, 128, true}, c, kernel);
     EXPECT_EQ(k.source.find("/*Pair=*/true"), std::string::npos) << to_string(c);
     EXPECT_EQ(k.source.find("__cluster_dims__"), std::string::npos) << to_string(c);
   }
