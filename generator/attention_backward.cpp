@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <sstream>
+#include <stdexcept>
 
 #include "generator/attention_mfma.h"
+#include "generator/config_table.h"
 #include "generator/config_text.h"
 #include "generator/variant.h"
 #include "kgen_device/attention/backward_config.h"
@@ -81,8 +83,8 @@ std::optional<std::string> head_dim_range_error(int head_dim) {
 
 // Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns (no key
 // pairs: see render's Pair argument).
-int async_smem_bytes(int tile, const AttentionBackwardConfig& c) {
-  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.block_m, c.tma_dq, false, false,
+int async_smem_bytes(int tile, const BackwardWgmmaConfig& c) {
+  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.query_rows, c.tma_dq, false, false,
                                                   c.warp_specialised && c.tma_dq);
 }
 
@@ -90,95 +92,180 @@ int async_smem_bytes(int tile, const AttentionBackwardConfig& c) {
 
 DqTile attention_backward_dq_tile(int head_dim) { return {64, mma_head_dim(head_dim) <= 128 ? 64 : 32, 4}; }
 
+namespace {
+
+std::string n(int v) { return std::to_string(v); }
+// The key-major kernel's tile, as the fa2, wgmma and mfma forms write it (bm, bn).
+std::string query_rows_meaning(int rows) { return n(rows) + " query rows per tile of the key-major kernel"; }
+std::string keys_meaning(int keys) { return n(keys) + " keys per block of the key-major kernel"; }
+
+// The tables of the config forms (generator/config_table.h): text, members and meanings.
+constexpr std::string_view kFa2Meaning = "tensor-core path with mma.sync m16n8k16 (sm_80 and later)";
+constexpr std::string_view kWgmmaMeaning = "Hopper path: wgmma, one block per key block (sm_90a)";
+using Fa2Field = ConfigTextField<BackwardFa2Config>;
+const Fa2Field kFa2Fields[] = {
+    {.name = "bm", .number = &BackwardFa2Config::query_rows,
+     .meaning = [](const BackwardFa2Config& c) { return query_rows_meaning(c.query_rows); }},
+    {.name = "bn", .number = &BackwardFa2Config::keys,
+     .meaning = [](const BackwardFa2Config& c) { return keys_meaning(c.keys); }},
+    {.name = "w", .number = &BackwardFa2Config::warps,
+     .meaning = [](const BackwardFa2Config& c) { return n(c.warps) + " warps, " + n(c.keys / std::max(1, c.warps)) + " keys each"; }},
+};
+const ConfigTextForm<BackwardFa2Config> kFa2Form{"fa2", kFa2Meaning, kFa2Fields};
+
+using WgField = ConfigTextField<BackwardWgmmaConfig>;
+constexpr int kAsyncField = 3;  // index of "a" in kWgmmaFields: the flags after it need it
+const WgField kWgmmaFields[] = {
+    {.name = "bm", .number = &BackwardWgmmaConfig::query_rows,
+     .meaning = [](const BackwardWgmmaConfig& c) { return query_rows_meaning(c.query_rows); }},
+    {.name = "bn", .number = &BackwardWgmmaConfig::keys,
+     .meaning = [](const BackwardWgmmaConfig& c) { return keys_meaning(c.keys); }},
+    {.name = "c", .number = &BackwardWgmmaConfig::column_splits, .unwritten = 1, .last = true,
+     .meaning = [](const BackwardWgmmaConfig& c) {
+       return n(c.column_splits) + " warpgroups share the block's keys, each with 1/" + n(c.column_splits) + " of the columns";
+     }},
+    {.name = "a", .number = &BackwardWgmmaConfig::async_wgs, .unwritten = 0,
+     .meaning = [](const BackwardWgmmaConfig& c) {
+       return std::string(c.async_wgs == 2 ? "warpgroups decoupled and staggered by one tile's exponentials"
+                                           : "warpgroups decoupled: no block barrier per query tile, dQ added a tile late");
+     }},
+    {.name = "t", .flag = &BackwardWgmmaConfig::tma_dq, .needs = kAsyncField,
+     .meaning = [](const BackwardWgmmaConfig&) { return std::string("dQ added from shared memory by TMA reduce-adds"); }},
+    {.name = "l", .flag = &BackwardWgmmaConfig::tma_loads, .needs = kAsyncField,
+     .meaning = [](const BackwardWgmmaConfig&) { return std::string("Q and dO tiles loaded by TMA"); }},
+    {.name = "w", .flag = &BackwardWgmmaConfig::warp_specialised, .needs = kAsyncField,
+     .meaning = [](const BackwardWgmmaConfig&) {
+       return std::string("a producer warpgroup issues the loads (and dQ's reduce-adds); the others only compute");
+     }},
+    {.name = "p", .flag = &BackwardWgmmaConfig::persistent, .needs = kAsyncField,
+     .meaning = [](const BackwardWgmmaConfig&) { return std::string("persistent grid: one block per SM walks the key blocks"); }},
+    {.name = "g", .number = &BackwardWgmmaConfig::group_splits, .unwritten = 1, .needs = kAsyncField,
+     .meaning = [](const BackwardWgmmaConfig& c) {
+       return n(c.group_splits) + " blocks per K/V head and key block split the group's query heads";
+     }},
+};
+const ConfigTextForm<BackwardWgmmaConfig> kWgmmaForm{"wg", kWgmmaMeaning, kWgmmaFields};
+
+using SimtField = ConfigTextField<BackwardSimtConfig>;
+const SimtField kSimtFields[] = {
+    {.name = "w", .number = &BackwardSimtConfig::warps,
+     .meaning = [](const BackwardSimtConfig& c) { return n(c.warps) + " warps per block"; }},
+    {.name = "dmax", .number = &BackwardSimtConfig::max_head_dim,
+     .meaning = [](const BackwardSimtConfig& c) { return "head dims up to " + n(c.max_head_dim) + " in registers"; }},
+};
+const ConfigTextForm<BackwardSimtConfig> kSimtForm{"simt", "general path: plain fp32 arithmetic, any head dim and dtype",
+                                                   kSimtFields};
+
+using MfmaField = ConfigTextField<BackwardMfmaConfig>;
+const MfmaField kMfmaFields[] = {
+    {.name = "bm", .number = &BackwardMfmaConfig::query_rows,
+     .meaning = [](const BackwardMfmaConfig& c) { return query_rows_meaning(c.query_rows); }},
+    {.name = "bn", .number = &BackwardMfmaConfig::keys,
+     .meaning = [](const BackwardMfmaConfig& c) { return keys_meaning(c.keys); }},
+    {.name = "w", .number = &BackwardMfmaConfig::waves,
+     .meaning = [](const BackwardMfmaConfig& c) { return n(c.waves) + " waves, 32 keys each"; }},
+    {.name = "c", .number = &BackwardMfmaConfig::column_splits, .unwritten = 1,
+     .meaning = [](const BackwardMfmaConfig& c) {
+       return n(c.column_splits) + " blocks share a key block, each with 1/" + n(c.column_splits) + " of the columns";
+     }},
+};
+const ConfigTextForm<BackwardMfmaConfig> kMfmaForm{"mfma", "AMD matrix-core path (MFMA, wave64)", kMfmaFields};
+
+using DblFa2Field = ConfigTextField<DoubleBackwardFa2Config>;
+const DblFa2Field kDblFa2Fields[] = {
+    {.name = "bm", .number = &DoubleBackwardFa2Config::rows,
+     .meaning = [](const DoubleBackwardFa2Config& c) {
+       return n(c.rows) + " rows per block: query rows of the query-major kernels, keys of the key-major one";
+     }},
+    {.name = "bn", .number = &DoubleBackwardFa2Config::tile,
+     .meaning = [](const DoubleBackwardFa2Config& c) {
+       return n(c.tile) + " keys per score tile of the query-major kernels (query rows per tile of the key-major one)";
+     }},
+    {.name = "w", .number = &DoubleBackwardFa2Config::warps,
+     .meaning = [](const DoubleBackwardFa2Config& c) { return n(c.warps) + " warps, 16 rows each"; }},
+};
+const ConfigTextForm<DoubleBackwardFa2Config> kDblFa2Form{"fa2", kFa2Meaning, kDblFa2Fields};
+
+using DblWgField = ConfigTextField<DoubleBackwardWgmmaConfig>;
+const DblWgField kDblWgmmaFields[] = {
+    {.name = "bm", .number = &DoubleBackwardWgmmaConfig::tile,
+     .meaning = [](const DoubleBackwardWgmmaConfig& c) { return "score tiles " + n(c.tile) + " wide"; }},
+    {.name = "bn", .number = &DoubleBackwardWgmmaConfig::rows,
+     .meaning = [](const DoubleBackwardWgmmaConfig& c) { return n(c.rows) + " rows per block of both passes, 64 per warpgroup"; }},
+    {.name = "c", .number = &DoubleBackwardWgmmaConfig::column_splits, .unwritten = 1,
+     .meaning = [](const DoubleBackwardWgmmaConfig& c) {
+       return n(c.column_splits) + " warpgroups share the block's rows, each with 1/" + n(c.column_splits) + " of the columns";
+     }},
+};
+const ConfigTextForm<DoubleBackwardWgmmaConfig> kDblWgmmaForm{"wg", "Hopper path: wgmma (sm_90a)", kDblWgmmaFields};
+
+const ConfigTextForm<BackwardFa2Config>& text_form(const BackwardFa2Config&) { return kFa2Form; }
+const ConfigTextForm<BackwardWgmmaConfig>& text_form(const BackwardWgmmaConfig&) { return kWgmmaForm; }
+const ConfigTextForm<BackwardSimtConfig>& text_form(const BackwardSimtConfig&) { return kSimtForm; }
+const ConfigTextForm<BackwardMfmaConfig>& text_form(const BackwardMfmaConfig&) { return kMfmaForm; }
+const ConfigTextForm<DoubleBackwardFa2Config>& text_form(const DoubleBackwardFa2Config&) { return kDblFa2Form; }
+const ConfigTextForm<DoubleBackwardWgmmaConfig>& text_form(const DoubleBackwardWgmmaConfig&) { return kDblWgmmaForm; }
+
+// The head word of `c`'s text ("fa2", "wg", "mfma", "simt").
+std::string_view text_form_head(const AttentionBackwardConfig& c) {
+  return std::visit([](const auto& f) { return text_form(f).head; }, c.form);
+}
+
+// `form` parsed from `parts`, as a config.
+template <class C>
+std::optional<AttentionBackwardConfig> parse_form(const ConfigTextForm<C>& form, const std::vector<std::string>& parts) {
+  if (auto c = parse_config(form, parts)) return AttentionBackwardConfig(*c);
+  return std::nullopt;
+}
+
+// The form of path C in `c`, for a kernel only that path launches.
+template <class C>
+const C& form_of(const AttentionBackwardConfig& c) {
+  if (const C* f = c.as<C>()) return *f;
+  throw std::invalid_argument(to_string(c) + " launches no such kernel (attention_backward_kernels lists its kernels)");
+}
+
+}  // namespace
+
+BackwardPath AttentionBackwardConfig::path() const {
+  return std::visit(
+      [](const auto& f) {
+        using C = std::decay_t<decltype(f)>;
+        if constexpr (std::is_same_v<C, BackwardFa2Config> || std::is_same_v<C, DoubleBackwardFa2Config>) return BackwardPath::fa2;
+        else if constexpr (std::is_same_v<C, BackwardWgmmaConfig> || std::is_same_v<C, DoubleBackwardWgmmaConfig>)
+          return BackwardPath::wgmma;
+        else if constexpr (std::is_same_v<C, BackwardMfmaConfig>) return BackwardPath::mfma;
+        else {
+          static_assert(std::is_same_v<C, BackwardSimtConfig>);
+          return BackwardPath::simt;
+        }
+      },
+      form);
+}
+
 std::string to_string(const AttentionBackwardConfig& c) {
-  std::ostringstream s;
-  if (c.path == BackwardPath::fa2 || c.path == BackwardPath::mfma) {
-    s << (c.path == BackwardPath::fa2 ? "fa2:bm" : "mfma:bm") << c.block_m << ":bn" << c.block_n << ":w" << c.warps;
-    if (c.path == BackwardPath::mfma && c.splits != 1) s << ":c" << c.splits;
-  }
-  else if (c.path == BackwardPath::wgmma) {
-    s << "wg:bm" << c.block_m << ":bn" << c.block_n;
-    if (c.splits != 1) s << ":c" << c.splits;
-    if (c.async_wgs != 0) s << ":a" << c.async_wgs;
-    if (c.tma_dq) s << ":t";
-    if (c.tma_loads) s << ":l";
-    if (c.warp_specialised) s << ":w";
-    if (c.persistent) s << ":p";
-    if (c.group_splits != 1) s << ":g" << c.group_splits;
-  }
-  else
-    s << "simt:w" << c.block_m << ":dmax" << c.max_head_dim;
-  return s.str();
+  return std::visit([](const auto& f) { return print_config(text_form(f), f); }, c.form);
 }
 
 std::vector<ConfigField> explain(const AttentionBackwardConfig& c) {
-  const auto n = [](int v) { return std::to_string(v); };
-  std::vector<ConfigField> f;
-  if (c.path == BackwardPath::simt) {
-    f.push_back({"simt", "general path: plain fp32 arithmetic, any head dim and dtype"});
-    f.push_back({"w" + n(c.block_m), n(c.block_m) + " warps per block"});
-    f.push_back({"dmax" + n(c.max_head_dim), "head dims up to " + n(c.max_head_dim) + " in registers"});
-    return f;
-  }
-  if (c.path == BackwardPath::fa2) f.push_back({"fa2", "tensor-core path with mma.sync m16n8k16 (sm_80 and later)"});
-  if (c.path == BackwardPath::mfma) f.push_back({"mfma", "AMD matrix-core path (MFMA, wave64)"});
-  if (c.path == BackwardPath::wgmma) f.push_back({"wg", "Hopper path: wgmma, one block per key block (sm_90a)"});
-  f.push_back({"bm" + n(c.block_m), n(c.block_m) + " query rows per tile of the key-major kernel"});
-  f.push_back({"bn" + n(c.block_n), n(c.block_n) + " keys per block of the key-major kernel"});
-  if (c.path == BackwardPath::fa2) f.push_back({"w" + n(c.warps), n(c.warps) + " warps, " + n(c.block_n / std::max(1, c.warps)) + " keys each"});
-  if (c.path == BackwardPath::mfma) f.push_back({"w" + n(c.warps), n(c.warps) + " waves, 32 keys each"});
-  if (c.splits != 1)
-    f.push_back({"c" + n(c.splits), n(c.splits) + " blocks (mfma) or warpgroups (wgmma) share a key block, each with 1/" + n(c.splits) +
-                                         " of the columns"});
-  if (c.async_wgs == 1) f.push_back({"a1", "warpgroups decoupled: no block barrier per query tile, dQ added a tile late"});
-  if (c.async_wgs == 2) f.push_back({"a2", "warpgroups decoupled and staggered by one tile's exponentials"});
-  if (c.tma_dq) f.push_back({"t", "dQ added from shared memory by TMA reduce-adds"});
-  if (c.tma_loads) f.push_back({"l", "Q and dO tiles loaded by TMA"});
-  if (c.warp_specialised) f.push_back({"w", "a producer warpgroup issues the loads (and dQ's reduce-adds); the others only compute"});
-  if (c.persistent) f.push_back({"p", "persistent grid: one block per SM walks the key blocks"});
-  if (c.group_splits != 1)
-    f.push_back({"g" + n(c.group_splits), n(c.group_splits) + " blocks per K/V head and key block split the group's query heads"});
-  return f;
+  return std::visit([](const auto& f) { return explain_config(text_form(f), f); }, c.form);
 }
 
 std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text) {
   const std::vector<std::string> parts = split_fields(text, ':');
-  AttentionBackwardConfig c;
-  bool ok = false;
-  if ((parts.size() == 4 && (parts[0] == "fa2" || parts[0] == "mfma")) || (parts.size() == 5 && parts[0] == "mfma")) {
-    c.path = parts[0] == "fa2" ? BackwardPath::fa2 : BackwardPath::mfma;
-    c.max_head_dim = 0;
-    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n) &&
-         parse_prefixed_int(parts[3], "w", c.warps) &&
-         (parts.size() == 4 || (parse_prefixed_int(parts[4], "c", c.splits) && c.splits != 1));
-  } else if (parts.size() >= 3 && parts.size() <= 9 && parts[0] == "wg") {
-    c.path = BackwardPath::wgmma;
-    c.max_head_dim = 0;
-    ok = parse_prefixed_int(parts[1], "bm", c.block_m) && parse_prefixed_int(parts[2], "bn", c.block_n);
-    if (ok && parts.size() > 3) {
-      if (parse_prefixed_int(parts[3], "c", c.splits))
-        ok = c.splits != 1 && parts.size() == 4;
-      else {
-        // a<k>, then in this order the flags t, l, w, p and g<k>, each at most once
-        ok = parse_prefixed_int(parts[3], "a", c.async_wgs) && c.async_wgs != 0;
-        std::size_t i = 4;
-        if (i < parts.size() && parts[i] == "t") c.tma_dq = true, ++i;
-        if (i < parts.size() && parts[i] == "l") c.tma_loads = true, ++i;
-        if (i < parts.size() && parts[i] == "w") c.warp_specialised = true, ++i;
-        if (i < parts.size() && parts[i] == "p") c.persistent = true, ++i;
-        if (i < parts.size() && parse_prefixed_int(parts[i], "g", c.group_splits) && c.group_splits != 1) ++i;
-        ok = ok && i == parts.size();
-      }
-    }
-    c.warps = c.block_n / 16 * c.splits;
-  } else if (parts.size() == 3 && parts[0] == "simt") {
-    c.path = BackwardPath::simt;
-    c.block_n = 0;
-    c.warps = 0;
-    ok = parse_prefixed_int(parts[1], "w", c.block_m) && parse_prefixed_int(parts[2], "dmax", c.max_head_dim);
-  }
-  if (!ok) return std::nullopt;
-  return c;
+  if (parts.empty()) return std::nullopt;
+  if (parts[0] == kFa2Form.head) return parse_form(kFa2Form, parts);
+  if (parts[0] == kWgmmaForm.head) return parse_form(kWgmmaForm, parts);
+  if (parts[0] == kMfmaForm.head) return parse_form(kMfmaForm, parts);
+  if (parts[0] == kSimtForm.head) return parse_form(kSimtForm, parts);
+  return std::nullopt;
+}
+
+std::optional<AttentionBackwardConfig> parse_attention_double_backward_config(const std::string& text) {
+  const std::vector<std::string> parts = split_fields(text, ':');
+  if (auto c = parse_form(kDblFa2Form, parts)) return c;
+  if (auto c = parse_form(kDblWgmmaForm, parts)) return c;
+  return parse_attention_backward_config(text);
 }
 
 std::string to_string(const AttentionBackwardSpec& s) {
@@ -203,100 +290,111 @@ std::optional<std::pair<AttentionBackwardSpec, bool>> parse_attention_backward_v
   return std::pair{*spec, deterministic};
 }
 
+namespace {
+
+std::optional<std::string> check_fa2(const AttentionBackwardSpec& spec, const BackwardFa2Config& c, const Target& target) {
+  if (auto why = nvidia_only_path("fa2", target)) return why;
+  if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
+  if (!is_bwd_fa2_head_dim(spec.head_dim))
+    return "fa2 backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
+  if (c.query_rows != 32 && c.query_rows != 64) return std::string("fa2 block_m must be 32 or 64");
+  if (c.keys != 64 && c.keys != 128) return std::string("fa2 block_n must be 64 or 128");
+  if ((c.warps != 4 && c.warps != 8) || (c.keys / c.warps != 16 && c.keys / c.warps != 32))
+    return std::string("fa2 warps must be 4 or 8, with 16 or 32 keys per warp");
+  if (kv_register_estimate(split_columns(spec.head_dim), c.query_rows, c.keys / c.warps) > kMaxRegistersPerThread)
+    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.query_rows) +
+           " and " + std::to_string(c.keys / c.warps) + " keys per warp exceeds the register budget";
+  const int tile = fa2_tile_head_dim(spec.head_dim);
+  const DqTile dq = attention_backward_dq_tile(spec.head_dim);
+  return smem_limit_error(std::max(attention_bwd::fa2_kv_smem_bytes(tile, c.query_rows, c.keys, true),
+                                   attention_bwd::fa2_q_smem_bytes(tile, dq.block_m, dq.block_n)),
+                          target);
+}
+
+std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const BackwardWgmmaConfig& c,
+                                       const Target& target) {
+  if (auto why = nvidia_only_path("wgmma", target)) return why;
+  if (auto why = wgmma_only_path("wgmma", target)) return why;
+  if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
+  const int tile = wgmma_tile_head_dim(spec.head_dim);
+  if (c.query_rows != 64 && c.query_rows != 128)
+    return std::string("wgmma block_m must be 64 (one wgmma M of query rows) or 128");
+  if (c.query_rows == 128 && (c.async_wgs == 0 || tile != 64 || (c.tma_dq && !c.warp_specialised) ||
+                              c.column_splits != 1))
+    return std::string(
+        "wgmma block_m 128 takes a decoupled kernel (a1, a2) on the 64-column tile (head dims up to 64), "
+        "with dQ by red_add2 or, warp-specialised (w), by TMA (t)");
+  if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
+  if (c.tma_loads && c.async_wgs == 0)
+    return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
+  if (c.warp_specialised && ((!c.tma_dq && c.query_rows != 128) || !c.tma_loads))
+    return std::string("wgmma warp specialisation (w) takes loads by TMA (l) and dQ by TMA (t) with 64-row tiles: "
+                       "wg:bm64:bn128:a2:t:l:w, wg:bm128:bn128:a2:l:w or wg:bm128:bn128:a2:t:l:w");
+  if (c.persistent && !c.warp_specialised)
+    return std::string("wgmma persistent grids (p) take the warp-specialised kernel (w): wg:bm64:bn128:a2:t:l:w:p");
+  if (c.group_splits != 1 &&
+      ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0))
+    return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits and a decoupled kernel (a1, a2)");
+  int smem = 0;
+  if (c.column_splits == 2) {
+    if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
+      return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
+             std::to_string(spec.head_dim);
+    if (c.keys != 64) return std::string("wgmma c2 takes block_n 64 (two warpgroups sharing 64 keys)");
+    smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.query_rows);
+  } else {
+    if (c.column_splits != 1) return std::string("wgmma splits must be 1, or 2 above 128 columns");
+    if (!is_bwd_wgmma_head_dim(spec.head_dim))
+      return "wgmma backward has no head_dim=" + std::to_string(spec.head_dim) +
+             " specialisation without column sharing (c2)";
+    if (c.keys != 64 && c.keys != 128)
+      return std::string("wgmma block_n must be 64 or 128 (one or two warpgroups)");
+    if (wgmma_kv_register_estimate(tile, c.query_rows) > kMaxRegistersPerThread)
+      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.query_rows) +
+             " exceeds the register budget";
+    if (c.async_wgs < 0 || c.async_wgs > 2) return std::string("wgmma async (a<k>) must be 1 or 2");
+    if (c.async_wgs != 0 && c.keys != 128)
+      return std::string("wgmma async (a1, a2) takes block_n 128 (two warpgroups)");
+    smem = c.async_wgs != 0 ? async_smem_bytes(tile, c)
+                            : attention_bwd::wgmma_kv_smem_bytes(tile, c.query_rows, c.keys / 64, true);
+  }
+  const DqTile dq = attention_backward_dq_tile(spec.head_dim);
+  smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(fa2_tile_head_dim(spec.head_dim), dq.block_m, dq.block_n));
+  return smem_limit_error(smem, target);
+}
+
+std::optional<std::string> check_simt(const AttentionBackwardSpec& spec, const BackwardSimtConfig& c) {
+  if (c.max_head_dim != attention_simt_bucket(spec.head_dim))
+    return "simt max_head_dim must be " + std::to_string(attention_simt_bucket(spec.head_dim)) +
+           " for head_dim=" + std::to_string(spec.head_dim);
+  if (c.warps != 4 && c.warps != 8) return std::string("simt warps must be 4 or 8");
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<std::string> check_attention_backward_config(const AttentionBackwardSpec& spec,
                                                            const AttentionBackwardConfig& c,
                                                            const Target& target) {
+  if (c.as<DoubleBackwardFa2Config>() || c.as<DoubleBackwardWgmmaConfig>())
+    return to_string(c) + " is read as a double-backward config (parse_attention_double_backward_config)";
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
-  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(),
-                                  c.path == BackwardPath::wgmma  ? "wg"
-                                  : c.path == BackwardPath::mfma ? "mfma"
-                                  : c.path == BackwardPath::fa2  ? "fa2"
-                                                                 : "simt",
-                                  "attention_bwd"))
+  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(), text_form_head(c), "attention_bwd"))
     return why;
-  if (auto why = check_variant_path(spec.has_variant(), c.path == BackwardPath::mfma ? "mfma" : "")) return why;
+  if (auto why = check_variant_path(spec.has_variant(), c.path() == BackwardPath::mfma ? "mfma" : "")) return why;
   // The warp-specialised kernel serves variants and packed batches (its atomic mode; the
   // deterministic mode's kernels do not: runtime/ops/attention_backward.cpp runs fa2 or simt
   // there).
-  if (spec.has_variant() && c.path == BackwardPath::wgmma &&
-      (!c.warp_specialised || c.persistent || !c.tma_dq || (spec.packed && c.group_splits != 1)))
+  const auto* wg = c.as<BackwardWgmmaConfig>();
+  if (spec.has_variant() && wg &&
+      (!wg->warp_specialised || wg->persistent || !wg->tma_dq || (spec.packed && wg->group_splits != 1)))
     return std::string("variants and packed batches run on the warp-specialised wgmma kernel with dQ by TMA (w, t; "
                        "no p, and no group splits for packed batches: wg:bm64:bn128:a1:t:l:w, "
                        "wg:bm128:bn128:a2:t:l:w), or on fa2: and simt:");
-  if (c.path == BackwardPath::mfma) return check_mfma_backward_config(spec, c, target);
-  int smem = 0;
-  if (c.path == BackwardPath::fa2) {
-    if (auto why = nvidia_only_path("fa2", target)) return why;
-    if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
-    if (!is_bwd_fa2_head_dim(spec.head_dim))
-      return "fa2 backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
-    if (c.block_m != 32 && c.block_m != 64) return std::string("fa2 block_m must be 32 or 64");
-    if (c.block_n != 64 && c.block_n != 128) return std::string("fa2 block_n must be 64 or 128");
-    if ((c.warps != 4 && c.warps != 8) || (c.block_n / c.warps != 16 && c.block_n / c.warps != 32))
-      return std::string("fa2 warps must be 4 or 8, with 16 or 32 keys per warp");
-    if (kv_register_estimate(split_columns(spec.head_dim), c.block_m, c.block_n / c.warps) > kMaxRegistersPerThread)
-      return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
-             " and " + std::to_string(c.block_n / c.warps) + " keys per warp exceeds the register budget";
-    const int tile = fa2_tile_head_dim(spec.head_dim);
-    smem = attention_bwd::fa2_kv_smem_bytes(tile, c.block_m, c.block_n, true);
-    const DqTile dq = attention_backward_dq_tile(spec.head_dim);
-    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(tile, dq.block_m, dq.block_n));
-  } else if (c.path == BackwardPath::wgmma) {
-    if (auto why = nvidia_only_path("wgmma", target)) return why;
-    if (auto why = wgmma_only_path("wgmma", target)) return why;
-    if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
-    const int tile = wgmma_tile_head_dim(spec.head_dim);
-    if (c.block_m != 64 && c.block_m != 128)
-      return std::string("wgmma block_m must be 64 (one wgmma M of query rows) or 128");
-    if (c.block_m == 128 && (c.async_wgs == 0 || tile != 64 || (c.tma_dq && !c.warp_specialised) ||
-                             c.splits != 1))
-      return std::string(
-          "wgmma block_m 128 takes a decoupled kernel (a1, a2) on the 64-column tile (head dims up to 64), "
-          "with dQ by red_add2 or, warp-specialised (w), by TMA (t)");
-    if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
-    if (c.tma_loads && c.async_wgs == 0)
-      return std::string("wgmma Q/dO loads by TMA (l) take a decoupled kernel (a1, a2)");
-    if (c.warp_specialised && ((!c.tma_dq && c.block_m != 128) || !c.tma_loads))
-      return std::string("wgmma warp specialisation (w) takes loads by TMA (l) and dQ by TMA (t) with 64-row tiles: "
-                         "wg:bm64:bn128:a2:t:l:w, wg:bm128:bn128:a2:l:w or wg:bm128:bn128:a2:t:l:w");
-    if (c.persistent && !c.warp_specialised)
-      return std::string("wgmma persistent grids (p) take the warp-specialised kernel (w): wg:bm64:bn128:a2:t:l:w:p");
-    if (c.group_splits != 1 &&
-        ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0))
-      return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits and a decoupled kernel (a1, a2)");
-    if (c.splits == 2) {
-      if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
-        return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
-               std::to_string(spec.head_dim);
-      if (c.block_n != 64 || c.warps != 8)
-        return std::string("wgmma c2 takes block_n 64 (two warpgroups sharing 64 keys)");
-      smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.block_m);
-    } else {
-      if (c.splits != 1) return std::string("wgmma splits must be 1, or 2 above 128 columns");
-      if (!is_bwd_wgmma_head_dim(spec.head_dim))
-        return "wgmma backward has no head_dim=" + std::to_string(spec.head_dim) +
-               " specialisation without column sharing (c2)";
-      if (c.block_n != 64 && c.block_n != 128)
-        return std::string("wgmma block_n must be 64 or 128 (one or two warpgroups)");
-      if (c.warps != c.block_n / 16) return std::string("wgmma warps must be block_n / 16");
-      if (wgmma_kv_register_estimate(tile, c.block_m) > kMaxRegistersPerThread)
-        return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.block_m) +
-               " exceeds the register budget";
-      if (c.async_wgs < 0 || c.async_wgs > 2) return std::string("wgmma async (a<k>) must be 1 or 2");
-      if (c.async_wgs != 0 && c.block_n != 128)
-        return std::string("wgmma async (a1, a2) takes block_n 128 (two warpgroups)");
-      smem = c.async_wgs != 0 ? async_smem_bytes(tile, c)
-                              : attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, true);
-    }
-    const DqTile dq = attention_backward_dq_tile(spec.head_dim);
-    smem = std::max(smem, attention_bwd::fa2_q_smem_bytes(fa2_tile_head_dim(spec.head_dim), dq.block_m, dq.block_n));
-  } else {
-    if (c.max_head_dim != attention_simt_bucket(spec.head_dim))
-      return "simt max_head_dim must be " + std::to_string(attention_simt_bucket(spec.head_dim)) +
-             " for head_dim=" + std::to_string(spec.head_dim);
-    if (c.block_m != 4 && c.block_m != 8) return std::string("simt warps must be 4 or 8");
-  }
-  return smem_limit_error(smem, target);
+  if (const auto* m = c.as<BackwardMfmaConfig>()) return check_mfma_backward_config(spec, *m, target);
+  if (const auto* f = c.as<BackwardFa2Config>()) return check_fa2(spec, *f, target);
+  if (wg) return check_wgmma(spec, *wg, target);
+  return check_simt(spec, *c.as<BackwardSimtConfig>());
 }
 
 std::vector<AttentionBackwardConfig> attention_backward_config_space(const AttentionBackwardSpec& spec,
@@ -306,23 +404,24 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     if (!check_attention_backward_config(spec, c, target)) out.push_back(c);
   };
   for (const auto& c : mfma_backward_config_space(spec, target)) out.push_back(c);
+  using Wg = BackwardWgmmaConfig;
   if (spec.dtype != DType::f32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
-    for (int bn : {128, 64}) keep({.path = BackwardPath::wgmma, .block_n = bn, .warps = bn / 16});
+    for (int bn : {128, 64}) keep(Wg{.keys = bn});
     for (int a : {2, 1})
       for (bool t : {false, true})
-        for (bool l : {false, true}) keep({.path = BackwardPath::wgmma, .async_wgs = a, .tma_dq = t, .tma_loads = l});
-    for (int a : {2, 1}) keep({.path = BackwardPath::wgmma, .async_wgs = a, .tma_dq = true, .tma_loads = true, .warp_specialised = true});
-    keep({.path = BackwardPath::wgmma, .async_wgs = 2, .tma_dq = true, .tma_loads = true, .warp_specialised = true, .persistent = true});  // persistent (:p)
+        for (bool l : {false, true}) keep(Wg{.async_wgs = a, .tma_dq = t, .tma_loads = l});
+    for (int a : {2, 1}) keep(Wg{.async_wgs = a, .tma_dq = true, .tma_loads = true, .warp_specialised = true});
+    keep(Wg{.async_wgs = 2, .tma_dq = true, .tma_loads = true, .warp_specialised = true, .persistent = true});  // persistent (:p)
     for (int a : {2, 1})
-      for (bool l : {false, true}) keep({.path = BackwardPath::wgmma, .block_m = 128, .async_wgs = a, .tma_loads = l});
+      for (bool l : {false, true}) keep(Wg{.query_rows = 128, .async_wgs = a, .tma_loads = l});
     for (int a : {2, 1})
-      for (bool t : {false, true}) keep({.path = BackwardPath::wgmma, .block_m = 128, .async_wgs = a, .tma_dq = t, .tma_loads = true, .warp_specialised = true});
+      for (bool t : {false, true}) keep(Wg{.query_rows = 128, .async_wgs = a, .tma_dq = t, .tma_loads = true, .warp_specialised = true});
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
-    keep({.path = BackwardPath::wgmma, .block_n = 64, .splits = 2});
+    keep(Wg{.keys = 64, .column_splits = 2});
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
-      for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep({.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = warps});
+      for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep(BackwardFa2Config{.query_rows = bm, .keys = bn, .warps = warps});
   keep(attention_backward_general_config(spec));
   return out;
 }
@@ -334,8 +433,9 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   for (int split : {2, 4, 8}) {
     if (group % split != 0) continue;
     for (std::size_t i = 0; i < unsplit; ++i) {
-      if (!out[i].warp_specialised) continue;
-      AttentionBackwardConfig c = out[i];
+      const auto* wg = out[i].as<BackwardWgmmaConfig>();
+      if (!wg || !wg->warp_specialised) continue;
+      BackwardWgmmaConfig c = *wg;
       c.group_splits = split;
       if (!check_attention_backward_config(spec, c, target)) out.push_back(c);
     }
@@ -401,19 +501,20 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // step spills: ptxas, d = 64, softcap 152 bytes, ALiBi 44; none on 64-row tiles); else sm_80's
     // rule. The MFMA kernels do not serve variants yet.
     if (target.arch == "sm_90a") {
-      if (c.path == BackwardPath::wgmma && c.warp_specialised) {
-        c.persistent = false, c.tma_dq = true, c.block_m = 64;
-        if (spec.packed) c.group_splits = 1;
+      if (auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->warp_specialised) {
+        wg->persistent = false, wg->tma_dq = true, wg->query_rows = 64;
+        if (spec.packed) wg->group_splits = 1;
         if (!check_attention_backward_config(spec, c, target)) return c;
       }
       return attention_backward_default_config(spec, shape, *parse_target("sm_80"), sm_count);
     }
     // fa2: 32-row query tiles and 16 keys per warp keep the key-major kernel within its registers
     // (ptxas, d = 64: 64-row tiles spill 108–144 bytes with a tensor-indexed mask).
-    if (c.path != BackwardPath::fa2) return attention_backward_general_config(spec);
-    AttentionBackwardConfig narrow = c;
-    narrow.block_m = 32;
-    if (narrow.block_n / narrow.warps == 32) narrow.warps = narrow.block_n / 16;
+    const auto* fa2 = c.as<BackwardFa2Config>();
+    if (!fa2) return attention_backward_general_config(spec);
+    BackwardFa2Config narrow = *fa2;
+    narrow.query_rows = 32;
+    if (narrow.keys / narrow.warps == 32) narrow.warps = narrow.keys / 16;
     if (!check_attention_backward_config(spec, narrow, target)) return narrow;
     return check_attention_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
   }
@@ -438,14 +539,14 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // Hopper: two warpgroups of 64 keys against query tiles, decoupled (a1, a2); one warpgroup of
     // 64 keys per block against 64-row tiles when the blocks would not fill the machine.
     const bool grouped = shape.heads_q != shape.heads_kv;
-    AttentionBackwardConfig c{.path = BackwardPath::wgmma};
+    BackwardWgmmaConfig c;
     if (tile64) {
       // The 64-column tile: 128-row query tiles, faster than 64-row ones at d = 32–64; without a
       // mask a2 above 48 columns and a1 with TMA loads (:l) up to 48, with one a2:l
       // (docs/kernels/measurements.md, "128-row query tiles in the Hopper backward"). dQ by
       // red_add2: TMA reduce-adds gained nothing on this tile ("dQ by TMA reduce-adds in the
       // Hopper backward").
-      c.block_m = 128;
+      c.query_rows = 128;
       c.async_wgs = !spec.causal && spec.head_dim <= 48 ? 1 : 2;
       c.tma_loads = spec.causal || spec.head_dim <= 48;
       // A producer warpgroup for the loads (dQ stays red_add2 from the consumers), faster at d = 64
@@ -499,14 +600,12 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
         c.persistent = group_split == 1 && c.async_wgs == 2;
       }
     }
-    if (small)
-      c.block_m = 64, c.block_n = 64, c.warps = 4, c.async_wgs = 0, c.tma_dq = false, c.tma_loads = false,
-      c.group_splits = 1, c.warp_specialised = false, c.persistent = false;
+    if (small) c = BackwardWgmmaConfig{.query_rows = 64, .keys = 64};
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
     // Above 128 columns: two warpgroups share 64 keys and split the dK, dV and dQ columns.
-    const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_n = 64, .splits = 2};
+    const BackwardWgmmaConfig c{.keys = 64, .column_splits = 2};
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
@@ -518,7 +617,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     for (int bn : {128, 64}) {
       if ((small || causal_d32) && bn == 128) continue;
       for (int bm : {64, 32}) {
-        const AttentionBackwardConfig c{.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = bn / 16};
+        const BackwardFa2Config c{.query_rows = bm, .keys = bn, .warps = bn / 16};
         if (!check_attention_backward_config(spec, c, target)) return c;
       }
     }
@@ -537,14 +636,14 @@ int attention_double_backward_shape_class(const AttentionShape& shape, int sm_co
 }
 
 AttentionBackwardConfig attention_backward_general_config(const AttentionBackwardSpec& spec) {
-  return {.path = BackwardPath::simt, .block_m = 4, .block_n = 0, .warps = 0, .max_head_dim = attention_simt_bucket(spec.head_dim)};
+  return BackwardSimtConfig{.warps = 4, .max_head_dim = attention_simt_bucket(spec.head_dim)};
 }
 
 std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardConfig& c, bool deterministic) {
   using K = BackwardKernel;
-  if (c.path == BackwardPath::simt) return {K::preprocess, K::simt_dkdv, K::simt_dq};
+  if (c.as<BackwardSimtConfig>()) return {K::preprocess, K::simt_dkdv, K::simt_dq};
   if (deterministic) return {K::preprocess, K::kv, K::dq};
-  if (c.group_splits > 1) return {K::preprocess, K::kv_atomic, K::dq_convert, K::dkv_convert};
+  if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->group_splits > 1) return {K::preprocess, K::kv_atomic, K::dq_convert, K::dkv_convert};
   return {K::preprocess, K::kv_atomic, K::dq_convert};
 }
 
@@ -557,23 +656,25 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
     case BackwardKernel::dq_convert: return {blocks(s.n_q, attention_bwd::row_block_rows(kRowWarps, head_dim)), hq, b};
     case BackwardKernel::kv_atomic:
     case BackwardKernel::kv: {
-      const unsigned splits = c.path == BackwardPath::fa2    ? static_cast<unsigned>(column_splits(head_dim))
-                              : c.path == BackwardPath::mfma ? static_cast<unsigned>(c.splits)
-                                                             : 1u;
+      if (const auto* f = c.as<BackwardFa2Config>())
+        return {blocks(s.n_k, f->keys) * static_cast<unsigned>(column_splits(head_dim)), hkv, b};
+      if (const auto* m = c.as<BackwardMfmaConfig>())
+        return {blocks(s.n_k, m->keys) * static_cast<unsigned>(m->column_splits), hkv, b};
+      const auto& wg = form_of<BackwardWgmmaConfig>(c);
       // Group splits (the atomic kernel): y = kv head · splits + part.
-      const unsigned parts = kernel == BackwardKernel::kv_atomic ? static_cast<unsigned>(c.group_splits) : 1u;
+      const unsigned parts = kernel == BackwardKernel::kv_atomic ? static_cast<unsigned>(wg.group_splits) : 1u;
       // Persistent (the atomic kernel): at most one block per SM over every key block
       // (backward_ws.cuh's KeyBlockRounds).
-      if (c.persistent && kernel == BackwardKernel::kv_atomic) {
-        const long long items = 1LL * blocks(s.n_k, c.block_n) * hkv * parts * b;
+      if (wg.persistent && kernel == BackwardKernel::kv_atomic) {
+        const long long items = 1LL * blocks(s.n_k, wg.keys) * hkv * parts * b;
         return {static_cast<unsigned>(std::clamp<long long>(items, 1, std::max(sm_count, 1))), 1, 1};
       }
-      return {blocks(s.n_k, c.block_n) * splits, hkv * parts, b};
+      return {blocks(s.n_k, wg.keys), hkv * parts, b};
     }
     case BackwardKernel::dkv_convert: return {blocks(s.n_k, attention_bwd::row_block_rows(kRowWarps, head_dim)), hkv, b};
     case BackwardKernel::dq: return {blocks(s.n_q, attention_backward_dq_tile(0).block_m), hq, b};
-    case BackwardKernel::simt_dq: return {blocks(s.n_q, c.block_m), hq, b};
-    case BackwardKernel::simt_dkdv: return {blocks(s.n_k, c.block_m), hkv, b};
+    case BackwardKernel::simt_dq: return {blocks(s.n_q, form_of<BackwardSimtConfig>(c).warps), hq, b};
+    case BackwardKernel::simt_dkdv: return {blocks(s.n_k, form_of<BackwardSimtConfig>(c).warps), hkv, b};
     case BackwardKernel::sinks: return {blocks(s.n_q, 32 * kRowWarps), hq, b};
   }
   return {};
@@ -616,84 +717,85 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     case BackwardKernel::kv: {
       const bool atomic = kernel == BackwardKernel::kv_atomic;
       k.variant = to_string(spec) + "." + to_string(c) + "." + kernel_name(kernel);
-      if (c.path == BackwardPath::mfma) {
-        include = render_mfma_backward(spec, c, kernel, k, shim);
+      if (const auto* m = c.as<BackwardMfmaConfig>()) {
+        include = render_mfma_backward(spec, *m, kernel, k, shim);
         break;
       }
-      if (c.path == BackwardPath::wgmma && c.splits == 2) {
+      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->column_splits == 2) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = attention_bwd::kWgmmaColsThreads;
-        k.smem_bytes = attention_bwd::wgmma_cols_smem_bytes(tile, c.block_m);
+        k.smem_bytes = attention_bwd::wgmma_cols_smem_bytes(tile, wg->query_rows);
         shim.function = "attention_backward_wgmma_kv_cols";
-        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),
+        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows),
                      targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
         add_head_dim_args(shim, tile, d);
         break;
       }
-      if (c.path == BackwardPath::wgmma) {
+      if (const auto* wg = c.as<BackwardWgmmaConfig>()) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
-        if (c.warp_specialised && atomic) {  // its deterministic mode is the kernel below
+        if (wg->warp_specialised && atomic) {  // its deterministic mode is the kernel below
           include = "kgen_device/attention/backward_ws.cuh";
           k.threads = attention_bwd::kWgmmaWsThreads;
-          k.smem_bytes = async_smem_bytes(tile, c);
-          shim.function = c.persistent ? "attention_backward_wgmma_kv_ws_persistent" : "attention_backward_wgmma_kv_ws";
+          k.smem_bytes = async_smem_bytes(tile, *wg);
+          shim.function = wg->persistent ? "attention_backward_wgmma_kv_ws_persistent" : "attention_backward_wgmma_kv_ws";
           shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
-          shim.args = {targ_type("T", spec.dtype),       targ("D", tile),  targ("BM", c.block_m),
-                       targ("Causal", spec.causal),       targ("Stagger", c.async_wgs == 2),
-                       targ("HeadDim", d),                targ("GroupSplit", c.group_splits)};
-          if ((c.block_m == 128 && c.tma_dq) || spec.has_variant()) shim.args.push_back(targ("TmaDQ", c.tma_dq));
+          shim.args = {targ_type("T", spec.dtype),       targ("D", tile),  targ("BM", wg->query_rows),
+                       targ("Causal", spec.causal),       targ("Stagger", wg->async_wgs == 2),
+                       targ("HeadDim", d),                targ("GroupSplit", wg->group_splits)};
+          if ((wg->query_rows == 128 && wg->tma_dq) || spec.has_variant()) shim.args.push_back(targ("TmaDQ", wg->tma_dq));
           break;
         }
-        if (c.async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
+        if (wg->async_wgs != 0 && atomic) {  // decoupled; their deterministic mode is the kernel below
           k.threads = 256;
-          k.smem_bytes = async_smem_bytes(tile, c);
+          k.smem_bytes = async_smem_bytes(tile, *wg);
           // dQ by TMA alone keeps its own entry (the default); TMA loads and group splits take the
           // general one.
-          const bool general = c.tma_loads || c.group_splits != 1;
-          shim.function = general    ? "attention_backward_wgmma_kv_async_maps"
-                          : c.tma_dq ? "attention_backward_wgmma_kv_async_tma"
-                                     : "attention_backward_wgmma_kv_async";
-          if (c.tma_dq || general) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
-          shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", c.block_m),
-                       targ("Causal", spec.causal), targ("Stagger", c.async_wgs == 2)};
+          const bool general = wg->tma_loads || wg->group_splits != 1;
+          shim.function = general      ? "attention_backward_wgmma_kv_async_maps"
+                          : wg->tma_dq ? "attention_backward_wgmma_kv_async_tma"
+                                       : "attention_backward_wgmma_kv_async";
+          if (wg->tma_dq || general) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
+          shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows),
+                       targ("Causal", spec.causal), targ("Stagger", wg->async_wgs == 2)};
           // Pair (key pairs in clusters of two) stays false: no config chooses that form of the
           // template (it measured slower), and dropping it from the template would change the
           // rendered source of every row that instantiates it.
           if (general)
-            for (TemplateArg a : {targ("TmaDQ", c.tma_dq), targ("TmaLoads", c.tma_loads), targ("Pair", false)})
+            for (TemplateArg a : {targ("TmaDQ", wg->tma_dq), targ("TmaLoads", wg->tma_loads), targ("Pair", false)})
               shim.args.push_back(std::move(a));
         } else {
-          k.threads = c.block_n / 64 * 128;
-          k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, c.block_m, c.block_n / 64, atomic);
+          k.threads = wg->keys / 64 * 128;
+          k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, wg->query_rows, wg->keys / 64, atomic);
           shim.function = "attention_backward_wgmma_kv";
-          shim.args = {targ_type("T", spec.dtype), targ("D", tile),          targ("BM", c.block_m),
-                       targ("WGs", c.block_n / 64), targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+          shim.args = {targ_type("T", spec.dtype), targ("D", tile),          targ("BM", wg->query_rows),
+                       targ("WGs", wg->keys / 64),  targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
         }
-        if (atomic && c.async_wgs != 0 && c.group_splits != 1) {  // GroupSplit follows an explicit HeadDim
+        if (atomic && wg->async_wgs != 0 && wg->group_splits != 1) {  // GroupSplit follows an explicit HeadDim
           add_explicit_head_dim_args(shim, d);
-          shim.args.push_back(targ("GroupSplit", c.group_splits));
+          shim.args.push_back(targ("GroupSplit", wg->group_splits));
         } else {
           add_head_dim_args(shim, tile, d);
         }
         break;
       }
+      const auto& fa2 = form_of<BackwardFa2Config>(c);
       const int tile = fa2_tile_head_dim(d);
       include = "kgen_device/attention/backward_fa2.cuh";
-      k.threads = c.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(tile, c.block_m, c.block_n, atomic);
+      k.threads = fa2.warps * 32;
+      k.smem_bytes = attention_bwd::fa2_kv_smem_bytes(tile, fa2.query_rows, fa2.keys, atomic);
       shim.function = "attention_backward_fa2_kv";
-      shim.args = {targ_type("T", spec.dtype), targ("D", tile),         targ("BM", c.block_m),        targ("BN", c.block_n),
-                   targ("Warps", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+      shim.args = {targ_type("T", spec.dtype), targ("D", tile),             targ("BM", fa2.query_rows), targ("BN", fa2.keys),
+                   targ("Warps", fa2.warps),   targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
       if (spec.head_dim_v > 0) add_head_dim_v_args(shim, d, spec.head_dim_v, column_splits(d));
       else if (spec.has_variant()) add_explicit_head_dim_args(shim, d, column_splits(d));
       else add_head_dim_args(shim, tile, d, column_splits(d));
       break;
     }
     case BackwardKernel::dq: {
-      if (c.path == BackwardPath::mfma) {
-        include = render_mfma_backward(spec, c, kernel, k, shim);
+      if (const auto* m = c.as<BackwardMfmaConfig>()) {
+        include = render_mfma_backward(spec, *m, kernel, k, shim);
         break;
       }
       const DqTile t = attention_backward_dq_tile(d);
@@ -713,13 +815,14 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
     }
     case BackwardKernel::simt_dq:
     case BackwardKernel::simt_dkdv: {
+      const auto& simt = form_of<BackwardSimtConfig>(c);
       include = "kgen_device/attention/backward_simt.cuh";
-      k.threads = attention_bwd::row_threads(c.block_m);
+      k.threads = attention_bwd::row_threads(simt.warps);
       AttentionBackwardSpec bucket = spec;
-      bucket.head_dim = c.max_head_dim;  // one kernel serves every head_dim up to the bucket
+      bucket.head_dim = simt.max_head_dim;  // one kernel serves every head_dim up to the bucket
       k.variant = to_string(bucket) + "." + to_string(c) + "." + kernel_name(kernel);
       shim.function = "attention_backward_" + kernel_name(kernel);
-      shim.args = {targ_type("T", spec.dtype), targ("DMax", c.max_head_dim), targ("Warps", c.block_m),
+      shim.args = {targ_type("T", spec.dtype), targ("DMax", simt.max_head_dim), targ("Warps", simt.warps),
                    targ("Causal", spec.causal)};
       if (spec.head_dim_v > 0) add_head_dim_v_args(shim, 0, spec.head_dim_v);
       break;
@@ -742,8 +845,10 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
 }
 
 AttentionBackwardConfig attention_backward_config_without_tma_loads(const AttentionBackwardSpec& spec,
-                                                                    AttentionBackwardConfig c) {
-  if (!c.tma_loads) return c;
+                                                                    AttentionBackwardConfig config) {
+  auto* wg = config.as<BackwardWgmmaConfig>();
+  if (!wg || !wg->tma_loads) return config;
+  BackwardWgmmaConfig& c = *wg;
   c.tma_loads = false;
   c.warp_specialised = false, c.persistent = false;
   // Without TMA loads the decoupled kernels keep the cp.async addresses: at d = 105-112 with a
@@ -752,18 +857,18 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
     c.async_wgs = 0, c.tma_dq = false, c.group_splits = 1;
   // 128-row query tiles add dQ by TMA only warp-specialised: without, red_add2 from the staggered
   // a2 (the measured cp.async form, docs/kernels/measurements.md "128-row query tiles").
-  if (c.block_m == 128 && c.tma_dq) c.tma_dq = false, c.async_wgs = 2;
+  if (c.query_rows == 128 && c.tma_dq) c.tma_dq = false, c.async_wgs = 2;
   // With 128-row query tiles at d = 49-56 with a mask, a2 spills 12 bytes (d = 64 and up to 48:
   // none); the 64-row form does not.
-  if (c.block_m == 128 && spec.causal && spec.head_dim > 48 && spec.head_dim <= 56) c.block_m = 64;
-  return c;
+  if (c.query_rows == 128 && spec.causal && spec.head_dim > 48 && spec.head_dim <= 56) c.query_rows = 64;
+  return config;
 }
 
 AttentionBackwardConfig attention_backward_variant_config(const AttentionBackwardSpec& spec,
                                                           const AttentionBackwardConfig& c,
                                                           const AttentionShape& shape, int sm_count,
                                                           bool deterministic, bool tensor_maps) {
-  if (!spec.has_variant() || c.path != BackwardPath::wgmma || (!deterministic && tensor_maps)) return c;
+  if (!spec.has_variant() || !c.as<BackwardWgmmaConfig>() || (!deterministic && tensor_maps)) return c;
   return attention_backward_default_config(spec, shape, *parse_target("sm_80"), sm_count);
 }
 
@@ -879,48 +984,48 @@ int dbl_register_estimate(int d, int bn) { return d + 4 * bn + 60; }
 // On 256-column tiles (d > 224) the wide tiles would not fit sm_80's shared memory: they keep bn.
 int dbl_wide_tile(int bn, int d = 0) { return fa2_tile_head_dim(d) > 224 ? bn : std::max(bn, 32); }
 
-// The wgmma double backward (double_backward_wgmma.cuh): block_n rows per block (64 per
-// warpgroup) in both passes, score tiles block_m wide. Per thread: the two row accumulators
-// (tile head dim D) and the four score tiles (2·block_m); D + 2·block_m ≤ 192 leaves room for
+// The wgmma double backward (double_backward_wgmma.cuh): `rows` rows per block (64 per
+// warpgroup) in both passes, score tiles `tile` wide. Per thread: the two row accumulators
+// (tile head dim D) and the four score tiles (2·tile); D + 2·tile ≤ 192 leaves room for
 // the A fragments, addressing and statistics.
 // Above 128 columns (`:c2`) the tile is 256 columns wide and both warpgroups of a block own the
 // same 64 rows, each keeping 128 of the accumulators' columns.
 int dbl_wgmma_register_estimate(int d, int tile) { return d + 2 * tile + 60; }
-int dbl_wgmma_tile(const AttentionBackwardConfig& c, int head_dim) {
-  return c.splits == 2 ? 256 : wgmma_tile_head_dim(head_dim);
+int dbl_wgmma_tile(const DoubleBackwardWgmmaConfig& c, int head_dim) {
+  return c.column_splits == 2 ? 256 : wgmma_tile_head_dim(head_dim);
 }
-int dbl_wgmma_smem_bytes(int d, const AttentionBackwardConfig& c) {
-  return std::max(attention_bwd::wgmma_dbl_q_smem_bytes(d, c.block_n / 64, c.block_m),
-                  attention_bwd::wgmma_dbl_kv_smem_bytes(d, c.block_n / 64, c.block_m));
+int dbl_wgmma_smem_bytes(int d, const DoubleBackwardWgmmaConfig& c) {
+  return std::max(attention_bwd::wgmma_dbl_q_smem_bytes(d, c.rows / 64, c.tile),
+                  attention_bwd::wgmma_dbl_kv_smem_bytes(d, c.rows / 64, c.tile));
 }
 
-std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+// `wg`: the double backward's wgmma form, or nullptr for a backward wgmma config (refused).
+std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& spec, const DoubleBackwardWgmmaConfig* wg,
                                                   const Target& target) {
   if (auto why = nvidia_only_path("wgmma", target)) return why;
   if (auto why = wgmma_only_path("wgmma", target)) return why;
   if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
-  if (c.async_wgs != 0 || c.tma_dq || c.tma_loads)
-    return std::string("the wgmma double backward has no decoupled (a1, a2), TMA dQ (t) or TMA load (l) form");
-  if (c.splits == 2) {
+  if (!wg) return std::string("the wgmma double backward has no decoupled (a1, a2), TMA dQ (t) or TMA load (l) form");
+  const DoubleBackwardWgmmaConfig& c = *wg;
+  if (c.column_splits == 2) {
     if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
       return "wgmma double backward with two column halves (c2) serves head dims above 128, not head_dim=" +
              std::to_string(spec.head_dim);
-    if (c.block_m != 32 || c.block_n != 64 || c.warps != 8)
+    if (c.tile != 32 || c.rows != 64)
       return std::string("wgmma double backward c2 takes block_m 32 and block_n 64 (two warpgroups sharing 64 rows)");
     return smem_limit_error(dbl_wgmma_smem_bytes(dbl_wgmma_tile(c, spec.head_dim), c), target);
   }
-  if (c.splits != 1) return std::string("wgmma double backward splits must be 1, or 2 above 128 columns");
+  if (c.column_splits != 1) return std::string("wgmma double backward splits must be 1, or 2 above 128 columns");
   if (!is_bwd_wgmma_head_dim(spec.head_dim))
     return "wgmma double backward without column halves (c2) serves head dims up to 128, not head_dim=" +
            std::to_string(spec.head_dim);
-  if (c.block_m != 32 && c.block_m != 64) return std::string("wgmma double backward block_m (score tile) must be 32 or 64");
-  if (c.block_n != 64 && c.block_n != 128)
+  if (c.tile != 32 && c.tile != 64) return std::string("wgmma double backward block_m (score tile) must be 32 or 64");
+  if (c.rows != 64 && c.rows != 128)
     return std::string("wgmma double backward block_n must be 64 or 128 (one or two warpgroups)");
-  if (c.warps != c.block_n / 16) return std::string("wgmma warps must be block_n / 16");
   const int tile = wgmma_tile_head_dim(spec.head_dim);
-  if (dbl_wgmma_register_estimate(tile, c.block_m) > kMaxRegistersPerThread)
+  if (dbl_wgmma_register_estimate(tile, c.tile) > kMaxRegistersPerThread)
     return "wgmma double backward head_dim=" + std::to_string(spec.head_dim) + " with block_m=" +
-           std::to_string(c.block_m) + " exceeds the register budget";
+           std::to_string(c.tile) + " exceeds the register budget";
   return smem_limit_error(dbl_wgmma_smem_bytes(tile, c), target);
 }
 
@@ -953,27 +1058,33 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
   if (spec.head_dim_v > 0)
     return "v: head dim " + std::to_string(spec.head_dim_v) + " differs from q's " + std::to_string(spec.head_dim) +
            "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)";
-  if (c.path == BackwardPath::simt) return check_attention_backward_config(spec, c, target);
-  if (c.path == BackwardPath::wgmma) {
+  if (c.as<BackwardSimtConfig>()) return check_attention_backward_config(spec, c, target);
+  if (c.path() == BackwardPath::wgmma) {
     if (auto why = head_dim_range_error(spec.head_dim)) return why;
-    return check_dbl_wgmma_config(spec, c, target);
+    if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->async_wgs == 0 && !wg->tma_dq && !wg->tma_loads)
+      return to_string(c) + " is read as a backward config (parse_attention_double_backward_config)";
+    return check_dbl_wgmma_config(spec, c.as<DoubleBackwardWgmmaConfig>(), target);
   }
-  if (c.path == BackwardPath::mfma) return std::string("the double backward has no mfma path (use simt on AMD)");
+  if (c.path() == BackwardPath::mfma) return std::string("the double backward has no mfma path (use simt on AMD)");
+  if (!c.as<DoubleBackwardFa2Config>())
+    return to_string(c) + " is read as a backward config (parse_attention_double_backward_config)";
+  const DoubleBackwardFa2Config& f = *c.as<DoubleBackwardFa2Config>();
   if (auto why = nvidia_only_path("fa2", target)) return why;
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
   if (!is_dbl_fa2_head_dim(spec.head_dim))
     return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
-  if (c.block_m != 32 && c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 32, 64 or 128");
-  if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64) return std::string("fa2 block_n must be 16, 32 or 64");
-  if (c.warps != c.block_m / 16) return std::string("fa2 warps must be block_m / 16");
-  if (dbl_register_estimate(split_columns(spec.head_dim), c.block_n) > kMaxRegistersPerThread)
-    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+  if (f.rows != 32 && f.rows != 64 && f.rows != 128) return std::string("fa2 block_m must be 32, 64 or 128");
+  if (f.tile != 16 && f.tile != 32 && f.tile != 64) return std::string("fa2 block_n must be 16, 32 or 64");
+  if (f.warps != f.rows / 16) return std::string("fa2 warps must be block_m / 16");
+  if (dbl_register_estimate(split_columns(spec.head_dim), f.tile) > kMaxRegistersPerThread)
+    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(f.tile) +
            " exceeds the register budget";
   const int tile = fa2_tile_head_dim(spec.head_dim);
-  const int smem = std::max({attention_bwd::fa2_dbl_q_smem_bytes(tile, c.block_m, c.block_n),
-                             attention_bwd::fa2_dbl_q_smem_bytes(tile, c.block_m, dbl_wide_tile(c.block_n, spec.head_dim)),
-                             attention_bwd::fa2_dbl_kv_smem_bytes(tile, dbl_wide_tile(c.block_n, spec.head_dim), c.block_m)});
+  const int wide = dbl_wide_tile(f.tile, spec.head_dim);
+  const int smem = std::max({attention_bwd::fa2_dbl_q_smem_bytes(tile, f.rows, f.tile),
+                             attention_bwd::fa2_dbl_q_smem_bytes(tile, f.rows, wide),
+                             attention_bwd::fa2_dbl_kv_smem_bytes(tile, wide, f.rows)});
   return smem_limit_error(smem, target);
 }
 
@@ -984,13 +1095,13 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
     if (!check_attention_double_backward_config(spec, c, target)) out.push_back(c);
   };
   if (spec.dtype != DType::f32 && has_wgmma(target)) {
-    for (int bn : {64, 128})
-      for (int bm : {64, 32}) keep({.path = BackwardPath::wgmma, .block_m = bm, .block_n = bn, .warps = bn / 16});
-    keep({.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .splits = 2});
+    for (int rows : {64, 128})
+      for (int tile : {64, 32}) keep(DoubleBackwardWgmmaConfig{.tile = tile, .rows = rows});
+    keep(DoubleBackwardWgmmaConfig{.tile = 32, .rows = 64, .column_splits = 2});
   }
   if (spec.dtype != DType::f32)
-    for (int bm : {64, 32})
-      for (int bn : {16, 32, 64}) keep({.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = bm / 16});
+    for (int rows : {64, 32})
+      for (int tile : {16, 32, 64}) keep(DoubleBackwardFa2Config{.rows = rows, .tile = tile, .warps = rows / 16});
   keep(attention_backward_general_config(spec));
   return out;
 }
@@ -1006,20 +1117,20 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   if (spec.dtype != DType::f32 && spec.head_dim >= 32 && is_bwd_wgmma_head_dim(spec.head_dim) && has_wgmma(target)) {
     const bool score_mod = !spec.variant.empty() && Variant::from_canonical(spec.variant).has_score_mod();
     const int tile = wgmma_tile_head_dim(spec.head_dim) == 64 && !score_mod ? 64 : 32;
-    const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_m = tile, .block_n = 64, .warps = 4};
+    const DoubleBackwardWgmmaConfig c{.tile = tile, .rows = 64};
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }
   // Above 128 columns: the 256-column tile, two warpgroups sharing 64 rows and splitting the
   // columns (`:c2`), faster than fa2 at d = 160–256 (docs/kernels/measurements.md, "The double
   // backward on wgmma").
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
-    const AttentionBackwardConfig c{.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .splits = 2};
+    const DoubleBackwardWgmmaConfig c{.tile = 32, .rows = 64, .column_splits = 2};
     if (!check_attention_double_backward_config(spec, c, target)) return c;
   }
   // 32-row tiles only where 64 do not fit (large head dims on sm_80's shared memory).
-  for (int bm : {64, 32})
-    for (int bn : {64, 32, 16}) {
-      AttentionBackwardConfig c{.path = BackwardPath::fa2, .block_m = bm, .block_n = bn, .warps = bm / 16};
+  for (int rows : {64, 32})
+    for (int tile : {64, 32, 16}) {
+      const DoubleBackwardFa2Config c{.rows = rows, .tile = tile, .warps = rows / 16};
       if (!check_attention_double_backward_config(spec, c, target)) return c;
     }
   return attention_backward_general_config(spec);
@@ -1033,8 +1144,9 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
   // 2 warps double the blocks of both passes, which gains on small grids; on larger ones the
   // 64-row tiles' K/V reuse wins over the fuller grid (docs/kernels/measurements.md, "32-row
   // double-backward tiles for small grids").
-  if (c.path == BackwardPath::fa2 && attention_double_backward_shape_class(shape, sm_count) == 1) {
-    AttentionBackwardConfig small{.path = BackwardPath::fa2, .block_m = 32, .block_n = c.block_n, .warps = 2};
+  const auto* fa2 = c.as<DoubleBackwardFa2Config>();
+  if (fa2 && attention_double_backward_shape_class(shape, sm_count) == 1) {
+    const DoubleBackwardFa2Config small{.rows = 32, .tile = fa2->tile, .warps = 2};
     if (!check_attention_double_backward_config(spec, small, target)) return small;
   }
   return c;
@@ -1042,12 +1154,13 @@ AttentionBackwardConfig attention_double_backward_default_config(const Attention
 
 int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, const AttentionShape& s, int sm_count,
                                            bool deterministic) {
-  if ((c.path != BackwardPath::fa2 && c.path != BackwardPath::wgmma) || deterministic) return 1;
+  const auto* fa2 = c.as<DoubleBackwardFa2Config>();
+  const auto* wg = c.as<DoubleBackwardWgmmaConfig>();
+  if ((!fa2 && !wg) || deterministic) return 1;
   // Split the key range of the r/c pass while the blocks stay within about four per SM (measured
   // on 132 SMs) and every split keeps at least two key tiles.
-  const bool wg = c.path == BackwardPath::wgmma;  // wgmma: block_n rows per block, block_m-key tiles
-  const long long q_blocks = 1LL * s.batch * s.heads_q * blocks(s.n_q, wg ? c.block_n : c.block_m);
-  const long long key_tiles = blocks(s.n_k, wg ? c.block_m : dbl_wide_tile(c.block_n));
+  const long long q_blocks = 1LL * s.batch * s.heads_q * blocks(s.n_q, wg ? wg->rows : fa2->rows);
+  const long long key_tiles = blocks(s.n_k, wg ? wg->tile : dbl_wide_tile(fa2->tile));
   int splits = 1;
   while (splits < 4 && q_blocks * splits * 2 <= 4LL * sm_count && key_tiles >= 4LL * splits) splits *= 2;
   return splits;
@@ -1055,7 +1168,7 @@ int attention_double_backward_stats_splits(const AttentionBackwardConfig& c, con
 
 std::vector<DoubleBackwardKernel> attention_double_backward_kernels(const AttentionBackwardConfig& c) {
   using K = DoubleBackwardKernel;
-  if (c.path == BackwardPath::simt) return {K::preprocess, K::simt_q, K::simt_kv};
+  if (c.as<BackwardSimtConfig>()) return {K::preprocess, K::simt_q, K::simt_kv};
   return {K::preprocess, K::q_stats, K::fused};
 }
 
@@ -1064,21 +1177,23 @@ LaunchGrid attention_double_backward_grid(const AttentionBackwardConfig& c, Doub
                                           bool packed) {
   const auto hq = static_cast<unsigned>(s.heads_q), hkv = static_cast<unsigned>(s.heads_kv),
              b = static_cast<unsigned>(s.batch);
-  const int rows = c.path == BackwardPath::wgmma ? c.block_n : c.block_m;  // rows per block of both passes
+  const auto* wg = c.as<DoubleBackwardWgmmaConfig>();
+  // Rows per block of both passes (the tensor-core forms).
+  const auto rows = [&] { return wg ? wg->rows : form_of<DoubleBackwardFa2Config>(c).rows; };
   switch (kernel) {
     case DoubleBackwardKernel::preprocess:
       return {blocks(s.n_q, attention_bwd::preprocess_block_rows(kRowWarps, head_dim)), hq, b};
     case DoubleBackwardKernel::q_stats:
-      return {blocks(s.n_q, rows) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
+      return {blocks(s.n_q, rows()) * static_cast<unsigned>(attention_double_backward_stats_splits(c, s, sm_count, deterministic)),
               hq, b};
     case DoubleBackwardKernel::fused: {
-      const unsigned splits = c.path == BackwardPath::wgmma ? 1u : static_cast<unsigned>(column_splits(head_dim));
+      const unsigned splits = wg ? 1u : static_cast<unsigned>(column_splits(head_dim));
       // Packed: two equal halves (the kernels' fused_query_blocks), each of the longest sequence's tiles.
-      if (packed) return {2 * std::max(blocks(s.n_q, rows), blocks(s.n_k, rows)) * splits, hq, b};
-      return {(blocks(s.n_q, rows) + blocks(s.n_k, rows)) * splits, hq, b};
+      if (packed) return {2 * std::max(blocks(s.n_q, rows()), blocks(s.n_k, rows())) * splits, hq, b};
+      return {(blocks(s.n_q, rows()) + blocks(s.n_k, rows())) * splits, hq, b};
     }
-    case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, c.block_m), hq, b};
-    case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, c.block_m), hkv, b};
+    case DoubleBackwardKernel::simt_q: return {blocks(s.n_q, form_of<BackwardSimtConfig>(c).warps), hq, b};
+    case DoubleBackwardKernel::simt_kv: return {blocks(s.n_k, form_of<BackwardSimtConfig>(c).warps), hkv, b};
   }
   return {};
 }
@@ -1093,51 +1208,51 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
   EntryShim shim{"", 0, 1, "AttentionBackwardParams", "", {}};
   std::string include = "kgen_device/attention/double_backward_fa2.cuh";
   AttentionBackwardSpec named = spec;
-  if (c.path == BackwardPath::wgmma) {
+  if (const auto* wg = c.as<DoubleBackwardWgmmaConfig>()) {
     // c2: the fused kernel's two warpgroups share each block's 64 rows; the r/c pass (no row
     // accumulators) runs one warpgroup.
-    const int tile = dbl_wgmma_tile(c, spec.head_dim);
+    const int tile = dbl_wgmma_tile(*wg, spec.head_dim);
     const bool stats = kernel == DoubleBackwardKernel::q_stats;
-    const int splits = stats ? 1 : c.splits;
-    const int wgs = c.block_n / 64 * splits;
+    const int splits = stats ? 1 : wg->column_splits;
+    const int wgs = stats ? wg->rows / 64 : wg->warpgroups();
     include = "kgen_device/attention/double_backward_wgmma.cuh";
     k.threads = wgs * 128;
-    k.smem_bytes = stats ? attention_bwd::wgmma_dbl_q_smem_bytes(tile, c.block_n / 64, c.block_m) : dbl_wgmma_smem_bytes(tile, c);
+    k.smem_bytes = stats ? attention_bwd::wgmma_dbl_q_smem_bytes(tile, wg->rows / 64, wg->tile) : dbl_wgmma_smem_bytes(tile, *wg);
     shim.function = stats ? "attention_double_backward_wgmma_q" : "attention_double_backward_wgmma_fused";
-    shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Tile", c.block_m), targ("WGs", wgs),
+    shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("Tile", wg->tile), targ("WGs", wgs),
                  targ("Causal", spec.causal)};
     if (stats) shim.args.push_back(targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats")));
     if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, splits);
     else add_head_dim_args(shim, tile, spec.head_dim, splits);
-  } else switch (kernel) {
-    case DoubleBackwardKernel::q_stats:
-      k.threads = c.warps * 32;
-      k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, dbl_wide_tile(c.block_n, spec.head_dim));
+  } else if (const auto* simt = c.as<BackwardSimtConfig>()) {
+    include = "kgen_device/attention/double_backward_simt.cuh";
+    k.threads = attention_bwd::row_threads(simt->warps);
+    named.head_dim = simt->max_head_dim;
+    shim.function = "attention_double_backward_" + dbl_kernel_name(kernel);
+    shim.args = {targ_type("T", spec.dtype), targ("DMax", simt->max_head_dim), targ("Warps", simt->warps),
+                 targ("Causal", spec.causal)};
+  } else {
+    const auto& fa2 = form_of<DoubleBackwardFa2Config>(c);
+    const int wide = dbl_wide_tile(fa2.tile, spec.head_dim);
+    if (kernel == DoubleBackwardKernel::q_stats) {
+      k.threads = fa2.warps * 32;
+      k.smem_bytes = attention_bwd::fa2_dbl_q_smem_bytes(d, fa2.rows, wide);
       shim.function = "attention_double_backward_fa2_q";
-      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m), targ("BN", dbl_wide_tile(c.block_n, spec.head_dim)),
-                   targ("Warps", c.warps),     targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
+      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", fa2.rows), targ("BN", wide),
+                   targ("Warps", fa2.warps),   targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
       if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, 1);
       else add_head_dim_args(shim, d, spec.head_dim);
-      break;
-    case DoubleBackwardKernel::fused:
-      // The key-major part uses the transposed tile: block_m keys against block_n-row query tiles.
-      k.threads = c.warps * 32;
-      k.smem_bytes = std::max(attention_bwd::fa2_dbl_q_smem_bytes(d, c.block_m, c.block_n),
-                              attention_bwd::fa2_dbl_kv_smem_bytes(d, dbl_wide_tile(c.block_n, spec.head_dim), c.block_m));
+    } else {
+      // The key-major part uses the transposed tile: `rows` keys against `wide`-row query tiles.
+      k.threads = fa2.warps * 32;
+      k.smem_bytes = std::max(attention_bwd::fa2_dbl_q_smem_bytes(d, fa2.rows, fa2.tile),
+                              attention_bwd::fa2_dbl_kv_smem_bytes(d, wide, fa2.rows));
       shim.function = "attention_double_backward_fa2_fused";
-      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),        targ("BN", c.block_n),
-                   targ("KvBM", dbl_wide_tile(c.block_n, spec.head_dim)), targ("Warps", c.warps), targ("Causal", spec.causal)};
+      shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", fa2.rows),        targ("BN", fa2.tile),
+                   targ("KvBM", wide), targ("Warps", fa2.warps), targ("Causal", spec.causal)};
       if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, column_splits(spec.head_dim));
       else add_head_dim_args(shim, d, spec.head_dim, column_splits(spec.head_dim));
-      break;
-    default:
-      include = "kgen_device/attention/double_backward_simt.cuh";
-      k.threads = attention_bwd::row_threads(c.block_m);
-      named.head_dim = c.max_head_dim;
-      shim.function = "attention_double_backward_" + dbl_kernel_name(kernel);
-      shim.args = {targ_type("T", spec.dtype), targ("DMax", c.max_head_dim), targ("Warps", c.block_m),
-                   targ("Causal", spec.causal)};
-      break;
+    }
   }
   k.variant = double_backward_variant_key(named) + "." + to_string(c) + "." + dbl_kernel_name(kernel);
   shim.entry = k.entry;
@@ -1205,7 +1320,7 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
       spec.packed = true;
       if (has_wgmma(target))  // sm_80's default fa2 form (64-row tiles, the widest score tile that fits)
         for (int bn : {64, 32, 16}) {
-          const AttentionBackwardConfig fa2{.path = BackwardPath::fa2, .block_m = 64, .block_n = bn, .warps = 4};
+          const AttentionBackwardConfig fa2 = DoubleBackwardFa2Config{.rows = 64, .tile = bn, .warps = 4};
           if (check_attention_double_backward_config(spec, fa2, target)) continue;
           for (DoubleBackwardKernel kernel : attention_double_backward_kernels(fa2))
             if (kernel != DoubleBackwardKernel::preprocess) add_unique(out, render_attention_double_backward(spec, fa2, kernel));

@@ -10,7 +10,9 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "generator/attention_forward.h"
@@ -41,36 +43,102 @@ struct AttentionBackwardSpec {
 // deterministic mode has its own query-major dQ kernel.
 enum class BackwardPath { fa2, simt, wgmma, mfma };
 
+// fa2 ("fa2:bm64:bn128:w8"): the key-major kernel's tiles.
+struct BackwardFa2Config {
+  int query_rows = 64;  // bm: query rows per tile the key-major kernel walks
+  int keys = 128;       // bn: keys per block of the key-major kernel
+  int warps = 8;        // w: warps of the key-major kernel, keys / warps = 16 or 32 keys each
+  bool operator==(const BackwardFa2Config&) const = default;
+};
+
+// wgmma ("wg:bm64:bn128", "wg:bm64:bn128:a2:t:l:w:p:g2", "wg:bm64:bn64:c2"): the Hopper
+// key-major kernel.
+struct BackwardWgmmaConfig {
+  int query_rows = 64;     // bm: query rows per tile (64, or 128 in the decoupled kernel on the
+                           // 64-column tile)
+  int keys = 128;          // bn: keys per block, 64 per warpgroup
+  int column_splits = 1;   // c: 2 above 128 columns, two warpgroups sharing 64 keys and splitting
+                           // the dK, dV and dQ columns (keys 64)
+  int async_wgs = 0;       // a: keys 128, atomic dQ: 1 = the warpgroups decoupled (no block
+                           // barrier per query tile: rings on mbarriers, dQ a tile late), 2 = also
+                           // staggered by one tile's exponentials at the start
+  bool tma_dq = false;     // t: dQ added from shared memory by TMA reduce-adds instead of from
+                           // registers (decoupled kernels)
+  bool tma_loads = false;  // l: Q and dO tiles loaded by TMA (one thread issues them) instead of
+                           // cp.async from every thread (decoupled kernels)
+  bool warp_specialised = false;  // w: with TMA loads, a producer warpgroup issues the loads and
+                                  // (64-row tiles, TMA dQ) the dQ reduce-adds, the two warpgroups
+                                  // of keys only compute (backward_ws.cuh)
+  bool persistent = false;  // p: warp-specialised, a grid of at most one block per SM walks the key
+                            // blocks, the next one's K, V, Q and dO loading under this one's last
+                            // dQ and its dK and dV stores
+  int group_splits = 1;     // g: decoupled, atomic mode: blocks per K/V head and key block, each
+                            // walking 1/group_splits of the group's query heads and adding its dK
+                            // and dV into fp32 rows that a last kernel converts (groups of an odd
+                            // size run unsplit)
+  // Warpgroups of keys in the key-major kernel.
+  int warpgroups() const { return keys / 64 * column_splits; }
+  bool operator==(const BackwardWgmmaConfig&) const = default;
+};
+
+// simt ("simt:w4:dmax128"): the general path's kernels.
+struct BackwardSimtConfig {
+  int warps = 4;         // w: warps per block, one query (or key) row each
+  int max_head_dim = 0;  // dmax: head_dim rounded up to 32/64/128/256; one kernel serves them all
+  bool operator==(const BackwardSimtConfig&) const = default;
+};
+
+// mfma ("mfma:bm32:bn64:w2", "mfma:bm32:bn64:w2:c2"): the AMD key-major kernel.
+struct BackwardMfmaConfig {
+  int query_rows = 32;    // bm: query rows per tile the key-major kernel walks
+  int keys = 64;          // bn: keys per block of the key-major kernel
+  int waves = 2;          // w: waves of the key-major kernel, 32 keys each
+  int column_splits = 1;  // c: blocks sharing a key block, each with 1/column_splits of the dK,
+                          // dV and dQ columns (2 where one block's accumulators would not fit)
+  bool operator==(const BackwardMfmaConfig&) const = default;
+};
+
+// The double backward's fa2 form ("fa2:bm64:bn32:w4"): the query-major kernels' blocks of `rows`
+// query rows walk score tiles of `tile` keys; the key-major one's blocks of `rows` keys walk
+// query tiles of `tile` rows (widened, see dbl_wide_tile in attention_backward.cpp).
+struct DoubleBackwardFa2Config {
+  int rows = 64;  // bm: rows per block of both passes
+  int tile = 32;  // bn: the score tile's other side
+  int warps = 4;  // w: warps per block, rows / 16 (16 rows each)
+  bool operator==(const DoubleBackwardFa2Config&) const = default;
+};
+
+// The double backward's wgmma form ("wg:bm64:bn64", "wg:bm32:bn64:c2"): blocks of `rows` rows (64
+// per warpgroup) in both passes against score tiles `tile` wide.
+struct DoubleBackwardWgmmaConfig {
+  int tile = 64;          // bm: the score tile's width
+  int rows = 64;          // bn: rows per block, 64 per warpgroup
+  int column_splits = 1;  // c: 2 above 128 columns, two warpgroups sharing 64 rows and splitting
+                          // the accumulators' columns (rows 64)
+  // Warpgroups of the fused kernel.
+  int warpgroups() const { return rows / 64 * column_splits; }
+  bool operator==(const DoubleBackwardWgmmaConfig&) const = default;
+};
+
+// The config of a backward or double-backward call: exactly one path's form. Its text is the
+// form's ("fa2:bm64:bn128:w8"); parse_attention_backward_config reads the backward's forms,
+// parse_attention_double_backward_config the double backward's.
 struct AttentionBackwardConfig {
-  BackwardPath path = BackwardPath::fa2;
-  int block_m = 64;      // fa2, wgmma: query rows per tile of the key-major kernel (wgmma: 64, or
-                         // 128 in the decoupled kernel on the 64-column tile); simt: warps per block
-  int block_n = 128;     // fa2, wgmma: keys per block of the key-major kernel
-  int warps = 8;         // fa2: warps of the key-major kernel (block_n / warps = 16 or 32 keys
-                         // each); wgmma: block_n / 16 (64 keys per warpgroup); mfma: waves, 32 keys each
-  int max_head_dim = 0;  // simt: head_dim rounded up to 32/64/128/256
-  int splits = 1;        // mfma: blocks sharing a key block, each with 1/splits of the dK, dV and
-                         // dQ columns (2 where one block's accumulators would not fit); wgmma:
-                         // 2 above 128 columns, two warpgroups sharing 64 keys and splitting
-                         // the columns (block_n 64, warps 8)
-  int async_wgs = 0;     // wgmma, block_n 128, atomic dQ: 1 = the warpgroups decoupled (no block
-                         // barrier per query tile: rings on mbarriers, dQ a tile late), 2 = also
-                         // staggered by one tile's exponentials at the start; ":a1", ":a2"
-  bool tma_dq = false;   // wgmma async: dQ added from shared memory by TMA reduce-adds instead of
-                         // from registers ("wg:bm64:bn128:a2:t")
-  bool tma_loads = false;  // wgmma async: Q and dO tiles loaded by TMA (one thread issues them) instead
-                          // of cp.async from every thread ("wg:bm64:bn128:a2:t:l")
-  int group_splits = 1;  // wgmma async, atomic mode: blocks per K/V head and key block, each walking
-                         // 1/group_splits of the group's query heads and adding its dK and dV into
-                         // fp32 rows that a last kernel converts (":g2"; groups of an odd size
-                         // run unsplit)
-  bool warp_specialised = false;  // wgmma async with TMA loads: a producer warpgroup issues the loads
-                                  // and (64-row tiles, TMA dQ) the dQ reduce-adds, the two warpgroups
-                                  // of keys only compute (backward_ws.cuh; ":w",
-                                  // "wg:bm64:bn128:a2:t:l:w", "wg:bm128:bn128:a2:l:w")
-  bool persistent = false;  // warp-specialised: a grid of at most one block per SM walks the key blocks,
-                            // the next one's K, V, Q and dO loading under this one's last dQ and
-                            // its dK and dV stores (":p", "wg:bm64:bn128:a2:t:l:w:p")
+  using Form = std::variant<BackwardFa2Config, BackwardWgmmaConfig, BackwardSimtConfig, BackwardMfmaConfig,
+                            DoubleBackwardFa2Config, DoubleBackwardWgmmaConfig>;
+  Form form;
+
+  AttentionBackwardConfig() = default;
+  template <class C>
+    requires std::is_constructible_v<Form, C> && (!std::is_same_v<std::remove_cvref_t<C>, AttentionBackwardConfig>)
+  AttentionBackwardConfig(C c) : form(std::move(c)) {}  // NOLINT(google-explicit-constructor): a form is a config
+
+  BackwardPath path() const;
+  // The form of path C, or nullptr when the config holds another.
+  template <class C>
+  const C* as() const { return std::get_if<C>(&form); }
+  template <class C>
+  C* as() { return std::get_if<C>(&form); }
   bool operator==(const AttentionBackwardConfig&) const = default;
 };
 
@@ -87,7 +155,10 @@ enum class BackwardKernel { preprocess, kv_atomic, kv, dq_convert, dq, simt_dq, 
 // "simt:w4:dmax128".
 std::string to_string(const AttentionBackwardConfig& c);
 std::optional<AttentionBackwardConfig> parse_attention_backward_config(const std::string& text);
-// Each field of to_string(c), in order, with its meaning.
+// The double backward's reading of the same text: "fa2:" and plain "wg:" configs take its forms;
+// the others parse as the backward's (and check_attention_double_backward_config refuses them).
+std::optional<AttentionBackwardConfig> parse_attention_double_backward_config(const std::string& text);
+// Each field of to_string(c), in order, with its meaning (from the form's table).
 std::vector<ConfigField> explain(const AttentionBackwardConfig& c);
 // "attention_bwd.bf16.d128.causal".
 std::string to_string(const AttentionBackwardSpec& s);
@@ -127,6 +198,8 @@ std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardCo
 LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, BackwardKernel kernel,
                                    const AttentionShape& shape, int head_dim, int sm_count);
 
+// `kernel`: one of attention_backward_kernels(config, …) (another path's kernel throws
+// std::invalid_argument, as in attention_backward_grid).
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                        BackwardKernel kernel);
 

@@ -86,18 +86,18 @@ std::string render_mfma_forward(const AttentionForwardSpec& spec, const Attentio
   return "kgen_device/attention/forward_mfma.cuh";
 }
 
-std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpec& spec, const BackwardMfmaConfig& c,
                                                       const Target& target) {
-  if (auto why = check_common(spec.dtype, spec.head_dim, c.block_n, c.warps, target, "block_n")) return why;
-  if (c.block_m != 32 && c.block_m != 64) return std::string("mfma block_m (query rows per tile) must be 32 or 64");
-  if (c.block_n != 64 && c.block_n != 128) return std::string("mfma block_n must be 64 or 128 (2 or 4 waves)");
-  if (c.splits != 1 && c.splits != 2) return std::string("mfma column splits must be 1 or 2");
-  if (c.splits == 2 && spec.head_dim != 128) return std::string("mfma column splits (c2) serve head_dim=128 only");
+  if (auto why = check_common(spec.dtype, spec.head_dim, c.keys, c.waves, target, "block_n")) return why;
+  if (c.query_rows != 32 && c.query_rows != 64) return std::string("mfma block_m (query rows per tile) must be 32 or 64");
+  if (c.keys != 64 && c.keys != 128) return std::string("mfma block_n must be 64 or 128 (2 or 4 waves)");
+  if (c.column_splits != 1 && c.column_splits != 2) return std::string("mfma column splits must be 1 or 2");
+  if (c.column_splits == 2 && spec.head_dim != 128) return std::string("mfma column splits (c2) serve head_dim=128 only");
   const int budget = target.processor() == "gfx90a" ? kGfx90aKvVgprBudget : kVgprBudget;
-  if (attention_mfma::kv_vgpr_estimate(spec.head_dim / c.splits) > budget)
+  if (attention_mfma::kv_vgpr_estimate(spec.head_dim / c.column_splits) > budget)
     return "mfma backward head_dim=" + number(spec.head_dim) + " exceeds the VGPR budget on " + target.arch +
            " (its dK/dV columns split over two blocks, \":c2\", fit)";
-  const int lds = std::max(attention_mfma::kv_lds_bytes(spec.head_dim, c.block_m, c.block_n, true),
+  const int lds = std::max(attention_mfma::kv_lds_bytes(spec.head_dim, c.query_rows, c.keys, true),
                            attention_mfma::dq_lds_bytes(spec.head_dim, attention_mfma::kDqBlockN));
   return lds_limit_error(lds, target);
 }
@@ -108,24 +108,24 @@ std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionB
   // Column splits only where one block's accumulators do not fit (gfx90a, d = 128).
   for (int bn : {64, 128})
     for (int bm : {32, 64}) {
-      AttentionBackwardConfig c{.path = BackwardPath::mfma, .block_m = bm, .block_n = bn, .warps = bn / attention_mfma::kWaveRows};
-      if (check_mfma_backward_config(spec, c, target)) c.splits = 2;
+      BackwardMfmaConfig c{.query_rows = bm, .keys = bn, .waves = bn / attention_mfma::kWaveRows};
+      if (check_mfma_backward_config(spec, c, target)) c.column_splits = 2;
       if (!check_mfma_backward_config(spec, c, target)) out.push_back(c);
     }
   return out;
 }
 
-std::optional<AttentionBackwardConfig> mfma_backward_default_config(const AttentionBackwardSpec& spec, const Target& target) {
+std::optional<BackwardMfmaConfig> mfma_backward_default_config(const AttentionBackwardSpec& spec, const Target& target) {
   // 2 waves of 32 keys against 32-row query tiles: fits the 64 KiB of gfx90a/gfx942 with the
   // atomic-dQ tiles at d = 128. Unmeasured.
   // gfx90a at d = 128: two column splits (its registers).
-  AttentionBackwardConfig c{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
-  if (check_mfma_backward_config(spec, c, target)) c.splits = 2;
+  BackwardMfmaConfig c{.query_rows = 32, .keys = 64, .waves = 2};
+  if (check_mfma_backward_config(spec, c, target)) c.column_splits = 2;
   if (check_mfma_backward_config(spec, c, target)) return std::nullopt;
   return c;
 }
 
-std::string render_mfma_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,
+std::string render_mfma_backward(const AttentionBackwardSpec& spec, const BackwardMfmaConfig& c,
                                  BackwardKernel kernel, KernelSource& k, EntryShim& shim) {
   const int d = spec.head_dim;
   if (kernel == BackwardKernel::dq) {
@@ -136,12 +136,12 @@ std::string render_mfma_backward(const AttentionBackwardSpec& spec, const Attent
     shim.args = {targ_type("T", spec.dtype), targ("D", d), targ("BN", attention_mfma::kDqBlockN), targ("Causal", spec.causal)};
   } else {
     const bool atomic = kernel == BackwardKernel::kv_atomic;
-    k.threads = attention_mfma::threads(c.warps);
-    k.smem_bytes = attention_mfma::kv_lds_bytes(d, c.block_m, c.block_n, atomic);
+    k.threads = attention_mfma::threads(c.waves);
+    k.smem_bytes = attention_mfma::kv_lds_bytes(d, c.query_rows, c.keys, atomic);
     shim.function = "attention_backward_mfma_kv";
-    shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.block_m),
-                 targ("Waves", c.warps),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
-    if (c.splits != 1) shim.args.push_back(targ("Splits", c.splits));
+    shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", c.query_rows),
+                 targ("Waves", c.waves),     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+    if (c.column_splits != 1) shim.args.push_back(targ("Splits", c.column_splits));
   }
   return "kgen_device/attention/backward_mfma.cuh";
 }

@@ -35,13 +35,13 @@ std::string render_mfma_forward(const AttentionForwardSpec& spec, const Attentio
                                 EntryShim& shim);
 
 // ---- backward ----
-std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
+std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpec& spec, const BackwardMfmaConfig& config,
                                                       const Target& target);
 std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionBackwardSpec& spec, const Target& target);
-std::optional<AttentionBackwardConfig> mfma_backward_default_config(const AttentionBackwardSpec& spec, const Target& target);
+std::optional<BackwardMfmaConfig> mfma_backward_default_config(const AttentionBackwardSpec& spec, const Target& target);
 // `kernel` is kv_atomic, kv or dq (the row helpers are the other families'); fills `k` and
 // `shim` as above and returns the header.
-std::string render_mfma_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
+std::string render_mfma_backward(const AttentionBackwardSpec& spec, const BackwardMfmaConfig& config,
                                  BackwardKernel kernel, KernelSource& k, EntryShim& shim);
 
 }  // namespace kgen

@@ -72,7 +72,7 @@ ConfigKernels double_backward_kernels(const std::string& variant, const std::str
   auto spec = parse_double_backward_variant_key(variant);
   if (!spec) return unknown_variant(variant);
   return kernels_of(
-      config, attention_double_backward_default_config(*spec, target), parse_attention_backward_config,
+      config, attention_double_backward_default_config(*spec, target), parse_attention_double_backward_config,
       [&](const auto& c) { return check_attention_double_backward_config(*spec, c, target); },
       [&](const auto& c) {
         std::vector<KernelSource> out;
@@ -140,6 +140,9 @@ std::optional<std::vector<ConfigField>> explain_with(const std::string& config, 
 
 std::optional<std::vector<ConfigField>> explain_forward(const std::string& c) { return explain_with(c, parse_attention_forward_config); }
 std::optional<std::vector<ConfigField>> explain_backward(const std::string& c) { return explain_with(c, parse_attention_backward_config); }
+std::optional<std::vector<ConfigField>> explain_double_backward(const std::string& c) {
+  return explain_with(c, parse_attention_double_backward_config);
+}
 std::optional<std::vector<ConfigField>> explain_lrpe(const std::string& c) { return explain_with(c, parse_lrpe_config); }
 std::optional<std::vector<ConfigField>> explain_append(const std::string& c) {
   return explain_with(c, parse_paged_append_config);
@@ -183,7 +186,7 @@ std::span<const OperatorInfo> operators() {
       {"attention_double_bwd",
        "flash attention double backward (Q̄, K̄, V̄, dŌ), O(n·d) memory; fp16/bf16 tensor cores, fp32 general path",
        attention_double_backward_all_variants, attention_double_backward_default_variants,
-       double_backward_kernels, double_backward_space, explain_backward, nullptr, ""},
+       double_backward_kernels, double_backward_space, explain_double_backward, nullptr, ""},
       {"lrpe_cosine", "LRPE-cosine o = [act(x)·cos Θ, act(x)·sin Θ], forward and backward, every act",
        [](const Target&) { return lrpe_all_variants(LrpeOp::cosine); },
        [](const Target&) { return lrpe_default_variants(LrpeOp::cosine); },

@@ -139,7 +139,8 @@ VariantArgs variant_launch_args(const AttentionBackwardCall& call, std::optional
   return args;
 }
 
-// `loads`: with config.tma_loads, the TMA views of q and d_o (tiled_map, boxes of block_m rows).
+// `loads`: with a wgmma config's tma_loads, the TMA views of q and d_o (tiled_map, boxes of its
+// query_rows rows).
 void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionBackwardConfig& config,
                              const std::vector<BackwardKernel>& kernels, AttentionBackwardParams& p,
                              const TiledTensorMap (&loads)[2], void* stream) {
@@ -147,11 +148,12 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   AttentionBackwardTmaParams tp;
   // The decoupled kernel's forms with tensor maps, when the atomic kernel runs (deterministic
   // mode: no dq_accum).
-  const bool maps = (config.tma_dq || config.tma_loads || config.group_splits != 1) && p.dq_accum;
+  const BackwardWgmmaConfig* wg = config.as<BackwardWgmmaConfig>();
+  const bool maps = wg && (wg->tma_dq || wg->tma_loads || wg->group_splits != 1) && p.dq_accum;
   if (maps) {
     tp.a = p;
-    if (config.tma_dq) fill_dq_map(tp, call);
-    if (config.tma_loads) {
+    if (wg->tma_dq) fill_dq_map(tp, call);
+    if (wg->tma_loads) {
       gpu_driver().encode_tensor_map(&tp.q_map, loads[0], "cuTensorMapEncodeTiled(attention_bwd q)");
       gpu_driver().encode_tensor_map(&tp.do_map, loads[1], "cuTensorMapEncodeTiled(attention_bwd d_o)");
     }
@@ -189,10 +191,17 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
 // 64 bits in all: a field added needs another narrowed (tests/runtime/ops/kernel_key_test.cpp).
 std::uint64_t gradient_kernel_key(const AttentionBackwardSpec& s, const AttentionBackwardConfig& c, int kernel) {
   KeyPacker k;
-  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(int(c.path), 2).add(c.block_m, 8).add(c.block_n, 9);
-  k.add(c.warps, 5).add(c.max_head_dim, 10).add(kernel, 4).add(c.splits, 2).add(c.async_wgs, 2).add(c.tma_dq, 1);
-  k.add(c.tma_loads, 1).add(std::countr_zero(static_cast<unsigned>(c.group_splits)), 2).add(c.warp_specialised, 1);
-  k.add(c.persistent, 1);
+  k.add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(kernel, 4).add(static_cast<int>(c.form.index()), 3);
+  if (const auto* f = c.as<BackwardFa2Config>()) k.add(f->query_rows, 8).add(f->keys, 9).add(f->warps, 5);
+  if (const auto* wg = c.as<BackwardWgmmaConfig>()) {
+    k.add(wg->query_rows, 8).add(wg->keys, 9).add(wg->column_splits, 2).add(wg->async_wgs, 2).add(wg->tma_dq, 1);
+    k.add(wg->tma_loads, 1).add(std::countr_zero(static_cast<unsigned>(wg->group_splits)), 2);
+    k.add(wg->warp_specialised, 1).add(wg->persistent, 1);
+  }
+  if (const auto* simt = c.as<BackwardSimtConfig>()) k.add(simt->warps, 8).add(simt->max_head_dim, 10);
+  if (const auto* m = c.as<BackwardMfmaConfig>()) k.add(m->query_rows, 8).add(m->keys, 9).add(m->waves, 5).add(m->column_splits, 2);
+  if (const auto* f = c.as<DoubleBackwardFa2Config>()) k.add(f->rows, 8).add(f->tile, 9).add(f->warps, 5);
+  if (const auto* wg = c.as<DoubleBackwardWgmmaConfig>()) k.add(wg->tile, 8).add(wg->rows, 9).add(wg->column_splits, 2);
   return k.value();
 }
 
@@ -203,9 +212,11 @@ namespace {
 struct GradientOp {
   bool double_backward;
   const char* example;  // configs named in the parse error
+  std::optional<AttentionBackwardConfig> (*parse)(const std::string&);  // the op's reading of a config
 };
-constexpr GradientOp kBackward{false, "fa2:bm64:bn128:w8, wg:bm64:bn128 or simt:w4:dmax128"};
-constexpr GradientOp kDoubleBackward{true, "fa2:bm64:bn32:w4 or simt:w4:dmax128"};
+constexpr GradientOp kBackward{false, "fa2:bm64:bn128:w8, wg:bm64:bn128 or simt:w4:dmax128",
+                               parse_attention_backward_config};
+constexpr GradientOp kDoubleBackward{true, "fa2:bm64:bn32:w4 or simt:w4:dmax128", parse_attention_double_backward_config};
 
 std::optional<std::string> check_config(const GradientOp& op, const AttentionBackwardSpec& spec,
                                         const AttentionBackwardConfig& c, const Target& target) {
@@ -215,13 +226,13 @@ std::optional<std::string> check_config(const GradientOp& op, const AttentionBac
 
 AttentionBackwardConfig explicit_config(const GradientOp& op, const AttentionBackwardCall& call,
                                         const AttentionBackwardOptions& options, const Target& target) {
-  auto c = parse_attention_backward_config(options.config);
+  auto c = op.parse(options.config);
   if (!c) invalid_argument("config: cannot parse '" + options.config + "' (e.g. " + op.example + ")");
   if (auto why = check_config(op, call.spec, *c, target))
     invalid_argument("config: " + options.config + " is invalid here: " + *why);
-  if (c->path != BackwardPath::simt && !call.aligned16)
+  if (!c->as<BackwardSimtConfig>() && !call.aligned16)
     invalid_argument("config: " + options.config + " needs 16-byte aligned pointers and strides that are multiples of 16 bytes");
-  if (c->path == BackwardPath::wgmma && call.spec.has_variant() && options.deterministic && !op.double_backward)
+  if (c->as<BackwardWgmmaConfig>() && call.spec.has_variant() && options.deterministic && !op.double_backward)
     invalid_argument("config: " + options.config +
                      " serves a variant's or packed batch's atomic mode only; the deterministic mode runs fa2: or simt:");
   return *c;
@@ -253,7 +264,7 @@ AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall
   DecisionRequest request;
   request.problem = problem.get();
   request.invalid = [&](const std::string& text) -> std::optional<std::string> {
-    auto config = parse_attention_backward_config(text);
+    auto config = op.parse(text);
     if (!config) return "cannot parse '" + text + "'";
     return check_config(op, call.spec, *config, ctx.target);
   };
@@ -261,7 +272,7 @@ AttentionBackwardConfig decide(const GradientOp& op, const AttentionBackwardCall
     return to_string(op.double_backward ? attention_double_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count)
                                         : attention_backward_default_config(call.spec, call.shape, ctx.target, ctx.sm_count));
   };
-  return parse_attention_backward_config(decide_config(request, ctx).config).value();
+  return op.parse(decide_config(request, ctx).config).value();
 }
 
 // decide() through the op's per-process table (explicit configs and unaligned views skip it).
@@ -286,7 +297,7 @@ AttentionBackwardConfig decide_cached(const GradientOp& op, const AttentionBackw
 AttentionBackwardConfig decide_and_note(const GradientOp& op, const AttentionBackwardCall& call,
                                         const AttentionBackwardOptions& options) {
   const AttentionBackwardConfig config = decide_cached(op, call, options);
-  if (config.path == BackwardPath::simt && options.config.empty())
+  if (config.as<BackwardSimtConfig>() && options.config.empty())
     note_general_path(op.double_backward ? "attention_double_bwd" : "attention_bwd",
                       op.double_backward ? double_backward_variant_key(call.spec)
                                          : attention_backward_variant_key(call.spec, options.deterministic),
@@ -369,8 +380,9 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
   const bool atomic = std::ranges::find(kernels, BackwardKernel::kv_atomic) != kernels.end();
   // An expanded (stride-0) view has no tensor map: a kernel with cp.async loads serves it.
   TiledTensorMap loads[2];
-  if (config.tma_loads && atomic &&
-      !(tiled_map(q, config.block_m, loads[0]) && tiled_map(d_o, config.block_m, loads[1]))) {
+  if (const auto* wg = config.as<BackwardWgmmaConfig>();
+      wg && wg->tma_loads && atomic &&
+      !(tiled_map(q, wg->query_rows, loads[0]) && tiled_map(d_o, wg->query_rows, loads[1]))) {
     if (!options.config.empty())
       invalid_argument("config: " + options.config +
                        " loads Q and dO by TMA (l), which needs views without zero strides; leave out :l");
@@ -386,8 +398,9 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
   }
 
   // Group splits need a group the split divides (else the blocks run unsplit) and the atomic mode.
-  if (config.group_splits != 1 && (!atomic || call.shape.heads_q / call.shape.heads_kv % config.group_splits != 0)) {
-    config.group_splits = 1;
+  if (auto* wg = config.as<BackwardWgmmaConfig>();
+      wg && wg->group_splits != 1 && (!atomic || call.shape.heads_q / call.shape.heads_kv % wg->group_splits != 0)) {
+    wg->group_splits = 1;
     kernels = attention_backward_kernels(config, options.deterministic);
   }
 
@@ -401,7 +414,7 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
   // Group splits: fp32 dK and dV rows, stream-ordered beside the caller's workspace (whose size
   // attention_backward_workspace_bytes gives from q alone).
   std::optional<Workspace> dkv_ws;
-  if (config.group_splits != 1) {
+  if (const auto* wg = config.as<BackwardWgmmaConfig>(); wg && wg->group_splits != 1) {
     const std::size_t kv_rows = static_cast<std::size_t>(k.shape[0]) * k.shape[1] * k.shape[2];
     const std::size_t dkv_bytes = 2 * kv_rows * k.shape[3] * 4;
     dkv_ws.emplace(nullptr, 0, dkv_bytes, call.device, stream, "group splits");

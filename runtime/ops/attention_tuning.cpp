@@ -68,7 +68,7 @@ class GradientTuning final : public AttentionFamilyTuning {
     return dbl_ ? double_backward_variant_key(spec_) : attention_backward_variant_key(spec_, det_);
   }
   std::optional<std::string> parse_config(const std::string& text) const override {
-    return canonical_config(parse_attention_backward_config, text);
+    return canonical_config(dbl_ ? parse_attention_double_backward_config : parse_attention_backward_config, text);
   }
   std::vector<std::string> config_space(const Target& target) const override {
     if (dbl_) return config_texts(attention_double_backward_config_space(spec_, target));
@@ -76,12 +76,12 @@ class GradientTuning final : public AttentionFamilyTuning {
     return config_texts(attention_backward_config_space(spec_, target, c_.heads_q / std::max(c_.heads_kv, 1)));
   }
   std::optional<std::string> check_config(const std::string& text, const Target& target) const override {
-    auto c = parse_attention_backward_config(text);
+    auto c = parse(text);
     if (!c) return "cannot parse '" + text + "'";
     return dbl_ ? check_attention_double_backward_config(spec_, *c, target) : check_attention_backward_config(spec_, *c, target);
   }
   std::vector<KernelSource> kernels(const std::string& text) const override {
-    const AttentionBackwardConfig c = parse_attention_backward_config(text).value();
+    const AttentionBackwardConfig c = parse(text).value();
     std::vector<KernelSource> out;
     if (dbl_)
       for (DoubleBackwardKernel k : attention_double_backward_kernels(c)) out.push_back(render_attention_double_backward(spec_, c, k));
@@ -92,6 +92,10 @@ class GradientTuning final : public AttentionFamilyTuning {
   bool deterministic() const { return det_; }
 
  private:
+  // The op's reading of a config's text.
+  std::optional<AttentionBackwardConfig> parse(const std::string& text) const {
+    return dbl_ ? parse_attention_double_backward_config(text) : parse_attention_backward_config(text);
+  }
   AttentionBackwardSpec spec_;
   bool dbl_, det_;
 };

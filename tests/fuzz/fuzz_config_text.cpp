@@ -16,7 +16,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (auto c = parse_attention_backward_config(text)) {
     auto again = parse_attention_backward_config(to_string(*c));
-    if (!again || to_string(*again) != to_string(*c)) std::abort();
+    if (!again || *again != *c || to_string(*again) != to_string(*c)) std::abort();
+  }
+  if (auto c = parse_attention_double_backward_config(text)) {
+    auto again = parse_attention_double_backward_config(to_string(*c));
+    if (!again || *again != *c || to_string(*again) != to_string(*c)) std::abort();
   }
   if (auto c = parse_lrpe_config(text)) {
     auto again = parse_lrpe_config(to_string(*c));

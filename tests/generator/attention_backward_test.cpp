@@ -14,20 +14,118 @@ namespace {
 Target sm80() { return *parse_target("sm_80"); }
 Target sm90a() { return *parse_target("sm_90a"); }
 
+// Every config of the backward's and the double backward's spaces, for every target kgen knows,
+// every dtype, head dim and mask (and the grouped forms), prints a text that parses back to the
+// same config and prints the same text; its explanation spells the text field by field.
+TEST(AttentionBackwardConfig, EveryConfigOfEverySpaceRoundTripsOnEveryTarget) {
+  int configs = 0;
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100a", "sm_103a", "sm_120", "sm_121",
+                           "gfx90a", "gfx942", "gfx950"}) {
+    const Target target = *parse_target(arch);
+    for (DType t : {DType::f16, DType::bf16, DType::f32})
+      for (int d = 8; d <= 256; d += 8)
+        for (bool causal : {false, true}) {
+          const AttentionBackwardSpec spec{t, d, causal};
+          auto round_trip = [&](const AttentionBackwardConfig& c, auto parse) {
+            const std::string text = to_string(c);
+            const auto again = parse(text);
+            ASSERT_TRUE(again) << arch << " " << text;
+            EXPECT_EQ(*again, c) << arch << " " << text;
+            EXPECT_EQ(to_string(*again), text) << arch;
+            std::string spelled;
+            for (const ConfigField& f : explain(c)) spelled += (spelled.empty() ? "" : ":") + f.text;
+            EXPECT_EQ(spelled, text) << arch;
+            ++configs;
+          };
+          for (const auto& c : attention_backward_config_space(spec, target, 8))
+            round_trip(c, parse_attention_backward_config);
+          for (const auto& c : attention_double_backward_config_space(spec, target))
+            round_trip(c, parse_attention_double_backward_config);
+        }
+  }
+  EXPECT_GT(configs, 10000);
+}
+
+// The text of each form, as kgen has always written it (cache keys, the tuning database and the
+// replay table hold these), and the fields each one fills.
+TEST(AttentionBackwardConfig, TextFormsAndTheirFields) {
+  for (const char* text : {"fa2:bm64:bn128:w8", "fa2:bm32:bn64:w4", "wg:bm64:bn128", "wg:bm64:bn64", "wg:bm64:bn64:c2",
+                           "wg:bm64:bn128:a1", "wg:bm64:bn128:a2:t", "wg:bm64:bn128:a2:t:l", "wg:bm128:bn128:a2:l:w",
+                           "wg:bm64:bn128:a2:t:l:w:p", "wg:bm64:bn128:a2:t:l:w:p:g8", "wg:bm64:bn128:a1:t:l:g2",
+                           "mfma:bm32:bn64:w2", "mfma:bm32:bn64:w2:c2", "simt:w4:dmax128", "simt:w8:dmax32"}) {
+    const auto c = parse_attention_backward_config(text);
+    ASSERT_TRUE(c) << text;
+    EXPECT_EQ(to_string(*c), text);
+  }
+  EXPECT_EQ(parse_attention_backward_config("fa2:bm32:bn64:w4"),
+            AttentionBackwardConfig(BackwardFa2Config{.query_rows = 32, .keys = 64, .warps = 4}));
+  EXPECT_EQ(parse_attention_backward_config("wg:bm128:bn128:a1:t:l:w:g4"),
+            AttentionBackwardConfig(BackwardWgmmaConfig{.query_rows = 128, .async_wgs = 1, .tma_dq = true, .tma_loads = true,
+                                                        .warp_specialised = true, .group_splits = 4}));
+  EXPECT_EQ(parse_attention_backward_config("wg:bm64:bn64:c2"),
+            AttentionBackwardConfig(BackwardWgmmaConfig{.keys = 64, .column_splits = 2}));
+  EXPECT_EQ(parse_attention_backward_config("mfma:bm32:bn64:w2:c2"),
+            AttentionBackwardConfig(BackwardMfmaConfig{.query_rows = 32, .keys = 64, .waves = 2, .column_splits = 2}));
+  EXPECT_EQ(parse_attention_backward_config("simt:w8:dmax64"),
+            AttentionBackwardConfig(BackwardSimtConfig{.warps = 8, .max_head_dim = 64}));
+  // The double backward reads fa2: and plain wg: texts as its own forms, the rest as the backward's.
+  EXPECT_EQ(parse_attention_double_backward_config("fa2:bm64:bn32:w4"),
+            AttentionBackwardConfig(DoubleBackwardFa2Config{.rows = 64, .tile = 32, .warps = 4}));
+  EXPECT_EQ(parse_attention_double_backward_config("wg:bm32:bn64:c2"),
+            AttentionBackwardConfig(DoubleBackwardWgmmaConfig{.tile = 32, .rows = 64, .column_splits = 2}));
+  EXPECT_EQ(parse_attention_double_backward_config("simt:w4:dmax128"), parse_attention_backward_config("simt:w4:dmax128"));
+  const auto decoupled = parse_attention_double_backward_config("wg:bm64:bn128:a2:t");
+  ASSERT_TRUE(decoupled);
+  EXPECT_TRUE(decoupled->as<BackwardWgmmaConfig>());
+  auto why = check_attention_double_backward_config({DType::bf16, 128, false}, *decoupled, sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("no decoupled"), std::string::npos) << *why;
+  // Each op refuses the other's forms.
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 64, false}, *parse_attention_double_backward_config("fa2:bm64:bn32:w4"),
+                                              sm80()));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, *parse_attention_backward_config("fa2:bm64:bn32:w4"),
+                                                     sm80()));
+}
+
+// `kgen inspect --explain`: each path's own fields and meanings.
+TEST(AttentionBackwardConfig, ExplainNamesEachPathsOwnFields) {
+  auto meanings = [](const AttentionBackwardConfig& c) {
+    std::string out;
+    for (const ConfigField& f : explain(c)) out += f.text + "=" + f.meaning + "\n";
+    return out;
+  };
+  const std::string simt = meanings(*parse_attention_backward_config("simt:w4:dmax128"));
+  EXPECT_NE(simt.find("w4=4 warps per block"), std::string::npos) << simt;
+  const std::string fa2 = meanings(*parse_attention_backward_config("fa2:bm64:bn128:w8"));
+  EXPECT_NE(fa2.find("w8=8 warps, 16 keys each"), std::string::npos) << fa2;
+  const std::string mfma = meanings(*parse_attention_backward_config("mfma:bm32:bn64:w2:c2"));
+  EXPECT_NE(mfma.find("w2=2 waves"), std::string::npos) << mfma;
+  EXPECT_NE(mfma.find("c2=2 blocks share a key block"), std::string::npos) << mfma;
+  const std::string wg = meanings(*parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w:p:g2"));
+  for (const char* field : {"a2=", "t=", "l=", "w=a producer warpgroup", "p=persistent", "g2="})
+    EXPECT_NE(wg.find(field), std::string::npos) << field << "\n" << wg;
+  const std::string dbl = meanings(*parse_attention_double_backward_config("wg:bm32:bn64:c2"));
+  EXPECT_NE(dbl.find("bm32=score tiles 32 wide"), std::string::npos) << dbl;
+  EXPECT_NE(dbl.find("bn64=64 rows per block"), std::string::npos) << dbl;
+  const std::string dbl_fa2 = meanings(*parse_attention_double_backward_config("fa2:bm64:bn32:w4"));
+  EXPECT_NE(dbl_fa2.find("bm64=64 rows per block"), std::string::npos) << dbl_fa2;
+}
+
 TEST(AttentionBackwardConfig, WgmmaTextRoundTripsAndRejectsMalformed) {
   auto c = parse_attention_backward_config("wg:bm64:bn128");
   ASSERT_TRUE(c);
-  EXPECT_EQ(c->path, BackwardPath::wgmma);
-  EXPECT_EQ(c->block_m, 64);
-  EXPECT_EQ(c->block_n, 128);
-  EXPECT_EQ(c->warps, 8);
+  ASSERT_TRUE(c->as<BackwardWgmmaConfig>());
+  EXPECT_EQ(c->path(), BackwardPath::wgmma);
+  EXPECT_EQ(c->as<BackwardWgmmaConfig>()->query_rows, 64);
+  EXPECT_EQ(c->as<BackwardWgmmaConfig>()->keys, 128);
+  EXPECT_EQ(c->as<BackwardWgmmaConfig>()->warpgroups(), 2);
   EXPECT_EQ(to_string(*c), "wg:bm64:bn128");
   for (const char* bad : {"wg:bm64", "wg:bm64:bn128:w8", "wg:bmx:bn128", "wgmma:bm64:bn128"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
 }
 
 TEST(AttentionBackwardConfig, WgmmaOnlyOnSm90aForSixteenBitD64AndD128) {
-  const AttentionBackwardConfig wg{.path = BackwardPath::wgmma};
+  const AttentionBackwardConfig wg = BackwardWgmmaConfig{};
   EXPECT_FALSE(check_attention_backward_config({DType::bf16, 128, true}, wg, sm90a()));
   EXPECT_FALSE(check_attention_backward_config({DType::f16, 64, false}, wg, sm90a()));
   auto why = check_attention_backward_config({DType::bf16, 128, false}, wg, sm80());
@@ -40,14 +138,15 @@ TEST(AttentionBackwardConfig, WgmmaOnlyOnSm90aForSixteenBitD64AndD128) {
   why = check_attention_backward_config({DType::bf16, 136, false}, wg, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("head_dim=136"), std::string::npos) << *why;
-  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {.path = BackwardPath::wgmma, .block_m = 32}, sm90a()));
-  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, {.path = BackwardPath::wgmma, .block_n = 192, .warps = 12}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, BackwardWgmmaConfig{.query_rows = 32}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 128, false}, BackwardWgmmaConfig{.keys = 192}, sm90a()));
 }
 
-// The wgmma double backward: 64 rows per warpgroup (block_n 64 or 128), score tiles of block_m
-// (32 or 64, and 32 where D = 128 would not fit the registers), sm_90a, 16-bit, up to 128 columns.
+// The wgmma double backward: 64 rows per warpgroup (64 or 128 per block), score tiles 32 or 64
+// wide (32 where D = 128 would not fit the registers), sm_90a, 16-bit, up to 128 columns.
 TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
-  const AttentionBackwardConfig bm32{.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .warps = 4}, bm64{.path = BackwardPath::wgmma};
+  const AttentionBackwardConfig bm32 = DoubleBackwardWgmmaConfig{.tile = 32, .rows = 64},
+                                bm64 = DoubleBackwardWgmmaConfig{.tile = 64, .rows = 128};
   EXPECT_FALSE(check_attention_double_backward_config({DType::bf16, 128, true}, bm32, sm90a()));
   EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 64, false}, bm64, sm90a()));
   EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 80, false}, bm32, sm90a()));  // padded to 128
@@ -63,17 +162,18 @@ TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
   why = check_attention_double_backward_config({DType::bf16, 160, false}, bm32, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("head_dim=160"), std::string::npos) << *why;
-  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {.path = BackwardPath::wgmma, .block_m = 16, .block_n = 64, .warps = 4}, sm90a()));
-  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, {.path = BackwardPath::wgmma, .block_m = 32, .block_n = 192, .warps = 12}, sm90a()));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, DoubleBackwardWgmmaConfig{.tile = 16, .rows = 64}, sm90a()));
+  EXPECT_TRUE(check_attention_double_backward_config({DType::bf16, 64, false}, DoubleBackwardWgmmaConfig{.tile = 32, .rows = 192}, sm90a()));
 
   int wg90 = 0, wg80 = 0;
-  for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm90a())) wg90 += c.path == BackwardPath::wgmma;
-  for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm80())) wg80 += c.path == BackwardPath::wgmma;
+  for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm90a())) wg90 += c.path() == BackwardPath::wgmma;
+  for (const auto& c : attention_double_backward_config_space({DType::bf16, 128, false}, sm80())) wg80 += c.path() == BackwardPath::wgmma;
   EXPECT_EQ(wg90, 2);  // bm32 on one or two warpgroups
   int c2 = 0;
-  for (const auto& c : attention_double_backward_config_space({DType::bf16, 200, true}, sm90a())) c2 += c.splits == 2;
+  for (const auto& c : attention_double_backward_config_space({DType::bf16, 200, true}, sm90a()))
+    c2 += c.as<DoubleBackwardWgmmaConfig>() && c.as<DoubleBackwardWgmmaConfig>()->column_splits == 2;
   EXPECT_EQ(c2, 1);
-  const AttentionBackwardConfig wide{.path = BackwardPath::wgmma, .block_m = 32, .block_n = 64, .splits = 2};
+  const AttentionBackwardConfig wide = DoubleBackwardWgmmaConfig{.tile = 32, .rows = 64, .column_splits = 2};
   EXPECT_FALSE(check_attention_double_backward_config({DType::f16, 136, false}, wide, sm90a()));
   why = check_attention_double_backward_config({DType::f16, 128, false}, wide, sm90a());
   ASSERT_TRUE(why);
@@ -88,7 +188,7 @@ TEST(AttentionBackwardConfig, DoubleBackwardWgmmaRulesSpaceGridAndRender) {
   EXPECT_EQ(attention_double_backward_grid(wide, DoubleBackwardKernel::fused, {1, 1, 1, 8192, 8192}, 132, false, 160).x, 256u);
   EXPECT_EQ(wg80, 0);
 
-  // Both passes take block_n rows per block; the r/c pass splits its key tiles of block_m.
+  // Both passes take `rows` rows per block; the r/c pass splits its key tiles (`tile` wide).
   const AttentionShape one{1, 1, 1, 8192, 8192};
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, one, 132), 4);
   EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, one, 132, false, 128).x, 128u * 4);
@@ -110,8 +210,8 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
     for (bool causal : {false, true}) {
       const AttentionBackwardSpec spec{DType::bf16, d, causal};
       int wg90 = 0, wg80 = 0;
-      for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path == BackwardPath::wgmma;
-      for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path == BackwardPath::wgmma;
+      for (const auto& c : attention_backward_config_space(spec, sm90a())) wg90 += c.path() == BackwardPath::wgmma;
+      for (const auto& c : attention_backward_config_space(spec, sm80())) wg80 += c.path() == BackwardPath::wgmma;
       // bn128, bn64, bn128:a1, bn128:a2, each decoupled one with :t, :l, :t:l and :t:l:w, and
       // a2:t:l:w:p; at d = 64 also bm128:bn128:a1 and a2, each without :l, with :l, with :l:w
       // and with :t:l:w.
@@ -137,7 +237,7 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
         EXPECT_EQ(to_string(attention_backward_default_config(spec, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
                   "wg:bm64:bn128:a2:t:l:w:p");
       }
-      EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path, BackwardPath::fa2);
+      EXPECT_EQ(attention_backward_default_config(spec, big, sm80(), 108).path(), BackwardPath::fa2);
       // Too few key blocks to fill the machine: one warpgroup per block.
       EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm90a(), 132)), "wg:bm64:bn64");
     }
@@ -150,7 +250,7 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, {1, 1, 1, 2048, 2048}, sm90a(), 132)),
             "fa2:bm64:bn64:w4");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
-  EXPECT_EQ(attention_backward_default_config({DType::bf16, 24, false}, d32_big, sm90a(), 132).path, BackwardPath::fa2);
+  EXPECT_EQ(attention_backward_default_config({DType::bf16, 24, false}, d32_big, sm90a(), 132).path(), BackwardPath::fa2);
   // Above 128 columns: the column-share kernel on sm_90a, fa2 with column splits elsewhere.
   for (int d : {136, 160, 192, 200, 256}) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
@@ -158,7 +258,7 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
               "wg:bm64:bn64:c2") << d;
     EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 128, 128}, sm90a(), 132)),
               "wg:bm64:bn64:c2") << d;
-    EXPECT_EQ(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm80(), 108).path, BackwardPath::fa2) << d;
+    EXPECT_EQ(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm80(), 108).path(), BackwardPath::fa2) << d;
   }
 }
 
@@ -195,7 +295,7 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   // dQ by TMA: the map comes in a __grid_constant__ parameter struct, the staging tile takes the
   // third dSᵀ tile's room at D = 128 and fits beside all three at D = 64.
   const auto t = *parse_attention_backward_config("wg:bm64:bn128:a2:t");
-  EXPECT_TRUE(t.tma_dq);
+  EXPECT_TRUE(t.as<BackwardWgmmaConfig>()->tma_dq);
   const KernelSource tma = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv_atomic);
   EXPECT_NE(tma.source.find("(const __grid_constant__ kgen::AttentionBackwardTmaParams p)"), std::string::npos) << tma.source;
   EXPECT_NE(tma.source.find("attention_backward_wgmma_kv_async_tma</*T=*/kgen::bfloat16_t, /*D=*/128,"), std::string::npos)
@@ -208,7 +308,7 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   // The deterministic mode's key-major kernel is the same (only the variant comment names :t).
   const std::string t_plain = render_attention_backward({DType::bf16, 80, true}, t, BackwardKernel::kv).source;
   EXPECT_EQ(t_plain.substr(t_plain.find("extern")), plain.source.substr(plain.source.find("extern")));
-  auto why = check_attention_backward_config({DType::bf16, 96, false}, {.path = BackwardPath::wgmma, .tma_dq = true}, sm90a());
+  auto why = check_attention_backward_config({DType::bf16, 96, false}, BackwardWgmmaConfig{.tma_dq = true}, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("decoupled"), std::string::npos) << *why;
   // Defaults on sm_90a in grids that fill the machine; the exceptions where a decoupled kernel spills.
@@ -274,11 +374,13 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
 // Key pairs (":x2", clusters of two key blocks summing dQ before the reduce-adds) are no config:
 // the text does not parse, and every rendered decoupled kernel passes Pair = false.
 TEST(AttentionBackwardConfig, KeyPairsAreNoConfig) {
+  using K = BackwardKernel;
   for (const char* bad : {"wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a2:t:x2", "wg:bm64:bn128:a2:t:l:x2", "wg:bm64:bn128:a2:t:x1",
                           "wg:bm64:bn128:a2:t:l:w:x2", "wg:bm64:bn128:a2:t:x2:g2"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
   for (const auto& c : attention_backward_config_space({DType::bf16, 128, true}, sm90a())) {
-    const KernelSource k = render_attention_backward({DType::bf16, 128, true}, c, BackwardKernel::kv_atomic);
+    const K kernel = attention_backward_kernels(c, false)[1];  // kv_atomic, or simt_dkdv
+    const KernelSource k = render_attention_backward({DType::bf16, 128, true}, c, kernel);
     EXPECT_EQ(k.source.find("/*Pair=*/true"), std::string::npos) << to_string(c);
     EXPECT_EQ(k.source.find("__cluster_dims__"), std::string::npos) << to_string(c);
   }
@@ -288,7 +390,7 @@ TEST(AttentionBackwardConfig, TmaLoadsTextRulesAndRender) {
   for (const char* text : {"wg:bm64:bn128:a1:l", "wg:bm64:bn128:a2:t:l"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
-    EXPECT_TRUE(c->tma_loads);
+    EXPECT_TRUE(c->as<BackwardWgmmaConfig>()->tma_loads);
     EXPECT_EQ(to_string(*c), text);
     EXPECT_FALSE(check_attention_backward_config({DType::bf16, 96, true}, *c, sm90a())) << text;
     EXPECT_FALSE(check_attention_backward_config({DType::f16, 64, false}, *c, sm90a())) << text;
@@ -299,7 +401,7 @@ TEST(AttentionBackwardConfig, TmaLoadsTextRulesAndRender) {
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
   // Only the decoupled kernels load by TMA.
   AttentionBackwardConfig sync = *parse_attention_backward_config("wg:bm64:bn128");
-  sync.tma_loads = true;
+  sync.as<BackwardWgmmaConfig>()->tma_loads = true;
   auto why = check_attention_backward_config({DType::bf16, 128, false}, sync, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("(l)"), std::string::npos) << *why;
@@ -328,7 +430,7 @@ TEST(AttentionBackwardConfig, WideQueryTilesRulesSpaceAndRender) {
   for (const char* text : {"wg:bm128:bn128:a1", "wg:bm128:bn128:a2:l"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
-    EXPECT_EQ(c->block_m, 128);
+    EXPECT_EQ(c->as<BackwardWgmmaConfig>()->query_rows, 128);
     EXPECT_EQ(to_string(*c), text);
     for (int d : {8, 40, 64})
       for (bool causal : {false, true})
@@ -381,10 +483,10 @@ TEST(AttentionBackwardConfig, WarpSpecialisedTextRulesAndRender) {
                            "wg:bm128:bn128:a1:t:l:w:g2"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
-    EXPECT_TRUE(c->warp_specialised);
+    EXPECT_TRUE(c->as<BackwardWgmmaConfig>()->warp_specialised);
     EXPECT_EQ(to_string(*c), text);
     for (int d : {128, 80, 64, 40}) {
-      const bool fits = c->block_m == 64 || d <= 64;  // 128-row tiles: the 64-column tile only
+      const bool fits = c->as<BackwardWgmmaConfig>()->query_rows == 64 || d <= 64;  // 128-row tiles: the 64-column tile only
       EXPECT_EQ(!check_attention_backward_config({DType::bf16, d, true}, *c, sm90a()), fits) << text << " " << d;
     }
     EXPECT_TRUE(check_attention_backward_config({DType::bf16, 64, true}, *c, sm80())) << text;
@@ -440,9 +542,9 @@ TEST(AttentionBackwardConfig, PersistentTextRulesGridRenderAndDefaults) {
   for (const char* text : {"wg:bm64:bn128:a2:t:l:w:p", "wg:bm64:bn128:a2:t:l:w:p:g8", "wg:bm128:bn128:a2:t:l:w:p"}) {
     const auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
-    EXPECT_TRUE(c->persistent);
+    EXPECT_TRUE(c->as<BackwardWgmmaConfig>()->persistent);
     EXPECT_EQ(to_string(*c), text);
-    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->block_m == 128 ? 64 : 128, true}, *c, sm90a())) << text;
+    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->as<BackwardWgmmaConfig>()->query_rows == 128 ? 64 : 128, true}, *c, sm90a())) << text;
   }
   for (const char* bad : {"wg:bm64:bn128:a2:t:l:w:g8:p", "wg:bm64:bn128:a2:t:l:w:p:p", "wg:bm64:bn128:p"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
@@ -519,16 +621,16 @@ TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
   for (const char* text : {"wg:bm64:bn128:a2:t:l:g2", "wg:bm64:bn128:a1:g2", "wg:bm128:bn128:a2:l:g2"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
-    EXPECT_EQ(c->group_splits, 2);
+    EXPECT_EQ(c->as<BackwardWgmmaConfig>()->group_splits, 2);
     EXPECT_EQ(to_string(*c), text);
-    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->block_m == 128 ? 64 : 128, true}, *c, sm90a())) << text;
+    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->as<BackwardWgmmaConfig>()->query_rows == 128 ? 64 : 128, true}, *c, sm90a())) << text;
   }
   for (const char* text : {"wg:bm64:bn128:a2:t:l:w:g4", "wg:bm64:bn128:a1:t:l:g8", "wg:bm128:bn128:a2:l:w:g4"}) {
     auto c = parse_attention_backward_config(text);
     ASSERT_TRUE(c) << text;
-    EXPECT_EQ(c->group_splits, text[std::string(text).size() - 1] - '0');
+    EXPECT_EQ(c->as<BackwardWgmmaConfig>()->group_splits, text[std::string(text).size() - 1] - '0');
     EXPECT_EQ(to_string(*c), text);
-    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->block_m == 128 ? 64 : 128, true}, *c, sm90a())) << text;
+    EXPECT_FALSE(check_attention_backward_config({DType::bf16, c->as<BackwardWgmmaConfig>()->query_rows == 128 ? 64 : 128, true}, *c, sm90a())) << text;
   }
   for (const char* bad : {"wg:bm64:bn128:g2", "wg:bm64:bn128:a2:g2:l", "wg:bm64:bn128:a2:g2:g2", "wg:bm64:bn128:a2:g1"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
@@ -594,18 +696,19 @@ TEST(AttentionBackwardConfig, ViewsWithoutTensorMapsKeepTheKernelOrGoBlockSynchr
       const AttentionBackwardSpec spec{DType::bf16, d, causal};
       const auto chosen = attention_backward_default_config(spec, big, sm90a(), 132);
       // Every default here loads by TMA.
-      ASSERT_TRUE(chosen.tma_loads)
+      ASSERT_TRUE(chosen.as<BackwardWgmmaConfig>()->tma_loads)
           << d << " " << causal << " " << to_string(chosen);
       const auto without = attention_backward_config_without_tma_loads(spec, chosen);
-      EXPECT_FALSE(without.tma_loads);
+      EXPECT_FALSE(without.as<BackwardWgmmaConfig>()->tma_loads);
       EXPECT_FALSE(check_attention_backward_config(spec, without, sm90a())) << to_string(without);
       if (d == 112 && causal) {
         EXPECT_EQ(to_string(without), "wg:bm64:bn128");
       } else {
         auto expected = chosen;
-        expected.tma_loads = false;
-        expected.warp_specialised = false, expected.persistent = false;
-        if (chosen.block_m == 128 && chosen.tma_dq) expected.tma_dq = false, expected.async_wgs = 2;  // :t: only with :w
+        expected.as<BackwardWgmmaConfig>()->tma_loads = false;
+        expected.as<BackwardWgmmaConfig>()->warp_specialised = false, expected.as<BackwardWgmmaConfig>()->persistent = false;
+        BackwardWgmmaConfig& e = *expected.as<BackwardWgmmaConfig>();
+        if (e.query_rows == 128 && e.tma_dq) e.tma_dq = false, e.async_wgs = 2;  // :t: only with :w
         EXPECT_EQ(to_string(without), to_string(expected)) << d << " " << causal;
       }
     }
@@ -635,7 +738,7 @@ TEST(AttentionBackwardRender, RowKernelsTakeOneLanePerFourColumns) {
   EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 64), 64);
   EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 128), 32);
   EXPECT_EQ(attention_bwd::preprocess_block_rows(4, 256), 16);
-  const AttentionBackwardConfig c{.path = BackwardPath::wgmma};
+  const AttentionBackwardConfig c = BackwardWgmmaConfig{};
   const AttentionShape shape{2, 8, 4, 1000, 1337};
   for (BackwardKernel k : {BackwardKernel::preprocess, BackwardKernel::dq_convert}) {
     const LaunchGrid g = attention_backward_grid(c, k, shape, 64, 132);
@@ -651,8 +754,8 @@ TEST(AttentionBackwardRender, RowKernelsTakeOneLanePerFourColumns) {
 TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   auto c = parse_attention_backward_config("wg:bm64:bn64:c2");
   ASSERT_TRUE(c);
-  EXPECT_EQ(c->splits, 2);
-  EXPECT_EQ(c->warps, 8);
+  EXPECT_EQ(c->as<BackwardWgmmaConfig>()->column_splits, 2);
+  EXPECT_EQ(c->as<BackwardWgmmaConfig>()->warpgroups(), 2);
   EXPECT_EQ(to_string(*c), "wg:bm64:bn64:c2");
   for (const char* bad : {"wg:bm64:bn64:c1", "wg:bm64:bn64:cx", "wg:bm64:bn64:c2:s2"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
@@ -662,16 +765,16 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   auto why = check_attention_backward_config({DType::bf16, 128, false}, *c, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("above 128"), std::string::npos) << *why;
-  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, {.path = BackwardPath::wgmma, .warps = 16, .splits = 2}, sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, BackwardWgmmaConfig{.keys = 128, .column_splits = 2}, sm90a()));
   EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, *c, sm80()));
   EXPECT_TRUE(check_attention_backward_config({DType::f32, 256, false}, *c, sm90a()));
-  why = check_attention_backward_config({DType::bf16, 256, false}, {.path = BackwardPath::wgmma}, sm90a());
+  why = check_attention_backward_config({DType::bf16, 256, false}, BackwardWgmmaConfig{}, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("c2"), std::string::npos) << *why;
   // The space holds it beside fa2 above 128 columns, and the wg kernels below.
   int c2 = 0, wg = 0;
   for (const auto& e : attention_backward_config_space({DType::bf16, 192, true}, sm90a()))
-    c2 += e.path == BackwardPath::wgmma && e.splits == 2, wg += e.path == BackwardPath::wgmma;
+    c2 += e.as<BackwardWgmmaConfig>() && e.as<BackwardWgmmaConfig>()->column_splits == 2, wg += e.path() == BackwardPath::wgmma;
   EXPECT_EQ(c2, 1);
   EXPECT_EQ(wg, 1);
   // Rendered: 256 threads, one grid block per 64 keys, D the 64-column tile, HeadDim the tensors'.
@@ -692,7 +795,7 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
 
 TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {
   // d = 256: two blocks per key block, each with 128 dK/dV columns; d = 200 on a 224 tile.
-  const AttentionBackwardConfig c{.path = BackwardPath::fa2, .block_m = 32, .block_n = 64, .warps = 4};
+  const AttentionBackwardConfig c = BackwardFa2Config{.query_rows = 32, .keys = 64, .warps = 4};
   const auto k256 = render_attention_backward({DType::bf16, 256, true}, c, BackwardKernel::kv_atomic);
   EXPECT_NE(k256.source.find("/*Splits=*/2"), std::string::npos) << k256.source;
   EXPECT_EQ(attention_backward_grid(c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1000}, 256, 132).x, 2u * 16u);
@@ -705,7 +808,7 @@ TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsI
 }
 
 TEST(AttentionBackwardRender, WgmmaKernelsUseTheWarpgroupTemplate) {
-  const AttentionBackwardConfig wg{.path = BackwardPath::wgmma};
+  const AttentionBackwardConfig wg = BackwardWgmmaConfig{};
   for (bool deterministic : {false, true}) {
     const auto kernels = attention_backward_kernels(wg, deterministic);
     ASSERT_EQ(kernels.size(), 3u);
@@ -732,13 +835,14 @@ TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
     // b = h = 1, n = 2048: 32 tiles of 64 rows on 132 SMs.
     const auto small = attention_double_backward_default_config(spec, {1, 1, 1, 2048, 2048}, sm80, 132);
-    EXPECT_EQ(small.block_m, 32) << d;
-    EXPECT_EQ(small.warps, 2) << d;
+    ASSERT_TRUE(small.as<DoubleBackwardFa2Config>()) << to_string(small);
+    EXPECT_EQ(small.as<DoubleBackwardFa2Config>()->rows, 32) << d;
+    EXPECT_EQ(small.as<DoubleBackwardFa2Config>()->warps, 2) << d;
     EXPECT_FALSE(check_attention_double_backward_config(spec, small, sm80)) << to_string(small);
     const auto big = attention_double_backward_default_config(spec, {1, 16, 16, 8192, 8192}, sm80, 132);
-    EXPECT_EQ(big.block_m, 64) << d;
+    EXPECT_EQ(big.as<DoubleBackwardFa2Config>()->rows, 64) << d;
     // b = h = 1, n = 8192: 128 tiles of 64 rows keep them (more K/V reuse beats a fuller grid).
-    EXPECT_EQ(attention_double_backward_default_config(spec, {1, 1, 1, 8192, 8192}, sm80, 132).block_m, 64) << d;
+    EXPECT_EQ(attention_double_backward_default_config(spec, {1, 1, 1, 8192, 8192}, sm80, 132).as<DoubleBackwardFa2Config>()->rows, 64) << d;
     EXPECT_EQ(big, attention_double_backward_default_config(spec, sm80));
     // Hopper: the wgmma kernels at every shape, 64-wide score tiles at d = 64 and 32 at d = 128.
     for (const AttentionShape& shape : {AttentionShape{1, 1, 1, 2048, 2048}, AttentionShape{1, 16, 16, 8192, 8192}})
@@ -747,13 +851,13 @@ TEST(AttentionDoubleBackwardConfig, SmallGridsTake32RowQueryTiles) {
   }
   // d = 32 runs the padded 64-column tile (measured faster); below 32, fa2.
   EXPECT_EQ(to_string(attention_double_backward_default_config({DType::bf16, 32, true}, sm90a)), "wg:bm64:bn64");
-  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 24, true}, sm90a).path, BackwardPath::fa2);
+  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 24, true}, sm90a).path(), BackwardPath::fa2);
   EXPECT_EQ(to_string(attention_double_backward_default_config({DType::f16, 80, true}, sm90a)), "wg:bm32:bn64");
   // Above 128 columns: two warpgroups splitting the 256-column tile's columns.
   for (int d : {136, 160, 192, 256})
     EXPECT_EQ(to_string(attention_double_backward_default_config({DType::bf16, d, false}, sm90a)), "wg:bm32:bn64:c2") << d;
-  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 256, false}, sm80).path, BackwardPath::fa2);
-  auto why = check_attention_double_backward_config({DType::bf16, 64, false}, {.path = BackwardPath::fa2, .block_m = 16, .block_n = 32, .warps = 1}, sm90a);
+  EXPECT_EQ(attention_double_backward_default_config({DType::bf16, 256, false}, sm80).path(), BackwardPath::fa2);
+  auto why = check_attention_double_backward_config({DType::bf16, 64, false}, DoubleBackwardFa2Config{.rows = 16, .tile = 32, .warps = 1}, sm90a);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("block_m"), std::string::npos) << *why;
 }
@@ -765,7 +869,7 @@ namespace kgen {
 namespace {
 
 TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
-  const AttentionBackwardConfig bm32{.path = BackwardPath::fa2, .block_m = 32, .block_n = 16, .warps = 2};
+  const AttentionBackwardConfig bm32 = DoubleBackwardFa2Config{.rows = 32, .tile = 16, .warps = 2};
   // b = h = 1, n = 8192: 256 blocks of 32 rows -> two key ranges each (512 blocks).
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 8192, 8192}, 132), 2);
   EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132, false, 128).x, 512u);
@@ -778,8 +882,8 @@ TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
   EXPECT_EQ(attention_double_backward_grid(bm32, DoubleBackwardKernel::q_stats, {1, 1, 1, 8192, 8192}, 132, true, 128).x, 256u);
   EXPECT_EQ(attention_double_backward_stats_splits(bm32, {1, 1, 1, 64, 64}, 132), 1);
   // Large grids and the general path: none.
-  EXPECT_EQ(attention_double_backward_stats_splits({.path = BackwardPath::fa2, .block_n = 16, .warps = 4}, {1, 16, 16, 8192, 8192}, 132), 1);
-  EXPECT_EQ(attention_double_backward_stats_splits({.path = BackwardPath::simt, .block_m = 4, .block_n = 0, .warps = 0, .max_head_dim = 128}, {1, 1, 1, 8192, 8192}, 132), 1);
+  EXPECT_EQ(attention_double_backward_stats_splits(DoubleBackwardFa2Config{.rows = 64, .tile = 16, .warps = 4}, {1, 16, 16, 8192, 8192}, 132), 1);
+  EXPECT_EQ(attention_double_backward_stats_splits(BackwardSimtConfig{.warps = 4, .max_head_dim = 128}, {1, 1, 1, 8192, 8192}, 132), 1);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ TEST(AttentionMfma, ConfigTextRoundTrips) {
   EXPECT_EQ(to_string(*fwd), "mfma:bm128:bn64:w4");
   const auto bwd = parse_attention_backward_config("mfma:bm32:bn64:w2");
   ASSERT_TRUE(bwd);
-  EXPECT_EQ(bwd->path, BackwardPath::mfma);
+  EXPECT_EQ(bwd->path(), BackwardPath::mfma);
   EXPECT_EQ(to_string(*bwd), "mfma:bm32:bn64:w2");
   EXPECT_FALSE(parse_attention_forward_config("mfma:bm128:bn64"));
   EXPECT_FALSE(parse_attention_backward_config("mfma:bm32:bn64:x2"));
@@ -36,7 +36,7 @@ TEST(AttentionMfma, WaveCountsWhoseRowsOverflowAreRefused) {
   EXPECT_FALSE(parse_attention_backward_config("mfma:bm32:bn64:w134217730"));
   const AttentionForwardConfig fwd{.path = ForwardPath::mfma, .stages = 1, .warps = 134217730};
   EXPECT_TRUE(check_attention_forward_config({DType::bf16, 128, false}, fwd, target("gfx942")));
-  const AttentionBackwardConfig bwd{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 134217730};
+  const AttentionBackwardConfig bwd = BackwardMfmaConfig{.query_rows = 32, .keys = 64, .waves = 134217730};
   EXPECT_TRUE(check_attention_backward_config({DType::f16, 64, false}, bwd, target("gfx942")));
   EXPECT_FALSE(check_attention_forward_config({DType::bf16, 128, false}, {.path = ForwardPath::mfma, .stages = 1, .warps = 2},
                                               target("gfx942")));
@@ -52,7 +52,7 @@ TEST(AttentionMfma, InvalidOnNvidiaAndForFp32OrOtherHeadDims) {
   EXPECT_FALSE(check_attention_forward_config({DType::bf16, 128, false}, c, target("gfx942")));
   EXPECT_TRUE(check_attention_forward_config({DType::bf16, 128, false}, {.path = ForwardPath::mfma, .block_m = 128, .stages = 1, .warps = 2}, target("gfx942")))
       << "32 query rows per wave";
-  const AttentionBackwardConfig b{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
+  const AttentionBackwardConfig b = BackwardMfmaConfig{.query_rows = 32, .keys = 64, .waves = 2};
   EXPECT_TRUE(check_attention_backward_config({DType::f16, 64, false}, b, target("sm_80")));
   EXPECT_FALSE(check_attention_backward_config({DType::f16, 64, false}, b, target("gfx90a")));
   EXPECT_TRUE(check_attention_double_backward_config({DType::f16, 64, false}, b, target("gfx942")));
@@ -61,7 +61,7 @@ TEST(AttentionMfma, InvalidOnNvidiaAndForFp32OrOtherHeadDims) {
     for (const auto& c : attention_forward_config_space({DType::bf16, 128, false}, target(arch)))
       EXPECT_NE(c.path, ForwardPath::mfma) << arch;
     for (const auto& c : attention_backward_config_space({DType::bf16, 128, false}, target(arch)))
-      EXPECT_NE(c.path, BackwardPath::mfma) << arch;
+      EXPECT_NE(c.path(), BackwardPath::mfma) << arch;
   }
 }
 
@@ -77,7 +77,7 @@ TEST(AttentionMfma, LdsLimitsArePerTarget) {
   }
   EXPECT_FALSE(check_attention_forward_config(fwd, wide, target("gfx950")));
   const AttentionBackwardSpec bwd{DType::bf16, 128, true};
-  const AttentionBackwardConfig big{.path = BackwardPath::mfma, .warps = 4};
+  const AttentionBackwardConfig big = BackwardMfmaConfig{.query_rows = 64, .keys = 128, .waves = 4};
   ASSERT_GT(attention_mfma::kv_lds_bytes(128, 64, 128, true), 64 * 1024);
   EXPECT_TRUE(check_attention_backward_config(bwd, big, target("gfx942")));
   EXPECT_FALSE(check_attention_backward_config(bwd, big, target("gfx950")));
@@ -109,7 +109,8 @@ TEST(AttentionMfma, EveryConfigInTheSpaceFitsItsTargetAndTheDefaultIsInIt) {
           // gfx90a at d = 128 (its VGPR budget; hiprtc 5.2 spilled one block's accumulators):
           // only configs with two column splits; elsewhere none.
           const bool split = d == 128 && tg.processor() == "gfx90a";
-          for (const auto& c : bspace) EXPECT_EQ(c.splits, split ? 2 : 1) << arch << " " << to_string(c);
+          for (const auto& c : bspace)
+            EXPECT_EQ(c.as<BackwardMfmaConfig>()->column_splits, split ? 2 : 1) << arch << " " << to_string(c);
           for (const auto& c : bspace)
             for (bool deterministic : {false, true})
               for (BackwardKernel kernel : attention_backward_kernels(c, deterministic)) {
@@ -126,13 +127,13 @@ TEST(AttentionMfma, EveryConfigInTheSpaceFitsItsTargetAndTheDefaultIsInIt) {
 TEST(AttentionMfma, ColumnSplitsRoundTripAndDoubleTheKeyMajorGrid) {
   auto c = parse_attention_backward_config("mfma:bm32:bn64:w2:c2");
   ASSERT_TRUE(c);
-  EXPECT_EQ(c->splits, 2);
+  EXPECT_EQ(c->as<BackwardMfmaConfig>()->column_splits, 2);
   EXPECT_EQ(to_string(*c), "mfma:bm32:bn64:w2:c2");
-  EXPECT_EQ(parse_attention_backward_config("mfma:bm32:bn64:w2")->splits, 1);
+  EXPECT_EQ(parse_attention_backward_config("mfma:bm32:bn64:w2")->as<BackwardMfmaConfig>()->column_splits, 1);
   for (const char* bad : {"mfma:bm32:bn64:w2:c1", "mfma:bm32:bn64:w2:x2", "fa2:bm64:bn128:w8:c2"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
   const AttentionBackwardSpec d128{DType::f16, 128, false}, d64{DType::f16, 64, false};
-  const AttentionBackwardConfig one{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
+  const AttentionBackwardConfig one = BackwardMfmaConfig{.query_rows = 32, .keys = 64, .waves = 2};
   auto why = check_attention_backward_config(d128, one, target("gfx90a"));
   ASSERT_TRUE(why);
   EXPECT_NE(why->find(":c2"), std::string::npos) << *why;
@@ -155,7 +156,7 @@ TEST(AttentionMfma, ColumnSplitsRoundTripAndDoubleTheKeyMajorGrid) {
 TEST(AttentionMfma, GridsMatchTheRenderedTiles) {
   const AttentionShape shape{2, 8, 2, 1000, 777};
   const AttentionBackwardSpec spec{DType::bf16, 128, true};
-  const AttentionBackwardConfig c{.path = BackwardPath::mfma, .block_m = 32, .block_n = 64, .warps = 2};
+  const AttentionBackwardConfig c = BackwardMfmaConfig{.query_rows = 32, .keys = 64, .waves = 2};
   const KernelSource kv = render_attention_backward(spec, c, BackwardKernel::kv_atomic);
   EXPECT_EQ(kv.threads, 128);
   const LaunchGrid kv_grid = attention_backward_grid(c, BackwardKernel::kv_atomic, shape, 128, 132);

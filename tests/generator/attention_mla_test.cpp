@@ -108,24 +108,24 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
             EXPECT_EQ(f.path, ForwardPath::fa2) << d << "/" << dv << " " << to_string(f);
             EXPECT_FALSE(check_attention_forward_config(fwd(t, d, dv, causal), f, target)) << to_string(f);
             const AttentionBackwardConfig b = attention_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
-            EXPECT_EQ(b.path, BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
+            EXPECT_EQ(b.path(), BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
             EXPECT_FALSE(check_attention_backward_config(bwd(t, d, dv, causal), b, target)) << to_string(b);
           }
           EXPECT_EQ(attention_forward_default_config(fwd(DType::f32, d, dv, causal), shape, target, 132).path,
                     ForwardPath::simt);
-          EXPECT_EQ(attention_backward_default_config(bwd(DType::f32, d, dv, causal), shape, target, 132).path,
+          EXPECT_EQ(attention_backward_default_config(bwd(DType::f32, d, dv, causal), shape, target, 132).path(),
                     BackwardPath::simt);
           // d_v not a multiple of 8: the general path, also for 16-bit inputs.
           EXPECT_EQ(attention_forward_default_config(fwd(DType::bf16, d, dv - 4, causal), shape, target, 132).path,
                     ForwardPath::simt);
-          EXPECT_EQ(attention_backward_default_config(bwd(DType::bf16, d, dv - 4, causal), shape, target, 132).path,
+          EXPECT_EQ(attention_backward_default_config(bwd(DType::bf16, d, dv - 4, causal), shape, target, 132).path(),
                     BackwardPath::simt);
         }
   // AMD targets: the general path.
   const Target gfx942 = *parse_target("gfx942");
   EXPECT_EQ(attention_forward_default_config(fwd(DType::bf16, 192, 128, true), shapes[0], gfx942, 304).path,
             ForwardPath::simt);
-  EXPECT_EQ(attention_backward_default_config(bwd(DType::bf16, 192, 128, true), shapes[0], gfx942, 304).path,
+  EXPECT_EQ(attention_backward_default_config(bwd(DType::bf16, 192, 128, true), shapes[0], gfx942, 304).path(),
             BackwardPath::simt);
 }
 

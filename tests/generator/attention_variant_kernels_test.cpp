@@ -103,15 +103,15 @@ TEST(AttentionVariantKernels, BackwardFamiliesCompile) {
       const AttentionShape shape{2, 8, 8, 4096, 4096};
       const AttentionBackwardConfig c = attention_backward_default_config(spec, shape, sm90, 132);
       if (d <= 128) {
-        EXPECT_TRUE(c.path == BackwardPath::wgmma && c.warp_specialised && !c.persistent && c.block_m == 64)
-          << to_string(c);
+        const auto* wg = c.as<BackwardWgmmaConfig>();
+        EXPECT_TRUE(wg && wg->warp_specialised && !wg->persistent && wg->query_rows == 64) << to_string(c);
         EXPECT_FALSE(check_attention_backward_config(spec, c, sm90)) << to_string(c);
         for (BackwardKernel kernel : attention_backward_kernels(c, false))
           expect_compiles(render_attention_backward(spec, c, kernel), "sm_90a", kBackwardSpills);
       }
       // The deterministic mode (and views without tensor maps) take the fa2 kernels.
       const AttentionBackwardConfig fa2 = attention_backward_variant_config(spec, c, shape, 132, true, true);
-      EXPECT_EQ(fa2.path, BackwardPath::fa2) << to_string(fa2);
+      EXPECT_EQ(fa2.path(), BackwardPath::fa2) << to_string(fa2);
       EXPECT_EQ(to_string(attention_backward_variant_config(spec, c, shape, 132, false, false)), to_string(fa2));
       for (bool deterministic : {false, true})
         for (BackwardKernel kernel : attention_backward_kernels(fa2, deterministic))
@@ -143,8 +143,9 @@ TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSp
         const Target target = *parse_target(arch);
         const AttentionBackwardConfig c = attention_double_backward_default_config(spec, {1, 8, 8, 4096, 4096}, target, 132);
         const bool hopper = std::string(arch) == "sm_90a";
-        EXPECT_EQ(c.path, hopper ? BackwardPath::wgmma : BackwardPath::fa2) << to_string(c);
-        if (hopper && d <= 128) EXPECT_EQ(c.block_m, 32) << "a score modification takes 32-wide score tiles";
+        EXPECT_EQ(c.path(), hopper ? BackwardPath::wgmma : BackwardPath::fa2) << to_string(c);
+        if (hopper && d <= 128)
+          EXPECT_EQ(c.as<DoubleBackwardWgmmaConfig>()->tile, 32) << "a score modification takes 32-wide score tiles";
         for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c))
           expect_compiles(render_attention_double_backward(spec, c, kernel), arch,
                           hopper ? kWgmmaDoubleBackwardSpills : d == 64 ? 0 : kDoubleBackwardSpills);
@@ -152,7 +153,7 @@ TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSp
     }
     const AttentionBackwardSpec wide{DType::f32, 72, false, canonical, sinks};
     const AttentionBackwardConfig simt = attention_double_backward_default_config(wide, *parse_target("sm_80"));
-    EXPECT_EQ(simt.path, BackwardPath::simt) << to_string(simt);
+    EXPECT_EQ(simt.path(), BackwardPath::simt) << to_string(simt);
     for (DoubleBackwardKernel kernel : attention_double_backward_kernels(simt)) {
       expect_compiles(render_attention_double_backward(wide, simt, kernel), "sm_80", 0);
       if (amd_clang_description().find("unavailable") == std::string::npos)
@@ -160,7 +161,7 @@ TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSp
     }
   }
   const AttentionBackwardSpec window{DType::bf16, 64, true, Variant::parse(compose_variant({.window = true})).canonical()};
-  EXPECT_EQ(attention_double_backward_default_config(window, *parse_target("sm_90a")).block_m, 64)
+  EXPECT_EQ(attention_double_backward_default_config(window, *parse_target("sm_90a")).as<DoubleBackwardWgmmaConfig>()->tile, 64)
       << "a mask alone keeps the 64-wide score tiles at d = 64";
 }
 
@@ -178,12 +179,12 @@ TEST(AttentionVariantKernels, PackedDoubleBackwardRunsEveryFamily) {
       AttentionBackwardSpec spec{DType::bf16, d, true, canonical};
       spec.packed = true;
       // sm_80's fa2 default form (16-key score tiles at d = 128: registers).
-      const AttentionBackwardConfig fa2{.path = BackwardPath::fa2, .block_m = 64, .block_n = d == 64 ? 32 : 16, .warps = 4};
+      const AttentionBackwardConfig fa2 = DoubleBackwardFa2Config{.rows = 64, .tile = d == 64 ? 32 : 16, .warps = 4};
       for (const char* arch : {"sm_80", "sm_90a"}) {
         const Target target = *parse_target(arch);
         const bool hopper = std::string(arch) == "sm_90a";
         const AttentionBackwardConfig c = attention_double_backward_default_config(spec, {12, 4, 4, 2000, 2000}, target, 132);
-        EXPECT_EQ(c.path, hopper ? BackwardPath::wgmma : BackwardPath::fa2) << to_string(c);
+        EXPECT_EQ(c.path(), hopper ? BackwardPath::wgmma : BackwardPath::fa2) << to_string(c);
         std::vector<AttentionBackwardConfig> configs = {c};
         if (hopper) configs.push_back(fa2);
         for (const AttentionBackwardConfig& config : configs) {
@@ -193,7 +194,7 @@ TEST(AttentionVariantKernels, PackedDoubleBackwardRunsEveryFamily) {
             if (kernel != DoubleBackwardKernel::preprocess) {
               EXPECT_NE(k.source.find("kPacked = true"), std::string::npos) << k.variant;
             }
-            expect_compiles(k, arch, config.path == BackwardPath::wgmma ? kWgmmaDoubleBackwardSpills
+            expect_compiles(k, arch, config.path() == BackwardPath::wgmma ? kWgmmaDoubleBackwardSpills
                                      : d == 64                          ? 0
                                                                         : kDoubleBackwardSpills);
           }
@@ -203,7 +204,7 @@ TEST(AttentionVariantKernels, PackedDoubleBackwardRunsEveryFamily) {
   AttentionBackwardSpec odd{DType::f32, 33, true};
   odd.packed = true;
   const AttentionBackwardConfig simt = attention_double_backward_default_config(odd, *parse_target("sm_90a"));
-  EXPECT_EQ(simt.path, BackwardPath::simt) << to_string(simt);
+  EXPECT_EQ(simt.path(), BackwardPath::simt) << to_string(simt);
   for (DoubleBackwardKernel kernel : attention_double_backward_kernels(simt))
     expect_compiles(render_attention_double_backward(odd, simt, kernel), "sm_80", 0);
   // The spec text names packed batches and reads back.
@@ -213,7 +214,7 @@ TEST(AttentionVariantKernels, PackedDoubleBackwardRunsEveryFamily) {
   EXPECT_EQ(parse_double_backward_variant_key(double_backward_variant_key(spec)), spec);
   // The fused grid: 3 sequences of at most 300 queries and 1000 keys, 64-row blocks: two halves of
   // ceil(1000 / 64) = 16 blocks (dense: 5 + 16).
-  const AttentionBackwardConfig wg{.path = BackwardPath::wgmma, .block_m = 64, .block_n = 64, .warps = 4};
+  const AttentionBackwardConfig wg = DoubleBackwardWgmmaConfig{.tile = 64, .rows = 64};
   const AttentionShape shape{3, 4, 4, 300, 1000};
   EXPECT_EQ(attention_double_backward_grid(wg, DoubleBackwardKernel::fused, shape, 132, false, 64, true).x, 32u);
   EXPECT_EQ(attention_double_backward_grid(wg, DoubleBackwardKernel::fused, shape, 132, false, 64).x, 21u);
@@ -235,7 +236,8 @@ TEST(AttentionVariantKernels, PackedBackwardRunsTheWarpSpecialisedKernel) {
     AttentionBackwardSpec spec{DType::bf16, d, true};
     spec.packed = true;
     const AttentionBackwardConfig c = attention_backward_default_config(spec, {1, 64, 8, 16384, 16384}, sm90, 132);
-    EXPECT_TRUE(c.path == BackwardPath::wgmma && c.warp_specialised && c.group_splits == 1) << to_string(c);
+    const auto* wg = c.as<BackwardWgmmaConfig>();
+    EXPECT_TRUE(wg && wg->warp_specialised && wg->group_splits == 1) << to_string(c);
     for (BackwardKernel kernel : attention_backward_kernels(c, false))
       expect_compiles(render_attention_backward(spec, c, kernel), "sm_90a", 0);
     for (const char* refused : {"wg:bm64:bn128:a2:t:l:w:p", "wg:bm64:bn128:a2:t:l:w:g4", "wg:bm64:bn128:a2:t"}) {

@@ -29,7 +29,7 @@ TEST(ConfigText, EveryParserRefusesNegativeAndHugeFields) {
   for (const char* bad : {"fa2:bm64:bn64:w-4:s2", "fa2:bm64:bn64:w4:s2147483647", "wg:bm-64:bn64:s2",
                           "mfma:bm64:bn64:w134217730", "simt:bm4:bn32:dmax-32"})
     EXPECT_FALSE(parse_attention_forward_config(bad)) << bad;
-  // wg's warps are block_n / 16 · splits: 134217727 · 2147483647 overflowed.
+  // wg's warpgroups are keys / 64 · column splits: 134217727 · 2147483647 overflowed.
   for (const char* bad : {"wg:bm64:bn2147483647:c2147483647", "mfma:bm32:bn64:w134217730", "fa2:bm64:bn128:w-8",
                           "wg:bm64:bn128:a2:t:x-2", "simt:w4:dmax4294967296"})
     EXPECT_FALSE(parse_attention_backward_config(bad)) << bad;
@@ -49,7 +49,7 @@ TEST(ConfigText, ChecksRefuseFieldsWhoseProductsOverflow) {
   LrpeConfig c;
   c.threads = 256, c.rows = 1, c.vec = 8, c.fold = 1, c.occupancy = 8388608;  // · 256 = 2^31
   EXPECT_TRUE(check_lrpe_config({LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::none}, c));
-  const AttentionBackwardConfig dbl{.path = BackwardPath::fa2, .block_n = 32, .warps = 268435460};  // · 16 wraps to 64
+  const AttentionBackwardConfig dbl = DoubleBackwardFa2Config{.rows = 64, .tile = 32, .warps = 268435460};  // · 16 wraps to 64
   EXPECT_TRUE(check_attention_double_backward_config({DType::f16, 64, false}, dbl, *parse_target("sm_80")));
 }
 

@@ -46,9 +46,9 @@ TEST(Target, NvidiaOnlyFamiliesAreInvalidOnAmdWithTheReason) {
   EXPECT_NE(why->find("gfx942"), std::string::npos) << *why;
   EXPECT_TRUE(check_attention_forward_config(fwd, {.path = ForwardPath::wgmma, .block_m = 128, .block_n = 128, .warps = 8}, gfx942));
   const AttentionBackwardSpec bwd{DType::bf16, 128, false};
-  EXPECT_TRUE(check_attention_backward_config(bwd, {.path = BackwardPath::fa2}, gfx942));
-  EXPECT_TRUE(check_attention_backward_config(bwd, {.path = BackwardPath::wgmma}, gfx942));
-  EXPECT_TRUE(check_attention_double_backward_config(bwd, {.path = BackwardPath::fa2, .block_n = 64, .warps = 4}, gfx942));
+  EXPECT_TRUE(check_attention_backward_config(bwd, BackwardFa2Config{}, gfx942));
+  EXPECT_TRUE(check_attention_backward_config(bwd, BackwardWgmmaConfig{}, gfx942));
+  EXPECT_TRUE(check_attention_double_backward_config(bwd, DoubleBackwardFa2Config{.rows = 64, .tile = 64, .warps = 4}, gfx942));
 }
 
 TEST(Target, AmdConfigSpacesAndDefaultsAreMfmaForFp16Bf16D64D128ElseSimt) {
@@ -70,12 +70,12 @@ TEST(Target, AmdConfigSpacesAndDefaultsAreMfmaForFp16Bf16D64D128ElseSimt) {
         const AttentionBackwardSpec bwd{t, d, true};
         const auto bwd_space = attention_backward_config_space(bwd, target);
         ASSERT_FALSE(bwd_space.empty()) << target.arch;
-        EXPECT_EQ(bwd_space.front().path, bwd_path) << target.arch << " d=" << d;
+        EXPECT_EQ(bwd_space.front().path(), bwd_path) << target.arch << " d=" << d;
         for (const auto& c : bwd_space)
-          EXPECT_TRUE(c.path == BackwardPath::mfma || c.path == BackwardPath::simt) << to_string(c);
-        for (const auto& c : attention_double_backward_config_space(bwd, target)) EXPECT_EQ(c.path, BackwardPath::simt);
-        EXPECT_EQ(attention_backward_default_config(bwd, shape, target, 304).path, bwd_path) << target.arch << " d=" << d;
-        EXPECT_EQ(attention_double_backward_default_config(bwd, shape, target, 304).path, BackwardPath::simt);
+          EXPECT_TRUE(c.path() == BackwardPath::mfma || c.path() == BackwardPath::simt) << to_string(c);
+        for (const auto& c : attention_double_backward_config_space(bwd, target)) EXPECT_EQ(c.path(), BackwardPath::simt);
+        EXPECT_EQ(attention_backward_default_config(bwd, shape, target, 304).path(), bwd_path) << target.arch << " d=" << d;
+        EXPECT_EQ(attention_double_backward_default_config(bwd, shape, target, 304).path(), BackwardPath::simt);
       }
 }
 
@@ -145,22 +145,22 @@ TEST(Target, WgmmaAndWsAreRefusedOnBlackwellWithTheReason) {
     expect_blackwell_reason(check_attention_forward_config(fwd, *parse_attention_forward_config("ws:bm128:bn128:s2:pp1"), target), target);
     const AttentionBackwardSpec bwd{DType::bf16, 64, true};
     expect_blackwell_reason(check_attention_backward_config(bwd, *parse_attention_backward_config("wg:bm64:bn128:a2:t"), target), target);
-    expect_blackwell_reason(check_attention_double_backward_config(bwd, *parse_attention_backward_config("wg:bm32:bn128"), target), target);
+    expect_blackwell_reason(check_attention_double_backward_config(bwd, *parse_attention_double_backward_config("wg:bm32:bn128"), target), target);
     // The same configs are valid on sm_90a: only the target refuses them.
     const Target sm90a = *parse_target("sm_90a");
     EXPECT_FALSE(check_attention_forward_config(fwd, *parse_attention_forward_config("wg:bm128:bn128:s2"), sm90a));
     EXPECT_FALSE(check_attention_forward_config(fwd, *parse_attention_forward_config("ws:bm128:bn128:s2:pp1"), sm90a));
     EXPECT_FALSE(check_attention_backward_config(bwd, *parse_attention_backward_config("wg:bm64:bn128:a2:t"), sm90a));
-    EXPECT_FALSE(check_attention_double_backward_config(bwd, *parse_attention_backward_config("wg:bm32:bn128"), sm90a));
+    EXPECT_FALSE(check_attention_double_backward_config(bwd, *parse_attention_double_backward_config("wg:bm32:bn128"), sm90a));
     // No wgmma, ws or mfma config in any space.
     for (int d : {64, 128, 256})
       for (DType t : {DType::f16, DType::bf16}) {
         for (const auto& c : attention_forward_config_space({t, d, true}, target))
           EXPECT_TRUE(c.path == ForwardPath::fa2 || c.path == ForwardPath::simt) << to_string(c) << " " << target.arch;
         for (const auto& c : attention_backward_config_space({t, d, true}, target, 8))
-          EXPECT_TRUE(c.path == BackwardPath::fa2 || c.path == BackwardPath::simt) << to_string(c) << " " << target.arch;
+          EXPECT_TRUE(c.path() == BackwardPath::fa2 || c.path() == BackwardPath::simt) << to_string(c) << " " << target.arch;
         for (const auto& c : attention_double_backward_config_space({t, d, true}, target))
-          EXPECT_TRUE(c.path == BackwardPath::fa2 || c.path == BackwardPath::simt) << to_string(c) << " " << target.arch;
+          EXPECT_TRUE(c.path() == BackwardPath::fa2 || c.path() == BackwardPath::simt) << to_string(c) << " " << target.arch;
       }
   }
 }
@@ -192,12 +192,12 @@ TEST(Target, BlackwellDefaultsAreSm80RulesWithinTheTargetsSharedMemory) {
             const AttentionBackwardSpec bwd{t, d, causal};
             const auto b = attention_backward_default_config(bwd, shape, target, 148);
             EXPECT_EQ(b, attention_backward_default_config(bwd, shape, rules, 148)) << to_string(b) << " " << target.arch;
-            EXPECT_EQ(b.path, fa2 && !(small_smem && d > 160) ? BackwardPath::fa2 : BackwardPath::simt)
+            EXPECT_EQ(b.path(), fa2 && !(small_smem && d > 160) ? BackwardPath::fa2 : BackwardPath::simt)
                 << to_string(bwd) << " " << target.arch;
             EXPECT_FALSE(check_attention_backward_config(bwd, b, target)) << to_string(b) << " " << target.arch;
             const auto dd = attention_double_backward_default_config(bwd, shape, target, 148);
             EXPECT_EQ(dd, attention_double_backward_default_config(bwd, shape, rules, 148)) << to_string(dd) << " " << target.arch;
-            EXPECT_EQ(dd.path, fa2 && !(small_smem && d > 128) ? BackwardPath::fa2 : BackwardPath::simt)
+            EXPECT_EQ(dd.path(), fa2 && !(small_smem && d > 128) ? BackwardPath::fa2 : BackwardPath::simt)
                 << to_string(bwd) << " " << target.arch;
             EXPECT_FALSE(check_attention_double_backward_config(bwd, dd, target)) << to_string(dd) << " " << target.arch;
             if (small_smem) {

@@ -138,7 +138,7 @@ TEST(AttentionBackwardGpuWgmma, EveryWgmmaConfigOnSmallAndLargeShapes) {
     for (int d : {64, 128, 80, 40, 256, 192, 160, 136})  // 80, 40, 160, 136: tiles padded past the head dim
       for (bool causal : {false, true})
         for (const auto& config : attention_backward_config_space({dtype, d, causal}, target)) {
-          if (config.path != BackwardPath::wgmma) continue;
+          if (config.path() != BackwardPath::wgmma) continue;
           ++tested;
           if (!split.next()) continue;
           check_wgmma_config(dtype, d, causal, config, seed);
@@ -187,7 +187,8 @@ TEST_P(DecoupledForms, OnSmallAndLargeShapes) {
   const char* text = GetParam();
   const auto config = *parse_attention_backward_config(text);
   std::uint64_t seed = 9128 + std::string(text).size();
-  const std::vector<int> dims = config.block_m == 128 ? std::vector<int>{64, 40, 8} : std::vector<int>{128, 80, 64};
+  const BackwardWgmmaConfig& wg = *config.as<BackwardWgmmaConfig>();
+  const std::vector<int> dims = wg.query_rows == 128 ? std::vector<int>{64, 40, 8} : std::vector<int>{128, 80, 64};
   for (int d : dims)
     for (bool causal : {false, true}) {
       const DType dtype = d == 64 || d == 128 ? DType::bf16 : DType::f16;
@@ -196,7 +197,7 @@ TEST_P(DecoupledForms, OnSmallAndLargeShapes) {
         AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
         c.config = text;
         BackwardBenchOptions o;
-        o.expand_d_o = !config.tma_loads;
+        o.expand_d_o = !wg.tma_loads;
         expect_pass(c, o, false);
       }
     }
@@ -254,7 +255,7 @@ TEST(AttentionBackwardGpuWgmma, EveryDoubleBackwardWgmmaConfigOnSmallAndLargeSha
     for (int d : {64, 128, 80, 40, 256, 200, 160})  // 80, 40, 200, 160: tiles padded past the head dim
       for (bool causal : {false, true})
         for (const auto& config : attention_double_backward_config_space({dtype, d, causal}, target)) {
-          if (config.path != BackwardPath::wgmma) continue;
+          if (config.path() != BackwardPath::wgmma) continue;
           ++tested;
           if (!split.next()) continue;
           int i = 0;

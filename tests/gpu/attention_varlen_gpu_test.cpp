@@ -363,7 +363,7 @@ TEST(AttentionVarlenGpu, DoubleBackwardMatchesEachSequencesFp64SecondOrderGradie
     const Target target = device_info(0).target;
     std::string fa2;
     for (const char* form : {"fa2:bm64:bn32:w4", "fa2:bm64:bn16:w4", "fa2:bm32:bn16:w2"})
-      if (!check_attention_double_backward_config({c.dtype, c.d, c.causal}, *parse_attention_backward_config(form), target)) {
+      if (!check_attention_double_backward_config({c.dtype, c.d, c.causal}, *parse_attention_double_backward_config(form), target)) {
         fa2 = form;
         break;
       }

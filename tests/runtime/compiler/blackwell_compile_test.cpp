@@ -32,12 +32,12 @@ std::vector<KernelSource> fa2_and_simt_kernels(const Target& target) {
   }
   for (AttentionBackwardSpec b : {AttentionBackwardSpec{DType::f16, 64, true}, AttentionBackwardSpec{DType::f32, 64, false}}) {
     const AttentionBackwardConfig c = attention_backward_default_config(b, shape, target, 148);
-    EXPECT_EQ(c.path, b.dtype == DType::f32 ? BackwardPath::simt : BackwardPath::fa2) << to_string(c);
+    EXPECT_EQ(c.path(), b.dtype == DType::f32 ? BackwardPath::simt : BackwardPath::fa2) << to_string(c);
     for (BackwardKernel k : attention_backward_kernels(c, /*deterministic=*/false)) out.push_back(render_attention_backward(b, c, k));
   }
   const AttentionBackwardSpec dbl{DType::bf16, 64, false};
   const AttentionBackwardConfig c = attention_double_backward_default_config(dbl, shape, target, 148);
-  EXPECT_EQ(c.path, BackwardPath::fa2) << to_string(c);
+  EXPECT_EQ(c.path(), BackwardPath::fa2) << to_string(c);
   for (DoubleBackwardKernel k : attention_double_backward_kernels(c))
     if (k != DoubleBackwardKernel::preprocess) out.push_back(render_attention_double_backward(dbl, c, k));
   for (const OperatorInfo& op : operators()) out.push_back(op.default_variants(target).front());

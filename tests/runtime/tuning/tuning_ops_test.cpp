@@ -175,7 +175,7 @@ TEST(TuningOpsProblems, CandidatesParseCheckAndRenderWithoutAGpu) {
   // Atomic dQ: preprocess, kv_atomic, dq_convert; deterministic: preprocess, kv, dq.
   EXPECT_EQ(attention_backward_tuning(c, false)->kernels("fa2:bm32:bn128:w8").size(), 3u);
   EXPECT_EQ(attention_backward_tuning(c, true)->kernels("fa2:bm32:bn128:w8")[1].variant,
-            render_attention_backward({DType::bf16, 128, false}, {.path = BackwardPath::fa2, .block_m = 32}, BackwardKernel::kv).variant);
+            render_attention_backward({DType::bf16, 128, false}, BackwardFa2Config{.query_rows = 32}, BackwardKernel::kv).variant);
   EXPECT_TRUE(attention_backward_tuning(c, false)->check_config("fa2:bm64:bn128:w4", kSm90a));  // over the register budget
   EXPECT_TRUE(attention_double_backward_tuning(c)->check_config("fa2:bm64:bn128:w8", kSm90a));
   // lrpe: the angle cache must match the problem, and vec must cover d.
@@ -262,9 +262,9 @@ TEST(TuningOpsGeneralPath, SixteenBitAlignedMultipleOf8CallsNeverRunOnSimt) {
               for (bool deterministic : {false, true}) {
                 AttentionBackwardOptions options;
                 options.deterministic = deterministic;
-                EXPECT_NE(choose_attention_backward_config(bwd, options, ctx).path, BackwardPath::simt)
+                EXPECT_NE(choose_attention_backward_config(bwd, options, ctx).path(), BackwardPath::simt)
                     << where << (deterministic ? " deterministic" : "");
-                EXPECT_NE(choose_attention_double_backward_config(bwd, options, ctx).path, BackwardPath::simt)
+                EXPECT_NE(choose_attention_double_backward_config(bwd, options, ctx).path(), BackwardPath::simt)
                     << where << " double backward";
               }
               ++checked;
@@ -316,7 +316,7 @@ TEST(TuningOpsDecision, BackwardPrecedence) {
   // Unaligned views run the general path whatever the database says.
   AttentionBackwardCall unaligned = call;
   unaligned.aligned16 = false;
-  EXPECT_EQ(choose_attention_backward_config(unaligned, none, dev.context()).path, BackwardPath::simt);
+  EXPECT_EQ(choose_attention_backward_config(unaligned, none, dev.context()).path(), BackwardPath::simt);
   // KGEN_AUTOTUNE: on-miss leaves a hit alone; force tunes first.
   dev.tune_answer = "fa2:bm64:bn64:w4";
   EXPECT_EQ(to_string(choose_attention_backward_config(call, none, dev.context(AutotuneMode::on_miss))), "fa2:bm32:bn64:w4");
