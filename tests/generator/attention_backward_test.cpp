@@ -7,12 +7,13 @@
 
 #include "generator/attention_backward.h"
 #include "kgen_device/attention/backward_config.h"
+#include "test_targets.h"
 
 namespace kgen {
 namespace {
 
-Target sm80() { return *parse_target("sm_80"); }
-Target sm90a() { return *parse_target("sm_90a"); }
+using test_targets::sm80;
+using test_targets::sm90a;
 
 TEST(AttentionBackwardConfig, WgmmaTextRoundTripsAndRejectsMalformed) {
   auto c = parse_attention_backward_config("wg:bm64:bn128");
