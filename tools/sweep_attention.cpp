@@ -394,7 +394,7 @@ std::vector<std::string_view> with(std::vector<std::string_view> options, std::s
   return options;
 }
 
-const bool registered = [] {
+const bool attention_sweep_registered = [] {
   register_sweep_operator({"attention_fwd", &kAttentionFamily, nullptr, with(kAttentionOptions, "launch"),
                            kAttentionDefaults, kAttentionCheckList, forward_check_items, case_titles, forward_problems,
                            bench_forward});

@@ -390,7 +390,7 @@ SweepOperator lrpe_sweep(LrpeOp op, const char* alias, std::vector<std::string_v
           [op](const SweepOptions& o, BenchRows& rows) { return run_lrpe_bench(op, o, rows); }};
 }
 
-const bool registered = [] {
+const bool lrpe_sweep_registered = [] {
   register_sweep_operator(lrpe_sweep(LrpeOp::cosine, "lrpe", {}, {{"acts", kBench, "none,silu,softmax,softmax_seq"}}));
   register_sweep_operator(lrpe_sweep(LrpeOp::md_cosine, "md_lrpe", {"grids", "extras", "dims"},
                                      {{"acts", kBench, "none"},

@@ -13,17 +13,10 @@ namespace kgen::cache {
 namespace {
 namespace fs = std::filesystem;
 using testing::key_for;
+using testing::read_all;
 using testing::sample_entry;
 using testing::ScratchDir;
-
-std::vector<char> read_all(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
-void write_all(const fs::path& p, const std::vector<char>& bytes) {
-  std::ofstream(p, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::write_all;
 
 class Archive : public ::testing::Test {
  protected:

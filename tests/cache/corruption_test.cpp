@@ -13,23 +13,15 @@ namespace {
 namespace fs = std::filesystem;
 using testing::key_for;
 using testing::LogCapture;
+using testing::read_all;
 using testing::sample_entry;
 using testing::ScratchDir;
+using testing::write_all;
 
 // Offsets inside an entry for a 64-character key (see the grammar in binary_cache.h).
 constexpr std::uint64_t kKeyOffset = 5 + 4 + 8;
 constexpr std::uint64_t kMetadataLengthOffset = kKeyOffset + 64;
 constexpr std::uint64_t kMetadataOffset = kMetadataLengthOffset + 8;
-
-std::vector<char> read_all(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-void write_all(const fs::path& p, const std::vector<char>& bytes) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 void flip_bit(const fs::path& p, std::uint64_t offset) {
   std::vector<char> bytes = read_all(p);

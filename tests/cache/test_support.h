@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,6 +16,15 @@
 #include "cache/cache_key.h"
 
 namespace kgen::cache::testing {
+
+// A file's bytes, and a file replaced by `bytes`.
+inline std::vector<char> read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+inline void write_all(const std::filesystem::path& p, const std::vector<char>& bytes) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
 
 // A fresh directory under $TMPDIR, removed (with any read-only bits undone) at destruction.
 class ScratchDir {

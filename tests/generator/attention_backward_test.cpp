@@ -7,12 +7,13 @@
 
 #include "generator/attention_backward.h"
 #include "kgen_device/attention/backward_config.h"
+#include "test_targets.h"
 
 namespace kgen {
 namespace {
 
-Target sm80() { return *parse_target("sm_80"); }
-Target sm90a() { return *parse_target("sm_90a"); }
+using test_targets::sm80;
+using test_targets::sm90a;
 
 // Every config of the backward's and the double backward's spaces, for every target kgen knows,
 // every dtype, head dim and mask (and the grouped forms), prints a text that parses back to the

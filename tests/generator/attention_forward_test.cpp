@@ -10,12 +10,13 @@
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
 #include "kgen_device/attention/forward_config.h"
+#include "test_targets.h"
 
 namespace kgen {
 namespace {
 
-Target sm80() { return *parse_target("sm_80"); }
-Target sm90a() { return *parse_target("sm_90a"); }
+using test_targets::sm80;
+using test_targets::sm90a;
 
 TEST(AttentionForwardConfig, ParseRoundTripsEveryConfigInTheSpace) {
   for (DType t : {DType::f16, DType::bf16, DType::f32})

@@ -6,12 +6,13 @@
 
 #include "generator/attention_forward.h"
 #include "kgen_device/attention/fp8_params.h"
+#include "test_targets.h"
 
 namespace kgen {
 namespace {
 
-Target sm80() { return *parse_target("sm_80"); }
-Target sm90a() { return *parse_target("sm_90a"); }
+using test_targets::sm80;
+using test_targets::sm90a;
 
 AttentionForwardSpec fp8(DType out, int d, bool causal) {
   AttentionForwardSpec s{out, d, causal};

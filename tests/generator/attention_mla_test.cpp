@@ -8,12 +8,13 @@
 
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
+#include "test_targets.h"
 
 namespace kgen {
 namespace {
 
-Target sm80() { return *parse_target("sm_80"); }
-Target sm90a() { return *parse_target("sm_90a"); }
+using test_targets::sm80;
+using test_targets::sm90a;
 
 AttentionForwardSpec fwd(DType t, int d, int dv, bool causal) {
   AttentionForwardSpec s{t, d, causal};

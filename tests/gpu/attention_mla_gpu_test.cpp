@@ -26,12 +26,12 @@
 namespace kgen {
 namespace {
 
-struct Shape {
+struct MlaShape {
   int b, hq, hkv, nq, nk;
 };
 
 // Odd sizes, n_q != n_k both ways (n_q > n_k: causal rows that see no key), GQA 1/2/4.
-const Shape kShapes[] = {{1, 1, 1, 1, 1}, {1, 2, 1, 7, 7}, {2, 4, 1, 63, 63}, {1, 4, 2, 130, 257},
+const MlaShape kMlaShapes[] = {{1, 1, 1, 1, 1}, {1, 2, 1, 7, 7}, {2, 4, 1, 63, 63}, {1, 4, 2, 130, 257},
                          {1, 2, 2, 300, 129}, {1, 8, 2, 17, 300}, {2, 4, 4, 128, 128}};
 
 // The fp64 truth of one call (bhnd, (b, h, n, cols) row-major).
@@ -42,7 +42,7 @@ struct Reference {
 // Forward and backward in fp64 over the rounded inputs: S = s·Q·Kᵀ (bottom-right causal mask),
 // P = softmax(S), O = P·V, D = rowsum(dO∘O), dS = P∘(dO·Vᵀ − D), dQ = s·dS·K, dK = s·dSᵀ·Q,
 // dV = Pᵀ·dO (dK, dV summed over each group). Rows that see no key: O = 0, lse = −inf, no gradient.
-Reference reference(const Shape& s, int d, int dv, bool causal, double scale, const std::vector<double>& q,
+Reference reference(const MlaShape& s, int d, int dv, bool causal, double scale, const std::vector<double>& q,
                     const std::vector<double>& k, const std::vector<double>& v, const std::vector<double>& d_o) {
   Reference r;
   r.o.assign(std::size_t(s.b) * s.hq * s.nq * dv, 0.0);
@@ -143,14 +143,14 @@ struct Device {
 };
 
 // (dtype, d_qk, d_v, causal)
-using Param = std::tuple<DType, int, int, bool>;
+using MlaParam = std::tuple<DType, int, int, bool>;
 
-std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+std::string param_name(const ::testing::TestParamInfo<MlaParam>& info) {
   auto [t, d, dv, causal] = info.param;
   return std::string(dtype_name(t)) + "_d" + std::to_string(d) + "_v" + std::to_string(dv) + (causal ? "_causal" : "_full");
 }
 
-class AttentionMlaGpu : public ::testing::TestWithParam<Param> {};
+class AttentionMlaGpu : public ::testing::TestWithParam<MlaParam> {};
 
 // Runs `call` and waits for it: false when it threw, a failure unless an explicit `config` was
 // refused (one this head dim or target does not serve, e.g. past its register budget).
@@ -189,7 +189,7 @@ TEST_P(AttentionMlaGpu, ForwardAndBackwardMatchFp64OnPoisonedOutputs) {
   const Tolerance tol = tolerance_for(dtype);
   std::mt19937_64 rng(1000 * d + dv + causal);
   int checked = 0;
-  for (const Shape& s : kShapes) {
+  for (const MlaShape& s : kMlaShapes) {
     const std::string shape = std::to_string(s.b) + "x" + std::to_string(s.hq) + "/" + std::to_string(s.hkv) + " " +
                               std::to_string(s.nq) + "x" + std::to_string(s.nk);
     Device q(s.b, s.hq, s.nq, d, d, dtype), k(s.b, s.hkv, s.nk, d, d, dtype), v(s.b, s.hkv, s.nk, dv, dv, dtype);
@@ -272,13 +272,13 @@ INSTANTIATE_TEST_SUITE_P(
     param_name);
 INSTANTIATE_TEST_SUITE_P(
     OtherPairs, AttentionMlaGpu,
-    ::testing::Values(Param{DType::bf16, 64, 32, true}, Param{DType::f16, 64, 32, false}, Param{DType::bf16, 128, 64, true},
-                      Param{DType::bf16, 96, 64, false}, Param{DType::f16, 256, 128, true}, Param{DType::bf16, 72, 40, true},
-                      Param{DType::f16, 136, 72, false}, Param{DType::bf16, 64, 36, true}),
+    ::testing::Values(MlaParam{DType::bf16, 64, 32, true}, MlaParam{DType::f16, 64, 32, false}, MlaParam{DType::bf16, 128, 64, true},
+                      MlaParam{DType::bf16, 96, 64, false}, MlaParam{DType::f16, 256, 128, true}, MlaParam{DType::bf16, 72, 40, true},
+                      MlaParam{DType::f16, 136, 72, false}, MlaParam{DType::bf16, 64, 36, true}),
     param_name);
 INSTANTIATE_TEST_SUITE_P(
     GeneralPath, AttentionMlaGpu,
-    ::testing::Values(Param{DType::f32, 192, 128, true}, Param{DType::f32, 100, 36, false}, Param{DType::f32, 64, 8, true}),
+    ::testing::Values(MlaParam{DType::f32, 192, 128, true}, MlaParam{DType::f32, 100, 36, false}, MlaParam{DType::f32, 64, 8, true}),
     param_name);
 
 // What is not served is refused with a sentence naming the argument, never run: the Hopper
@@ -286,7 +286,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(AttentionMlaGpuRefusals, HopperConfigsAndTheDoubleBackwardNameV) {
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
-  const Shape s{1, 2, 2, 64, 64};
+  const MlaShape s{1, 2, 2, 64, 64};
   Device q(s.b, s.hq, s.nq, 192, 192, DType::bf16), k(s.b, s.hkv, s.nk, 192, 192, DType::bf16),
       v(s.b, s.hkv, s.nk, 128, 128, DType::bf16), o(s.b, s.hq, s.nq, 128, 128, DType::bf16);
   std::mt19937_64 rng(5);

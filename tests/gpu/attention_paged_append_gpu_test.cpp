@@ -44,7 +44,7 @@ struct AppendCase {
   bool rotate_q = false, q_in_place = false, q_sequential = true;
 };
 
-std::vector<AppendCase> cases() {
+std::vector<AppendCase> append_cases() {
   using R = AppendRotary;
   return {
       {"copy_bf16_d128_page16_n1", DType::bf16, 8, 2, 128, 16, 1, {0, 15, 16, 33}, R::none, 0},
@@ -81,7 +81,7 @@ double rotated(const std::vector<double>& row, int e, int rd, AppendRotary style
 TEST(PagedAppendGpu, RowsLandInTheirPagesRotatedAndNothingElseIsWritten) {
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
-  for (const AppendCase& c : cases()) {
+  for (const AppendCase& c : append_cases()) {
     SCOPED_TRACE(c.name);
     std::mt19937_64 rng(0xa99e + c.d + c.n_new);
     const int b = static_cast<int>(c.lens.size());

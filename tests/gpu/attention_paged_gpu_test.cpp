@@ -37,7 +37,7 @@ struct PagedCase {
   bool gpt_oss = false;   // window 64 + softcap 30 + sinks
 };
 
-std::vector<PagedCase> cases() {
+std::vector<PagedCase> paged_cases() {
   return {
       {"decode_gqa8_bf16_d128_page16", DType::bf16, 32, 4, 1, 128, 16, true, {1, 17, 300, 4096, 33}},
       {"decode_mha_f16_d64_page64", DType::f16, 8, 8, 1, 64, 64, true, {64, 65, 1000, 2}},
@@ -49,7 +49,7 @@ std::vector<PagedCase> cases() {
   };
 }
 
-const char* kConfigs[] = {"",
+const char* kPagedConfigs[] = {"",
                           "ws:bm128:bn128:s2:pp1",
                           "ws:bm128:bn64:s2:pp1:split",
                           "ws:bm128:bn128:s2:pp1:split",
@@ -62,7 +62,7 @@ TEST(AttentionPagedGpu, EveryBatchMatchesItsGatheredFp64ReferenceOnEveryFamily) 
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
   int checked = 0;
-  for (const PagedCase& c : cases()) {
+  for (const PagedCase& c : paged_cases()) {
     const int b = static_cast<int>(c.lens.size());
     std::mt19937_64 rng(0x9a9e + c.d + c.page_size);
     int max_pages = 0, used = 0;
@@ -121,7 +121,7 @@ TEST(AttentionPagedGpu, EveryBatchMatchesItsGatheredFp64ReferenceOnEveryFamily) 
                      tview = make_contiguous_view(dtable.get(), DType::i32, 2, table_shape, 0),
                      nview = make_contiguous_view(dlens.get(), DType::i32, 1, lens_shape, 0);
     const PagedKV kv{&tview, &nview};
-    for (const char* config : kConfigs) {
+    for (const char* config : kPagedConfigs) {
       const std::string label = c.name + " [" + (*config ? config : "default") + "]";
       options.config = config;
       dout.poison(c.dtype);

@@ -47,7 +47,7 @@ std::vector<int> long_tailed(int count, double mean_log, std::mt19937_64& rng) {
   return out;
 }
 
-std::vector<VarlenCase> cases() {
+std::vector<VarlenCase> varlen_cases() {
   std::mt19937_64 rng(0x7a11e4);
   std::vector<VarlenCase> out;
   const std::vector<int> tail = long_tailed(12, 5.0, rng);
@@ -68,7 +68,7 @@ std::vector<VarlenCase> cases() {
   return out;
 }
 
-const char* kConfigs[] = {"",
+const char* kVarlenConfigs[] = {"",
                           "ws:bm128:bn128:s2:pp1",
                           "ws:bm128:bn80:s2:pp1",
                           "ws:bm192:bn128:s2:pp1",
@@ -157,14 +157,14 @@ TEST(AttentionVarlenGpu, EverySequenceMatchesItsFp64ReferenceOnEveryFamily) {
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
   int checked = 0;
-  for (const VarlenCase& c : cases()) {
+  for (const VarlenCase& c : varlen_cases()) {
     PackedCase pc(c, 0x5eed);
     const int batch = pc.batch, total_q = pc.total_q, pad = PackedCase::pad;
     std::vector<AttentionForwardReference> refs(batch);
     for (int i = 0; i < batch; ++i)
       if (c.len_q[i] > 0 && c.len_k[i] > 0) refs[i] = attention_forward_cpu(pc.problem(i), pc.variant());
     HostTensor& o = pc.o;
-    for (const char* config : kConfigs) {
+    for (const char* config : kVarlenConfigs) {
       const std::string label = c.name + " [" + (*config ? config : "default") + "]";
       pc.options.config = config;
       pc.dout->poison(c.dtype);
@@ -224,7 +224,7 @@ TEST(AttentionVarlenGpu, BackwardMatchesEachSequencesFp64GradientsWithSinkGradie
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
   int checked = 0;
-  for (const VarlenCase& c : cases()) {
+  for (const VarlenCase& c : varlen_cases()) {
     PackedCase pc(c, 0xbacc);
     const int batch = pc.batch;
     // Each sequence's fp64 gradients; the sinks' gradient sums over the sequences.

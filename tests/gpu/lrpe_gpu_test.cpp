@@ -12,13 +12,13 @@ namespace {
 
 std::string describe(const LrpeCase& c, const HarnessCheck& r) { return to_string(c) + "\n" + to_string(r); }
 
-struct Shape {
+struct LrpeShape {
   int b, h, n, d;
   bool three_dim;
 };
 // Odd d (scalar path, partial row groups), d = 48 (vector path, 6 of 8 lanes), d = 128, one row,
 // n not a multiple of any block, one head as a 3-d tensor, d = 1 and d = 256.
-const Shape kShapes[] = {{2, 3, 33, 33, false}, {1, 4, 1, 48, false}, {2, 2, 257, 128, false}, {3, 1, 1000, 64, true},
+const LrpeShape kLrpeShapes[] = {{2, 3, 33, 33, false}, {1, 4, 1, 48, false}, {2, 2, 257, 128, false}, {3, 1, 1000, 64, true},
                          {1, 2, 70, 1, false},  {1, 1, 19, 256, false}};
 
 struct MdGrid {
@@ -27,9 +27,9 @@ struct MdGrid {
 };
 const MdGrid kGrids[] = {{{33}, 0, 0}, {{5, 7}, 10, 0}, {{3, 4, 5}, 0, 0}, {{2, 3, 4}, 10, 0}, {{6, 5}, 1, 0}};
 
-using Param = std::tuple<LrpeOp, LrpeDirection, DType, LrpeAct>;
+using LrpeParam = std::tuple<LrpeOp, LrpeDirection, DType, LrpeAct>;
 
-class LrpeGpu : public ::testing::TestWithParam<Param> {};
+class LrpeGpu : public ::testing::TestWithParam<LrpeParam> {};
 
 TEST_P(LrpeGpu, EveryConfigMatchesTheReferenceOnOddShapesLayoutsAndThetaShapes) {
   KGEN_REQUIRE_GPU();
@@ -42,7 +42,7 @@ TEST_P(LrpeGpu, EveryConfigMatchesTheReferenceOnOddShapesLayoutsAndThetaShapes) 
     if (cache && configs.size() == 1) continue;  // lrpe_cosine has no cache variant
     for (const std::string& config : configs) {
       if (cache && config.empty()) continue;  // with angles the default is one of the space's cache configs
-      for (const Shape& s : kShapes) {
+      for (const LrpeShape& s : kLrpeShapes) {
         LrpeCase c;
         c.op = op, c.direction = dir, c.dtype = dtype, c.act = act, c.config = config, c.cache = cache;
         c.batch = s.b, c.heads = s.h, c.n = s.n, c.d = s.d, c.three_dim = s.three_dim;

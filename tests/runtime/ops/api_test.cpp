@@ -10,12 +10,12 @@
 #include "kgen/kgen.hpp"
 #include "driver/gpu_driver.h"
 #include "ops/attention_forward.h"
+#include "fake_pointer.h"
 
 namespace kgen {
 namespace {
 
-// Fake device pointers: validation never dereferences them.
-void* fake(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+using test_pointers::fake;
 
 struct Tensors {
   TensorView q, k, v, o, lse;

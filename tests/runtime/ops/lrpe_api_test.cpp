@@ -10,11 +10,12 @@
 #include "kgen/c_api.h"
 #include "kgen/kgen.hpp"
 #include "driver/gpu_driver.h"
+#include "fake_pointer.h"
 
 namespace kgen {
 namespace {
 
-void* fake(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+using test_pointers::fake;
 
 // A valid call: x (2, 4, 30, 48) bf16, theta (4, 48) fp32; md: 2-d grid 4×5 after l = 10, e = 24.
 struct Call {

@@ -11,11 +11,12 @@
 #include "kgen/c_api.h"
 #include "kgen/kgen.hpp"
 #include "driver/gpu_driver.h"
+#include "fake_pointer.h"
 
 namespace kgen {
 namespace {
 
-void* fake(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+using test_pointers::fake;
 
 // A 192/128 call: q, k (b, h, n, 192), v (b, h_kv, n_k, 128), o and d_o (b, h_q, n_q, 128).
 struct Mla {

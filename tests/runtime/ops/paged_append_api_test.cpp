@@ -11,11 +11,12 @@
 #include "kgen/c_api.h"
 #include "kgen/kgen.hpp"
 #include "ops/paged_append.h"
+#include "fake_pointer.h"
 
 namespace kgen {
 namespace {
 
-void* fake(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+using test_pointers::fake;
 
 // b = 2 batches of n_new = 4 new rows, h_kv = 2, d = 128, 8 pages of 16 rows, 3 pages per batch;
 // q has 8 heads; the rotary tables cover 48 positions with rotary_dim 64.

@@ -11,10 +11,11 @@
 #include <thread>
 
 #include "kgen/c_api.h"
+#include "fake_pointer.h"
 
 namespace {
 
-void* fake(std::uintptr_t a) { return reinterpret_cast<void*>(a); }
+using kgen::test_pointers::fake;
 
 // A contiguous descriptor on CUDA device 0; `shape` must outlive it.
 DLTensor dl(std::uintptr_t data, int ndim, std::int64_t* shape, DLDataTypeCode code = kDLBfloat, int bits = 16) {
