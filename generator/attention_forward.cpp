@@ -291,9 +291,12 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     return std::string("packed batches run on the plain grid; a ws config without split or persist serves them");
   if (spec.paged && c.persistent) return std::string("paged K/V runs on the plain or split grid; a ws config without persist serves it");
   if (spec.paged && spec.packed) return std::string("paged K/V takes dense queries, not a packed batch");
-  if (auto why = check_variant_path(spec.has_variant(), c.path == ForwardPath::wgmma  ? "wg"
-                                                        : c.path == ForwardPath::mfma ? "mfma"
-                                                                                      : ""))
+  // The wg kernels serve one variant, paged K/V alone (its rows gathered by their cp.async copies).
+  const bool paged_alone = spec.paged && spec.variant.empty() && !spec.sinks && !spec.packed;
+  if (auto why = check_variant_path(spec.has_variant() && !(c.path == ForwardPath::wgmma && paged_alone),
+                                    c.path == ForwardPath::wgmma  ? "wg"
+                                    : c.path == ForwardPath::mfma ? "mfma"
+                                                                  : ""))
     return why;
   if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, false,
                                   c.path == ForwardPath::ws      ? "ws"
@@ -534,8 +537,10 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     // more. One warpgroup of 64 rows per block streams K and V at the copy rate, where the
     // warp-specialised kernel's second consumer computes 64 rows that are never stored: 64-key
     // tiles where the grid has two blocks per SM or more (two fit on one), 128-key tiles where it
-    // has fewer (docs/kernels/measurements.md, "Decode without a split: one warpgroup").
-    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024) {
+    // has fewer (docs/kernels/measurements.md, "Decode without a split: one warpgroup"). Paged
+    // caches too (the copies gather their rows), up to 128 columns: at 256 the gather's
+    // addresses spill.
+    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024 && !(spec.paged && tile > 128)) {
       const long long blocks = 1LL * shape.batch * shape.heads_q;
       AttentionForwardConfig w{.path = ForwardPath::wgmma, .block_m = 64, .block_n = blocks >= 2LL * sm_count ? 64 : 128,
                                .stages = 2, .warps = 4};
@@ -659,7 +664,8 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     shim.function = "attention_forward_wgmma";
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("WGs", c.block_m / 64),
                                        targ("Stages", c.stages), targ("Causal", spec.causal)});
-    add_head_dim_args(shim, tile, spec.head_dim);
+    if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim);
+    else add_head_dim_args(shim, tile, spec.head_dim);
   } else if (c.path == ForwardPath::ws) {
     k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);

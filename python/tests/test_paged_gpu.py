@@ -69,6 +69,21 @@ def test_matches_gathered_reference(n_q, h, page, dtype):
     check(o, lse, o_ref, lse_ref, dtype, f"paged n_q={n_q} page={page}")
 
 
+@pytest.mark.parametrize("b", [20, 40], ids=["one_block_per_sm", "two_blocks_per_sm"])
+@pytest.mark.parametrize("n_q,page,d", [(1, 16, 128), (4, 64, 64), (2, 32, 128)])
+def test_decode_grids_of_many_sequences(b, n_q, page, d):
+    """Many sequences (h_q = 16 over h_kv = 8): the grids whose defaults run one warpgroup per
+    block, 128-key tiles (b = 20) or 64-key tiles (b = 40), gathering their rows from the pages;
+    lengths with partial last pages and one shorter than a tile."""
+    lens = [n_q + 3 if i % 7 == 0 else (37 * i * i + 11 * i) % 3000 + 1030 for i in range(b)]
+    dtype = torch.bfloat16 if d == 128 else torch.float16
+    k_cache, v_cache, table, seqlens, dk, dv = _paged(lens, page, 8, d, dtype, b + page)
+    q = torch.randn(b, n_q, 16, d, device=DEVICE).to(dtype)
+    o, lse = kgen.torch.paged_attention(q, k_cache, v_cache, table, seqlens, causal=True, return_lse=True)
+    o_ref, lse_ref = _reference(q, dk, dv, True, 1 / math.sqrt(d))
+    check(o, lse, o_ref, lse_ref, dtype, f"paged b={b} n_q={n_q} page={page} d={d}")
+
+
 def test_contiguous_cache_matches_dense_kernel():
     b, n, h, d = 3, 1024, 8, 64
     k = torch.randn(b, n, h, d, device=DEVICE).bfloat16()

@@ -204,6 +204,21 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   }
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {16, 8, 8, 4, 32768}, sm90a(), 132)),
             "wg:bm64:bn128:s2");
+  // Paged caches alike up to 128 columns (the copies gather their pages' rows); at 256 the
+  // warp-specialised kernel keeps them.
+  for (int d : {64, 128, 256}) {
+    AttentionForwardSpec paged{DType::bf16, d, false};
+    paged.paged = true;
+    const std::string c = to_string(attention_forward_default_config(paged, {64, 8, 8, 4, 4096}, sm90a(), 132));
+    if (d <= 128) EXPECT_EQ(c, "wg:bm64:bn64:s2") << d;
+    else EXPECT_EQ(c.rfind("ws:", 0), 0u) << c;
+    EXPECT_FALSE(check_attention_forward_config(paged, *parse_attention_forward_config("wg:bm64:bn64:s2"), sm90a())) << d;
+  }
+  {
+    AttentionForwardSpec sinks{DType::bf16, 128, false};
+    sinks.paged = sinks.sinks = true;  // a paged cache with another variant: not on the wg kernels
+    EXPECT_TRUE(check_attention_forward_config(sinks, *parse_attention_forward_config("wg:bm64:bn64:s2"), sm90a()));
+  }
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {64, 16, 16, 512, 512}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp1:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 40, false}, big, sm90a(), 132)),

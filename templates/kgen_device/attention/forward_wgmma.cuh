@@ -27,6 +27,10 @@
 // Epilogue: O /= l, staged through this warpgroup's own Q rows, 16-byte coalesced stores; LSE in
 // the natural log, −inf (and O = 0) for rows that saw no key.
 //
+// Paged K/V (Variant::kPaged, the one variant this kernel serves; docs/attention.md §10): each
+// thread's 16-byte copies read their key's row of its page (paged_row), so pages of any size
+// gather into one tile; the batch's keys are its seqused_k.
+//
 // Requirements (checked by the host): as forward_fa2.cuh (16-byte aligned pointers and strides,
 // contiguous last dimension, p.head_dim == HeadDim), D a multiple of 64.
 #pragma once
@@ -220,14 +224,16 @@ __device__ __forceinline__ void store_warp_rows(unsigned smem_q, T* o_ptr, long 
 // Q·Kᵀ runs HeadDim rounded up to 16 (the wgmma k) of the D columns, zero-filled past HeadDim;
 // P·V runs all D columns of V (wgmma's N), and the columns past that rounding, never loaded,
 // give O columns that are never stored.
-template <class T, int D, int BN, int WGs, int Stages, bool Causal, int HeadDim = D>
-__device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardParams& p) {
+template <class T, int D, int BN, int WGs, int Stages, bool Causal, int HeadDim = D, class Variant = NoVariant>
+__device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardParams& p, const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma kernel takes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
   static_assert(BN % 64 == 0 && BN <= 256, "BN must be 64, 128, 192 or 256");
   static_assert(Stages == 2 || Stages == 3, "the wgmma kernel keeps 2 or 3 K/V stages");
+  static_assert(!kVariantScores<Variant> && !Variant::kSinks && !Variant::kPacked,
+                "the wgmma kernel serves paged K/V, no other variant");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = 64 * WGs;
   constexpr int kThreads = 128 * WGs;
@@ -241,7 +247,8 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
-  const auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p);
+  auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p);
+  if constexpr (Variant::kPaged) qb.set_lengths<BM, BN, Causal>(p.n_q, sequence_rows<Variant>(va, qb.batch, p.n_q, p.n_k).n_k);
   const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
   const int num_tiles = qb.num_tiles;
   const float scale_log2 = p.scale_log2;
@@ -253,14 +260,29 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
 
   const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + (head / p.head_group) * p.k_stride_h;
   const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + (head / p.head_group) * p.v_stride_h;
-  // K/V tiles below n_k take the copy without per-row tests: on an H200 (d = 64, causal, n = 1k,
-  // BENCHMARKS.md "In-bounds K/V copies") 0.216 -> 0.212 ms with 64-key tiles, 0.251 -> 0.212
-  // with 128-key tiles.
+  // K/V tiles below n_k take the copy without per-row tests (docs/kernels/measurements.md,
+  // "In-bounds K/V copies"). Paged: key j's row of page paged_row(j) (the batch stride steps
+  // pages, the n stride rows).
   auto load_kv = [&](int tile, int stage) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN,
-                                                                         n_k, tid);
-    fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN,
-                                                                         n_k, tid);
+    if constexpr (Variant::kPaged) {
+      const T* const heads[2] = {static_cast<const T*>(p.k) + (head / p.head_group) * p.k_stride_h,
+                                 static_cast<const T*>(p.v) + (head / p.head_group) * p.v_stride_h};
+      const long long page_stride[2] = {p.k_stride_b, p.v_stride_b}, row_stride[2] = {p.k_stride_n, p.v_stride_n};
+#pragma unroll
+      for (int kv = 0; kv < 2; ++kv)
+        fa2_detail::load_rows_async<T, BN, D, kThreads, KVTile, HeadDim>(
+            kv == 0 ? smem_k(stage) : smem_v(stage),
+            [&](int key) {
+              const PagedRow at = paged_row(va, batch, key, n_k - 1);
+              return heads[kv] + at.page * page_stride[kv] + at.row * row_stride[kv];
+            },
+            tile * BN, n_k, tid);
+    } else {
+      fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN,
+                                                                           n_k, tid);
+      fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN,
+                                                                           n_k, tid);
+    }
   };
 
   {
