@@ -538,10 +538,12 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     // warp-specialised kernel's second consumer computes 64 rows that are never stored: 64-key
     // tiles where the grid has two blocks per SM or more (two fit on one), 128-key tiles where it
     // has fewer (docs/kernels/measurements.md, "Decode without a split: one warpgroup"). Paged
-    // caches too (the copies gather their rows), up to 128 columns: at 256 the gather's
-    // addresses spill.
-    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024 && !(spec.paged && tile > 128)) {
-      const long long blocks = 1LL * shape.batch * shape.heads_q;
+    // caches too (the copies gather their rows) where two blocks share an SM, up to 128 columns:
+    // with one block per SM the gather's table reads are not hidden (1.6x the warp-specialised
+    // kernel's time at b = 16, 8 K/V heads), and at 256 columns its addresses spill.
+    const long long blocks = 1LL * shape.batch * shape.heads_q;
+    const bool paged_ok = !spec.paged || (tile <= 128 && blocks >= 2LL * sm_count);
+    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024 && paged_ok) {
       AttentionForwardConfig w{.path = ForwardPath::wgmma, .block_m = 64, .block_n = blocks >= 2LL * sm_count ? 64 : 128,
                                .stages = 2, .warps = 4};
       if (check_attention_forward_config(spec, w, target)) w.block_n = 64;

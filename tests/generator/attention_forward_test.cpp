@@ -212,6 +212,8 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
     const std::string c = to_string(attention_forward_default_config(paged, {64, 8, 8, 4, 4096}, sm90a(), 132));
     if (d <= 128) EXPECT_EQ(c, "wg:bm64:bn64:s2") << d;
     else EXPECT_EQ(c.rfind("ws:", 0), 0u) << c;
+    // One block per SM: the warp-specialised kernel.
+    EXPECT_EQ(to_string(attention_forward_default_config(paged, {16, 8, 8, 4, 32768}, sm90a(), 132)).rfind("ws:", 0), 0u) << d;
     EXPECT_FALSE(check_attention_forward_config(paged, *parse_attention_forward_config("wg:bm64:bn64:s2"), sm90a())) << d;
   }
   {
