@@ -527,8 +527,9 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
                                  : (tile == 128 && long_rows && !split ? 176 : 128);
     // Short rows on the 64-column tile with a mask, up to 1k keys: one warpgroup of 64 rows per
     // block, several blocks per SM, beat the warp-specialised kernel and its persistent grid
-    // (docs/kernels/measurements.md, "Short sequences on the 64-column tile").
-    if (spec.causal && tile == 64 && shape.n_k <= 1024) {
+    // (docs/kernels/measurements.md, "Short sequences on the 64-column tile"). Paged caches keep
+    // the warp-specialised kernel there (not measured on the gathering copies).
+    if (spec.causal && tile == 64 && shape.n_k <= 1024 && !spec.paged) {
       const AttentionForwardConfig w = *parse_attention_forward_config("wg:bm64:bn64:s2");
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
