@@ -345,7 +345,7 @@ int check_packed_sequences(const PackedSequences& p, std::int64_t total_q, std::
     if (m < 0 || m > total)
       invalid_argument(std::string(name) + ": " + std::to_string(m) + " must be in [0, " + std::to_string(total) +
                        "] (the tensor's rows)");
-  if (const char* env = std::getenv("KGEN_CHECK_INDICES"); env && std::string(env) == "1" && !validate_only()) {
+  if (check_indices_requested()) {
     for (auto [t, name, total, most] : {std::tuple{p.cu_seqlens_q, "cu_seqlens_q", total_q, p.max_seqlen_q},
                                         {p.cu_seqlens_k, "cu_seqlens_k", total_k, p.max_seqlen_k}}) {
       std::vector<int> h(static_cast<std::size_t>(batch) + 1);
@@ -427,7 +427,7 @@ int check_paged_kv(const PagedKV& kv, const TensorView& q, const TensorView& k) 
                        std::to_string(batch) + ")");
     if (batch > 1 && kv.cache_seqlens->strides[0] != 1) invalid_argument("cache_seqlens: must be contiguous");
   }
-  if (const char* env = std::getenv("KGEN_CHECK_INDICES"); env && std::string(env) == "1" && !validate_only()) {
+  if (check_indices_requested()) {
     use_primary_context(q.device);
     gpu_driver().synchronize_device("KGEN_CHECK_INDICES");
     const std::int64_t pages = kv.block_table->shape[1], num_pages = k.shape[0];

@@ -53,11 +53,6 @@ bool pieces_fit(const TensorView& t, int vec) {
   return true;
 }
 
-bool check_indices_requested() {
-  const char* env = std::getenv("KGEN_CHECK_INDICES");
-  return env && std::string(env) == "1" && !validate_only();  // reads device memory
-}
-
 // KGEN_CHECK_INDICES=1: every position a row is written at, and every page it lands in.
 void check_append_indices(const PagedKV& kv, std::int64_t batch, std::int64_t n_new, std::int64_t n_q,
                           bool q_sequential, std::int64_t page_size, std::int64_t max_keys, std::int64_t num_pages,

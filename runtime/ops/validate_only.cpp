@@ -1,5 +1,8 @@
 #include "ops/validate_only.h"
 
+#include <cstdlib>
+#include <string_view>
+
 namespace kgen {
 namespace {
 thread_local bool validating = false;
@@ -15,6 +18,11 @@ bool set_validate_only(bool on) {
 
 void end_of_validation() {
   if (validating) throw ValidationComplete{};
+}
+
+bool check_indices_requested() {
+  const char* env = std::getenv("KGEN_CHECK_INDICES");
+  return env != nullptr && std::string_view(env) == "1" && !validating;
 }
 
 }  // namespace kgen

@@ -18,4 +18,8 @@ bool set_validate_only(bool on);
 // this ends the call (throws ValidationComplete), else it returns.
 void end_of_validation();
 
+// Whether the checks that read index tensors from device memory run (docs/attention.md §9, §10):
+// KGEN_CHECK_INDICES=1, and not in a validate-only call, which has no device data to read.
+bool check_indices_requested();
+
 }  // namespace kgen
