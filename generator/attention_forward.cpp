@@ -542,11 +542,10 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     // caches too (the copies gather their rows) where two blocks share an SM, up to 128 columns:
     // with one block per SM the gather's table reads are not hidden (1.6x the warp-specialised
     // kernel's time at b = 16, 8 K/V heads), and at 256 columns its addresses spill.
-    const long long blocks = 1LL * shape.batch * shape.heads_q;
-    const bool paged_ok = !spec.paged || (tile <= 128 && blocks >= 2LL * sm_count);
-    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024 && paged_ok) {
-      AttentionForwardConfig w{.path = ForwardPath::wgmma, .block_m = 64, .block_n = blocks >= 2LL * sm_count ? 64 : 128,
-                               .stages = 2, .warps = 4};
+    const bool two_per_sm = 1LL * shape.batch * shape.heads_q >= 2LL * sm_count;
+    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024 && (!spec.paged || (tile <= 128 && two_per_sm))) {
+      AttentionForwardConfig w{.path = ForwardPath::wgmma, .block_m = 64, .block_n = two_per_sm ? 64 : 128, .stages = 2,
+                               .warps = 4};
       if (check_attention_forward_config(spec, w, target)) w.block_n = 64;
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
