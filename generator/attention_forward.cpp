@@ -13,6 +13,7 @@
 #include "generator/config_text.h"
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/fp8_params.h"
+#include "kgen_device/attention/paged_tile.h"
 
 namespace kgen {
 namespace {
@@ -29,6 +30,12 @@ bool is_wgmma_head_dim(int d) { return is_fa2_head_dim(d); }
 // Registers per thread of the wgmma kernel: O (D/2) and S (BN/2) accumulators, P packed to 16
 // bits (BN/4), plus addressing and softmax state.
 int wgmma_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40; }
+// Dynamic shared memory of a wg config: its tiles, and with paged K/V the slots of the tiles'
+// page ids.
+int wgmma_config_smem_bytes(const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
+  return attention_fwd::wgmma_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m / 64, c.block_n, c.stages) +
+         (spec.paged ? attention_fwd::kPagedTileIdBytes : 0);
+}
 // Registers per consumer thread of the warp-specialised kernel: O (D/2), S of the next tile
 // (BN/2) and P of the current one packed (BN/4), plus addressing and softmax state; setmaxnreg
 // gives each consumer 240.
@@ -91,7 +98,7 @@ std::string to_string(const AttentionForwardConfig& c) {
   if (c.path == ForwardPath::fa2)
     s << "fa2:bm" << c.block_m << ":bn" << c.block_n << ":w" << c.warps << ":s" << c.stages;
   else if (c.path == ForwardPath::wgmma)
-    s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages;
+    s << "wg:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << (c.split_keys ? ":split" : "");
   else if (c.path == ForwardPath::ws)
     s << "ws:bm" << c.block_m << ":bn" << c.block_n << ":s" << c.stages << ":pp" << c.ping_pong
       << (c.split_keys ? ":split" : "") << (c.persistent ? ":persist" : "") << (c.stream_k ? ":sk" : "");
@@ -107,7 +114,7 @@ std::vector<ConfigField> explain(const AttentionForwardConfig& c) {
   std::vector<ConfigField> f;
   switch (c.path) {
     case ForwardPath::fa2: f.push_back({"fa2", "tensor-core path with mma.sync m16n8k16 (sm_80 and later)"}); break;
-    case ForwardPath::wgmma: f.push_back({"wg", "Hopper path: wgmma from shared memory, K/V tiles by TMA (sm_90a)"}); break;
+    case ForwardPath::wgmma: f.push_back({"wg", "Hopper path: wgmma from shared memory, K/V tiles copied by every thread with cp.async (sm_90a)"}); break;
     case ForwardPath::ws:
       f.push_back({"ws", "Hopper warp-specialised path: a producer warp loads K/V by TMA, consumer warpgroups compute (sm_90a)"});
       break;
@@ -139,7 +146,10 @@ std::optional<AttentionForwardConfig> parse_attention_forward_config(const std::
   const std::vector<std::string> parts = split_fields(text, ':');
   AttentionForwardConfig c;
   if (parts.size() == 5 && parts[0] == "fa2") c.path = ForwardPath::fa2;
-  else if (parts.size() == 4 && parts[0] == "wg") c.path = ForwardPath::wgmma;
+  else if ((parts.size() == 4 || (parts.size() == 5 && parts[4] == "split")) && parts[0] == "wg") {
+    c.path = ForwardPath::wgmma;
+    c.split_keys = parts.size() == 5;
+  }
   else if ((parts.size() == 5 || (parts.size() == 6 && (parts[5] == "split" || parts[5] == "persist")) ||
             (parts.size() == 7 && parts[5] == "persist" && parts[6] == "sk")) &&
            parts[0] == "ws") {
@@ -280,7 +290,8 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
                                                           const AttentionForwardConfig& c,
                                                           const Target& target) {
   if (auto why = check_attention_forward_spec(spec)) return why;
-  if (c.split_keys && c.path != ForwardPath::ws) return std::string("split applies to ws configs only");
+  if (c.split_keys && c.path != ForwardPath::ws && c.path != ForwardPath::wgmma)
+    return std::string("split applies to ws and wg configs only");
   if (c.persistent && c.path != ForwardPath::ws) return std::string("persist applies to ws configs only");
   if (c.persistent && c.split_keys) return std::string("a ws config is split or persist, not both");
   if (c.stream_k && !c.persistent) return std::string("sk applies to persist configs only");
@@ -346,7 +357,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (wgmma_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > budget)
       return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
              " and " + std::to_string(c.block_m / 64) + " warpgroups exceeds the register budget";
-    smem = attention_fwd::wgmma_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m / 64, c.block_n, c.stages);
+    smem = wgmma_config_smem_bytes(spec, c);
   } else if (c.path == ForwardPath::ws) {
     if (auto why = wgmma_only_path("ws", target)) return why;
     if (spec.dtype == DType::f32) return std::string("ws path needs fp16 or bf16 inputs");
@@ -441,6 +452,8 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
     for (int bm : {128, 192, 64})
       for (int bn : {128, 64, 192})
         for (int stages : {2, 3}) keep({.path = ForwardPath::wgmma, .block_m = bm, .block_n = bn, .stages = stages, .warps = bm / 16});
+    // Split keys on one warpgroup (decode with few sequences), the tiles its defaults take.
+    for (int bn : {128, 64}) keep({.path = ForwardPath::wgmma, .block_m = 64, .block_n = bn, .stages = 2, .warps = 4, .split_keys = true});
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
     for (int bm : {64, 128})
@@ -539,13 +552,19 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     // warp-specialised kernel's second consumer computes 64 rows that are never stored: 64-key
     // tiles where the grid has two blocks per SM or more (two fit on one), 128-key tiles where it
     // has fewer (docs/kernels/measurements.md, "Decode without a split: one warpgroup"). Paged
-    // caches too (the copies gather their rows) where two blocks share an SM, up to 128 columns:
-    // with one block per SM the gather's table reads are not hidden (1.6x the warp-specialised
-    // kernel's time at b = 16, 8 K/V heads), and at 256 columns its addresses spill.
+    // caches too (the copies gather their rows) where two blocks share an SM, up to 128 columns;
+    // with one block per SM the warp-specialised kernel's TMA boxes were faster on pages of 64
+    // (and within 3 % on pages of 16), so it keeps those grids ("Paged copies on one warpgroup").
+    // Grids that need a split (few sequences) cut each query tile's keys over blocks of the same
+    // kernel (128-key tiles, one block per SM, up to 128 columns), which reads at the copy rate
+    // where the warp-specialised split kernel's second consumer idles ("Decode with few sequences
+    // on one warpgroup"); paged caches keep the warp-specialised split kernel, as fast or faster
+    // there on pages of 16 and 64.
     const bool two_per_sm = 1LL * shape.batch * shape.heads_q >= 2LL * sm_count;
-    if (!split && !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024 && (!spec.paged || (tile <= 128 && two_per_sm))) {
+    const bool decode = !spec.fp8 && shape.n_q <= 64 && shape.n_k >= 1024;
+    if (decode && (split ? !spec.paged && tile <= 128 : !spec.paged || (tile <= 128 && two_per_sm))) {
       AttentionForwardConfig w{.path = ForwardPath::wgmma, .block_m = 64, .block_n = two_per_sm ? 64 : 128, .stages = 2,
-                               .warps = 4};
+                               .warps = 4, .split_keys = split};
       if (check_attention_forward_config(spec, w, target)) w.block_n = 64;
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
@@ -661,13 +680,22 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   } else if (c.path == ForwardPath::wgmma) {
     k.threads = attention_fwd::wgmma_threads(c.block_m / 64);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
-    k.smem_bytes = attention_fwd::wgmma_smem_bytes(tile, c.block_m / 64, c.block_n, c.stages);
+    k.smem_bytes = wgmma_config_smem_bytes(spec, c);
     header = "kgen_device/attention/forward_wgmma.cuh";
     shim.function = "attention_forward_wgmma";
     shim.args.insert(shim.args.end(), {targ("D", tile), targ("BN", c.block_n), targ("WGs", c.block_m / 64),
                                        targ("Stages", c.stages), targ("Causal", spec.causal)});
-    if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim);
-    else add_head_dim_args(shim, tile, spec.head_dim);
+    // A split grid's or a variant's kernel names HeadDim and SplitKeys (the Variant follows them).
+    if (spec.has_variant() || c.split_keys) {
+      add_explicit_head_dim_args(shim, spec.head_dim);
+      shim.args.push_back(targ("SplitKeys", c.split_keys));
+    } else {
+      add_head_dim_args(shim, tile, spec.head_dim);
+    }
+    if (c.split_keys) {
+      shim.params = "AttentionForwardSplitParams";
+      shim.grid_constant = true;
+    }
   } else if (c.path == ForwardPath::ws) {
     k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
@@ -774,6 +802,8 @@ std::vector<AttentionShape> forward_default_shapes() {
   return shapes;
 }
 constexpr AttentionShape kDecodeShape{1, 8, 8, 4, 4096};
+// Decode of many sequences (two blocks per SM on 132 SMs): paged caches' one-warpgroup kernel.
+constexpr AttentionShape kDecodeManyShape{64, 8, 8, 4, 4096};
 
 // Appends the kernels of `c` for `spec` whose variant names are not in `out` yet.
 void add_forward_kernels(std::vector<KernelSource>& out, const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
@@ -806,7 +836,7 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
           add(spec, attention_forward_default_config(spec, shape, target, 132));
       }
   // Packed batches and paged K/V caches, causal: their defaults of each shape class (paged also
-  // the decode shape's split-keys kernel).
+  // the decode shapes' kernels: split keys for few sequences, one warpgroup for many).
   if (target.vendor == Vendor::nvidia)
     for (DType t : {DType::f16, DType::bf16})
       for (int d : kAttentionDefaultWarmHeadDims) {
@@ -817,6 +847,7 @@ std::vector<KernelSource> attention_forward_all_variants(const Target& target) {
           add(paged, attention_forward_default_config(paged, shape, target, 132));
         }
         add(paged, attention_forward_default_config(paged, kDecodeShape, target, 132));
+        add(paged, attention_forward_default_config(paged, kDecodeManyShape, target, 132));
       }
   for (DType t : {DType::f16, DType::bf16, DType::f32})
     for (int d : kAttentionWarmHeadDims)

@@ -346,7 +346,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   const int sm_count = device_info(call.device).sm_count;
   const int splits = attention_forward_key_splits(config, call.shape, sm_count);
   launch.grid = attention_forward_grid(config, call.shape, splits, sm_count);
-  if (launch.tma) launch.tma_params.a = p;
+  launch.tma_params.a = p;  // split and stream-K params start from tma_params (maps unused without TMA)
   if (config.split_keys) {
     launch.split = true;
     static_cast<AttentionForwardTmaParams&>(launch.split_params) = launch.tma_params;
@@ -404,11 +404,9 @@ void rebind_attention_forward(AttentionForwardLaunch& launch, const TensorView& 
     launch.variant_args.block_table = static_cast<const int*>(paged->block_table->data);
     launch.variant_args.seqused_k = paged->cache_seqlens ? static_cast<const int*>(paged->cache_seqlens->data) : nullptr;
   }
-  if (launch.tma) {
-    if (!fill_tensor_maps(launch.tma_params, q, k, v, o, launch.kv_rows))
-      invalid_argument("q: these views have no tensor map, the planned ones had");
-    launch.tma_params.a = p;
-  }
+  if (launch.tma && !fill_tensor_maps(launch.tma_params, q, k, v, o, launch.kv_rows))
+    invalid_argument("q: these views have no tensor map, the planned ones had");
+  launch.tma_params.a = p;
   if (launch.split) {
     const int splits = launch.split_params.splits;
     static_cast<AttentionForwardTmaParams&>(launch.split_params) = launch.tma_params;

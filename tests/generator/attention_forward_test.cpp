@@ -153,7 +153,7 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 96, true}, {1, 16, 16, 8192, 8192}, sm90a(), 132)),
             "ws:bm128:bn176:s2:pp1");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, false}, {1, 1, 1, 1, 16384}, sm90a(), 132)),
-            "ws:bm128:bn128:s2:pp1:split");
+            "wg:bm64:bn128:s2:split");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {16, 16, 16, 1024, 1024}, sm90a(), 132)),
             "ws:bm192:bn128:s2:pp1:persist:sk");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 48, true}, {1, 16, 16, 8192, 8192}, sm90a(), 132)),
@@ -188,16 +188,17 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
                 n >= 1024 ? "wg:bm64:bn64:s2" : "ws:bm128:bn128:s2:pp1:persist")
           << d << " " << n;
     }
-  // Decode without a split (up to 64 query rows, 1k keys or more): one warpgroup of 64 rows per
-  // block, 64-key tiles from two blocks per SM, else 128-key; grids of under half the SMs split
-  // the keys on the warp-specialised kernel; a query tile of more rows keeps it too.
+  // Decode (up to 64 query rows, 1k keys or more): one warpgroup of 64 rows per block, 64-key
+  // tiles from two blocks per SM, else 128-key; grids of under half the SMs split the keys on it
+  // up to 128 columns, on the warp-specialised kernel at 256; a query tile of more rows keeps
+  // the warp-specialised kernel.
   for (int d : {64, 128, 256}) {
     EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, false}, {64, 8, 8, 4, 4096}, sm90a(), 132)),
               "wg:bm64:bn64:s2") << d;
     EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, true}, {64, 32, 32, 1, 32768}, sm90a(), 132)),
               "wg:bm64:bn64:s2") << d;
     EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, false}, {4, 8, 8, 4, 32768}, sm90a(), 132)),
-              d == 64 ? "ws:bm128:bn192:s2:pp1:split" : d == 256 ? "ws:bm128:bn64:s2:pp1:split" : "ws:bm128:bn128:s2:pp1:split")
+              d == 256 ? "ws:bm128:bn64:s2:pp1:split" : "wg:bm64:bn128:s2:split")
         << d;
     EXPECT_NE(to_string(attention_forward_default_config({DType::bf16, d, false}, {64, 8, 8, 65, 4096}, sm90a(), 132)).rfind("ws:", 0),
               std::string::npos) << d;
@@ -337,13 +338,20 @@ TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   EXPECT_EQ(to_string(split), "ws:bm128:bn128:s2:pp1:split");
   EXPECT_EQ(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:split"), split);
   EXPECT_FALSE(parse_attention_forward_config("ws:bm128:bn128:s2:pp1:splat"));
-  EXPECT_FALSE(parse_attention_forward_config("wg:bm64:bn64:s2:split"));
+  EXPECT_FALSE(parse_attention_forward_config("wg:bm64:bn64:s2:splat"));
+  EXPECT_FALSE(parse_attention_forward_config("fa2:bm64:bn64:w4:s2:split"));
   EXPECT_FALSE(check_attention_forward_config(spec, split, sm90a()));
+  // The one-warpgroup kernel splits keys too.
+  const AttentionForwardConfig wg_split{.path = ForwardPath::wgmma, .block_m = 64, .block_n = 128, .stages = 2, .warps = 4, .split_keys = true};
+  EXPECT_EQ(to_string(wg_split), "wg:bm64:bn128:s2:split");
+  EXPECT_EQ(parse_attention_forward_config("wg:bm64:bn128:s2:split"), wg_split);
+  EXPECT_FALSE(check_attention_forward_config(spec, wg_split, sm90a()));
   AttentionForwardConfig fa2_split{.path = ForwardPath::fa2, .block_m = 128, .warps = 4};
   fa2_split.split_keys = true;
-  EXPECT_EQ(check_attention_forward_config(spec, fa2_split, sm90a()).value_or("valid"), "split applies to ws configs only");
+  EXPECT_EQ(check_attention_forward_config(spec, fa2_split, sm90a()).value_or("valid"), "split applies to ws and wg configs only");
   const auto space = attention_forward_config_space(spec, sm90a());
   EXPECT_NE(std::ranges::find(space, split), space.end());
+  EXPECT_NE(std::ranges::find(space, wg_split), space.end());
 
   // Shape classes at 132 SMs: 8 blocks of a decode call (b = 1, 8 packed K/V heads) with 4k keys
   // split; the same grid with 256 keys, or 64 sequences, does not.
@@ -355,9 +363,14 @@ TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   EXPECT_EQ(attention_forward_shape_class({1, 67, 67, 4, 4096}, 132), 1);
   for (bool causal : {false, true})
     EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 128, causal}, decode, sm90a(), 132)),
-              "ws:bm128:bn128:s2:pp1:split");
+              "wg:bm64:bn128:s2:split");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, decode, sm90a(), 132)),
-            "ws:bm128:bn192:s2:pp1:split");
+            "wg:bm64:bn128:s2:split");
+  // Paged caches keep the warp-specialised split kernel; so do more than 64 query rows.
+  AttentionForwardSpec paged = spec;
+  paged.paged = true;
+  EXPECT_EQ(to_string(attention_forward_default_config(paged, decode, sm90a(), 132)), "ws:bm128:bn128:s2:pp1:split");
+  EXPECT_EQ(to_string(attention_forward_default_config(spec, {1, 2, 2, 65, 4096}, sm90a(), 132)), "ws:bm128:bn128:s2:pp1:split");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, false}, decode, sm90a(), 132)),
             "ws:bm128:bn64:s2:pp1:split");
   EXPECT_FALSE(attention_forward_default_config(spec, {64, 8, 8, 4, 4096}, sm90a(), 132).split_keys);
@@ -383,6 +396,14 @@ TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   EXPECT_EQ(kernels[1].variant, "attention_fwd.bf16.combine");
   EXPECT_EQ(kernels[1].threads, 32 * attention_fwd::kCombineRows);
   EXPECT_EQ(render_attention_forward_kernels(spec, {.path = ForwardPath::ws, .block_m = 128, .block_n = 128, .warps = 8, .ping_pong = 1}).size(), 1u);
+  // The one-warpgroup split kernel: its split params, HeadDim and SplitKeys named, the combine.
+  const auto wg_kernels = render_attention_forward_kernels(spec, wg_split);
+  ASSERT_EQ(wg_kernels.size(), 2u);
+  EXPECT_NE(wg_kernels[0].source.find("AttentionForwardSplitParams"), std::string::npos);
+  EXPECT_NE(wg_kernels[0].source.find("/*HeadDim=*/128, /*SplitKeys=*/true"), std::string::npos);
+  EXPECT_EQ(wg_kernels[1].entry, "kgen_attention_fwd_combine");
+  EXPECT_EQ(attention_forward_key_splits(wg_split, decode, 132), 16);
+  EXPECT_EQ(attention_forward_grid(wg_split, decode, 16).x, 16u);
 }
 
 TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {

@@ -147,6 +147,41 @@ TEST(AttentionForwardGpuWs, EveryWsConfigOnOddShapesAndTheDefaultsLarge) {
   if (check_hopper_family(ForwardPath::ws) == 0) GTEST_SKIP() << "the device has no wgmma";
 }
 
+// One case of the config tests below: `config` on shape `s`, fp16 every third case (index i),
+// layouts alternating.
+void check_mixed_case(const std::string& config, int d, bool causal, const Shape& s, int i, std::uint64_t seed) {
+  AttentionCase c;
+  c.dtype = i % 3 == 2 ? DType::f16 : DType::bf16, c.head_dim = d, c.causal = causal;
+  c.layout = i % 2 ? Layout::bnhd : Layout::bhnd, c.config = config, c.seed = seed;
+  c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
+  auto r = check_attention_forward(c);
+  EXPECT_TRUE(r.pass) << describe(c, r);
+}
+
+// Split keys on one warpgroup (decode with few sequences): few query rows against long rows on
+// grids of few blocks, so each query tile's keys are cut over several blocks; one shape whose last
+// key range is empty (5 key tiles over 4 blocks), GQA, both masks, padded head dims.
+TEST(AttentionForwardGpuWgmma, SplitKeysOnDecodeShapes) {
+  KGEN_REQUIRE_GPU();
+  if (device_info(0).target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma";
+  const Shape shapes[] = {{1, 32, 8, 1, 4097}, {2, 8, 8, 3, 1000}, {1, 4, 1, 16, 9000}, {1, 33, 33, 1, 600},
+                          {1, 8, 2, 64, 2000}};
+  std::uint64_t seed = 9300;
+  int tested = 0;
+  for (const char* config : {"wg:bm64:bn128:s2:split", "wg:bm64:bn64:s2:split"})
+    for (int d : {64, 128, 256, 80})
+      for (bool causal : {false, true}) {
+        // 128-key tiles exceed one warpgroup's registers at d = 256.
+        if (check_attention_forward_config({DType::bf16, d, causal}, *parse_attention_forward_config(config),
+                                           device_info(0).target))
+          continue;
+        ++tested;
+        int i = 0;
+        for (const Shape& s : shapes) check_mixed_case(config, d, causal, s, i++, seed++);
+      }
+  EXPECT_EQ(tested, 14);
+}
+
 // Persistent grids with one Q buffer (in the space, and defaults for long rows): the 176-key
 // tile on the 128-column tile and the 80-key tile on the 256-column one, on the odd shapes and
 // on more query tiles than SMs (blocks walk several tiles; causal with n_q > n_k, tiles with no
@@ -161,16 +196,8 @@ TEST(AttentionForwardGpuWs, PersistentWithOneQBuffer) {
     for (int d : dims)
       for (bool causal : {false, true}) {
         int i = 0;
-        auto run = [&](const Shape& s) {
-          AttentionCase c;
-          c.dtype = i % 3 == 2 ? DType::f16 : DType::bf16, c.head_dim = d, c.causal = causal;
-          c.layout = i++ % 2 ? Layout::bnhd : Layout::bhnd, c.config = config, c.seed = seed++;
-          c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
-          auto r = check_attention_forward(c);
-          EXPECT_TRUE(r.pass) << describe(c, r);
-        };
-        for (const Shape& s : kShapes) run(s);
-        for (const Shape& s : kManyTiles) run(s);
+        for (const Shape& s : kShapes) check_mixed_case(config, d, causal, s, i++, seed++);
+        for (const Shape& s : kManyTiles) check_mixed_case(config, d, causal, s, i++, seed++);
       }
 }
 
@@ -194,14 +221,7 @@ TEST(AttentionForwardGpuWs, StreamKCutsQueryTilesBetweenBlocks) {
       if (!config.stream_k) continue;
       ++tested;
       int i = 0;
-      for (const Shape& s : shapes) {
-        AttentionCase c;
-        c.dtype = i % 3 == 2 ? DType::f16 : DType::bf16, c.head_dim = d, c.causal = false;
-        c.layout = i++ % 2 ? Layout::bnhd : Layout::bhnd, c.config = to_string(config), c.seed = seed++;
-        c.batch = s.b, c.heads_q = s.hq, c.heads_kv = s.hkv, c.n_q = s.nq, c.n_k = s.nk;
-        auto r = check_attention_forward(c);
-        EXPECT_TRUE(r.pass) << describe(c, r);
-      }
+      for (const Shape& s : shapes) check_mixed_case(to_string(config), d, false, s, i++, seed++);
     }
   EXPECT_GT(tested, 0);
 }

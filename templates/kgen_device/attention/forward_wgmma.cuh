@@ -28,8 +28,15 @@
 // the natural log, −inf (and O = 0) for rows that saw no key.
 //
 // Paged K/V (Variant::kPaged, the one variant this kernel serves; docs/attention.md §10): each
-// thread's 16-byte copies read their key's row of its page (paged_row), so pages of any size
-// gather into one tile; the batch's keys are its seqused_k.
+// thread's 16-byte copies read their key's row of its page, so pages of any size gather into one
+// tile; the batch's keys are its seqused_k. A tile's page ids come from the block table a tile
+// ahead: the copies of tile i bring those of tile i + 1 (cp.async, into one of two slots after
+// the K/V stages), so no copy waits on a table read; the first tiles read the table directly.
+//
+// SplitKeys (Params = AttentionForwardSplitParams): the grid has tp.splits blocks per query tile,
+// block x walking the x % splits-th of ceil(num_tiles / splits) consecutive key tiles; its
+// epilogue writes O / l (fp32) and lse2 to the workspace, and attention_forward_combine
+// (forward_combine.cuh) merges the ranges, as for the warp-specialised kernel.
 //
 // Requirements (checked by the host): as forward_fa2.cuh (16-byte aligned pointers and strides,
 // contiguous last dimension, p.head_dim == HeadDim), D a multiple of 64.
@@ -37,6 +44,7 @@
 
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/forward_fa2.cuh"
+#include "kgen_device/attention/paged_tile.h"
 #include "kgen_device/attention/params.h"
 #include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
@@ -216,6 +224,83 @@ __device__ __forceinline__ void store_warp_rows(unsigned smem_q, T* o_ptr, long 
   }
 }
 
+// The attention parameters of a launch: the params themselves, or a split launch's.
+__device__ __forceinline__ const AttentionForwardParams& forward_params(const AttentionForwardParams& p) { return p; }
+__device__ __forceinline__ const AttentionForwardParams& forward_params(const AttentionForwardSplitParams& p) { return p.a; }
+
+// The K and V rows [key0, key0 + Rows) of a paged cache into the tiles at smem_k and smem_v
+// (Layout), keys >= n_k zero-filled (0 <= key0 < n_k): key j is row j % 2^shift of page
+// page_of(j), whose rows start at k_head + page · k_page + row · k_row (and likewise for V).
+// key0 is a multiple of Rows. A tile inside one page (pages of Rows keys or more) is one strided
+// tile: the dense copy. Else each thread reads the pages of all its rows first, then issues its
+// copies, K and V from each row's page and offset: the reads' latencies overlap, and no copy
+// waits on a read behind the copy before it.
+template <class T, int Rows, int D, int Threads, class Layout, int Cols, class PageOf>
+__device__ __forceinline__ void load_paged_kv_async(unsigned smem_k, unsigned smem_v, const T* k_head, const T* v_head,
+                                                    long long k_page, long long k_row, long long v_page,
+                                                    long long v_row, PageOf&& page_of, int shift, int key0, int n_k,
+                                                    int tid) {
+  constexpr int kChunks = (Cols + 15) / 16 * 2 < D / 8 ? (Cols + 15) / 16 * 2 : D / 8;
+  constexpr int kRowsPerPass = Threads / kChunks;
+  constexpr int kPasses = (Rows + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(kRowsPerPass > 0, "a row needs more chunks than the block has threads");
+  const int last = n_k - 1, row_mask = (1 << shift) - 1;
+  if ((1 << shift) >= Rows) {  // one page: rows (key0 & row_mask) + r of it
+    const int page = page_of(key0);
+    const long long row0 = key0 & row_mask;
+    fa2_detail::load_tile_async<T, Rows, D, Threads, Layout, Cols, true>(smem_k, k_head + page * k_page + row0 * k_row,
+                                                                       k_row, 0, n_k - key0, tid);
+    fa2_detail::load_tile_async<T, Rows, D, Threads, Layout, Cols, true>(smem_v, v_head + page * v_page + row0 * v_row,
+                                                                       v_row, 0, n_k - key0, tid);
+    return;
+  }
+  if (tid >= kRowsPerPass * kChunks) return;
+  const int r0 = tid / kChunks, c = tid % kChunks;
+  int page[kPasses];
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) page[pass] = page_of(imin(key0 + r0 + pass * kRowsPerPass, last));
+#pragma unroll
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int r = r0 + pass * kRowsPerPass;
+    if (Rows % kRowsPerPass == 0 || r < Rows) {
+      const int key = key0 + r;
+      const bool valid = key < n_k && (Cols == D || c < Cols / 8);
+      const int row = imin(key, last) & row_mask;
+      cp_async_16(smem_k + Layout::offset(r, c), k_head + page[pass] * k_page + row * k_row + c * 8, valid);
+      cp_async_16(smem_v + Layout::offset(r, c), v_head + page[pass] * v_page + row * v_row + c * 8, valid);
+    }
+  }
+}
+
+// A split-keys block's epilogue: this thread's O rows (row0 and row0 + 8) divided by their softmax
+// sums, in fp32, and their lse2 (log2 domain, −inf for a row that saw no key of the range) to
+// slot `split` of the workspace, rows below n_q only (forward_combine.cuh merges the slots).
+template <int HeadDim, int N>
+__device__ __forceinline__ void store_split_rows(const AttentionForwardSplitParams& tp, const float (&o)[N],
+                                                 const float (&row_sum)[2], const float (&row_max)[2], int split,
+                                                 int batch, int head, int row0, int n_q, int t, float scale_log2) {
+  const AttentionForwardParams& p = tp.a;
+  const long long rows = static_cast<long long>(p.batch) * p.heads_q * n_q;
+  const long long row_base =
+      static_cast<long long>(split) * rows + (static_cast<long long>(batch) * p.heads_q + head) * n_q;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float l = quad_sum(row_sum[h]);
+    const float inv_l = l > 0.f ? 1.f / l : 0.f;
+    const int row = row0 + 8 * h;
+    if (row >= n_q) continue;
+    float* out = tp.o_partial + (row_base + row) * HeadDim;
+#pragma unroll
+    for (int j = 0; j < N / 4; ++j)
+      if (8 * j < HeadDim) {
+        const float2 v = make_float2(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l);
+        *reinterpret_cast<float2*>(out + 8 * j + 2 * t) = v;
+      }
+    if (t == 0)
+      tp.lse_partial[row_base + row] = l > 0.f ? row_max[h] * scale_log2 + log2_approx(l) : -infinity_f32();
+  }
+}
+
 }  // namespace wgmma_fwd_detail
 
 // T: half_t or bfloat16_t. D: the tile's head dim, 64 or 128. BN: keys per tile (64, 128, 192).
@@ -223,9 +308,11 @@ __device__ __forceinline__ void store_warp_rows(unsigned smem_q, T* o_ptr, long 
 // HeadDim: the tensors' head dim p.head_dim, a multiple of 8 in (D − 64, D] (D when left out).
 // Q·Kᵀ runs HeadDim rounded up to 16 (the wgmma k) of the D columns, zero-filled past HeadDim;
 // P·V runs all D columns of V (wgmma's N), and the columns past that rounding, never loaded,
-// give O columns that are never stored.
-template <class T, int D, int BN, int WGs, int Stages, bool Causal, int HeadDim = D, class Variant = NoVariant>
-__device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardParams& p, const VariantArgs* va = nullptr) {
+// give O columns that are never stored. SplitKeys: one key range per block, partial results to
+// the workspace (Params = AttentionForwardSplitParams). Variant: paged K/V or none.
+template <class T, int D, int BN, int WGs, int Stages, bool Causal, int HeadDim = D, bool SplitKeys = false,
+          class Variant = NoVariant, class Params>
+__device__ __forceinline__ void attention_forward_wgmma(const Params& tp, const VariantArgs* va = nullptr) {
   static_assert(is_same<T, half_t>::value || is_same<T, bfloat16_t>::value,
                 "the wgmma kernel takes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
@@ -234,6 +321,9 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   static_assert(Stages == 2 || Stages == 3, "the wgmma kernel keeps 2 or 3 K/V stages");
   static_assert(!kVariantScores<Variant> && !Variant::kSinks && !Variant::kPacked,
                 "the wgmma kernel serves paged K/V, no other variant");
+  static_assert(is_same<Params, AttentionForwardSplitParams>::value == SplitKeys,
+                "a split-keys kernel takes AttentionForwardSplitParams, any other AttentionForwardParams");
+  static_assert(BN / 16 <= attention_fwd::kPagedTileIds, "a tile's page ids must fit their slot");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = 64 * WGs;
   constexpr int kThreads = 128 * WGs;
@@ -245,12 +335,23 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   constexpr int kSRegs = BN / 2;
   constexpr int kORegs = D / 2;
 
+  const AttentionForwardParams& p = wgmma_fwd_detail::forward_params(tp);
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
-  auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p);
+  int splits = 1;
+  if constexpr (SplitKeys) splits = tp.splits;
+  auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
   if constexpr (Variant::kPaged) qb.set_lengths<BM, BN, Causal>(p.n_q, sequence_rows<Variant>(va, qb.batch, p.n_q, p.n_k).n_k);
   const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;
-  const int num_tiles = qb.num_tiles;
+  // The block's key tiles [first_tile, first_tile + num_tiles): all, or its split's range.
+  int first_tile = 0, num_tiles = qb.num_tiles;
+  int split = 0;
+  if constexpr (SplitKeys) {
+    split = blockIdx.x % splits;
+    const int per_split = (num_tiles + splits - 1) / splits;
+    first_tile = imin(split * per_split, num_tiles);
+    num_tiles = imin(per_split, num_tiles - first_tile);
+  }
   const float scale_log2 = p.scale_log2;
 
   const unsigned smem_raw = smem_u32(dynamic_smem());
@@ -260,27 +361,42 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
 
   const T* k_ptr = static_cast<const T*>(p.k) + batch * p.k_stride_b + (head / p.head_group) * p.k_stride_h;
   const T* v_ptr = static_cast<const T*>(p.v) + batch * p.v_stride_b + (head / p.head_group) * p.v_stride_h;
-  // K/V tiles below n_k take the copy without per-row tests (docs/kernels/measurements.md,
-  // "In-bounds K/V copies"). Paged: key j's row of page paged_row(j) (the batch stride steps
-  // pages, the n stride rows).
-  auto load_kv = [&](int tile, int stage) {
+  // Paged: the page ids of the block's key tile i (i from 0) in slot i % 2 after the K/V stages
+  // (attention_fwd::kPagedTileIdBytes), copied by the first BN / 16 threads with the copies of
+  // tile i − 1. Keys past the last take its page (as paged_row), so every id read is in the table.
+  const unsigned smem_ids = smem_k(Stages);
+  auto id_slot = [&](int i) { return smem_ids + (i & 1) * attention_fwd::kPagedTileIds * 4; };
+  auto fetch_ids = [&](int i) {
     if constexpr (Variant::kPaged) {
-      const T* const heads[2] = {static_cast<const T*>(p.k) + (head / p.head_group) * p.k_stride_h,
-                                 static_cast<const T*>(p.v) + (head / p.head_group) * p.v_stride_h};
-      const long long page_stride[2] = {p.k_stride_b, p.v_stride_b}, row_stride[2] = {p.k_stride_n, p.v_stride_n};
-#pragma unroll
-      for (int kv = 0; kv < 2; ++kv)
-        fa2_detail::load_rows_async<T, BN, D, kThreads, KVTile, HeadDim>(
-            kv == 0 ? smem_k(stage) : smem_v(stage),
-            [&](int key) {
-              const PagedRow at = paged_row(va, batch, key, n_k - 1);
-              return heads[kv] + at.page * page_stride[kv] + at.row * row_stride[kv];
-            },
-            tile * BN, n_k, tid);
+      if (tid < BN / 16) {
+        const int key = imin((first_tile + i) * BN + (tid << va->page_shift), imax(n_k - 1, 0));
+        cp_async_4(id_slot(i) + 4 * tid, va->block_table + batch * va->table_stride + (key >> va->page_shift), true);
+      }
+    }
+  };
+  // The K and V tiles of the block's key tile i into `stage`. K/V tiles below n_k take the copy
+  // without per-row tests (docs/kernels/measurements.md, "In-bounds K/V copies"). Paged: key j's
+  // row of its page (the batch stride steps pages, the n stride rows), the page from the table
+  // (`direct`: the first tiles) or from the ids fetched with the previous tile; the ids of tile
+  // i + 1 join this tile's copies.
+  auto load_kv = [&](int i, int stage, bool direct) {
+    const int key0 = (first_tile + i) * BN;
+    if constexpr (Variant::kPaged) {
+      const int shift = va->page_shift;
+      const int first_page = key0 >> shift;
+      const int* ids = reinterpret_cast<const int*>(dynamic_smem() + (id_slot(i) - smem_raw));
+      const int* table = va->block_table + batch * va->table_stride;
+      const int kv_head = head / p.head_group;
+      wgmma_fwd_detail::load_paged_kv_async<T, BN, D, kThreads, KVTile, HeadDim>(
+          smem_k(stage), smem_v(stage), static_cast<const T*>(p.k) + kv_head * p.k_stride_h,
+          static_cast<const T*>(p.v) + kv_head * p.v_stride_h, p.k_stride_b, p.k_stride_n, p.v_stride_b, p.v_stride_n,
+          [&](int key) { return direct ? table[key >> shift] : ids[(key >> shift) - first_page]; }, shift, key0, n_k,
+          tid);
+      if (i + 1 < num_tiles) fetch_ids(i + 1);
     } else {
-      fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_k(stage), k_ptr, p.k_stride_n, tile * BN,
+      fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_k(stage), k_ptr, p.k_stride_n, key0,
                                                                            n_k, tid);
-      fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_v(stage), v_ptr, p.v_stride_n, tile * BN,
+      fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim, true>(smem_v(stage), v_ptr, p.v_stride_n, key0,
                                                                            n_k, tid);
     }
   };
@@ -288,7 +404,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   {
     const T* q_ptr = static_cast<const T*>(p.q) + batch * p.q_stride_b + head * p.q_stride_h;
     fa2_detail::load_tile_async<T, BM, D, kThreads, QTile, HeadDim>(smem_q, q_ptr, p.q_stride_n, m0, n_q, tid);
-    if (num_tiles > 0) load_kv(0, 0);
+    if (num_tiles > 0) load_kv(0, 0, true);
     cp_async_commit();
   }
 
@@ -313,6 +429,8 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
   };
   // Keys >= n_k, or above the causal diagonal, in the tile starting at key n0.
   auto needs_mask = [&](int n0) { return n0 + BN > n_k || (Causal && n0 + BN - 1 > wg_row0 + diag); };
+  // The first key of the block's key tile i.
+  auto key_of = [&](int i) { return (first_tile + i) * BN; };
 
   if constexpr (Stages == 3) {
     // Pipelined: Q·Kᵀ of tile j+1 and P·V of tile j run on the tensor cores while this
@@ -320,7 +438,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     // Three K/V stages: tile j+2 loads while tiles j and j+1 are in use.
     unsigned pa[BN / 16][4];
     if (num_tiles > 0) {
-      if (num_tiles > 1) load_kv(1, 1);
+      if (num_tiles > 1) load_kv(1, 1, true);
       cp_async_commit();
       cp_async_wait<1>();  // Q and tile 0
       wgmma::fence_proxy_async();
@@ -332,8 +450,8 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
       wgmma::wait<0>();
       wgmma::fence_operand(s);
       float alpha[2];
-      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, 0, n_k, row0, diag, t, scale_log2,
-                                                 needs_mask(0));
+      wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, key_of(0), n_k, row0, diag, t, scale_log2,
+                                                 needs_mask(key_of(0)));
 #pragma unroll
       for (int kk = 0; kk < BN / 16; ++kk) wgmma::pack_a<T>(pa[kk], s, kk);
     }
@@ -343,7 +461,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
       cp_async_wait<0>();  // tile + 1 landed
       wgmma::fence_proxy_async();
       __syncthreads();  // every warpgroup is done with tile − 1: its stage takes tile + 2
-      if (tile + 2 < num_tiles) load_kv(tile + 2, (tile + 2) % Stages);
+      if (tile + 2 < num_tiles) load_kv(tile + 2, (tile + 2) % Stages, false);
       cp_async_commit();
       float s[kSRegs];
       wgmma::fence();
@@ -353,7 +471,7 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
       wgmma::wait<1>();  // Q·Kᵀ of tile + 1 done; P·V of tile may still run
       wgmma::fence_operand(s);
       float alpha[2];
-      const int n0 = (tile + 1) * BN;
+      const int n0 = key_of(tile + 1);
       wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
                                                  needs_mask(n0));
       wgmma::wait<0>();
@@ -369,12 +487,12 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     }
   } else
   for (int tile = 0; tile < num_tiles; ++tile) {
-    const int n0 = tile * BN;
+    const int n0 = key_of(tile);
     const int stage = tile % Stages;
     cp_async_wait<0>();
     wgmma::fence_proxy_async();
     __syncthreads();  // tile `tile` landed for all; every warpgroup finished tile − 1
-    if (tile + 1 < num_tiles) load_kv(tile + 1, (tile + 1) % Stages);
+    if (tile + 1 < num_tiles) load_kv(tile + 1, (tile + 1) % Stages, false);
     cp_async_commit();
 
     float s[kSRegs];
@@ -397,8 +515,13 @@ __device__ __forceinline__ void attention_forward_wgmma(const AttentionForwardPa
     wgmma::fence_operand(o);
   }
 
-  // ---- epilogue: stage O / l through this warpgroup's Q rows, 16-byte stores; LSE ----
   cp_async_wait<0>();
+  if constexpr (SplitKeys) {
+    // ---- split epilogue: this range's O / l and lse2 of the rows below n_q, fp32 ----
+    wgmma_fwd_detail::store_split_rows<HeadDim>(tp, o, row_sum, row_max, split, batch, head, row0, n_q, t, scale_log2);
+    return;
+  }
+  // ---- epilogue: stage O / l through this warpgroup's Q rows, 16-byte stores; LSE ----
   __syncthreads();  // no copy may still target Q (num_tiles == 0), no warpgroup still reads it
   T* o_ptr = static_cast<T*>(p.o) + batch * p.o_stride_b + head * p.o_stride_h;
   float* lse_ptr = p.lse == nullptr ? nullptr : p.lse + batch * p.lse_stride_b + head * p.lse_stride_h;

@@ -3,10 +3,10 @@
 // forward_wgmma.cuh.
 //
 // Work split. Grid (ceil(n_q / BM), heads_q, batch) with BM = 64 · Consumers query rows, and
-// 128 · (1 + Consumers) threads: warpgroup 0 is the producer (one thread issues every copy; the
-// warpgroup gives its registers to the consumers with setmaxnreg), warpgroup 1 + c is consumer
-// c, owning query rows [64·c, 64·c + 64) of the tile. Causal grids walk the query tiles from the last (most keys) to
-// the first.
+// 128 · (1 + Consumers) threads: warpgroup 0 is the producer (one thread issues the copies, with
+// paged K/V the lanes of one warp; the warpgroup gives its registers to the consumers with
+// setmaxnreg), warpgroup 1 + c is consumer c, owning query rows [64·c, 64·c + 64) of the tile.
+// Causal grids walk the query tiles from the last (most keys) to the first.
 //
 // Shared memory (dynamic, base rounded up to 1024 bytes for the 128-byte swizzle):
 //   [Q: BM x D][K_0: BN x D][V_0: BN x D] ... [K_{Stages-1}][V_{Stages-1}][barriers]
@@ -345,7 +345,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   __syncthreads();
 
   if (wg == 0) {
-    // ---- producer: one thread issues every copy; the ring's stage s of its g-th tile waits for
+    // ---- producer: one thread issues the copies; the ring's stage s of its g-th tile waits for
     // the consumers to release tile g − Stages; a Q buffer waits for the stores of its last tile.
     // Paged K/V: the whole first warp runs the loop, its lanes issuing the K/V boxes (below) ----
     tma::release_registers<24>();
@@ -666,25 +666,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
 
     if constexpr (SplitKeys) {
       // ---- split epilogue: this range's O / l and lse2 of the rows below n_q, fp32 ----
-      const long long rows = static_cast<long long>(p.batch) * p.heads_q * n_q;
-      const long long row_base =
-          static_cast<long long>(split) * rows + (static_cast<long long>(batch) * p.heads_q + head) * n_q;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float l = quad_sum(row_sum[h]);
-        const float inv_l = l > 0.f ? 1.f / l : 0.f;
-        const int row = row0 + 8 * h;
-        if (row >= n_q) continue;
-        float* out = tp.o_partial + (row_base + row) * HeadDim;
-#pragma unroll
-        for (int j = 0; j < kORegs / 4; ++j)
-          if (8 * j < HeadDim) {
-            const float2 v = make_float2(o[4 * j + 2 * h] * inv_l, o[4 * j + 2 * h + 1] * inv_l);
-            *reinterpret_cast<float2*>(out + 8 * j + 2 * t) = v;
-          }
-        if (t == 0)
-          tp.lse_partial[row_base + row] = l > 0.f ? row_max[h] * scale_log2 + log2_approx(l) : -infinity_f32();
-      }
+      wgmma_fwd_detail::store_split_rows<HeadDim>(tp, o, row_sum, row_max, split, batch, head, row0, n_q, t, scale_log2);
       continue;
     }
 
