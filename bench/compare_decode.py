@@ -5,7 +5,9 @@ A row is one decode step: b sequences of one query token each against a cache of
 sequence, h_q = 32 query heads of d = 128 (GQA: h_kv = 8; MHA: 32), bf16 (docs/attention.md §10).
 Implementations: "paged16" and "paged64" (kgen.torch.paged_attention on pages of 16 and 64 rows,
 handed out in a shuffled order), "contig" (kgen's dense forward on the same keys laid out
-contiguously) and "sdpa" (PyTorch's fastest backend on the contiguous cache, enable_gqa). Every
+contiguously), "sdpa" (PyTorch's fastest backend on the contiguous cache, enable_gqa) and, with
+--fa4, "fa4p16" and "fa4p64" (FlashAttention-4's flash_attn_varlen_func on the same paged caches,
+its defaults: no split-KV on sm_90; `from flash_attn.cute import ...`). Every
 output is checked against an fp32 reference on two sequences before it is timed. The floor is the
 bytes of K and V read divided by the copy rate (bytes read and written per second by a 1 GiB
 device-to-device copy) measured in the same run; "floor %" is kgen paged16's share of it. GPU times are medians in µs
@@ -14,6 +16,7 @@ per step of CUDA graphs of --reps steps (so no host gap enters a step), over int
 
     python3 bench/compare_decode.py                      # b 1/16/64, kv 4k/32k, GQA 8 and MHA
     python3 bench/compare_decode.py --batches 1 --kv 128k --out r.md
+    python3 bench/compare_decode.py --fa4                # with FlashAttention-4 on the paged caches
 """
 from __future__ import annotations
 
@@ -115,11 +118,18 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="")
+    ap.add_argument("--fa4", action="store_true", help="also time FlashAttention-4 on the paged caches")
     args = ap.parse_args()
     h_q, d = 32, 128
-    lines = ["| b | kv | h_kv | MB read | floor µs | " + " | ".join(f"{i} µs" for i in IMPLS) +
-             " | paged16 floor % | paged64 floor % | paged16/contig | sdpa/paged16 | host µs paged16 / sdpa |",
-             "|" + "---|" * (5 + len(IMPLS) + 5)]
+    impls = IMPLS + (("fa4p16", "fa4p64") if args.fa4 else ())
+    fa4_varlen = None
+    if args.fa4:
+        from flash_attn.cute import flash_attn_varlen_func as fa4_varlen  # noqa: PLC0415
+    ratios = " | fa4p16/paged16 | fa4p64/paged64" if args.fa4 else ""
+    lines = ["| b | kv | h_kv | MB read | floor µs | " + " | ".join(f"{i} µs" for i in impls) +
+             " | paged16 floor % | paged64 floor % | paged16/contig | sdpa/paged16" + ratios +
+             " | host µs paged16 / sdpa |",
+             "|" + "---|" * (5 + len(impls) + 5 + (2 if args.fa4 else 0))]
     copy_rate = measure_copy_rate()
     print(f"copy rate {copy_rate / 1e12:.2f} TB/s (bytes read and written per second, 1 GiB copy)")
     for b in map(int, args.batches.split(",")):
@@ -138,6 +148,12 @@ def main() -> None:
                     "contig": lambda: kgen.torch.attention_forward(q, k, v, layout="bnhd"),
                     "sdpa": lambda: F.scaled_dot_product_attention(qt, kt, vt, enable_gqa=h_kv != h_q).transpose(1, 2),
                 }
+                if fa4_varlen is not None:
+                    used = torch.full((b,), n, device="cuda", dtype=torch.int32)
+                    for page in (16, 64):
+                        kc, vc, table = caches[page]
+                        runs[f"fa4p{page}"] = (lambda kc=kc, vc=vc, table=table: fa4_varlen(
+                            q, kc, vc, page_table=table, seqused_k=used)[0])
                 ref = F.scaled_dot_product_attention(qt[:2].float(), kt[:2].float(), vt[:2].float(),
                                                      enable_gqa=h_kv != h_q).transpose(1, 2)
                 ok = {}
@@ -152,12 +168,14 @@ def main() -> None:
                 _GRAPHS.clear()
                 floor_us = nbytes / copy_rate * 1e6
                 us = {name: t[name][0] * 1e3 for name in t}
-                cell = " | ".join(f"{us[i]:.1f}" if i in us else "FAIL" for i in IMPLS)
+                cell = " | ".join(f"{us[i]:.1f}" if i in us else "FAIL" for i in impls)
                 p16, p64 = us.get("paged16", float("nan")), us.get("paged64", float("nan"))
                 host = {name: t[name][1] for name in t}
                 lines.append(f"| {b} | {n} | {h_kv} | {nbytes / 1e6:.1f} | {floor_us:.1f} | {cell} | "
                              f"{100 * floor_us / p16:.0f} | {100 * floor_us / p64:.0f} | "
                              f"{p16 / us.get('contig', float('nan')):.2f} | {us.get('sdpa', float('nan')) / p16:.2f} | "
+                             + (f"{us.get('fa4p16', float('nan')) / p16:.2f} | {us.get('fa4p64', float('nan')) / p64:.2f} | "
+                                if args.fa4 else "") +
                              f"{host.get('paged16', float('nan')):.0f} / {host.get('sdpa', float('nan')):.0f} |")
                 print(lines[-1], flush=True)
                 del k, v, caches

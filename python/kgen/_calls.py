@@ -100,20 +100,23 @@ class Form:
     __slots__ = ("id", "name", "buffer", "words", "data", "args", "device", "torch_device", "workspace", "nbytes",
                  "o_shape", "o_like", "rows", "dense", "__weakref__")
 
-    def __init__(self, name: str, options_format: str, options, tensors, swap: bool):
+    def __init__(self, name: str, options_format: str, options, tensors, swap):
+        """`swap`: whether 4-d tensors are described as their (b, h, n, ·) views, for all tensors
+        or per tensor (a tuple)."""
         layout = _lib.frame(options_format, tuple(None if t is None else t.dim() for t in tensors))
+        swaps = swap if isinstance(swap, tuple) else (swap,) * len(tensors)
         self.id, self.name = next(_ids), name
         self.buffer = ctypes.create_string_buffer(layout.struct.size)
         base = ctypes.addressof(self.buffer)
         values = list(options)
         data, args = [], []
-        for t, slot in zip(tensors, layout.tensors):
+        for t, slot, swap_t in zip(tensors, layout.tensors, swaps):
             if t is None:
                 data.append(None)
                 args.append(None)
                 continue
             offset = slot[0] - layout.options
-            values += _descriptor(t, base + slot[1] - layout.options, base + slot[2] - layout.options, swap)
+            values += _descriptor(t, base + slot[1] - layout.options, base + slot[2] - layout.options, swap_t)
             data.append(offset // 8)
             args.append(base + offset)
         layout.struct.pack_into(self.buffer, 0, *values)
@@ -224,6 +227,43 @@ def forward_fp8(q, k, v, descales, scale, causal, layout, out, lse, config=None)
     options = (K._scale(scale), int(causal))
     Form("kgen_attention_forward_fp8", _lib.ATTENTION_OPTIONS, options, (q, k, v, out, lse, *descales),
          K._swap(layout)).call(_lib.c_string(config))
+
+
+# --- paged K/V ----------------------------------------------------------------------------------------
+
+class PagedForm(Form):
+    """A Form of kgen_attention_paged_forward: q, the caches, o and lse as arguments, the block
+    table and cache_seqlens through its kgen_paged_kv, and the empty variant."""
+
+    __slots__ = ("kv", "variant")
+
+    def __init__(self, options, tensors, swap: bool):
+        super().__init__("kgen_attention_paged_forward", _lib.ATTENTION_OPTIONS, options, tensors,
+                         (swap, False, False, swap, swap, False, False))
+        table, lens = self.args[5], self.args[6]
+        self.kv = _lib.PagedKV(table, lens)
+        self.variant = _lib.AttentionVariant()
+        self.args = (*self.args[:5], self.args[7], ctypes.addressof(self.kv), ctypes.addressof(self.variant))
+
+
+def paged_forward_out(q, k_cache, v_cache, out, lse, block_table, cache_seqlens, scale, causal, layout) -> None:
+    """kgen_attention_paged_forward of plain attention (no variant) into out (and lse unless None),
+    through its form (K.paged_forward_out's arguments)."""
+    key = ("pgo", _meta(q), _meta(k_cache), _meta(v_cache), _meta(out), _meta(lse), _meta(block_table),
+           _meta(cache_seqlens), scale, causal, layout)
+    cache = _cache()
+    form = cache.get(key)
+    tensors = (q, k_cache, v_cache, out, lse, block_table, cache_seqlens)
+    if type(form) is not PagedForm:
+        if form is None:
+            _store(cache, key, _SEEN)
+            K.paged_forward_out(q, k_cache, v_cache, out, lse, block_table, cache_seqlens, scale, causal, layout,
+                                K._variant((), {}))
+            return
+        form = _store(cache, key, PagedForm((K._scale(scale), int(causal)), tensors, K._swap(layout)))
+    else:
+        _write(form, tensors)
+    form.call()
 
 
 # --- attention backward and double backward --------------------------------------------------------

@@ -679,6 +679,16 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens=None, *, cau
 
     Returns o (like q; written into `out` if given), or (o, lse) with return_lse, lse fp32
     (b, h_q, n_q). Forward only (no autograd): decode has no backward."""
+    if (not variant and not _is_compiling() and _direct(q, k_cache, v_cache) and type(block_table) is _Tensor and
+            block_table.layout is _strided and
+            (cache_seqlens is None or (type(cache_seqlens) is _Tensor and cache_seqlens.layout is _strided)) and
+            (out is None or (type(out) is _Tensor and out.layout is _strided))):
+        # Plain attention on plain tensors: through its call form (_calls.py).
+        o, lse = (out, None) if out is not None else _kernels._forward_outputs(q, _kernels._swap(layout), return_lse)
+        if out is not None and return_lse:
+            lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
+        _calls.paged_forward_out(q, k_cache, v_cache, o, lse, block_table, cache_seqlens, scale, causal, layout)
+        return (o, lse) if return_lse else o
     _check_types("q k_cache v_cache block_table cache_seqlens out", q, k_cache, v_cache, block_table, cache_seqlens,
                  out)
     q, k_cache, v_cache = _autocast(q, k_cache, v_cache)
