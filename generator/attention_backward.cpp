@@ -297,12 +297,12 @@ std::optional<std::string> check_fa2(const AttentionBackwardSpec& spec, const Ba
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
   if (!is_bwd_fa2_head_dim(spec.head_dim))
     return "fa2 backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
-  if (c.query_rows != 32 && c.query_rows != 64) return std::string("fa2 block_m must be 32 or 64");
-  if (c.keys != 64 && c.keys != 128) return std::string("fa2 block_n must be 64 or 128");
+  if (c.query_rows != 32 && c.query_rows != 64) return field_refusal("fa2", "bm", "32 or 64 (query rows per tile)", c.query_rows);
+  if (c.keys != 64 && c.keys != 128) return field_refusal("fa2", "bn", "64 or 128 (keys per block)", c.keys);
   if ((c.warps != 4 && c.warps != 8) || (c.keys / c.warps != 16 && c.keys / c.warps != 32))
-    return std::string("fa2 warps must be 4 or 8, with 16 or 32 keys per warp");
+    return field_refusal("fa2", "w", "4 or 8, with 16 or 32 keys per warp (bn / w)", c.warps);
   if (kv_register_estimate(split_columns(spec.head_dim), c.query_rows, c.keys / c.warps) > kMaxRegistersPerThread)
-    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.query_rows) +
+    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with bm" + std::to_string(c.query_rows) +
            " and " + std::to_string(c.keys / c.warps) + " keys per warp exceeds the register budget";
   const int tile = fa2_tile_head_dim(spec.head_dim);
   const DqTile dq = attention_backward_dq_tile(spec.head_dim);
@@ -318,11 +318,11 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
   if (spec.dtype == DType::f32) return std::string("wgmma path needs fp16 or bf16 inputs");
   const int tile = wgmma_tile_head_dim(spec.head_dim);
   if (c.query_rows != 64 && c.query_rows != 128)
-    return std::string("wgmma block_m must be 64 (one wgmma M of query rows) or 128");
+    return field_refusal("wgmma", "bm", "64 (one wgmma M of query rows) or 128", c.query_rows);
   if (c.query_rows == 128 && (c.async_wgs == 0 || tile != 64 || (c.tma_dq && !c.warp_specialised) ||
                               c.column_splits != 1))
     return std::string(
-        "wgmma block_m 128 takes a decoupled kernel (a1, a2) on the 64-column tile (head dims up to 64), "
+        "wgmma bm128 takes a decoupled kernel (a1, a2) on the 64-column tile (head dims up to 64), "
         "with dQ by red_add2 or, warp-specialised (w), by TMA (t)");
   if (c.tma_dq && c.async_wgs == 0) return std::string("wgmma dQ by TMA (t) takes a decoupled kernel (a1, a2)");
   if (c.tma_loads && c.async_wgs == 0)
@@ -340,7 +340,7 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
     if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
       return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
              std::to_string(spec.head_dim);
-    if (c.keys != 64) return std::string("wgmma c2 takes block_n 64 (two warpgroups sharing 64 keys)");
+    if (c.keys != 64) return field_refusal("wgmma c2", "bn", "64 (two warpgroups sharing 64 keys)", c.keys);
     smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.query_rows);
   } else {
     if (c.column_splits != 1) return std::string("wgmma splits must be 1, or 2 above 128 columns");
@@ -348,13 +348,13 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
       return "wgmma backward has no head_dim=" + std::to_string(spec.head_dim) +
              " specialisation without column sharing (c2)";
     if (c.keys != 64 && c.keys != 128)
-      return std::string("wgmma block_n must be 64 or 128 (one or two warpgroups)");
+      return field_refusal("wgmma", "bn", "64 or 128 (one or two warpgroups)", c.keys);
     if (wgmma_kv_register_estimate(tile, c.query_rows) > kMaxRegistersPerThread)
-      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_m=" + std::to_string(c.query_rows) +
+      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with bm" + std::to_string(c.query_rows) +
              " exceeds the register budget";
     if (c.async_wgs < 0 || c.async_wgs > 2) return std::string("wgmma async (a<k>) must be 1 or 2");
     if (c.async_wgs != 0 && c.keys != 128)
-      return std::string("wgmma async (a1, a2) takes block_n 128 (two warpgroups)");
+      return field_refusal("wgmma async (a1, a2)", "bn", "128 (two warpgroups)", c.keys);
     smem = c.async_wgs != 0 ? async_smem_bytes(tile, c)
                             : attention_bwd::wgmma_kv_smem_bytes(tile, c.query_rows, c.keys / 64, true);
   }
@@ -1012,19 +1012,20 @@ std::optional<std::string> check_dbl_wgmma_config(const AttentionBackwardSpec& s
       return "wgmma double backward with two column halves (c2) serves head dims above 128, not head_dim=" +
              std::to_string(spec.head_dim);
     if (c.tile != 32 || c.rows != 64)
-      return std::string("wgmma double backward c2 takes block_m 32 and block_n 64 (two warpgroups sharing 64 rows)");
+      return "wgmma double backward c2 takes bm32 and bn64 (two warpgroups sharing 64 rows), got bm" +
+             std::to_string(c.tile) + " and bn" + std::to_string(c.rows);
     return smem_limit_error(dbl_wgmma_smem_bytes(dbl_wgmma_tile(c, spec.head_dim), c), target);
   }
   if (c.column_splits != 1) return std::string("wgmma double backward splits must be 1, or 2 above 128 columns");
   if (!is_bwd_wgmma_head_dim(spec.head_dim))
     return "wgmma double backward without column halves (c2) serves head dims up to 128, not head_dim=" +
            std::to_string(spec.head_dim);
-  if (c.tile != 32 && c.tile != 64) return std::string("wgmma double backward block_m (score tile) must be 32 or 64");
+  if (c.tile != 32 && c.tile != 64) return field_refusal("wgmma double backward", "bm", "32 or 64 (score tile)", c.tile);
   if (c.rows != 64 && c.rows != 128)
-    return std::string("wgmma double backward block_n must be 64 or 128 (one or two warpgroups)");
+    return field_refusal("wgmma double backward", "bn", "64 or 128 (one or two warpgroups)", c.rows);
   const int tile = wgmma_tile_head_dim(spec.head_dim);
   if (dbl_wgmma_register_estimate(tile, c.tile) > kMaxRegistersPerThread)
-    return "wgmma double backward head_dim=" + std::to_string(spec.head_dim) + " with block_m=" +
+    return "wgmma double backward head_dim=" + std::to_string(spec.head_dim) + " with bm" +
            std::to_string(c.tile) + " exceeds the register budget";
   return smem_limit_error(dbl_wgmma_smem_bytes(tile, c), target);
 }
@@ -1074,11 +1075,11 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
   if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
   if (!is_dbl_fa2_head_dim(spec.head_dim))
     return "fa2 double backward has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
-  if (f.rows != 32 && f.rows != 64 && f.rows != 128) return std::string("fa2 block_m must be 32, 64 or 128");
-  if (f.tile != 16 && f.tile != 32 && f.tile != 64) return std::string("fa2 block_n must be 16, 32 or 64");
-  if (f.warps != f.rows / 16) return std::string("fa2 warps must be block_m / 16");
+  if (f.rows != 32 && f.rows != 64 && f.rows != 128) return field_refusal("fa2", "bm", "32, 64 or 128", f.rows);
+  if (f.tile != 16 && f.tile != 32 && f.tile != 64) return field_refusal("fa2", "bn", "16, 32 or 64", f.tile);
+  if (f.warps != f.rows / 16) return std::string("fa2 warps must be bm / 16");
   if (dbl_register_estimate(split_columns(spec.head_dim), f.tile) > kMaxRegistersPerThread)
-    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(f.tile) +
+    return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with bn" + std::to_string(f.tile) +
            " exceeds the register budget";
   const int tile = fa2_tile_head_dim(spec.head_dim);
   const int wide = dbl_wide_tile(f.tile, spec.head_dim);

@@ -321,7 +321,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (c.path != ForwardPath::ws || !has_wgmma(target))
       return "FP8 inputs run on ws configs on the sm_90a target (Hopper), not " + to_string(c) + " on " + target.arch;
     if (c.block_n != attention_fwd::kFp8KeyTile || c.split_keys || c.persistent || c.block_m != 128)
-      return std::string("FP8 inputs run ws configs of block_m 128 and block_n 128 on the plain grid (no split, no persist)");
+      return std::string("FP8 inputs run ws configs of bm128 and bn128 on the plain grid (no split, no persist)");
   }
   int smem = 0;
   if (c.path == ForwardPath::fa2) {
@@ -329,14 +329,14 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (spec.dtype == DType::f32) return std::string("fa2 path needs fp16 or bf16 inputs");
     if (!is_fa2_head_dim(spec.head_dim))
       return "fa2 path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
-    if (c.block_m != 64 && c.block_m != 128) return std::string("fa2 block_m must be 64 or 128");
+    if (c.block_m != 64 && c.block_m != 128) return field_refusal("fa2", "bm", "64 or 128 (query rows per block)", c.block_m);
     if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
-      return std::string("fa2 block_n must be 32, 64 or 128");
-    if (c.stages != 1 && c.stages != 2) return std::string("fa2 stages must be 1 or 2");
+      return field_refusal("fa2", "bn", "32, 64 or 128 (keys per tile)", c.block_n);
+    if (c.stages != 1 && c.stages != 2) return field_refusal("fa2", "s", "1 or 2 (K/V tile buffers)", c.stages);
     if ((c.warps != 4 && c.warps != 8) || (c.block_m / c.warps != 16 && c.block_m / c.warps != 32))
-      return std::string("fa2 warps must be 4 or 8, with 16 or 32 rows per warp");
+      return field_refusal("fa2", "w", "4 or 8, with 16 or 32 query rows per warp (bm / w)", c.warps);
     if (fa2_register_estimate(mma_head_dim(spec.head_dim), c.block_n, c.block_m / c.warps) > kMaxRegistersPerThread)
-      return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+      return "fa2 head_dim=" + std::to_string(spec.head_dim) + " with bn" + std::to_string(c.block_n) +
              " and " + std::to_string(c.block_m / c.warps) + " rows per warp exceeds the register budget";
     smem = attention_fwd::fa2_smem_bytes(fa2_tile_head_dim(spec.head_dim), c.block_m, c.block_n, c.stages);
   } else if (c.path == ForwardPath::wgmma) {
@@ -346,16 +346,17 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (!is_wgmma_head_dim(spec.head_dim))
       return "wgmma path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
     if (c.block_m != 64 && c.block_m != 128 && c.block_m != 192)
-      return std::string("wgmma block_m must be 64, 128 or 192 (one to three warpgroups)");
+      return field_refusal("wgmma", "bm", "64, 128 or 192 (one to three warpgroups of 64 query rows)", c.block_m);
     if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
-      return std::string("wgmma block_n must be 64, 128 or 192");
+      return field_refusal("wgmma", "bn", "64, 128 or 192 (keys per tile)", c.block_n);
     if (c.stages != 2 && c.stages != 3)
-      return std::string("wgmma stages must be 2 (double-buffered) or 3 (pipelined: the next Q·Kᵀ overlaps the softmax)");
-    if (c.warps != c.block_m / 16) return std::string("wgmma warps must be block_m / 16");
+      return field_refusal("wgmma", "s", "2 (double-buffered) or 3 (pipelined: the next Q·Kᵀ overlaps the softmax)",
+                           c.stages);
+    if (c.warps != c.block_m / 16) return std::string("wgmma warps must be bm / 16");
     // One block per SM: the register file (64K) split over its threads, at most 255 each.
     const int budget = std::min(kMaxRegistersPerThread, 65536 / attention_fwd::wgmma_threads(c.block_m / 64) / 8 * 8);
     if (wgmma_register_estimate(wgmma_tile_head_dim(spec.head_dim), c.block_n) > budget)
-      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+      return "wgmma head_dim=" + std::to_string(spec.head_dim) + " with bn" + std::to_string(c.block_n) +
              " and " + std::to_string(c.block_m / 64) + " warpgroups exceeds the register budget";
     smem = wgmma_config_smem_bytes(spec, c);
   } else if (c.path == ForwardPath::ws) {
@@ -365,31 +366,32 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
       return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
     const int tile = wgmma_tile_head_dim(spec.head_dim);
     if (c.block_m != 128 && c.block_m != 192)
-      return std::string("ws block_m must be 128 or 192 (two or three consumer warpgroups)");
+      return field_refusal("ws", "bm", "128 or 192 (two or three consumer warpgroups)", c.block_m);
     if (c.block_n != 64 && c.block_n != 80 && c.block_n != 128 && c.block_n != 176 && c.block_n != 192)
-      return std::string("ws block_n must be 64, 80, 128, 176 or 192");
+      return field_refusal("ws", "bn", "64, 80, 128, 176 or 192 (keys per tile)", c.block_n);
     // Three consumers get 160 registers each: S, O and P fit on the 64-column tile up to
     // 128-key tiles (ptxas: spill-free, tests/replay/table.tsv). A rule, not the estimate below:
     // its 40-register allowance for addressing and softmax state is measured against the
     // two-consumer budget of 240 and would refuse the measured 160-register fit.
     if (c.block_m == 192 && (tile != 64 || c.block_n > 128))
-      return "ws block_m=192 (three consumers of 160 registers) needs head_dim <= 64 and block_n <= 128, not head_dim=" +
-             std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n);
-    if (c.stages < 2 || c.stages > 4) return std::string("ws stages must be 2, 3 or 4");
-    if (c.ping_pong != 0 && c.ping_pong != 1) return std::string("ws pp must be 0 or 1");
-    if (c.warps != c.block_m / 16) return std::string("ws warps must be block_m / 16");
+      return "ws bm192 (three consumers of 160 registers) needs head_dim <= 64 and bn <= 128, not head_dim=" +
+             std::to_string(spec.head_dim) + " with bn" + std::to_string(c.block_n);
+    if (c.stages < 2 || c.stages > 4) return field_refusal("ws", "s", "2, 3 or 4 (K/V tile buffers)", c.stages);
+    if (c.ping_pong != 0 && c.ping_pong != 1) return field_refusal("ws", "pp", "0 or 1", c.ping_pong);
+    if (c.warps != c.block_m / 16) return std::string("ws warps must be bm / 16");
     // FP8: P packs to half the registers (four values each), so the 128-key tile fits at both
     // of its head dims (ptxas: spill-free, tests/replay/table.tsv).
     if (!spec.fp8 && ws_register_estimate(tile, c.block_n) > kWsConsumerRegisters)
-      return "ws head_dim=" + std::to_string(spec.head_dim) + " with block_n=" + std::to_string(c.block_n) +
+      return "ws head_dim=" + std::to_string(spec.head_dim) + " with bn" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
     smem = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages) : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent));
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
-      return "simt max_head_dim must be " + std::to_string(simt_bucket(spec.head_dim)) +
-             " for head_dim=" + std::to_string(spec.head_dim);
-    if (c.block_m != 4 && c.block_m != 8) return std::string("simt block_m (warps) must be 4 or 8");
-    if (c.block_n != 32 && c.block_n != 64) return std::string("simt block_n must be 32 or 64");
+      return field_refusal("simt", "dmax", std::to_string(simt_bucket(spec.head_dim)) + " for head_dim=" +
+                           std::to_string(spec.head_dim), c.max_head_dim);
+    if (c.block_m != 4 && c.block_m != 8)
+      return field_refusal("simt", "bm", "4 or 8 (warps, one query row each)", c.block_m);
+    if (c.block_n != 32 && c.block_n != 64) return field_refusal("simt", "bn", "32 or 64 (keys per tile)", c.block_n);
     smem = attention_fwd::simt_smem_bytes(c.max_head_dim, c.block_n);
   }
   if (smem > target.max_smem_per_block)

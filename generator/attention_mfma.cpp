@@ -1,5 +1,7 @@
 #include "generator/attention_mfma.h"
 
+#include "generator/config_text.h"
+
 #include <algorithm>
 
 #include "kgen_device/attention/mfma_config.h"
@@ -49,11 +51,12 @@ bool mfma_serves(DType dtype, int head_dim, const Target& target) {
 
 std::optional<std::string> check_mfma_forward_config(const AttentionForwardSpec& spec, const AttentionForwardConfig& c,
                                                      const Target& target) {
-  if (auto why = check_common(spec.dtype, spec.head_dim, c.block_m, c.warps, target, "block_m")) return why;
-  if (c.block_m != 64 && c.block_m != 128) return std::string("mfma block_m must be 64 or 128 (2 or 4 waves)");
-  if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128) return std::string("mfma block_n must be 32, 64 or 128");
+  if (auto why = check_common(spec.dtype, spec.head_dim, c.block_m, c.warps, target, "bm")) return why;
+  if (c.block_m != 64 && c.block_m != 128) return field_refusal("mfma", "bm", "64 or 128 (2 or 4 waves)", c.block_m);
+  if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
+    return field_refusal("mfma", "bn", "32, 64 or 128 (keys per tile)", c.block_n);
   if (attention_mfma::forward_vgpr_estimate(spec.head_dim, c.block_n) > kVgprBudget)
-    return "mfma head_dim=" + number(spec.head_dim) + " with block_n=" + number(c.block_n) + " exceeds the VGPR budget";
+    return "mfma head_dim=" + number(spec.head_dim) + " with bn" + number(c.block_n) + " exceeds the VGPR budget";
   return lds_limit_error(attention_mfma::forward_lds_bytes(spec.head_dim, c.block_n), target);
 }
 
@@ -88,9 +91,10 @@ std::string render_mfma_forward(const AttentionForwardSpec& spec, const Attentio
 
 std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpec& spec, const BackwardMfmaConfig& c,
                                                       const Target& target) {
-  if (auto why = check_common(spec.dtype, spec.head_dim, c.keys, c.waves, target, "block_n")) return why;
-  if (c.query_rows != 32 && c.query_rows != 64) return std::string("mfma block_m (query rows per tile) must be 32 or 64");
-  if (c.keys != 64 && c.keys != 128) return std::string("mfma block_n must be 64 or 128 (2 or 4 waves)");
+  if (auto why = check_common(spec.dtype, spec.head_dim, c.keys, c.waves, target, "bn")) return why;
+  if (c.query_rows != 32 && c.query_rows != 64)
+    return field_refusal("mfma", "bm", "32 or 64 (query rows per tile)", c.query_rows);
+  if (c.keys != 64 && c.keys != 128) return field_refusal("mfma", "bn", "64 or 128 (2 or 4 waves)", c.keys);
   if (c.column_splits != 1 && c.column_splits != 2) return std::string("mfma column splits must be 1 or 2");
   if (c.column_splits == 2 && spec.head_dim != 128) return std::string("mfma column splits (c2) serve head_dim=128 only");
   const int budget = target.processor() == "gfx90a" ? kGfx90aKvVgprBudget : kVgprBudget;

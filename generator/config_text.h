@@ -37,4 +37,13 @@ inline bool parse_prefixed_int(std::string_view field, std::string_view prefix, 
   return true;
 }
 
+// A config field's refusal in the words of the config text, naming the value given:
+// "<path> <field> must be <allowed>, got <field><value>" (e.g. "wgmma bm must be 64, 128 or 192
+// (one to three warpgroups), got bm96").
+inline std::string field_refusal(std::string_view path, std::string_view field, std::string_view allowed, int got) {
+  std::string why(path);
+  why.append(" ").append(field).append(" must be ").append(allowed).append(", got ").append(field);
+  return why + std::to_string(got);
+}
+
 }  // namespace kgen

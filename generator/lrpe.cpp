@@ -125,9 +125,9 @@ std::optional<LrpeConfig> parse_lrpe_config(const std::string& text) {
 }
 
 std::optional<std::string> check_lrpe_config(const LrpeSpec& spec, const LrpeConfig& c) {
-  if (c.threads != 128 && c.threads != 256) return std::string("threads must be 128 or 256");
-  if (c.rows != 1 && c.rows != 2 && c.rows != 4) return std::string("rows must be 1, 2 or 4");
-  if (c.vec != 4 && c.vec != 8 && c.vec != 16) return std::string("vec must be 4, 8 or 16 features per thread");
+  if (c.threads != 128 && c.threads != 256) return field_refusal("lrpe", "t", "128 or 256 (threads per block)", c.threads);
+  if (c.rows != 1 && c.rows != 2 && c.rows != 4) return field_refusal("lrpe", "r", "1, 2 or 4 (rows loaded per thread)", c.rows);
+  if (c.vec != 4 && c.vec != 8 && c.vec != 16) return field_refusal("lrpe", "v", "4, 8 or 16 (features per thread)", c.vec);
   // 16 features per lane: a row of d = 128 takes 8 lanes (3 shuffle levels for softmax over the
   // features instead of 4); the statistics kernel's shared merge buffers would pass 48 KB.
   if (c.vec == 16 && spec.act == LrpeAct::softmax_seq)

@@ -66,8 +66,8 @@ std::vector<ConfigField> explain(const PagedAppendConfig& c) {
 }
 
 std::optional<std::string> check_paged_append_config(const PagedAppendSpec& spec, const PagedAppendConfig& c) {
-  if (c.threads != 64 && c.threads != 128 && c.threads != 256) return std::string("threads must be 64, 128 or 256");
-  if (c.vec != 2 && c.vec != 4 && c.vec != 8) return std::string("vec must be 2, 4 or 8 elements per thread");
+  if (c.threads != 64 && c.threads != 128 && c.threads != 256) return field_refusal("ap", "t", "64, 128 or 256 (threads per block)", c.threads);
+  if (c.vec != 2 && c.vec != 4 && c.vec != 8) return field_refusal("ap", "v", "2, 4 or 8 (elements per thread)", c.vec);
   if (c.vec * element_bytes(spec.dtype) > 16)
     return "vec " + std::to_string(c.vec) + " of " + std::string(dtype_name(spec.dtype)) +
            " passes 16 bytes per piece";

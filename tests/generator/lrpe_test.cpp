@@ -83,9 +83,11 @@ TEST(LrpeConfig, ValidityRulesNameTheReason) {
   EXPECT_NE(why->find("bp"), std::string::npos) << *why;
   LrpeSpec plain{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::none};
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 8, true})->find("md_lrpe_cosine"), std::string::npos);
-  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 96, 4, 8, false})->find("threads"), std::string::npos);
-  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 3, 8, false})->find("rows"), std::string::npos);
-  EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 6, false})->find("vec"), std::string::npos);
+  EXPECT_EQ(*check_lrpe_config(plain, {LrpeStrategy::sp, 96, 4, 8, false}), "lrpe t must be 128 or 256 (threads per block), got t96");
+  EXPECT_EQ(*check_lrpe_config(plain, {LrpeStrategy::sp, 256, 3, 8, false}),
+            "lrpe r must be 1, 2 or 4 (rows loaded per thread), got r3");
+  EXPECT_EQ(*check_lrpe_config(plain, {LrpeStrategy::sp, 256, 4, 6, false}),
+            "lrpe v must be 4, 8 or 16 (features per thread), got v6");
   EXPECT_FALSE(check_lrpe_config(plain, {LrpeStrategy::sp, 128, 1, 16, false, 2, 6}));
   EXPECT_NE(check_lrpe_config(seq, {LrpeStrategy::bp, 128, 1, 16, false})->find("vec 16"), std::string::npos);
   EXPECT_NE(check_lrpe_config(plain, {LrpeStrategy::sp, 256, 1, 8, false, 5})->find("fold"), std::string::npos);

@@ -48,8 +48,8 @@ TEST(PagedAppend, SpecAndConfigTextsRoundTrip) {
 TEST(PagedAppend, ValidityRulesNameTheField) {
   const PagedAppendSpec f32{DType::f32};
   EXPECT_NE(check_paged_append_config(f32, {128, 8})->find("16 bytes"), std::string::npos);
-  EXPECT_NE(check_paged_append_config(f32, {96, 4})->find("threads"), std::string::npos);
-  EXPECT_NE(check_paged_append_config(f32, {128, 3})->find("vec"), std::string::npos);
+  EXPECT_EQ(*check_paged_append_config(f32, {96, 4}), "ap t must be 64, 128 or 256 (threads per block), got t96");
+  EXPECT_EQ(*check_paged_append_config(f32, {128, 3}), "ap v must be 2, 4 or 8 (elements per thread), got v3");
   EXPECT_NE(check_paged_append_config_for_head_dim({DType::bf16}, {64, 2}, 256)->find("head dims up to 128"),
             std::string::npos);
   EXPECT_FALSE(check_paged_append_config_for_head_dim({DType::bf16}, {128, 8}, 576));

@@ -103,7 +103,7 @@ TEST(PagedAppendApi, BadArgumentsAreNamed) {
   expect_invalid([](Append& a) { a.q.shape[0] = a.q_out.shape[0] = 3; }, "q: shape (3, 8, 4, 128)");
   expect_invalid([](Append& a) { a.q_out.data = a.q.data, a.q_out.strides[1] = 4 * 128 * 8; }, "q_out: shares q's data");
   expect_invalid([](Append& a) { a.options.config = "ap:t128"; }, "config: cannot parse");
-  expect_invalid([](Append& a) { a.options.config = "ap:t32:v8"; }, "config: threads must be 64, 128 or 256");
+  expect_invalid([](Append& a) { a.options.config = "ap:t32:v8"; }, "config: ap t must be 64, 128 or 256 (threads per block), got t32");
 }
 
 // The C entry points convert and name their descriptors; NULL kv and plan are named.
