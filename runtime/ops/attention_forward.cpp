@@ -244,10 +244,14 @@ AttentionForwardConfig choose_attention_forward_config(const AttentionForwardCal
   return config;
 }
 
+bool query_heads_pack(std::int64_t heads_q, std::int64_t heads_kv, std::int64_t n_q, bool causal) {
+  return heads_kv > 0 && heads_q > heads_kv && heads_q % heads_kv == 0 && !(causal && n_q != 1) &&
+         heads_q / heads_kv * n_q <= kMaxPackedQueryRows;
+}
+
 bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const TensorView& k, AttentionOptions& options) {
   const std::int64_t hq = q.shape[1], nq = q.shape[2], hkv = k.shape[1];
-  if (!options.config.empty() || hq == hkv || (options.causal && nq != 1) || hq / hkv * nq > kMaxPackedQueryRows ||
-      variant_requested(options.variant))
+  if (!options.config.empty() || !query_heads_pack(hq, hkv, nq, options.causal) || variant_requested(options.variant))
     return false;
   const std::int64_t group = hq / hkv;
   for (const TensorView* t : {&q, &o})

@@ -91,6 +91,9 @@ inline constexpr std::int64_t kMaxPackedQueryRows = 128;
 // apply: no GQA, more than kMaxPackedQueryRows packed rows, other strides, or options.config
 // set. prepare_attention_forward calls it on validated views.
 bool pack_query_heads(TensorView& q, TensorView& o, TensorView* lse, const TensorView& k, AttentionOptions& options);
+// pack_query_heads's rule on shapes alone: h_q over h_kv K/V heads (h_q > h_kv), causal only with
+// one query row, the group's rows within kMaxPackedQueryRows (views, variants and configs aside).
+bool query_heads_pack(std::int64_t heads_q, std::int64_t heads_kv, std::int64_t n_q, bool causal);
 
 // The kernels' parameters of a validated call on these views: pointers, strides, the call's shape,
 // the head dim and group, and the scale (options.scale, or 1/√d) with its log2(e) multiple.

@@ -4,6 +4,7 @@
 
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
+#include "ops/attention_forward.h"
 #include "ops/buckets.h"
 #include "ops/tuning_support.h"
 #include "tuning/tuning_db.h"
@@ -34,9 +35,27 @@ class AttentionFamilyTuning : public TuningProblem {
   AttentionCase c_;
 };
 
+// The forward's tuning case as the launch runs it: a decode-like grouped-query case with its
+// group's query heads packed into the rows of one problem per K/V head (pack_query_heads), so the
+// tuner times what the launch runs and records it under the bucket the launch looks up.
+AttentionCase packed_forward_case(AttentionCase c) {
+  if (!query_heads_pack(c.heads_q, c.heads_kv, c.n_q, c.causal)) return c;
+  c.n_q *= c.heads_q / c.heads_kv;
+  c.heads_q = c.heads_kv;
+  c.causal = false;
+  return c;
+}
+
 class ForwardTuning final : public AttentionFamilyTuning {
  public:
-  explicit ForwardTuning(const AttentionCase& c) : AttentionFamilyTuning(c), spec_{c.dtype, c.head_dim, c.causal} {}
+  explicit ForwardTuning(const AttentionCase& c)
+      : AttentionFamilyTuning(packed_forward_case(c)), spec_{c_.dtype, c_.head_dim, c_.causal}, asked_(c) {}
+  std::string shape_text() const override {
+    const std::string packed = AttentionFamilyTuning::shape_text();
+    if (asked_.heads_q == c_.heads_q) return packed;
+    return packed + " (h=" + std::to_string(asked_.heads_q) + " n_q=" + std::to_string(asked_.n_q) +
+           (asked_.causal ? " causal" : "") + " with its query heads packed)";
+  }
   std::string_view op() const override { return "attention_fwd"; }
   std::string variant_key() const override { return to_string(spec_); }
   std::optional<std::string> parse_config(const std::string& text) const override {
@@ -56,6 +75,7 @@ class ForwardTuning final : public AttentionFamilyTuning {
 
  private:
   AttentionForwardSpec spec_;
+  AttentionCase asked_;  // the case as given, before packing
 };
 
 // attention_bwd (either mode) and attention_double_bwd: one config type, one harness family.

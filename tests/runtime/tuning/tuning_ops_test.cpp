@@ -66,6 +66,35 @@ TEST(TuningOpsBucket, EveryProblemsBucketFollowsItsOpsRule) {
   EXPECT_EQ(lrpe_tuning(md)->bucket(), "n8192.bh8.d64.m3");
 }
 
+// A decode-like grouped-query forward is tuned as the launch runs it: its group's query heads
+// packed into the rows of one problem per K/V head, under the bucket and variant the launch looks
+// up. Causal calls pack with one query row only; the backward and other calls stay as given.
+TEST(TuningOpsBucket, GroupedQueryDecodeForwardIsTunedPacked) {
+  AttentionCase c = attention_case(DType::bf16, 128, true, 2, 32, 1);
+  c.heads_kv = 8, c.n_k = 4096;
+  const auto fwd = attention_forward_tuning(c);
+  EXPECT_EQ(fwd->bucket(), attention_bucket({2, 8, 8, 4, 4096}).text());
+  EXPECT_EQ(fwd->bucket(), "nq4.nk4096.g1.bh16");
+  EXPECT_EQ(fwd->variant_key(), "attention_fwd.bf16.d128.full");
+  EXPECT_EQ(fwd->shape_text(), "b=2 h=8 h_kv=8 n_q=4 n_k=4096 (h=32 n_q=1 causal with its query heads packed)");
+  const AttentionCase* packed = attention_case_of(*fwd);
+  ASSERT_NE(packed, nullptr);
+  EXPECT_EQ(packed->heads_q, 8);
+  EXPECT_EQ(packed->n_q, 4);
+  EXPECT_FALSE(packed->causal);
+  EXPECT_EQ(attention_backward_tuning(c, false)->bucket(), "nq1.nk4096.g4.bh64");
+  AttentionCase rows = c;
+  rows.n_q = 3;  // causal with three rows: as given
+  EXPECT_EQ(attention_forward_tuning(rows)->bucket(), "nq4.nk4096.g4.bh64");
+  rows.causal = false;  // 12 packed rows
+  EXPECT_EQ(attention_forward_tuning(rows)->bucket(), "nq16.nk4096.g1.bh16");
+  rows.n_q = 40;  // 160 rows: past one query tile, as given
+  EXPECT_EQ(attention_forward_tuning(rows)->bucket(), "nq64.nk4096.g4.bh64");
+  EXPECT_TRUE(query_heads_pack(32, 8, 32, false));
+  EXPECT_FALSE(query_heads_pack(32, 8, 33, false));
+  EXPECT_FALSE(query_heads_pack(8, 8, 1, false));
+}
+
 TEST(TuningOpsVariant, KeysCarryWhatChangesTheKernelsAndParseBack) {
   const AttentionCase c = attention_case(DType::f16, 64, false, 1, 8, 1024);
   EXPECT_EQ(attention_forward_tuning(c)->variant_key(), "attention_fwd.fp16.d64.full");
