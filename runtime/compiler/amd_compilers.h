@@ -6,10 +6,11 @@
 //     refuses such a target with one sentence before calling it.
 //   clang: an LLVM clang (Debian's clang-22) run as a child process for a deviceless HIP device
 //     compile, with kgen_device/core/hip_prelude.h in place of the HIP headers.
-// Selection is deterministic: clang wherever it is found (it serves every AMD target kgen knows,
-// and on gfx90a it builds kgen's kernels in fewer registers than ROCm 5.2's hiprtc, which needs
-// VGPRs and AGPRs past 256 where clang fits in VGPRs: docs/kernels/measurements.md), hiprtc only
-// where clang is missing and hiprtc allows the target; KGEN_AMD_COMPILER=hiprtc|clang forces one.
+// Selection is deterministic: clang wherever it is found, hiprtc only where clang is missing and
+// hiprtc allows the target; KGEN_AMD_COMPILER=hiprtc|clang forces one. Clang serves every AMD
+// target kgen knows, and on gfx90a it builds the MFMA kernels in fewer registers than ROCm 5.2's
+// hiprtc (which needs AGPRs past its 256 VGPRs where clang fits in VGPRs); hiprtc's builds are
+// smaller only for some small kernels, by at most 19 registers (docs/kernels/measurements.md, "AMD").
 // The compiler's name and version are part of every cache key, so entries of the two never mix.
 // Resources of both come from the code object's metadata (runtime/compiler/amd_code_object.h).
 #pragma once
