@@ -11,11 +11,12 @@ namespace {
 
 // VGPRs a lane may use (architectural ones; gfx90a and later have as many accumulation
 // registers again, which the estimate leaves as slack). Every config within it compiles without
-// scratch for gfx90a (hiprtc 5.2), gfx942 and gfx950 (clang 22): tests/runtime/compiler/amd_compile_test.cpp.
+// scratch for gfx90a, gfx942 and gfx950 (clang 22; gfx90a also with its fallback, ROCm 5.2's
+// hiprtc): tests/runtime/compiler/amd_compile_test.cpp and the AMD replay table.
 constexpr int kVgprBudget = 256;
-// The key-major backward on gfx90a, which builds with ROCm 5.2's hiprtc (LLVM 15): at d = 128 its
-// fp16 kernel used every register and spilled 80-96 B per lane, so there it splits the dK, dV
-// and dQ columns over two blocks (config suffix ":c2"), each keeping 64 of them.
+// The key-major backward on gfx90a: at d = 128 ROCm 5.2's hiprtc (LLVM 15, gfx90a's fallback
+// compiler) used every register for its fp16 kernel and spilled 80-96 B per lane, so there it
+// splits the dK, dV and dQ columns over two blocks (config suffix ":c2"), each keeping 64 of them.
 constexpr int kGfx90aKvVgprBudget = 192;
 
 std::string number(int x) { return std::to_string(x); }

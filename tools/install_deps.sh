@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kgen builds and tests with (no network access is needed at
 # configure or build time afterwards). The CUDA toolkit (nvcc, NVRTC, cuda.h) must already be
-# installed; CMake's CUDAToolkit module finds it. The AMD compile tier needs ROCm 5.2's hiprtc
-# (libamdhip64-dev, with comgr and the device libraries) for gfx90a and clang-22 for gfx942/gfx950,
+# installed; CMake's CUDAToolkit module finds it. The AMD compile tier needs clang-22 (every AMD
+# target) and ROCm 5.2's hiprtc (libamdhip64-dev, with comgr and the device libraries: gfx90a's
+# compiler where clang-22 is missing, and the tests of that backend),
 # llvm-22-tools for llvm-objdump-22 and FileCheck (on PTX and on AMD ISA); libclang-rt-22-dev for the sanitizer and
 # libFuzzer build of .ci/run; libzstd-dev for the compressed cache archives (`kgen cache export`).
 set -euo pipefail

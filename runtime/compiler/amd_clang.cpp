@@ -148,6 +148,8 @@ const Compiler& amd_clang_compiler() {
   return compiler;
 }
 
+std::string amd_clang_refusal() { return tool().error; }
+
 std::string amd_clang_description() {
   const ClangTool& t = tool();
   if (!t.error.empty()) return "unavailable: " + t.error;

@@ -14,14 +14,23 @@
 
 namespace kgen {
 
+AmdBackend choose_amd_backend(std::string_view forced, std::string_view clang_refusal, std::string_view hiprtc_refusal) {
+  if (forced == "hiprtc") return AmdBackend::hiprtc;
+  if (forced == "clang") return AmdBackend::clang;
+  if (!forced.empty())
+    throw Error(Status::invalid_argument, "KGEN_AMD_COMPILER='" + std::string(forced) + "': expected hiprtc or clang");
+  if (clang_refusal.empty() || !hiprtc_refusal.empty()) return AmdBackend::clang;
+  return AmdBackend::hiprtc;
+}
+
 const Compiler& amd_compiler_for(const Target& target) {
   const char* forced = std::getenv("KGEN_AMD_COMPILER");
   const std::string_view choice = forced ? forced : "";
-  if (choice == "hiprtc") return hiprtc_compiler();
-  if (choice == "clang") return amd_clang_compiler();
-  if (!choice.empty())
-    throw Error(Status::invalid_argument, "KGEN_AMD_COMPILER='" + std::string(choice) + "': expected hiprtc or clang");
-  return hiprtc_refusal(target).empty() ? hiprtc_compiler() : amd_clang_compiler();
+  // hiprtc is asked only when the rule needs it: loading ROCm's library costs a dlopen.
+  const std::string clang_why = choice.empty() ? amd_clang_refusal() : std::string();
+  const std::string hiprtc_why = choice.empty() && !clang_why.empty() ? hiprtc_refusal(target) : std::string();
+  return choose_amd_backend(choice, clang_why, hiprtc_why) == AmdBackend::hiprtc ? hiprtc_compiler()
+                                                                                : amd_clang_compiler();
 }
 
 CompiledBinary AmdCompiler::compile(const KernelSource& source, const Target& target, bool ptx) const {

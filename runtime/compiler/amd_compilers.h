@@ -6,14 +6,18 @@
 //     refuses such a target with one sentence before calling it.
 //   clang: an LLVM clang (Debian's clang-22) run as a child process for a deviceless HIP device
 //     compile, with kgen_device/core/hip_prelude.h in place of the HIP headers.
-// Selection is deterministic: hiprtc where it is found and allows the target, else clang;
-// KGEN_AMD_COMPILER=hiprtc|clang forces one. The compiler's name and version are part of every
-// cache key, so entries of the two never mix. Resources of both come from the code object's
-// metadata (runtime/compiler/amd_code_object.h).
+// Selection is deterministic: clang wherever it is found, hiprtc only where clang is missing and
+// hiprtc allows the target; KGEN_AMD_COMPILER=hiprtc|clang forces one. Clang serves every AMD
+// target kgen knows, and on gfx90a it builds the MFMA kernels in fewer registers than ROCm 5.2's
+// hiprtc (which needs AGPRs past its 256 VGPRs where clang fits in VGPRs); hiprtc's builds are
+// smaller only for some small kernels, by at most 19 registers (docs/kernels/measurements.md, "AMD").
+// The compiler's name and version are part of every cache key, so entries of the two never mix.
+// Resources of both come from the code object's metadata (runtime/compiler/amd_code_object.h).
 #pragma once
 
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/compiler.h"
@@ -28,9 +32,20 @@ const Compiler& amd_clang_compiler();
 // KGEN_AMD_COMPILER value other than hiprtc or clang.
 const Compiler& amd_compiler_for(const Target& target);
 
+// The rule itself, on what was found: `forced` is KGEN_AMD_COMPILER's value (empty when unset), the
+// refusals say why clang or hiprtc cannot compile the target (empty when it can). With neither,
+// clang, whose compile then says what to install. Throws Error(invalid_argument) for a `forced`
+// other than "", "hiprtc" or "clang".
+enum class AmdBackend { hiprtc, clang };
+AmdBackend choose_amd_backend(std::string_view forced, std::string_view clang_refusal, std::string_view hiprtc_refusal);
+
 // Why hiprtc cannot compile for `target` (not found, or the target is not on its ROCm's
 // allow-list, naming the targets it supports), or the empty string when it can.
 std::string hiprtc_refusal(const Target& target);
+
+// Why clang cannot compile (none of KGEN_CLANG, clang-22 found, or it names no version), or the
+// empty string when it can.
+std::string amd_clang_refusal();
 
 // One line each for `kgen show-config`: what was found (version, library or path) and the
 // targets it serves, or why it is unavailable.

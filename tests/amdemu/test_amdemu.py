@@ -43,7 +43,7 @@ FORWARD_CASES = [
     (F("gfx942", "bf16", 128, True, None, heads_q=2, heads_kv=1, n_q=300, n_k=300), False),
     (F("gfx942", "fp16", 128, False, None, heads_q=2, heads_kv=1, n_q=45, n_k=70), False),
     (F("gfx942", "fp16", 64, True, None, batch=2, n_q=70, n_k=45), False),
-    # gfx90a (CDNA2, built by hiprtc 5): simt, the MFMA defaults and the rest of its config space
+    # gfx90a (CDNA2, built by clang 22): simt, the MFMA defaults and the rest of its config space
     (F("gfx90a", "fp32", 64, False, SIMT), False),
     (F("gfx90a", "bf16", 64, True, SIMT, n_q=45, n_k=20), False),
     (F("gfx90a", "fp16", 64, False, SIMT), False),

@@ -1,6 +1,5 @@
-// Deviceless AMD compiles: every AMD variant is in the AMD replay table (built for gfx90a by
-// hiprtc where ROCm 5.2's is installed, else clang, and for gfx942 and gfx950 by clang), without
-// scratch; the compiler choice, its refusals, the builder's launch-bounds check, and the cache's
+// Deviceless AMD compiles: every AMD variant is in the AMD replay table (built by clang-22 for
+// gfx90a, gfx942 and gfx950), without scratch; the compiler choice, its refusals, the builder's launch-bounds check, and the cache's
 // wrong-target guard for AMD code objects.
 #include <gtest/gtest.h>
 
@@ -11,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <string_view>
 
 #include "compiler/amd_code_object.h"
 #include "compiler/amd_compilers.h"
@@ -145,6 +145,58 @@ TEST(AmdCompile, BothBackendsReadResourcesFromTheCodeObject) {
   }
 }
 
+// The selection rule on every combination of what was found: clang wherever it is found, hiprtc
+// only without clang and where it allows the target, KGEN_AMD_COMPILER over both.
+TEST(AmdCompile, ClangIsChosenWhereverItIsFoundAndHiprtcOnlyWithoutIt) {
+  constexpr std::string_view none, missing = "not found";
+  EXPECT_EQ(choose_amd_backend("", none, none), AmdBackend::clang);
+  EXPECT_EQ(choose_amd_backend("", none, missing), AmdBackend::clang);
+  EXPECT_EQ(choose_amd_backend("", missing, none), AmdBackend::hiprtc);
+  // Neither: clang, whose compile names what to install.
+  EXPECT_EQ(choose_amd_backend("", missing, missing), AmdBackend::clang);
+  for (std::string_view clang_why : {none, missing})
+    for (std::string_view hiprtc_why : {none, missing}) {
+      EXPECT_EQ(choose_amd_backend("hiprtc", clang_why, hiprtc_why), AmdBackend::hiprtc);
+      EXPECT_EQ(choose_amd_backend("clang", clang_why, hiprtc_why), AmdBackend::clang);
+    }
+  for (std::string_view bad : {"nvrtc", "Clang", "hiprtc "}) {
+    try {
+      choose_amd_backend(bad, none, none);
+      ADD_FAILURE() << "KGEN_AMD_COMPILER='" << bad << "' was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("KGEN_AMD_COMPILER"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// On this machine: clang for every AMD target where it is found (gfx90a too, where ROCm 5.2's
+// hiprtc is also installed); the setting forces hiprtc, which refuses a target off its allow-list
+// with a sentence that names the setting, and rejects a value it does not know.
+TEST(AmdCompile, TheDefaultBackendIsClangAndTheSettingForcesEither) {
+  if (!have_clang()) GTEST_SKIP() << amd_clang_description();
+  ::unsetenv("KGEN_AMD_COMPILER");
+  for (const char* arch : {"gfx90a", "gfx90a:xnack+", "gfx942", "gfx950"})
+    EXPECT_EQ(amd_compiler_for(*parse_target(arch)).version(), amd_clang_compiler().version()) << arch;
+  EXPECT_EQ(amd_clang_refusal(), "");
+  ::setenv("KGEN_AMD_COMPILER", "hiprtc", 1);
+  const Target gfx942 = *parse_target("gfx942");
+  EXPECT_EQ(&amd_compiler_for(gfx942), &hiprtc_compiler());
+  if (have_hiprtc()) {
+    EXPECT_EQ(&amd_compiler_for(*parse_target("gfx90a")), &hiprtc_compiler());
+    try {
+      hiprtc_compiler().compile(small_kernel(), gfx942);
+      ADD_FAILURE() << hiprtc_description() << " compiled for gfx942";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::compile_error);
+      EXPECT_NE(std::string(e.what()).find("KGEN_AMD_COMPILER=clang"), std::string::npos) << e.what();
+    }
+  }
+  ::setenv("KGEN_AMD_COMPILER", "rocm", 1);
+  EXPECT_THROW(amd_compiler_for(gfx942), Error);
+  ::unsetenv("KGEN_AMD_COMPILER");
+}
+
 TEST(AmdCompile, CacheKeysNeverShareAcrossTargetsOrVendors) {
   if (!have_clang()) GTEST_SKIP() << amd_clang_description();
   KernelBuilder builder(test_cache());
@@ -157,12 +209,13 @@ TEST(AmdCompile, CacheKeysNeverShareAcrossTargetsOrVendors) {
     for (std::size_t j = i + 1; j < keys.size(); ++j) EXPECT_NE(keys[i], keys[j]) << i << " " << j;
   // The backend is part of the record: forcing the other compiler gives another key.
   const Target gfx90a = *parse_target("gfx90a");
-  ::setenv("KGEN_AMD_COMPILER", "clang", 1);
   const std::string clang_key = builder.cache_key(src, gfx90a);
   EXPECT_NE(builder.key_record(src, gfx90a).find("clang"), std::string::npos);
-  ::unsetenv("KGEN_AMD_COMPILER");
   if (have_hiprtc()) {
+    ::setenv("KGEN_AMD_COMPILER", "hiprtc", 1);
+    EXPECT_NE(builder.key_record(src, gfx90a).find("hiprtc"), std::string::npos);
     EXPECT_NE(builder.cache_key(src, gfx90a), clang_key);
+    ::unsetenv("KGEN_AMD_COMPILER");
   }
 }
 
