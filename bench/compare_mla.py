@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
 from compare_variants import parse_n, time_round  # noqa: E402
-from rounds import interleaved, write_table  # noqa: E402
+from rounds import add_round_args, interleaved, write_table  # noqa: E402
 
 REL_L2_BOUND = 2e-2
 IMPLS = ("kgen", "cudnn", "efficient", "flash", "flex", "fa4")
@@ -95,11 +95,8 @@ def main() -> None:
     ap.add_argument("--head-dims", default="192:128", help="d_qk:d_v pairs, comma-separated")
     ap.add_argument("--mode", default="fwd,fwdbwd", help="fwd and/or fwdbwd")
     ap.add_argument("--impls", default=",".join(IMPLS), help="subset of " + ",".join(IMPLS))
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    add_round_args(ap, reps=20)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", default="", help="also write the table (markdown) here")
     args = ap.parse_args()
     impls = [i for i in args.impls.split(",") if i]
     unknown = sorted(set(impls) - set(IMPLS))

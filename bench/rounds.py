@@ -22,6 +22,15 @@ def write_table(lines, out: str = "", show: bool = True) -> None:
             f.write(text + "\n")
 
 
+def add_round_args(ap, reps: int, rounds: int = 3) -> None:
+    """The compare scripts' timing and output options on argparse parser `ap`: --reps (default
+    `reps`), --warmup, --rounds (default `rounds`) and --out."""
+    ap.add_argument("--reps", type=int, default=reps)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--out", default="", help="also write the table (markdown) here")
+
+
 def interleaved(runs, time_round, reps, warmup, rounds):
     """{name: (median ms, median host µs)} of the callables `runs` ({name: run}): `rounds` rounds
     of ⌈reps / rounds⌉ timed calls each, the implementations' order rotating from round to round,

@@ -664,6 +664,13 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
 
 
 @_with_variant_keywords
+def _paged_outputs(q, out, layout: str, return_lse: bool):
+    """(o, lse) a paged call writes: out (or a new tensor like q) and, with return_lse, a new lse."""
+    if out is None:
+        return _kernels._forward_outputs(q, _kernels._swap(layout), return_lse)
+    return out, _kernels._forward_outputs(q, _kernels._swap(layout))[1] if return_lse else None
+
+
 def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens=None, *, causal: bool = False,
                     scale: float | None = None, layout: str = "bnhd", out=None, return_lse: bool = False, **variant):
     """Attention of q against a paged K/V cache (decode and chunked prefill; docs/attention.md §10).
@@ -684,9 +691,7 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens=None, *, cau
             (cache_seqlens is None or (type(cache_seqlens) is _Tensor and cache_seqlens.layout is _strided)) and
             (out is None or (type(out) is _Tensor and out.layout is _strided))):
         # Plain attention on plain tensors: through its call form (_calls.py).
-        o, lse = (out, None) if out is not None else _kernels._forward_outputs(q, _kernels._swap(layout), return_lse)
-        if out is not None and return_lse:
-            lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
+        o, lse = _paged_outputs(q, out, layout, return_lse)
         _calls.paged_forward_out(q, k_cache, v_cache, o, lse, block_table, cache_seqlens, scale, causal, layout)
         return (o, lse) if return_lse else o
     _check_types("q k_cache v_cache block_table cache_seqlens out", q, k_cache, v_cache, block_table, cache_seqlens,
@@ -694,9 +699,7 @@ def paged_attention(q, k_cache, v_cache, block_table, cache_seqlens=None, *, cau
     q, k_cache, v_cache = _autocast(q, k_cache, v_cache)
     parts = _variant_of("paged_attention", variant)
     if _eager(q):
-        o, lse = (out, None) if out is not None else _kernels._forward_outputs(q, _kernels._swap(layout), return_lse)
-        if out is not None and return_lse:
-            lse = _kernels._forward_outputs(q, _kernels._swap(layout))[1]
+        o, lse = _paged_outputs(q, out, layout, return_lse)
         _kernels.paged_forward_out(q, k_cache, v_cache, o, lse, block_table, cache_seqlens, scale, causal, layout,
                                    parts)
     else:
