@@ -7,7 +7,8 @@ h, d). Implementations: "kgen" (kgen.torch.attention, which serves d_v < d_qk wi
 "cudnn", "efficient" and "flash" (SDPA restricted to that backend; a backend that refuses the
 head dims shows "–"), "flex" (FlexAttention under torch.compile, causal block mask) and "fa4"
 (flash_attn.cute's flash_attn_func, where ../shared/tools/fa4 installed it). Every output is
-checked against an fp32 reference on the first sequence before it is timed (FAIL: no time).
+checked against an fp32 reference on the first sequence before it is timed, and in "fwdbwd" its
+dq, dk and dv too (FAIL: no time).
 Modes: "fwd" (the forward) and "fwdbwd" (forward and backward of all three inputs). Times are
 medians in ms over interleaved rounds (bench/rounds.py); TFLOPS count the causal work exactly:
 2·T·(d_qk + d_v) forward and 2·T·(4·d_qk + 3·d_v) forward plus backward, T = b·h·n(n+1)/2;
@@ -81,10 +82,16 @@ def forwards(impls, scale):
     return out
 
 
-def reference(q, k, v, scale):
-    """fp32 o of the first sequence, (n, h, d_v)."""
-    qs, ks, vs = (t[0].float().transpose(0, 1) for t in (q, k, v))
-    return F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale).transpose(0, 1)
+def reference(q, k, v, grad, scale):
+    """fp32 o of the first sequence, (n, h, d_v), and its dq, dk, dv for `grad`, (n, h, d) each."""
+    qs, ks, vs = (t[0].float().transpose(0, 1).requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=scale)
+    grads = torch.autograd.grad(o, (qs, ks, vs), grad[0].float().transpose(0, 1))
+    return o.detach().transpose(0, 1), [g.transpose(0, 1) for g in grads]
+
+
+def rel_l2(got, want) -> float:
+    return float((got.float() - want).norm() / want.norm())
 
 
 def main() -> None:
@@ -118,11 +125,11 @@ def main() -> None:
             v = torch.randn(b, n, h, d_v, device="cuda", dtype=torch.bfloat16)
             grad = torch.randn(b, n, h, d_v, device="cuda", dtype=torch.bfloat16)
             leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-            ref = reference(q, k, v, scale)
+            ref, ref_grads = reference(q, k, v, grad, scale)
             status = {}
             for name, f in runs.items():
                 try:
-                    err = float((f(q, k, v)[0].float() - ref).norm() / ref.norm())
+                    err = rel_l2(f(q, k, v)[0], ref)
                     status[name] = "ok" if err <= REL_L2_BOUND else f"FAIL {err:.1e}"
                 except Exception as e:  # noqa: BLE001 - a peer that does not serve the head dims
                     status[name] = "–"
@@ -145,10 +152,14 @@ def main() -> None:
                         continue
                     if mode == "fwdbwd":
                         try:
-                            step(f)()
+                            grads = torch.autograd.grad(f(*leaves), leaves, grad)
                         except Exception as e:  # noqa: BLE001 - a forward-only peer
                             cell[name] = "–"
                             print(f"{name} backward (n={n}): {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+                            continue
+                        err = max(rel_l2(g[0], r) for g, r in zip(grads, ref_grads))
+                        if err > REL_L2_BOUND:
+                            cell[name] = f"FAIL {err:.1e}"
                             continue
                     timed[name] = step(f)
                 times = interleaved(timed, time_round, args.reps, args.warmup, args.rounds)

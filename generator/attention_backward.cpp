@@ -909,6 +909,21 @@ std::vector<KernelSource> default_spec_variants(
   return out;
 }
 
+// The specs of v head dims of their own that the replay table builds (kAttentionWarmHeadDimPairs,
+// NVIDIA only): fp16 and bf16 (fa2) and fp32 (simt), both masks.
+std::vector<AttentionBackwardSpec> head_dim_pair_specs(const Target& target) {
+  std::vector<AttentionBackwardSpec> out;
+  if (target.vendor != Vendor::nvidia) return out;
+  for (auto [d, dv] : kAttentionWarmHeadDimPairs)
+    for (DType t : {DType::f16, DType::bf16, DType::f32})
+      for (bool causal : {false, true}) {
+        AttentionBackwardSpec spec{t, d, causal};
+        spec.head_dim_v = dv;
+        out.push_back(spec);
+      }
+  return out;
+}
+
 }  // namespace
 
 std::vector<KernelSource> attention_backward_all_variants(const Target& target) {
@@ -947,16 +962,8 @@ std::vector<KernelSource> attention_backward_all_variants(const Target& target) 
         spec.packed = true;
         add_defaults(spec);
       }
-  // v head dims of their own (kAttentionWarmHeadDimPairs, NVIDIA): the defaults (fa2 for fp16 and
-  // bf16, simt for fp32).
-  if (target.vendor == Vendor::nvidia)
-    for (auto [d, dv] : kAttentionWarmHeadDimPairs)
-      for (DType t : {DType::f16, DType::bf16, DType::f32})
-        for (bool causal : {false, true}) {
-          AttentionBackwardSpec spec{t, d, causal};
-          spec.head_dim_v = dv;
-          add_defaults(spec);
-        }
+  // v head dims of their own: the defaults.
+  for (const AttentionBackwardSpec& spec : head_dim_pair_specs(target)) add_defaults(spec);
   return out;
 }
 
@@ -1056,9 +1063,13 @@ std::optional<AttentionBackwardSpec> parse_double_backward_variant_key(const std
 std::optional<std::string> check_attention_double_backward_config(const AttentionBackwardSpec& spec,
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
-  if (spec.head_dim_v > 0)
-    return "v: head dim " + std::to_string(spec.head_dim_v) + " differs from q's " + std::to_string(spec.head_dim) +
-           "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)";
+  // v's own head dim: fa2 and simt serve it, without a variant.
+  const char* path = c.as<BackwardSimtConfig>()         ? "simt"
+                     : c.path() == BackwardPath::wgmma ? "wg"
+                     : c.path() == BackwardPath::mfma  ? "mfma"
+                                                       : "fa2";
+  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(), path, "attention_double_bwd"))
+    return why;
   if (c.as<BackwardSimtConfig>()) return check_attention_backward_config(spec, c, target);
   if (c.path() == BackwardPath::wgmma) {
     if (auto why = head_dim_range_error(spec.head_dim)) return why;
@@ -1109,6 +1120,15 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
 
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target) {
+  if (spec.head_dim_v > 0) {
+    // v's own head dim: fa2 (sm_80's rule for q's head dim; dP, Z, dŌ and V̄ over d_v) on NVIDIA
+    // targets, else the general path. The wgmma kernels take one head dim.
+    if (target.vendor != Vendor::nvidia) return attention_backward_general_config(spec);
+    AttentionBackwardSpec plain = spec;
+    plain.head_dim_v = 0;
+    const AttentionBackwardConfig c = attention_double_backward_default_config(plain, *parse_target("sm_80"));
+    return check_attention_double_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
+  }
   // Hopper, 32 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
   // score tiles on the 64-column tile and 32-wide on the 128-column one (registers); faster than
   // fa2 at every measured d (docs/kernels/measurements.md, "The double backward on wgmma"). A score
@@ -1232,6 +1252,7 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
     shim.function = "attention_double_backward_" + dbl_kernel_name(kernel);
     shim.args = {targ_type("T", spec.dtype), targ("DMax", simt->max_head_dim), targ("Warps", simt->warps),
                  targ("Causal", spec.causal)};
+    if (spec.head_dim_v > 0) add_head_dim_v_args(shim, 0, spec.head_dim_v);
   } else {
     const auto& fa2 = form_of<DoubleBackwardFa2Config>(c);
     const int wide = dbl_wide_tile(fa2.tile, spec.head_dim);
@@ -1241,7 +1262,8 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_q";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", fa2.rows), targ("BN", wide),
                    targ("Warps", fa2.warps),   targ("Causal", spec.causal), targ("Pass", std::string("kgen::DoubleBackwardRowPass::stats"))};
-      if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, 1);
+      if (spec.head_dim_v > 0) add_head_dim_v_args(shim, spec.head_dim, spec.head_dim_v, 1);
+      else if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, 1);
       else add_head_dim_args(shim, d, spec.head_dim);
     } else {
       // The key-major part uses the transposed tile: `rows` keys against `wide`-row query tiles.
@@ -1251,7 +1273,8 @@ KernelSource render_attention_double_backward(const AttentionBackwardSpec& spec,
       shim.function = "attention_double_backward_fa2_fused";
       shim.args = {targ_type("T", spec.dtype), targ("D", d),         targ("BM", fa2.rows),        targ("BN", fa2.tile),
                    targ("KvBM", wide), targ("Warps", fa2.warps), targ("Causal", spec.causal)};
-      if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, column_splits(spec.head_dim));
+      if (spec.head_dim_v > 0) add_head_dim_v_args(shim, spec.head_dim, spec.head_dim_v, column_splits(spec.head_dim));
+      else if (spec.has_variant()) add_explicit_head_dim_args(shim, spec.head_dim, column_splits(spec.head_dim));
       else add_head_dim_args(shim, d, spec.head_dim, column_splits(spec.head_dim));
     }
   }
@@ -1328,6 +1351,8 @@ std::vector<KernelSource> attention_double_backward_all_variants(const Target& t
           break;
         }
     }
+  // v head dims of their own: the defaults, as the backward's.
+  for (const AttentionBackwardSpec& spec : head_dim_pair_specs(target)) add_double_backward_defaults(out, spec, target);
   return out;
 }
 

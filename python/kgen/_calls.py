@@ -359,12 +359,12 @@ def double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, 
     if form is None:
         dense = _needs_dense(*gradients)
         gradients = tuple(K._dense(t) for t in gradients)
-        outputs = (_empty_like(q), _empty_like(k), _empty_like(v), _empty_like(q))
+        outputs = K._double_backward_outputs(q, k, v, o)
         form = _gradient_form(key, "kgen_attention_double_backward", True, (q, k, v, o, lse, *gradients), outputs,
                               dense, scale, causal, layout, deterministic, config)
     elif form.dense:
         gradients = tuple(K._dense(t) for t in gradients)
-    outputs = (_empty_like(q), _empty_like(k), _empty_like(v), _empty_like(q))
+    outputs = K._double_backward_outputs(q, k, v, o)
     scratch = _scratch(form)
     _write(form, (q, k, v, o, lse, *gradients, *outputs))
     form.call()

@@ -279,7 +279,7 @@ def varlen_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, cu_seqlen
     (packed like q and k; the library allocates its scratch stream-ordered; the variant's sinks and
     tensors are constants)."""
     variant = _variant(variant, named)
-    outputs = _double_backward_outputs(q, k, v)
+    outputs = _double_backward_outputs(q, k, v, o)
     c, keep = _variant_struct(variant)
     sequences = _sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
     _launch("kgen_attention_varlen_double_backward", _lib.ATTENTION_BACKWARD_OPTIONS,
@@ -506,8 +506,11 @@ def attention_backward_variant(q, k, v, o, lse, d_o, scale=None, causal=False, l
     return dq, dk, dv, sinks_grad, grads
 
 
-def _double_backward_outputs(q, k, v):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(q)
+def _double_backward_outputs(q, k, v, o):
+    """(q_bar, k_bar, v_bar, do_bar): like q, k and v; do_bar like q, or like o where v has a head dim
+    of its own (MLA)."""
+    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+            torch.empty_like(q if o.shape[-1] == q.shape[-1] else o))
 
 
 def attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, layout="bhnd",
@@ -522,7 +525,7 @@ def attention_double_backward_variant(q, k, v, o, lse, d_o, gq, gk, gv, scale=No
     (the variant's sinks and tensors are constants: no gradient reaches them)."""
     variant = _variant(variant, named)
     swap = _swap(layout)
-    outputs = _double_backward_outputs(q, k, v)
+    outputs = _double_backward_outputs(q, k, v, o)
     c, keep = _variant_struct(variant)
     _launch("kgen_attention_double_backward_variant", _lib.ATTENTION_BACKWARD_OPTIONS,
             _gradient_options(scale, causal, deterministic, config),

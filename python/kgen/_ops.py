@@ -164,7 +164,7 @@ def _fake_attention_backward(q, k, v, o, lse, d_o, scale=None, causal=False, lay
 def _fake_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, scale=None, causal=False, layout="bhnd",
                                     deterministic=False, config=None, *variant, **named):
     """Also the fake of attention_double_backward_variant (with the variant's fields)."""
-    outputs = K._double_backward_outputs(q, k, v)
+    outputs = K._double_backward_outputs(q, k, v, o)
     extra = _variant_argument(K._variant(variant, named)) if variant or named else None
     _checks.validate("kgen_attention_double_backward_variant" if extra else "kgen_attention_double_backward",
                      (q, k, v, o, lse, *map(K._dense, (d_o, gq, gk, gv)), *outputs), K._swap(layout),
@@ -247,7 +247,7 @@ def _fake_varlen_attention_double_backward(q, k, v, o, lse, d_o, gq, gk, gv, cu_
                           ("gv", gv, 3), ("cu_seqlens_q", cu_seqlens_q, 1), ("cu_seqlens_k", cu_seqlens_k, 1)):
         if t is not None and t.dim() != ndim:
             raise ValueError(f"{name}: {t.dim()} dimensions, must be {ndim}")
-    outputs = K._double_backward_outputs(q, k, v)
+    outputs = K._double_backward_outputs(q, k, v, o)
     _checks.validate("kgen_attention_varlen_double_backward",
                      (q, k, v, o, lse, *map(K._dense, (d_o, gq, gk, gv)), *outputs), False,
                      _gradient_options(scale, causal, deterministic, config),

@@ -1,11 +1,11 @@
 """GPU tests of v head dims below q's (MLA's 192/128, docs/attention.md §1): kgen.torch.attention's
-output and gradients, attention_forward's out= and lse, kgen.flash_attn_interface.flash_attn_func
+output, gradients and second-order gradients, attention_forward's out= and lse, kgen.flash_attn_interface.flash_attn_func
 (FlashAttention 3 accepts hdim 192/128), and torch.compile's fake kernels, each against a float64
 autograd reference of the same rounded inputs with the pass rule of test_variant_gpu.py (rel_l2,
 cosine, the row rule, lse per element); outputs given to kgen are NaN-poisoned first. bf16 and
 fp16 (fa2) and fp32 (the general path), odd sizes, GQA, causal with n_q != n_k (rows that see no
-key), both layouts. What kgen does not serve at these shapes (the double backward, variants) is
-refused with a KgenError naming v. Skipped unless PyTorch with CUDA and libkgen.so are available."""
+key), both layouts. What kgen does not serve at these shapes (variants) is refused with a KgenError
+naming v. Skipped unless PyTorch with CUDA and libkgen.so are available."""
 import math
 
 import pytest
@@ -34,9 +34,8 @@ def randn(shape, dtype, seed):
     return torch.randn(shape, generator=torch.Generator(device=DEVICE).manual_seed(seed), device=DEVICE).to(dtype)
 
 
-def reference(q, k, v, d_o, causal, scale=None):
-    """(o, lse, dq, dk, dv) in float64 by autograd, logical (b, h, n, d) tensors."""
-    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+def forward64(q, k, v, causal, scale=None):
+    """(o, lse) of float64 leaves by differentiable torch ops, logical (b, h, n, d) tensors."""
     group = q.shape[1] // k.shape[1]
     kk, vv = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     s = (q @ kk.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
@@ -48,9 +47,24 @@ def reference(q, k, v, d_o, causal, scale=None):
     s = s.masked_fill(hidden, -math.inf).masked_fill(empty, 0.0)
     lse = torch.logsumexp(s.detach(), -1).masked_fill(empty.squeeze(-1), -math.inf)
     p = torch.softmax(s, -1).masked_fill(hidden, 0.0)
-    o = p @ vv
+    return p @ vv, lse
+
+
+def reference(q, k, v, d_o, causal, scale=None):
+    """(o, lse, dq, dk, dv) in float64 by autograd, logical (b, h, n, d) tensors."""
+    q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+    o, lse = forward64(q, k, v, causal, scale)
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), d_o.double())
     return o.detach(), lse.detach(), dq, dk, dv
+
+
+def second_order_reference(q, k, v, d_o, cotangents, causal):
+    """(q_bar, k_bar, v_bar, do_bar) in float64 by autograd through autograd: the gradients of
+    Σ gq∘dq + gk∘dk + gv∘dv with respect to q, k, v and d_o."""
+    q, k, v, d_o = (t.detach().double().requires_grad_() for t in (q, k, v, d_o))
+    o, _ = forward64(q, k, v, causal)
+    first = torch.autograd.grad(o, (q, k, v), d_o, create_graph=True)
+    return torch.autograd.grad(first, (q, k, v, d_o), [c.double() for c in cotangents])
 
 
 def inputs(shape, d, dv, dtype, seed, layout="bhnd"):
@@ -130,14 +144,36 @@ def test_torch_compile_traces_the_v_head_dim():
         check_gradient(name, leaf.grad, ref, REL_L2_BOUND[torch.bfloat16], True, f"compiled {name}")
 
 
+# The double backward's bounds (test_autograd_gpu.py's): second-order terms sum more products.
+SECOND = {torch.float16: 2e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}
+
+
+@pytest.mark.parametrize("d,dv,dtype_name,causal,layout", [
+    (192, 128, "bf16", True, "bhnd"), (192, 128, "bf16", False, "bnhd"), (192, 128, "fp16", True, "bnhd"),
+    (64, 32, "bf16", False, "bhnd"), (128, 64, "fp16", True, "bhnd"), (256, 128, "bf16", True, "bhnd"),
+    (64, 36, "bf16", True, "bhnd"), (192, 128, "fp32", True, "bhnd")])
+def test_second_order_gradients_match_float64(d, dv, dtype_name, causal, layout):
+    """Differentiating kgen's gradients again (kgen's double backward: fa2 for 16-bit pairs of
+    multiples of 8, the general path otherwise) against autograd through float64 autograd; do_bar
+    and v_bar have v's head dim."""
+    dtype = DTYPES[dtype_name]
+    for shape in SHAPES:
+        (q, k, v, d_o), (lq, lk, lv, ldo) = inputs(shape, d, dv, dtype, 31 * d + dv + causal, layout)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v, d_o)]
+        cotangents = [randn(t.shape, dtype, 90 + i) for i, t in enumerate((q, k, v))]
+        o = kgen.torch.attention(*leaves[:3], causal=causal, layout=layout)
+        first = torch.autograd.grad(o, leaves[:3], leaves[3], create_graph=True)
+        second = torch.autograd.grad(first, leaves, cotangents)
+        logical = (lambda t: t.transpose(1, 2)) if layout == "bnhd" else (lambda t: t)
+        ref = second_order_reference(lq, lk, lv, ldo, [logical(c) for c in cotangents], causal)
+        for name, got, want in zip(("q_bar", "k_bar", "v_bar", "do_bar"), second, ref):
+            assert got.shape[-1] == (dv if name in ("v_bar", "do_bar") else d), name
+            check_gradient(name, logical(got), want, SECOND[dtype], True,
+                           f"{dtype_name} d{d}/v{dv} {shape} {layout} causal={causal}")
+
+
 def test_what_is_not_served_is_refused_naming_v():
     (q, k, v, d_o), _ = inputs((1, 2, 2, 64, 64), 192, 128, torch.bfloat16, 3)
-    # The double backward: differentiating the gradients again.
-    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
-    o = kgen.torch.attention(*leaves)
-    dq, = torch.autograd.grad(o, leaves[0], d_o, create_graph=True)
-    with pytest.raises(KgenError, match="v: head dim 128 differs from q's 192"):
-        torch.autograd.grad(dq.sum(), leaves[1])
     # A variant.
     with pytest.raises(KgenError, match="v: head dim 128 differs from q's 192"):
         kgen.torch.attention(q, k, v, window=(16, 0))

@@ -45,10 +45,6 @@ AttentionBackwardCall validate_inputs(const TensorView& q, const TensorView& k, 
   // d_o is shaped like o: like q, or with v's head dim when that is q's own (MLA).
   const bool own_v = f.spec.head_dim_v > 0;
   check_like(d_o, "d_o", own_v ? o : q, own_v ? "o" : "q");
-  if (own_v && double_backward)
-    invalid_argument("v: head dim " + std::to_string(f.spec.head_dim_v) + " differs from q's " +
-                     std::to_string(f.spec.head_dim) +
-                     "; the double backward takes one head dim for q, k and v (not available yet for d_v < d_qk)");
   AttentionBackwardCall call;
   call.spec = {f.spec.dtype, f.spec.head_dim, f.spec.causal};
   call.spec.head_dim_v = f.spec.head_dim_v;
@@ -480,13 +476,15 @@ void double_backward(const TensorView& q, const TensorView& k, const TensorView&
                      const TensorView& do_bar, const AttentionBackwardOptions& options, void* stream,
                      const PackedSequences* packed) {
   AttentionBackwardCall call = validate_inputs(q, k, v, o, lse, d_o, options, true, packed);
+  // v's own head dim (MLA): gv and v_bar are shaped like v, do_bar like d_o.
+  const bool own_v = call.spec.head_dim_v > 0;
   if (gq) check_output(*gq, "gq", q, "q", call);
   if (gk) check_output(*gk, "gk", k, "k", call);
-  if (gv) check_output(*gv, "gv", k, "k", call);
+  if (gv) check_output(*gv, "gv", own_v ? v : k, own_v ? "v" : "k", call);
   check_output(q_bar, "q_bar", q, "q", call);
   check_output(k_bar, "k_bar", k, "k", call);
-  check_output(v_bar, "v_bar", k, "k", call);
-  check_output(do_bar, "do_bar", q, "q", call);
+  check_output(v_bar, "v_bar", own_v ? v : k, own_v ? "v" : "k", call);
+  check_output(do_bar, "do_bar", own_v ? d_o : q, own_v ? "d_o" : "q", call);
   end_of_validation();
   const AttentionBackwardConfig config = choose_attention_double_backward_config(call, options);
 
@@ -508,7 +506,9 @@ void double_backward(const TensorView& q, const TensorView& k, const TensorView&
   VariantArgs variant_args = variant_launch_args(call, range_ws, stream);
   const bool variant = call.variant.active();
   for (DoubleBackwardKernel kernel : attention_double_backward_kernels(config)) {
-    const KernelKey key{variant ? call.variant.op_name : std::string_view("attention_double_bwd"),
+    const KernelKey key{variant                    ? call.variant.op_name
+                        : call.spec.head_dim_v > 0 ? attention_head_dim_v_op("attention_double_bwd", call.spec.head_dim_v)
+                                                   : std::string_view("attention_double_bwd"),
                         gradient_kernel_key(call.spec, config, int(kernel)), call.device};
     const LoadedKernel& lk = loaded_kernel(key, [&] { return render_attention_double_backward(call.spec, config, kernel); });
     // The row-wise preprocess walks the tensors' rows, the others the sequences (the same for dense batches).

@@ -85,7 +85,7 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
   EXPECT_TRUE(contains(*odd, "multiple of 8")) << *odd;
   EXPECT_FALSE(check_attention_forward_config(fwd(DType::bf16, 64, 36, false),
                                               *parse_attention_forward_config("simt:bm4:bn32:dmax64"), sm80()));
-  // Backward: wgmma refused, fa2 and simt served; the double backward refuses any d_v < d_qk.
+  // Backward and double backward: wgmma refused, fa2 and simt served.
   const AttentionBackwardSpec g = bwd(DType::bf16, 192, 128, true);
   auto wg = check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn64:c2"), sm90a());
   ASSERT_TRUE(wg);
@@ -95,7 +95,15 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
   auto dbl = check_attention_double_backward_config(g, attention_double_backward_default_config(bwd(DType::bf16, 192, 0, true), sm90a()),
                                                     sm90a());
   ASSERT_TRUE(dbl);
-  EXPECT_EQ(dbl->rfind("v: head dim 128", 0), 0u) << *dbl;
+  EXPECT_EQ(*dbl, "v: head dim 128 differs from q's 192; the wg kernels take one head dim, fa2: and simt: serve d_v < d_qk");
+  EXPECT_FALSE(check_attention_double_backward_config(g, *parse_attention_double_backward_config("fa2:bm64:bn16:w4"), sm90a()));
+  EXPECT_FALSE(check_attention_double_backward_config(g, *parse_attention_double_backward_config("simt:w4:dmax256"), sm90a()));
+  // A variant with v's own head dim: refused by the double backward as by the backward.
+  AttentionBackwardSpec windowed = g;
+  windowed.variant = "window(16,0)";
+  auto var = check_attention_double_backward_config(windowed, *parse_attention_double_backward_config("fa2:bm64:bn16:w4"), sm90a());
+  ASSERT_TRUE(var);
+  EXPECT_EQ(var->rfind("v: head dim 128 differs from q's 192; attention_double_bwd serves that for plain", 0), 0u) << *var;
 }
 
 TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
@@ -111,7 +119,13 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
             const AttentionBackwardConfig b = attention_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
             EXPECT_EQ(b.path(), BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
             EXPECT_FALSE(check_attention_backward_config(bwd(t, d, dv, causal), b, target)) << to_string(b);
+            const AttentionBackwardConfig g =
+                attention_double_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
+            EXPECT_TRUE(g.as<DoubleBackwardFa2Config>()) << d << "/" << dv << " " << to_string(g);
+            EXPECT_FALSE(check_attention_double_backward_config(bwd(t, d, dv, causal), g, target)) << to_string(g);
           }
+          EXPECT_TRUE(attention_double_backward_default_config(bwd(DType::f32, d, dv, causal), shape, target, 132)
+                          .as<BackwardSimtConfig>());
           EXPECT_EQ(attention_forward_default_config(fwd(DType::f32, d, dv, causal), shape, target, 132).path,
                     ForwardPath::simt);
           EXPECT_EQ(attention_backward_default_config(bwd(DType::f32, d, dv, causal), shape, target, 132).path(),
@@ -128,6 +142,8 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
             ForwardPath::simt);
   EXPECT_EQ(attention_backward_default_config(bwd(DType::bf16, 192, 128, true), shapes[0], gfx942, 304).path(),
             BackwardPath::simt);
+  EXPECT_TRUE(attention_double_backward_default_config(bwd(DType::bf16, 192, 128, true), shapes[0], gfx942, 304)
+                  .as<BackwardSimtConfig>());
 }
 
 TEST(AttentionMlaRender, KernelsTakeHeadDimVAndOneHeadDimKernelsStayAsTheyWere) {
@@ -166,12 +182,34 @@ TEST(AttentionMlaRender, KernelsTakeHeadDimVAndOneHeadDimKernelsStayAsTheyWere) 
   }
   EXPECT_FALSE(contains(render_attention_backward(bwd(DType::bf16, 128, 0, false), c, BackwardKernel::preprocess).source,
                         "HeadDimV"));
+
+  // The double backward: its fa2 kernels and the general path's take HeadDimV; its preprocess is
+  // the backward's of d_v.
+  const AttentionBackwardConfig dc = attention_double_backward_default_config(g, shape, sm90a(), 132);
+  ASSERT_TRUE(dc.as<DoubleBackwardFa2Config>()) << to_string(dc);
+  EXPECT_EQ(render_attention_double_backward(g, dc, DoubleBackwardKernel::preprocess).variant,
+            "attention_bwd.bf16.dv128.preprocess");
+  const KernelSource stats = render_attention_double_backward(g, dc, DoubleBackwardKernel::q_stats);
+  EXPECT_TRUE(contains(stats.source, "/*HeadDim=*/192, /*Splits=*/1, /*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>"))
+      << stats.source;
+  EXPECT_TRUE(contains(stats.variant, "attention_double_bwd.bf16.d192v128.full.fa2:")) << stats.variant;
+  const KernelSource fused = render_attention_double_backward(g, dc, DoubleBackwardKernel::fused);
+  EXPECT_TRUE(contains(fused.source, "/*HeadDim=*/192, /*Splits=*/2, /*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>"))
+      << fused.source;
+  for (DoubleBackwardKernel k : {DoubleBackwardKernel::simt_q, DoubleBackwardKernel::simt_kv}) {
+    const KernelSource src = render_attention_double_backward(gs, attention_backward_general_config(gs), k);
+    EXPECT_TRUE(contains(src.source, "/*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>")) << src.source;
+    EXPECT_TRUE(contains(src.variant, "attention_double_bwd.fp32.d256v128.full.simt:w4:dmax256")) << src.variant;
+  }
+  const AttentionBackwardSpec plain_g = bwd(DType::bf16, 192, 0, false);
+  EXPECT_FALSE(contains(render_attention_double_backward(plain_g, dc, DoubleBackwardKernel::fused).source, "HeadDimV"));
 }
 
 TEST(AttentionMlaWarm, TheWarmPairsDefaultsAreBuiltForNvidiaTargets) {
   for (const Target& target : {sm80(), sm90a()}) {
     const auto fwd_all = attention_forward_all_variants(target);
     const auto bwd_all = attention_backward_all_variants(target);
+    const auto dbl_all = attention_double_backward_all_variants(target);
     for (auto [d, dv] : kAttentionWarmHeadDimPairs) {
       const std::string tag = ".d" + std::to_string(d) + "v" + std::to_string(dv) + ".";
       EXPECT_TRUE(std::ranges::any_of(fwd_all, [&](const KernelSource& k) { return contains(k.variant, "attention_fwd.bf16" + tag); }))
@@ -181,6 +219,10 @@ TEST(AttentionMlaWarm, TheWarmPairsDefaultsAreBuiltForNvidiaTargets) {
       EXPECT_TRUE(std::ranges::any_of(bwd_all, [&](const KernelSource& k) {
         return k.variant == "attention_bwd.bf16.dv" + std::to_string(dv) + ".preprocess";
       })) << tag;
+      // fp32's general-path kernels are named by their head-dim bucket.
+      const std::string simt_tag = ".d" + std::to_string(attention_simt_bucket(d)) + "v" + std::to_string(dv) + ".";
+      for (const std::string& name : {"attention_double_bwd.bf16" + tag, "attention_double_bwd.fp32" + simt_tag})
+        EXPECT_TRUE(std::ranges::any_of(dbl_all, [&](const KernelSource& k) { return contains(k.variant, name); })) << name;
     }
   }
   for (const KernelSource& k : attention_forward_all_variants(*parse_target("gfx942")))

@@ -1,4 +1,5 @@
-// v head dims below q's (MLA, docs/kernels/mla.md) on the GPU: the forward and backward against a
+// v head dims below q's (MLA, docs/kernels/mla.md) on the GPU: the forward, backward and double
+// backward against a
 // float64 reference of the same rounded inputs, on NaN-poisoned outputs, with the row rule
 // (docs/attention.md §5.2: one wrong row fails). Odd sizes, n_q != n_k both ways, GQA, causal
 // with fully masked rows; the default configs and explicit fa2 and simt ones. o is written
@@ -95,6 +96,74 @@ Reference reference(const MlaShape& s, int d, int dv, bool causal, double scale,
   return r;
 }
 
+// The double backward's truth in fp64 (docs/attention.md §4; its derivation is in
+// double_backward_fa2.cuh), given the cotangents gq, gk (d columns) and gv (d_v columns) of dq, dk,
+// dv: with G = s·(gQ·Kᵀ + Q·gKᵀ), Z = dO·gVᵀ, dP = dO·Vᵀ, D = rowsum(P∘dP), dS = P∘(dP − D),
+// r = rowsum(P∘G), c = rowsum(P∘Z + dS∘G) − r·D, H = P∘(G − r), P̄ = Z + G∘(dP − D) − r·dP,
+// S̄ = P∘(P̄ − c): Q̄ = s·(dS·gK + S̄·K), dŌ = P·gV + H·V, K̄ = s·(dSᵀ·gQ + S̄ᵀ·Q), V̄ = Hᵀ·dO.
+struct SecondOrder {
+  std::vector<double> q_bar, k_bar, v_bar, do_bar;
+};
+
+SecondOrder second_order(const MlaShape& s, int d, int dv, bool causal, double scale, const std::vector<double>& q,
+                         const std::vector<double>& k, const std::vector<double>& v, const std::vector<double>& d_o,
+                         const std::vector<double>& gq, const std::vector<double>& gk, const std::vector<double>& gv) {
+  SecondOrder r;
+  r.q_bar.assign(std::size_t(s.b) * s.hq * s.nq * d, 0.0);
+  r.do_bar.assign(std::size_t(s.b) * s.hq * s.nq * dv, 0.0);
+  r.k_bar.assign(std::size_t(s.b) * s.hkv * s.nk * d, 0.0);
+  r.v_bar.assign(std::size_t(s.b) * s.hkv * s.nk * dv, 0.0);
+  std::vector<double> p(s.nk), dp(s.nk), g(s.nk), z(s.nk);
+  auto dot = [](const double* a, const double* b, int n) {
+    double sum = 0;
+    for (int c = 0; c < n; ++c) sum += a[c] * b[c];
+    return sum;
+  };
+  for (int b = 0; b < s.b; ++b)
+    for (int h = 0; h < s.hq; ++h) {
+      const int kvh = h / (s.hq / s.hkv);
+      const std::size_t qo = (std::size_t(b) * s.hq + h) * s.nq, ko = (std::size_t(b) * s.hkv + kvh) * s.nk;
+      for (int i = 0; i < s.nq; ++i) {
+        const int end = causal ? std::min(s.nk, std::max(0, i + s.nk - s.nq + 1)) : s.nk;
+        if (end == 0) continue;
+        const double* Q = &q[(qo + i) * d];
+        const double* gQ = &gq[(qo + i) * d];
+        const double* dO = &d_o[(qo + i) * dv];
+        double mx = -INFINITY;
+        for (int j = 0; j < end; ++j) mx = std::max(mx, p[j] = scale * dot(Q, &k[(ko + j) * d], d));
+        double sum = 0;
+        for (int j = 0; j < end; ++j) sum += (p[j] = std::exp(p[j] - mx));
+        double delta = 0, rr = 0, cc = 0;
+        for (int j = 0; j < end; ++j) {
+          p[j] /= sum;
+          dp[j] = dot(dO, &v[(ko + j) * dv], dv);
+          g[j] = scale * (dot(gQ, &k[(ko + j) * d], d) + dot(Q, &gk[(ko + j) * d], d));
+          z[j] = dot(dO, &gv[(ko + j) * dv], dv);
+          delta += p[j] * dp[j];
+        }
+        for (int j = 0; j < end; ++j) {
+          rr += p[j] * g[j];
+          cc += p[j] * z[j] + p[j] * (dp[j] - delta) * g[j];
+        }
+        cc -= rr * delta;
+        for (int j = 0; j < end; ++j) {
+          const double ds = p[j] * (dp[j] - delta);
+          const double hh = p[j] * (g[j] - rr);
+          const double sbar = p[j] * (z[j] + g[j] * (dp[j] - delta) - rr * dp[j] - cc);
+          for (int c = 0; c < d; ++c) {
+            r.q_bar[(qo + i) * d + c] += scale * (ds * gk[(ko + j) * d + c] + sbar * k[(ko + j) * d + c]);
+            r.k_bar[(ko + j) * d + c] += scale * (ds * gQ[c] + sbar * Q[c]);
+          }
+          for (int c = 0; c < dv; ++c) {
+            r.do_bar[(qo + i) * dv + c] += p[j] * gv[(ko + j) * dv + c] + hh * v[(ko + j) * dv + c];
+            r.v_bar[(ko + j) * dv + c] += hh * dO[c];
+          }
+        }
+      }
+    }
+  return r;
+}
+
 // A device tensor (b, h, n, cols) in bhnd whose rows are `row` elements apart (row >= cols: the
 // columns past `cols` are padding no call may write).
 struct Device {
@@ -175,6 +244,15 @@ std::vector<std::string> forward_configs(DType t, int d, int dv) {
   return out;
 }
 
+// The double backward's: the default, an explicit fa2 config (16-bit pairs of multiples of 8) and
+// the general path.
+std::vector<std::string> double_backward_configs(DType t, int d, int dv) {
+  std::vector<std::string> out = {""};
+  if (t != DType::f32 && dv % 8 == 0) out.push_back("fa2:bm64:bn16:w4");
+  out.push_back("simt:w4:dmax" + std::to_string(attention_simt_bucket(d)));
+  return out;
+}
+
 std::vector<std::pair<std::string, bool>> backward_configs(DType t, int d, int dv) {
   std::vector<std::pair<std::string, bool>> out = {{"", false}, {"", true}};
   if (t != DType::f32 && dv % 8 == 0) out.push_back({"fa2:bm32:bn64:w4", false});
@@ -182,7 +260,7 @@ std::vector<std::pair<std::string, bool>> backward_configs(DType t, int d, int d
   return out;
 }
 
-TEST_P(AttentionMlaGpu, ForwardAndBackwardMatchFp64OnPoisonedOutputs) {
+TEST_P(AttentionMlaGpu, ForwardBackwardAndDoubleBackwardMatchFp64OnPoisonedOutputs) {
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
   auto [dtype, d, dv, causal] = GetParam();
@@ -257,8 +335,44 @@ TEST_P(AttentionMlaGpu, ForwardAndBackwardMatchFp64OnPoisonedOutputs) {
       EXPECT_TRUE(padding) << label << ": dv was written past its " << dv << " columns";
       ++checked;
     }
+
+    // The double backward: cotangents gq, gk (d columns) and gv (d_v) of dq, dk, dv; v_bar and
+    // do_bar are written through views whose rows are q's width.
+    Device cq(s.b, s.hq, s.nq, d, d, dtype), ck(s.b, s.hkv, s.nk, d, d, dtype), cv(s.b, s.hkv, s.nk, dv, dv, dtype);
+    const std::vector<double> hcq = cq.fill(rng), hck = ck.fill(rng), hcv = cv.fill(rng);
+    Device do_bar(s.b, s.hq, s.nq, dv, d, dtype);
+    const SecondOrder want = second_order(s, d, dv, causal, scale, hq, hk, hv, hdo, hcq, hck, hcv);
+    for (const std::string& config : double_backward_configs(dtype, d, dv)) {
+      const std::string label = shape + " double backward [" + (config.empty() ? "default" : config) + "]";
+      for (Device* g : {&gq, &gk, &gv, &do_bar}) g->buf->poison(dtype);
+      AttentionBackwardOptions options;
+      options.causal = causal;
+      options.config = config;
+      const TensorView cqv = cq.view(), ckv = ck.view(), cvv = cv.view();
+      if (!ran([&] {
+            attention_double_backward(q.view(), k.view(), v.view(), o.view(), lse, d_o.view(), &cqv, &ckv, &cvv,
+                                      gq.view(), gk.view(), gv.view(), do_bar.view(), options, nullptr);
+          }, config, label))
+        continue;
+      bool v_padding = false, do_padding = false;
+      const std::vector<double> qb = gq.read(), kb = gk.read(), vb = gv.read(&v_padding), dob = do_bar.read(&do_padding);
+      struct Output {
+        const char* name;
+        const std::vector<double>& got;
+        const std::vector<double>& want;
+        int cols;
+      };
+      for (const Output& out : {Output{"q_bar", qb, want.q_bar, d}, Output{"k_bar", kb, want.k_bar, d},
+                                Output{"v_bar", vb, want.v_bar, dv}, Output{"do_bar", dob, want.do_bar, dv}}) {
+        const Comparison c = compare(out.got, out.want, tol, out.cols);
+        EXPECT_TRUE(c.pass) << label << " " << out.name << ": " << c.why << " " << to_string(c);
+      }
+      EXPECT_TRUE(v_padding) << label << ": v_bar was written past its " << dv << " columns";
+      EXPECT_TRUE(do_padding) << label << ": do_bar was written past its " << dv << " columns";
+      ++checked;
+    }
   }
-  EXPECT_GT(checked, 20);
+  EXPECT_GT(checked, 30);
 }
 
 // 16-bit pairs: MLA's 192/128 and others each tile width pads differently (64/32: half the tile;
@@ -282,8 +396,8 @@ INSTANTIATE_TEST_SUITE_P(
     param_name);
 
 // What is not served is refused with a sentence naming the argument, never run: the Hopper
-// configs and the double backward.
-TEST(AttentionMlaGpuRefusals, HopperConfigsAndTheDoubleBackwardNameV) {
+// configs of the forward and the double backward.
+TEST(AttentionMlaGpuRefusals, HopperConfigsNameV) {
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
   const MlaShape s{1, 2, 2, 64, 64};
@@ -310,13 +424,27 @@ TEST(AttentionMlaGpuRefusals, HopperConfigsAndTheDoubleBackwardNameV) {
   Device gq(s.b, s.hq, s.nq, 192, 192, DType::bf16), gk(s.b, s.hkv, s.nk, 192, 192, DType::bf16),
       gv(s.b, s.hkv, s.nk, 128, 128, DType::bf16), d_o(s.b, s.hq, s.nq, 128, 128, DType::bf16);
   d_o.fill(rng);
+  Device do_bar(s.b, s.hq, s.nq, 128, 128, DType::bf16);
+  if (device_info(0).target.arch == "sm_90a") {
+    AttentionBackwardOptions options;
+    options.config = "wg:bm64:bn64";
+    try {
+      attention_double_backward(q.view(), k.view(), v.view(), o.view(), lse, d_o.view(), nullptr, nullptr, nullptr,
+                                gq.view(), gk.view(), gv.view(), do_bar.view(), options, nullptr);
+      ADD_FAILURE() << "the double backward ran wg:bm64:bn64";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("v: head dim 128 differs from q's 192"), std::string::npos) << e.what();
+    }
+  }
+  // do_bar shaped like q instead of d_o: refused naming do_bar.
   try {
     attention_double_backward(q.view(), k.view(), v.view(), o.view(), lse, d_o.view(), nullptr, nullptr, nullptr,
-                              gq.view(), gk.view(), gv.view(), d_o.view(), {}, nullptr);
-    ADD_FAILURE() << "the double backward ran";
+                              gq.view(), gk.view(), gv.view(), gq.view(), {}, nullptr);
+    ADD_FAILURE() << "the double backward ran with do_bar shaped like q";
   } catch (const Error& e) {
     EXPECT_EQ(e.status(), Status::invalid_argument);
-    EXPECT_EQ(std::string(e.what()).rfind("v: head dim 128 differs from q's 192", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("do_bar", 0), 0u) << e.what();
   }
 }
 

@@ -31,6 +31,11 @@
 // The dense kernels' code is unchanged by this (the replay table); a lambda for the Q, dO, gQ
 // loads reordered that of the dense variant kernels, so they are three calls.
 //
+// HeadDimV: v's, gV's, dO's, V̄'s and dŌ's head dim when it is below q's (MLA, docs/kernels/mla.md),
+// a multiple of 8, as backward_fa2.cuh's: those tiles are loaded with HeadDimV columns (zero-filled
+// to 16), dP and Z reduce over HeadDimV rounded up to 16, and dŌ and V̄ are accumulated and stored
+// over HeadDimV columns (with two column splits, the second owns none of them when HeadDimV <= 128).
+//
 // Operand layouts are those of backward_fa2.cuh (mma_abt: A·Bᵀ from two row-major tiles;
 // mma_xb: register C fragments times a [k][n] tile).
 #pragma once
@@ -97,7 +102,7 @@ enum class DoubleBackwardRowPass { both, stats, apply };
 // keeps no row accumulators and is never split.
 template <class T, int D, int BM, int BN, int Warps, bool Causal,
           DoubleBackwardRowPass Pass = DoubleBackwardRowPass::both, int HeadDim = D, int Splits = 1,
-          class Variant = NoVariant>
+          class Variant = NoVariant, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionBackwardParams& p,
                                                                 const VariantArgs* va = nullptr,
                                                                 int block = blockIdx.x) {
@@ -105,7 +110,9 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
                 "the FA2 double backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
+  constexpr int kDCV = (HeadDimV + 15) / 16 * 16;  // v's columns the mma cover
   // The stats pass keeps no Q̄/dŌ rows: never split.
   static_assert(Splits == 1 ? kDC <= 128 || Pass == DoubleBackwardRowPass::stats : Splits == 2 && kDC > 128,
                 "two column splits above 128");
@@ -175,20 +182,22 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   const unsigned smem_gq = smem_q + 2 * kQBytes;
   // Stage s: [K][V][gK][gV].
   auto smem_kv = [&](int stage, int which) { return smem_q + 3 * kQBytes + (stage * 4 + which) * kKVBytes; };
-  auto load_one = [&](const AttentionTensorArg& a, unsigned dst, int tile) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(
-        dst, bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, kv_head, seq.k0), a.stride_n, tile * BN, n_k, tid);
+  // `v_cols`: a tile of v's head dim (V, gV).
+  auto load_one = [&](const AttentionTensorArg& a, unsigned dst, int tile, bool v_cols) {
+    const T* rows = bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, kv_head, seq.k0);
+    if (v_cols) fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDimV>(dst, rows, a.stride_n, tile * BN, n_k, tid);
+    else fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(dst, rows, a.stride_n, tile * BN, n_k, tid);
   };
   auto load_kv = [&](int tile, int stage) {
-    load_one(p.k, smem_kv(stage, 0), tile);
-    load_one(p.v, smem_kv(stage, 1), tile);
-    if (has_gk) load_one(p.gk, smem_kv(stage, 2), tile);
-    if (has_gv) load_one(p.gv, smem_kv(stage, 3), tile);
+    load_one(p.k, smem_kv(stage, 0), tile, false);
+    load_one(p.v, smem_kv(stage, 1), tile, true);
+    if (has_gk) load_one(p.gk, smem_kv(stage, 2), tile, false);
+    if (has_gv) load_one(p.gv, smem_kv(stage, 3), tile, true);
   };
 
   fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
       smem_q, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.q, batch, head, seq.q0), p.q.stride_n, m0, n_q, tid);
-  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
+  fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDimV>(
       smem_do, bwd_detail::rows_ptr<const T, Variant::kPacked>(p.d_o, batch, head, seq.q0), p.d_o.stride_n, m0, n_q, tid);
   if (has_gq)
     fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
@@ -215,6 +224,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   // col0 is 0 or 128 (whole swizzle groups): a plain move of the V-pattern address.
   const unsigned v_lane_split = Splits == 1 ? v_lane : SwzD::advance(v_lane, 16 * (col0 / 128));
   const int dd_end = (imin(kDC, col0 + kSplitCols) - col0) / 16;
+  // dŌ's pairs: fewer when v's head dim is below q's.
+  const int dd_end_v = HeadDimV == HeadDim ? dd_end : imax(imin(col0 + kSplitCols, kDCV) - col0, 0) / 16;
 
   // Forms P (masked), dP, unscaled G and Z of K/V tile `tile` (already in `stage`); with a
   // variant s keeps the raw scores, which the passes turn into P element by element
@@ -226,10 +237,10 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
     bwd_detail::zero(gg);
     bwd_detail::zero(z);
     bwd_detail::mma_abt<T, 1, kNT, D, kDC>(s, smem_q + a_lane, smem_kv(stage, 0) + b_lane);
-    bwd_detail::mma_abt<T, 1, kNT, D, kDC>(dp, smem_do + a_lane, smem_kv(stage, 1) + b_lane);
+    bwd_detail::mma_abt<T, 1, kNT, D, kDCV>(dp, smem_do + a_lane, smem_kv(stage, 1) + b_lane);
     if (has_gq) bwd_detail::mma_abt<T, 1, kNT, D, kDC>(gg, smem_gq + a_lane, smem_kv(stage, 0) + b_lane);
     if (has_gk) bwd_detail::mma_abt<T, 1, kNT, D, kDC>(gg, smem_q + a_lane, smem_kv(stage, 2) + b_lane);
-    if (has_gv) bwd_detail::mma_abt<T, 1, kNT, D, kDC>(z, smem_do + a_lane, smem_kv(stage, 3) + b_lane);
+    if (has_gv) bwd_detail::mma_abt<T, 1, kNT, D, kDCV>(z, smem_do + a_lane, smem_kv(stage, 3) + b_lane);
     const int n0 = tile * BN;
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
 #pragma unroll
@@ -334,8 +345,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
             }
         if (has_gk) bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(qbar, dp, smem_kv(stage, 2) + v_lane_split, dd_end);
         bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(qbar, z, smem_kv(stage, 0) + v_lane_split, dd_end);
-        if (has_gv) bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(dobar, s, smem_kv(stage, 3) + v_lane_split, dd_end);
-        bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(dobar, gg, smem_kv(stage, 1) + v_lane_split, dd_end);
+        if (has_gv) bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(dobar, s, smem_kv(stage, 3) + v_lane_split, dd_end_v);
+        bwd_detail::mma_xb<T, 1, kNT, D, kSplitCols>(dobar, gg, smem_kv(stage, 1) + v_lane_split, dd_end_v);
       }
     }
   }
@@ -346,16 +357,18 @@ __device__ __forceinline__ void attention_double_backward_fa2_q(const AttentionB
   }
   constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
   const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
+  constexpr int kStoreColsV = Splits == 1 ? HeadDimV : kSplitCols;
+  const int cols_v = HeadDimV == HeadDim ? cols : Splits == 1 ? kStoreColsV : imax(imin(HeadDimV - col0, kSplitCols), 0);
   bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
       bwd_detail::rows_ptr<T, Variant::kPacked>(p.q_bar, batch, head, seq.q0) + col0, p.q_bar.stride_n, m0 + row_local0,
       n_q, qbar, scale, cols);
-  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreColsV>(
       bwd_detail::rows_ptr<T, Variant::kPacked>(p.do_bar, batch, head, seq.q0) + col0, p.do_bar.stride_n,
-      m0 + row_local0, n_q, dobar, 1.f, cols);
+      m0 + row_local0, n_q, dobar, 1.f, cols_v);
 }
 
 template <class T, int D, int BM, int BN, int Warps, bool Causal, int HeadDim = D, int Splits = 1,
-          class Variant = NoVariant>
+          class Variant = NoVariant, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_double_backward_fa2_kv(const AttentionBackwardParams& p,
                                                                  const VariantArgs* va = nullptr,
                                                                  int block = blockIdx.x) {
@@ -363,7 +376,9 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
                 "the FA2 double backward takes half_t or bfloat16_t");
   static_assert(D % 32 == 0 && D >= 32 && D <= 256, "D must be a multiple of 32 up to 256");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 32 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   constexpr int kDC = (HeadDim + 15) / 16 * 16;  // head-dim columns the mma cover
+  constexpr int kDCV = (HeadDimV + 15) / 16 * 16;  // v's columns the mma cover
   static_assert(Splits == 1 ? kDC <= 128 : Splits == 2 && kDC > 128, "two column splits above 128");
   constexpr int kSplitCols = Splits == 1 ? kDC : 128;  // Q̄/dŌ (K̄/V̄) columns of one block
   constexpr int kThreads = Warps * 32;
@@ -418,24 +433,27 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   auto smem_qt = [&](int stage, int which) { return smem_base + 4 * kKVBytes + (stage * 3 + which) * kQBytes; };
   auto stats = [&](int stage) { return reinterpret_cast<float*>(smem + kStatsOffset) + stage * 4 * BM; };
 
-  auto load_key_tile = [&](const AttentionTensorArg& a, unsigned dst) {
-    fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(
-        dst, bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, kv_head, seq.k0), a.stride_n, n0, n_k, tid);
+  // `v_cols`: a tile of v's head dim (V, gV; dO below).
+  auto load_key_tile = [&](const AttentionTensorArg& a, unsigned dst, bool v_cols) {
+    const T* rows = bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, kv_head, seq.k0);
+    if (v_cols) fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDimV>(dst, rows, a.stride_n, n0, n_k, tid);
+    else fa2_detail::load_tile_async<T, BN, D, kThreads, SwzD, HeadDim>(dst, rows, a.stride_n, n0, n_k, tid);
   };
-  load_key_tile(p.k, smem_kv(0));
-  load_key_tile(p.v, smem_kv(1));
-  if (has_gk) load_key_tile(p.gk, smem_kv(2));
-  if (has_gv) load_key_tile(p.gv, smem_kv(3));
+  load_key_tile(p.k, smem_kv(0), false);
+  load_key_tile(p.v, smem_kv(1), true);
+  if (has_gk) load_key_tile(p.gk, smem_kv(2), false);
+  if (has_gv) load_key_tile(p.gv, smem_kv(3), true);
   auto load_query_tile = [&](int it, int stage) {
     const int head = kv_head * group + it / tiles_per_head;
     const int m0 = (tile_begin + it % tiles_per_head) * BM;
-    auto load_one = [&](const AttentionTensorArg& a, unsigned dst) {
-      fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(
-          dst, bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, head, seq.q0), a.stride_n, m0, n_q, tid);
+    auto load_one = [&](const AttentionTensorArg& a, unsigned dst, bool v_cols) {
+      const T* rows = bwd_detail::rows_ptr<const T, Variant::kPacked>(a, batch, head, seq.q0);
+      if (v_cols) fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDimV>(dst, rows, a.stride_n, m0, n_q, tid);
+      else fa2_detail::load_tile_async<T, BM, D, kThreads, SwzD, HeadDim>(dst, rows, a.stride_n, m0, n_q, tid);
     };
-    load_one(p.q, smem_qt(stage, 0));
-    load_one(p.d_o, smem_qt(stage, 1));
-    if (has_gq) load_one(p.gq, smem_qt(stage, 2));
+    load_one(p.q, smem_qt(stage, 0), false);
+    load_one(p.d_o, smem_qt(stage, 1), true);
+    if (has_gq) load_one(p.gq, smem_qt(stage, 2), false);
     float* st = stats(stage);
     for (int i = tid; i < BM; i += kThreads) {
       const int row = m0 + i;
@@ -457,6 +475,8 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
   const unsigned v_lane = SwzD::offset(lane % 8 + 8 * ((lane / 8) % 2), lane / 16);
   const unsigned v_lane_split = Splits == 1 ? v_lane : SwzD::advance(v_lane, 16 * (col0 / 128));
   const int dd_end = (imin(kDC, col0 + kSplitCols) - col0) / 16;
+  // V̄'s pairs: fewer when v's head dim is below q's.
+  const int dd_end_v = HeadDimV == HeadDim ? dd_end : imax(imin(col0 + kSplitCols, kDCV) - col0, 0) / 16;
 
   float kbar[1][kDT][4], vbar[1][kDT][4];
   bwd_detail::zero(kbar);
@@ -477,10 +497,10 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
     bwd_detail::zero(gg);
     bwd_detail::zero(z);
     bwd_detail::mma_abt<T, 1, kQT, D, kDC>(s, smem_kv(0) + a_lane, smem_qt(stage, 0) + b_lane);
-    bwd_detail::mma_abt<T, 1, kQT, D, kDC>(dp, smem_kv(1) + a_lane, smem_qt(stage, 1) + b_lane);
+    bwd_detail::mma_abt<T, 1, kQT, D, kDCV>(dp, smem_kv(1) + a_lane, smem_qt(stage, 1) + b_lane);
     if (has_gq) bwd_detail::mma_abt<T, 1, kQT, D, kDC>(gg, smem_kv(0) + a_lane, smem_qt(stage, 2) + b_lane);
     if (has_gk) bwd_detail::mma_abt<T, 1, kQT, D, kDC>(gg, smem_kv(2) + a_lane, smem_qt(stage, 0) + b_lane);
-    if (has_gv) bwd_detail::mma_abt<T, 1, kQT, D, kDC>(z, smem_kv(3) + a_lane, smem_qt(stage, 1) + b_lane);
+    if (has_gv) bwd_detail::mma_abt<T, 1, kQT, D, kDCV>(z, smem_kv(3) + a_lane, smem_qt(stage, 1) + b_lane);
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
 #pragma unroll
     for (int nt = 0; nt < kQT; ++nt)
@@ -513,18 +533,20 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
     // K̄ += dSᵀ·gQ + S̄ᵀ·Q (× s at the end); V̄ += Hᵀ·dO.
     if (has_gq) bwd_detail::mma_xb<T, 1, kQT, D, kSplitCols>(kbar, dp, smem_qt(stage, 2) + v_lane_split, dd_end);
     bwd_detail::mma_xb<T, 1, kQT, D, kSplitCols>(kbar, z, smem_qt(stage, 0) + v_lane_split, dd_end);
-    bwd_detail::mma_xb<T, 1, kQT, D, kSplitCols>(vbar, gg, smem_qt(stage, 1) + v_lane_split, dd_end);
+    bwd_detail::mma_xb<T, 1, kQT, D, kSplitCols>(vbar, gg, smem_qt(stage, 1) + v_lane_split, dd_end_v);
   }
   cp_async_wait<0>();
   const int key_row0 = n0 + key_local0;
   constexpr int kStoreCols = Splits == 1 ? HeadDim : kSplitCols;
   const int cols = Splits == 1 ? kStoreCols : imin(HeadDim - col0, kSplitCols);
+  constexpr int kStoreColsV = Splits == 1 ? HeadDimV : kSplitCols;
+  const int cols_v = HeadDimV == HeadDim ? cols : Splits == 1 ? kStoreColsV : imax(imin(HeadDimV - col0, kSplitCols), 0);
   bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
       bwd_detail::rows_ptr<T, Variant::kPacked>(p.k_bar, batch, kv_head, seq.k0) + col0, p.k_bar.stride_n, key_row0,
       n_k, kbar, scale, cols);
-  bwd_detail::store_rows<T, 1, kSplitCols, kStoreCols>(
+  bwd_detail::store_rows<T, 1, kSplitCols, kStoreColsV>(
       bwd_detail::rows_ptr<T, Variant::kPacked>(p.v_bar, batch, kv_head, seq.k0) + col0, p.v_bar.stride_n, key_row0,
-      n_k, vbar, 1.f, cols);
+      n_k, vbar, 1.f, cols_v);
 }
 
 // The second stage of the split double backward: query tiles [0, ceil(n_q / BM)) run the apply
@@ -535,16 +557,16 @@ __device__ __forceinline__ void attention_double_backward_fa2_kv(const Attention
 // With Splits = 2 each part has twice the blocks (two column splits of every tile). Packed
 // batches: the grid's two halves (dbl_detail::fused_query_blocks).
 template <class T, int D, int BM, int BN, int KvBM, int Warps, bool Causal, int HeadDim = D, int Splits = 1,
-          class Variant = NoVariant>
+          class Variant = NoVariant, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_double_backward_fa2_fused(const AttentionBackwardParams& p,
                                                                     const VariantArgs* va = nullptr) {
   const int q_blocks = dbl_detail::fused_query_blocks<Variant>(p.n_q, BM, Splits);
   if (static_cast<int>(blockIdx.x) < q_blocks) {
     attention_double_backward_fa2_q<T, D, BM, BN, Warps, Causal, DoubleBackwardRowPass::apply, HeadDim, Splits,
-                                    Variant>(p, va, blockIdx.x);
+                                    Variant, HeadDimV>(p, va, blockIdx.x);
   } else if (static_cast<int>(blockIdx.y) < p.heads_kv) {
-    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal, HeadDim, Splits, Variant>(p, va,
-                                                                                              blockIdx.x - q_blocks);
+    attention_double_backward_fa2_kv<T, D, KvBM, BM, Warps, Causal, HeadDim, Splits, Variant, HeadDimV>(
+        p, va, blockIdx.x - q_blocks);
   }
 }
 

@@ -7,6 +7,9 @@
 // tensor rows and workspace rows start at the sequence's first row; the loops add that row under
 // `if constexpr`, so that the dense kernels' loops stay as they were (the replay table).
 //
+// HeadDimV: v's, gV's, dO's, V̄'s and dŌ's head dim when it is below q's (MLA, docs/kernels/mla.md);
+// 0: p.head_dim. Those rows are loaded with their columns (the rest zero) and stored with them.
+//
 // attention_double_backward_simt_q: one warp per query row: pass 1 over its keys forms r and c
 //   (written to the workspace), pass 2 accumulates Q̄ and dŌ.
 // attention_double_backward_simt_kv: one warp per key: K̄, V̄ over the query rows of every head
@@ -32,7 +35,7 @@ __device__ __forceinline__ void load_optional_row(float (&x)[Cols], const Attent
 
 }  // namespace bwd_detail
 
-template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant, int HeadDimV = 0>
 __device__ __forceinline__ void attention_double_backward_simt_q(const AttentionBackwardParams& p,
                                                                  const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
@@ -50,6 +53,7 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
   if (row >= n_q()) return;
   const int kv_head = head / p.head_group;
   const int d = p.head_dim;
+  const int dv = HeadDimV > 0 ? HeadDimV : d;  // v's and dO's columns
   const int limit = Causal ? imin(n_k(), row + n_k() - n_q() + 1) : n_k();
   const int slot = Variant::kPacked ? 0 : batch;
   int q_row = row;  // the row in the tensors
@@ -61,7 +65,7 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
 
   float q[kCols], d_o[kCols], gq[kCols];
   bwd_detail::load_optional_row<T>(q, p.q, batch, head, q_row, d, lane);
-  bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, q_row, d, lane);
+  bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, q_row, dv, lane);
   bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, q_row, d, lane);
 
   VariantAt at{};
@@ -73,9 +77,9 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
     int key_row = j;  // the key's row in the tensors
     if constexpr (Variant::kPacked) key_row += seq.k0;
     bwd_detail::load_optional_row<T>(k, p.k, batch, kv_head, key_row, d, lane);
-    bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, key_row, d, lane);
+    bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, key_row, dv, lane);
     bwd_detail::load_optional_row<T>(gk, p.gk, batch, kv_head, key_row, d, lane);
-    bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, key_row, d, lane);
+    bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, key_row, dv, lane);
     if constexpr (kVariantScores<Variant>)
       s = variant_double<Variant, Causal>(*va, at, bwd_detail::dot(q, k), lse2, row, j, true, p.scale_log2, f1, f2);
     else
@@ -116,10 +120,10 @@ __device__ __forceinline__ void attention_double_backward_simt_q(const Attention
     bwd_detail::axpy(dobar, g, v);
   }
   bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.q_bar, batch, head) + q_row * p.q_bar.stride_n, qbar, scale, d, lane);
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.do_bar, batch, head) + q_row * p.do_bar.stride_n, dobar, 1.f, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.do_bar, batch, head) + q_row * p.do_bar.stride_n, dobar, 1.f, dv, lane);
 }
 
-template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant>
+template <class T, int DMax, int Warps, bool Causal, class Variant = NoVariant, int HeadDimV = 0>
 __device__ __forceinline__ void attention_double_backward_simt_kv(const AttentionBackwardParams& p,
                                                                   const VariantArgs* va = nullptr) {
   static_assert(DMax % 32 == 0 && DMax > 0, "DMax must be a multiple of 32");
@@ -135,6 +139,7 @@ __device__ __forceinline__ void attention_double_backward_simt_kv(const Attentio
   auto n_k = [&] { return sequence.n_k(); };
   if (key >= n_k()) return;
   const int d = p.head_dim;
+  const int dv = HeadDimV > 0 ? HeadDimV : d;  // v's and dO's columns
   const int begin = Causal ? imax(0, key - (n_k() - n_q())) : 0;
   const float scale = p.scale;
   const int slot = Variant::kPacked ? 0 : batch;
@@ -143,9 +148,9 @@ __device__ __forceinline__ void attention_double_backward_simt_kv(const Attentio
 
   float k[kCols], v[kCols], gk[kCols], gv[kCols], kbar[kCols], vbar[kCols];
   bwd_detail::load_optional_row<T>(k, p.k, batch, kv_head, k_row, d, lane);
-  bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, k_row, d, lane);
+  bwd_detail::load_optional_row<T>(v, p.v, batch, kv_head, k_row, dv, lane);
   bwd_detail::load_optional_row<T>(gk, p.gk, batch, kv_head, k_row, d, lane);
-  bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, k_row, d, lane);
+  bwd_detail::load_optional_row<T>(gv, p.gv, batch, kv_head, k_row, dv, lane);
 #pragma unroll
   for (int ci = 0; ci < kCols; ++ci) kbar[ci] = vbar[ci] = 0.f;
   for (int hg = 0; hg < p.head_group; ++hg) {
@@ -156,7 +161,7 @@ __device__ __forceinline__ void attention_double_backward_simt_kv(const Attentio
       const long long idx = bwd_detail::stat_row(p, slot, head, query_row);
       float q[kCols], d_o[kCols], gq[kCols];
       bwd_detail::load_optional_row<T>(q, p.q, batch, head, query_row, d, lane);
-      bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, query_row, d, lane);
+      bwd_detail::load_optional_row<T>(d_o, p.d_o, batch, head, query_row, dv, lane);
       bwd_detail::load_optional_row<T>(gq, p.gq, batch, head, query_row, d, lane);
       float s, f1 = 1.f, f2 = 0.f;
       if constexpr (kVariantScores<Variant>) {
@@ -179,7 +184,7 @@ __device__ __forceinline__ void attention_double_backward_simt_kv(const Attentio
     }
   }
   bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.k_bar, batch, kv_head) + k_row * p.k_bar.stride_n, kbar, scale, d, lane);
-  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head) + k_row * p.v_bar.stride_n, vbar, 1.f, d, lane);
+  bwd_detail::store_row<T>(bwd_detail::head_ptr<T>(p.v_bar, batch, kv_head) + k_row * p.v_bar.stride_n, vbar, 1.f, dv, lane);
 }
 
 }  // namespace kgen

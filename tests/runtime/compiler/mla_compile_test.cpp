@@ -1,7 +1,7 @@
 // Deviceless NVRTC compiles of the kernels that serve a v head dim below q's (MLA,
 // docs/kernels/mla.md) at pairs outside the replay table's (kAttentionWarmHeadDimPairs, whose
-// defaults the replay table builds): the defaults' forward and backward kernels, both modes,
-// for sm_80 and sm_90a, without spills or stack.
+// defaults the replay table builds): the defaults' forward, backward (both modes) and double
+// backward kernels for sm_80 and sm_90a, without spills or stack.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -29,6 +29,9 @@ TEST(CompileMla, DefaultKernelsOfOtherPairsCompileWithoutSpills) {
       for (bool deterministic : {false, true})
         for (BackwardKernel k : attention_backward_kernels(c, deterministic))
           if (k != BackwardKernel::dq_convert) sources.push_back(render_attention_backward(b, c, k));
+      const AttentionBackwardConfig g = attention_double_backward_default_config(b, shape, target, 132);
+      for (DoubleBackwardKernel k : attention_double_backward_kernels(g))
+        if (k != DoubleBackwardKernel::preprocess) sources.push_back(render_attention_double_backward(b, g, k));
       for (const KernelSource& src : sources) {
         SCOPED_TRACE(std::string(arch) + " " + src.variant);
         const auto built = builder.build(src, target);

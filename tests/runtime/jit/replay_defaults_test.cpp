@@ -199,8 +199,8 @@ TEST(ReplayDefaults, DoubleBackwardDefaultsAreWarmedAndSpillFree) {
 namespace kgen {
 namespace {
 
-// v head dims below q's (kAttentionWarmHeadDimPairs): every forward and backward default of
-// each shape class is a row without spills or stack (fp16 and bf16 on fa2, fp32 on simt).
+// v head dims below q's (kAttentionWarmHeadDimPairs): every forward, backward and double-backward
+// default of each shape class is a row without spills or stack (fp16 and bf16 on fa2, fp32 on simt).
 TEST(ReplayDefaults, MlaPairDefaultsAreWarmedWithoutLocalMemory) {
   std::vector<AttentionShape> shapes = attention_backward_default_shapes();
   shapes.push_back({1, 8, 8, 4, 4096});
@@ -221,6 +221,9 @@ TEST(ReplayDefaults, MlaPairDefaultsAreWarmedWithoutLocalMemory) {
             for (bool deterministic : {false, true})
               for (BackwardKernel k : attention_backward_kernels(c, deterministic))
                 sources.push_back(render_attention_backward(b, c, k));
+            const AttentionBackwardConfig g = attention_double_backward_default_config(b, shape, target, 132);
+            for (DoubleBackwardKernel k : attention_double_backward_kernels(g))
+              sources.push_back(render_attention_double_backward(b, g, k));
             for (const KernelSource& s : sources)
               if (const ReplayRow* row = row_of(arch, s.variant)) {
                 EXPECT_EQ(row->spill_bytes, 0) << s.variant << " for " << arch;
@@ -229,7 +232,7 @@ TEST(ReplayDefaults, MlaPairDefaultsAreWarmedWithoutLocalMemory) {
               }
           }
   }
-  EXPECT_GT(checked, 200);
+  EXPECT_GT(checked, 300);
 }
 
 }  // namespace

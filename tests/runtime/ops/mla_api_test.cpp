@@ -39,8 +39,9 @@ struct Mla {
   void backward(const AttentionBackwardOptions& options = {}) {
     attention_backward(q, k, v, o, lse, d_o, dq, dk, dv, options, nullptr);
   }
-  void double_backward() {
-    attention_double_backward(q, k, v, o, lse, d_o, &dq, nullptr, nullptr, dq, dk, dv, d_o, {}, nullptr);
+  // gq = dq's buffer; q_bar, k_bar, v_bar, do_bar shaped like q, k, v and d_o.
+  void double_backward(const AttentionBackwardOptions& options = {}) {
+    attention_double_backward(q, k, v, o, lse, d_o, &dq, nullptr, &dv, dq, dk, dv, d_o, options, nullptr);
   }
 };
 
@@ -72,6 +73,8 @@ void expect_valid(const std::function<void()>& call) {
 TEST(AttentionMlaApi, TheForwardAndBackwardAcceptAVHeadDimBelowQs) {
   expect_valid([] { Mla().forward(); });
   expect_valid([] { Mla().backward(); });
+  expect_valid([] { Mla().double_backward(); });
+  expect_valid([] { Mla(100, 36).double_backward(); });
   expect_valid([] { Mla(64, 32).forward(); });
   expect_valid([] { Mla(100, 36).backward(); });
   AttentionOptions causal;
@@ -105,10 +108,29 @@ TEST(AttentionMlaApi, ShapesThatDoNotFitAreRefusedNamingTheArgument) {
     m.dv = m.dk;
     m.backward();
   }, "dv: shape", "differs from v");
+  // The double backward: gv and v_bar like v, do_bar like d_o.
+  expect_invalid([] {
+    Mla m;
+    attention_double_backward(m.q, m.k, m.v, m.o, m.lse, m.d_o, nullptr, nullptr, &m.dk, m.dq, m.dk, m.dv, m.d_o, {},
+                              nullptr);
+  }, "gv: shape", "differs from v");
+  expect_invalid([] {
+    Mla m;
+    attention_double_backward(m.q, m.k, m.v, m.o, m.lse, m.d_o, nullptr, nullptr, nullptr, m.dq, m.dk, m.dk, m.d_o, {},
+                              nullptr);
+  }, "v_bar: shape", "differs from v");
+  expect_invalid([] {
+    Mla m;
+    attention_double_backward(m.q, m.k, m.v, m.o, m.lse, m.d_o, nullptr, nullptr, nullptr, m.dq, m.dk, m.dv, m.dq, {},
+                              nullptr);
+  }, "do_bar: shape", "differs from d_o");
 }
 
 TEST(AttentionMlaApi, WhatIsNotServedIsRefusedNamingV) {
-  expect_invalid([] { Mla().double_backward(); }, "v: head dim 128 differs from q's 192", "double backward");
+  AttentionBackwardOptions dbl_softcap;
+  dbl_softcap.variant.softcap = 30;
+  expect_invalid([&] { Mla().double_backward(dbl_softcap); }, "v: head dim 128 differs from q's 192",
+                 "serves that for plain and causal");
   AttentionOptions window;
   window.variant.window_left = 16;
   expect_invalid([&] { Mla().forward(window); }, "v: head dim 128 differs from q's 192", "plain and causal");
