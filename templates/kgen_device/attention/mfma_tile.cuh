@@ -148,10 +148,7 @@ struct TileStage {
 #pragma unroll
       for (int j = 0; j < kRowsPerChunk; ++j) {
         // Opaque to the compiler (opaque_u32), as min_u32_opaque's result in load().
-        unsigned off = o.at[it][j];
-#if !defined(__gfx90a__)  // hiprtc 5.2 (gfx90a) keeps the scalar-base form without it, and spills with it
-        off = opaque_u32(off);
-#endif
+        const unsigned off = opaque_u32(o.at[it][j]);
         w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
       }
     }
