@@ -11,13 +11,10 @@ namespace {
 
 // VGPRs a lane may use (architectural ones; gfx90a and later have as many accumulation
 // registers again, which the estimate leaves as slack). Every config within it compiles without
-// scratch for gfx90a, gfx942 and gfx950 (clang 22; gfx90a also with its fallback, ROCm 5.2's
-// hiprtc): tests/runtime/compiler/amd_compile_test.cpp and the AMD replay table.
+// scratch for gfx90a, gfx942 and gfx950 (clang 22): tests/runtime/compiler/amd_compile_test.cpp
+// and the AMD replay table. gfx90a's fallback compiler, ROCm 5.2's hiprtc, builds the key-major
+// backward at d = 128 without scratch too, in 422-434 registers (166-178 of them AGPRs).
 constexpr int kVgprBudget = 256;
-// The key-major backward on gfx90a: at d = 128 ROCm 5.2's hiprtc (LLVM 15, gfx90a's fallback
-// compiler) used every register for its fp16 kernel and spilled 80-96 B per lane, so there it
-// splits the dK, dV and dQ columns over two blocks (config suffix ":c2"), each keeping 64 of them.
-constexpr int kGfx90aKvVgprBudget = 192;
 
 std::string number(int x) { return std::to_string(x); }
 
@@ -98,8 +95,7 @@ std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpe
   if (c.keys != 64 && c.keys != 128) return field_refusal("mfma", "bn", "64 or 128 (2 or 4 waves)", c.keys);
   if (c.column_splits != 1 && c.column_splits != 2) return std::string("mfma column splits must be 1 or 2");
   if (c.column_splits == 2 && spec.head_dim != 128) return std::string("mfma column splits (c2) serve head_dim=128 only");
-  const int budget = target.processor() == "gfx90a" ? kGfx90aKvVgprBudget : kVgprBudget;
-  if (attention_mfma::kv_vgpr_estimate(spec.head_dim / c.column_splits) > budget)
+  if (attention_mfma::kv_vgpr_estimate(spec.head_dim / c.column_splits) > kVgprBudget)
     return "mfma backward head_dim=" + number(spec.head_dim) + " exceeds the VGPR budget on " + target.arch +
            " (its dK/dV columns split over two blocks, \":c2\", fit)";
   const int lds = std::max(attention_mfma::kv_lds_bytes(spec.head_dim, c.query_rows, c.keys, true),
@@ -110,7 +106,7 @@ std::optional<std::string> check_mfma_backward_config(const AttentionBackwardSpe
 std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionBackwardSpec& spec, const Target& target) {
   std::vector<AttentionBackwardConfig> out;
   if (!mfma_serves(spec.dtype, spec.head_dim, target)) return out;
-  // Column splits only where one block's accumulators do not fit (gfx90a, d = 128).
+  // Column splits only where one block's accumulators do not fit the VGPR estimate.
   for (int bn : {64, 128})
     for (int bm : {32, 64}) {
       BackwardMfmaConfig c{.query_rows = bm, .keys = bn, .waves = bn / attention_mfma::kWaveRows};
@@ -123,7 +119,6 @@ std::vector<AttentionBackwardConfig> mfma_backward_config_space(const AttentionB
 std::optional<BackwardMfmaConfig> mfma_backward_default_config(const AttentionBackwardSpec& spec, const Target& target) {
   // 2 waves of 32 keys against 32-row query tiles: fits the 64 KiB of gfx90a/gfx942 with the
   // atomic-dQ tiles at d = 128. Unmeasured.
-  // gfx90a at d = 128: two column splits (its registers).
   BackwardMfmaConfig c{.query_rows = 32, .keys = 64, .waves = 2};
   if (check_mfma_backward_config(spec, c, target)) c.column_splits = 2;
   if (check_mfma_backward_config(spec, c, target)) return std::nullopt;

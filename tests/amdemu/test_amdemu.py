@@ -70,9 +70,9 @@ B = kd.BackwardCase
 ISSUE_CASES = [B("gfx942", "fp16", 128, False, None, n_q=192, n_k=192),
                B("gfx942", "fp16", 128, True, None, n_q=64, n_k=64),
                B("gfx942", "fp16", 128, True, "mfma:bm32:bn64:w2:c2", deterministic=True, n_q=64, n_k=64)]
-# gfx90a's d = 128 kernels split the dK/dV (and dQ) columns over two blocks (:c2, its registers).
-GFX90A_C2_CASES = [B("gfx90a", "fp16", 128, False, None, n_q=80, n_k=80),
-                   B("gfx90a", "bf16", 128, True, None, deterministic=True, n_q=64, n_k=64)]
+# gfx90a's d = 128 defaults (one block per key block, as on gfx942), also under the hazard probes.
+GFX90A_D128_CASES = [B("gfx90a", "fp16", 128, False, None, n_q=80, n_k=80),
+                     B("gfx90a", "bf16", 128, True, None, deterministic=True, n_q=64, n_k=64)]
 # (case, in the default subset). The MFMA backward: kgen's default (mfma:bm32:bn64:w2,
 # generator/attention_mfma.cpp) in both modes (atomic: preprocess, kv_atomic, dq_convert;
 # deterministic: preprocess, kv, dq), the rest of gfx942's config space, the shapes of issue 50.
@@ -101,9 +101,9 @@ BACKWARD_CASES = [
     (B("gfx942", "fp16", 128, False, "mfma:bm32:bn64:w2:c2", n_q=50, n_k=70), False),
     # The simt backward (preprocess, simt_dkdv, simt_dq): fp32's default, and bf16 by config.
     (B("gfx942", "fp32", 64, True, None, n_q=45, n_k=37), False),
-    # gfx90a: its MFMA defaults (d = 128: two column splits, ":c2"; the atomic dQ a CAS loop,
-    # global_atomic_cmpswap), the rest of its config space (LDS: 64 KiB), simt.
-    *((c, False) for c in GFX90A_C2_CASES),
+    # gfx90a: its MFMA defaults (the atomic dQ a CAS loop, global_atomic_cmpswap), the rest of
+    # its config space (LDS: 64 KiB), two column splits by config, simt.
+    *((c, False) for c in GFX90A_D128_CASES),
     (B("gfx90a", "fp16", 128, True, None, n_q=45, n_k=37), True),
     (B("gfx90a", "bf16", 64, True, None, n_q=45, n_k=37), False),
     (B("gfx90a", "bf16", 64, False, None, batch=2, heads_q=4, heads_kv=2, n_q=70, n_k=100), False),
@@ -122,6 +122,7 @@ BACKWARD_CASES = [
     (B("gfx90a", "bf16", 64, True, "mfma:bm64:bn64:w2", deterministic=True, n_q=70, n_k=40), False),
     (B("gfx90a", "bf16", 64, True, "mfma:bm32:bn128:w4", deterministic=True, heads_q=4, heads_kv=2, n_q=100, n_k=70), False),
     (B("gfx90a", "fp16", 64, False, "mfma:bm32:bn128:w4", batch=2, n_q=50, n_k=70), False),
+    (B("gfx90a", "bf16", 128, True, "mfma:bm32:bn64:w2:c2", n_q=70, n_k=50), False),
     (B("gfx90a", "fp32", 64, True, None, heads_q=4, heads_kv=2, n_q=45, n_k=37), False),
     (B("gfx90a", "bf16", 64, False, "simt:w4:dmax64", n_q=30, n_k=41), False),
     # gfx950: simt only
@@ -253,7 +254,7 @@ def test_double_backward_reference_is_the_gradient():
 # Issue 50's gfx942 cases again with the emulator's hazard probes (waves in reverse order between
 # barriers, VGPRs/AGPRs/LDS NaN before their first write): a missing barrier or a read before a
 # write would change the bits.
-HAZARD_CASES = ISSUE_CASES + [BACKWARD_CASES[2][0]] + GFX90A_C2_CASES  # and rows that see no key, GQA
+HAZARD_CASES = ISSUE_CASES + [BACKWARD_CASES[2][0]] + GFX90A_D128_CASES  # and rows that see no key, GQA
 
 
 @pytest.mark.parametrize("case", HAZARD_CASES if ALL else [], ids=lambda c: c.name)

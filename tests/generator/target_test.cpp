@@ -57,9 +57,8 @@ TEST(Target, AmdConfigSpacesAndDefaultsAreMfmaForFp16Bf16D64D128ElseSimt) {
     for (DType t : {DType::f16, DType::bf16, DType::f32})
       for (int d : {32, 64, 80, 128, 256}) {
         const bool mfma = t != DType::f32 && (d == 64 || d == 128);
-        const bool mfma_bwd = mfma;  // gfx90a at d = 128 with two column splits
         const auto fwd_path = mfma ? ForwardPath::mfma : ForwardPath::simt;
-        const auto bwd_path = mfma_bwd ? BackwardPath::mfma : BackwardPath::simt;
+        const auto bwd_path = mfma ? BackwardPath::mfma : BackwardPath::simt;
         const AttentionForwardSpec fwd{t, d, true};
         const auto fwd_space = attention_forward_config_space(fwd, target);
         ASSERT_FALSE(fwd_space.empty()) << target.arch;

@@ -157,10 +157,16 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   const int n_whole = imin(n_full, w.n_end - 2 * BN + 1);
   // The next tile's loads take 32-bit offsets from one scalar base per tile where the strides
   // allow (every offset inside a tile below 2^32 bytes), 64-bit addresses per row otherwise.
-  auto run = [&](const auto& offsets) {
+  auto run = [&](auto offsets) {
     int n0 = 0;
     if (w.active)  // wave-uniform
-      for (; n0 < n_whole; n0 += BN) tile(n0, mfma_detail::Flag<true>{}, offsets);
+      for (; n0 < n_whole; n0 += BN) {
+        if constexpr (decltype(offsets.narrow)::value) {
+          offsets.k.make_opaque();
+          offsets.v.make_opaque();
+        }
+        tile(n0, mfma_detail::Flag<true>{}, offsets);
+      }
     for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<false>{}, offsets);
   };
   if constexpr (decltype(k_next)::kNarrow && decltype(v_next)::kNarrow) {

@@ -42,6 +42,16 @@ __device__ __forceinline__ void load_tile(unsigned short* dst, const T* src, lon
 
 // 16-byte and 8-byte register groups of the tile moves.
 typedef unsigned mfma_u32x4 __attribute__((ext_vector_type(4)));
+typedef unsigned mfma_u32x2 __attribute__((ext_vector_type(2)));
+// 16 bytes (8 columns) or 8 bytes (4) of one row of a tile move.
+template <int Cols>
+struct RowChunk {
+  typedef mfma_u32x4 type;
+};
+template <>
+struct RowChunk<4> {
+  typedef mfma_u32x2 type;
+};
 typedef short mfma_s16x4 __attribute__((ext_vector_type(4)));
 
 // Compile-time flag of the forward's tile step (masked or not).
@@ -54,32 +64,38 @@ struct Flag {
 // stride `stride` elements, rows 16-byte aligned) on its way into LDS through registers: load()
 // issues every global load of the tile and returns, store()
 // writes LDS once they have landed, so a tile costs one wait, and a tile's loads may be in flight
-// while the block computes on the previous one. Each thread moves 16-byte chunks:
+// while the block computes on the previous one. Each thread moves chunks of kChunkCols columns
+// (8: 16-byte loads):
 //   Transposed = false: chunk i is 8 columns of one row; LDS row-major (row stride lds_row(Cols)).
-//   Transposed = true:  chunk i is 8 columns of 4 consecutive rows (four 16-byte loads), written
-//     as 8 LDS rows of the transposed tile (dst[c · lds_row_transposed(Rows) + r] = tile[r][c]),
-//     4 rows each (8 bytes). Consecutive threads take the 4 row groups of 4 rows first, then the
-//     column chunks, so a load instruction reads 4 whole global rows of the tile (64 lanes:
-//     4 row groups x 16 column chunks at Cols = 128) and 4 threads write 32 consecutive bytes.
+//   Transposed = true:  chunk i is kChunkCols columns of 4 consecutive rows (four loads), written
+//     as kChunkCols LDS rows of the transposed tile (dst[c · lds_row_transposed(Rows) + r] =
+//     tile[r][c]), 4 rows each (8 bytes). Consecutive threads take the 4 row groups of 4 rows
+//     first, then the column chunks, so a load instruction reads 4 whole global rows of the tile
+//     (64 lanes: 4 row groups x 16 column chunks at Cols = 128) and 4 threads write 32
+//     consecutive bytes. Where 8-column chunks would leave half the block's threads without one
+//     (at Rows · Cols = 16 · Threads: the forward's 64-key V tile at d = 64), the chunks are 4
+//     columns (8-byte loads), one per thread.
 // Rows at or past `n_rows` (n_rows ≥ 1) repeat row n_rows − 1 instead of branching around their
 // loads: their keys are masked (S = −inf, P = 0) and their V rows finite where the inputs are.
 template <int Rows, int Cols, int Threads, bool Transposed>
 struct TileStage {
   static_assert(Cols % 8 == 0 && (!Transposed || Rows % 16 == 0), "16-byte chunks (transposed: of 4 rows, 4 row groups)");
   static constexpr int kRowsPerChunk = Transposed ? 4 : 1;
-  static constexpr int kColChunks = Cols / 8;
+  static constexpr int kChunkCols = Transposed && Rows * Cols == 16 * Threads ? 4 : 8;
+  static constexpr int kColChunks = Cols / kChunkCols;
   static constexpr int kChunks = Rows / kRowsPerChunk * kColChunks;
   static constexpr int kIters = (kChunks + Threads - 1) / Threads;
-  mfma_u32x4 w[kIters][kRowsPerChunk];
+  using Chunk = typename RowChunk<kChunkCols>::type;
+  Chunk w[kIters][kRowsPerChunk];
 
   // Row (first of the chunk's rows) and first column of chunk i.
   __device__ __forceinline__ static void chunk(int i, int& r, int& c) {
     if constexpr (Transposed) {
       r = 4 * (i % 4 + 4 * (i / (4 * kColChunks)));
-      c = 8 * (i / 4 % kColChunks);
+      c = kChunkCols * (i / 4 % kColChunks);
     } else {
       r = i / kColChunks;
-      c = 8 * (i % kColChunks);
+      c = kChunkCols * (i % kColChunks);
     }
   }
 
@@ -93,7 +109,7 @@ struct TileStage {
       if (kChunks % Threads != 0 && i >= kChunks) break;
 #pragma unroll
       for (int j = 0; j < kRowsPerChunk; ++j)
-        w[it][j] = *reinterpret_cast<const mfma_u32x4*>(src + static_cast<long long>(imin(row0 + r + j, n_rows - 1)) * stride + c);
+        w[it][j] = *reinterpret_cast<const Chunk*>(src + static_cast<long long>(imin(row0 + r + j, n_rows - 1)) * stride + c);
     }
   }
 
@@ -123,6 +139,15 @@ struct TileStage {
         for (int j = 0; j < kRowsPerChunk; ++j) at[it][j] = static_cast<unsigned>(r + j) * s2 + col[it];
       }
     }
+    // The offsets made opaque to the compiler where they are (opaque_u32 on each, in place: no
+    // copy, no instruction), so that LLVM keeps global_load's scalar-base form on loads that take
+    // them unclamped (load_whole), as it does on min_u32_opaque's results in load().
+    __device__ __forceinline__ void make_opaque() {
+#pragma unroll
+      for (int it = 0; it < kIters; ++it)
+#pragma unroll
+        for (int j = 0; j < kRowsPerChunk; ++j) at[it][j] = opaque_u32(at[it][j]);
+    }
   };
 
   template <class T>
@@ -134,12 +159,13 @@ struct TileStage {
 #pragma unroll
       for (int j = 0; j < kRowsPerChunk; ++j) {
         const unsigned off = min_u32_opaque(o.at[it][j], lim + o.col[it]);
-        w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
+        w[it][j] = *reinterpret_cast<const Chunk*>(reinterpret_cast<const char*>(tile) + off);
       }
     }
   }
 
-  // The same for a tile whose rows are all below n_rows: no clamp.
+  // The same for a tile whose rows are all below n_rows: no clamp (o made opaque first,
+  // Offsets::make_opaque).
   template <class T>
   __device__ __forceinline__ void load_whole(const T* tile, const Offsets& o, int tid) {
 #pragma unroll
@@ -147,12 +173,7 @@ struct TileStage {
       if (kChunks % Threads != 0 && tid + it * Threads >= kChunks) break;
 #pragma unroll
       for (int j = 0; j < kRowsPerChunk; ++j) {
-        // Opaque to the compiler (opaque_u32), as min_u32_opaque's result in load().
-        unsigned off = o.at[it][j];
-#if !defined(__gfx90a__)  // hiprtc 5.2 (gfx90a) keeps the scalar-base form without it, and spills with it
-        off = opaque_u32(off);
-#endif
-        w[it][j] = *reinterpret_cast<const mfma_u32x4*>(reinterpret_cast<const char*>(tile) + off);
+        w[it][j] = *reinterpret_cast<const Chunk*>(reinterpret_cast<const char*>(tile) + o.at[it][j]);
       }
     }
   }
@@ -169,7 +190,7 @@ struct TileStage {
         chunk(i, r, c);
         // Column c + 2m + h of rows r .. r + 3: halves h of dword m of the four loaded rows.
 #pragma unroll
-        for (int m = 0; m < 4; ++m)
+        for (int m = 0; m < kChunkCols / 2; ++m)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             unsigned x[2];
@@ -178,8 +199,8 @@ struct TileStage {
               // h = 0: (a & 0xffff) | (b << 16); h = 1: (a >> 16) | (b & 0xffff0000); one v_perm_b32.
               x[q] = perm_b32(w[it][2 * q + 1][m], w[it][2 * q][m], h == 0 ? 0x05040100u : 0x07060302u);
             }
-            typedef unsigned u32x2 __attribute__((ext_vector_type(2)));
-            *reinterpret_cast<u32x2*>(dst + (c + 2 * m + h) * attention_mfma::lds_row_transposed(Rows) + r) = u32x2{x[0], x[1]};
+            *reinterpret_cast<mfma_u32x2*>(dst + (c + 2 * m + h) * attention_mfma::lds_row_transposed(Rows) + r) =
+                mfma_u32x2{x[0], x[1]};
           }
       }
     }
@@ -196,7 +217,7 @@ struct TileStage {
       int r, c;
       chunk(i, r, c);
 #pragma unroll
-      for (int j = 0; j < kRowsPerChunk; ++j) *reinterpret_cast<mfma_u32x4*>(dst + (r + j) * lds_row(Cols) + c) = w[it][j];
+      for (int j = 0; j < kRowsPerChunk; ++j) *reinterpret_cast<Chunk*>(dst + (r + j) * lds_row(Cols) + c) = w[it][j];
     }
   }
 };
@@ -324,10 +345,19 @@ __device__ __forceinline__ mfma_operand chained_operand(const mfma_acc& x, int s
   }
   return __builtin_bit_cast(mfma_operand, v);
 #else
-  mfma_operand v;
+  if constexpr (is_same<T, half_t>::value) {
+    typedef unsigned words __attribute__((ext_vector_type(kMfmaElements / 2)));
+    words v;
 #pragma unroll
-  for (int e = 0; e < kMfmaElements; ++e) v[e] = static_cast<short>(from_float<T>(x[mfma::chain_register(kMfmaK, s, e)]).bits);
-  return v;
+    for (int e = 0; e < kMfmaElements; e += 2)
+      v[e / 2] = pack_half2(x[mfma::chain_register(kMfmaK, s, e)], x[mfma::chain_register(kMfmaK, s, e + 1)]);
+    return __builtin_bit_cast(mfma_operand, v);
+  } else {
+    mfma_operand v;
+#pragma unroll
+    for (int e = 0; e < kMfmaElements; ++e) v[e] = static_cast<short>(from_float<T>(x[mfma::chain_register(kMfmaK, s, e)]).bits);
+    return v;
+  }
 #endif
 }
 
@@ -338,11 +368,12 @@ typedef float mfma_f32x2 __attribute__((ext_vector_type(2)));
 // a pair in one instruction (v_cvt_pk_bf16_f32, v_cvt_pk_f16_f32: ties to even). gfx90a and
 // gfx942 have no bf16 conversion; there each element gets half a bf16 ulp added to its bit
 // pattern (x + 0x8000: a carry into the upper half rounds up) and one v_perm_b32 takes the two
-// upper halves: 3 instructions a pair. That is rounding to nearest with ties away from zero
-// (types.cuh's from_float rounds ties to even: the bits differ only where the lower 16 bits are
-// exactly 0x8000), within half a bf16 ulp as from_float. Every x in [0, 1] keeps its sign and
-// exponent field (no carry out of bit 31 below 0x7fff8000); a NaN stays NaN unless the top eight
-// bits of its payload are all ones.
+// upper halves: 3 instructions a pair (2 on gfx942: one 64-bit add). That is rounding to nearest
+// with ties away from zero (types.cuh's from_float rounds ties to even: the bits differ only
+// where the lower 16 bits are exactly 0x8000), within half a bf16 ulp as from_float. Every x in
+// [0, 1] keeps its sign and exponent field (no carry out of bit 31 below 0x7fff8000); a NaN stays
+// NaN unless the top eight bits of its payload are all ones. fp16 there: pack_half2
+// (core/mfma.cuh), ties to even.
 template <class T>
 __device__ __forceinline__ unsigned pack_probabilities(mfma_f32x2 x) {
 #if defined(__gfx950__)
@@ -355,14 +386,21 @@ __device__ __forceinline__ unsigned pack_probabilities(mfma_f32x2 x) {
   }
 #else
   if constexpr (is_same<T, bfloat16_t>::value) {
+#if defined(__gfx942__)
+    // Both adds in one 64-bit add (v_lshl_add_u64): no carry crosses from the first element
+    // into the second below 0xffff8000.
+    const unsigned long long both = __builtin_bit_cast(unsigned long long, x) + 0x0000800000008000ull;
+    return perm_b32(static_cast<unsigned>(both >> 32), static_cast<unsigned>(both), 0x07060302u);
+#else
     // Elements copied out first: clang 22 bit-casts an element of an ext_vector (x[1]) as the
     // vector's first element.
     const float lo = x[0], hi = x[1];
     return perm_b32(__builtin_bit_cast(unsigned, hi) + 0x8000u, __builtin_bit_cast(unsigned, lo) + 0x8000u,
                     0x07060302u);
+#endif
   } else {
-    typedef _Float16 h2 __attribute__((ext_vector_type(2)));
-    return __builtin_bit_cast(unsigned, __builtin_convertvector(x, h2));
+    const float lo = x[0], hi = x[1];
+    return pack_half2(lo, hi);
   }
 #endif
 }

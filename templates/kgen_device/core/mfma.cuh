@@ -76,6 +76,20 @@ __device__ __forceinline__ unsigned opaque_u32(unsigned x) {
   return x;
 }
 
+#if !defined(__gfx950__)
+// lo and hi rounded to fp16 (to nearest even, as v_cvt_f16_f32) in one register, lo in bits
+// 0..15: lo · 1 + 0 and hi · 1 + 0 by mixed-precision FMAs of f32 sources rounded once to fp16
+// (v_fma_mixlo_f16 writes bits 0..15, v_fma_mixhi_f16 bits 16..31), 2 instructions where two
+// conversions and v_pack_b32_f16 take 3 (gfx950 has v_cvt_pk_f16_f32). A zero's sign is not kept.
+// The MFMA kernels' fp16 operands from accumulators (attention/mfma_tile.cuh) on gfx90a and gfx942.
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+  unsigned r;
+  asm("v_fma_mixlo_f16 %0, %1, 1.0, 0" : "=v"(r) : "v"(lo));
+  asm("v_fma_mixhi_f16 %0, %1, 1.0, 0" : "+v"(r) : "v"(hi));
+  return r;
+}
+#endif
+
 // v_perm_b32: the bytes `selector` picks (one selector byte per result byte) from the 8 bytes of
 // {hi, lo}, lo's bytes 0–3 and hi's 4–7 (CDNA3 ISA, "Vector ALU Operations").
 __device__ __forceinline__ unsigned perm_b32(unsigned hi, unsigned lo, unsigned selector) {
