@@ -1064,11 +1064,8 @@ std::optional<std::string> check_attention_double_backward_config(const Attentio
                                                                   const AttentionBackwardConfig& c,
                                                                   const Target& target) {
   // v's own head dim: fa2 and simt serve it, without a variant.
-  const char* path = c.as<BackwardSimtConfig>()         ? "simt"
-                     : c.path() == BackwardPath::wgmma ? "wg"
-                     : c.path() == BackwardPath::mfma  ? "mfma"
-                                                       : "fa2";
-  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(), path, "attention_double_bwd"))
+  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(), text_form_head(c),
+                                  "attention_double_bwd"))
     return why;
   if (c.as<BackwardSimtConfig>()) return check_attention_backward_config(spec, c, target);
   if (c.path() == BackwardPath::wgmma) {
