@@ -36,10 +36,14 @@ int wgmma_config_smem_bytes(const AttentionForwardSpec& spec, const AttentionFor
   return attention_fwd::wgmma_smem_bytes(wgmma_tile_head_dim(spec.head_dim), c.block_m / 64, c.block_n, c.stages) +
          (spec.paged ? attention_fwd::kPagedTileIdBytes : 0);
 }
-// Registers per consumer thread of the warp-specialised kernel: O (D/2), S of the next tile
-// (BN/2) and P of the current one packed (BN/4), plus addressing and softmax state; setmaxnreg
-// gives each consumer 240.
+// Registers per consumer thread of the warp-specialised kernel: O (D/2, d being V's and O's
+// columns), S of the next tile (BN/2) and P of the current one packed (BN/4), plus addressing and
+// softmax state; setmaxnreg gives each consumer 240.
 int ws_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40; }
+// The ws kernel's V and O columns: q's tile, or v's own head dim rounded up to 64 (forward_ws.cuh's DV).
+int ws_v_tile(const AttentionForwardSpec& spec) {
+  return spec.head_dim_v > 0 ? (spec.head_dim_v + 63) / 64 * 64 : wgmma_tile_head_dim(spec.head_dim);
+}
 constexpr int kWsConsumerRegisters = 240;
 int simt_bucket(int d) { return attention_simt_bucket(d); }
 
@@ -238,11 +242,11 @@ std::optional<std::string> check_head_dim_v(int head_dim, int head_dim_v, bool h
   if (has_variant)
     return "v: head dim " + dv + " differs from q's " + dqk + "; " + std::string(op) +
            " serves that for plain and causal attention only, not with a variant, sinks, packed batches or paged K/V";
-  if (path == "ws" || path == "wg" || path == "mfma")
+  if (path == "wg" || path == "mfma")
     return "v: head dim " + dv + " differs from q's " + dqk + "; the " + std::string(path) +
-           " kernels take one head dim, fa2: and simt: serve d_v < d_qk";
-  if (path == "fa2" && head_dim_v % 8 != 0)
-    return "v: head dim " + dv + " is not a multiple of 8, which fa2 needs (simt: serves it)";
+           " kernels take one head dim, fa2:, simt: and the forward's ws: serve d_v < d_qk";
+  if ((path == "fa2" || path == "ws") && head_dim_v % 8 != 0)
+    return "v: head dim " + dv + " is not a multiple of 8, which " + std::string(path) + " needs (simt: serves it)";
   return std::nullopt;
 }
 
@@ -365,6 +369,10 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (!is_wgmma_head_dim(spec.head_dim))
       return "ws path has no head_dim=" + std::to_string(spec.head_dim) + " specialisation";
     const int tile = wgmma_tile_head_dim(spec.head_dim);
+    const int v_tile = ws_v_tile(spec);
+    if (spec.head_dim_v > 0 && (c.split_keys || c.persistent || c.stream_k))
+      return "v: head dim " + std::to_string(spec.head_dim_v) + " differs from q's " + std::to_string(spec.head_dim) +
+             "; ws serves that on the plain grid (no split, persist or stream-K)";
     if (c.block_m != 128 && c.block_m != 192)
       return field_refusal("ws", "bm", "128 or 192 (two or three consumer warpgroups)", c.block_m);
     if (c.block_n != 64 && c.block_n != 80 && c.block_n != 128 && c.block_n != 176 && c.block_n != 192)
@@ -381,10 +389,11 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
     if (c.warps != c.block_m / 16) return std::string("ws warps must be bm / 16");
     // FP8: P packs to half the registers (four values each), so the 128-key tile fits at both
     // of its head dims (ptxas: spill-free, tests/replay/table.tsv).
-    if (!spec.fp8 && ws_register_estimate(tile, c.block_n) > kWsConsumerRegisters)
+    if (!spec.fp8 && ws_register_estimate(v_tile, c.block_n) > kWsConsumerRegisters)
       return "ws head_dim=" + std::to_string(spec.head_dim) + " with bn" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
-    smem = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages) : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent));
+    smem = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages)
+                     : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent, v_tile));
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return field_refusal("simt", "dmax", std::to_string(simt_bucket(spec.head_dim)) + " for head_dim=" +
@@ -481,11 +490,18 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
             .ping_pong = 1};
   }
   if (spec.head_dim_v > 0) {
-    // v's own head dim: fa2 (sm_80's rule for q's head dim, its V, O and P·V over d_v) on NVIDIA
-    // targets, else the general path. The warp-specialised kernels take one head dim.
+    // v's own head dim: on sm_90a the warp-specialised kernel's plain grid (two consumers,
+    // 128-key tiles, two stages: 192/128 fits in 208 KiB, docs/kernels/mla.md), elsewhere or where
+    // that does not fit fa2 (sm_80's rule for q's head dim, its V, O and P·V over d_v) on NVIDIA
+    // targets, else the general path.
     AttentionForwardSpec plain = spec;
     plain.head_dim_v = 0;
     if (target.vendor != Vendor::nvidia) return attention_forward_general_config(spec);
+    for (int bn : {128, 64}) {
+      const AttentionForwardConfig ws{.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .stages = 2, .warps = 8,
+                                      .ping_pong = 1};
+      if (!check_attention_forward_config(spec, ws, target)) return ws;
+    }
     const AttentionForwardConfig c = plain_forward_default_config(plain, shape, *parse_target("sm_80"), sm_count);
     return check_attention_forward_config(spec, c, target) ? attention_forward_general_config(spec) : c;
   }
@@ -701,7 +717,9 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
   } else if (c.path == ForwardPath::ws) {
     k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
-    k.smem_bytes = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages) : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent));
+    k.smem_bytes = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages)
+                             : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent,
+                                                                   ws_v_tile(spec)));
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
     shim.params = c.stream_k     ? "AttentionForwardStreamParams"
@@ -718,8 +736,9 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                 targ("Consumers", c.block_m / 64), targ("StreamK", c.stream_k)};
     const bool differs[] = {c.split_keys, c.persistent, c.block_m != 128, c.stream_k};
     int used = 4;
-    while (used > 0 && !differs[used - 1] && !spec.has_variant()) --used;
+    while (used > 0 && !differs[used - 1] && !spec.has_variant() && spec.head_dim_v == 0) --used;
     shim.args.insert(shim.args.end(), tail, tail + used);
+    if (spec.head_dim_v > 0) add_head_dim_v_args(shim, 0, spec.head_dim_v);
   } else if (c.path == ForwardPath::mfma) {
     header = render_mfma_forward(spec, c, k, shim);
   } else {

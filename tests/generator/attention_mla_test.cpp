@@ -70,13 +70,19 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
     ASSERT_TRUE(why) << to_string(s);
     EXPECT_TRUE(contains(*why, "v: head dim 128 differs from q's 192")) << *why;
   }
-  // The Hopper and AMD families take one head dim; fa2 needs multiples of 8, simt takes any.
+  // ws serves the pair on its plain grid; wg and AMD's families take one head dim; fa2 and ws
+  // need multiples of 8, simt takes any.
   const AttentionForwardSpec mla = fwd(DType::bf16, 192, 128, false);
-  for (const char* text : {"ws:bm128:bn128:s2:pp1", "wg:bm128:bn128:s2"}) {
+  EXPECT_FALSE(check_attention_forward_config(mla, *parse_attention_forward_config("ws:bm128:bn128:s2:pp1"), sm90a()));
+  for (const char* text : {"wg:bm128:bn128:s2", "ws:bm128:bn128:s2:pp1:split", "ws:bm128:bn128:s2:pp1:persist"}) {
     auto why = check_attention_forward_config(mla, *parse_attention_forward_config(text), sm90a());
     ASSERT_TRUE(why) << text;
     EXPECT_TRUE(contains(*why, "v: head dim 128 differs from q's 192")) << *why;
   }
+  auto odd_ws = check_attention_forward_config(fwd(DType::bf16, 64, 36, false),
+                                               *parse_attention_forward_config("ws:bm128:bn128:s2:pp1"), sm90a());
+  ASSERT_TRUE(odd_ws);
+  EXPECT_TRUE(contains(*odd_ws, "not a multiple of 8, which ws needs")) << *odd_ws;
   EXPECT_FALSE(check_attention_forward_config(mla, *parse_attention_forward_config("fa2:bm128:bn32:w8:s2"), sm90a()));
   EXPECT_FALSE(check_attention_forward_config(mla, *parse_attention_forward_config("simt:bm4:bn32:dmax256"), sm80()));
   auto odd = check_attention_forward_config(fwd(DType::bf16, 64, 36, false),
@@ -114,7 +120,9 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
         for (const AttentionShape& shape : shapes) {
           for (DType t : {DType::f16, DType::bf16}) {
             const AttentionForwardConfig f = attention_forward_default_config(fwd(t, d, dv, causal), shape, target, 132);
-            EXPECT_EQ(f.path, ForwardPath::fa2) << d << "/" << dv << " " << to_string(f);
+            // sm_90a: the ws kernel's plain grid where it fits.
+            EXPECT_EQ(f.path, target.arch == "sm_90a" ? ForwardPath::ws : ForwardPath::fa2)
+                << d << "/" << dv << " " << to_string(f);
             EXPECT_FALSE(check_attention_forward_config(fwd(t, d, dv, causal), f, target)) << to_string(f);
             const AttentionBackwardConfig b = attention_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
             EXPECT_EQ(b.path(), BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);

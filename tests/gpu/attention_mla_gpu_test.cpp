@@ -235,11 +235,12 @@ bool ran(const std::function<void()>& call, const std::string& config, const std
 }
 
 // The configs a case runs: the default, and for 16-bit pairs of multiples of 8 an explicit fa2
-// config of each warp shape and the general path.
+// config of each warp shape and ws configs (sm_90a; refused elsewhere), and the general path.
 std::vector<std::string> forward_configs(DType t, int d, int dv) {
   std::vector<std::string> out = {""};
   const std::string simt = "simt:bm4:bn32:dmax" + std::to_string(attention_simt_bucket(d));
-  if (t != DType::f32 && dv % 8 == 0) out.insert(out.end(), {"fa2:bm64:bn32:w4:s2", "fa2:bm128:bn64:w4:s1"});
+  if (t != DType::f32 && dv % 8 == 0)
+    out.insert(out.end(), {"fa2:bm64:bn32:w4:s2", "fa2:bm128:bn64:w4:s1", "ws:bm128:bn128:s2:pp1", "ws:bm128:bn64:s3:pp0"});
   out.push_back(simt);
   return out;
 }
@@ -395,8 +396,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MlaParam{DType::f32, 192, 128, true}, MlaParam{DType::f32, 100, 36, false}, MlaParam{DType::f32, 64, 8, true}),
     param_name);
 
-// What is not served is refused with a sentence naming the argument, never run: the Hopper
-// configs of the forward and the double backward.
+// What is not served is refused with a sentence naming the argument, never run: the wg configs
+// and ws's split and persistent grids of the forward, and the double backward's wg configs.
 TEST(AttentionMlaGpuRefusals, HopperConfigsNameV) {
   KGEN_REQUIRE_GPU();
   use_primary_context(0);
@@ -409,7 +410,7 @@ TEST(AttentionMlaGpuRefusals, HopperConfigsNameV) {
   const std::int64_t lse_shape[3] = {s.b, s.hq, s.nq};
   const TensorView lse = make_contiguous_view(lse_buf.get(), DType::f32, 3, lse_shape, 0);
   if (device_info(0).target.arch == "sm_90a")
-    for (const char* config : {"ws:bm128:bn128:s2:pp1", "wg:bm128:bn128:s2"}) {
+    for (const char* config : {"ws:bm128:bn128:s2:pp1:split", "ws:bm128:bn128:s2:pp1:persist", "wg:bm128:bn128:s2"}) {
       AttentionOptions options;
       options.config = config;
       try {

@@ -60,6 +60,10 @@
 // attention_forward_combine (forward_combine.cuh) merges the ranges. Decode-like calls use it,
 // whose few query tiles would leave most SMs idle.
 //
+// HeadDimV (MLA, docs/kernels/mla.md): v's and o's head dim when it is below q's, a multiple of 8,
+// on the plain grid without a variant. V tiles and the O accumulator, the P·V wgmma's N and the
+// epilogue's boxes cover DV = HeadDimV rounded up to 64 columns; Q and K keep D.
+//
 // Requirements (checked by the host): 16-byte aligned pointers and strides, contiguous last
 // dimension, p.head_dim == HeadDim, D a multiple of 64.
 #pragma once
@@ -141,7 +145,8 @@ struct ws_elements<E4m3In<O>> {
 // step's modification, mask and sinks (variant.cuh), with its inputs `va` (not with StreamK; no
 // sinks with SplitKeys, whose combine kernel does not add them).
 template <class T, int D, int BN, int Stages, bool Causal, int HeadDim = D, bool PingPong = true, bool SplitKeys = false,
-          bool Persistent = false, int Consumers = 2, bool StreamK = false, class Variant = NoVariant, class Params>
+          bool Persistent = false, int Consumers = 2, bool StreamK = false, class Variant = NoVariant,
+          int HeadDimV = HeadDim, class Params>
 __device__ __forceinline__ void attention_forward_ws(const Params& tp, const VariantArgs* va = nullptr) {
   using TI = typename ws_elements<T>::In;    // q, k and v
   using TO = typename ws_elements<T>::Out;   // o
@@ -153,6 +158,9 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                           !StreamK && is_same<Variant, NoVariant>::value),
                 "the FP8 forward runs D = 128 or 256 with 128-key tiles, plain or causal, on the plain grid");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
+  static_assert(HeadDimV == HeadDim || (!kFp8 && !SplitKeys && !Persistent && is_same<Variant, NoVariant>::value),
+                "v's own head dim runs plain or causal attention on the plain grid");
   static_assert(BN == 64 || BN == 80 || BN == 128 || BN == 176 || BN == 192, "BN must be 64, 80, 128, 176 or 192");
   static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
   static_assert(!(Persistent && SplitKeys), "a persistent grid does not split keys");
@@ -166,7 +174,9 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
   constexpr int kConsumerWarps = 4 * kConsumers;
-  constexpr int kQBuffers = attention_fwd::ws_q_buffers(D, BN, Stages, BM, Persistent);
+  // V's and O's columns: D, or v's own head dim rounded up to whole 64-column blocks.
+  constexpr int DV = HeadDimV == HeadDim ? D : (HeadDimV + 63) / 64 * 64;
+  constexpr int kQBuffers = attention_fwd::ws_q_buffers(D, BN, Stages, BM, Persistent, DV);
   // The Q buffer holds the 16-bit O rows of the epilogue; Q and K take D · bytes / 2 columns of
   // 16 bits (E4M3: two values per column); V is BN x D, or with E4M3 transposed, D rows of BN bytes.
   constexpr int kInBytes = element_traits<TI>::bytes;
@@ -174,14 +184,14 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   using QTile = wgmma::Sw128<BM, D>;
   using QInTile = wgmma::Sw128<BM, DU>;  // the bytes a Q load brings
   using KTile = wgmma::Sw128<BN, DU>;
-  using VTile = wgmma::Sw128<kFp8 ? D : BN, kFp8 ? BN / 2 : D>;
+  using VTile = wgmma::Sw128<kFp8 ? D : BN, kFp8 ? BN / 2 : DV>;
   static_assert(1024 + kQBuffers * QTile::kBytes + Stages * (KTile::kBytes + VTile::kBytes) +
                         attention_fwd::kWsBarrierBytes ==
                     (kFp8 ? attention_fwd::fp8_ws_smem_bytes(D, Stages)
-                          : attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers, BM)),
+                          : attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers, BM, DV)),
                 "shared memory layout must match ws_smem_bytes");
   constexpr int kSRegs = BN / 2;
-  constexpr int kORegs = D / 2;
+  constexpr int kORegs = DV / 2;
   constexpr int kBoxBytes64 = 64 * 128;  // one 64-row box of a column block
 
   const AttentionForwardParams& p = tp.a;
@@ -385,9 +395,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
           }
           return pages;
         };
-        // The K or V tile at key n0: one box per column block, or with paged K/V one per page and
-        // column block (every lane of the warp calling).
-        auto load_kv = [&](const TensorMapBytes* map, unsigned dst, int n0, unsigned bar, const Pages& pages) {
+        // The K or V tile at key n0: one box per column block (`v_tile`: V's DV columns), or with
+        // paged K/V one per page and column block (every lane of the warp calling).
+        auto load_kv = [&](const TensorMapBytes* map, unsigned dst, int n0, unsigned bar, const Pages& pages,
+                           bool v_tile) {
           if constexpr (Variant::kPaged) {
             const int row = n0 & ((1 << va->page_shift) - 1);
 #pragma unroll
@@ -399,7 +410,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
             }
           } else {
 #pragma unroll
-            for (int b = 0; b < DU / 64; ++b)
+            for (int b = 0; b < (v_tile ? DV : DU) / 64; ++b)
               tma::load_4d(dst + b * KTile::kBlockBytes, map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0,
                            kv_head, slot(qb), bar);
           }
@@ -407,7 +418,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
         // The E4M3 V tile at key n0: one box of the transposed V, its D rows of BN key bytes.
         auto load_v = [&](unsigned dst, int n0, unsigned bar, const Pages& pages) {
           if constexpr (kFp8) tma::load_4d(dst, &tp.v_map, n0 / 2, 0, kv_head, qb.batch, bar);
-          else load_kv(&tp.v_map, dst, n0, bar, pages);
+          else load_kv(&tp.v_map, dst, n0, bar, pages, true);
         };
         Pages next_pages = num_tiles > 0 ? read_pages(first_tile * BN) : Pages{};
         for (int tile = 0; tile < num_tiles; ++tile, ++ring) {
@@ -417,7 +428,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
           if (tile + 1 < num_tiles) next_pages = read_pages(n0 + BN);
           if (use > 0) tma::wait(k_empty(stage), (use - 1) & 1);
           if (issuer) tma::arrive_expect_tx(k_full(stage), KTile::kBytes);
-          load_kv(&tp.k_map, smem_k(stage), n0, k_full(stage), pages);
+          load_kv(&tp.k_map, smem_k(stage), n0, k_full(stage), pages, false);
           if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
           if (issuer) tma::arrive_expect_tx(v_full(stage), VTile::kBytes);
           load_v(smem_v(stage), n0, v_full(stage), pages);
@@ -695,7 +706,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     tma::barrier_sync(1 + kConsumers + cw, 128);
     if (tid % 128 == 0) {
 #pragma unroll
-      for (int b = 0; b < D / 64; ++b)
+      for (int b = 0; b < DV / 64; ++b)
         tma::store_4d(&tp.o_map, smem_q(buf) + b * QTile::kBlockBytes + cw * kBoxBytes64, 64 * b, q0 + wg_row0,
                       head, slot(qb));
       tma::store_commit();
