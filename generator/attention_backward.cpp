@@ -379,13 +379,14 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
   if (c.as<DoubleBackwardFa2Config>() || c.as<DoubleBackwardWgmmaConfig>())
     return to_string(c) + " is read as a double-backward config (parse_attention_double_backward_config)";
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
-  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(), text_form_head(c), "attention_bwd"))
-    return why;
-  if (auto why = check_variant_path(spec.has_variant(), c.path() == BackwardPath::mfma ? "mfma" : "")) return why;
   // The warp-specialised kernel serves variants and packed batches (its atomic mode; the
   // deterministic mode's kernels do not: runtime/ops/attention_backward.cpp runs fa2 or simt
-  // there).
+  // there). The column-share kernel (c2) serves v's own head dim.
   const auto* wg = c.as<BackwardWgmmaConfig>();
+  if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(),
+                                  wg && wg->column_splits == 2 ? "wg:c2" : text_form_head(c), "attention_bwd"))
+    return why;
+  if (auto why = check_variant_path(spec.has_variant(), c.path() == BackwardPath::mfma ? "mfma" : "")) return why;
   if (spec.has_variant() && wg &&
       (!wg->warp_specialised || wg->persistent || !wg->tma_dq || (spec.packed && wg->group_splits != 1)))
     return std::string("variants and packed batches run on the warp-specialised wgmma kernel with dQ by TMA (w, t; "
@@ -483,11 +484,16 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
   if (spec.head_dim_v > 0) {
-    // v's own head dim: fa2 (sm_80's rule for q's head dim, dV and dPᵀ over d_v) on NVIDIA
-    // targets, else the general path. The wgmma kernels take one head dim.
+    // v's own head dim: above 128 columns on sm_90a the column-share wgmma kernel (c2), else fa2
+    // (sm_80's rule for q's head dim, dV and dPᵀ over d_v) on NVIDIA targets, else the general
+    // path. The other wgmma kernels take one head dim.
     AttentionBackwardSpec plain = spec;
     plain.head_dim_v = 0;
     if (target.vendor != Vendor::nvidia) return attention_backward_general_config(spec);
+    if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
+      const BackwardWgmmaConfig c{.keys = 64, .column_splits = 2};
+      if (!check_attention_backward_config(spec, c, target)) return c;
+    }
     const AttentionBackwardConfig c = attention_backward_default_config(plain, shape, *parse_target("sm_80"), sm_count);
     return check_attention_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
   }
@@ -729,7 +735,12 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         shim.function = "attention_backward_wgmma_kv_cols";
         shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows),
                      targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
-        add_head_dim_args(shim, tile, d);
+        if (spec.head_dim_v > 0) {
+          shim.args.push_back(targ("HeadDim", d));
+          shim.args.push_back(targ("HeadDimV", spec.head_dim_v));
+        } else {
+          add_head_dim_args(shim, tile, d);
+        }
         break;
       }
       if (const auto* wg = c.as<BackwardWgmmaConfig>()) {

@@ -91,17 +91,25 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
   EXPECT_TRUE(contains(*odd, "multiple of 8")) << *odd;
   EXPECT_FALSE(check_attention_forward_config(fwd(DType::bf16, 64, 36, false),
                                               *parse_attention_forward_config("simt:bm4:bn32:dmax64"), sm80()));
-  // Backward and double backward: wgmma refused, fa2 and simt served.
+  // Backward: the column-share wgmma kernel (c2), fa2 and simt served, the other wgmma kernels
+  // refused naming v; the double backward: wgmma refused, fa2 and simt served.
   const AttentionBackwardSpec g = bwd(DType::bf16, 192, 128, true);
-  auto wg = check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn64:c2"), sm90a());
+  EXPECT_FALSE(check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn64:c2"), sm90a()));
+  auto c2_odd = check_attention_backward_config(bwd(DType::bf16, 192, 36, true),
+                                                *parse_attention_backward_config("wg:bm64:bn64:c2"), sm90a());
+  ASSERT_TRUE(c2_odd);
+  EXPECT_TRUE(contains(*c2_odd, "not a multiple of 8, which wg:c2 needs")) << *c2_odd;
+  const AttentionBackwardSpec narrow = bwd(DType::bf16, 128, 64, true);
+  auto wg = check_attention_backward_config(narrow, *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w"), sm90a());
   ASSERT_TRUE(wg);
-  EXPECT_EQ(wg->rfind("v: head dim 128", 0), 0u) << *wg;
+  EXPECT_EQ(wg->rfind("v: head dim 64", 0), 0u) << *wg;
   EXPECT_FALSE(check_attention_backward_config(g, *parse_attention_backward_config("fa2:bm32:bn64:w4"), sm90a()));
   EXPECT_FALSE(check_attention_backward_config(g, *parse_attention_backward_config("simt:w4:dmax256"), sm90a()));
   auto dbl = check_attention_double_backward_config(g, attention_double_backward_default_config(bwd(DType::bf16, 192, 0, true), sm90a()),
                                                     sm90a());
   ASSERT_TRUE(dbl);
-  EXPECT_EQ(*dbl, "v: head dim 128 differs from q's 192; the wg kernels take one head dim, fa2: and simt: serve d_v < d_qk");
+  EXPECT_EQ(*dbl, "v: head dim 128 differs from q's 192; the wg kernels take one head dim, fa2:, simt:, the forward's "
+                  "ws: and the backward's column-share wg (c2, head dims above 128) serve d_v < d_qk");
   EXPECT_FALSE(check_attention_double_backward_config(g, *parse_attention_double_backward_config("fa2:bm64:bn16:w4"), sm90a()));
   EXPECT_FALSE(check_attention_double_backward_config(g, *parse_attention_double_backward_config("simt:w4:dmax256"), sm90a()));
   // A variant with v's own head dim: refused by the double backward as by the backward.
@@ -112,7 +120,7 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
   EXPECT_EQ(var->rfind("v: head dim 128 differs from q's 192; attention_double_bwd serves that for plain", 0), 0u) << *var;
 }
 
-TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
+TEST(AttentionMlaDefaults, SixteenBitPairsRunTensorCoresAndTheRestTheGeneralPath) {
   const AttentionShape shapes[] = {{8, 16, 16, 4096, 4096}, {1, 1, 1, 128, 128}, {1, 64, 8, 4096, 4096}, {1, 8, 8, 4, 4096}};
   for (const Target& target : {sm80(), sm90a()})
     for (auto [d, dv] : {std::pair{192, 128}, {128, 64}, {64, 32}, {96, 64}, {256, 128}, {72, 40}})
@@ -125,7 +133,10 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
                 << d << "/" << dv << " " << to_string(f);
             EXPECT_FALSE(check_attention_forward_config(fwd(t, d, dv, causal), f, target)) << to_string(f);
             const AttentionBackwardConfig b = attention_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
-            EXPECT_EQ(b.path(), BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
+            // sm_90a above 128 columns: the column-share wgmma kernel.
+            const bool c2 = target.arch == "sm_90a" && d > 128;
+            EXPECT_EQ(to_string(b), c2 ? "wg:bm64:bn64:c2" : to_string(b)) << d << "/" << dv;
+            EXPECT_EQ(b.path(), c2 ? BackwardPath::wgmma : BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
             EXPECT_FALSE(check_attention_backward_config(bwd(t, d, dv, causal), b, target)) << to_string(b);
             const AttentionBackwardConfig g =
                 attention_double_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
@@ -157,9 +168,14 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunFa2AndTheRestTheGeneralPath) {
 TEST(AttentionMlaRender, KernelsTakeHeadDimVAndOneHeadDimKernelsStayAsTheyWere) {
   const AttentionShape shape{8, 16, 16, 4096, 4096};
   const AttentionForwardSpec mla = fwd(DType::bf16, 192, 128, true);
-  const KernelSource f = render_attention_forward(mla, attention_forward_default_config(mla, shape, sm90a(), 132));
+  const KernelSource f = render_attention_forward(mla, attention_forward_default_config(mla, shape, sm80(), 132));
   EXPECT_TRUE(contains(f.source, "/*HeadDim=*/192, /*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>")) << f.source;
   EXPECT_TRUE(contains(f.variant, "attention_fwd.bf16.d192v128.causal.fa2:")) << f.variant;
+  // sm_90a: the ws kernel's plain grid, every tail argument named, then HeadDimV.
+  const KernelSource ws = render_attention_forward(mla, attention_forward_default_config(mla, shape, sm90a(), 132));
+  EXPECT_TRUE(contains(ws.source, "attention_forward_ws<")) << ws.source;
+  EXPECT_TRUE(contains(ws.source, "/*StreamK=*/false, /*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>")) << ws.source;
+  EXPECT_TRUE(contains(ws.variant, "attention_fwd.bf16.d192v128.causal.ws:")) << ws.variant;
   const AttentionForwardSpec simt = fwd(DType::f32, 100, 36, false);
   const KernelSource s = render_attention_forward(simt, attention_forward_general_config(simt));
   EXPECT_TRUE(contains(s.source, "/*Variant=*/kgen::NoVariant, /*HeadDimV=*/36>")) << s.source;
@@ -174,9 +190,15 @@ TEST(AttentionMlaRender, KernelsTakeHeadDimVAndOneHeadDimKernelsStayAsTheyWere) 
   const KernelSource pre = render_attention_backward(g, c, BackwardKernel::preprocess);
   EXPECT_EQ(pre.variant, "attention_bwd.bf16.dv128.preprocess");
   EXPECT_TRUE(contains(pre.source, "/*HeadDimV=*/128>")) << pre.source;
+  // sm_90a: the column-share wgmma kernel; sm_80: fa2 with two column splits.
   const KernelSource kv = render_attention_backward(g, c, BackwardKernel::kv_atomic);
-  EXPECT_TRUE(contains(kv.source, "/*HeadDim=*/192, /*Splits=*/2, /*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>"))
-      << kv.source;
+  EXPECT_EQ(kv.variant, "attention_bwd.bf16.d192v128.full.wg:bm64:bn64:c2.kv_atomic");
+  EXPECT_TRUE(contains(kv.source, "attention_backward_wgmma_kv_cols<")) << kv.source;
+  EXPECT_TRUE(contains(kv.source, "/*HeadDim=*/192, /*HeadDimV=*/128>")) << kv.source;
+  const KernelSource kv80 =
+      render_attention_backward(g, attention_backward_default_config(g, shape, sm80(), 132), BackwardKernel::kv_atomic);
+  EXPECT_TRUE(contains(kv80.source, "/*HeadDim=*/192, /*Splits=*/2, /*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>"))
+      << kv80.source;
   const KernelSource dq = render_attention_backward(g, c, BackwardKernel::dq);
   EXPECT_TRUE(contains(dq.source, "/*HeadDimV=*/128>")) << dq.source;
   // dq_convert does not depend on d_v: the plain kernel.

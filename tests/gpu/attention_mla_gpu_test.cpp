@@ -256,7 +256,8 @@ std::vector<std::string> double_backward_configs(DType t, int d, int dv) {
 
 std::vector<std::pair<std::string, bool>> backward_configs(DType t, int d, int dv) {
   std::vector<std::pair<std::string, bool>> out = {{"", false}, {"", true}};
-  if (t != DType::f32 && dv % 8 == 0) out.push_back({"fa2:bm32:bn64:w4", false});
+  if (t != DType::f32 && dv % 8 == 0)
+    out.insert(out.end(), {{"fa2:bm32:bn64:w4", false}, {"wg:bm64:bn64:c2", false}, {"wg:bm64:bn64:c2", true}});
   out.push_back({"simt:w4:dmax" + std::to_string(attention_simt_bucket(d)), false});
   return out;
 }
@@ -389,7 +390,8 @@ INSTANTIATE_TEST_SUITE_P(
     OtherPairs, AttentionMlaGpu,
     ::testing::Values(MlaParam{DType::bf16, 64, 32, true}, MlaParam{DType::f16, 64, 32, false}, MlaParam{DType::bf16, 128, 64, true},
                       MlaParam{DType::bf16, 96, 64, false}, MlaParam{DType::f16, 256, 128, true}, MlaParam{DType::bf16, 72, 40, true},
-                      MlaParam{DType::f16, 136, 72, false}, MlaParam{DType::bf16, 64, 36, true}),
+                      MlaParam{DType::f16, 136, 72, false}, MlaParam{DType::bf16, 64, 36, true},
+                      MlaParam{DType::bf16, 192, 160, false}, MlaParam{DType::bf16, 192, 48, true}),
     param_name);
 INSTANTIATE_TEST_SUITE_P(
     GeneralPath, AttentionMlaGpu,

@@ -74,13 +74,14 @@ __device__ __forceinline__ void wgmma_xb(float (&acc)[N / 2], const unsigned (&x
 // Sᵀ = K·Qᵀ into s and dPᵀ = V·dOᵀ into dp: wgmma m64nNk16 over HeadDim rounded up to 16, every
 // operand K-major by descriptor (K/V and Q/dO tiles of KVBlockBytes / QBlockBytes column
 // blocks). One commit group, or with TwoGroups one per product (Sᵀ first).
-template <class T, int N, int HeadDim, int KVBlockBytes, int QBlockBytes, bool TwoGroups>
+// HeadDimV: v's and dO's head dim (dPᵀ reduces over it rounded up to 16) when below q's.
+template <class T, int N, int HeadDim, int KVBlockBytes, int QBlockBytes, bool TwoGroups, int HeadDimV = HeadDim>
 __device__ __forceinline__ void issue_sdp(float (&s)[N / 2], float (&dp)[N / 2], unsigned long long k_a,
                                           unsigned long long v_a, unsigned long long q_b, unsigned long long do_b) {
   wgmma::fence();
   wgmma_abt<T, N, HeadDim, KVBlockBytes, QBlockBytes>(s, k_a, q_b, 0);
   if constexpr (TwoGroups) wgmma::commit();
-  wgmma_abt<T, N, HeadDim, KVBlockBytes, QBlockBytes>(dp, v_a, do_b, 0);
+  wgmma_abt<T, N, HeadDimV, KVBlockBytes, QBlockBytes>(dp, v_a, do_b, 0);
   wgmma::commit();
 }
 
@@ -186,9 +187,10 @@ __device__ __forceinline__ void load_tile_stats(const AttentionBackwardParams& p
 }
 
 // Issues the cp.async loads of query tile `it` of `walk` into `stage` of `sm`: the Q and dO tiles
-// (Threads threads) and the rows' lse2 and delta (load_tile_stats). Rows >= n_q are zero-filled:
-// those rows have zero Q and dO, so P = 1 there multiplies zeros (dV, dK) and dS = 0.
-template <class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk, class Smem>
+// (Threads threads; dO's HeadDimV columns) and the rows' lse2 and delta (load_tile_stats). Rows
+// >= n_q are zero-filled: those rows have zero Q and dO, so P = 1 there multiplies zeros (dV, dK)
+// and dS = 0.
+template <class T, int BM, int D, int Threads, class QTile, int HeadDim, int HeadDimV = HeadDim, class Walk, class Smem>
 __device__ __forceinline__ void load_query_tile_async(const AttentionBackwardParams& p, const Walk& walk,
                                                       const Smem& sm, int kv_head, int batch, int it, int stage,
                                                       int tid) {
@@ -196,8 +198,8 @@ __device__ __forceinline__ void load_query_tile_async(const AttentionBackwardPar
   const int m0 = walk.m0(it);
   fa2_detail::load_tile_async<T, BM, D, Threads, QTile, HeadDim>(sm.q(stage), head_ptr<const T>(p.q, batch, head),
                                                                  p.q.stride_n, m0, p.n_q, tid);
-  fa2_detail::load_tile_async<T, BM, D, Threads, QTile, HeadDim>(sm.d_o(stage), head_ptr<const T>(p.d_o, batch, head),
-                                                                 p.d_o.stride_n, m0, p.n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, Threads, QTile, HeadDimV>(sm.d_o(stage), head_ptr<const T>(p.d_o, batch, head),
+                                                                  p.d_o.stride_n, m0, p.n_q, tid);
   load_tile_stats<BM, Threads>(p, sm, batch, head, m0, stage, tid);
 }
 
@@ -215,15 +217,18 @@ __device__ __forceinline__ void wgmma_cols_dq(float (&dq)[N], unsigned long long
     wgmma::Mma<Cols>::template ss<T, 1, 1>(acc, ds_m + ((kk * 16 * 128) >> 4), k_b + ((kk * 16 * 128) >> 4), kk > 0);
 }
 
-template <class T, int Cols, int BM, int N>
+// WithDv = false: dK alone (the piece holds no column of v's narrower head dim).
+template <class T, int Cols, int BM, int N, bool WithDv = true>
 __device__ __forceinline__ void wgmma_cols_dkdv(float (&dv)[N], float (&dk)[N], unsigned long long p_a,
                                                 unsigned long long ds_a, unsigned long long do_b, unsigned long long q_b) {
   static_assert(Cols / 2 <= N, "the accumulators hold Cols columns");
   auto& v = reinterpret_cast<float(&)[Cols / 2]>(dv);
   auto& k = reinterpret_cast<float(&)[Cols / 2]>(dk);
+  if constexpr (WithDv) {
 #pragma unroll
-  for (int kk = 0; kk < BM / 16; ++kk)
-    wgmma::Mma<Cols>::template ss<T, 0, 1>(v, p_a + ((kk * 32) >> 4), do_b + ((kk * 16 * 128) >> 4), 1);
+    for (int kk = 0; kk < BM / 16; ++kk)
+      wgmma::Mma<Cols>::template ss<T, 0, 1>(v, p_a + ((kk * 32) >> 4), do_b + ((kk * 16 * 128) >> 4), 1);
+  }
 #pragma unroll
   for (int kk = 0; kk < BM / 16; ++kk)
     wgmma::Mma<Cols>::template ss<T, 0, 1>(k, ds_a + ((kk * 32) >> 4), q_b + ((kk * 16 * 128) >> 4), 1);
@@ -232,14 +237,15 @@ __device__ __forceinline__ void wgmma_cols_dkdv(float (&dv)[N], float (&dk)[N], 
 // Top of query tile `it`: waits for its loads and for every warpgroup to be done with tile
 // it − 1 (a block barrier), then issues the loads of tile it + 1 (of `total`) into the stage
 // other than `stage`.
-template <class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk, class Smem>
+template <class T, int BM, int D, int Threads, class QTile, int HeadDim, int HeadDimV = HeadDim, class Walk, class Smem>
 __device__ __forceinline__ void next_query_tile(const AttentionBackwardParams& p, const Walk& walk, const Smem& sm,
                                                 int kv_head, int batch, int it, int total, int stage, int tid) {
   cp_async_wait<0>();
   wgmma::fence_proxy_async();
   __syncthreads();
   if (it + 1 < total)
-    load_query_tile_async<T, BM, D, Threads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it + 1, stage ^ 1, tid);
+    load_query_tile_async<T, BM, D, Threads, QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch, it + 1, stage ^ 1,
+                                                                       tid);
   cp_async_commit();
 }
 
@@ -270,29 +276,30 @@ __device__ __forceinline__ void end_query_tile(float (&dv)[N], float (&dk)[N]) {
 }
 
 // Stores this warp's 16 rows (from row0; rows >= row_end skipped) of two wgmma accumulators over
-// Cols columns, `a` times p.scale and `b` as they are, to the columns col0 + [0, cols) of the
-// rows of `dst_a` and `dst_b` (batch, head), once the last cp.async landed.
+// Cols columns, `a` times p.scale and `b` as they are, to the columns col0 + [0, cols_a) of the
+// rows of `dst_a` and col0 + [0, cols_b) of those of `dst_b` (batch, head; none where the count
+// is <= 0), once the last cp.async landed.
 template <class T, int Cols, int StoreCols = Cols>
 __device__ __forceinline__ void store_pair(const AttentionBackwardParams& p, const AttentionTensorArg& dst_a,
                                            const AttentionTensorArg& dst_b, int batch, int head, int col0, int row0,
                                            int row_end, const float (&a)[Cols / 2], const float (&b)[Cols / 2],
-                                           int cols = StoreCols) {
+                                           int cols_a = StoreCols, int cols_b = StoreCols) {
   cp_async_wait<0>();
   using Acc = const float(&)[1][Cols / 8][4];
   store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(dst_a, batch, head) + col0, dst_a.stride_n, row0, row_end,
-                                    reinterpret_cast<Acc>(a), p.scale, cols);
+                                    reinterpret_cast<Acc>(a), p.scale, cols_a);
   store_rows<T, 1, Cols, StoreCols>(head_ptr<T>(dst_b, batch, head) + col0, dst_b.stride_n, row0, row_end,
-                                    reinterpret_cast<Acc>(b), 1.f, cols);
+                                    reinterpret_cast<Acc>(b), 1.f, cols_b);
 }
 
 // Epilogue of the key-major kernels: stores this warp's 16 key rows (from key0) of the dK (times
 // p.scale) and dV accumulators over Cols columns to the columns col0 + [0, cols) of the kv
-// head's rows.
+// head's dK rows and col0 + [0, cols_v) of its dV rows (v's head dim may be below k's).
 template <class T, int Cols, int StoreCols = Cols>
 __device__ __forceinline__ void store_dkdv(const AttentionBackwardParams& p, int batch, int kv_head, int col0, int key0,
                                            const float (&dk)[Cols / 2], const float (&dv)[Cols / 2],
-                                           int cols = StoreCols) {
-  store_pair<T, Cols, StoreCols>(p, p.dk, p.dv, batch, kv_head, col0, key0, p.n_k, dk, dv, cols);
+                                           int cols = StoreCols, int cols_v = StoreCols) {
+  store_pair<T, Cols, StoreCols>(p, p.dk, p.dv, batch, kv_head, col0, key0, p.n_k, dk, dv, cols, cols_v);
 }
 
 // GroupSplit epilogue: adds this warp's 16 key rows (from key0; keys >= n_k skipped; g, t: the
@@ -999,10 +1006,17 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_maps(const Att
 // dO (Sw128<BM, D>), Pᵀ and dSᵀ (Sw128<64, BM>, rows = keys), two stages of lse2 and delta.
 // Masking, requirements and padded head dims: as attention_backward_wgmma_kv (HeadDim a
 // multiple of 8 in (D − 64, D]).
-template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim = D>
+// HeadDimV: v's, o's and dO's head dim when it is below q's and k's (MLA, docs/kernels/mla.md),
+// a multiple of 8: V and dO tiles are loaded with HeadDimV columns (zero-filled to 16; their
+// tiles keep D's layout), dPᵀ reduces over HeadDimV rounded up to 16, and dV is stored over
+// HeadDimV columns; a piece wholly past HeadDimV runs no dV product at D = 192 (piece B when
+// HeadDimV <= 128), while at D = 256 the second warpgroup's piece still runs it on columns
+// that are never stored.
+template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim = D, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const AttentionBackwardParams& p) {
   static_assert(D == 192 || D == 256, "D must be 192 or 256");
   static_assert(BM == 64, "64-row query tiles");
+  static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = 64;
@@ -1021,6 +1035,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   constexpr int kColsA = D == 256 ? 128 : 64;
   constexpr int kColsB = D == 192 ? 32 : 0;
   constexpr int kAccB = kColsB ? kColsB / 2 : 1;
+  constexpr bool kDvB = kColsB > 0 && HeadDimV > 128;  // piece B holds columns of dV
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
@@ -1034,10 +1049,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
 
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
                                                                    p.k.stride_n, n0, n_k, tid);
-  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
-                                                                   p.v.stride_n, n0, n_k, tid);
+  fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDimV>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
+                                                                    p.v.stride_n, n0, n_k, tid);
   if (total > 0)
-    bwd_detail::load_query_tile_async<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, 0, 0, tid);
+    bwd_detail::load_query_tile_async<T, BM, D, kThreads, QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch, 0, 0, tid);
   cp_async_commit();
 
   // This warpgroup's columns, and the descriptors that do not move with the stage: K and V rows
@@ -1063,7 +1078,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
     const int stage = it & 1;
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    bwd_detail::next_query_tile<T, BM, D, kThreads, QTile, HeadDim>(p, walk, sm, kv_head, batch, it, total, stage, tid);
+    bwd_detail::next_query_tile<T, BM, D, kThreads, QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch, it, total,
+                                                                              stage, tid);
     const float* st = sm.stats(stage);
 
     // ---- Sᵀ = K·Q_wgᵀ, dPᵀ = V·dO_wgᵀ (this warpgroup's 32 queries), two groups ----
@@ -1071,7 +1087,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
     {
       const unsigned long long q_b = wgmma::desc_sw128(sm.q(stage) + wg * kRows * 128, 16, 1024);
       const unsigned long long do_b = wgmma::desc_sw128(sm.d_o(stage) + wg * kRows * 128, 16, 1024);
-      bwd_detail::issue_sdp<T, kRows, HeadDim, KVTile::kBlockBytes, QTile::kBlockBytes, true>(s, dp, k_a, v_a, q_b, do_b);
+      bwd_detail::issue_sdp<T, kRows, HeadDim, KVTile::kBlockBytes, QTile::kBlockBytes, true, HeadDimV>(s, dp, k_a, v_a,
+                                                                                                       q_b, do_b);
     }
 
     // ---- Pᵀ = exp2(Sᵀ·scale_log2 − lse2), masked (while dPᵀ runs); dSᵀ = Pᵀ∘(dPᵀ − delta) ----
@@ -1112,7 +1129,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
     bwd_detail::wgmma_cols_dkdv<T, kColsA, BM>(dv, dk, p_a, ds_a, bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.d_o(stage), col_a),
                                                bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.q(stage), col_a));
     if constexpr (kColsB > 0)
-      bwd_detail::wgmma_cols_dkdv<T, kColsB, BM>(dv_b, dk_b, p_a, ds_a,
+      bwd_detail::wgmma_cols_dkdv<T, kColsB, BM, kAccB, kDvB>(dv_b, dk_b, p_a, ds_a,
                                                  bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.d_o(stage), col_b),
                                                  bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.q(stage), col_b));
     wgmma::commit();
@@ -1132,8 +1149,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   }
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV (this warpgroup's columns) ----
-  bwd_detail::store_dkdv<T, kColsA>(p, batch, kv_head, col_a, key0, dk, dv, HeadDim - col_a);
-  if constexpr (kColsB > 0) bwd_detail::store_dkdv<T, kColsB>(p, batch, kv_head, col_b, key0, dk_b, dv_b, HeadDim - col_b);
+  bwd_detail::store_dkdv<T, kColsA>(p, batch, kv_head, col_a, key0, dk, dv, HeadDim - col_a, HeadDimV - col_a);
+  if constexpr (kColsB > 0)
+    bwd_detail::store_dkdv<T, kColsB>(p, batch, kv_head, col_b, key0, dk_b, dv_b, HeadDim - col_b,
+                                      kDvB ? HeadDimV - col_b : 0);
 #endif
 }
 

@@ -427,7 +427,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_q(const Attentio
       bwd_detail::store_pair<T, D, HeadDim>(p, p.q_bar, p.do_bar, slot, head, 0, q0 + row0, q0 + n_q, qbar, dobar);
     } else {
       bwd_detail::store_pair<T, kCols>(p, p.q_bar, p.do_bar, slot, head, col0, q0 + row0, q0 + n_q, qbar, dobar,
-                                       imin(kCols, HeadDim - col0));
+                                       imin(kCols, HeadDim - col0), imin(kCols, HeadDim - col0));
     }
   } else {
     cp_async_wait<0>();
@@ -622,7 +622,7 @@ __device__ __forceinline__ void attention_double_backward_wgmma_kv(const Attenti
     bwd_detail::store_pair<T, D, HeadDim>(p, p.k_bar, p.v_bar, slot, kv_head, 0, k0 + key0, k0 + n_k, kbar, vbar);
   } else {
     bwd_detail::store_pair<T, kCols>(p, p.k_bar, p.v_bar, slot, kv_head, col0, k0 + key0, k0 + n_k, kbar, vbar,
-                                     imin(kCols, HeadDim - col0));
+                                     imin(kCols, HeadDim - col0), imin(kCols, HeadDim - col0));
   }
 #endif
 }
