@@ -13,8 +13,9 @@ fp32 math path, docs/attention.md §5.2 bounds); rows timed without it say so.
     KGEN_LIBRARY=/tmp/no-dq-adds/libkgen.so KGEN_CACHE_DIR=/tmp/c1 PYTHONPATH=$PWD/python \\
         python3 bench/backward_ablation.py --config wg:bm64:bn128:a2 --label "no dQ adds" --no-check
 
-Shapes: bf16, n_q = n_k = --seqlen, b = 16384 / n, h = 2048 / d (the standard grid); backward
-FLOPs = 2.5 × forward (4·b·h·n²·d, halved for causal). Prints one line per shape: label, head
+Shapes: bf16, n_q = n_k = --seqlen, b = 16384 / n, h = 2048 / d rounded down (the standard grid);
+with --head-dim-v, v, o and dO have that head dim (MLA). Backward FLOPs: 2·b·h·n²·(3·d + 2·d_v),
+halved for causal (2.5 × the forward's 4·b·h·n²·d when d_v = d). Prints one line per shape: label, head
 dim, causal, median ms of --reps CUDA-event-timed calls after --warmup, TFLOPS, check.
 Give every library its own KGEN_CACHE_DIR: the binary cache keys on the rendered source, and an
 ablation build's source differs, but separate caches keep the runs independent of each other.
@@ -40,6 +41,7 @@ def parse_args(argv=None):
     ap.add_argument("--config", required=True, help="backward config, e.g. wg:bm64:bn128:a2")
     ap.add_argument("--label", default="", help="name printed on every row (the build)")
     ap.add_argument("--head-dims", default="64,128", help="comma-separated head dims (default 64,128)")
+    ap.add_argument("--head-dim-v", type=int, default=0, help="v's head dim when below q's (MLA; default: d)")
     ap.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     ap.add_argument("--seqlen", type=int, default=4096, help="n_q = n_k (default 4096)")
     ap.add_argument("--warmup", type=int, default=5)
@@ -54,8 +56,10 @@ def parse_args(argv=None):
         args.head_dims = [int(d) for d in args.head_dims.split(",")]
     except ValueError:
         ap.error(f"--head-dims: expected comma-separated integers, got {args.head_dims!r}")
-    if any(d <= 0 or 2048 % d for d in args.head_dims):
-        ap.error(f"--head-dims: each must divide h·d = 2048, got {args.head_dims}")
+    if any(d <= 0 or d > 2048 for d in args.head_dims):
+        ap.error(f"--head-dims: each must be in 1..2048, got {args.head_dims}")
+    if args.head_dim_v < 0 or any(args.head_dim_v > d for d in args.head_dims):
+        ap.error(f"--head-dim-v: must be in 0..min(head dims), got {args.head_dim_v}")
     if 16384 % args.seqlen:
         ap.error(f"--seqlen must divide b·n = 16384, got {args.seqlen}")
     return args
@@ -82,7 +86,9 @@ def main(argv=None):
     for d in args.head_dims:
         for causal in causals:
             b, h = 16384 // n, 2048 // d
-            q, k, v, do = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(4))
+            dv = args.head_dim_v or d
+            q, k = (torch.randn(b, h, n, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+            v, do = (torch.randn(b, h, n, dv, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             o, lse = kgen.torch.attention_forward(q, k, v, causal=causal, return_lse=True)
 
             def run():
@@ -95,8 +101,8 @@ def main(argv=None):
                     print(f"{args.label}\td={d}\tcausal={int(causal)}\tFAIL ({status}): not timed", flush=True)
                     continue
             ms = timed(run, args.warmup, args.reps)
-            flops = 2.5 * 4 * b * h * n * n * d * (0.5 if causal else 1.0)
-            print(f"{args.label}\td={d}\tcausal={int(causal)}\t{ms:.3f} ms\t{flops / ms / 1e9:.0f} TFLOPS\t{status}",
+            flops = 2 * b * h * n * n * (3 * d + 2 * dv) * (0.5 if causal else 1.0)
+            print(f"{args.label}\td={d}/{dv}\tcausal={int(causal)}\t{ms:.3f} ms\t{flops / ms / 1e9:.0f} TFLOPS\t{status}",
                   flush=True)
 
 

@@ -10,6 +10,7 @@
 #include "generator/config_table.h"
 #include "generator/config_text.h"
 #include "generator/variant.h"
+#include "kgen_device/attention/backward_cols_config.h"
 #include "kgen_device/attention/backward_config.h"
 
 namespace kgen {
@@ -341,7 +342,7 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
       return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
              std::to_string(spec.head_dim);
     if (c.keys != 64) return field_refusal("wgmma c2", "bn", "64 (two warpgroups sharing 64 keys)", c.keys);
-    smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.query_rows);
+    smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.query_rows, attention_bwd::wgmma_cols_tma_dq(tile));
   } else {
     if (c.column_splits != 1) return std::string("wgmma splits must be 1, or 2 above 128 columns");
     if (!is_bwd_wgmma_head_dim(spec.head_dim))
@@ -731,10 +732,13 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = attention_bwd::kWgmmaColsThreads;
-        k.smem_bytes = attention_bwd::wgmma_cols_smem_bytes(tile, wg->query_rows);
-        shim.function = "attention_backward_wgmma_kv_cols";
-        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows),
-                     targ("Causal", spec.causal), targ("AtomicDQ", atomic)};
+        // The atomic mode at the 192-column tile adds dQ by TMA: its own entry, with the maps.
+        const bool tma_dq = atomic && attention_bwd::wgmma_cols_tma_dq(tile);
+        k.smem_bytes = attention_bwd::wgmma_cols_smem_bytes(tile, wg->query_rows, tma_dq);
+        shim.function = tma_dq ? "attention_backward_wgmma_kv_cols_tma" : "attention_backward_wgmma_kv_cols";
+        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows), targ("Causal", spec.causal)};
+        if (tma_dq) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
+        else shim.args.push_back(targ("AtomicDQ", atomic));
         if (spec.head_dim_v > 0) {
           shim.args.push_back(targ("HeadDim", d));
           shim.args.push_back(targ("HeadDimV", spec.head_dim_v));
@@ -853,6 +857,12 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
   }
   k.source = render_entry_shims(include, k.variant, std::span(&shim, 1), prelude);
   return k;
+}
+
+bool attention_backward_dq_by_tma(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c) {
+  const auto* wg = c.as<BackwardWgmmaConfig>();
+  return wg && (wg->tma_dq ||
+                (wg->column_splits == 2 && attention_bwd::wgmma_cols_tma_dq(wgmma_tile_head_dim(spec.head_dim))));
 }
 
 AttentionBackwardConfig attention_backward_config_without_tma_loads(const AttentionBackwardSpec& spec,

@@ -203,6 +203,11 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, Backwa
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,
                                        BackwardKernel kernel);
 
+// Whether the atomic mode of `c` adds dQ by TMA reduce-adds, so that its key-major kernel takes
+// AttentionBackwardTmaParams with dq_map: a wgmma config's `t`, and the column-share kernel (c2)
+// at the 192-column tile.
+bool attention_backward_dq_by_tma(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c);
+
 // The config that serves a call whose q or d_o has no tensor map (a zero stride) in place of `c`,
 // which loads them by TMA (`:l`): the same kernel with cp.async loads, except where that one
 // spills (d = 112 with a mask, a1:t and a2:t: 12-24 bytes), where the block-synchronous kernel

@@ -12,6 +12,7 @@
 #include "generator/attention_mfma.h"
 #include "generator/config_text.h"
 #include "kgen_device/attention/forward_config.h"
+#include "kgen_device/attention/forward_ws_config.h"
 #include "kgen_device/attention/fp8_params.h"
 #include "kgen_device/attention/paged_tile.h"
 
@@ -394,7 +395,7 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
       return "ws head_dim=" + std::to_string(spec.head_dim) + " with bn" + std::to_string(c.block_n) +
              " exceeds the consumers' register budget";
     smem = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages)
-                     : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent, v_tile));
+                     : attention_fwd::ws_config_smem_bytes_v(tile, v_tile, c.block_n, c.stages, c.block_m, c.persistent));
   } else {
     if (c.max_head_dim != simt_bucket(spec.head_dim))
       return field_refusal("simt", "dmax", std::to_string(simt_bucket(spec.head_dim)) + " for head_dim=" +
@@ -719,8 +720,8 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
     k.threads = attention_fwd::ws_threads(c.block_m);
     const int tile = wgmma_tile_head_dim(spec.head_dim);
     k.smem_bytes = (spec.fp8 ? attention_fwd::fp8_ws_smem_bytes(tile, c.stages)
-                             : attention_fwd::ws_config_smem_bytes(tile, c.block_n, c.stages, c.block_m, c.persistent,
-                                                                   ws_v_tile(spec)));
+                             : attention_fwd::ws_config_smem_bytes_v(tile, ws_v_tile(spec), c.block_n, c.stages,
+                                                                     c.block_m, c.persistent));
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
     shim.params = c.stream_k     ? "AttentionForwardStreamParams"

@@ -145,10 +145,11 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
   // The decoupled kernel's forms with tensor maps, when the atomic kernel runs (deterministic
   // mode: no dq_accum).
   const BackwardWgmmaConfig* wg = config.as<BackwardWgmmaConfig>();
-  const bool maps = wg && (wg->tma_dq || wg->tma_loads || wg->group_splits != 1) && p.dq_accum;
+  const bool dq_map = attention_backward_dq_by_tma(call.spec, config);
+  const bool maps = wg && (dq_map || wg->tma_loads || wg->group_splits != 1) && p.dq_accum;
   if (maps) {
     tp.a = p;
-    if (wg->tma_dq) fill_dq_map(tp, call);
+    if (dq_map) fill_dq_map(tp, call);
     if (wg->tma_loads) {
       gpu_driver().encode_tensor_map(&tp.q_map, loads[0], "cuTensorMapEncodeTiled(attention_bwd q)");
       gpu_driver().encode_tensor_map(&tp.do_map, loads[1], "cuTensorMapEncodeTiled(attention_bwd d_o)");

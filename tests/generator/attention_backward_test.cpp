@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "generator/attention_backward.h"
+#include "kgen_device/attention/backward_cols_config.h"
 #include "kgen_device/attention/backward_config.h"
 #include "test_targets.h"
 
@@ -778,20 +779,28 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
     c2 += e.as<BackwardWgmmaConfig>() && e.as<BackwardWgmmaConfig>()->column_splits == 2, wg += e.path() == BackwardPath::wgmma;
   EXPECT_EQ(c2, 1);
   EXPECT_EQ(wg, 1);
-  // Rendered: 256 threads, one grid block per 64 keys, D the 64-column tile, HeadDim the tensors'.
+  // Rendered: 256 threads, one grid block per 64 keys, D the 192-column tile, HeadDim the
+  // tensors'. The atomic mode there adds dQ by TMA (its own entry, with the maps); the
+  // deterministic mode and the 256-column tile's atomic mode take plain params.
   for (bool deterministic : {false, true}) {
     const auto kernels = attention_backward_kernels(*c, deterministic);
     const KernelSource kv = render_attention_backward({DType::bf16, 160, true}, *c, kernels[1]);
-    EXPECT_NE(kv.source.find("attention_backward_wgmma_kv_cols</*T=*/kgen::bfloat16_t, /*D=*/192, /*BM=*/64, "
-                             "/*Causal=*/true, /*AtomicDQ=*/" + std::string(deterministic ? "false" : "true") +
-                             ", /*HeadDim=*/160>"),
-              std::string::npos)
-        << kv.source;
+    const std::string entry = deterministic ? "attention_backward_wgmma_kv_cols</*T=*/kgen::bfloat16_t, /*D=*/192, "
+                                              "/*BM=*/64, /*Causal=*/true, /*AtomicDQ=*/false, /*HeadDim=*/160>"
+                                            : "attention_backward_wgmma_kv_cols_tma</*T=*/kgen::bfloat16_t, /*D=*/192, "
+                                              "/*BM=*/64, /*Causal=*/true, /*HeadDim=*/160>";
+    EXPECT_NE(kv.source.find(entry), std::string::npos) << kv.source;
+    EXPECT_EQ(kv.source.find("AttentionBackwardTmaParams") != std::string::npos, !deterministic) << kv.source;
     EXPECT_EQ(kv.threads, 256);
-    EXPECT_EQ(kv.smem_bytes, attention_bwd::wgmma_cols_smem_bytes(192, 64));
+    EXPECT_EQ(kv.smem_bytes, attention_bwd::wgmma_cols_smem_bytes(192, 64, !deterministic));
+    EXPECT_EQ(attention_backward_dq_by_tma({DType::bf16, 160, true}, *c), true);
     EXPECT_EQ(attention_backward_grid(*c, kernels[1], {2, 8, 4, 1000, 1337}, 160, 132).x, 21u);
   }
+  const KernelSource k256 = render_attention_backward({DType::bf16, 256, true}, *c, BackwardKernel::kv_atomic);
+  EXPECT_NE(k256.source.find("/*AtomicDQ=*/true>"), std::string::npos) << k256.source;
+  EXPECT_FALSE(attention_backward_dq_by_tma({DType::bf16, 256, true}, *c));
   EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(256, 64), 215040);  // within sm_90a's 227 KiB
+  EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(192, 64, true), 215040);
 }
 
 TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {

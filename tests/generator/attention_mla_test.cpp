@@ -193,7 +193,7 @@ TEST(AttentionMlaRender, KernelsTakeHeadDimVAndOneHeadDimKernelsStayAsTheyWere) 
   // sm_90a: the column-share wgmma kernel; sm_80: fa2 with two column splits.
   const KernelSource kv = render_attention_backward(g, c, BackwardKernel::kv_atomic);
   EXPECT_EQ(kv.variant, "attention_bwd.bf16.d192v128.full.wg:bm64:bn64:c2.kv_atomic");
-  EXPECT_TRUE(contains(kv.source, "attention_backward_wgmma_kv_cols<")) << kv.source;
+  EXPECT_TRUE(contains(kv.source, "attention_backward_wgmma_kv_cols_tma<")) << kv.source;  // dQ by TMA at 192 columns
   EXPECT_TRUE(contains(kv.source, "/*HeadDim=*/192, /*HeadDimV=*/128>")) << kv.source;
   const KernelSource kv80 =
       render_attention_backward(g, attention_backward_default_config(g, shape, sm80(), 132), BackwardKernel::kv_atomic);

@@ -29,6 +29,7 @@
 // or added.
 #pragma once
 
+#include "kgen_device/attention/backward_cols_config.h"
 #include "kgen_device/attention/backward_config.h"
 #include "kgen_device/attention/backward_fa2.cuh"
 #include "kgen_device/core/atomic.cuh"
@@ -679,6 +680,41 @@ __device__ __forceinline__ void add_async_dq(const AttentionBackwardParams& p, c
     add_tile_dq<Cols, D, HeadDim>(p, walk, dq, kv_head, batch, j, row0, col0, warp, g, t);
 }
 
+// The column-share kernel's dQ staging tile (64 rows × D fp32 in boxes of 64 rows × 32 columns,
+// box c holding the columns [32·c, +32), each 128-byte swizzled as the dq_map's boxes).
+struct DqStaging {
+  static constexpr int kDqBoxBytes = 64 * 128;
+  unsigned base;  // shared-memory address, 1024-byte aligned
+  __device__ __forceinline__ unsigned dq_box(int box) const { return base + box * kDqBoxBytes; }
+};
+
+// The column-share kernel's dQ of one query tile (this warpgroup's 64 rows from m0 of dq_accum's
+// row block `row_base` = batch·heads_q + head): its pieces of ColsA columns from col_a and ColsB
+// from col_b (none when 0) through the staging boxes and one TMA reduce-add per box, as
+// reduce_tile_dq: the warpgroup's first thread waits until its previous reduce-adds have read the
+// boxes; named barrier `bar` (the warpgroup's 128 threads); every thread writes its values and
+// fences them for the async proxy; `bar`; the first thread issues the reduce-adds.
+template <int ColsA, int ColsB, int NB>
+__device__ __forceinline__ void reduce_cols_dq(const void* map, const DqStaging& sm, const float (&dq)[ColsA / 2],
+                                               const float (&dq_b)[NB], int row_base, int m0, int col_a, int col_b,
+                                               int warp, int lane, int g, int t, int bar) {
+  static_assert(ColsA % 32 == 0 && ColsB % 32 == 0 && (ColsB == 0 || ColsB / 2 == NB), "whole 32-column boxes");
+  const bool leader = warp == 0 && lane == 0;
+  if (leader) tma::store_wait_read();
+  tma::barrier_sync(bar, 128);
+  write_dq_boxes<ColsA>(sm, dq, col_a / 32, warp, g, t);
+  if constexpr (ColsB > 0) write_dq_boxes<ColsB>(sm, reinterpret_cast<const float(&)[ColsB / 2]>(dq_b), col_b / 32, warp, g, t);
+  tma::fence_proxy_async();
+  tma::barrier_sync(bar, 128);
+  if (leader) {
+#pragma unroll
+    for (int b = 0; b < ColsA / 32; ++b) tma::reduce_add_3d(map, sm.dq_box(col_a / 32 + b), col_a + 32 * b, m0, row_base);
+#pragma unroll
+    for (int b = 0; b < ColsB / 32; ++b) tma::reduce_add_3d(map, sm.dq_box(col_b / 32 + b), col_b + 32 * b, m0, row_base);
+    tma::store_commit();
+  }
+}
+
 }  // namespace bwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64; 128 on the 64-column tile
@@ -1006,16 +1042,22 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_maps(const Att
 // dO (Sw128<BM, D>), Pᵀ and dSᵀ (Sw128<64, BM>, rows = keys), two stages of lse2 and delta.
 // Masking, requirements and padded head dims: as attention_backward_wgmma_kv (HeadDim a
 // multiple of 8 in (D − 64, D]).
+// dQ by TMA (TmaDQ, the entry attention_backward_wgmma_kv_cols_tma; `dq_map` the dq_map of
+// AttentionBackwardTmaParams): each warpgroup writes its dQ pieces into the staging tile's
+// 32-column boxes (reduce_tile_dq's swizzled places) and its first thread issues one TMA
+// reduce-add per box, in place of red_add2 per element pair.
 // HeadDimV: v's, o's and dO's head dim when it is below q's and k's (MLA, docs/kernels/mla.md),
 // a multiple of 8: V and dO tiles are loaded with HeadDimV columns (zero-filled to 16; their
 // tiles keep D's layout), dPᵀ reduces over HeadDimV rounded up to 16, and dV is stored over
 // HeadDimV columns; a piece wholly past HeadDimV runs no dV product at D = 192 (piece B when
 // HeadDimV <= 128), while at D = 256 the second warpgroup's piece still runs it on columns
 // that are never stored.
-template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim = D, int HeadDimV = HeadDim>
-__device__ __forceinline__ void attention_backward_wgmma_kv_cols(const AttentionBackwardParams& p) {
+template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim, int HeadDimV, bool TmaDQ>
+__device__ __forceinline__ void attention_backward_wgmma_kv_cols_body(const AttentionBackwardParams& p,
+                                                                      const void* dq_map) {
   static_assert(D == 192 || D == 256, "D must be 192 or 256");
   static_assert(BM == 64, "64-row query tiles");
+  static_assert(!TmaDQ || (AtomicDQ && attention_bwd::wgmma_cols_tma_dq(D)), "dQ by TMA at the 192-column tile");
   static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1025,8 +1067,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   using QTile = wgmma::Sw128<BM, D>;
   using PTile = wgmma::Sw128<BN, BM>;  // Pᵀ and dSᵀ: rows = keys, columns = queries
   constexpr int kPOffset = 2 * KVTile::kBytes + 4 * QTile::kBytes;
-  constexpr int kStatsOffset = kPOffset + 2 * PTile::kBytes;
-  static_assert(1024 + kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_cols_smem_bytes(D, BM),
+  constexpr int kDqOffset = kPOffset + 2 * PTile::kBytes;  // TmaDQ: the staging boxes (1024-aligned)
+  constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
+  static_assert(1024 + kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_cols_smem_bytes(D, BM, TmaDQ),
                 "shared memory layout must match wgmma_cols_smem_bytes");
   constexpr int kRows = BM / 2;        // query rows of Sᵀ / dPᵀ per warpgroup
   // dK, dV and dQ columns of warpgroup wg: piece A, kColsA from wg·kColsA; at D = 192 also
@@ -1046,6 +1089,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   const int total = walk.total;
   const auto sm = bwd_detail::wgmma_key_major_smem<KVTile::kBytes, QTile::kBytes, BM>(kStatsOffset);
   const unsigned p_tile = sm.k + kPOffset, ds_tile = p_tile + PTile::kBytes;
+  const bwd_detail::DqStaging staging{sm.k + kDqOffset};
 
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
                                                                    p.k.stride_n, n0, n_k, tid);
@@ -1138,10 +1182,15 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
       wgmma::wait<1>();
       wgmma::fence_operand(dq);
       wgmma::fence_operand(dq_b);
-      float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
-      bwd_detail::add_dq_rows<kColsA, D, HeadDim>(acc_base, dq, m0 + warp * 16, n_q, col_a, kColsA, g, t);
-      if constexpr (kColsB > 0)
-        bwd_detail::add_dq_rows<kColsB, D, HeadDim>(acc_base, dq_b, m0 + warp * 16, n_q, col_b, kColsB, g, t);
+      if constexpr (TmaDQ) {
+        bwd_detail::reduce_cols_dq<kColsA, kColsB>(dq_map, staging, dq, dq_b, batch * p.heads_q + head, m0, col_a,
+                                                   col_b, warp, lane, g, t, 2 + wg);
+      } else {
+        float* acc_base = p.dq_accum + bwd_detail::stat_row(p, batch, head, 0) * HeadDim;
+        bwd_detail::add_dq_rows<kColsA, D, HeadDim>(acc_base, dq, m0 + warp * 16, n_q, col_a, kColsA, g, t);
+        if constexpr (kColsB > 0)
+          bwd_detail::add_dq_rows<kColsB, D, HeadDim>(acc_base, dq_b, m0 + warp * 16, n_q, col_b, kColsB, g, t);
+      }
     }
     bwd_detail::end_query_tile(dv, dk);
     wgmma::fence_operand(dv_b);
@@ -1153,7 +1202,20 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols(const Attention
   if constexpr (kColsB > 0)
     bwd_detail::store_dkdv<T, kColsB>(p, batch, kv_head, col_b, key0, dk_b, dv_b, HeadDim - col_b,
                                       kDvB ? HeadDimV - col_b : 0);
+  if (TmaDQ && warp == 0 && lane == 0) tma::store_wait_read();  // the staging boxes read before the block exits
 #endif
+}
+
+// The column-share kernel with dQ by red_add2 (AtomicDQ) or without dQ (the deterministic mode).
+template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim = D, int HeadDimV = HeadDim>
+__device__ __forceinline__ void attention_backward_wgmma_kv_cols(const AttentionBackwardParams& p) {
+  attention_backward_wgmma_kv_cols_body<T, D, BM, Causal, AtomicDQ, HeadDim, HeadDimV, false>(p, nullptr);
+}
+
+// The column-share kernel with dQ by TMA reduce-adds (the 192-column tile's atomic mode).
+template <class T, int D, int BM, bool Causal, int HeadDim = D, int HeadDimV = HeadDim>
+__device__ __forceinline__ void attention_backward_wgmma_kv_cols_tma(const AttentionBackwardTmaParams& tp) {
+  attention_backward_wgmma_kv_cols_body<T, D, BM, Causal, true, HeadDim, HeadDimV, true>(tp.a, &tp.dq_map);
 }
 
 }  // namespace kgen

@@ -43,11 +43,9 @@ KGEN_HOST_DEVICE constexpr int ws_threads(int block_m = 128) { return 128 * (1 +
 constexpr int kWsBarrierBytes = 256;  // the mbarriers (8 bytes each: 4 per stage, up to 4 stages, and 4 for Q)
 // Dynamic shared memory: the 1024-byte alignment slack, `q_buffers` Q tiles of block_m rows (two
 // in a persistent grid), `stages` K and V tiles, then the barriers.
-// `v_cols`: the V tiles' columns when v has a head dim of its own (MLA; 0: head_dim).
 KGEN_HOST_DEVICE constexpr int ws_smem_bytes(int head_dim, int block_n, int stages, int q_buffers = 1,
-                                             int block_m = 128, int v_cols = 0) {
-  return 1024 + (q_buffers * block_m * head_dim + stages * block_n * (head_dim + (v_cols > 0 ? v_cols : head_dim))) * 2 +
-         kWsBarrierBytes;
+                                             int block_m = 128) {
+  return 1024 + (q_buffers * block_m * head_dim + stages * 2 * block_n * head_dim) * 2 + kWsBarrierBytes;
 }
 // sm_90a's opt-in shared memory per block (generator/target.cpp's sm_90a limit, which a
 // generator test holds equal), the only target of the warp-specialised kernel.
@@ -55,15 +53,12 @@ constexpr int kWsMaxSmemBytes = 232448;
 // Q buffers of the kernel: one, or in a persistent grid two where they fit in shared memory (the
 // next tile's Q loads under the current tile's work), else one (the next tile's Q and K/V wait
 // for the current tile's stores).
-KGEN_HOST_DEVICE constexpr int ws_q_buffers(int head_dim, int block_n, int stages, int block_m, bool persistent,
-                                            int v_cols = 0) {
-  return persistent && ws_smem_bytes(head_dim, block_n, stages, 2, block_m, v_cols) <= kWsMaxSmemBytes ? 2 : 1;
+KGEN_HOST_DEVICE constexpr int ws_q_buffers(int head_dim, int block_n, int stages, int block_m, bool persistent) {
+  return persistent && ws_smem_bytes(head_dim, block_n, stages, 2, block_m) <= kWsMaxSmemBytes ? 2 : 1;
 }
 // Dynamic shared memory of a ws config: ws_smem_bytes with the Q buffers it gets.
-KGEN_HOST_DEVICE constexpr int ws_config_smem_bytes(int head_dim, int block_n, int stages, int block_m, bool persistent,
-                                                    int v_cols = 0) {
-  return ws_smem_bytes(head_dim, block_n, stages, ws_q_buffers(head_dim, block_n, stages, block_m, persistent, v_cols),
-                       block_m, v_cols);
+KGEN_HOST_DEVICE constexpr int ws_config_smem_bytes(int head_dim, int block_n, int stages, int block_m, bool persistent) {
+  return ws_smem_bytes(head_dim, block_n, stages, ws_q_buffers(head_dim, block_n, stages, block_m, persistent), block_m);
 }
 
 // Combine kernel of a split-keys launch (forward_combine.cuh): one warp per query row.

@@ -69,6 +69,7 @@
 #pragma once
 
 #include "kgen_device/attention/forward_config.h"
+#include "kgen_device/attention/forward_ws_config.h"
 #include "kgen_device/attention/forward_wgmma.cuh"
 #include "kgen_device/attention/fp8_params.h"
 #include "kgen_device/attention/params.h"
@@ -176,7 +177,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   constexpr int kConsumerWarps = 4 * kConsumers;
   // V's and O's columns: D, or v's own head dim rounded up to whole 64-column blocks.
   constexpr int DV = HeadDimV == HeadDim ? D : (HeadDimV + 63) / 64 * 64;
-  constexpr int kQBuffers = attention_fwd::ws_q_buffers(D, BN, Stages, BM, Persistent, DV);
+  constexpr int kQBuffers = attention_fwd::ws_q_buffers_v(D, DV, BN, Stages, BM, Persistent);
   // The Q buffer holds the 16-bit O rows of the epilogue; Q and K take D · bytes / 2 columns of
   // 16 bits (E4M3: two values per column); V is BN x D, or with E4M3 transposed, D rows of BN bytes.
   constexpr int kInBytes = element_traits<TI>::bytes;
@@ -188,8 +189,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   static_assert(1024 + kQBuffers * QTile::kBytes + Stages * (KTile::kBytes + VTile::kBytes) +
                         attention_fwd::kWsBarrierBytes ==
                     (kFp8 ? attention_fwd::fp8_ws_smem_bytes(D, Stages)
-                          : attention_fwd::ws_smem_bytes(D, BN, Stages, kQBuffers, BM, DV)),
-                "shared memory layout must match ws_smem_bytes");
+                          : attention_fwd::ws_smem_bytes_v(D, DV, BN, Stages, kQBuffers, BM)),
+                "shared memory layout must match ws_smem_bytes_v");
   constexpr int kSRegs = BN / 2;
   constexpr int kORegs = DV / 2;
   constexpr int kBoxBytes64 = 64 * 128;  // one 64-row box of a column block

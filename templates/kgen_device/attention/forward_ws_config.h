@@ -1,0 +1,30 @@
+// Shared memory of the warp-specialised forward (forward_ws.cuh) with V tiles of their own width:
+// v_cols columns (v's head dim rounded up to 64 for MLA, docs/kernels/mla.md; head_dim
+// otherwise, where each function equals its forward_config.h counterpart). Shared by the host
+// (config checks, launch sizes) and the template (static_asserts). Plain constexpr C++.
+#pragma once
+
+#include "kgen_device/attention/forward_config.h"
+
+namespace kgen {
+namespace attention_fwd {
+
+// ws_smem_bytes with `stages` V tiles of block_n × v_cols in place of block_n × head_dim.
+KGEN_HOST_DEVICE constexpr int ws_smem_bytes_v(int head_dim, int v_cols, int block_n, int stages, int q_buffers,
+                                               int block_m) {
+  return ws_smem_bytes(head_dim, block_n, stages, q_buffers, block_m) + stages * block_n * (v_cols - head_dim) * 2;
+}
+// ws_q_buffers for those tiles.
+KGEN_HOST_DEVICE constexpr int ws_q_buffers_v(int head_dim, int v_cols, int block_n, int stages, int block_m,
+                                              bool persistent) {
+  return persistent && ws_smem_bytes_v(head_dim, v_cols, block_n, stages, 2, block_m) <= kWsMaxSmemBytes ? 2 : 1;
+}
+// ws_config_smem_bytes for those tiles.
+KGEN_HOST_DEVICE constexpr int ws_config_smem_bytes_v(int head_dim, int v_cols, int block_n, int stages, int block_m,
+                                                      bool persistent) {
+  return ws_smem_bytes_v(head_dim, v_cols, block_n, stages,
+                         ws_q_buffers_v(head_dim, v_cols, block_n, stages, block_m, persistent), block_m);
+}
+
+}  // namespace attention_fwd
+}  // namespace kgen
