@@ -123,7 +123,8 @@ const WgField kWgmmaFields[] = {
      .meaning = [](const BackwardWgmmaConfig& c) { return keys_meaning(c.keys); }},
     {.name = "c", .number = &BackwardWgmmaConfig::column_splits, .unwritten = 1, .last = true,
      .meaning = [](const BackwardWgmmaConfig& c) {
-       return n(c.column_splits) + " warpgroups share the block's keys, each with 1/" + n(c.column_splits) + " of the columns";
+       return n(c.column_splits) + " warpgroups share the block's keys, each with 1/" + n(c.column_splits) +
+              " of the columns (dQ added by TMA reduce-adds at head dims 136-192, by red_add2 above)";
      }},
     {.name = "a", .number = &BackwardWgmmaConfig::async_wgs, .unwritten = 0,
      .meaning = [](const BackwardWgmmaConfig& c) {
