@@ -482,23 +482,36 @@ int hopper_group_split(const AttentionBackwardSpec& spec, const AttentionShape& 
 
 }  // namespace
 
+namespace {
+
+// The default of a spec with v's own head dim (MLA), for the backward and the double backward:
+// `plain_default` gives the one-head-dim spec's default on a target, `check` checks a config.
+// On sm_90a the plain spec's default where it serves d_v, else sm_80's (fa2, with V, dO and their
+// products over d_v), else the general path; on AMD targets the general path.
+template <class PlainDefault, class Check>
+AttentionBackwardConfig head_dim_v_default(const AttentionBackwardSpec& spec, const Target& target,
+                                           PlainDefault plain_default, Check check) {
+  if (target.vendor != Vendor::nvidia) return attention_backward_general_config(spec);
+  AttentionBackwardSpec plain = spec;
+  plain.head_dim_v = 0;
+  if (has_wgmma(target))
+    if (AttentionBackwardConfig c = plain_default(plain, target); !check(spec, c, target)) return c;
+  const AttentionBackwardConfig c = plain_default(plain, *parse_target("sm_80"));
+  return check(spec, c, target) ? attention_backward_general_config(spec) : c;
+}
+
+}  // namespace
+
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
-  if (spec.head_dim_v > 0) {
-    // v's own head dim: above 128 columns on sm_90a the column-share wgmma kernel (c2), else fa2
-    // (sm_80's rule for q's head dim, dV and dPᵀ over d_v) on NVIDIA targets, else the general
-    // path. The other wgmma kernels take one head dim.
-    AttentionBackwardSpec plain = spec;
-    plain.head_dim_v = 0;
-    if (target.vendor != Vendor::nvidia) return attention_backward_general_config(spec);
-    if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
-      const BackwardWgmmaConfig c{.keys = 64, .column_splits = 2};
-      if (!check_attention_backward_config(spec, c, target)) return c;
-    }
-    const AttentionBackwardConfig c = attention_backward_default_config(plain, shape, *parse_target("sm_80"), sm_count);
-    return check_attention_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
-  }
+  if (spec.head_dim_v > 0)  // above 128 columns on sm_90a the column-share kernel (c2), else fa2
+    return head_dim_v_default(
+        spec, target,
+        [&](const AttentionBackwardSpec& plain, const Target& t) {
+          return attention_backward_default_config(plain, shape, t, sm_count);
+        },
+        check_attention_backward_config);
   if (spec.has_variant()) {
     // A variant narrows the plain default: its score step keeps more values live per element.
     AttentionBackwardSpec plain = spec;
@@ -1139,15 +1152,11 @@ std::vector<AttentionBackwardConfig> attention_double_backward_config_space(cons
 
 AttentionBackwardConfig attention_double_backward_default_config(const AttentionBackwardSpec& spec,
                                                                  const Target& target) {
-  if (spec.head_dim_v > 0) {
-    // v's own head dim: fa2 (sm_80's rule for q's head dim; dP, Z, dŌ and V̄ over d_v) on NVIDIA
-    // targets, else the general path. The wgmma kernels take one head dim.
-    if (target.vendor != Vendor::nvidia) return attention_backward_general_config(spec);
-    AttentionBackwardSpec plain = spec;
-    plain.head_dim_v = 0;
-    const AttentionBackwardConfig c = attention_double_backward_default_config(plain, *parse_target("sm_80"));
-    return check_attention_double_backward_config(spec, c, target) ? attention_backward_general_config(spec) : c;
-  }
+  if (spec.head_dim_v > 0)  // fa2 (dP, Z, dŌ and V̄ over d_v): the wgmma kernels take one head dim
+    return head_dim_v_default(
+        spec, target,
+        [](const AttentionBackwardSpec& plain, const Target& t) { return attention_double_backward_default_config(plain, t); },
+        check_attention_double_backward_config);
   // Hopper, 32 to 128 columns: the wgmma kernels, one warpgroup of 64 rows per block, 64-wide
   // score tiles on the 64-column tile and 32-wide on the 128-column one (registers); faster than
   // fa2 at every measured d (docs/kernels/measurements.md, "The double backward on wgmma"). A score
