@@ -11,6 +11,7 @@
 #include "generator/config_text.h"
 #include "generator/variant.h"
 #include "kgen_device/attention/backward_cols_config.h"
+#include "kgen_device/attention/backward_wide_config.h"
 #include "kgen_device/attention/backward_config.h"
 
 namespace kgen {
@@ -123,6 +124,9 @@ const WgField kWgmmaFields[] = {
      .meaning = [](const BackwardWgmmaConfig& c) { return keys_meaning(c.keys); }},
     {.name = "c", .number = &BackwardWgmmaConfig::column_splits, .unwritten = 1, .last = true,
      .meaning = [](const BackwardWgmmaConfig& c) {
+       if (c.column_splits == 3)
+         return std::string("three warpgroups share the block's 96 keys: 32 each for S and dP, 64 head-dim rows each "
+                            "of dK and dV (accumulated transposed), 64 columns each of dQ (added by TMA reduce-adds)");
        return n(c.column_splits) + " warpgroups share the block's keys, each with 1/" + n(c.column_splits) +
               " of the columns (dQ added by TMA reduce-adds at head dims 136-192, by red_add2 above)";
      }},
@@ -338,14 +342,23 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
       ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0))
     return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits and a decoupled kernel (a1, a2)");
   int smem = 0;
-  if (c.column_splits == 2) {
+  if (c.column_splits == 3) {
+    if (wgmma_tile_head_dim(spec.head_dim) != attention_bwd::kWideHeadDim)
+      return "wgmma wide-head-dim backward (c3) serves head dims 136-192, not head_dim=" + std::to_string(spec.head_dim);
+    if (c.keys != attention_bwd::kWideKeys)
+      return field_refusal("wgmma c3", "bn", "96 (three warpgroups sharing 96 keys)", c.keys);
+    if (c.query_rows != attention_bwd::kWideQueryRows)
+      return field_refusal("wgmma c3", "bm", "64 (one wgmma M of query rows)", c.query_rows);
+    smem = attention_bwd::wide_smem_bytes(spec.head_dim, spec.head_dim_v > 0 ? spec.head_dim_v : spec.head_dim, true);
+  } else if (c.column_splits == 2) {
     if (!is_bwd_wgmma_cols_head_dim(spec.head_dim))
       return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
              std::to_string(spec.head_dim);
     if (c.keys != 64) return field_refusal("wgmma c2", "bn", "64 (two warpgroups sharing 64 keys)", c.keys);
     smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.query_rows, attention_bwd::wgmma_cols_tma_dq(tile));
   } else {
-    if (c.column_splits != 1) return std::string("wgmma splits must be 1, or 2 above 128 columns");
+    if (c.column_splits != 1)
+      return std::string("wgmma splits must be 1, or 2 or 3 above 128 columns (c2: 64 keys, c3: 96 keys)");
     if (!is_bwd_wgmma_head_dim(spec.head_dim))
       return "wgmma backward has no head_dim=" + std::to_string(spec.head_dim) +
              " specialisation without column sharing (c2)";
@@ -386,7 +399,7 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
   // there). The column-share kernel (c2) serves v's own head dim.
   const auto* wg = c.as<BackwardWgmmaConfig>();
   if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(),
-                                  wg && wg->column_splits == 2 ? "wg:c2" : text_form_head(c), "attention_bwd"))
+                                  wg && wg->column_splits >= 2 ? "wg:c2" : text_form_head(c), "attention_bwd"))
     return why;
   if (auto why = check_variant_path(spec.has_variant(), c.path() == BackwardPath::mfma ? "mfma" : "")) return why;
   if (spec.has_variant() && wg &&
@@ -420,8 +433,10 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     for (int a : {2, 1})
       for (bool t : {false, true}) keep(Wg{.query_rows = 128, .async_wgs = a, .tma_dq = t, .tma_loads = true, .warp_specialised = true});
   }
-  if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target))
+  if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
     keep(Wg{.keys = 64, .column_splits = 2});
+    keep(Wg{.keys = attention_bwd::kWideKeys, .column_splits = 3});
+  }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
       for (auto [bn, warps] : {std::pair{128, 8}, {64, 4}}) keep(BackwardFa2Config{.query_rows = bm, .keys = bn, .warps = warps});
@@ -505,13 +520,18 @@ AttentionBackwardConfig head_dim_v_default(const AttentionBackwardSpec& spec, co
 AttentionBackwardConfig attention_backward_default_config(const AttentionBackwardSpec& spec,
                                                           const AttentionShape& shape, const Target& target,
                                                           int sm_count) {
-  if (spec.head_dim_v > 0)  // above 128 columns on sm_90a the column-share kernel (c2), else fa2
+  if (spec.head_dim_v > 0) {  // above 128 columns on sm_90a the wide kernel (c3) or the column-share one (c2), else fa2
+    if (spec.dtype != DType::f32 && has_wgmma(target)) {
+      const BackwardWgmmaConfig wide{.keys = attention_bwd::kWideKeys, .column_splits = 3};
+      if (!check_attention_backward_config(spec, wide, target)) return wide;
+    }
     return head_dim_v_default(
         spec, target,
         [&](const AttentionBackwardSpec& plain, const Target& t) {
           return attention_backward_default_config(plain, shape, t, sm_count);
         },
         check_attention_backward_config);
+  }
   if (spec.has_variant()) {
     // A variant narrows the plain default: its score step keeps more values live per element.
     AttentionBackwardSpec plain = spec;
@@ -742,6 +762,18 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         include = render_mfma_backward(spec, *m, kernel, k, shim);
         break;
       }
+      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->column_splits == 3) {
+        // The wide kernel: dQ by TMA in the atomic mode, none in the deterministic one.
+        const int d_v = spec.head_dim_v > 0 ? spec.head_dim_v : d;
+        include = "kgen_device/attention/backward_wide.cuh";
+        k.threads = attention_bwd::kWideThreads;
+        k.smem_bytes = attention_bwd::wide_smem_bytes(d, d_v, atomic);
+        shim.function = atomic ? "attention_backward_wgmma_kv_wide_tma" : "attention_backward_wgmma_kv_wide";
+        if (atomic) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
+        shim.args = {targ_type("T", spec.dtype), targ("D", attention_bwd::kWideHeadDim), targ("BM", wg->query_rows),
+                     targ("Causal", spec.causal), targ("HeadDim", d), targ("HeadDimV", d_v)};
+        break;
+      }
       if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->column_splits == 2) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
@@ -875,7 +907,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
 
 bool attention_backward_dq_by_tma(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c) {
   const auto* wg = c.as<BackwardWgmmaConfig>();
-  return wg && (wg->tma_dq ||
+  return wg && (wg->tma_dq || wg->column_splits == 3 ||
                 (wg->column_splits == 2 && attention_bwd::wgmma_cols_tma_dq(wgmma_tile_head_dim(spec.head_dim))));
 }
 

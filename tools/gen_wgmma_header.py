@@ -4,11 +4,15 @@ per accumulator width N, spelled out; this script is the header's source. The te
 tools/tests/test_gen_wgmma_header.py checks that the checked-in header equals its output.
 
 It also writes templates/kgen_device/core/wgmma_fp8.cuh, the E4M3 shapes (m64nNk32) of the FP8
-forward, with its own operand lists for the widths that forward uses.
+forward, with its own operand lists for the widths that forward uses, and
+templates/kgen_device/core/wgmma_keys.cuh, the 16-bit widths only the wide-head-dim backward uses
+(its 96-key blocks), kept out of wgmma.cuh so that the kernels including that header keep their
+text.
 
 Usage (from the repository root):
   python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
   python3 tools/gen_wgmma_header.py --fp8 > templates/kgen_device/core/wgmma_fp8.cuh
+  python3 tools/gen_wgmma_header.py --keys > templates/kgen_device/core/wgmma_keys.cuh
 """
 
 import sys
@@ -17,6 +21,8 @@ import sys
 # operand list it extends (None: the first).
 BASE = {32: None, 64: 32, 80: 64, 128: 64, 176: 128, 192: 176, 256: 192}
 NS = list(BASE)
+# The widths of wgmma_keys.cuh: the wide-head-dim backward's 96-key blocks (dKᵀ and dVᵀ, N = keys).
+BASE_KEYS = {96: None}
 # The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128-key score tile and its head dims 128 and 256.
 BASE8 = {128: None, 256: 128}
 
@@ -207,9 +213,9 @@ def operand_lists(base=BASE, shape="m64nNk16"):
     return "".join(out)
 
 
-def shapes():
+def shapes(ns=NS):
     out = []
-    for n in NS:
+    for n in ns:
         a = n // 2  # the first operand after the accumulators
         ss = ", ".join(f'"%{a + i}"' for i in range(5))
         rs = f'"{{%{a},%{a + 1},%{a + 2},%{a + 3}}}", "%{a + 4}", "%{a + 5}", "%{a + 6}"'
@@ -217,7 +223,7 @@ def shapes():
     out.append("\n")
     for name in ["KGEN_WG_SHAPE", "KGEN_WG_RS", "KGEN_WG_SS", "KGEN_WG_ACC8"]:
         out.append(f"#undef {name}\n")
-    for n in NS:
+    for n in ns:
         out.append(f"#undef KGEN_WG_ACC_{n}\n#undef KGEN_WG_OUT_{n}\n")
     out.append("\n")
     return "".join(out)
@@ -319,5 +325,48 @@ def header_fp8():
     return text.replace("KGEN_WG_", "KGEN_W8_")
 
 
+PREFIX_KEYS = r'''// wgmma shapes of the wide-head-dim backward (sm_90a only): m64n96k16 for its 96-key blocks, and
+// stmatrix with transposition.
+// Written by tools/gen_wgmma_header.py --keys (the per-N operand lists): edit the script, not this file.
+// NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh, whose Mma template
+// this header specialises; kept apart so that the kernels that include wgmma.cuh keep their text.
+#pragma once
+
+#include "kgen_device/core/wgmma.cuh"
+
+namespace kgen {
+namespace wgmma {
+
+// Stores four 8×8 matrices of 16-bit elements transposed (stmatrix .x4 .trans): lane i gives the
+// shared address of row i % 8 of stored matrix i / 8; r[k] holds this lane's two elements of
+// matrix k (row lane / 4, columns 2·(lane % 4), +1), which land in column lane / 4 of the stored
+// rows 2·(lane % 4) and 2·(lane % 4) + 1: an accumulator's 8 × 8 block written as its transpose,
+// 16 contiguous bytes per stored row.
+__device__ __forceinline__ void stmatrix_x4_trans(unsigned smem_addr, unsigned r0, unsigned r1, unsigned r2,
+                                                  unsigned r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(smem_addr), "r"(r0),
+               "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+#define KGEN_WG_ACC8(d, i)                                                                   \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+
+'''
+
+
+def header_keys():
+    # Macros of their own (KGEN_WK_*): wgmma.cuh leaves its operand lists defined.
+    text = PREFIX_KEYS + operand_lists(BASE_KEYS) + SHAPE_MACROS + shapes(list(BASE_KEYS))
+    for g in range(groups(max(BASE_KEYS))):
+        text += f"#undef KGEN_WG_R8_{g}\n"
+    for n in BASE_KEYS:
+        text += f"#undef KGEN_WG_REGS_{n}\n"
+    text += "\n" + SUFFIX
+    return text.replace("KGEN_WG_", "KGEN_WK_")
+
+
 if __name__ == "__main__":
-    print(header_fp8() if sys.argv[1:] == ["--fp8"] else header(), end="")
+    args = sys.argv[1:]
+    print(header_fp8() if args == ["--fp8"] else header_keys() if args == ["--keys"] else header(), end="")

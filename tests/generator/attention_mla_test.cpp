@@ -99,6 +99,21 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
                                                 *parse_attention_backward_config("wg:bm64:bn64:c2"), sm90a());
   ASSERT_TRUE(c2_odd);
   EXPECT_TRUE(contains(*c2_odd, "not a multiple of 8, which wg:c2 needs")) << *c2_odd;
+  // The wide kernel (c3): 192/128 fits its shared memory, 192/160 (v's tiles of 192 columns) and
+  // plain 192 do not; 256 columns and other block shapes are refused naming the field.
+  EXPECT_FALSE(check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn96:c3"), sm90a()));
+  EXPECT_FALSE(check_attention_backward_config(bwd(DType::f16, 136, 72, false),
+                                               *parse_attention_backward_config("wg:bm64:bn96:c3"), sm90a()));
+  for (auto [d, dv, why] : {std::tuple{192, 160, "shared memory"}, {192, 0, "shared memory"}, {256, 128, "136-192"}}) {
+    auto wide = check_attention_backward_config(bwd(DType::bf16, d, dv, true),
+                                                *parse_attention_backward_config("wg:bm64:bn96:c3"), sm90a());
+    ASSERT_TRUE(wide) << d << "/" << dv;
+    EXPECT_TRUE(contains(*wide, why)) << *wide;
+  }
+  auto wide_bn = check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn64:c3"), sm90a());
+  ASSERT_TRUE(wide_bn);
+  EXPECT_TRUE(contains(*wide_bn, "bn")) << *wide_bn;
+  EXPECT_TRUE(check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn96:c3"), sm80()));
   const AttentionBackwardSpec narrow = bwd(DType::bf16, 128, 64, true);
   auto wg = check_attention_backward_config(narrow, *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w"), sm90a());
   ASSERT_TRUE(wg);
@@ -109,7 +124,7 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
                                                     sm90a());
   ASSERT_TRUE(dbl);
   EXPECT_EQ(*dbl, "v: head dim 128 differs from q's 192; the wg kernels take one head dim, fa2:, simt:, the forward's "
-                  "ws: and the backward's column-share wg (c2, head dims above 128) serve d_v < d_qk");
+                  "ws: and the backward's column-share wg (c2, c3; head dims above 128) serve d_v < d_qk");
   EXPECT_FALSE(check_attention_double_backward_config(g, *parse_attention_double_backward_config("fa2:bm64:bn16:w4"), sm90a()));
   EXPECT_FALSE(check_attention_double_backward_config(g, *parse_attention_double_backward_config("simt:w4:dmax256"), sm90a()));
   // A variant with v's own head dim: refused by the double backward as by the backward.
@@ -133,10 +148,12 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunTensorCoresAndTheRestTheGeneralPath
                 << d << "/" << dv << " " << to_string(f);
             EXPECT_FALSE(check_attention_forward_config(fwd(t, d, dv, causal), f, target)) << to_string(f);
             const AttentionBackwardConfig b = attention_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
-            // sm_90a above 128 columns: the column-share wgmma kernel.
-            const bool c2 = target.arch == "sm_90a" && d > 128;
-            EXPECT_EQ(to_string(b), c2 ? "wg:bm64:bn64:c2" : to_string(b)) << d << "/" << dv;
-            EXPECT_EQ(b.path(), c2 ? BackwardPath::wgmma : BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
+            // sm_90a above 128 columns: the wide kernel at the 192-column tile (its shared memory
+            // holds v's tiles of 128 columns), else the column-share wgmma kernel.
+            const bool wg = target.arch == "sm_90a" && d > 128;
+            const char* want = d <= 192 ? "wg:bm64:bn96:c3" : "wg:bm64:bn64:c2";
+            EXPECT_EQ(to_string(b), wg ? want : to_string(b)) << d << "/" << dv;
+            EXPECT_EQ(b.path(), wg ? BackwardPath::wgmma : BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
             EXPECT_FALSE(check_attention_backward_config(bwd(t, d, dv, causal), b, target)) << to_string(b);
             const AttentionBackwardConfig g =
                 attention_double_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
@@ -190,11 +207,21 @@ TEST(AttentionMlaRender, KernelsTakeHeadDimVAndOneHeadDimKernelsStayAsTheyWere) 
   const KernelSource pre = render_attention_backward(g, c, BackwardKernel::preprocess);
   EXPECT_EQ(pre.variant, "attention_bwd.bf16.dv128.preprocess");
   EXPECT_TRUE(contains(pre.source, "/*HeadDimV=*/128>")) << pre.source;
-  // sm_90a: the column-share wgmma kernel; sm_80: fa2 with two column splits.
+  // sm_90a: the wide wgmma kernel (dQ by TMA; the deterministic mode without dQ); sm_80: fa2 with
+  // two column splits.
   const KernelSource kv = render_attention_backward(g, c, BackwardKernel::kv_atomic);
-  EXPECT_EQ(kv.variant, "attention_bwd.bf16.d192v128.full.wg:bm64:bn64:c2.kv_atomic");
-  EXPECT_TRUE(contains(kv.source, "attention_backward_wgmma_kv_cols_tma<")) << kv.source;  // dQ by TMA at 192 columns
+  EXPECT_EQ(kv.variant, "attention_bwd.bf16.d192v128.full.wg:bm64:bn96:c3.kv_atomic");
+  EXPECT_TRUE(contains(kv.source, "attention_backward_wgmma_kv_wide_tma<")) << kv.source;
   EXPECT_TRUE(contains(kv.source, "/*HeadDim=*/192, /*HeadDimV=*/128>")) << kv.source;
+  EXPECT_TRUE(contains(kv.source, "__launch_bounds__(384, 1)")) << kv.source;
+  const KernelSource kv_det = render_attention_backward(g, c, BackwardKernel::kv);
+  EXPECT_TRUE(contains(kv_det.source, "attention_backward_wgmma_kv_wide<")) << kv_det.source;
+  EXPECT_TRUE(attention_backward_dq_by_tma(g, c));
+  // The column-share kernel keeps its form for MLA pairs.
+  const KernelSource c2 =
+      render_attention_backward(g, *parse_attention_backward_config("wg:bm64:bn64:c2"), BackwardKernel::kv_atomic);
+  EXPECT_TRUE(contains(c2.source, "attention_backward_wgmma_kv_cols_tma<")) << c2.source;  // dQ by TMA at 192 columns
+  EXPECT_TRUE(contains(c2.source, "/*HeadDim=*/192, /*HeadDimV=*/128>")) << c2.source;
   const KernelSource kv80 =
       render_attention_backward(g, attention_backward_default_config(g, shape, sm80(), 132), BackwardKernel::kv_atomic);
   EXPECT_TRUE(contains(kv80.source, "/*HeadDim=*/192, /*Splits=*/2, /*Variant=*/kgen::NoVariant, /*HeadDimV=*/128>"))

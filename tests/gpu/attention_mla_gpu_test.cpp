@@ -33,7 +33,8 @@ struct MlaShape {
 
 // Odd sizes, n_q != n_k both ways (n_q > n_k: causal rows that see no key), GQA 1/2/4.
 const MlaShape kMlaShapes[] = {{1, 1, 1, 1, 1}, {1, 2, 1, 7, 7}, {2, 4, 1, 63, 63}, {1, 4, 2, 130, 257},
-                         {1, 2, 2, 300, 129}, {1, 8, 2, 17, 300}, {2, 4, 4, 128, 128}};
+                         {1, 2, 2, 300, 129}, {1, 8, 2, 17, 300}, {2, 4, 4, 128, 128},
+                         {1, 3, 1, 520, 700}};
 
 // The fp64 truth of one call (bhnd, (b, h, n, cols) row-major).
 struct Reference {
@@ -257,7 +258,11 @@ std::vector<std::string> double_backward_configs(DType t, int d, int dv) {
 std::vector<std::pair<std::string, bool>> backward_configs(DType t, int d, int dv) {
   std::vector<std::pair<std::string, bool>> out = {{"", false}, {"", true}};
   if (t != DType::f32 && dv % 8 == 0)
-    out.insert(out.end(), {{"fa2:bm32:bn64:w4", false}, {"wg:bm64:bn64:c2", false}, {"wg:bm64:bn64:c2", true}});
+    out.insert(out.end(), {{"fa2:bm32:bn64:w4", false},
+                           {"wg:bm64:bn64:c2", false},
+                           {"wg:bm64:bn64:c2", true},
+                           {"wg:bm64:bn96:c3", false},
+                           {"wg:bm64:bn96:c3", true}});
   out.push_back({"simt:w4:dmax" + std::to_string(attention_simt_bucket(d)), false});
   return out;
 }

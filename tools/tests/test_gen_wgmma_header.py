@@ -29,3 +29,13 @@ def test_every_width_extends_a_narrower_one_by_whole_groups():
     for n, base in gen_wgmma_header.BASE.items():
         assert n % 16 == 0
         assert base is None or (base < n and base in gen_wgmma_header.BASE)
+
+
+def test_the_checked_in_keys_header_is_the_scripts_output():
+    header = (ROOT / "templates" / "kgen_device" / "core" / "wgmma_keys.cuh").read_text()
+    assert gen_wgmma_header.header_keys() == header, (
+        "templates/kgen_device/core/wgmma_keys.cuh differs from tools/gen_wgmma_header.py --keys's output: edit the "
+        "script and regenerate with `python3 tools/gen_wgmma_header.py --keys > templates/kgen_device/core/wgmma_keys.cuh`"
+    )
+    # Its widths are none of wgmma.cuh's: one specialisation of wgmma::Mma per width.
+    assert not set(gen_wgmma_header.BASE_KEYS) & set(gen_wgmma_header.BASE)
