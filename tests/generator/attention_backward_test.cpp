@@ -8,6 +8,7 @@
 #include "generator/attention_backward.h"
 #include "kgen_device/attention/backward_cols_config.h"
 #include "kgen_device/attention/backward_config.h"
+#include "kgen_device/attention/backward_wide_config.h"
 #include "test_targets.h"
 
 namespace kgen {
@@ -253,13 +254,13 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
             "fa2:bm64:bn64:w4");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
   EXPECT_EQ(attention_backward_default_config({DType::bf16, 24, false}, d32_big, sm90a(), 132).path(), BackwardPath::fa2);
-  // Above 128 columns: the column-share kernel on sm_90a, fa2 with column splits elsewhere.
+  // Above 128 columns: on sm_90a the wide kernel up to 192 and the column-share kernel above,
+  // fa2 with column splits elsewhere.
   for (int d : {136, 160, 192, 200, 256}) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
-    EXPECT_EQ(to_string(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm90a(), 132)),
-              "wg:bm64:bn64:c2") << d;
-    EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 128, 128}, sm90a(), 132)),
-              "wg:bm64:bn64:c2") << d;
+    const char* want = d <= 192 ? "wg:bm64:bn96:c3" : "wg:bm64:bn64:c2";
+    EXPECT_EQ(to_string(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm90a(), 132)), want) << d;
+    EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 128, 128}, sm90a(), 132)), want) << d;
     EXPECT_EQ(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm80(), 108).path(), BackwardPath::fa2) << d;
   }
 }
@@ -773,12 +774,18 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   why = check_attention_backward_config({DType::bf16, 256, false}, BackwardWgmmaConfig{}, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("c2"), std::string::npos) << *why;
-  // The space holds it beside fa2 above 128 columns, and the wg kernels below.
-  int c2 = 0, wg = 0;
-  for (const auto& e : attention_backward_config_space({DType::bf16, 192, true}, sm90a()))
-    c2 += e.as<BackwardWgmmaConfig>() && e.as<BackwardWgmmaConfig>()->column_splits == 2, wg += e.path() == BackwardPath::wgmma;
-  EXPECT_EQ(c2, 1);
-  EXPECT_EQ(wg, 1);
+  // The space holds it and the wide kernel (c3) beside fa2 above 128 columns (c3 up to 192), and
+  // the wg kernels below.
+  for (int d : {192, 256}) {
+    int c2 = 0, c3 = 0, wg = 0;
+    for (const auto& e : attention_backward_config_space({DType::bf16, d, true}, sm90a())) {
+      const auto* w = e.as<BackwardWgmmaConfig>();
+      c2 += w && w->column_splits == 2, c3 += w && w->column_splits == 3, wg += e.path() == BackwardPath::wgmma;
+    }
+    EXPECT_EQ(c2, 1) << d;
+    EXPECT_EQ(c3, d <= 192 ? 1 : 0) << d;
+    EXPECT_EQ(wg, c2 + c3) << d;
+  }
   // Rendered: 256 threads, one grid block per 64 keys, D the 192-column tile, HeadDim the
   // tensors'. The atomic mode there adds dQ by TMA (its own entry, with the maps); the
   // deterministic mode and the 256-column tile's atomic mode take plain params.
@@ -801,6 +808,44 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   EXPECT_FALSE(attention_backward_dq_by_tma({DType::bf16, 256, true}, *c));
   EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(256, 64), 215040);  // within sm_90a's 227 KiB
   EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(192, 64, true), 215040);
+}
+
+TEST(AttentionBackwardConfig, WideHeadDimTextRulesAndRender) {
+  auto c = parse_attention_backward_config("wg:bm64:bn96:c3");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->as<BackwardWgmmaConfig>()->warpgroups(), 3);
+  EXPECT_EQ(to_string(*c), "wg:bm64:bn96:c3");
+  // Head dims 136-192 (the 192-column tile), 96 keys, 64-row query tiles, sm_90a, 16-bit inputs.
+  for (int d : {136, 160, 184, 192}) EXPECT_FALSE(check_attention_backward_config({DType::bf16, d, true}, *c, sm90a())) << d;
+  for (int d : {128, 200, 256}) {
+    auto why = check_attention_backward_config({DType::bf16, d, false}, *c, sm90a());
+    ASSERT_TRUE(why) << d;
+    EXPECT_NE(why->find("136-192"), std::string::npos) << *why;
+  }
+  for (const char* bad : {"wg:bm64:bn64:c3", "wg:bm64:bn128:c3"}) {
+    auto why = check_attention_backward_config({DType::bf16, 192, false}, *parse_attention_backward_config(bad), sm90a());
+    ASSERT_TRUE(why) << bad;
+    EXPECT_NE(why->find("c3"), std::string::npos) << *why;
+  }
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 192, false}, *parse_attention_backward_config("wg:bm128:bn96:c3"), sm90a()));
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 192, false}, *c, sm80()));
+  EXPECT_TRUE(check_attention_backward_config({DType::f32, 192, false}, *c, sm90a()));
+  auto variant = check_attention_backward_config({DType::bf16, 192, false, "softcap(30)"}, *c, sm90a());
+  ASSERT_TRUE(variant);
+  // Rendered: 384 threads, one grid block per 96 keys, its shared memory; the atomic mode adds dQ
+  // by TMA (the maps), the deterministic mode computes none.
+  for (bool deterministic : {false, true}) {
+    const auto kernels = attention_backward_kernels(*c, deterministic);
+    const KernelSource kv = render_attention_backward({DType::bf16, 160, true}, *c, kernels[1]);
+    const std::string entry = std::string(deterministic ? "attention_backward_wgmma_kv_wide<" : "attention_backward_wgmma_kv_wide_tma<") +
+                              "/*T=*/kgen::bfloat16_t, /*D=*/192, /*BM=*/64, /*Causal=*/true, /*HeadDim=*/160, /*HeadDimV=*/160>";
+    EXPECT_NE(kv.source.find(entry), std::string::npos) << kv.source;
+    EXPECT_EQ(kv.source.find("AttentionBackwardTmaParams") != std::string::npos, !deterministic) << kv.source;
+    EXPECT_EQ(kv.threads, 384);
+    EXPECT_EQ(kv.smem_bytes, attention_bwd::kWideSmemBytes);
+    EXPECT_EQ(attention_backward_grid(*c, kernels[1], {2, 8, 4, 1000, 1337}, 160, 132).x, 14u);  // ceil(1337 / 96)
+  }
+  EXPECT_TRUE(attention_backward_dq_by_tma({DType::bf16, 160, true}, *c));
 }
 
 TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {

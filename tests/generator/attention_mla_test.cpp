@@ -8,6 +8,7 @@
 
 #include "generator/attention_backward.h"
 #include "generator/attention_forward.h"
+#include "kgen_device/attention/backward_wide_config.h"
 #include "test_targets.h"
 
 namespace kgen {
@@ -99,17 +100,14 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
                                                 *parse_attention_backward_config("wg:bm64:bn64:c2"), sm90a());
   ASSERT_TRUE(c2_odd);
   EXPECT_TRUE(contains(*c2_odd, "not a multiple of 8, which wg:c2 needs")) << *c2_odd;
-  // The wide kernel (c3): 192/128 fits its shared memory, 192/160 (v's tiles of 192 columns) and
-  // plain 192 do not; 256 columns and other block shapes are refused naming the field.
-  EXPECT_FALSE(check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn96:c3"), sm90a()));
-  EXPECT_FALSE(check_attention_backward_config(bwd(DType::f16, 136, 72, false),
-                                               *parse_attention_backward_config("wg:bm64:bn96:c3"), sm90a()));
-  for (auto [d, dv, why] : {std::tuple{192, 160, "shared memory"}, {192, 0, "shared memory"}, {256, 128, "136-192"}}) {
-    auto wide = check_attention_backward_config(bwd(DType::bf16, d, dv, true),
-                                                *parse_attention_backward_config("wg:bm64:bn96:c3"), sm90a());
-    ASSERT_TRUE(wide) << d << "/" << dv;
-    EXPECT_TRUE(contains(*wide, why)) << *wide;
-  }
+  // The wide kernel (c3): head dims 136-192 with any v; 256 columns and other block shapes are
+  // refused naming the field.
+  const auto wide_config = *parse_attention_backward_config("wg:bm64:bn96:c3");
+  for (auto [d, dv] : {std::pair{192, 128}, {136, 72}, {192, 160}, {192, 0}, {136, 0}})
+    EXPECT_FALSE(check_attention_backward_config(bwd(DType::f16, d, dv, false), wide_config, sm90a())) << d << "/" << dv;
+  auto wide = check_attention_backward_config(bwd(DType::bf16, 256, 128, true), wide_config, sm90a());
+  ASSERT_TRUE(wide);
+  EXPECT_TRUE(contains(*wide, "136-192")) << *wide;
   auto wide_bn = check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn64:c3"), sm90a());
   ASSERT_TRUE(wide_bn);
   EXPECT_TRUE(contains(*wide_bn, "bn")) << *wide_bn;

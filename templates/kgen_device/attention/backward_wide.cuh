@@ -15,18 +15,24 @@
 //     64 queries); a block barrier;
 //   dQ = dS·K over all 96 keys         m64n64k16 on its columns [64·wg, +64), A = dS (the dSᵀ tile
 //                                      read M-major), B = K MN-major; added by TMA reduce-adds
-//                                      from a staging tile while the next two run;
+//                                      (staged as below) once the next two are done;
 //   dVᵀ += dOᵀ·P and dKᵀ += Qᵀ·dS      m64n96k16 on its head-dim rows [64·wg, +64), A = dO or Q
 //                                      read M-major (transposed by descriptor), B = the Pᵀ or dSᵀ
 //                                      tile K-major; dVᵀ only where those rows hold v's columns.
 // Epilogue: scale·dKᵀ and dVᵀ written transposed (stmatrix .trans) into the free Q/dO stages, then
 // to dK and dV with 16-byte stores.
 //
-// Shared memory (the base rounded up to 1024 bytes; attention_bwd::wide_smem_bytes): K
-// (Sw128<96, D>), V (Sw128<96, DV>), two stages of Q (Sw128<64, D>) and dO (Sw128<64, DV>), Pᵀ
-// and dSᵀ (Sw128<96, 64>), with TmaDQ the dQ staging tile (backward_wgmma.cuh's DqStaging), two
-// stages of the rows' lse2 and delta. DV: v's head dim rounded up to 64; the tiles of V and dO
-// keep the 64-column blocks of the D-wide ones (the same descriptors and swizzle).
+// Shared memory (the base rounded up to 1024 bytes; attention_bwd::kWideSmemBytes): K and V
+// (Sw128<96, D>), two stages of Q and dO (Sw128<64, D>), Pᵀ and dSᵀ (Sw128<96, 64>), two stages
+// of the rows' lse2 and delta. V and dO keep D's tiles when v's head dim is below q's (their
+// columns past it are never read by a stored product).
+// dQ's staging (a tile of its own would not fit): warpgroup wg's two fp32 boxes of 64 rows × 32
+// columns (backward_wgmma.cuh's DqStaging, the dq_map's swizzle) are its Q and dO blocks wg of
+// the tile's stage, the only parts of the stage its dKᵀ and dVᵀ read (every warpgroup's S and dP
+// are done at the Pᵀ/dSᵀ barrier). It writes them once its products of the tile are done and
+// issues the reduce-adds, which run under the next tile's S and dP; the loads of tile it + 1 into
+// the other stage wait for the Pᵀ/dSᵀ barrier of tile it, before which each warpgroup's first
+// thread waits until tile it − 1's reduce-adds have read their boxes.
 // Masking and requirements: as the other key-major kernels (rows >= n_q zero-filled with zero
 // statistics, so P = 1 multiplies zero rows and dS = 0; keys >= n_k zero-filled and masked;
 // 16-byte aligned pointers and row strides). HeadDim: q's and k's head dim, a multiple of 8 in
@@ -43,19 +49,16 @@ namespace bwd_wide {
 
 // The regions of dynamic shared memory (see the top comment), from a base rounded up to 1024
 // bytes; q(stage), d_o(stage) and stats(stage) as bwd_detail's loads expect.
-template <int D, int DV, bool TmaDQ>
 struct Smem {
   static constexpr int BN = attention_bwd::kWideKeys, BM = attention_bwd::kWideQueryRows;
-  using KTile = wgmma::Sw128<BN, D>;
-  using VTile = wgmma::Sw128<BN, DV>;
-  using QTile = wgmma::Sw128<BM, D>;
-  using DoTile = wgmma::Sw128<BM, DV>;
+  static constexpr int D = attention_bwd::kWideHeadDim;
+  using KTile = wgmma::Sw128<BN, D>;  // K and V
+  using QTile = wgmma::Sw128<BM, D>;  // Q and dO
   using PTile = wgmma::Sw128<BN, BM>;  // Pᵀ and dSᵀ: rows = keys, columns = queries
-  static constexpr int kStageBytes = QTile::kBytes + DoTile::kBytes;
-  static constexpr int kQOffset = KTile::kBytes + VTile::kBytes;
+  static constexpr int kStageBytes = 2 * QTile::kBytes;
+  static constexpr int kQOffset = 2 * KTile::kBytes;
   static constexpr int kPOffset = kQOffset + 2 * kStageBytes;
-  static constexpr int kDqOffset = kPOffset + 2 * PTile::kBytes;
-  static constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
+  static constexpr int kStatsOffset = kPOffset + 2 * PTile::kBytes;
   static constexpr int kBytes = 1024 + kStatsOffset + 4 * BM * 4;
   unsigned k;  // shared-memory address of the K tile, 1024-byte aligned
   float* stats_base;
@@ -70,7 +73,6 @@ struct Smem {
   __device__ __forceinline__ unsigned d_o(int stage) const { return q(stage) + QTile::kBytes; }
   __device__ __forceinline__ unsigned p() const { return k + kPOffset; }
   __device__ __forceinline__ unsigned ds() const { return k + kPOffset + PTile::kBytes; }
-  __device__ __forceinline__ unsigned dq() const { return k + kDqOffset; }
   __device__ __forceinline__ float* stats(int stage) const { return stats_base + stage * 2 * BM; }
 };
 
@@ -156,21 +158,18 @@ __device__ __forceinline__ void copy_out(T* dst, long long stride_n, unsigned ti
 
 }  // namespace bwd_wide
 
-template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim, int HeadDimV, bool TmaDQ>
+template <class T, int D, int BM, bool Causal, bool AtomicDQ, int HeadDim, int HeadDimV>
 __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const AttentionBackwardParams& p,
                                                                       const void* dq_map) {
   static_assert(D == attention_bwd::kWideHeadDim, "the 192-column tile");
   static_assert(BM == attention_bwd::kWideQueryRows, "64-row query tiles");
-  static_assert(TmaDQ == AtomicDQ, "the atomic mode adds dQ by TMA");
   static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BN = attention_bwd::kWideKeys;
   constexpr int kThreads = attention_bwd::kWideThreads;
-  constexpr int DV = attention_bwd::wide_tile_cols(HeadDimV);
-  using Sm = bwd_wide::Smem<D, DV, TmaDQ>;
-  static_assert(Sm::kBytes == attention_bwd::wide_smem_bytes(HeadDim, HeadDimV, TmaDQ),
-                "shared memory layout must match wide_smem_bytes");
+  using Sm = bwd_wide::Smem;
+  static_assert(Sm::kBytes == attention_bwd::kWideSmemBytes, "shared memory layout must match kWideSmemBytes");
   constexpr int kKeysPerWg = BN / 3;
 
   const int tid = threadIdx.x;
@@ -180,15 +179,14 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
   const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group);
   const int total = walk.total;
   const Sm sm = Sm::at();
-  const bwd_detail::DqStaging staging{sm.dq()};
 
-  fa2_detail::load_tile_async<T, BN, D, kThreads, typename Sm::KTile, HeadDim>(
+  fa2_detail::load_tile_async<T, BN, D, kThreads, Sm::KTile, HeadDim>(
       sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head), p.k.stride_n, n0, n_k, tid);
-  fa2_detail::load_tile_async<T, BN, DV, kThreads, typename Sm::VTile, HeadDimV>(
+  fa2_detail::load_tile_async<T, BN, D, kThreads, Sm::KTile, HeadDimV>(
       sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head), p.v.stride_n, n0, n_k, tid);
   if (total > 0)
-    bwd_detail::load_query_tile_async<T, BM, D, kThreads, typename Sm::QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head,
-                                                                                                batch, 0, 0, tid);
+    bwd_detail::load_query_tile_async<T, BM, D, kThreads, Sm::QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch, 0,
+                                                                                       0, tid);
   cp_async_commit();
 
   // This warpgroup's keys (S, dP), head-dim rows of dKᵀ and dVᵀ and columns of dQ; the
@@ -201,6 +199,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
   const unsigned long long ds_b = wgmma::desc_sw128(sm.ds(), 16, 1024);
   const unsigned long long ds_m = wgmma::desc_sw128(sm.ds(), Sm::PTile::kBlockBytes, 1024);
   const unsigned long long k_cols = bwd_detail::mn_major_cols<Sm::KTile::kBlockBytes>(sm.k, col);
+  const bool leader = warp == 0 && lane == 0;  // this warpgroup's first thread: dQ's reduce-adds
 
   float dkt[48], dvt[48];
 #pragma unroll
@@ -210,8 +209,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
     const int stage = it & 1;
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    bwd_detail::next_query_tile<T, BM, D, kThreads, typename Sm::QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch,
-                                                                                          it, total, stage, tid);
+    cp_async_wait<0>();
+    wgmma::fence_proxy_async();
+    __syncthreads();  // tile it landed; every warpgroup done with tile it − 1's products
     const float* st = sm.stats(stage);
 
     // ---- S = Q·K_wgᵀ, dP = dO·V_wgᵀ (64 queries × this warpgroup's 32 keys), two groups ----
@@ -227,63 +227,76 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
     wgmma::wait<0>();
     wgmma::fence_operand(dp);
     bwd_wide::ds_rows(dp, s, st + BM, warp * 16, g);
-    bwd_wide::store_transposed<T, typename Sm::PTile, 4>(sm.p(), s, 1.f, key_wg, warp * 16, lane);
-    bwd_wide::store_transposed<T, typename Sm::PTile, 4>(sm.ds(), dp, 1.f, key_wg, warp * 16, lane);
+    bwd_wide::store_transposed<T, Sm::PTile, 4>(sm.p(), s, 1.f, key_wg, warp * 16, lane);
+    bwd_wide::store_transposed<T, Sm::PTile, 4>(sm.ds(), dp, 1.f, key_wg, warp * 16, lane);
+    if (AtomicDQ && leader) tma::store_wait_read();  // tile it − 1's boxes (the other stage) read
     wgmma::fence_proxy_async();
-    named_barrier<1, kThreads>();  // every row of Pᵀ and dSᵀ written
+    named_barrier<1, kThreads>();  // every row of Pᵀ and dSᵀ written; every S and dP done
 
-    // ---- dQ = dS·K (this warpgroup's columns), then dVᵀ += dOᵀ·P and dKᵀ += Qᵀ·dS ----
+    // ---- tile it + 1 into the other stage ----
+    if (it + 1 < total)
+      bwd_detail::load_query_tile_async<T, BM, D, kThreads, Sm::QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch,
+                                                                                         it + 1, stage ^ 1, tid);
+    cp_async_commit();
+
+    // ---- dQ = dS·K (this warpgroup's columns), dVᵀ += dOᵀ·P and dKᵀ += Qᵀ·dS ----
     float dq[AtomicDQ ? 32 : 1];
     wgmma::fence_operand(dvt);
     wgmma::fence_operand(dkt);
     wgmma::fence();
-    if constexpr (AtomicDQ) {
-      bwd_detail::wgmma_cols_dq<T, 64, BN>(dq, ds_m, k_cols);
-      wgmma::commit();
-    }
-    if (has_dv)
-      bwd_wide::wgmma_keys_t<T>(dvt, bwd_detail::mn_major_cols<Sm::DoTile::kBlockBytes>(sm.d_o(stage), col), p_b);
+    if constexpr (AtomicDQ) bwd_detail::wgmma_cols_dq<T, 64, BN>(dq, ds_m, k_cols);
+    if (has_dv) bwd_wide::wgmma_keys_t<T>(dvt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.d_o(stage), col), p_b);
     bwd_wide::wgmma_keys_t<T>(dkt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.q(stage), col), ds_b);
     wgmma::commit();
-
-    if constexpr (AtomicDQ) {
-      wgmma::wait<1>();
-      wgmma::fence_operand(dq);
-      const float none[1] = {0.f};
-      bwd_detail::reduce_cols_dq<64, 0>(dq_map, staging, dq, none, batch * p.heads_q + head, m0, col, 0, warp, lane,
-                                         g, t, 2 + wg);
-    }
     bwd_detail::end_query_tile(dvt, dkt);
+
+    // ---- dQ through this warpgroup's Q and dO blocks of the stage, by TMA reduce-adds ----
+    if constexpr (AtomicDQ) {
+      wgmma::fence_operand(dq);
+      const bwd_detail::DqStaging lo{sm.q(stage) + wg * Sm::QTile::kBlockBytes};
+      const bwd_detail::DqStaging hi{sm.d_o(stage) + wg * Sm::QTile::kBlockBytes};
+      tma::barrier_sync(2 + wg, 128);  // every warp of this warpgroup past its products
+      bwd_detail::write_dq_boxes<32>(lo, reinterpret_cast<const float(&)[16]>(dq[0]), 0, warp, g, t);
+      bwd_detail::write_dq_boxes<32>(hi, reinterpret_cast<const float(&)[16]>(dq[16]), 0, warp, g, t);
+      tma::fence_proxy_async();
+      tma::barrier_sync(2 + wg, 128);
+      if (leader) {
+        const int row_base = batch * p.heads_q + head;
+        tma::reduce_add_3d(dq_map, lo.dq_box(0), col, m0, row_base);
+        tma::reduce_add_3d(dq_map, hi.dq_box(0), col + 32, m0, row_base);
+        tma::store_commit();
+      }
+    }
   }
 
-  // ---- epilogue: dK = scale·dKᵀᵀ, dV, through the Q/dO stages (free once every load landed
-  // and every warpgroup is done) ----
+  // ---- epilogue: dK = scale·dKᵀᵀ, dV, through the Q/dO stages (free once every load landed,
+  // every warpgroup is done and dQ's last boxes are read) ----
+  if (AtomicDQ && leader) tma::store_wait_read();
   cp_async_wait<0>();
   __syncthreads();
   const unsigned dk_tile = sm.q(0), dv_tile = sm.q(0) + Sm::KTile::kBytes;
-  static_assert(Sm::KTile::kBytes + Sm::VTile::kBytes <= 2 * Sm::kStageBytes, "dK and dV fit in the stages");
-  bwd_wide::store_transposed<T, typename Sm::KTile, 12>(dk_tile, dkt, p.scale, 0, col + warp * 16, lane);
-  if (has_dv) bwd_wide::store_transposed<T, typename Sm::VTile, 12>(dv_tile, dvt, 1.f, 0, col + warp * 16, lane);
+  static_assert(2 * Sm::KTile::kBytes <= 2 * Sm::kStageBytes, "dK and dV fit in the stages");
+  bwd_wide::store_transposed<T, Sm::KTile, 12>(dk_tile, dkt, p.scale, 0, col + warp * 16, lane);
+  if (has_dv) bwd_wide::store_transposed<T, Sm::KTile, 12>(dv_tile, dvt, 1.f, 0, col + warp * 16, lane);
   __syncthreads();
   const int keys = imin(n_k - n0, BN);
-  bwd_wide::copy_out<T, typename Sm::KTile, BN, HeadDim, kThreads>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + n0 * p.dk.stride_n,
-                                                                   p.dk.stride_n, dk_tile, keys, tid);
-  bwd_wide::copy_out<T, typename Sm::VTile, BN, HeadDimV, kThreads>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + n0 * p.dv.stride_n,
-                                                                    p.dv.stride_n, dv_tile, keys, tid);
-  if (TmaDQ && warp == 0 && lane == 0) tma::store_wait_read();  // the staging boxes read before the block exits
+  bwd_wide::copy_out<T, Sm::KTile, BN, HeadDim, kThreads>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + n0 * p.dk.stride_n,
+                                                          p.dk.stride_n, dk_tile, keys, tid);
+  bwd_wide::copy_out<T, Sm::KTile, BN, HeadDimV, kThreads>(bwd_detail::head_ptr<T>(p.dv, batch, kv_head) + n0 * p.dv.stride_n,
+                                                           p.dv.stride_n, dv_tile, keys, tid);
 #endif
 }
 
 // The wide kernel without dQ (the deterministic mode).
 template <class T, int D, int BM, bool Causal, int HeadDim, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_backward_wgmma_kv_wide(const AttentionBackwardParams& p) {
-  attention_backward_wgmma_kv_wide_body<T, D, BM, Causal, false, HeadDim, HeadDimV, false>(p, nullptr);
+  attention_backward_wgmma_kv_wide_body<T, D, BM, Causal, false, HeadDim, HeadDimV>(p, nullptr);
 }
 
 // The wide kernel with dQ by TMA reduce-adds (the atomic mode).
 template <class T, int D, int BM, bool Causal, int HeadDim, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_backward_wgmma_kv_wide_tma(const AttentionBackwardTmaParams& tp) {
-  attention_backward_wgmma_kv_wide_body<T, D, BM, Causal, true, HeadDim, HeadDimV, true>(tp.a, &tp.dq_map);
+  attention_backward_wgmma_kv_wide_body<T, D, BM, Causal, true, HeadDim, HeadDimV>(tp.a, &tp.dq_map);
 }
 
 }  // namespace kgen
