@@ -83,20 +83,21 @@ struct Smem {
 template <bool Causal>
 __device__ __forceinline__ void p_rows(float (&s)[16], const float* st, float scale_log2, bool needs_mask, int row0,
                                        int m0, int key0, int n_k, int diag, int g, int t) {
+  // Column c = 8j + e of this thread's keys (key0 + 2t + c) is past n_k from c >= keys_left, and
+  // above row r's diagonal from c > m0 + r + diag − key0 − 2t.
+  const int keys_left = n_k - key0 - 2 * t;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + g + 8 * h;
     const float l2 = st[row];
+    const int diag_left = m0 + row + diag - key0 - 2 * t;
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int i = 4 * j + 2 * h + e;
+        const int i = 4 * j + 2 * h + e, c = 8 * j + e;
         float pe = exp2_approx(fmaf(s[i], scale_log2, -l2));
-        if (needs_mask) {
-          const int key = key0 + 8 * j + 2 * t + e;
-          if (key >= n_k || (Causal && key > m0 + row + diag)) pe = 0.f;
-        }
+        if (needs_mask && (c >= keys_left || (Causal && c > diag_left))) pe = 0.f;
         s[i] = pe;
       }
   }
@@ -145,6 +146,30 @@ __device__ __forceinline__ void wgmma_keys_t(float (&acc)[48], unsigned long lon
     wgmma::Mma<96>::template ss<T, 1, 0>(acc, a_m + ((kk * 16 * 128) >> 4), b + ((kk * 32) >> 4), 1);
 }
 
+// A place in the query-tile walk (head, tile) stepped tile by tile, without the division of
+// QueryTileWalk::head and m0 per tile.
+struct WalkPlace {
+  int head, tile;
+  template <class Walk>
+  __device__ __forceinline__ void next(const Walk& walk) {
+    if (++tile == walk.tile_begin + walk.tiles_per_head) tile = walk.tile_begin, ++head;
+  }
+};
+
+// Issues the cp.async loads of the query tile at `at` into `stage` of `sm`: Q, dO (HeadDimV
+// columns) and the rows' lse2 and delta, as bwd_detail::load_query_tile_async.
+template <class T, int HeadDim, int HeadDimV, class Smem>
+__device__ __forceinline__ void load_query_tile(const AttentionBackwardParams& p, const Smem& sm, int batch,
+                                                const WalkPlace& at, int stage, int tid) {
+  constexpr int BM = attention_bwd::kWideQueryRows, D = attention_bwd::kWideHeadDim, kThreads = attention_bwd::kWideThreads;
+  const int m0 = at.tile * BM;
+  fa2_detail::load_tile_async<T, BM, D, kThreads, typename Smem::QTile, HeadDim>(
+      sm.q(stage), bwd_detail::head_ptr<const T>(p.q, batch, at.head), p.q.stride_n, m0, p.n_q, tid);
+  fa2_detail::load_tile_async<T, BM, D, kThreads, typename Smem::QTile, HeadDimV>(
+      sm.d_o(stage), bwd_detail::head_ptr<const T>(p.d_o, batch, at.head), p.d_o.stride_n, m0, p.n_q, tid);
+  bwd_detail::load_tile_stats<BM, kThreads>(p, sm, batch, at.head, m0, stage, tid);
+}
+
 // Copies Rows rows of Cols (a multiple of 8) columns from a 128-byte-swizzled tile to global rows
 // of `stride_n` elements from dst (rows >= row_end skipped), 16 bytes per thread and step.
 template <class T, class Tile, int Rows, int Cols, int Threads>
@@ -184,15 +209,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
       sm.k, bwd_detail::head_ptr<const T>(p.k, batch, kv_head), p.k.stride_n, n0, n_k, tid);
   fa2_detail::load_tile_async<T, BN, D, kThreads, Sm::KTile, HeadDimV>(
       sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head), p.v.stride_n, n0, n_k, tid);
-  if (total > 0)
-    bwd_detail::load_query_tile_async<T, BM, D, kThreads, Sm::QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch, 0,
-                                                                                       0, tid);
+  bwd_wide::WalkPlace next{kv_head * walk.group, walk.tile_begin};  // the next tile to load
+  if (total > 0) bwd_wide::load_query_tile<T, HeadDim, HeadDimV>(p, sm, batch, next, 0, tid);
   cp_async_commit();
 
   // This warpgroup's keys (S, dP), head-dim rows of dKᵀ and dVᵀ and columns of dQ; the
   // descriptors that do not move with the stage.
   const int key_wg = kKeysPerWg * wg, col = 64 * wg;
-  const bool has_dv = col < HeadDimV;
   const unsigned long long k_b = wgmma::desc_sw128(sm.k + key_wg * 128, 16, 1024);
   const unsigned long long v_b = wgmma::desc_sw128(sm.v() + key_wg * 128, 16, 1024);
   const unsigned long long p_b = wgmma::desc_sw128(sm.p(), 16, 1024);
@@ -207,8 +230,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
 
   for (int it = 0; it < total; ++it) {
     const int stage = it & 1;
-    const int head = walk.head(kv_head, it);
-    const int m0 = walk.m0(it);
+    const int head = next.head;
+    const int m0 = next.tile * BM;
+    next.next(walk);
     cp_async_wait<0>();
     wgmma::fence_proxy_async();
     __syncthreads();  // tile it landed; every warpgroup done with tile it − 1's products
@@ -234,30 +258,38 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
     named_barrier<1, kThreads>();  // every row of Pᵀ and dSᵀ written; every S and dP done
 
     // ---- tile it + 1 into the other stage ----
-    if (it + 1 < total)
-      bwd_detail::load_query_tile_async<T, BM, D, kThreads, Sm::QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch,
-                                                                                         it + 1, stage ^ 1, tid);
-    cp_async_commit();
+    if (it + 1 < total) {
+      bwd_wide::load_query_tile<T, HeadDim, HeadDimV>(p, sm, batch, next, stage ^ 1, tid);
+      cp_async_commit();
+    }
 
-    // ---- dQ = dS·K (this warpgroup's columns), dVᵀ += dOᵀ·P and dKᵀ += Qᵀ·dS ----
-    float dq[AtomicDQ ? 32 : 1];
+
+    // ---- dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS and dQ = dS·K (this warpgroup's columns, in two halves of 32
+    // through its Q and dO blocks of the stage, added by TMA reduce-adds) ----
+    float dq[AtomicDQ ? 16 : 1];
     wgmma::fence_operand(dvt);
     wgmma::fence_operand(dkt);
     wgmma::fence();
-    if constexpr (AtomicDQ) bwd_detail::wgmma_cols_dq<T, 64, BN>(dq, ds_m, k_cols);
-    if (has_dv) bwd_wide::wgmma_keys_t<T>(dvt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.d_o(stage), col), p_b);
+    // Every warpgroup runs dVᵀ, also on head-dim rows past v's (never stored): a branch around a
+    // wgmma of one warpgroup makes the compiler serialise them all.
+    bwd_wide::wgmma_keys_t<T>(dvt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.d_o(stage), col), p_b);
     bwd_wide::wgmma_keys_t<T>(dkt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.q(stage), col), ds_b);
+    if constexpr (AtomicDQ) bwd_detail::wgmma_cols_dq<T, 32, BN>(dq, ds_m, k_cols);
     wgmma::commit();
-    bwd_detail::end_query_tile(dvt, dkt);
 
-    // ---- dQ through this warpgroup's Q and dO blocks of the stage, by TMA reduce-adds ----
+    bwd_detail::end_query_tile(dvt, dkt);
     if constexpr (AtomicDQ) {
-      wgmma::fence_operand(dq);
       const bwd_detail::DqStaging lo{sm.q(stage) + wg * Sm::QTile::kBlockBytes};
       const bwd_detail::DqStaging hi{sm.d_o(stage) + wg * Sm::QTile::kBlockBytes};
+      wgmma::fence_operand(dq);
       tma::barrier_sync(2 + wg, 128);  // every warp of this warpgroup past its products
-      bwd_detail::write_dq_boxes<32>(lo, reinterpret_cast<const float(&)[16]>(dq[0]), 0, warp, g, t);
-      bwd_detail::write_dq_boxes<32>(hi, reinterpret_cast<const float(&)[16]>(dq[16]), 0, warp, g, t);
+      bwd_detail::write_dq_boxes<32>(lo, dq, 0, warp, g, t);
+      wgmma::fence();
+      bwd_detail::wgmma_cols_dq<T, 32, BN>(dq, ds_m, k_cols + ((32 * 2) >> 4));
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operand(dq);
+      bwd_detail::write_dq_boxes<32>(hi, dq, 0, warp, g, t);
       tma::fence_proxy_async();
       tma::barrier_sync(2 + wg, 128);
       if (leader) {
@@ -277,7 +309,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
   const unsigned dk_tile = sm.q(0), dv_tile = sm.q(0) + Sm::KTile::kBytes;
   static_assert(2 * Sm::KTile::kBytes <= 2 * Sm::kStageBytes, "dK and dV fit in the stages");
   bwd_wide::store_transposed<T, Sm::KTile, 12>(dk_tile, dkt, p.scale, 0, col + warp * 16, lane);
-  if (has_dv) bwd_wide::store_transposed<T, Sm::KTile, 12>(dv_tile, dvt, 1.f, 0, col + warp * 16, lane);
+  if (col < HeadDimV)  // this warpgroup's rows of dVᵀ hold v's columns
+    bwd_wide::store_transposed<T, Sm::KTile, 12>(dv_tile, dvt, 1.f, 0, col + warp * 16, lane);
   __syncthreads();
   const int keys = imin(n_k - n0, BN);
   bwd_wide::copy_out<T, Sm::KTile, BN, HeadDim, kThreads>(bwd_detail::head_ptr<T>(p.dk, batch, kv_head) + n0 * p.dk.stride_n,
