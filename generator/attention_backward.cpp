@@ -396,10 +396,13 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
   if (auto why = head_dim_range_error(spec.head_dim)) return why;
   // The warp-specialised kernel serves variants and packed batches (its atomic mode; the
   // deterministic mode's kernels do not: runtime/ops/attention_backward.cpp runs fa2 or simt
-  // there). The column-share kernel (c2) serves v's own head dim.
+  // there). The column-share (c2) and wide (c3) kernels serve v's own head dim.
   const auto* wg = c.as<BackwardWgmmaConfig>();
   if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(),
-                                  wg && wg->column_splits >= 2 ? "wg:c2" : text_form_head(c), "attention_bwd"))
+                                  wg && wg->column_splits == 3   ? "wg:c3"
+                                  : wg && wg->column_splits == 2 ? "wg:c2"
+                                                                 : text_form_head(c),
+                                  "attention_bwd"))
     return why;
   if (auto why = check_variant_path(spec.has_variant(), c.path() == BackwardPath::mfma ? "mfma" : "")) return why;
   if (spec.has_variant() && wg &&

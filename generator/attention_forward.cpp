@@ -247,7 +247,7 @@ std::optional<std::string> check_head_dim_v(int head_dim, int head_dim_v, bool h
     return "v: head dim " + dv + " differs from q's " + dqk + "; the " + std::string(path) +
            " kernels take one head dim, fa2:, simt:, the forward's ws: and the backward's column-share wg (c2, c3; "
            "head dims above 128) serve d_v < d_qk";
-  if ((path == "fa2" || path == "ws" || path == "wg:c2") && head_dim_v % 8 != 0)
+  if ((path == "fa2" || path == "ws" || path == "wg:c2" || path == "wg:c3") && head_dim_v % 8 != 0)
     return "v: head dim " + dv + " is not a multiple of 8, which " + std::string(path) + " needs (simt: serves it)";
   return std::nullopt;
 }

@@ -100,6 +100,10 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
                                                 *parse_attention_backward_config("wg:bm64:bn64:c2"), sm90a());
   ASSERT_TRUE(c2_odd);
   EXPECT_TRUE(contains(*c2_odd, "not a multiple of 8, which wg:c2 needs")) << *c2_odd;
+  auto c3_odd = check_attention_backward_config(bwd(DType::bf16, 192, 36, true),
+                                                *parse_attention_backward_config("wg:bm64:bn96:c3"), sm90a());
+  ASSERT_TRUE(c3_odd);
+  EXPECT_TRUE(contains(*c3_odd, "not a multiple of 8, which wg:c3 needs")) << *c3_odd;
   // The wide kernel (c3): head dims 136-192 with any v; 256 columns and other block shapes are
   // refused naming the field.
   const auto wide_config = *parse_attention_backward_config("wg:bm64:bn96:c3");
