@@ -28,6 +28,11 @@ bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_
 // Above 128 columns (192- and 256-column tiles) the wgmma backward is the column-share kernel
 // (attention_backward_wgmma_kv_cols): config "wg:bm64:bn64:c2".
 bool is_bwd_wgmma_cols_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) > 128; }
+// Up to 192 columns the warp-specialised wide kernel (backward_wide_ws.cuh), config
+// "wg:bm64:bn96:a1:t:l:w": 96-key blocks, a producer warpgroup and two consumers of 48 keys.
+constexpr BackwardWgmmaConfig kWideWs{.keys = attention_bwd::kWideKeys, .async_wgs = 1, .tma_dq = true,
+                                      .tma_loads = true, .warp_specialised = true};
+bool is_wide_ws(const BackwardWgmmaConfig& c) { return c.warp_specialised && c.keys == attention_bwd::kWideKeys; }
 // The fa2 key-major kernels (backward and double backward) split their row accumulators' columns
 // over two blocks above 128 columns (Splits in backward_fa2.cuh, double_backward_fa2.cuh); each
 // block keeps at most 128 of them in registers.
@@ -342,7 +347,19 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
       ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0))
     return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits and a decoupled kernel (a1, a2)");
   int smem = 0;
-  if (c.column_splits == 3) {
+  if (is_wide_ws(c) || (c.warp_specialised && tile == attention_bwd::kWideHeadDim)) {
+    if (tile != attention_bwd::kWideHeadDim)
+      return "wgmma warp-specialised wide backward (bn96:w) serves head dims 136-192, not head_dim=" +
+             std::to_string(spec.head_dim);
+    if (c.keys != attention_bwd::kWideKeys)
+      return field_refusal("wgmma warp-specialised above 128 columns", "bn", "96 (two consumers of 48 keys)", c.keys);
+    if (c.query_rows != attention_bwd::kWideQueryRows)
+      return field_refusal("wgmma bn96:w", "bm", "64 (one wgmma M of query rows)", c.query_rows);
+    if (c.async_wgs != 1 || c.persistent || c.group_splits != 1 || c.column_splits != 1)
+      return std::string("wgmma bn96:w is wg:bm64:bn96:a1:t:l:w (no a2, p, g or c)");
+    const int d_v = spec.head_dim_v > 0 ? spec.head_dim_v : spec.head_dim;
+    smem = attention_bwd::wide_ws_smem_bytes(d_v);
+  } else if (c.column_splits == 3) {
     if (wgmma_tile_head_dim(spec.head_dim) != attention_bwd::kWideHeadDim)
       return "wgmma wide-head-dim backward (c3) serves head dims 136-192, not head_dim=" + std::to_string(spec.head_dim);
     if (c.keys != attention_bwd::kWideKeys)
@@ -399,14 +416,15 @@ std::optional<std::string> check_attention_backward_config(const AttentionBackwa
   // there). The column-share (c2) and wide (c3) kernels serve v's own head dim.
   const auto* wg = c.as<BackwardWgmmaConfig>();
   if (auto why = check_head_dim_v(spec.head_dim, spec.head_dim_v, spec.has_variant(),
-                                  wg && wg->column_splits == 3   ? "wg:c3"
+                                  wg && (wg->column_splits == 3 || is_wide_ws(*wg)) ? "wg:c3"
                                   : wg && wg->column_splits == 2 ? "wg:c2"
                                                                  : text_form_head(c),
                                   "attention_bwd"))
     return why;
   if (auto why = check_variant_path(spec.has_variant(), c.path() == BackwardPath::mfma ? "mfma" : "")) return why;
   if (spec.has_variant() && wg &&
-      (!wg->warp_specialised || wg->persistent || !wg->tma_dq || (spec.packed && wg->group_splits != 1)))
+      (!wg->warp_specialised || wg->persistent || !wg->tma_dq || is_wide_ws(*wg) ||
+       (spec.packed && wg->group_splits != 1)))
     return std::string("variants and packed batches run on the warp-specialised wgmma kernel with dQ by TMA (w, t; "
                        "no p, and no group splits for packed batches: wg:bm64:bn128:a1:t:l:w, "
                        "wg:bm128:bn128:a2:t:l:w), or on fa2: and simt:");
@@ -439,6 +457,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
     keep(Wg{.keys = 64, .column_splits = 2});
     keep(Wg{.keys = attention_bwd::kWideKeys, .column_splits = 3});
+    keep(kWideWs);
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
@@ -643,11 +662,10 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
-    // Above 128 columns: up to 192, three warpgroups share 96 keys with dKᵀ and dVᵀ split over the
-    // head dim (10-20 % faster than c2 at d = 136-192, H200); above, two warpgroups share 64 keys
-    // and split the dK, dV and dQ columns.
-    for (const BackwardWgmmaConfig c : {BackwardWgmmaConfig{.keys = attention_bwd::kWideKeys, .column_splits = 3},
-                                        BackwardWgmmaConfig{.keys = 64, .column_splits = 2}})
+    // Above 128 columns: up to 192, blocks of 96 keys with dKᵀ and dVᵀ accumulated transposed,
+    // on a producer warpgroup and two consumers of 48 keys (bn96:w); above, two warpgroups share
+    // 64 keys and split the dK, dV and dQ columns (c2).
+    for (const BackwardWgmmaConfig c : {kWideWs, BackwardWgmmaConfig{.keys = 64, .column_splits = 2}})
       if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
@@ -763,7 +781,19 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         include = render_mfma_backward(spec, *m, kernel, k, shim);
         break;
       }
-      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->column_splits == 3) {
+      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && is_wide_ws(*wg) && atomic) {
+        // The wide kernel's warp-specialised form (its deterministic mode: the wide kernel).
+        const int d_v = spec.head_dim_v > 0 ? spec.head_dim_v : d;
+        include = "kgen_device/attention/backward_wide_ws.cuh";
+        k.threads = attention_bwd::kWgmmaWsThreads;
+        k.smem_bytes = attention_bwd::wide_ws_smem_bytes(d_v);
+        shim.function = "attention_backward_wgmma_kv_wide_ws";
+        shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
+        shim.args = {targ_type("T", spec.dtype), targ("D", attention_bwd::kWideHeadDim), targ("BM", wg->query_rows),
+                     targ("Causal", spec.causal), targ("HeadDim", d), targ("HeadDimV", d_v)};
+        break;
+      }
+      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && (wg->column_splits == 3 || is_wide_ws(*wg))) {
         // The wide kernel: dQ by TMA in the atomic mode, none in the deterministic one.
         const int d_v = spec.head_dim_v > 0 ? spec.head_dim_v : d;
         include = "kgen_device/attention/backward_wide.cuh";
@@ -916,6 +946,8 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
                                                                     AttentionBackwardConfig config) {
   auto* wg = config.as<BackwardWgmmaConfig>();
   if (!wg || !wg->tma_loads) return config;
+  // The wide warp-specialised kernel's cp.async form: the three-warpgroup wide kernel (c3).
+  if (is_wide_ws(*wg)) return BackwardWgmmaConfig{.keys = attention_bwd::kWideKeys, .column_splits = 3};
   BackwardWgmmaConfig& c = *wg;
   c.tma_loads = false;
   c.warp_specialised = false, c.persistent = false;

@@ -6,7 +6,7 @@ tools/tests/test_gen_wgmma_header.py checks that the checked-in header equals it
 It also writes templates/kgen_device/core/wgmma_fp8.cuh, the E4M3 shapes (m64nNk32) of the FP8
 forward, with its own operand lists for the widths that forward uses, and
 templates/kgen_device/core/wgmma_keys.cuh, the 16-bit widths only the wide-head-dim backward uses
-(its 96-key blocks), kept out of wgmma.cuh so that the kernels including that header keep their
+(its 96-key blocks and their halves), kept out of wgmma.cuh so that the kernels including that header keep their
 text.
 
 Usage (from the repository root):
@@ -21,8 +21,9 @@ import sys
 # operand list it extends (None: the first).
 BASE = {32: None, 64: 32, 80: 64, 128: 64, 176: 128, 192: 176, 256: 192}
 NS = list(BASE)
-# The widths of wgmma_keys.cuh: the wide-head-dim backward's 96-key blocks (dKᵀ and dVᵀ, N = keys).
-BASE_KEYS = {96: None}
+# The widths of wgmma_keys.cuh: the wide-head-dim backward's key blocks (dKᵀ and dVᵀ, N = keys: 96
+# in the three-warpgroup kernel, 48 per consumer in the warp-specialised one; its S and dP too).
+BASE_KEYS = {48: None, 96: 48}
 # The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128-key score tile and its head dims 128 and 256.
 BASE8 = {128: None, 256: 128}
 
@@ -325,8 +326,8 @@ def header_fp8():
     return text.replace("KGEN_WG_", "KGEN_W8_")
 
 
-PREFIX_KEYS = r'''// wgmma shapes of the wide-head-dim backward (sm_90a only): m64n96k16 for its 96-key blocks, and
-// stmatrix with transposition.
+PREFIX_KEYS = r'''// wgmma shapes of the wide-head-dim backward (sm_90a only): m64n96k16 and m64n48k16 for its
+// 96-key blocks (whole, or a consumer warpgroup's half), and stmatrix with transposition.
 // Written by tools/gen_wgmma_header.py --keys (the per-N operand lists): edit the script, not this file.
 // NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh, whose Mma template
 // this header specialises; kept apart so that the kernels that include wgmma.cuh keep their text.

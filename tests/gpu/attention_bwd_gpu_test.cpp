@@ -169,6 +169,31 @@ TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
       }
 }
 
+// The warp-specialised wide kernel (wg:bm64:bn96:a1:t:l:w, head dims 136-192; the default there)
+// on the grid of check_wgmma_config at the tile's head dim and padded ones, both masks and dtypes,
+// plus the shape whose key blocks are odd in number with GQA 4, and a query-shorter one whose
+// first key blocks see no query (their dK and dV are zeros).
+TEST(AttentionBackwardGpuWgmma, WideWarpSpecialisedOnSmallAndLargeShapes) {
+  KGEN_REQUIRE_GPU();
+  const Target& target = device_info(0).target;
+  if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
+  const char* text = "wg:bm64:bn96:a1:t:l:w";
+  const auto config = *parse_attention_backward_config(text);
+  std::uint64_t seed = 4242;
+  GpuTestSplit split;
+  for (int d : {192, 160, 136})
+    for (bool causal : {false, true})
+      for (DType dtype : {DType::bf16, DType::f16}) {
+        if (!split.next()) continue;
+        check_wgmma_config(dtype, d, causal, config, seed);
+        for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 4, 4, 97, 500}}) {
+          AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
+          c.config = text;
+          expect_pass(c, BackwardBenchOptions{}, false);
+        }
+      }
+}
+
 // Decoupled forms outside the tuner's space, or new in it, on the grid of check_wgmma_config:
 // 128-row query tiles (wg:bm128, the 64-column tile) at the tile's head dim and padded ones;
 // group splits (":g2", ":g4", ":g8": each K/V head's query heads over 2, 4 or 8 blocks, dK and

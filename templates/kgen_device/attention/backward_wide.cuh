@@ -77,11 +77,11 @@ struct Smem {
 };
 
 // P = exp2(S·scale_log2 − lse2), masked (keys >= n_k, and above the causal diagonal), in place in
-// s: this thread's part of the 64 queries × 32 keys of a warpgroup (row0: the warp's first query
-// inside the tile, m0 the tile's first query, key0 the warpgroup's first key; st: the tile's 64
-// lse2 values).
-template <bool Causal>
-__device__ __forceinline__ void p_rows(float (&s)[16], const float* st, float scale_log2, bool needs_mask, int row0,
+// s: this thread's part of the 64 queries × N keys of a warpgroup (N = 2·Regs: 32 in the wide
+// kernel, 48 in its warp-specialised form; row0: the warp's first query inside the tile, m0 the
+// tile's first query, key0 the warpgroup's first key; st: the tile's 64 lse2 values).
+template <bool Causal, int Regs>
+__device__ __forceinline__ void p_rows(float (&s)[Regs], const float* st, float scale_log2, bool needs_mask, int row0,
                                        int m0, int key0, int n_k, int diag, int g, int t) {
   // Column c = 8j + e of this thread's keys (key0 + 2t + c) is past n_k from c >= keys_left, and
   // above row r's diagonal from c > m0 + r + diag − key0 − 2t.
@@ -92,7 +92,7 @@ __device__ __forceinline__ void p_rows(float (&s)[16], const float* st, float sc
     const float l2 = st[row];
     const int diag_left = m0 + row + diag - key0 - 2 * t;
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < Regs / 4; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int i = 4 * j + 2 * h + e, c = 8 * j + e;
@@ -104,12 +104,13 @@ __device__ __forceinline__ void p_rows(float (&s)[16], const float* st, float sc
 }
 
 // dS = P∘(dP − delta) in place in dp (delta: the tile's 64 delta values; rows as p_rows).
-__device__ __forceinline__ void ds_rows(float (&dp)[16], const float (&p)[16], const float* delta, int row0, int g) {
+template <int Regs>
+__device__ __forceinline__ void ds_rows(float (&dp)[Regs], const float (&p)[Regs], const float* delta, int row0, int g) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float dl = delta[row0 + g + 8 * h];
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < Regs / 4; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) dp[4 * j + 2 * h + e] = p[4 * j + 2 * h + e] * (dp[4 * j + 2 * h + e] - dl);
   }
@@ -136,14 +137,14 @@ __device__ __forceinline__ void store_transposed(unsigned tile, const float (&ac
   }
 }
 
-// acc += Aᵀ·B over the 64 queries of a tile: A (64 queries × this warpgroup's 64 head-dim
-// columns, read M-major from a Q or dO tile: `a_m` the descriptor of its first column), B the
-// Pᵀ or dSᵀ tile K-major (`b`: 96 key rows). The caller fences and commits.
-template <class T>
-__device__ __forceinline__ void wgmma_keys_t(float (&acc)[48], unsigned long long a_m, unsigned long long b) {
+// acc += Aᵀ·B over the 64 queries of a tile: A (64 queries × 64 head-dim columns, read M-major
+// from a Q or dO tile: `a_m` the descriptor of its first column), B N key rows of the Pᵀ or dSᵀ
+// tile K-major (`b`: its first row). The caller fences and commits.
+template <class T, int N>
+__device__ __forceinline__ void wgmma_keys_t(float (&acc)[N / 2], unsigned long long a_m, unsigned long long b) {
 #pragma unroll
   for (int kk = 0; kk < attention_bwd::kWideQueryRows / 16; ++kk)
-    wgmma::Mma<96>::template ss<T, 1, 0>(acc, a_m + ((kk * 16 * 128) >> 4), b + ((kk * 32) >> 4), 1);
+    wgmma::Mma<N>::template ss<T, 1, 0>(acc, a_m + ((kk * 16 * 128) >> 4), b + ((kk * 32) >> 4), 1);
 }
 
 // A place in the query-tile walk (head, tile) stepped tile by tile, without the division of
@@ -272,8 +273,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_body(const Atte
     wgmma::fence();
     // Every warpgroup runs dVᵀ, also on head-dim rows past v's (never stored): a branch around a
     // wgmma of one warpgroup makes the compiler serialise them all.
-    bwd_wide::wgmma_keys_t<T>(dvt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.d_o(stage), col), p_b);
-    bwd_wide::wgmma_keys_t<T>(dkt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.q(stage), col), ds_b);
+    bwd_wide::wgmma_keys_t<T, BN>(dvt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.d_o(stage), col), p_b);
+    bwd_wide::wgmma_keys_t<T, BN>(dkt, bwd_detail::mn_major_cols<Sm::QTile::kBlockBytes>(sm.q(stage), col), ds_b);
     if constexpr (AtomicDQ) bwd_detail::wgmma_cols_dq<T, 32, BN>(dq, ds_m, k_cols);
     wgmma::commit();
 

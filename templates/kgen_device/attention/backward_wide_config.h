@@ -3,6 +3,8 @@
 // (static_asserts). Plain constexpr C++.
 #pragma once
 
+#include "kgen_device/core/host_device.h"
+
 namespace kgen {
 namespace attention_bwd {
 
@@ -21,6 +23,25 @@ constexpr int kWideSmemBytes = 1024 +
                                 2 * kWideKeys * kWideQueryRows) * 2 +
                                4 * kWideQueryRows * 4;
 static_assert(kWideSmemBytes == 198656, "the wide kernel's shared memory");
+
+// Its warp-specialised form (backward_wide_ws.cuh, config "wg:bm64:bn96:a1:t:l:w"): a producer
+// warpgroup and two consumers of 48 keys each. V and dO tiles span v's head dim rounded up to 64
+// columns; dO has two stages up to 128 of them, else one.
+KGEN_HOST_DEVICE constexpr int wide_ws_v_cols(int head_dim_v) { return (head_dim_v + 63) / 64 * 64; }
+KGEN_HOST_DEVICE constexpr int wide_ws_do_stages(int head_dim_v) { return wide_ws_v_cols(head_dim_v) <= 128 ? 2 : 1; }
+// 1024 bytes of alignment; K (96 × 192) and V (96 × v's columns); two stages of Q (64 × 192) and
+// wide_ws_do_stages of dO (64 × v's columns); the Pᵀ and dSᵀ tiles (96 × 64); dQ's fp32 staging
+// (64 × 192); two stages of the rows' lse2 and delta; the mbarriers (Q full and empty per stage,
+// dO full and empty per stage, dQ full and empty per consumer).
+KGEN_HOST_DEVICE constexpr int wide_ws_smem_bytes(int head_dim_v) {
+  const int dv = wide_ws_v_cols(head_dim_v), do_stages = wide_ws_do_stages(head_dim_v);
+  return 1024 +
+         (kWideKeys * (kWideHeadDim + dv) + kWideQueryRows * (2 * kWideHeadDim + do_stages * dv) +
+          2 * kWideKeys * kWideQueryRows) * 2 +
+         kWideQueryRows * kWideHeadDim * 4 + 2 * 2 * kWideQueryRows * 4 + (8 + 2 * do_stages) * 8;
+}
+static_assert(wide_ws_smem_bytes(192) == 223312 && wide_ws_smem_bytes(128) == 219232,
+              "the warp-specialised wide kernel's shared memory");
 
 }  // namespace attention_bwd
 }  // namespace kgen

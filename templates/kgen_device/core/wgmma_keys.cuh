@@ -1,5 +1,5 @@
-// wgmma shapes of the wide-head-dim backward (sm_90a only): m64n96k16 for its 96-key blocks, and
-// stmatrix with transposition.
+// wgmma shapes of the wide-head-dim backward (sm_90a only): m64n96k16 and m64n48k16 for its
+// 96-key blocks (whole, or a consumer warpgroup's half), and stmatrix with transposition.
 // Written by tools/gen_wgmma_header.py --keys (the per-N operand lists): edit the script, not this file.
 // NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh, whose Mma template
 // this header specialises; kept apart so that the kernels that include wgmma.cuh keep their text.
@@ -35,9 +35,12 @@ __device__ __forceinline__ void stmatrix_x4_trans(unsigned smem_addr, unsigned r
 #define KGEN_WK_R8_5 "%40,%41,%42,%43,%44,%45,%46,%47"
 
 // KGEN_WK_REGS_N: those operands for N columns; KGEN_WK_OUT_N(d): the matching "+f" outputs.
-#define KGEN_WK_REGS_96 KGEN_WK_R8_0 "," KGEN_WK_R8_1 "," KGEN_WK_R8_2 "," KGEN_WK_R8_3 "," KGEN_WK_R8_4 "," KGEN_WK_R8_5
+#define KGEN_WK_REGS_48 KGEN_WK_R8_0 "," KGEN_WK_R8_1 "," KGEN_WK_R8_2
+#define KGEN_WK_ACC_48 "{" KGEN_WK_REGS_48 "}"
+#define KGEN_WK_OUT_48(d) KGEN_WK_ACC8(d, 0), KGEN_WK_ACC8(d, 8), KGEN_WK_ACC8(d, 16)
+#define KGEN_WK_REGS_96 KGEN_WK_REGS_48 "," KGEN_WK_R8_3 "," KGEN_WK_R8_4 "," KGEN_WK_R8_5
 #define KGEN_WK_ACC_96 "{" KGEN_WK_REGS_96 "}"
-#define KGEN_WK_OUT_96(d) KGEN_WK_ACC8(d, 0), KGEN_WK_ACC8(d, 8), KGEN_WK_ACC8(d, 16), KGEN_WK_ACC8(d, 24), KGEN_WK_ACC8(d, 32), KGEN_WK_ACC8(d, 40)
+#define KGEN_WK_OUT_96(d) KGEN_WK_OUT_48(d), KGEN_WK_ACC8(d, 24), KGEN_WK_ACC8(d, 32), KGEN_WK_ACC8(d, 40)
 
 #define KGEN_WK_SS(N, TY, A, B, P, TA, TB)                                                     \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
@@ -66,6 +69,8 @@ __device__ __forceinline__ void stmatrix_x4_trans(unsigned smem_addr, unsigned r
     }                                                                                          \
   };
 
+KGEN_WK_SHAPE(48, "%24", "%25", "%26", "%27", "%28",
+              "{%24,%25,%26,%27}", "%28", "%29", "%30")
 KGEN_WK_SHAPE(96, "%48", "%49", "%50", "%51", "%52",
               "{%48,%49,%50,%51}", "%52", "%53", "%54")
 
@@ -73,6 +78,8 @@ KGEN_WK_SHAPE(96, "%48", "%49", "%50", "%51", "%52",
 #undef KGEN_WK_RS
 #undef KGEN_WK_SS
 #undef KGEN_WK_ACC8
+#undef KGEN_WK_ACC_48
+#undef KGEN_WK_OUT_48
 #undef KGEN_WK_ACC_96
 #undef KGEN_WK_OUT_96
 
@@ -82,6 +89,7 @@ KGEN_WK_SHAPE(96, "%48", "%49", "%50", "%51", "%52",
 #undef KGEN_WK_R8_3
 #undef KGEN_WK_R8_4
 #undef KGEN_WK_R8_5
+#undef KGEN_WK_REGS_48
 #undef KGEN_WK_REGS_96
 
 }  // namespace wgmma
