@@ -254,11 +254,11 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
             "fa2:bm64:bn64:w4");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
   EXPECT_EQ(attention_backward_default_config({DType::bf16, 24, false}, d32_big, sm90a(), 132).path(), BackwardPath::fa2);
-  // Above 128 columns: on sm_90a the wide kernel up to 192 and the column-share kernel above,
-  // fa2 with column splits elsewhere.
+  // Above 128 columns: on sm_90a the warp-specialised wide kernel up to 192 and the column-share
+  // kernel above, fa2 with column splits elsewhere.
   for (int d : {136, 160, 192, 200, 256}) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
-    const char* want = d <= 192 ? "wg:bm64:bn96:c3" : "wg:bm64:bn64:c2";
+    const char* want = d <= 192 ? "wg:bm64:bn96:a1:t:l:w" : "wg:bm64:bn64:c2";
     EXPECT_EQ(to_string(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm90a(), 132)), want) << d;
     EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 128, 128}, sm90a(), 132)), want) << d;
     EXPECT_EQ(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm80(), 108).path(), BackwardPath::fa2) << d;
@@ -774,17 +774,19 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   why = check_attention_backward_config({DType::bf16, 256, false}, BackwardWgmmaConfig{}, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("c2"), std::string::npos) << *why;
-  // The space holds it and the wide kernel (c3) beside fa2 above 128 columns (c3 up to 192), and
-  // the wg kernels below.
+  // The space holds it and the wide kernels (c3 and its warp-specialised form) beside fa2 above
+  // 128 columns (the wide ones up to 192), and the wg kernels below.
   for (int d : {192, 256}) {
-    int c2 = 0, c3 = 0, wg = 0;
+    int c2 = 0, c3 = 0, wide_ws = 0, wg = 0;
     for (const auto& e : attention_backward_config_space({DType::bf16, d, true}, sm90a())) {
       const auto* w = e.as<BackwardWgmmaConfig>();
       c2 += w && w->column_splits == 2, c3 += w && w->column_splits == 3, wg += e.path() == BackwardPath::wgmma;
+      wide_ws += w && w->warp_specialised && w->keys == 96;
     }
     EXPECT_EQ(c2, 1) << d;
     EXPECT_EQ(c3, d <= 192 ? 1 : 0) << d;
-    EXPECT_EQ(wg, c2 + c3) << d;
+    EXPECT_EQ(wide_ws, d <= 192 ? 1 : 0) << d;
+    EXPECT_EQ(wg, c2 + c3 + wide_ws) << d;
   }
   // Rendered: 256 threads, one grid block per 64 keys, D the 192-column tile, HeadDim the
   // tensors'. The atomic mode there adds dQ by TMA (its own entry, with the maps); the
@@ -846,6 +848,56 @@ TEST(AttentionBackwardConfig, WideHeadDimTextRulesAndRender) {
     EXPECT_EQ(attention_backward_grid(*c, kernels[1], {2, 8, 4, 1000, 1337}, 160, 132).x, 14u);  // ceil(1337 / 96)
   }
   EXPECT_TRUE(attention_backward_dq_by_tma({DType::bf16, 160, true}, *c));
+}
+
+TEST(AttentionBackwardConfig, WideWarpSpecialisedTextRulesAndRender) {
+  auto c = parse_attention_backward_config("wg:bm64:bn96:a1:t:l:w");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(to_string(*c), "wg:bm64:bn96:a1:t:l:w");
+  // Head dims 136-192 (the 192-column tile), any v up to q's, 16-bit inputs, sm_90a.
+  for (int d : {136, 160, 184, 192}) EXPECT_FALSE(check_attention_backward_config({DType::bf16, d, true}, *c, sm90a())) << d;
+  for (int d : {128, 200, 256}) {
+    auto why = check_attention_backward_config({DType::bf16, d, false}, *c, sm90a());
+    ASSERT_TRUE(why) << d;
+    EXPECT_NE(why->find("136-192"), std::string::npos) << *why;
+  }
+  // The other block shapes and flags are refused naming the field or the one form.
+  for (auto [bad, field] : {std::pair{"wg:bm64:bn128:a2:t:l:w", "bn"}, {"wg:bm128:bn96:a1:t:l:w", "bm"},
+                            {"wg:bm64:bn96:a2:t:l:w", "a1:t:l:w"}, {"wg:bm64:bn96:a1:t:l:w:p", "a1:t:l:w"}}) {
+    auto why = check_attention_backward_config({DType::bf16, 192, false}, *parse_attention_backward_config(bad), sm90a());
+    ASSERT_TRUE(why) << bad;
+    EXPECT_NE(why->find(field), std::string::npos) << bad << ": " << *why;
+  }
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 192, false}, *c, sm80()));
+  EXPECT_TRUE(check_attention_backward_config({DType::f32, 192, false}, *c, sm90a()));
+  auto variant = check_attention_backward_config({DType::bf16, 192, false, "softcap(30)"}, *c, sm90a());
+  ASSERT_TRUE(variant);
+  EXPECT_NE(variant->find("warp-specialised"), std::string::npos) << *variant;
+  // Rendered: the atomic mode on its own entry with the maps (384 threads, its shared memory for
+  // v's head dim), the deterministic mode on the wide kernel without dQ; one block per 96 keys.
+  for (int dv : {0, 128}) {
+    AttentionBackwardSpec spec{DType::bf16, 160, true};
+    spec.head_dim_v = dv;
+    const KernelSource kv = render_attention_backward(spec, *c, BackwardKernel::kv_atomic);
+    const std::string args = dv ? "/*HeadDim=*/160, /*HeadDimV=*/128>" : "/*HeadDim=*/160, /*HeadDimV=*/160>";
+    EXPECT_NE(kv.source.find("attention_backward_wgmma_kv_wide_ws</*T=*/kgen::bfloat16_t, /*D=*/192, /*BM=*/64, "
+                             "/*Causal=*/true, " + args),
+              std::string::npos)
+        << kv.source;
+    EXPECT_NE(kv.source.find("AttentionBackwardTmaParams"), std::string::npos);
+    EXPECT_EQ(kv.threads, 384);
+    EXPECT_EQ(kv.smem_bytes, attention_bwd::wide_ws_smem_bytes(dv ? dv : 160));
+    const KernelSource det = render_attention_backward(spec, *c, BackwardKernel::kv);
+    EXPECT_NE(det.source.find("attention_backward_wgmma_kv_wide<"), std::string::npos) << det.source;
+    EXPECT_EQ(det.smem_bytes, attention_bwd::kWideSmemBytes);
+  }
+  EXPECT_EQ(attention_backward_grid(*c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1337}, 160, 132).x, 14u);
+  EXPECT_TRUE(attention_backward_dq_by_tma({DType::bf16, 160, true}, *c));
+  // Without tensor maps (a zero-stride view) its cp.async form is the wide kernel.
+  EXPECT_EQ(to_string(attention_backward_config_without_tma_loads({DType::bf16, 160, true}, *c)), "wg:bm64:bn96:c3");
+  // Within sm_90a's 227 KiB: dO on one stage at v's 192 columns, two up to 128.
+  EXPECT_EQ(attention_bwd::wide_ws_smem_bytes(192), 223312);
+  EXPECT_EQ(attention_bwd::wide_ws_smem_bytes(128), 219232);
 }
 
 TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {

@@ -116,6 +116,13 @@ TEST(AttentionMlaSpec, ChecksNameVAndRefuseWhatIsNotServed) {
   ASSERT_TRUE(wide_bn);
   EXPECT_TRUE(contains(*wide_bn, "bn")) << *wide_bn;
   EXPECT_TRUE(check_attention_backward_config(g, *parse_attention_backward_config("wg:bm64:bn96:c3"), sm80()));
+  // Its warp-specialised form likewise, refusing v's odd head dims under the wide kernel's name.
+  const auto wide_ws = *parse_attention_backward_config("wg:bm64:bn96:a1:t:l:w");
+  for (auto [d, dv] : {std::pair{192, 128}, {136, 72}, {192, 160}, {192, 48}})
+    EXPECT_FALSE(check_attention_backward_config(bwd(DType::bf16, d, dv, true), wide_ws, sm90a())) << d << "/" << dv;
+  auto ws_odd = check_attention_backward_config(bwd(DType::bf16, 192, 36, true), wide_ws, sm90a());
+  ASSERT_TRUE(ws_odd);
+  EXPECT_TRUE(contains(*ws_odd, "not a multiple of 8, which wg:c3 needs")) << *ws_odd;
   const AttentionBackwardSpec narrow = bwd(DType::bf16, 128, 64, true);
   auto wg = check_attention_backward_config(narrow, *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w"), sm90a());
   ASSERT_TRUE(wg);
@@ -150,10 +157,10 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunTensorCoresAndTheRestTheGeneralPath
                 << d << "/" << dv << " " << to_string(f);
             EXPECT_FALSE(check_attention_forward_config(fwd(t, d, dv, causal), f, target)) << to_string(f);
             const AttentionBackwardConfig b = attention_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
-            // sm_90a above 128 columns: the wide kernel at the 192-column tile (its shared memory
-            // holds v's tiles of 128 columns), else the column-share wgmma kernel.
+            // sm_90a above 128 columns: the warp-specialised wide kernel at the 192-column tile
+            // (V and dO tiles of v's head dim), else the column-share wgmma kernel.
             const bool wg = target.arch == "sm_90a" && d > 128;
-            const char* want = d <= 192 ? "wg:bm64:bn96:c3" : "wg:bm64:bn64:c2";
+            const char* want = d <= 192 ? "wg:bm64:bn96:a1:t:l:w" : "wg:bm64:bn64:c2";
             EXPECT_EQ(to_string(b), wg ? want : to_string(b)) << d << "/" << dv;
             EXPECT_EQ(b.path(), wg ? BackwardPath::wgmma : BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
             EXPECT_FALSE(check_attention_backward_config(bwd(t, d, dv, causal), b, target)) << to_string(b);
@@ -212,8 +219,8 @@ TEST(AttentionMlaRender, KernelsTakeHeadDimVAndOneHeadDimKernelsStayAsTheyWere) 
   // sm_90a: the wide wgmma kernel (dQ by TMA; the deterministic mode without dQ); sm_80: fa2 with
   // two column splits.
   const KernelSource kv = render_attention_backward(g, c, BackwardKernel::kv_atomic);
-  EXPECT_EQ(kv.variant, "attention_bwd.bf16.d192v128.full.wg:bm64:bn96:c3.kv_atomic");
-  EXPECT_TRUE(contains(kv.source, "attention_backward_wgmma_kv_wide_tma<")) << kv.source;
+  EXPECT_EQ(kv.variant, "attention_bwd.bf16.d192v128.full.wg:bm64:bn96:a1:t:l:w.kv_atomic");
+  EXPECT_TRUE(contains(kv.source, "attention_backward_wgmma_kv_wide_ws<")) << kv.source;
   EXPECT_TRUE(contains(kv.source, "/*HeadDim=*/192, /*HeadDimV=*/128>")) << kv.source;
   EXPECT_TRUE(contains(kv.source, "__launch_bounds__(384, 1)")) << kv.source;
   const KernelSource kv_det = render_attention_backward(g, c, BackwardKernel::kv);
