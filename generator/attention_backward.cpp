@@ -137,6 +137,8 @@ const WgField kWgmmaFields[] = {
      }},
     {.name = "a", .number = &BackwardWgmmaConfig::async_wgs, .unwritten = 0,
      .meaning = [](const BackwardWgmmaConfig& c) {
+       if (c.keys == attention_bwd::kWideKeys)
+         return std::string("two consumer warpgroups of 48 keys each, meeting only where dQ needs every key's dS");
        return std::string(c.async_wgs == 2 ? "warpgroups decoupled and staggered by one tile's exponentials"
                                            : "warpgroups decoupled: no block barrier per query tile, dQ added a tile late");
      }},
