@@ -264,42 +264,41 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
     bwd_wide::wgmma_rows_t<T, kVBlocks, Sm::DoTile::kBlockBytes>(dvt, sm.d_o(ds), p_b);
     wgmma::commit();
 
-    // ---- dS; once both consumers' dQ of the tile before read the dSᵀ tile, into its rows;
-    // dKᵀ += Qᵀ·dS ----
+    // ---- dS; once both consumers' dQ of the tile before read the dSᵀ tile, into its rows ----
     wgmma::wait<1>();
     wgmma::fence_operand(dp);
     bwd_wide::ds_rows(dp, s, st + BM, warp * 16, g);
     if (it > 0) named_barrier<2, kThreads>();
     bwd_wide::store_transposed<T, typename Sm::PTile, 6>(sm.ds(), dp, 1.f, key_wg, warp * 16, lane);
     wgmma::fence_proxy_async();
-    tma::barrier_sync(4 + wg, 128);  // every warp's dSᵀ rows written
-    wgmma::fence_operand(dkt);
-    wgmma::fence();
-    bwd_wide::wgmma_rows_t<T, 3, Sm::QTile::kBlockBytes>(dkt, sm.q(qs), ds_b);
-    wgmma::commit();
 
-    // ---- once both consumers' dSᵀ rows are written: dQ = dS·K on this consumer's columns ----
+    // ---- once both consumers' dSᵀ rows are written: dQ = dS·K on this consumer's columns, then
+    // dKᵀ += Qᵀ·dS, under which dQ goes to the staging boxes ----
     named_barrier<3, kThreads>();
     float dq32[16], dq64[32];
     wgmma::fence();
     bwd_detail::wgmma_cols_dq<T, 32, BN>(dq32, ds_m, k_cols32);
     bwd_detail::wgmma_cols_dq<T, 64, BN>(dq64, ds_m, k_cols64);
     wgmma::commit();
+    wgmma::fence_operand(dkt);
+    bwd_wide::wgmma_rows_t<T, 3, Sm::QTile::kBlockBytes>(dkt, sm.q(qs), ds_b);
+    wgmma::commit();
 
-    // ---- dVᵀ and dKᵀ done: the stages released; dQ done: into the staging boxes ----
+    // ---- dVᵀ and dQ done: the dO stage released, dQ into the staging boxes; dKᵀ done: the Q
+    // stage released ----
     wgmma::wait<1>();
     wgmma::fence_operand(dvt);
-    wgmma::fence_operand(dkt);
-    tma::arrive(sm.q_empty(qs));
-    tma::arrive(sm.do_empty(ds));
-    wgmma::wait<0>();
     wgmma::fence_operand(dq32);
     wgmma::fence_operand(dq64);
+    tma::arrive(sm.do_empty(ds));
     if (it > 0) tma::wait(sm.dq_empty(wg), (it - 1) & 1);
     bwd_detail::write_dq_boxes<32>(sm, dq32, col32 / 32, warp, g, t);
     bwd_detail::write_dq_boxes<64>(sm, dq64, col64 / 32, warp, g, t);
     tma::fence_proxy_async();
     tma::arrive(sm.dq_full(wg));
+    wgmma::wait<0>();
+    wgmma::fence_operand(dkt);
+    tma::arrive(sm.q_empty(qs));
   }
 
   // ---- epilogue: dK = scale·dKᵀᵀ and dV through the K and V tiles (both consumers' products
