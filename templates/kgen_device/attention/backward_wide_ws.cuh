@@ -17,15 +17,15 @@
 //   dVᵀ += dOᵀ·P                       m64n48k16 on every 64-row block of v's head dim (A = dO
 //                                      read M-major, B = its Pᵀ rows K-major), in flight while
 //   dS = P∘(dP − delta) is formed; once both consumers' dQ of the tile before has read the dSᵀ
-//     tile, dSᵀ into its rows [48·w, +48);
-//   dKᵀ += Qᵀ·dS                       m64n48k16 on every 64-row block of the 192 columns;
-//   once both consumers wrote their dSᵀ rows:
+//     tile, dSᵀ into its rows [48·w, +48); once both consumers wrote theirs:
 //   dQ = dS·K over all 96 keys         on its 96 columns, as an n32 piece [64 + 32·w, +32) and an
 //                                      n64 piece [128·w, +64) (an MN-major B stays inside one
 //                                      64-column block of the K tile), A = dS read M-major from
-//                                      the dSᵀ tile, B = K MN-major;
-//   the stages released once dVᵀ and dKᵀ are done; dQ written into its staging boxes (columns
-//   [96·w, +96): boxes 3·w .. 3·w + 2) once the dQ warp read its last ones, then handed over.
+//                                      the dSᵀ tile, B = K MN-major; then
+//   dKᵀ += Qᵀ·dS                       m64n48k16 on every 64-row block of the 192 columns;
+//   once dVᵀ and dQ are done the dO stage is released and dQ written into its staging boxes
+//   (columns [96·w, +96): boxes 3·w .. 3·w + 2; once the dQ warp read its last ones) while dKᵀ
+//   runs, then handed over; the Q stage once dKᵀ is done.
 // Epilogue: once both consumers' last products are done, scale·dKᵀ and dVᵀ written transposed
 // (stmatrix .trans) into the K and V tiles, then to dK and dV with 16-byte stores.
 //
