@@ -171,8 +171,8 @@ TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
 
 // The warp-specialised wide kernel (wg:bm64:bn96:a1:t:l:w, head dims 136-192; the default there)
 // on the grid of check_wgmma_config at the tile's head dim and padded ones, both masks and dtypes,
-// plus the shape whose key blocks are odd in number with GQA 4, and a query-shorter one whose
-// first key blocks see no query (their dK and dV are zeros).
+// plus the shape whose key blocks are odd in number with GQA 4, and 97 queries against 500 keys
+// (one partial query tile; with the mask, the causal diagonal crosses the last key blocks).
 TEST(AttentionBackwardGpuWgmma, WideWarpSpecialisedOnSmallAndLargeShapes) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
