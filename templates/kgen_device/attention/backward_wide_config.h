@@ -29,18 +29,20 @@ static_assert(kWideSmemBytes == 198656, "the wide kernel's shared memory");
 // columns; dO has two stages up to 128 of them, else one.
 KGEN_HOST_DEVICE constexpr int wide_ws_v_cols(int head_dim_v) { return (head_dim_v + 63) / 64 * 64; }
 KGEN_HOST_DEVICE constexpr int wide_ws_do_stages(int head_dim_v) { return wide_ws_v_cols(head_dim_v) <= 128 ? 2 : 1; }
+// dSᵀ tiles: two where v's tiles leave room (no barrier before a tile's dSᵀ is written), else one.
+KGEN_HOST_DEVICE constexpr int wide_ws_ds_bufs(int head_dim_v) { return wide_ws_v_cols(head_dim_v) <= 128 ? 2 : 1; }
 // 1024 bytes of alignment; K (96 × 192) and V (96 × v's columns); two stages of Q (64 × 192) and
-// wide_ws_do_stages of dO (64 × v's columns); the Pᵀ and dSᵀ tiles (96 × 64); dQ's fp32 staging
+// wide_ws_do_stages of dO (64 × v's columns); the Pᵀ tile and wide_ws_ds_bufs dSᵀ tiles (96 × 64); dQ's fp32 staging
 // (64 × 192); two stages of the rows' lse2 and delta; the mbarriers (Q full and empty per stage,
 // dO full and empty per stage, dQ full and empty per consumer).
 KGEN_HOST_DEVICE constexpr int wide_ws_smem_bytes(int head_dim_v) {
   const int dv = wide_ws_v_cols(head_dim_v), do_stages = wide_ws_do_stages(head_dim_v);
   return 1024 +
          (kWideKeys * (kWideHeadDim + dv) + kWideQueryRows * (2 * kWideHeadDim + do_stages * dv) +
-          2 * kWideKeys * kWideQueryRows) * 2 +
+          (1 + wide_ws_ds_bufs(head_dim_v)) * kWideKeys * kWideQueryRows) * 2 +
          kWideQueryRows * kWideHeadDim * 4 + 2 * 2 * kWideQueryRows * 4 + (8 + 2 * do_stages) * 8;
 }
-static_assert(wide_ws_smem_bytes(192) == 223312 && wide_ws_smem_bytes(128) == 219232,
+static_assert(wide_ws_smem_bytes(192) == 223312 && wide_ws_smem_bytes(128) == 231520,
               "the warp-specialised wide kernel's shared memory");
 
 }  // namespace attention_bwd

@@ -53,6 +53,7 @@ struct WsSmem {
   static constexpr int BN = attention_bwd::kWideKeys, BM = attention_bwd::kWideQueryRows;
   static constexpr int D = attention_bwd::kWideHeadDim, DV = attention_bwd::wide_ws_v_cols(HeadDimV);
   static constexpr int kDoStages = attention_bwd::wide_ws_do_stages(HeadDimV);
+  static constexpr int kDsBufs = attention_bwd::wide_ws_ds_bufs(HeadDimV);
   using KTile = wgmma::Sw128<BN, D>;
   using VTile = wgmma::Sw128<BN, DV>;
   using QTile = wgmma::Sw128<BM, D>;
@@ -63,7 +64,7 @@ struct WsSmem {
   static constexpr int kQOffset = kVOffset + VTile::kBytes;
   static constexpr int kDoOffset = kQOffset + 2 * QTile::kBytes;
   static constexpr int kPOffset = kDoOffset + kDoStages * DoTile::kBytes;
-  static constexpr int kDqOffset = kPOffset + 2 * PTile::kBytes;
+  static constexpr int kDqOffset = kPOffset + (1 + kDsBufs) * PTile::kBytes;
   static constexpr int kStatsOffset = kDqOffset + BM * D * 4;
   static constexpr int kBarrierOffset = kStatsOffset + 2 * 2 * BM * 4;
   static constexpr int kBytes = 1024 + kBarrierOffset + (8 + 2 * kDoStages) * 8;
@@ -80,7 +81,7 @@ struct WsSmem {
   __device__ __forceinline__ unsigned q(int stage) const { return base + kQOffset + stage * QTile::kBytes; }
   __device__ __forceinline__ unsigned d_o(int stage) const { return base + kDoOffset + stage * DoTile::kBytes; }
   __device__ __forceinline__ unsigned p() const { return base + kPOffset; }
-  __device__ __forceinline__ unsigned ds() const { return base + kPOffset + PTile::kBytes; }
+  __device__ __forceinline__ unsigned ds(int buf) const { return base + kPOffset + (1 + buf) * PTile::kBytes; }
   // The staging box of the dQ columns [32·box, +32).
   __device__ __forceinline__ unsigned dq_box(int box) const { return base + kDqOffset + box * kDqBoxBytes; }
   __device__ __forceinline__ float* stats(int stage) const { return stats_base + stage * 2 * BM; }
@@ -223,8 +224,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
   const unsigned long long k_b = wgmma::desc_sw128(sm.k() + key_wg * 128, 16, 1024);
   const unsigned long long v_b = wgmma::desc_sw128(sm.v() + key_wg * 128, 16, 1024);
   const unsigned long long p_b = wgmma::desc_sw128(sm.p() + key_wg * 128, 16, 1024);
-  const unsigned long long ds_b = wgmma::desc_sw128(sm.ds() + key_wg * 128, 16, 1024);
-  const unsigned long long ds_m = wgmma::desc_sw128(sm.ds(), Sm::PTile::kBlockBytes, 1024);
+  const unsigned long long ds_b0 = wgmma::desc_sw128(sm.ds(0) + key_wg * 128, 16, 1024);
+  const unsigned long long ds_m0 = wgmma::desc_sw128(sm.ds(0), Sm::PTile::kBlockBytes, 1024);
   // dQ's pieces: columns [64 + 32·wg, +32) and [128·wg, +64), each inside one 64-column block.
   const int col32 = 64 + 32 * wg, col64 = 128 * wg;
   const unsigned long long k_cols32 = bwd_detail::mn_major_cols<Sm::KTile::kBlockBytes>(sm.k(), col32);
@@ -237,7 +238,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
   for (int i = 0; i < kVBlocks * 24; ++i) dvt[i] = 0.f;
 
   for (int it = 0; it < total; ++it) {
-    const int qs = it & 1, ds = it % kDoStages;
+    const int qs = it & 1, ds = it % kDoStages, buf = it % Sm::kDsBufs;
+    // This tile's dSᵀ tile: the descriptors moved by its offset (address bits 4 and up).
+    const unsigned long long ds_b = ds_b0 + ((buf * Sm::PTile::kBytes) >> 4);
+    const unsigned long long ds_m = ds_m0 + ((buf * Sm::PTile::kBytes) >> 4);
     const int m0 = walk.m0(it);
     tma::wait(sm.q_full(qs), (it >> 1) & 1);
     tma::wait(sm.do_full(ds), (it / kDoStages) & 1);
@@ -268,8 +272,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
     wgmma::wait<1>();
     wgmma::fence_operand(dp);
     bwd_wide::ds_rows(dp, s, st + BM, warp * 16, g);
-    if (it > 0) named_barrier<2, kThreads>();
-    bwd_wide::store_transposed<T, typename Sm::PTile, 6>(sm.ds(), dp, 1.f, key_wg, warp * 16, lane);
+    // One dSᵀ tile: both consumers' dQ of the tile before must have read it. Two: the tile before
+    // that one's dQ, which each consumer finished before the last tile's barrier below.
+    if (Sm::kDsBufs == 1 && it > 0) named_barrier<2, kThreads>();
+    bwd_wide::store_transposed<T, typename Sm::PTile, 6>(sm.ds(buf), dp, 1.f, key_wg, warp * 16, lane);
     wgmma::fence_proxy_async();
 
     // ---- once both consumers' dSᵀ rows are written: dQ = dS·K on this consumer's columns, then
