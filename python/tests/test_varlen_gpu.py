@@ -220,10 +220,14 @@ def _double_reference(case, lq, lk, inputs, cotangents, sinks):
     return torch.autograd.grad(first, leaves, [t.double() for t in cotangents])
 
 
+_kernels_outputs = _kernels._double_backward_outputs
+
+
 def _poisoned_outputs(monkeypatch):
-    """Makes the double backward's outputs NaN-filled (kgen writes every row a sequence owns)."""
-    def outputs(q, k, v):
-        return tuple(torch.full_like(t, math.nan) for t in (q, k, v, q))
+    """Makes the double backward's outputs NaN-filled (kgen writes every row a sequence owns):
+    shaped as the library allocates them."""
+    def outputs(q, k, v, o):
+        return tuple(torch.full_like(t, math.nan) for t in _kernels_outputs(q, k, v, o))
     monkeypatch.setattr(_kernels, "_double_backward_outputs", outputs)
 
 
