@@ -88,11 +88,9 @@ std::optional<std::string> head_dim_range_error(int head_dim) {
   return "head_dim=" + std::to_string(head_dim) + " is unsupported: kgen serves 1.." + std::to_string(kMaxHeadDim);
 }
 
-// Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns (no key
-// pairs: see render's Pair argument).
+// Shared memory of the decoupled wgmma kernel of config `c` on a tile of `tile` columns.
 int async_smem_bytes(int tile, const BackwardWgmmaConfig& c) {
-  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.query_rows, c.tma_dq, false, false,
-                                                  c.warp_specialised && c.tma_dq);
+  return attention_bwd::wgmma_kv_async_smem_bytes(tile, c.query_rows, c.tma_dq, c.warp_specialised && c.tma_dq);
 }
 
 }  // namespace
@@ -853,12 +851,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
           if (wg->tma_dq || general) shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
           shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows),
                        targ("Causal", spec.causal), targ("Stagger", wg->async_wgs == 2)};
-          // Pair (key pairs in clusters of two) stays false: no config chooses that form of the
-          // template (it measured slower), and dropping it from the template would change the
-          // rendered source of every row that instantiates it.
           if (general)
-            for (TemplateArg a : {targ("TmaDQ", wg->tma_dq), targ("TmaLoads", wg->tma_loads), targ("Pair", false)})
-              shim.args.push_back(std::move(a));
+            for (TemplateArg a : {targ("TmaDQ", wg->tma_dq), targ("TmaLoads", wg->tma_loads)}) shim.args.push_back(std::move(a));
         } else {
           k.threads = wg->keys / 64 * 128;
           k.smem_bytes = attention_bwd::wgmma_kv_smem_bytes(tile, wg->query_rows, wg->keys / 64, atomic);

@@ -374,8 +374,8 @@ TEST(AttentionBackwardConfig, DecoupledWarpgroupsTextRulesRenderAndSpillFreeDefa
   EXPECT_EQ(grouped(128, false, {1, 16, 16, 1024, 1024}), "wg:bm64:bn64");
 }
 
-// Key pairs (":x2", clusters of two key blocks summing dQ before the reduce-adds) are no config:
-// the text does not parse, and every rendered decoupled kernel passes Pair = false.
+// Key pairs (":x2", clusters of two key blocks summing dQ before the reduce-adds; removed) are no
+// config: the text does not parse, and no rendered decoupled kernel is launched in clusters.
 TEST(AttentionBackwardConfig, KeyPairsAreNoConfig) {
   using K = BackwardKernel;
   for (const char* bad : {"wg:bm64:bn128:a1:t:x2", "wg:bm64:bn128:a2:t:x2", "wg:bm64:bn128:a2:t:l:x2", "wg:bm64:bn128:a2:t:x1",
@@ -384,7 +384,6 @@ TEST(AttentionBackwardConfig, KeyPairsAreNoConfig) {
   for (const auto& c : attention_backward_config_space({DType::bf16, 128, true}, sm90a())) {
     const K kernel = attention_backward_kernels(c, false)[1];  // kv_atomic, or simt_dkdv
     const KernelSource k = render_attention_backward({DType::bf16, 128, true}, c, kernel);
-    EXPECT_EQ(k.source.find("/*Pair=*/true"), std::string::npos) << to_string(c);
     EXPECT_EQ(k.source.find("__cluster_dims__"), std::string::npos) << to_string(c);
   }
 }
@@ -413,7 +412,7 @@ TEST(AttentionBackwardConfig, TmaLoadsTextRulesAndRender) {
   const auto l = *parse_attention_backward_config("wg:bm64:bn128:a1:l");
   const KernelSource k = render_attention_backward({DType::f16, 64, false}, l, BackwardKernel::kv_atomic);
   EXPECT_NE(k.source.find("attention_backward_wgmma_kv_async_maps</*T=*/kgen::half_t, /*D=*/64, /*BM=*/64, "
-                          "/*Causal=*/false, /*Stagger=*/false, /*TmaDQ=*/false, /*TmaLoads=*/true, /*Pair=*/false>"),
+                          "/*Causal=*/false, /*Stagger=*/false, /*TmaDQ=*/false, /*TmaLoads=*/true>"),
             std::string::npos)
       << k.source;
   EXPECT_NE(k.source.find("(const __grid_constant__ kgen::AttentionBackwardTmaParams p)"), std::string::npos);
@@ -680,7 +679,7 @@ TEST(AttentionBackwardConfig, GroupSplitsTextRulesGridAndRender) {
   EXPECT_EQ(conv.y, 8u);
   const KernelSource k = render_attention_backward({DType::bf16, 128, true}, g, K::kv_atomic);
   EXPECT_NE(k.source.find("attention_backward_wgmma_kv_async_maps</*T=*/kgen::bfloat16_t, /*D=*/128, /*BM=*/64, "
-                          "/*Causal=*/true, /*Stagger=*/true, /*TmaDQ=*/true, /*TmaLoads=*/true, /*Pair=*/false, "
+                          "/*Causal=*/true, /*Stagger=*/true, /*TmaDQ=*/true, /*TmaLoads=*/true, "
                           "/*HeadDim=*/128, /*GroupSplit=*/2>"),
             std::string::npos)
       << k.source;

@@ -144,8 +144,9 @@ TEST(AttentionVariantKernels, DoubleBackwardFamiliesCompileAndTheDefaultsDoNotSp
         const AttentionBackwardConfig c = attention_double_backward_default_config(spec, {1, 8, 8, 4096, 4096}, target, 132);
         const bool hopper = std::string(arch) == "sm_90a";
         EXPECT_EQ(c.path(), hopper ? BackwardPath::wgmma : BackwardPath::fa2) << to_string(c);
-        if (hopper && d <= 128)
+        if (hopper && d <= 128) {
           EXPECT_EQ(c.as<DoubleBackwardWgmmaConfig>()->tile, 32) << "a score modification takes 32-wide score tiles";
+        }
         for (DoubleBackwardKernel kernel : attention_double_backward_kernels(c))
           expect_compiles(render_attention_double_backward(spec, c, kernel), arch,
                           hopper ? kWgmmaDoubleBackwardSpills : d == 64 ? 0 : kDoubleBackwardSpills);

@@ -30,11 +30,9 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_smem_bytes(int head_dim, int block_m, in
 // the dSᵀ ring, with TmaDQ the fp32 dQ staging tile (block_m × head_dim), as many
 // stages of per-row lse2 and delta, and 8-byte mbarriers (full and empty per stage and per dSᵀ
 // tile). The ring holds three dSᵀ tiles, two with TmaDQ at head_dim 128 (the staging tile takes
-// the third's room), and two with 128-row query tiles (three would not fit). With `pair` (a cluster of two key blocks that sum their dQ before the
-// reduce-adds) four more mbarriers follow (dq_ready and dq_pulled per warpgroup), and with
-// `pair_loads` (Q/dO by TMA, multicast to both blocks) one per stage (peer_empty). With
-// `dq_writer` (the warp-specialised kernel's producer warp adding dQ, backward_ws.cuh) four take
-// pair's places (dq_full and dq_empty per warpgroup).
+// the third's room), and two with 128-row query tiles (three would not fit). With `dq_writer`
+// (the warp-specialised kernel's producer warp adding dQ, backward_ws.cuh) four more mbarriers
+// follow (dq_full and dq_empty per warpgroup).
 constexpr int kWgmmaAsyncStages = 3;
 // Stages of the Q/dO ring: three, two with 128-row query tiles and TmaDQ (the warp-specialised
 // form wg:bm128:bn128:a2:t:l:w, whose 32 KB staging tile takes the third stage's room).
@@ -45,15 +43,13 @@ KGEN_HOST_DEVICE constexpr int wgmma_kv_async_ds_bufs(int head_dim, int block_m,
   return (tma_dq && head_dim > 64) || block_m > 64 ? 2 : 3;
 }
 KGEN_HOST_DEVICE constexpr int wgmma_kv_async_smem_bytes(int head_dim, int block_m, bool tma_dq = false,
-                                                         bool pair = false, bool pair_loads = false,
                                                          bool dq_writer = false) {
   const int stages = wgmma_kv_async_stages(block_m, tma_dq);
   return 1024 +
          (2 * 128 * head_dim + 2 * stages * block_m * head_dim +
           wgmma_kv_async_ds_bufs(head_dim, block_m, tma_dq) * 128 * block_m) * 2 +
          (tma_dq ? block_m * head_dim * 4 : 0) + stages * 2 * block_m * 4 +
-         2 * (stages + wgmma_kv_async_ds_bufs(head_dim, block_m, tma_dq)) * 8 + (pair || dq_writer ? 4 * 8 : 0) +
-         (pair_loads ? stages * 8 : 0);
+         2 * (stages + wgmma_kv_async_ds_bufs(head_dim, block_m, tma_dq)) * 8 + (dq_writer ? 4 * 8 : 0);
 }
 
 // Hopper key-major kernel above 128 columns (sm_90a wgmma, D = 192 or 256): two warpgroups

@@ -182,14 +182,12 @@ constexpr unsigned kHeavyFirstBlocks = 1024;
 struct GridPlace {
   int x, y, z;
 };
-// Units > 1: the grid's x is taken in units of that many blocks (clusters of key blocks), x being
-// the unit's index.
-template <bool Causal, int Units = 1>
+template <bool Causal>
 __device__ __forceinline__ GridPlace key_major_block() {
-  int x = blockIdx.x / Units, y = blockIdx.y, z = blockIdx.z;
-  if (Causal && gridDim.x / Units * gridDim.y * gridDim.z <= kHeavyFirstBlocks) {
+  int x = blockIdx.x, y = blockIdx.y, z = blockIdx.z;
+  if (Causal && gridDim.x * gridDim.y * gridDim.z <= kHeavyFirstBlocks) {
     const int lanes = gridDim.y * gridDim.z;  // (kv head, batch) pairs per key block
-    const int linear = x + gridDim.x / Units * (y + gridDim.y * z);
+    const int linear = x + gridDim.x * (y + gridDim.y * z);
     x = linear / lanes;
     y = linear % lanes % gridDim.y;
     z = linear % lanes / gridDim.y;

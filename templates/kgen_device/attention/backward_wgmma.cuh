@@ -34,7 +34,6 @@
 #include "kgen_device/attention/backward_fa2.cuh"
 #include "kgen_device/core/atomic.cuh"
 #include "kgen_device/core/block.cuh"
-#include "kgen_device/core/cluster.cuh"
 #include "kgen_device/core/tma.cuh"
 #include "kgen_device/core/wgmma.cuh"
 
@@ -96,13 +95,6 @@ struct KeyBlock {
     const auto [x, y, z] = key_major_block<Causal>();
     return {x * bn, y, z, p.n_q, p.n_k, p.n_k - p.n_q};
   }
-  // A block of a cluster of two along x (grid blocks 2u and 2u + 1, cluster ranks 0 and 1): pair
-  // u is placed as one key block of 2·bn keys, and this block takes its half `rank`.
-  template <bool Causal>
-  __device__ __forceinline__ static KeyBlock of_pair(const AttentionBackwardParams& p, int bn, int rank) {
-    const auto [x, y, z] = key_major_block<Causal, 2>();
-    return {(2 * x + rank) * bn, y, z, p.n_q, p.n_k, p.n_k - p.n_q};
-  }
 };
 
 // The key-major regions of dynamic shared memory from a base rounded up to 1024 bytes (the
@@ -120,11 +112,9 @@ __device__ __forceinline__ KeyMajorSmem<KVBytes, QBytes, BM> wgmma_key_major_sme
 // with TmaDQ the fp32 dQ staging tile (BM rows × D in boxes of 64 rows × 32 columns, each
 // 128-byte swizzled: box c holds columns [32·c, +32), and with 128-row tiles box (D / 32)·r + c
 // those of the rows [64·r, +64)), kStages stages of BM lse2 and BM delta values, then the mbarriers
-// full[kStages], empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs]; with Pair then
-// dq_ready[2 warpgroups] and dq_pulled[2] (pair_tile_dq), with PairLoads peer_empty[kStages]
-// (load_stage_tma); with DqWriter (backward_ws.cuh) dq_full[2] and dq_empty[2] in the places of
-// dq_ready and dq_pulled.
-template <int D, int BM, int BN, bool TmaDQ = false, bool Pair = false, bool PairLoads = false, bool DqWriter = false>
+// full[kStages], empty[kStages], ds_full[kDsBufs], ds_empty[kDsBufs]; with DqWriter
+// (backward_ws.cuh) then dq_full[2 warpgroups] and dq_empty[2].
+template <int D, int BM, int BN, bool TmaDQ = false, bool DqWriter = false>
 struct AsyncKvSmem {
   static constexpr int kStages = attention_bwd::wgmma_kv_async_stages(BM, TmaDQ);
   static constexpr int kDsBufs = attention_bwd::wgmma_kv_async_ds_bufs(D, BM, TmaDQ);
@@ -136,8 +126,7 @@ struct AsyncKvSmem {
   static constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
   static constexpr int kBarrierOffset = kStatsOffset + kStages * 2 * BM * 4;
   static constexpr int kRingBarriers = 2 * (kStages + kDsBufs);
-  static constexpr int kBytes =
-      1024 + kBarrierOffset + (kRingBarriers + (Pair || DqWriter ? 4 : 0) + (PairLoads ? kStages : 0)) * 8;
+  static constexpr int kBytes = 1024 + kBarrierOffset + (kRingBarriers + (DqWriter ? 4 : 0)) * 8;
   unsigned base;  // shared-memory address, 1024-byte aligned
   float* stats_base;
   __device__ __forceinline__ static AsyncKvSmem at(unsigned char* raw) {
@@ -160,16 +149,10 @@ struct AsyncKvSmem {
   __device__ __forceinline__ unsigned empty(int stage) const { return barrier(kStages + stage); }
   __device__ __forceinline__ unsigned ds_full(int buf) const { return barrier(2 * kStages + buf); }
   __device__ __forceinline__ unsigned ds_empty(int buf) const { return barrier(2 * kStages + kDsBufs + buf); }
-  // Pair: the barriers of warpgroup wg's staging boxes: dq_ready (the peer's warpgroup wrote its
-  // boxes of the tile), dq_pulled (the peer's warpgroup has read this block's boxes).
-  __device__ __forceinline__ unsigned dq_ready(int wg) const { return barrier(kRingBarriers + wg); }
-  __device__ __forceinline__ unsigned dq_pulled(int wg) const { return barrier(kRingBarriers + 2 + wg); }
   // DqWriter: warpgroup wg's staging boxes written (dq_full) and read by the writer's reduce-adds
   // (dq_empty).
   __device__ __forceinline__ unsigned dq_full(int wg) const { return barrier(kRingBarriers + wg); }
   __device__ __forceinline__ unsigned dq_empty(int wg) const { return barrier(kRingBarriers + 2 + wg); }
-  // PairLoads: the peer's stage `stage` is free (its thread 0 arrives once its empty completed).
-  __device__ __forceinline__ unsigned peer_empty(int stage) const { return barrier(kRingBarriers + 4 + stage); }
 };
 
 // The lse2 and delta of the BM rows from m0 of (batch, head) into `stage` of `sm`, by 4-byte
@@ -487,56 +470,35 @@ __device__ __forceinline__ void load_stage(const AttentionBackwardParams& p, con
 // before (so full expects Threads + 1 arrivals; every thread takes the same path, which keeps
 // the register count of the cp.async form). Rows past n_q and columns past the head dim come
 // zero-filled, as from load_query_tile_async.
-// Multicast (key pairs, whose two blocks load the same tiles): block r's thread 0 copies only Q
-// (r = 0) or dO (r = 1), into both blocks at once. Once this block's stage is free, its thread 0
-// tells the peer (an arrival on the peer's peer_empty), and every thread waits until the peer's
-// stage is free too (its own peer_empty; one wait on every thread's path: thread 0 waiting
-// alone cost 56 bytes of spills at D = 128). Each block's full still expects both tiles' bytes.
-template <class QTile, int BM, int D, int Threads, bool Multicast, class Walk, class Smem>
+template <class QTile, int BM, int D, int Threads, class Walk, class Smem>
 __device__ __forceinline__ void load_stage_tma(const AttentionBackwardParams& p, const void* q_map, const void* do_map,
                                                const Walk& walk, const Smem& sm, int kv_head, int batch, int j,
                                                int total, int tid) {
   if (j >= total) return;
   const int stage = j % Smem::kStages;
-  if (j >= Smem::kStages) {
-    tma::wait(sm.empty(stage), (j / Smem::kStages - 1) & 1);
-    if constexpr (Multicast) {
-      if (tid == 0) cluster::arrive_remote(cluster::remote(sm.peer_empty(stage), cluster::rank() ^ 1u));
-      tma::wait<true>(sm.peer_empty(stage), (j / Smem::kStages - 1) & 1);
-    }
-  }
+  if (j >= Smem::kStages) tma::wait(sm.empty(stage), (j / Smem::kStages - 1) & 1);
   const int head = walk.head(kv_head, j);
   const int m0 = walk.m0(j);
   if (tid == 0) {
-    if constexpr (Multicast) {
-      const unsigned rank = cluster::rank();
-      tma::arrive_expect_tx(sm.full(stage), 2 * QTile::kBytes);
-      const unsigned tile = rank == 0 ? sm.q(stage) : sm.d_o(stage);
-      const void* map = rank == 0 ? q_map : do_map;
+    tma::arrive_expect_tx(sm.full(stage), 2 * QTile::kBytes);
 #pragma unroll
-      for (int b = 0; b < D / 64; ++b)
-        tma::load_4d_multicast(tile + b * QTile::kBlockBytes, map, 64 * b, m0, head, batch, sm.full(stage), 0x3);
-    } else {
-      tma::arrive_expect_tx(sm.full(stage), 2 * QTile::kBytes);
-#pragma unroll
-      for (int b = 0; b < D / 64; ++b) {
-        tma::load_4d(sm.q(stage) + b * QTile::kBlockBytes, q_map, 64 * b, m0, head, batch, sm.full(stage));
-        tma::load_4d(sm.d_o(stage) + b * QTile::kBlockBytes, do_map, 64 * b, m0, head, batch, sm.full(stage));
-      }
+    for (int b = 0; b < D / 64; ++b) {
+      tma::load_4d(sm.q(stage) + b * QTile::kBlockBytes, q_map, 64 * b, m0, head, batch, sm.full(stage));
+      tma::load_4d(sm.d_o(stage) + b * QTile::kBlockBytes, do_map, 64 * b, m0, head, batch, sm.full(stage));
     }
   }
   load_tile_stats<BM, Threads>(p, sm, batch, head, m0, stage, tid);
   tma::cp_async_arrive(sm.full(stage));
 }
 
-// load_stage or, with TmaLoads, load_stage_tma (multicast in key pairs).
-template <bool TmaLoads, bool Pair, class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk,
+// load_stage or, with TmaLoads, load_stage_tma.
+template <bool TmaLoads, class T, int BM, int D, int Threads, class QTile, int HeadDim, class Walk,
           class Smem>
 __device__ __forceinline__ void load_ring_stage(const AttentionBackwardParams& p, const void* q_map,
                                                 const void* do_map, const Walk& walk, const Smem& sm, int kv_head,
                                                 int batch, int j, int total, int tid) {
   if constexpr (TmaLoads)
-    load_stage_tma<QTile, BM, D, Threads, Pair>(p, q_map, do_map, walk, sm, kv_head, batch, j, total, tid);
+    load_stage_tma<QTile, BM, D, Threads>(p, q_map, do_map, walk, sm, kv_head, batch, j, total, tid);
   else
     load_stage<T, BM, D, Threads, QTile, HeadDim>(p, walk, sm, kv_head, batch, j, total, tid);
 }
@@ -614,67 +576,14 @@ __device__ __forceinline__ void reduce_tile_dq(const AttentionBackwardParams& p,
   }
 }
 
-// Pair: the two key blocks of a cluster (ranks 0 and 1) walk the same query tiles, and their
-// warpgroups wg hold the dQ of the same rows and columns. Block r adds the rows [32·r, +32) of
-// query tile j for both. Per tile, in warpgroup wg:
-//   its first thread waits until its reduce-adds of tile j − 1 have read the staging boxes and
-//   the peer has read this block's boxes of tile j − 1 (dq_pulled); named barrier `bar`;
-//   every thread writes its values into the boxes (reduce_tile_dq's places: the same in both
-//   blocks) and arrives on the peer's dq_ready;
-//   the first thread waits for dq_ready; `bar`; each thread adds two 16-byte chunks per box of
-//   the peer's rows [32·r, +32) (remote loads) into this block's, arrives on the peer's
-//   dq_pulled and fences the sums for the async proxy; `bar`; the first thread issues one TMA
-//   reduce-add per 32-column box of the 32 rows (`map`: dq_map with boxes of 32 rows).
-// Every thread takes the same path (a branch on the rows a warp holds made ptxas spill at
-// D = 128). Half the bytes of dQ reach L2; the other half cross between the two SMs.
-template <int Cols, int BM, class Smem, class Walk>
-__device__ __forceinline__ void pair_tile_dq(const AttentionBackwardParams& p, const void* map, const Walk& walk,
-                                             const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
-                                             int j, int col0, int wg, int warp, int lane, int g, int t, int bar) {
-  static_assert(Cols % 32 == 0 && BM == 64, "whole 32-column boxes of 64 rows");
-  const unsigned peer = cluster::rank() ^ 1u;  // read here, not held across the walk
-  const bool leader = warp == 0 && lane == 0;
-  if (leader) {
-    tma::store_wait_read();
-    if (j >= 1) tma::wait<true>(sm.dq_pulled(wg), (j - 1) & 1);
-  }
-  tma::barrier_sync(bar, 128);
-  write_dq_boxes<Cols>(sm, dq, col0 / 32, warp, g, t);
-  cluster::arrive_remote(cluster::remote(sm.dq_ready(wg), peer));
-  if (leader) tma::wait<true>(sm.dq_ready(wg), j & 1);
-  tma::barrier_sync(bar, 128);
-  const int rows = BM / 2 * static_cast<int>(peer ^ 1u);  // this block's first row
-  const unsigned mine = sm.dq_box(col0 / 32) + rows * 128 + 16 * (warp * 32 + lane);
-  const unsigned delta = cluster::remote(mine, peer) - mine;
-#pragma unroll
-  for (int b = 0; b < Cols / 32; ++b)
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const unsigned at = mine + b * Smem::kDqBoxBytes + c * 128 * 16;
-      add_shared_16f(at, cluster::ld_remote_16f(at + delta));
-    }
-  cluster::arrive_remote(cluster::remote(sm.dq_pulled(wg), peer));
-  tma::fence_proxy_async();
-  tma::barrier_sync(bar, 128);
-  if (leader) {
-    const int row_base = batch * p.heads_q + walk.head(kv_head, j);
-#pragma unroll
-    for (int b = 0; b < Cols / 32; ++b)
-      tma::reduce_add_3d(map, sm.dq_box(col0 / 32 + b) + rows * 128, col0 + 32 * b, walk.m0(j) + rows, row_base);
-    tma::store_commit();
-  }
-}
-
 // attention_backward_wgmma_kv_async's dQ of query tile j, this warpgroup's 64 rows from row0 (0
-// with TmaDQ or Pair) and columns from col0: pair_tile_dq with Pair or reduce_tile_dq with TmaDQ
-// (named barriers 3 + wg and 5 + wg), else add_tile_dq.
-template <bool TmaDQ, bool Pair, int Cols, int D, int HeadDim, int BM, class Smem, class Walk>
+// with TmaDQ) and columns from col0: reduce_tile_dq with TmaDQ (named barriers 3 + wg and 5 + wg),
+// else add_tile_dq.
+template <bool TmaDQ, int Cols, int D, int HeadDim, class Smem, class Walk>
 __device__ __forceinline__ void add_async_dq(const AttentionBackwardParams& p, const void* dq_map, const Walk& walk,
                                              const Smem& sm, const float (&dq)[Cols / 2], int kv_head, int batch,
                                              int j, int row0, int col0, int wg, int warp, int lane, int g, int t) {
-  if constexpr (Pair)
-    pair_tile_dq<Cols, BM>(p, dq_map, walk, sm, dq, kv_head, batch, j, col0, wg, warp, lane, g, t, 3 + wg);
-  else if constexpr (TmaDQ)
+  if constexpr (TmaDQ)
     reduce_tile_dq<Cols>(p, dq_map, walk, sm, dq, kv_head, batch, j, col0, warp, lane, g, t, 3 + wg);
   else
     add_tile_dq<Cols, D, HeadDim>(p, walk, dq, kv_head, batch, j, row0, col0, warp, g, t);
@@ -840,37 +749,32 @@ __device__ __forceinline__ void attention_backward_wgmma_kv(const AttentionBackw
 // Masking, requirements and padded head dims: as attention_backward_wgmma_kv.
 // TmaDQ: dQ goes through shared memory and TMA reduce-adds (bwd_detail::reduce_tile_dq, `dq_map`)
 // instead of red_add2 from registers.
-// Pair (with TmaDQ; the kernel launched in clusters of two blocks along x): the two key blocks of
-// a cluster walk the query tiles of the first, and each adds half of every dQ tile's rows, summed
-// over both blocks in shared memory (bwd_detail::pair_tile_dq); a causal pair's second block
-// walks the first's extra tiles with every key masked.
 // TmaLoads: the Q and dO tiles come by TMA (bwd_detail::load_stage_tma, `q_map`, `do_map`).
 // BM = 128 (the 64-column tile, dQ by red_add2): each warpgroup's Sᵀ and dPᵀ are m64n128 (64
 // registers each), dV and dK take 8 k-steps a tile, the dSᵀ ring has two slots, and warpgroup
 // wg takes the dQ of the rows [64·wg, +64) over all D columns instead of half the columns of
 // all rows. Half as many tiles per key block: half the waits, statistics loads and ring steps,
 // and wgmma twice as wide.
-template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, int HeadDim, bool Pair = false,
-          bool TmaLoads = false, int GroupSplit = 1>
+template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, int HeadDim, bool TmaLoads = false,
+          int GroupSplit = 1>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const AttentionBackwardParams& p,
                                                                        const void* dq_map, const void* q_map = nullptr,
                                                                        const void* do_map = nullptr) {
   static_assert(D == 64 || D == 128, "D must be 64 or 128");
-  static_assert(!Pair || TmaDQ, "a key pair adds dQ by TMA");
   static_assert(BM == 64 || !TmaDQ, "128-row query tiles add dQ by red_add2");
-  static_assert(GroupSplit == 1 || ((GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8) && !Pair),
-                "a K/V head's query heads split in 2, 4 or 8, not in key pairs");
+  static_assert(GroupSplit == 1 || GroupSplit == 2 || GroupSplit == 4 || GroupSplit == 8,
+                "a K/V head's query heads split in 2, 4 or 8");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int WGs = 2;
   constexpr int BN = 64 * WGs;
   constexpr int kThreads = 128 * WGs;
-  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, Pair, Pair && TmaLoads>;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
   using DsTile = typename Smem::DsTile;
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
-  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, Pair, Pair && TmaLoads),
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ),
                 "shared memory layout must match");
   // dQ of a tile, one pass: with 64-row tiles warpgroup wg takes the columns [wg·D/2, +D/2) of
   // every row, with 128-row tiles the rows [64·wg, +64) of every column (32 registers at most).
@@ -879,15 +783,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
-  const int rank = Pair ? static_cast<int>(cluster::rank()) : 0;
-  const auto [n0, kv_y, batch, n_q, n_k, diag] =
-      Pair ? bwd_detail::KeyBlock::of_pair<Causal>(p, BN, rank) : bwd_detail::KeyBlock::of<Causal>(p, BN);
+  const auto [n0, kv_y, batch, n_q, n_k, diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
   const float scale_log2 = p.scale_log2;
   // GroupSplit: grid y = kv_head·GroupSplit + part, and the block walks the query heads
   // [part·G, +G) of its K/V head's group, G = head_group / GroupSplit (walk.head(kv_y, ·) lands
   // there); its dK and dV are partial sums, added into dkv_accum.
   const int kv_head = kv_y / GroupSplit;
-  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0 - rank * BN, n_q, n_k, p.head_group / GroupSplit);
+  const bwd_detail::QueryTileWalk<BM, Causal> walk(n0, n_q, n_k, p.head_group / GroupSplit);
   const int total = walk.total;
   const Smem sm = Smem::at(dynamic_smem());
 
@@ -900,13 +802,6 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
       tma::barrier_init(sm.ds_full(i), kThreads);
       tma::barrier_init(sm.ds_empty(i), kThreads);
     }
-    if constexpr (Pair)
-      for (int i = 0; i < 2; ++i) {  // each: the 128 threads of the peer's warpgroup i
-        tma::barrier_init(sm.dq_ready(i), 128);
-        tma::barrier_init(sm.dq_pulled(i), 128);
-      }
-    if constexpr (Pair && TmaLoads)
-      for (int i = 0; i < kStages; ++i) tma::barrier_init(sm.peer_empty(i), 1);  // the peer's thread 0
     tma::fence_barrier_init();
   }
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.k(), bwd_detail::head_ptr<const T>(p.k, batch, kv_head),
@@ -914,12 +809,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
   fa2_detail::load_tile_async<T, BN, D, kThreads, KVTile, HeadDim>(sm.v(), bwd_detail::head_ptr<const T>(p.v, batch, kv_head),
                                                                    p.v.stride_n, n0, n_k, tid);
   cp_async_commit();
-  if constexpr (Pair)
-    cluster::sync();  // the barriers of both blocks initialised
-  else
-    __syncthreads();  // the barriers initialised
+  __syncthreads();  // the barriers initialised
   for (int j = 0; j < kStages - 1; ++j)
-    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_y,
+    bwd_detail::load_ring_stage<TmaLoads, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_y,
                                                                                batch, j, total, tid);
   cp_async_wait<0>();  // K and V (the one committed group; the tiles arrive on their barriers)
   wgmma::fence_proxy_async();
@@ -970,10 +862,10 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
     if (it > 0) {
       wgmma::fence_operand(dq);
       tma::arrive(sm.ds_empty((it - 1) % kDsBufs));
-      bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_y, batch, it - 1,
+      bwd_detail::add_async_dq<TmaDQ, kDqCols, D, HeadDim>(p, dq_map, walk, sm, dq, kv_y, batch, it - 1,
                                                                      row0, col0, wg, warp, lane, g, t);
     }
-    bwd_detail::load_ring_stage<TmaLoads, Pair, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_y,
+    bwd_detail::load_ring_stage<TmaLoads, T, BM, D, kThreads, QTile, HeadDim>(p, q_map, do_map, walk, sm, kv_y,
                                                                                batch, it + kStages - 1, total, tid);
   }
   if (total > 0) {
@@ -981,7 +873,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
     bwd_detail::issue_ring_dq<T, kDqCols, BN, KVTile, DsTile>(dq, sm, total - 1, row0, col0);
     wgmma::wait<0>();
     wgmma::fence_operand(dq);
-    bwd_detail::add_async_dq<TmaDQ, Pair, kDqCols, D, HeadDim, BM>(p, dq_map, walk, sm, dq, kv_y, batch, total - 1,
+    bwd_detail::add_async_dq<TmaDQ, kDqCols, D, HeadDim>(p, dq_map, walk, sm, dq, kv_y, batch, total - 1,
                                                                    row0, col0, wg, warp, lane, g, t);
   }
   if (TmaDQ && warp == 0 && lane == 0) tma::store_wait_read();  // the staging boxes read before the block exits
@@ -991,7 +883,6 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_body(const Att
     bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
   else
     bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
-  if constexpr (Pair) cluster::sync();  // the peer's last arrivals and stores into this block done
 #endif
 }
 
@@ -1006,15 +897,13 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_async_tma(const Atte
   attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, true, HeadDim>(tp.a, &tp.dq_map);
 }
 
-// The same with any of the map-using forms: TmaDQ (":t"), TmaLoads (":l"), Pair (":x2", with
-// TmaDQ: two key blocks per cluster summing their dQ before the reduce-adds; the entry declares
-// __cluster_dims__(2, 1, 1) and the grid has an even x).
+// The same with any of the map-using forms: TmaDQ (":t"), TmaLoads (":l").
 // GroupSplit (":g2"): the query heads of each K/V head's group split over two blocks, which add
 // their dK and dV into dkv_accum (attention_backward_dkv_convert writes them out).
-template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, bool TmaLoads, bool Pair, int HeadDim = D,
+template <class T, int D, int BM, bool Causal, bool Stagger, bool TmaDQ, bool TmaLoads, int HeadDim = D,
           int GroupSplit = 1>
 __device__ __forceinline__ void attention_backward_wgmma_kv_async_maps(const AttentionBackwardTmaParams& tp) {
-  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, TmaDQ, HeadDim, Pair, TmaLoads, GroupSplit>(
+  attention_backward_wgmma_kv_async_body<T, D, BM, Causal, Stagger, TmaDQ, HeadDim, TmaLoads, GroupSplit>(
       tp.a, &tp.dq_map, &tp.q_map, &tp.do_map);
 }
 

@@ -211,12 +211,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   // half the columns; 128-row tiles: each consumer the dQ of its 64 rows over every column,
   // through the boxes with TmaDQ, else added with red_add2 as the decoupled kernel's 128-row form.
   static_assert(TmaDQ || BM == 128, "64-row tiles add dQ by TMA");
-  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, false, false, TmaDQ>;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, TmaDQ>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
   using DsTile = typename Smem::DsTile;
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
-  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, false, false, TmaDQ),
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, TmaDQ),
                 "shared memory layout must match");
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
   const AttentionBackwardParams& p = tp.a;
@@ -303,8 +303,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   const int box0 = wg * kDqCols / 32;
 
   for (int it = 0; it < total; ++it) {
-    // The decoupled kernel's first steps, written out again here: through a shared helper the
-    // decoupled kernel's key-pair forms (:x2) spilled 4 bytes at d = 128 with a mask.
+    // The decoupled kernel's first steps, written out again here (a shared helper once spilled;
+    // folding them is open, checked by the replay table's machine code).
     const int stage = it % kStages;
     const int m0 = walk.m0(it);
     tma::wait(sm.full(stage), (it / kStages) & 1);
@@ -421,12 +421,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
   // half the columns; 128-row tiles: each consumer the dQ of its 64 rows over every column,
   // through the boxes with TmaDQ, else added with red_add2 as the decoupled kernel's 128-row form.
   static_assert(TmaDQ || BM == 128, "64-row tiles add dQ by TMA");
-  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, false, false, TmaDQ>;
+  using Smem = bwd_detail::AsyncKvSmem<D, BM, BN, TmaDQ, TmaDQ>;
   using KVTile = typename Smem::KVTile;
   using QTile = typename Smem::QTile;
   using DsTile = typename Smem::DsTile;
   constexpr int kStages = Smem::kStages, kDsBufs = Smem::kDsBufs;
-  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, false, false, TmaDQ),
+  static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, TmaDQ),
                 "shared memory layout must match");
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
   const AttentionBackwardParams& p = tp.a;
@@ -533,8 +533,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
     const int m_begin = walk.tile_begin * BM, m_end = (walk.tile_begin + walk.tiles_per_head) * BM;
     int m0 = m_begin;  // walk.m0(it), counted on
     for (int it = 0; it < total; ++it) {
-      // The decoupled kernel's first steps, written out again here: through a shared helper the
-      // decoupled kernel's key-pair forms (:x2) spilled 4 bytes at d = 128 with a mask.
+      // The decoupled kernel's first steps, written out again here (as above).
       const int use = ring + it;  // the rings' use count
       tma::wait(sm.full(stage), stage_phase);
       if (Stagger && use == 0 && wg == 1) tma::barrier_sync(2, kThreads);

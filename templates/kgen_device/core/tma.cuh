@@ -68,16 +68,6 @@ __device__ __forceinline__ void load_4d(unsigned dst, const void* map, int c0, i
       ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
       : "memory");
 }
-// load_4d into the same shared-memory place of every block of the cluster named in `ctas` (bit
-// i: rank i), counting the bytes against the barrier at `bar` in each of them.
-__device__ __forceinline__ void load_4d_multicast(unsigned dst, const void* map, int c0, int c1, int c2, int c3,
-                                                  unsigned bar, unsigned short ctas) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;"
-      ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(ctas)
-      : "memory");
-}
 // Copies shared memory at `src` into the box at (c0 .. c3) of `map`; elements outside the tensor
 // are not written. Completion is tracked by bulk groups of the issuing thread.
 __device__ __forceinline__ void store_4d(const void* map, unsigned src, int c0, int c1, int c2, int c3) {

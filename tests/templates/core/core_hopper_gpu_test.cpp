@@ -26,8 +26,7 @@
 //     numerics on the emulator (tests/amdemu) through the kernels built on them.
 // Untested on their own, each with the reason: compiler_barrier (no instruction, no observable
 // effect); tma::release_registers / claim_registers (they change only the register budget, which
-// ptxas checks at every sm_90a compile of the warp-specialised kernels); load_4d_multicast (it
-// serves only the key-pair form of the wgmma backward, which no config can choose); Mma widths
+// ptxas checks at every sm_90a compile of the warp-specialised kernels); Mma widths
 // other than 64 and 128 and Mma8<256> (the same generated operand lists, compiled by every kernel
 // that uses them, which the replay table checks); reread of block_y and block_z (the same
 // instruction as block_x on another register); infinity_f32/f64, pick, imin, imax (constants and
