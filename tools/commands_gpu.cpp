@@ -175,7 +175,7 @@ void add_gpu_commands(CLI::App& app, int& exit_code) {
     const std::vector<std::string> archs = {"sm_80", "sm_90a"};
     KernelBuilder& builder = KernelBuilder::global();
     exit_code = run_warm(builder, default_warm_items(archs), 0);
-    const cache::BinaryCache& cache = builder.cache();
+    const cache::BinaryCache& cache = builder.publish_cache();
     const std::uint64_t bytes = cache.total_bytes();
     std::printf("the cache at %s holds %llu entries, %llu bytes (%.1f MiB)\n", cache.root().c_str(),
                 static_cast<unsigned long long>(cache.entry_count()), static_cast<unsigned long long>(bytes),

@@ -63,7 +63,7 @@ void add_replay_command(CLI::App& app, int& exit_code) {
         },
         known, &built);
     std::fprintf(stderr, "%zu kernels: %zu built into %s, %zu taken from the table (same compile inputs)\n",
-                 items.size(), built, builder.cache().root().c_str(), items.size() - built);
+                 items.size(), built, builder.publish_cache().root().c_str(), items.size() - built);
     if (!o->write.empty()) {
       std::ofstream out(o->write, std::ios::trunc);
       out << format_replay_table(rows);

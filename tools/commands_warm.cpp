@@ -174,7 +174,7 @@ void explain_not_stored(const WarmSummary& summary) {
 
 int run_warm(KernelBuilder& builder, const std::vector<WarmItem>& items, int jobs) {
   if (log_level() >= LogLevel::info) {
-    std::printf("warming %zu variants into %s\n", items.size(), builder.cache().root().c_str());
+    std::printf("warming %zu variants into %s\n", items.size(), builder.publish_cache().root().c_str());
     std::fflush(stdout);
   }
   WarmSummary summary;

@@ -267,8 +267,7 @@ BuildOutcome KernelBuilder::build_uncached(const KernelSource& source, const Tar
                                            key.substr(0, 12) + "): pre-warm with `kgen warm`");
   // Another process may be compiling the same key: wait for its lock, then look again.
   // The lock lives in the layer publishes go to (the root if none is writable).
-  const std::size_t lock_layer = layers_.writable_layer().value_or(layers_.size() - 1);
-  auto lock = cache::KeyLock::acquire_for(layers_.layer(lock_layer), key, std::chrono::minutes(5));
+  auto lock = cache::KeyLock::acquire_for(publish_cache(), key, std::chrono::minutes(5));
   if (lock.held())
     if (auto hit = load_checked(key, source, target)) return from_entry(std::move(*hit));
 

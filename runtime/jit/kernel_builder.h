@@ -80,6 +80,9 @@ class KernelBuilder {
 
   // The root layer (KGEN_CACHE_DIR or the default root), the last one searched.
   cache::BinaryCache& cache() { return layers_.layer(layers_.size() - 1); }
+  // The layer publishes go to: the first writable one (a KGEN_CACHE_PATH layer before the root),
+  // else the root.
+  cache::BinaryCache& publish_cache() { return layers_.layer(layers_.writable_layer().value_or(layers_.size() - 1)); }
   // Every layer in search order, the root last.
   cache::LayeredCache& layered() { return layers_; }
   std::vector<LayerInfo> layers() const { return layers_.layer_info(); }

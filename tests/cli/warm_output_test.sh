@@ -54,6 +54,13 @@ if run "fresh warm" 0 warm --manifest "$manifest" --arch sm_80 --cache-dir "$wor
   lacks "fresh warm: no per-kernel lines at the default level" "^kgen \[debug\]"
   lacks "fresh warm: no line rewritten in place off a terminal" $'\r'
 fi
+# A writable KGEN_CACHE_PATH layer takes the publishes before the root, and warm names it.
+mkdir -p "$work/layer"
+if run "warm into a layer" 0 KGEN_CACHE_PATH="$work/layer" warm --manifest "$manifest" --arch sm_80 --cache-dir "$work/root"; then
+  has "layer: the progress names the layer" "^warming $kernels variants into $work/layer\$"
+  [ -n "$(ls -A "$work/layer" 2>/dev/null)" ] && ok "layer: entries stored in the layer" || fail "layer: the layer is empty"
+  [ -z "$(ls -A "$work/root" 2>/dev/null)" ] && ok "layer: nothing stored in the root" || fail "layer: the root holds entries"
+fi
 if run "verbose re-warm" 0 warm --manifest "$manifest" --arch sm_80 --cache-dir "$work/good" --verbose; then
   n=$(grep -Ec '^kgen \[debug\] \[[0-9]+/8\] cached ' <<<"$out")
   [ "$n" = "$kernels" ] && ok "verbose: one debug line per kernel" || fail "verbose: $n per-kernel lines, want $kernels"
