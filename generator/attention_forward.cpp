@@ -6,6 +6,7 @@
 #include "kgen/types.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <sstream>
 
@@ -377,8 +378,20 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
              "; ws serves that on the plain grid (no split, persist or stream-K)";
     if (c.block_m != 128 && c.block_m != 192)
       return field_refusal("ws", "bm", "128 or 192 (two or three consumer warpgroups)", c.block_m);
-    if (c.block_n != 64 && c.block_n != 80 && c.block_n != 128 && c.block_n != 176 && c.block_n != 192)
-      return field_refusal("ws", "bn", "64, 80, 128, 176 or 192 (keys per tile)", c.block_n);
+    if (c.block_n != 64 && c.block_n != 80 && c.block_n != 96 && c.block_n != 112 && c.block_n != 128 &&
+        c.block_n != 176 && c.block_n != 192)
+      return field_refusal("ws", "bn", "64, 80, 96, 112, 128, 176 or 192 (keys per tile)", c.block_n);
+    // 96- and 112-key tiles: the 192-column tile (head dims 136–192, where 128-key tiles do not
+    // fit shared memory in two stages) for plain attention of one head dim, one block per query
+    // tile; variants, packed and paged batches, v head dims of their own and the split or
+    // persistent grids keep the measured 64- and 128-key tiles.
+    if ((c.block_n == 96 || c.block_n == 112) &&
+        (tile != 192 || spec.has_variant() || spec.head_dim_v > 0 || c.split_keys || c.persistent || c.stream_k))
+      return "ws bn" + std::to_string(c.block_n) +
+             " serves head_dim 136..192 of plain attention on one block per query tile (no variant, packed or paged "
+             "batch, v head dim of its own, split or persistent grid), not head_dim=" +
+             std::to_string(spec.head_dim) + (spec.has_variant() || spec.head_dim_v > 0 ? " with this spec" : "") +
+             (c.split_keys || c.persistent || c.stream_k ? " on this grid" : "");
     // Three consumers get 160 registers each: S, O and P fit on the 64-column tile up to
     // 128-key tiles (ptxas: spill-free, tests/replay/table.tsv). A rule, not the estimate below:
     // its 40-register allowance for addressing and softmax state is measured against the
@@ -457,6 +470,9 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
       if (tile == 128) keep_ws({.path = ForwardPath::ws, .block_m = 128, .block_n = 176, .warps = 8, .ping_pong = 1, .persistent = persistent});
       if (tile == 256) keep_ws({.path = ForwardPath::ws, .block_m = 128, .block_n = 80, .warps = 8, .ping_pong = 1, .persistent = persistent});
     }
+    // 96- and 112-key tiles on the 192-column tile (two stages with one Q buffer fit shared memory
+    // where 128 keys do not), one block per query tile; the defaults take 112.
+    for (int bn : {112, 96}) keep({.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .stages = 2, .warps = 8, .ping_pong = 1});
     // Three consumers (192 query rows) on the 64-column tile, one block per query tile or
     // persistent.
     for (int bn : {128, 64})
@@ -546,7 +562,10 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     // than the non-specialised wgmma kernel at every measured length (docs/kernels/measurements.md,
     // "Warp-specialised forward"). Key tiles per column tile:
     // - the 64-column tile: 192 keys from 4k keys, else 128 (same section);
-    // - up to 192 columns: 128 keys (their registers allow it);
+    // - up to 128 columns: 128 keys (their registers allow it);
+    // - 192 columns (head dims 136–192): 112 keys for plain attention on one block per query
+    //   tile, where 128 do not fit shared memory in two stages, 1.08–1.26× the 64-key tiles
+    //   ("112-key tiles at d = 136–192"); variants, packed and paged batches and split grids keep 64;
     // - 256 columns: 80 keys (S, P and O within 240 registers, two stages within shared memory),
     //   faster than 64 at every length; split-key grids keep 64, their space has no 80-key form
     //   ("80-key tiles at d = 256");
@@ -557,6 +576,7 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     const bool long_rows = spec.causal ? shape.n_k > 4096 : shape.n_k >= 8192;
     const int bn = tile == 64    ? (shape.n_k >= 4096 ? 192 : 128)
                    : tile == 256 ? (split ? 64 : 80)
+                   : tile == 192 ? (split || spec.has_variant() ? 64 : 112)
                                  : (tile == 128 && long_rows && !split ? 176 : 128);
     // Short rows on the 64-column tile with a mask, up to 1k keys: one warpgroup of 64 rows per
     // block, several blocks per SM, beat the warp-specialised kernel and its persistent grid
@@ -621,7 +641,8 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
       if (!check_attention_forward_config(spec, c, target)) return c;
     }
     AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 128, .block_n = bn, .warps = 8, .ping_pong = 1, .split_keys = split};
-    while (check_attention_forward_config(spec, c, target) && c.block_n > 64) c.block_n -= 64;
+    while (check_attention_forward_config(spec, c, target) && c.block_n > 64)
+      c.block_n = c.block_n > 128 ? c.block_n - 64 : 64;
     if (!check_attention_forward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_fa2_head_dim(spec.head_dim)) {
@@ -642,6 +663,11 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
   return attention_forward_general_config(spec);
 }
 }  // namespace
+
+int attention_forward_paged_key_tile(int block_n, int page_size) {
+  if (page_size % block_n == 0 || block_n % page_size == 0) return block_n;
+  return static_cast<int>(std::bit_floor(static_cast<unsigned>(block_n)));
+}
 
 int attention_forward_shape_class(const AttentionShape& shape, int sm_count) {
   const long long blocks = 1LL * shape.batch * shape.heads_q * ((shape.n_q + 127) / 128);

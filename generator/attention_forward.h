@@ -156,6 +156,11 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
                                                         const AttentionShape& shape,
                                                         const Target& target, int sm_count);
+// The key tile a warp-specialised forward over a paged cache of `page_size` rows per page runs
+// for `block_n`: its TMA boxes take at most one page's rows, so a tile lies within one page or
+// covers whole pages (block_n and page_size divide one another). Otherwise the largest power of
+// two below block_n, which does for every page size kgen takes (powers of two, 16 to 256).
+int attention_forward_paged_key_tile(int block_n, int page_size);
 // What the heuristic reads of the exact shape beyond its tuning bucket (two calls of one bucket
 // with the same class get the same default): 1 when 128-row query tiles would not fill the SMs
 // once, 2 when they would fill at most half of them and the rows have at least

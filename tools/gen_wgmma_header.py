@@ -5,8 +5,8 @@ tools/tests/test_gen_wgmma_header.py checks that the checked-in header equals it
 
 It also writes templates/kgen_device/core/wgmma_fp8.cuh, the E4M3 shapes (m64nNk32) of the FP8
 forward, with its own operand lists for the widths that forward uses, and
-templates/kgen_device/core/wgmma_keys.cuh, the 16-bit widths only the wide-head-dim backward uses
-(its 96-key blocks and their halves), kept out of wgmma.cuh so that the kernels including that header keep their
+templates/kgen_device/core/wgmma_keys.cuh, the 16-bit widths only the wide-head-dim backward and
+the warp-specialised forward's 96- and 112-key tiles use, kept out of wgmma.cuh so that the kernels including that header keep their
 text.
 
 Usage (from the repository root):
@@ -22,8 +22,9 @@ import sys
 BASE = {32: None, 64: 32, 80: 64, 128: 64, 176: 128, 192: 176, 256: 192}
 NS = list(BASE)
 # The widths of wgmma_keys.cuh: the wide-head-dim backward's key blocks (dKᵀ and dVᵀ, N = keys: 96
-# in the three-warpgroup kernel, 48 per consumer in the warp-specialised one; its S and dP too).
-BASE_KEYS = {48: None, 96: 48}
+# in the three-warpgroup kernel, 48 per consumer in the warp-specialised one; its S and dP too),
+# and the warp-specialised forward's 96- and 112-key tiles at head dims 136–192 (its S).
+BASE_KEYS = {48: None, 96: 48, 112: 96}
 # The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128-key score tile and its head dims 128 and 256.
 BASE8 = {128: None, 256: 128}
 
@@ -327,7 +328,8 @@ def header_fp8():
 
 
 PREFIX_KEYS = r'''// wgmma shapes of the wide-head-dim backward (sm_90a only): m64n96k16 and m64n48k16 for its
-// 96-key blocks (whole, or a consumer warpgroup's half), and stmatrix with transposition.
+// 96-key blocks (whole, or a consumer warpgroup's half), and stmatrix with transposition; and
+// m64n112k16 for the warp-specialised forward's 112-key tiles (its 96-key tiles take m64n96k16).
 // Written by tools/gen_wgmma_header.py --keys (the per-N operand lists): edit the script, not this file.
 // NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh, whose Mma template
 // this header specialises; kept apart so that the kernels that include wgmma.cuh keep their text.

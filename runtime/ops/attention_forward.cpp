@@ -307,6 +307,15 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     call.spec.causal = false;
   }
   AttentionForwardConfig config = choose_attention_forward_config(call, options);
+  if (paged && config.path == ForwardPath::ws) {
+    // The tiles' TMA boxes take at most a page's rows: a tile lies within one page or covers whole pages.
+    const int page_size = static_cast<int>(k.shape[2]), bn = attention_forward_paged_key_tile(config.block_n, page_size);
+    if (bn != config.block_n && !options.config.empty())
+      invalid_argument("config: " + options.config + " has " + std::to_string(config.block_n) +
+                       "-key tiles, which neither divide nor fill k_cache's pages of " + std::to_string(page_size) +
+                       " rows; paged K/V needs bn and page_size to divide one another (e.g. bn" + std::to_string(bn) + ")");
+    config.block_n = bn;
+  }
   if (config.path == ForwardPath::ws) {
     launch.tma = true;
     use_primary_context(call.device);  // the driver encodes tensor maps in the current context

@@ -237,7 +237,22 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 32, true}, {16, 16, 16, 2048, 2048}, sm90a(), 132).path,
             ForwardPath::fa2);
   EXPECT_EQ(attention_forward_default_config({DType::bf16, 24, false}, big, sm90a(), 132).path, ForwardPath::fa2);
-  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 136, false}, big, sm90a(), 132)), "ws:bm128:bn64:s2:pp1");
+  // The 192-column tile (d = 136–192): 112-key tiles for plain attention on one block per query
+  // tile; split grids, variants and paged caches keep 64.
+  for (int d : {136, 160, 192})
+    for (bool causal : {false, true})
+      EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, d, causal}, big, sm90a(), 132)),
+                "ws:bm128:bn112:s2:pp1") << d;
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 192, false}, {1, 8, 8, 1, 16384}, sm90a(), 132)),
+            "ws:bm128:bn64:s2:pp1:split");
+  {
+    AttentionForwardSpec sinks{DType::bf16, 160, true};
+    sinks.sinks = true;
+    EXPECT_EQ(attention_forward_default_config(sinks, big, sm90a(), 132).block_n, 64);
+    AttentionForwardSpec paged{DType::bf16, 192, false};
+    paged.paged = true;
+    EXPECT_EQ(attention_forward_default_config(paged, {16, 8, 8, 4, 32768}, sm90a(), 132).block_n, 64);
+  }
   // The 256-column tile: 80-key tiles, except split-key grids, which keep 64; persistent (one
   // Q buffer) without a mask and with one up to 8k keys.
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 256, true}, big, sm90a(), 132)),
@@ -320,7 +335,7 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   EXPECT_EQ(std::ranges::find(space64, AttentionForwardConfig{.path = ForwardPath::ws, .block_m = 128, .block_n = 176, .warps = 8, .ping_pong = 1}), space64.end());
   auto bn160 = ws;
   bn160.block_n = 160;
-  EXPECT_EQ(why(bn160, spec, sm90a()), "ws bn must be 64, 80, 128, 176 or 192 (keys per tile), got bn160");
+  EXPECT_EQ(why(bn160, spec, sm90a()), "ws bn must be 64, 80, 96, 112, 128, 176 or 192 (keys per tile), got bn160");
   const AttentionForwardConfig three{.path = ForwardPath::ws, .block_m = 192, .block_n = 128, .warps = 12, .ping_pong = 1};
   EXPECT_EQ(why(three, {DType::bf16, 64, true}, sm90a()), "valid");
   EXPECT_EQ(parse_attention_forward_config("ws:bm192:bn128:s2:pp1"), three);
@@ -330,6 +345,59 @@ TEST(AttentionForwardConfig, WsRulesNameTheOffendingFieldAndRoundTrip) {
   auto three_bn192 = three;
   three_bn192.block_n = 192;
   EXPECT_NE(why(three_bn192, {DType::bf16, 64, false}, sm90a()).find("bn <= 128"), std::string::npos);
+}
+
+TEST(AttentionForwardConfig, NinetySixAndOneHundredTwelveKeyTilesServeTheWideTileOfPlainAttention) {
+  auto why = [&](AttentionForwardConfig c, const AttentionForwardSpec& sp, const Target& t) {
+    auto r = check_attention_forward_config(sp, c, t);
+    return r ? *r : std::string("valid");
+  };
+  const auto ws = *parse_attention_forward_config("ws:bm128:bn112:s2:pp1");
+  auto bn96 = ws;
+  bn96.block_n = 96;
+  for (int d : {136, 160, 192})
+    for (bool causal : {false, true}) {
+      EXPECT_EQ(why(ws, {DType::bf16, d, causal}, sm90a()), "valid") << d;
+      EXPECT_EQ(why(bn96, {DType::f16, d, causal}, sm90a()), "valid") << d;
+    }
+  auto space = attention_forward_config_space({DType::bf16, 160, true}, sm90a());
+  EXPECT_NE(std::find(space.begin(), space.end(), ws), space.end());
+  EXPECT_NE(std::find(space.begin(), space.end(), bn96), space.end());
+  // Other column tiles, variants, paged caches, v head dims of their own and other grids are refused.
+  for (int d : {64, 128, 256})
+    EXPECT_NE(why(ws, {DType::bf16, d, false}, sm90a()).find("serves head_dim 136..192"), std::string::npos) << d;
+  AttentionForwardSpec sinks{DType::bf16, 160, true};
+  sinks.sinks = true;
+  EXPECT_NE(why(ws, sinks, sm90a()).find("with this spec"), std::string::npos);
+  AttentionForwardSpec paged{DType::bf16, 160, false};
+  paged.paged = true;
+  EXPECT_NE(why(ws, paged, sm90a()), "valid");
+  AttentionForwardSpec mla{DType::bf16, 192, false};
+  mla.head_dim_v = 128;
+  EXPECT_NE(why(ws, mla, sm90a()), "valid");
+  for (const char* text : {"ws:bm128:bn112:s2:pp1:split", "ws:bm128:bn112:s2:pp1:persist"})
+    EXPECT_NE(why(*parse_attention_forward_config(text), {DType::bf16, 160, false}, sm90a()).find("on this grid"),
+              std::string::npos) << text;
+  EXPECT_NE(why(*parse_attention_forward_config("ws:bm128:bn112:s3:pp1"), {DType::bf16, 192, false}, sm90a()), "valid");
+  EXPECT_NE(why(*parse_attention_forward_config("ws:bm128:bn104:s2:pp1"), {DType::bf16, 192, false}, sm90a()).find("bn"),
+            std::string::npos);
+}
+
+// A paged cache's key tile lies within one page or covers whole pages; otherwise the largest
+// power of two below the tile, which does for every page size kgen takes.
+TEST(AttentionForwardConfig, PagedKeyTilesDivideOrFillPages) {
+  for (int page : {16, 32, 64, 128, 256})
+    for (int bn : {64, 80, 96, 112, 128, 176, 192}) {
+      const int tile = attention_forward_paged_key_tile(bn, page);
+      EXPECT_TRUE(page % tile == 0 || tile % page == 0) << bn << " " << page;
+      EXPECT_LE(tile, bn);
+      if (page % bn == 0 || bn % page == 0) EXPECT_EQ(tile, bn) << bn << " " << page;
+    }
+  EXPECT_EQ(attention_forward_paged_key_tile(80, 16), 80);
+  EXPECT_EQ(attention_forward_paged_key_tile(80, 64), 64);
+  EXPECT_EQ(attention_forward_paged_key_tile(176, 32), 128);
+  EXPECT_EQ(attention_forward_paged_key_tile(192, 64), 192);
+  EXPECT_EQ(attention_forward_paged_key_tile(192, 256), 128);
 }
 
 TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {

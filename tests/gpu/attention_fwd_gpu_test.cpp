@@ -201,6 +201,33 @@ TEST(AttentionForwardGpuWs, PersistentWithOneQBuffer) {
       }
 }
 
+// 96- and 112-key tiles on the 192-column tile (head dims 136–192, plain attention, one block
+// per query tile; 112 is the default there): the odd shapes, both layouts and 16-bit types, both
+// masks, the padded head dims, and each head dim's default on a large shape.
+TEST(AttentionForwardGpuWs, NinetySixAndOneHundredTwelveKeyTilesAtWideHeadDims) {
+  KGEN_REQUIRE_GPU();
+  if (device_info(0).target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma";
+  std::uint64_t seed = 8800;
+  GpuTestSplit split;  // KGEN_GPU_TEST_SPLIT: each (config, head dim, mask) in one process of several
+  for (const char* config : {"ws:bm128:bn112:s2:pp1", "ws:bm128:bn96:s2:pp1"})
+    for (int d : {192, 160, 136, 184})
+      for (bool causal : {false, true}) {
+        seed += 100;
+        if (!split.next()) continue;
+        for (int i = 0; i < static_cast<int>(std::size(kShapes)); ++i) check_mixed_case(config, d, causal, kShapes[i], i, seed + i);
+      }
+  const AttentionShape big{2, 16, 4, 4096, 4096};
+  for (int d : {192, 160})
+    for (bool causal : {false, true}) {
+      ++seed;
+      if (!split.next()) continue;
+      const auto chosen = attention_forward_default_config({DType::bf16, d, causal}, big, device_info(0).target,
+                                                           device_info(0).sm_count);
+      EXPECT_EQ(to_string(chosen), "ws:bm128:bn112:s2:pp1") << d;
+      check_mixed_case("", d, causal, {big.batch, big.heads_q, big.heads_kv, big.n_q, big.n_k}, 1, seed);
+    }
+}
+
 // Stream-K forms (":persist:sk", no mask): query tiles cut between blocks wherever the key tiles
 // of all query tiles do not divide evenly over the grid. Shapes with just more query tiles than
 // SMs (nearly every tile cut), several rounds of whole tiles before the cut ones (888 tiles),

@@ -46,11 +46,17 @@ std::vector<PagedCase> paged_cases() {
       {"full_mask_f16_d128_page128", DType::f16, 8, 1, 4, 128, 128, false, {5, 129, 2000}},
       {"gpt_oss_bf16_d64_page16", DType::bf16, 16, 2, 1, 64, 16, true, {50, 200, 1000}, true},
       {"fp32_d80_page16", DType::f32, 4, 2, 2, 80, 16, true, {3, 40, 100}},
+      // The 256-column tile's default 80-key tiles on pages of 64 (run as 64-key tiles), the
+      // 192-column tile on pages of 128 and on pages of 16.
+      {"decode_mha_bf16_d256_page64", DType::bf16, 16, 16, 1, 256, 64, true, {1, 65, 300, 1000, 129}},
+      {"decode_gqa4_f16_d192_page128", DType::f16, 16, 4, 2, 192, 128, false, {3, 200, 900}},
+      {"decode_bf16_d160_page16", DType::bf16, 8, 8, 1, 160, 16, true, {17, 500, 2000}},
   };
 }
 
 const char* kPagedConfigs[] = {"",
                           "ws:bm128:bn128:s2:pp1",
+                          "ws:bm128:bn80:s2:pp1",  // pages of 16 only (five pages a tile); refused on larger ones
                           "ws:bm128:bn64:s2:pp1:split",
                           "ws:bm128:bn128:s2:pp1:split",
                           "wg:bm64:bn64:s2",
@@ -175,9 +181,11 @@ TEST(AttentionPagedGpu, BadArgumentsAreNamed) {
                    odd = make_contiguous_view(dcache.get(), DType::bf16, 4, odd_shape, 0),
                    tv = make_contiguous_view(dtable.get(), DType::i32, 2, table_shape, 0),
                    lv = make_contiguous_view(dlens.get(), DType::i32, 1, lens_shape, 0);
-  auto message = [&](const TensorView& k, const PagedKV& kv) -> std::string {
+  auto message = [&](const TensorView& k, const PagedKV& kv, const char* config = "") -> std::string {
+    AttentionOptions options;
+    options.config = config;
     try {
-      attention_paged_forward(q, k, k, q, nullptr, kv, {}, nullptr);
+      attention_paged_forward(q, k, k, q, nullptr, kv, options, nullptr);
     } catch (const Error& e) {
       return e.what();
     }
@@ -186,6 +194,13 @@ TEST(AttentionPagedGpu, BadArgumentsAreNamed) {
   EXPECT_EQ(message(cache, {nullptr, &lv}).rfind("block_table:", 0), 0u);
   EXPECT_EQ(message(odd, {&tv, &lv}).rfind("k_cache: page_size 8", 0), 0u);
   EXPECT_EQ(message(cache, {&tv, &tv}).rfind("cache_seqlens:", 0), 0u);
+  // Key tiles that neither lie within a page nor cover whole pages.
+  const std::int64_t wide_shape[4] = {pages / 2, page * 2, h, d};
+  const TensorView wide = make_contiguous_view(dcache.get(), DType::bf16, 4, wide_shape, 0);
+  if (device_info(0).target.arch == "sm_90a")
+    EXPECT_EQ(message(wide, {&tv, &lv}, "ws:bm128:bn80:s2:pp1")
+                  .rfind("config: ws:bm128:bn80:s2:pp1 has 80-key tiles, which neither divide nor fill k_cache's pages of 32", 0),
+              0u);
   ::setenv("KGEN_CHECK_INDICES", "1", 1);
   EXPECT_EQ(message(cache, {&tv, &lv}).rfind("block_table[1][1]: page 9 is past", 0), 0u);
   ::unsetenv("KGEN_CHECK_INDICES");

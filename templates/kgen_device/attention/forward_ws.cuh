@@ -83,6 +83,7 @@
 #include "kgen_device/core/warp.cuh"
 #include "kgen_device/core/wgmma.cuh"
 #include "kgen_device/core/wgmma_fp8.cuh"
+#include "kgen_device/core/wgmma_keys.cuh"
 
 namespace kgen {
 namespace wgmma_fwd_detail {
@@ -162,7 +163,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   static_assert(HeadDimV == HeadDim || (!kFp8 && !SplitKeys && !Persistent && is_same<Variant, NoVariant>::value),
                 "v's own head dim runs plain or causal attention on the plain grid");
-  static_assert(BN == 64 || BN == 80 || BN == 128 || BN == 176 || BN == 192, "BN must be 64, 80, 128, 176 or 192");
+  static_assert(BN == 64 || BN == 80 || BN == 96 || BN == 112 || BN == 128 || BN == 176 || BN == 192,
+                "BN must be 64, 80, 96, 112, 128, 176 or 192");
   static_assert(Stages >= 2 && Stages <= 4, "the ring keeps 2 to 4 K/V stages");
   static_assert(!(Persistent && SplitKeys), "a persistent grid does not split keys");
   static_assert(Consumers == 2 || Consumers == 3, "two or three consumer warpgroups");

@@ -1,5 +1,6 @@
 // wgmma shapes of the wide-head-dim backward (sm_90a only): m64n96k16 and m64n48k16 for its
-// 96-key blocks (whole, or a consumer warpgroup's half), and stmatrix with transposition.
+// 96-key blocks (whole, or a consumer warpgroup's half), and stmatrix with transposition; and
+// m64n112k16 for the warp-specialised forward's 112-key tiles (its 96-key tiles take m64n96k16).
 // Written by tools/gen_wgmma_header.py --keys (the per-N operand lists): edit the script, not this file.
 // NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh, whose Mma template
 // this header specialises; kept apart so that the kernels that include wgmma.cuh keep their text.
@@ -33,6 +34,7 @@ __device__ __forceinline__ void stmatrix_x4_trans(unsigned smem_addr, unsigned r
 #define KGEN_WK_R8_3 "%24,%25,%26,%27,%28,%29,%30,%31"
 #define KGEN_WK_R8_4 "%32,%33,%34,%35,%36,%37,%38,%39"
 #define KGEN_WK_R8_5 "%40,%41,%42,%43,%44,%45,%46,%47"
+#define KGEN_WK_R8_6 "%48,%49,%50,%51,%52,%53,%54,%55"
 
 // KGEN_WK_REGS_N: those operands for N columns; KGEN_WK_OUT_N(d): the matching "+f" outputs.
 #define KGEN_WK_REGS_48 KGEN_WK_R8_0 "," KGEN_WK_R8_1 "," KGEN_WK_R8_2
@@ -41,6 +43,9 @@ __device__ __forceinline__ void stmatrix_x4_trans(unsigned smem_addr, unsigned r
 #define KGEN_WK_REGS_96 KGEN_WK_REGS_48 "," KGEN_WK_R8_3 "," KGEN_WK_R8_4 "," KGEN_WK_R8_5
 #define KGEN_WK_ACC_96 "{" KGEN_WK_REGS_96 "}"
 #define KGEN_WK_OUT_96(d) KGEN_WK_OUT_48(d), KGEN_WK_ACC8(d, 24), KGEN_WK_ACC8(d, 32), KGEN_WK_ACC8(d, 40)
+#define KGEN_WK_REGS_112 KGEN_WK_REGS_96 "," KGEN_WK_R8_6
+#define KGEN_WK_ACC_112 "{" KGEN_WK_REGS_112 "}"
+#define KGEN_WK_OUT_112(d) KGEN_WK_OUT_96(d), KGEN_WK_ACC8(d, 48)
 
 #define KGEN_WK_SS(N, TY, A, B, P, TA, TB)                                                     \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
@@ -73,6 +78,8 @@ KGEN_WK_SHAPE(48, "%24", "%25", "%26", "%27", "%28",
               "{%24,%25,%26,%27}", "%28", "%29", "%30")
 KGEN_WK_SHAPE(96, "%48", "%49", "%50", "%51", "%52",
               "{%48,%49,%50,%51}", "%52", "%53", "%54")
+KGEN_WK_SHAPE(112, "%56", "%57", "%58", "%59", "%60",
+              "{%56,%57,%58,%59}", "%60", "%61", "%62")
 
 #undef KGEN_WK_SHAPE
 #undef KGEN_WK_RS
@@ -82,6 +89,8 @@ KGEN_WK_SHAPE(96, "%48", "%49", "%50", "%51", "%52",
 #undef KGEN_WK_OUT_48
 #undef KGEN_WK_ACC_96
 #undef KGEN_WK_OUT_96
+#undef KGEN_WK_ACC_112
+#undef KGEN_WK_OUT_112
 
 #undef KGEN_WK_R8_0
 #undef KGEN_WK_R8_1
@@ -89,8 +98,10 @@ KGEN_WK_SHAPE(96, "%48", "%49", "%50", "%51", "%52",
 #undef KGEN_WK_R8_3
 #undef KGEN_WK_R8_4
 #undef KGEN_WK_R8_5
+#undef KGEN_WK_R8_6
 #undef KGEN_WK_REGS_48
 #undef KGEN_WK_REGS_96
+#undef KGEN_WK_REGS_112
 
 }  // namespace wgmma
 }  // namespace kgen
