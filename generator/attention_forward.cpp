@@ -564,7 +564,7 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     // - the 64-column tile: 192 keys from 4k keys, else 128 (same section);
     // - up to 128 columns: 128 keys (their registers allow it);
     // - 192 columns (head dims 136–192): 112 keys for plain attention on one block per query
-    //   tile, where 128 do not fit shared memory in two stages, 1.08–1.26× the 64-key tiles
+    //   tile, where 128 do not fit shared memory in two stages, 1.09–1.24× the 64-key tiles
     //   ("112-key tiles at d = 136–192"); variants, packed and paged batches and split grids keep 64;
     // - 256 columns: 80 keys (S, P and O within 240 registers, two stages within shared memory),
     //   faster than 64 at every length; split-key grids keep 64, their space has no 80-key form
