@@ -2,9 +2,11 @@
 // options and defaults, the cases of `kgen check`, `bench` and `tune`, the bench tables, and
 // attention_fwd's first-call and launch-overhead tables.
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <unistd.h>
 
 #include "check/attention_backward_harness.h"
@@ -330,8 +332,48 @@ int run_launch_bench(int calls, BenchRows& rows) {
   }
   std::sort(bare_us.begin(), bare_us.end());
   std::sort(kgen_us.begin(), kgen_us.end());
+  // 3. Where a hot call's host time goes, on this shape and on a decode shape (b = 1, h = 8, one
+  // query row against 512 keys): validation alone, the config choice, the whole preparation
+  // (validation, config, kernel lookup, parameters, tensor maps) and the launch of a prepared call.
+  const std::int64_t dq_shape[4] = {1, 8, 1, 128}, dkv_shape[4] = {1, 8, 512, 128}, dl_shape[3] = {1, 8, 1};
+  CUdeviceptr dbuf[5];
+  cuda_check(cu.cuMemAlloc(&dbuf[0], 8 * 128 * 2), "cuMemAlloc");
+  cuda_check(cu.cuMemAlloc(&dbuf[1], 8 * 512 * 128 * 2), "cuMemAlloc");
+  cuda_check(cu.cuMemAlloc(&dbuf[2], 8 * 512 * 128 * 2), "cuMemAlloc");
+  cuda_check(cu.cuMemAlloc(&dbuf[3], 8 * 128 * 2), "cuMemAlloc");
+  cuda_check(cu.cuMemAlloc(&dbuf[4], 8 * 4), "cuMemAlloc");
+  for (int i = 0; i < 3; ++i) cuda_check(cu.cuMemsetD32(dbuf[i], 0x3c003c00u, (i ? 8 * 512 : 8) * 128 / 2), "cuMemsetD32");
+  auto dview = [&](int i, const std::int64_t* sh) {
+    return make_contiguous_view(reinterpret_cast<void*>(dbuf[i]), DType::bf16, 4, sh, 0);
+  };
+  struct StageCase {
+    const char* name;
+    TensorView q, k, v, o, lse;
+  };
+  const StageCase stage_cases[] = {
+      {"b=h=1 n=16", q, k, v, o, lse},
+      {"decode b=1 h=8 n_q=1 n_k=512", dview(0, dq_shape), dview(1, dkv_shape), dview(2, dkv_shape), dview(3, dq_shape),
+       make_contiguous_view(reinterpret_cast<void*>(dbuf[4]), DType::f32, 3, dl_shape, 0)}};
+  std::vector<std::array<double, 5>> stage_us;
+  std::vector<std::string> stage_configs;
+  for (const StageCase& sc : stage_cases) {
+    const AttentionForwardCall call = validate_attention_forward(sc.q, sc.k, sc.v, sc.o, &sc.lse, opt);
+    AttentionForwardLaunch ready = prepare_attention_forward(sc.q, sc.k, sc.v, sc.o, &sc.lse, opt);
+    stage_configs.push_back(to_string(ready.config));
+    auto validate = [&] { (void)validate_attention_forward(sc.q, sc.k, sc.v, sc.o, &sc.lse, opt); };
+    auto choose = [&] { (void)choose_attention_forward_config(call, opt); };
+    auto prepare = [&] { (void)prepare_attention_forward(sc.q, sc.k, sc.v, sc.o, &sc.lse, opt); };
+    auto launch = [&] { launch_attention_forward(ready, 0, stream); };
+    auto whole = [&] { attention_forward(sc.q, sc.k, sc.v, sc.o, &sc.lse, opt, stream); };
+    for (int i = 0; i < 200; ++i) validate(), choose(), prepare(), launch(), whole();
+    std::array<double, 5> med{};
+    const std::array<std::function<void()>, 5> fns = {validate, choose, prepare, launch, whole};
+    for (int f = 0; f < 5; ++f) med[f] = median_host_us(fns[f], stream, calls / 5);
+    stage_us.push_back(med);
+  }
   cu.cuStreamDestroy(stream);
   for (auto b : buf) cu.cuMemFree(b);
+  for (auto b : dbuf) cu.cuMemFree(b);
 
   if (!rows.json()) std::printf("\nfirst call of %s (%s), fresh cache directory:\n", src.variant.c_str(), target.arch.c_str());
   rows.columns({"path", "build ms", "module load ms", "total ms"}, rows.json() ? "first call" : "");
@@ -345,6 +387,15 @@ int run_launch_bench(int calls, BenchRows& rows) {
   rows.row({"bare cuLaunchKernel (same kernel, same args)", cell("%.2f", bare_us[2])});
   rows.row({"kgen::attention_forward, hot (in-memory hit)", cell("%.2f", kgen_us[2])});
   rows.row({"kgen overhead", cell("%.2f", kgen_us[2] - bare_us[2])});
+  if (!rows.json())
+    std::printf("\nwhere a hot kgen::attention_forward's host time goes (median µs of %d calls each):\n", calls / 5);
+  rows.columns({"shape", "config", "validate", "choose config", "prepare", "launch prepared", "whole call"},
+               rows.json() ? "host time per stage" : "");
+  for (std::size_t i = 0; i < stage_us.size(); ++i) {
+    const auto& m = stage_us[i];
+    rows.row({stage_cases[i].name, stage_configs[i], cell("%.2f", m[0]), cell("%.2f", m[1]), cell("%.2f", m[2]),
+              cell("%.2f", m[3]), cell("%.2f", m[4])});
+  }
   return kOk;
 }
 
