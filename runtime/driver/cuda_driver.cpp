@@ -36,6 +36,7 @@ const LoadedDriver& load_driver() {
     d.error = std::string("the CUDA driver is too old: it lacks ") + symbol;
     KGEN_CUDA_DRIVER_FUNCTIONS(KGEN_RESOLVE)
 #undef KGEN_RESOLVE
+    d.table.cuLaunchKernelEx = reinterpret_cast<decltype(d.table.cuLaunchKernelEx)>(resolve("cuLaunchKernelEx"));
     if (!d.error.empty()) return d;
     CUresult r = d.table.cuInit(0);
     if (r != CUDA_SUCCESS) {

@@ -59,6 +59,9 @@ struct CudaDriver {
 #define KGEN_DECLARE(name, symbol) decltype(&::name) name = nullptr;
   KGEN_CUDA_DRIVER_FUNCTIONS(KGEN_DECLARE)
 #undef KGEN_DECLARE
+  // Optional (null on drivers without it): launches with attributes, for programmatic dependent
+  // launches (GpuDriver::launch_after_prior).
+  decltype(&::cuLaunchKernelEx) cuLaunchKernelEx = nullptr;
 };
 
 // The driver, loaded and initialised once (cuInit). Throws kgen::Error(no_device) with one

@@ -121,6 +121,23 @@ class CudaGpuDriver final : public GpuDriver {
                what);
   }
 
+  void launch_after_prior(GpuFunction f, unsigned x, unsigned y, unsigned z, int threads, int smem_bytes,
+                          GpuStream stream, void** args, const char* what) const override {
+    const CudaDriver& cu = cuda_driver();
+    if (!cu.cuLaunchKernelEx) return launch(f, x, y, z, threads, smem_bytes, stream, args, what);
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = x, config.gridDimY = y, config.gridDimZ = z;
+    config.blockDimX = static_cast<unsigned>(threads), config.blockDimY = 1, config.blockDimZ = 1;
+    config.sharedMemBytes = static_cast<unsigned>(smem_bytes);
+    config.hStream = cu_stream(stream);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    cuda_check(cu.cuLaunchKernelEx(&config, static_cast<CUfunction>(f), args, nullptr), what);
+  }
+
   void encode_tensor_map(void* out, const TiledTensorMap& m, const char* what) const override {
     cuuint64_t dims[5], strides[4];
     cuuint32_t box[5], element_strides[5];

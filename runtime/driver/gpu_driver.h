@@ -74,6 +74,14 @@ class GpuDriver {
   // takes them (one pointer per kernel parameter).
   virtual void launch(GpuFunction f, unsigned x, unsigned y, unsigned z, int threads, int smem_bytes,
                       GpuStream stream, void** args, const char* what) const = 0;
+  // launch, where the kernel may begin before the previous kernel on `stream` has finished: its
+  // blocks wait for that grid's completion and memory (core/grid_dependency.cuh) before they read
+  // its results, so only the launch latency overlaps. For devices of sm_90 and later (the caller
+  // checks); backends or drivers without programmatic dependent launches launch as usual.
+  virtual void launch_after_prior(GpuFunction f, unsigned x, unsigned y, unsigned z, int threads, int smem_bytes,
+                                  GpuStream stream, void** args, const char* what) const {
+    launch(f, x, y, z, threads, smem_bytes, stream, args, what);
+  }
 
   // Writes the 128-byte descriptor of `map` to `out` (64-byte aligned). Backends without tensor
   // maps throw Error(invalid_argument).

@@ -1,7 +1,9 @@
 #include "jit/kernel_table.h"
 
+#include <cstdlib>
 #include <mutex>
 #include <shared_mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "jit/kernel_builder.h"
@@ -48,6 +50,22 @@ const LoadedKernel& loaded_kernel(const KernelKey& key, const std::function<Kern
 
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what) {
   launch_kernel(k, grid, params, nullptr, stream, what);
+}
+
+bool programmatic_launches_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("KGEN_PROGRAMMATIC_LAUNCH");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return enabled;
+}
+
+void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what,
+                   bool after_prior) {
+  if (!after_prior) return launch_kernel(k, grid, params, nullptr, stream, what);
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  void* args[] = {params};
+  gpu_driver().launch_after_prior(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
 }
 
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* second, void* stream,

@@ -461,7 +461,11 @@ void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* 
   launch.split_params.o_partial = ws.take(o_bytes);
   launch.split_params.lse_partial = ws.take(lse_bytes);
   launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
-  launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)");
+  // On sm_90 and later the combine kernel is scheduled while the split kernel runs (it waits for
+  // the partial results itself): the second launch's latency overlaps the first kernel.
+  const DeviceInfo& info = device_info(device);
+  launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)",
+                info.target.vendor == Vendor::nvidia && info.cc_major >= 9 && programmatic_launches_enabled());
 }
 
 void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -11,10 +11,14 @@
 // lane 4 adjacent columns per 128 (16-byte loads of the workspace, 8-byte stores of o; the head
 // dim is a multiple of 8, o's rows 16-byte aligned). The weights are recomputed per column chunk
 // from the broadcast lse2 loads, so any number of splits needs no shared memory.
+//
+// Launched after the split kernel as a programmatic dependent launch on sm_90 and later: its
+// blocks may be scheduled while the split kernel runs and wait for it before reading.
 #pragma once
 
 #include "kgen_device/attention/forward_config.h"
 #include "kgen_device/attention/params.h"
+#include "kgen_device/core/grid_dependency.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/types.cuh"
 #include "kgen_device/core/warp.cuh"
@@ -25,6 +29,7 @@ namespace kgen {
 template <class T>
 __device__ __forceinline__ void attention_forward_combine(const AttentionForwardSplitParams& sp) {
   const AttentionForwardParams& p = sp.a;
+  wait_for_prior_grid();  // the split kernel's partial results
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x * attention_fwd::kCombineRows + warp;
   const int head = blockIdx.y, batch = blockIdx.z;

@@ -49,6 +49,7 @@
 #include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
 #include "kgen_device/core/cp_async.cuh"
+#include "kgen_device/core/grid_dependency.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/memory.cuh"
 #include "kgen_device/core/types.cuh"
@@ -339,7 +340,10 @@ __device__ __forceinline__ void attention_forward_wgmma(const Params& tp, const 
   const int tid = threadIdx.x;
   const auto [wg, warp, lane, g, t] = wgmma::Lane::of(tid);
   int splits = 1;
-  if constexpr (SplitKeys) splits = tp.splits;
+  if constexpr (SplitKeys) {
+    splits = tp.splits;
+    allow_dependent_grid();  // the combine kernel may be scheduled (it waits for this grid)
+  }
   auto qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
   if constexpr (Variant::kPaged) qb.set_lengths<BM, BN, Causal>(p.n_q, sequence_rows<Variant>(va, qb.batch, p.n_q, p.n_k).n_k);
   const int m0 = qb.m0, head = qb.head, batch = qb.batch, n_q = qb.n_q, n_k = qb.n_k, diag = qb.diag;

@@ -76,6 +76,7 @@
 #include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
 #include "kgen_device/core/flag.cuh"
+#include "kgen_device/core/grid_dependency.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/memory.cuh"
 #include "kgen_device/core/tma.cuh"
@@ -203,7 +204,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   // faster (H100); at D = 128 the same shuffle cost 0.4–1.7 %, so only D = 64 takes it.
   const int wg = D == 64 ? shfl32(tid / 128, 0) : tid / 128;
   int splits = 1;
-  if constexpr (SplitKeys) splits = tp.splits;
+  if constexpr (SplitKeys) {
+    splits = tp.splits;
+    allow_dependent_grid();  // the combine kernel may be scheduled (it waits for this grid)
+  }
   // The block's query tiles: one (blockIdx) or, persistent, rounds of the grid over every
   // query tile. Without a mask round r takes tile r·gridDim.x + blockIdx.x (query tiles fastest,
   // then heads, then batches). Causal tiles go in pairs of equal key count, x and
