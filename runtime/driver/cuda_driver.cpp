@@ -46,6 +46,10 @@ const LoadedDriver& load_driver() {
                 "): no usable GPU";
       return d;
     }
+    // Programmatic dependent launches inside captured CUDA graphs need a 12.3 driver or later:
+    // older ones launch those kernels as ordinary ones.
+    int version = 0;
+    if (d.table.cuDriverGetVersion(&version) != CUDA_SUCCESS || version < 12030) d.table.cuLaunchKernelEx = nullptr;
     int count = 0;
     if (d.table.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0)
       d.error = "the CUDA driver reports no GPU";

@@ -59,8 +59,8 @@ struct CudaDriver {
 #define KGEN_DECLARE(name, symbol) decltype(&::name) name = nullptr;
   KGEN_CUDA_DRIVER_FUNCTIONS(KGEN_DECLARE)
 #undef KGEN_DECLARE
-  // Optional (null on drivers without it): launches with attributes, for programmatic dependent
-  // launches (GpuDriver::launch_after_prior).
+  // Optional (null on drivers without it or before 12.3): launches with attributes, for
+  // programmatic dependent launches (GpuDriver::launch_after_prior).
   decltype(&::cuLaunchKernelEx) cuLaunchKernelEx = nullptr;
 };
 
