@@ -303,8 +303,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   const int box0 = wg * kDqCols / 32;
 
   for (int it = 0; it < total; ++it) {
-    // The decoupled kernel's first steps, written out again here (a shared helper once spilled;
-    // folding them is open, checked by the replay table's machine code).
+    // The decoupled kernel's first steps, in this kernel's own copy: its register allocation is
+    // pinned by the replay table's machine code, which any folding must keep.
     const int stage = it % kStages;
     const int m0 = walk.m0(it);
     tma::wait(sm.full(stage), (it / kStages) & 1);
@@ -317,9 +317,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     wgmma::wait<0>();
     wgmma::fence_operand(s);
     wgmma::fence_operand(dp);
-    // Two copies of the step, one without the mask's per-element select (a run-time flag kept
-    // it in every tile). Written out here and in the persistent kernel: as a shared helper it
-    // changed the persistent kernel's machine code with a mask (replay table).
+    // Two copies of the step, one without the mask's per-element select (a run-time flag would
+    // keep it in every tile). Written out here and in the persistent kernel, each with its own
+    // machine code in the replay table.
     const bool needs_mask = n0 + BN > n_k || (Causal && n0 + BN - 1 > m0 + diag);
     if constexpr (kScoreStep) {
       // Rows past n_q are masked too: their Q and dO are zeros (or the next sequence's) and
