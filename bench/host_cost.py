@@ -18,7 +18,9 @@ Rows (every one against its SDPA row in the same table):
 - the double backward at b = 2, h = 2, n = 128, d = 64 (--double-shape): the second
   torch.autograd.grad of kgen.torch.attention against PyTorch's math path, host time and latency
   (CUDA events around one call from an idle GPU, the median of --reps calls: what
-  bench/compare_attention_backward.py times).
+  bench/compare_attention_backward.py times); and what bounds it: the operator alone (no
+  autograd), and torch.autograd.grad through a Function of the same inputs and outputs that does
+  nothing (the autograd engine's own cost).
 A last table compares each target row with issue 49's target (host ≤ 1.0× SDPA's; the double
 backward ≥ 10× faster than the math path).
 
@@ -266,6 +268,29 @@ def main():
             checks = [compare(f"{name} {part}", got, want, bound=2e-2)
                       for part, got, want in zip(("q_bar", "k_bar", "v_bar", "do_bar"), steps[name](), reference)]
             rows.append((text, label, steps[name], checks))
+        # What bounds the kgen row: its operator alone (no autograd), and torch.autograd.grad
+        # through a Function of the same inputs and outputs whose backward does nothing (returns
+        # preallocated gradients: no kernel, no allocation).
+        o, lse = kgen.torch.attention_forward(q, k, v, return_lse=True)
+        raw = lambda: kgen.torch.attention_double_backward(q, k, v, o, lse, d_o, *cotangents)
+        rows.append((text, "kgen.torch.attention_double_backward (the operator, no autograd)", raw,
+                     [compare(f"raw {part}", got, want, bound=2e-2)
+                      for part, got, want in zip(("q_bar", "k_bar", "v_bar", "do_bar"), raw(), reference)]))
+        zeros = [torch.zeros_like(t) for t in (q, k, v, d_o)]
+
+        class Nothing(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, *inputs):
+                return tuple(t.detach().clone() for t in inputs[:3])
+
+            @staticmethod
+            def backward(ctx, *grads):
+                return tuple(zeros)
+
+        ins = [t.detach().requires_grad_(True) for t in (q, k, v, d_o)]
+        outs = Nothing.apply(*ins)
+        rows.append((text, "autograd floor: torch.autograd.grad through a Function that does nothing",
+                     lambda: torch.autograd.grad(outs, ins, cotangents, retain_graph=True), []))
         return rows
 
     groups = args.only or ("decode", "training", "double")
