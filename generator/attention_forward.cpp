@@ -42,9 +42,9 @@ int wgmma_config_smem_bytes(const AttentionForwardSpec& spec, const AttentionFor
 // columns), S of the next tile (BN/2) and P of the current one packed (BN/4), plus addressing and
 // softmax state; setmaxnreg gives each consumer 240.
 int ws_register_estimate(int d, int bn) { return d / 2 + bn / 2 + bn / 4 + 40; }
-// The ws kernel's V and O columns: q's tile, or v's own head dim rounded up to 64 (forward_ws.cuh's DV).
+// The ws kernel's V and O columns (forward_ws.cuh's DV).
 int ws_v_tile(const AttentionForwardSpec& spec) {
-  return spec.head_dim_v > 0 ? (spec.head_dim_v + 63) / 64 * 64 : wgmma_tile_head_dim(spec.head_dim);
+  return attention_fwd::ws_v_cols(wgmma_tile_head_dim(spec.head_dim), spec.head_dim, spec.v_dim());
 }
 constexpr int kWsConsumerRegisters = 240;
 int simt_bucket(int d) { return attention_simt_bucket(d); }

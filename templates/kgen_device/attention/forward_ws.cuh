@@ -178,8 +178,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   constexpr int kConsumers = Consumers;
   constexpr int BM = 64 * kConsumers;
   constexpr int kConsumerWarps = 4 * kConsumers;
-  // V's and O's columns: D, or v's own head dim rounded up to whole 64-column blocks.
-  constexpr int DV = HeadDimV == HeadDim ? D : (HeadDimV + 63) / 64 * 64;
+  constexpr int DV = attention_fwd::ws_v_cols(D, HeadDim, HeadDimV);  // V's and O's columns
   constexpr int kQBuffers = attention_fwd::ws_q_buffers_v(D, DV, BN, Stages, BM, Persistent);
   // The Q buffer holds the 16-bit O rows of the epilogue; Q and K take D · bytes / 2 columns of
   // 16 bits (E4M3: two values per column); V is BN x D, or with E4M3 transposed, D rows of BN bytes.

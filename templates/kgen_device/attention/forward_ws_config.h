@@ -9,6 +9,12 @@
 namespace kgen {
 namespace attention_fwd {
 
+// The kernel's V and O columns: the q tile's `tile_cols` where v has q's head dim, else v's own
+// head dim rounded up to whole 64-column blocks.
+KGEN_HOST_DEVICE constexpr int ws_v_cols(int tile_cols, int head_dim, int head_dim_v) {
+  return head_dim_v == head_dim ? tile_cols : (head_dim_v + 63) / 64 * 64;
+}
+
 // ws_smem_bytes with `stages` V tiles of block_n × v_cols in place of block_n × head_dim.
 KGEN_HOST_DEVICE constexpr int ws_smem_bytes_v(int head_dim, int v_cols, int block_n, int stages, int q_buffers,
                                                int block_m) {
