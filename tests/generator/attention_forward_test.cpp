@@ -162,8 +162,7 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   // 64-column tile it has three consumers from 1k query rows (causal: above 2k keys), their
   // persistent grid without a mask in stream-K. Causal, up
   // to 1k keys, the one-warpgroup wgmma kernel (every head dim on the 64-column tile). Other head dims take the padded tile (40: 64 columns, 80 and
-  // 96: 128, 136: 192 and 256 with 64-key tiles, which fit shared memory and registers, and keep
-  // one block per query tile); 32 joins from 4k keys or with three consumers and keeps the fa2
+  // 96: 128, 136: 192 with 112-key tiles, one block per query tile, below); 32 joins from 4k keys or with three consumers and keeps the fa2
   // kernel otherwise, as do smaller head dims; sm_90 without the "a" has no wgmma.
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
