@@ -576,7 +576,7 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
     const bool long_rows = spec.causal ? shape.n_k > 4096 : shape.n_k >= 8192;
     const int bn = tile == 64    ? (shape.n_k >= 4096 ? 192 : 128)
                    : tile == 256 ? (split ? 64 : 80)
-                   : tile == 192 ? (split || spec.has_variant() ? 64 : 112)
+                   : tile == 192 ? 112  // refused for split grids and variants: 64 below
                                  : (tile == 128 && long_rows && !split ? 176 : 128);
     // Short rows on the 64-column tile with a mask, up to 1k keys: one warpgroup of 64 rows per
     // block, several blocks per SM, beat the warp-specialised kernel and its persistent grid
