@@ -48,9 +48,21 @@ const LoadedKernel& loaded_kernel(const KernelKey& key, const std::function<Kern
   return table.emplace(key, k).first->second;
 }
 
-void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what) {
-  launch_kernel(k, grid, params, nullptr, stream, what);
+namespace {
+
+// Queues `k` over `grid` with the kernel arguments `args` (after the prior grid where
+// `after_prior`). An empty grid (a packed batch whose sequences are all empty) has no work to
+// launch.
+void launch_args(const LoadedKernel& k, const LaunchGrid& grid, void** args, void* stream, const char* what,
+                 bool after_prior) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  if (after_prior)
+    gpu_driver().launch_after_prior(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
+  else
+    gpu_driver().launch(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
 }
+
+}  // namespace
 
 bool programmatic_launches_enabled() {
   static const bool enabled = [] {
@@ -62,18 +74,14 @@ bool programmatic_launches_enabled() {
 
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what,
                    bool after_prior) {
-  if (!after_prior) return launch_kernel(k, grid, params, nullptr, stream, what);
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   void* args[] = {params};
-  gpu_driver().launch_after_prior(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
+  launch_args(k, grid, args, stream, what, after_prior);
 }
 
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* second, void* stream,
                    const char* what) {
-  // An empty grid (a packed batch whose sequences are all empty) has no work to launch.
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   void* args[] = {params, second};
-  gpu_driver().launch(k.function, grid.x, grid.y, grid.z, k.threads, k.smem_bytes, stream, args, what);
+  launch_args(k, grid, args, stream, what, false);
 }
 
 }  // namespace kgen

@@ -48,15 +48,14 @@ struct EntryPoint {
 const LoadedKernel& loaded_kernel(const KernelKey& key, const std::function<KernelSource()>& render,
                                   const EntryPoint* other = nullptr);
 
-// Launches `k` on `stream` over `grid` with one by-value parameter struct (the kernels' only
-// argument); `what` names the launch in the error of a failed launch.
-void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what);
 // Whether launches after a prior grid are on: unless KGEN_PROGRAMMATIC_LAUNCH=0 (read once).
 bool programmatic_launches_enabled();
-// The same, through GpuDriver::launch_after_prior where `after_prior` (the kernel waits for the
-// previous grid on the stream itself; sm_90 and later).
+// Launches `k` on `stream` over `grid` with one by-value parameter struct (the kernels' only
+// argument); `what` names the launch in the error of a failed launch. `after_prior`: through
+// GpuDriver::launch_after_prior (the kernel waits for the previous grid on the stream itself;
+// sm_90 and later).
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* stream, const char* what,
-                   bool after_prior);
+                   bool after_prior = false);
 // The same with a second by-value parameter after the struct (an attention variant's VariantArgs);
 // null `second` launches with the struct alone.
 void launch_kernel(const LoadedKernel& k, const LaunchGrid& grid, void* params, void* second, void* stream,

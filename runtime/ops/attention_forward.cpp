@@ -368,6 +368,11 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     launch.combine = loaded_kernel({"attention_fwd", combine_kernel_key(call.spec.dtype), call.device},
                                    [&] { return render_attention_forward_combine(call.spec.dtype); });
     launch.combine_grid = attention_forward_combine_grid(call.shape);
+    // On sm_90 and later the combine kernel is scheduled while the split kernel runs (it waits for
+    // the partial results itself): the second launch's latency overlaps the first kernel.
+    const DeviceInfo& info = device_info(call.device);
+    launch.combine_after_prior =
+        info.target.vendor == Vendor::nvidia && info.cc_major >= 9 && programmatic_launches_enabled();
   }
   if (config.stream_k) {
     launch.stream_k = true;
@@ -461,11 +466,8 @@ void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* 
   launch.split_params.o_partial = ws.take(o_bytes);
   launch.split_params.lse_partial = ws.take(lse_bytes);
   launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
-  // On sm_90 and later the combine kernel is scheduled while the split kernel runs (it waits for
-  // the partial results itself): the second launch's latency overlaps the first kernel.
-  const DeviceInfo& info = device_info(device);
   launch_kernel(launch.combine, launch.combine_grid, launch.kernel_params(), stream, "launch(attention_fwd combine)",
-                info.target.vendor == Vendor::nvidia && info.cc_major >= 9 && programmatic_launches_enabled());
+                launch.combine_after_prior);
 }
 
 void attention_forward(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -52,6 +52,7 @@ struct AttentionForwardLaunch {
   AttentionForwardSplitParams split_params;
   LoadedKernel combine;
   LaunchGrid combine_grid;
+  bool combine_after_prior = false;  // combine launched after the prior grid (launch_kernel)
   std::size_t partial_rows = 0;  // splits · batch · heads_q · n_q
   // A stream-K launch (a ":persist:sk" config): the kernel takes stream_params, whose workspace
   // pointers the caller fills: grid.x slots of stream_rows rows of stream_cols fp32 values and an
