@@ -170,6 +170,20 @@ __device__ __forceinline__ void load_tile_stats(const AttentionBackwardParams& p
   }
 }
 
+// The same statistics into `st` from the 32 lanes of one warp (the warp-specialised kernels'
+// load warps; row_base: stat_row of the tile's head, m0: its first row).
+template <int BM>
+__device__ __forceinline__ void warp_load_tile_stats(const AttentionBackwardParams& p, float* st, long long row_base,
+                                                     int m0, int lane) {
+#pragma unroll
+  for (int i = 0; i < 2 * BM / 32; ++i) {
+    const int idx = lane + 32 * i;  // [0, BM): lse2, [BM, 2·BM): delta
+    const int row = m0 + idx % BM;
+    const float* src = (idx < BM ? p.lse2 : p.delta) + row_base;
+    cp_async_4(smem_u32(st + idx), row < p.n_q ? src + row : src, row < p.n_q);
+  }
+}
+
 // Issues the cp.async loads of query tile `it` of `walk` into `stage` of `sm`: the Q and dO tiles
 // (Threads threads; dO's HeadDimV columns) and the rows' lse2 and delta (load_tile_stats). Rows
 // >= n_q are zero-filled: those rows have zero Q and dO, so P = 1 there multiplies zeros (dV, dK)

@@ -110,14 +110,7 @@ __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, 
       for (int b = 0; b < Smem::D / 64; ++b)
         tma::load_4d(sm.q(qs) + b * Smem::QTile::kBlockBytes, q_map, 64 * b, m0, head, batch, sm.q_full(qs));
     }
-    const long long row_base = bwd_detail::stat_row(p, batch, head, 0);
-#pragma unroll
-    for (int i = 0; i < 2 * BM / 32; ++i) {
-      const int idx = lane + 32 * i;  // [0, BM): lse2, [BM, 2·BM): delta
-      const int row = m0 + idx % BM;
-      const float* src = (idx < BM ? p.lse2 : p.delta) + row_base;
-      cp_async_4(smem_u32(sm.stats(qs) + idx), row < p.n_q ? src + row : src, row < p.n_q);
-    }
+    bwd_detail::warp_load_tile_stats<BM>(p, sm.stats(qs), bwd_detail::stat_row(p, batch, head, 0), m0, lane);
     tma::cp_async_arrive(sm.q_full(qs));
     if (j >= kDoStages) tma::wait(sm.do_empty(ds), (j / kDoStages - 1) & 1);
     if (lane == 0) {

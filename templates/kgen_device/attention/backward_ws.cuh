@@ -67,14 +67,7 @@ __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, 
         tma::load_4d(sm.d_o(stage) + b * QTile::kBlockBytes, do_map, 64 * b, m0, head, slot, sm.full(stage));
       }
     }
-    const long long row_base = stat_row(p, slot, head, 0);
-#pragma unroll
-    for (int i = 0; i < 2 * BM / 32; ++i) {
-      const int idx = lane + 32 * i;  // [0, BM): lse2, [BM, 2·BM): delta
-      const int row = m0 + idx % BM;
-      const float* src = (idx < BM ? p.lse2 : p.delta) + row_base;
-      cp_async_4(smem_u32(sm.stats(stage) + idx), row < p.n_q ? src + row : src, row < p.n_q);
-    }
+    warp_load_tile_stats<BM>(p, sm.stats(stage), stat_row(p, slot, head, 0), m0, lane);
     tma::cp_async_arrive(sm.full(stage));
   }
   if (drain) cp_async_wait<0>();
