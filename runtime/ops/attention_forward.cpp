@@ -356,9 +356,9 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   // A packed batch: one physical batch of all rows (the kernels take each sequence's from
   // cu_seqlens; the grid covers the longest).
   if (packed) p.n_q = static_cast<int>(q.shape[2]), p.n_k = static_cast<int>(k.shape[2]);
-  const int sm_count = device_info(call.device).sm_count;
-  const int splits = attention_forward_key_splits(config, call.shape, sm_count);
-  launch.grid = attention_forward_grid(config, call.shape, splits, sm_count);
+  const DeviceInfo& info = device_info(call.device);
+  const int splits = attention_forward_key_splits(config, call.shape, info.sm_count);
+  launch.grid = attention_forward_grid(config, call.shape, splits, info.sm_count);
   launch.tma_params.a = p;  // split and stream-K params start from tma_params (maps unused without TMA)
   if (config.split_keys) {
     launch.split = true;
@@ -370,7 +370,6 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     launch.combine_grid = attention_forward_combine_grid(call.shape);
     // On sm_90 and later the combine kernel is scheduled while the split kernel runs (it waits for
     // the partial results itself): the second launch's latency overlaps the first kernel.
-    const DeviceInfo& info = device_info(call.device);
     launch.combine_after_prior =
         info.target.vendor == Vendor::nvidia && info.cc_major >= 9 && programmatic_launches_enabled();
   }
