@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""kgen vs PyTorch SDPA (flash, cuDNN, efficient) and FlexAttention: forward attention, same tensors.
+"""kgen vs PyTorch SDPA (flash, cuDNN, efficient), FlexAttention and FlashAttention-4: forward attention, same tensors.
 
 Every implementation's output is checked against a reference (docs/attention.md §5) before
 anything is timed; one that fails gets FAIL and no time, one that raises gets "–" and a footnote.
@@ -11,6 +11,8 @@ K and V fewer heads than q (grouped-query attention): kgen takes them as they ar
 with enable_gqa, and the reference repeats each K/V head over its query heads.
 FlexAttention ("flex") is flex_attention under torch.compile(dynamic=False); causal is a block mask
 (kv_idx <= q_idx + n_k - n_q) built once per configuration; its first call (compile) is not timed.
+FlashAttention-4 ("fa4", flash_attn.cute, where ../shared/tools/fa4 installed it; not among the
+defaults) takes (b, n, h, d) copies of each input set, made once outside the timed calls.
 --q-len gives every row n_q query rows against its n keys (decode-like shapes, n_q <= 16 say):
 those rows run without a mask (SDPA's is_causal aligns its mask top-left when n_q != n_k, kgen's
 and flex's bottom-right, so a causal row would compare different operations) and their cells
@@ -50,7 +52,7 @@ from rounds import interleaved  # noqa: E402
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
-IMPLS = ("kgen", *PEERS, "flex")
+IMPLS = ("kgen", *PEERS, "flex", "fa4")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 L2_BYTES = 50 << 20  # H100/H200 L2
 FULL_REFERENCE_FLOPS = 1.5e11  # above: sampled heads vs the math reference + flash on all heads
@@ -236,12 +238,37 @@ def make_runner(impl, cfg, q):
         def run(q, k, v):
             return flex(q, k, v, block_mask=mask, **gqa), None
         return run, lambda: None  # flex allocates its output: nothing to poison
+    if impl == "fa4":
+        return fa4_runner(cfg)
     backend = PEERS[impl]
 
     def run(q, k, v):
         with sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=cfg.causal, **gqa), None
     return run, lambda: None  # SDPA allocates its output: nothing to poison
+
+
+def fa4_runner(cfg):
+    """FlashAttention-4 (flash_attn.cute, where ../shared/tools/fa4 installed it): layout (b, n,
+    h, d), so each input set gets a (b, n, h, d) copy once, outside the timed calls; o comes back
+    as a (b, h, n, d) view."""
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:
+        raise RuntimeError(f"FlashAttention-4 unavailable: {type(e).__name__}: {e}"[:300]) from e
+    copies = {}
+
+    def bnhd(t):
+        key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()))
+        if key not in copies:
+            copies[key] = t.transpose(1, 2).contiguous()
+        return copies[key]
+
+    def run(q, k, v):
+        o = flash_attn_func(bnhd(q), bnhd(k), bnhd(v), causal=cfg.causal)
+        o = o[0] if isinstance(o, tuple) else o
+        return o.transpose(1, 2), None
+    return run, lambda: None  # FA4 allocates its output: nothing to poison
 
 
 def first_call(impl, cfg, inputs):
@@ -446,7 +473,7 @@ class Notes:
 def markdown(meta, rows, impls, itemsize):
     notes = Notes()
     lines = [f"### Forward attention, {meta['dtype']}, layout {meta['layout']}: kgen vs "
-             f"PyTorch SDPA and FlexAttention (same tensors, one process)", ""]
+             f"{', '.join(i for i in impls if i != 'kgen')} (same tensors, one process)", ""]
     lines += [f"- {k}: `{v}`" if k == "command" else f"- {k}: {v}" for k, v in meta.items()]
     lines += ["- b×h: batch × query heads, h_q/h_kv where K and V have fewer heads (grouped-query "
               "attention)",
@@ -456,13 +483,19 @@ def markdown(meta, rows, impls, itemsize):
               "and o bytes once / t); FAIL = output check failed, so no time",
               "- the first call per configuration (kgen: JIT compile; flex: torch.compile) is "
               "excluded from timing; its wall time is in the checks table", ""]
-    peers = [p for p in ("flash", "cudnn", "flex") if p in impls and "kgen" in impls]
+    peers = [p for p in ("flash", "cudnn", "flex", "fa4") if p in impls and "kgen" in impls]
     head = ["n", "d", "causal", "b×h", *impls, *(f"kgen speed-up vs {p}" for p in peers)]
+    if len(peers) > 1:
+        head.append("vs the fastest")
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for cfg, res in rows:
         cells = [cell(res[i], cfg, notes, itemsize) for i in impls]
         ratios = [f"×{res[p].ms / res['kgen'].ms:.2f}" if res[p].ms and res["kgen"].ms else "–"
                   for p in peers]
+        timed = [p for p in peers if res[p].ms and res["kgen"].ms]
+        if len(peers) > 1:
+            best = min(timed, key=lambda p: res[p].ms) if timed else None
+            ratios.append(f"×{res[best].ms / res['kgen'].ms:.2f} ({best})" if best else "–")
         lines.append(f"| {n_text(cfg)} | {cfg.d} | {'yes' if cfg.causal else 'no'} | "
                      f"{cfg.b}×{heads_text(cfg.h, cfg.h_kv)} | " +
                      " | ".join(cells + ratios) + " |")
@@ -510,7 +543,7 @@ def main():
     p.add_argument("--causal", choices=("both", "yes", "no"), default="both")
     add_shape_args(p)
     p.add_argument("--layout", choices=kgen.torch.LAYOUTS, default="bhnd")
-    p.add_argument("--impls", type=lambda s: s.split(","), default=list(IMPLS),
+    p.add_argument("--impls", type=lambda s: s.split(","), default=[i for i in IMPLS if i != "fa4"],
                    help=f"comma-separated subset of {','.join(IMPLS)}")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)

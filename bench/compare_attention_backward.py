@@ -6,8 +6,9 @@ heads for large shapes, docs/attention.md §5) before it is timed; a failing one
 The backward table times a row's implementations in --rounds rounds (default 3) whose order
 rotates, so that a power-capped clock (docs/attention.md §6) meets them alike.
 
-  backward         kgen (kernels only, o/lse from kgen's forward) vs SDPA flash, cuDNN, efficient
-                   and FlexAttention (torch.autograd.grad of their forward's output), bf16,
+  backward         kgen (kernels only, o/lse from kgen's forward) vs SDPA flash, cuDNN, efficient,
+                   FlexAttention and FlashAttention-4 (--impls; torch.autograd.grad of their
+                   forward's output), bf16,
                    b·n = 16k, h·d = 2048 (docs/attention.md §6; backward FLOPs = 2.5 × forward);
                    --batch and --heads fix b and h_q instead.
   double backward  the second torch.autograd.grad of L2 = Σ⟨g, (dq, dk, dv)⟩ after
@@ -125,17 +126,25 @@ def bench_backward(args, out):
     dt = DTYPES[args.dtype]
     out.append(f"\n## attention_bwd, {args.dtype}, {shape_text(args)} (ms · TFLOPS, FLOPs = 2.5 × forward; "
                "b×h: h_q/h_kv where K and V have fewer heads)\n")
-    impls = ["kgen", *PEERS, "flex"] + [f"kgen {c}" for c in args.kgen_configs]
-    out.append("| n | d | causal | b×h | " + " | ".join(impls) + " | kgen vs flash | kgen vs cudnn |")
-    out.append("|" + "---|" * (len(impls) + 6))
+    impls = [*args.impls] + [f"kgen {c}" for c in args.kgen_configs]
+    peers = [i for i in args.impls if i != "kgen"]
+    out.append("| n | d | causal | b×h | " + " | ".join(impls) + " | "
+               + " | ".join(f"kgen vs {i}" for i in peers) + " | kgen vs fastest |")
+    out.append("|" + "---|" * (len(impls) + len(peers) + 5))
     notes = []
-    flex = None
-    try:
-        from torch.nn.attention.flex_attention import flex_attention, create_block_mask
-        torch._dynamo.config.recompile_limit = 64  # one compile per shape of the sweep
-        flex = torch.compile(flex_attention, dynamic=False)
-    except Exception as e:  # noqa: BLE001
-        notes.append(f"FlexAttention unavailable: {e}")
+    flex = fa4 = None
+    if "flex" in impls:
+        try:
+            from torch.nn.attention.flex_attention import flex_attention, create_block_mask
+            torch._dynamo.config.recompile_limit = 64  # one compile per shape of the sweep
+            flex = torch.compile(flex_attention, dynamic=False)
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"FlexAttention unavailable: {e}")
+    if "fa4" in impls:
+        try:
+            from flash_attn.cute import flash_attn_func as fa4
+        except Exception as e:  # noqa: BLE001 - not installed here (../shared/tools/fa4)
+            notes.append(f"FlashAttention-4 unavailable: {type(e).__name__}: {e}")
     for d in args.head_dims:
         for causal in args.causal:
             for n in args.seqlens:
@@ -161,7 +170,16 @@ def bench_backward(args, out):
                             grads = bufs
                         else:
                             ins = [t.detach().requires_grad_(True) for t in (q, k, v)]
-                            if impl == "flex":
+                            if impl == "fa4":  # layout (b, n, h, d): its own copies, gradients back
+                                if fa4 is None:
+                                    raise RuntimeError("FlashAttention-4 unavailable")
+                                ins = [t.detach().transpose(1, 2).contiguous().requires_grad_(True) for t in (q, k, v)]
+                                o = fa4(*ins, causal=causal)
+                                o = o[0] if isinstance(o, tuple) else o
+                                fn = functools.partial(torch.autograd.grad, o, ins, d_o.transpose(1, 2).contiguous(),
+                                                       retain_graph=True)
+                                grads = [g.transpose(1, 2) for g in fn()]
+                            elif impl == "flex":
                                 if flex is None:
                                     raise RuntimeError("FlexAttention unavailable")
                                 mask = None
@@ -171,8 +189,9 @@ def bench_backward(args, out):
                             else:
                                 with sdpa_kernel([PEERS[impl]]), refusals():  # SDPA's warnings say why not
                                     o = F.scaled_dot_product_attention(*ins, is_causal=causal, **gqa)
-                            fn = functools.partial(torch.autograd.grad, o, ins, d_o, retain_graph=True)
-                            grads = fn()
+                            if impl != "fa4":
+                                fn = functools.partial(torch.autograd.grad, o, ins, d_o, retain_graph=True)
+                                grads = fn()
                         torch.cuda.synchronize()
                         checks = [compare(nm, g[:1, :r.shape[1]].double(), r.double(), bound=BOUND)
                                   for nm, g, r in zip(("dq", "dk", "dv"), grads, ref)]
@@ -191,8 +210,11 @@ def bench_backward(args, out):
                 torch.cuda.empty_cache()
                 cells = [cells.get(impl) or f"{ms[impl]:.3f} · {flops / ms[impl] / 1e9:.0f}" for impl in impls]
                 ratio = lambda p: f"×{ms[p] / ms['kgen']:.2f}" if "kgen" in ms and p in ms else "–"  # noqa: E731
+                timed_peers = [i for i in peers if i in ms]
+                fastest = min(timed_peers, key=ms.get) if timed_peers else None
+                best = f"{ratio(fastest)} ({fastest})" if fastest else "–"
                 out.append(f"| {n} | {d} | {'yes' if causal else 'no'} | {b}×{heads_text(h, h_kv)} | " + " | ".join(cells) +
-                           f" | {ratio('flash')} | {ratio('cudnn')} |")
+                           " | " + " | ".join(ratio(i) for i in peers) + f" | {best} |")
                 print(out[-1], flush=True)
     out.extend(f"- {x}" for x in notes)
 
@@ -301,6 +323,9 @@ def main():
     add_shape_args(p, rows="backward-table row")
     p.add_argument("--causal", type=lambda s: {"yes": [True], "no": [False], "both": [False, True]}[s],
                    default=[False, True], help="yes | no | both")
+    p.add_argument("--impls", type=lambda s: [x for x in s.split(",") if x], default=["kgen", *PEERS, "flex"],
+                   help="backward table: kgen and its peers, comma-separated, from kgen, flash, cudnn, efficient, "
+                        "flex and fa4 (FlashAttention-4's flash_attn.cute, where ../shared/tools/fa4 installed it)")
     p.add_argument("--kgen-configs", type=lambda s: [x for x in s.split(",") if x], default=[],
                    help="extra kgen columns: backward configs to force, or 'deterministic'")
     p.add_argument("--double-dtypes", type=lambda s: s.split(","), default=["fp16", "bf16"])
@@ -315,6 +340,10 @@ def main():
                    help="backward table: rounds the reps are split into, the implementations' order rotating")
     p.add_argument("--out", help="also write the tables (markdown) here")
     args = p.parse_args()
+    unknown = [i for i in args.impls if i not in ("kgen", *PEERS, "flex", "fa4")]
+    if unknown or "kgen" not in args.impls:
+        p.error(f"argument --impls: {','.join(unknown) or 'kgen missing'}: choose kgen and any of "
+                f"{', '.join((*PEERS, 'flex', 'fa4'))}")
     if args.only in (None, "backward"):
         check_kv_heads(p, args, row_heads(args))
     if args.only in (None, "double"):

@@ -199,7 +199,8 @@ TEST(AttentionBackwardGpuWgmma, WideWarpSpecialisedOnSmallAndLargeShapes) {
 // group splits (":g2", ":g4", ":g8": each K/V head's query heads over 2, 4 or 8 blocks, dK and
 // dV summed in fp32) on both tiles; 128-row tiles with dQ by TMA (":t:l:w", a two-stage ring);
 // persistent grids (":p", alone and with group splits: key blocks of several heads and batches
-// per block, the rings' phases running on across them).
+// per block, the rings' phases running on across them, with a shape of more key blocks than
+// SMs).
 // Both masks (the causal diagonal cuts a 128-key block by 128-row tiles), plus the
 // odd key-block shape (GQA 4) with d_o expanded (a zero stride) for the forms without TMA loads
 // (a config named with :l refuses such a view), and a group of 3 (group splits run unsplit).
@@ -218,7 +219,11 @@ TEST_P(DecoupledForms, OnSmallAndLargeShapes) {
     for (bool causal : {false, true}) {
       const DType dtype = d == 64 || d == 128 ? DType::bf16 : DType::f16;
       check_wgmma_config(dtype, d, causal, config, seed);
-      for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 6, 2, 300, 257}}) {
+      std::vector<Shape> shapes{Shape{3, 8, 2, 700, 1337}, Shape{1, 6, 2, 300, 257}};
+      // Persistent grids: more key blocks than SMs, so blocks walk several rounds (with the
+      // mask, the pairs of key blocks; 19 of them, the middle one without a partner).
+      if (wg.persistent) shapes.push_back(Shape{3, 8, 4, 1100, 2311});
+      for (const Shape& s : shapes) {
         AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
         c.config = text;
         BackwardBenchOptions o;

@@ -486,9 +486,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
   const auto [wg_t, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
   const int wg = shfl32(wg_t, 0);  // warp-uniform to ptxas (the kernel above says why)
   const int ctid = threadIdx.x - 128;
-  // The consumers' key block (n0, kv lane, batch) and round in shared memory, the next one's
-  // written by the first consumer thread (in the main loop with a mask the registers are at
-  // their limit: kept there, they spilled).
+  // The consumers' key block (n0, kv lane, batch) and round in shared memory, written by the
+  // first consumer thread (in the main loop with a mask the registers are at their limit: kept
+  // there, they spilled).
   __shared__ int slots[3], slot_round;
   if (ctid == 0) {  // read after the first barrier below
     slots[0] = kb.n0, slots[1] = kb.kv_head, slots[2] = kb.batch;
@@ -595,17 +595,32 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
     // ---- both consumers' last wgmma read K and V: the next key block's ----
     const volatile int* slot = slots;
     kv_y = slot[1], batch = slot[2];  // this key block's, for the epilogue
-    named_barrier<1, kThreads>();
-    if (ctid == 0) {
-      bwd_detail::KeyBlockRounds<Causal, GroupSplit> r{slot_round};
-      bwd_detail::KeyBlock next;
-      slots[0] = r.next(p, BN, next) ? next.n0 : -1;
-      slots[1] = next.kv_head, slots[2] = next.batch;
-      slot_round = r.round;
+    if constexpr (Causal) {
+      // Every consumer thread computes the next key block from the round (the same answer in
+      // all; the shuffles make it warp-uniform to ptxas, and the wgmma descriptors of the main
+      // loop stay on the uniform datapath), and thread 0 writes it back once all have read
+      // this one's.
+      bwd_detail::KeyBlockRounds<Causal, GroupSplit> r{shfl32(*static_cast<const volatile int*>(&slot_round), 0)};
+      bwd_detail::KeyBlock next{};
+      more = shfl32(static_cast<int>(r.next(p, BN, next)), 0) != 0;
+      kb = {shfl32(next.n0, 0), shfl32(next.kv_head, 0), shfl32(next.batch, 0), p.n_q, p.n_k, p.n_k - p.n_q};
+      named_barrier<1, kThreads>();
+      if (ctid == 0) slots[1] = kb.kv_head, slots[2] = kb.batch, slot_round = r.round;
+    } else {
+      // Without a mask the key blocks come in order, and thread 0 alone computing the next one
+      // ran faster.
+      named_barrier<1, kThreads>();
+      if (ctid == 0) {
+        bwd_detail::KeyBlockRounds<Causal, GroupSplit> r{slot_round};
+        bwd_detail::KeyBlock next;
+        slots[0] = r.next(p, BN, next) ? next.n0 : -1;
+        slots[1] = next.kv_head, slots[2] = next.batch;
+        slot_round = r.round;
+      }
+      named_barrier<1, kThreads>();
+      kb = {shfl32(slot[0], 0), shfl32(slot[1], 0), shfl32(slot[2], 0), p.n_q, p.n_k, p.n_k - p.n_q};
+      more = kb.n0 >= 0;
     }
-    named_barrier<1, kThreads>();
-    kb = {shfl32(slot[0], 0), shfl32(slot[1], 0), shfl32(slot[2], 0), p.n_q, p.n_k, p.n_k - p.n_q};
-    more = kb.n0 >= 0;
     if (more) load_kv(kb, ctid);
 
     // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
