@@ -372,7 +372,7 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
       return "wgmma column-share backward (c2) serves head dims above 128, not head_dim=" +
              std::to_string(spec.head_dim);
     if (c.keys != 64) return field_refusal("wgmma c2", "bn", "64 (two warpgroups sharing 64 keys)", c.keys);
-    smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.query_rows, attention_bwd::wgmma_cols_tma_dq(tile));
+    smem = attention_bwd::wgmma_cols_smem_bytes(tile, c.query_rows, attention_bwd::wgmma_cols_tma_dq(tile, spec.head_dim));
   } else {
     if (c.column_splits != 1)
       return std::string("wgmma splits must be 1, or 2 or 3 above 128 columns (c2: 64 keys, c3: 96 keys)");
@@ -809,8 +809,9 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = attention_bwd::kWgmmaColsThreads;
-        // The atomic mode at the 192-column tile adds dQ by TMA: its own entry, with the maps.
-        const bool tma_dq = atomic && attention_bwd::wgmma_cols_tma_dq(tile);
+        // The atomic mode adds dQ by TMA at the 192-column tile and at head dim 256: its own entry,
+        // with the maps.
+        const bool tma_dq = atomic && attention_bwd::wgmma_cols_tma_dq(tile, d);
         k.smem_bytes = attention_bwd::wgmma_cols_smem_bytes(tile, wg->query_rows, tma_dq);
         shim.function = tma_dq ? "attention_backward_wgmma_kv_cols_tma" : "attention_backward_wgmma_kv_cols";
         shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows), targ("Causal", spec.causal)};
@@ -935,7 +936,8 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
 bool attention_backward_dq_by_tma(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c) {
   const auto* wg = c.as<BackwardWgmmaConfig>();
   return wg && (wg->tma_dq || wg->column_splits == 3 ||
-                (wg->column_splits == 2 && attention_bwd::wgmma_cols_tma_dq(wgmma_tile_head_dim(spec.head_dim))));
+                (wg->column_splits == 2 &&
+                 attention_bwd::wgmma_cols_tma_dq(wgmma_tile_head_dim(spec.head_dim), spec.head_dim)));
 }
 
 AttentionBackwardConfig attention_backward_config_without_tma_loads(const AttentionBackwardSpec& spec,

@@ -804,9 +804,24 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
     EXPECT_EQ(attention_backward_dq_by_tma({DType::bf16, 160, true}, *c), true);
     EXPECT_EQ(attention_backward_grid(*c, kernels[1], {2, 8, 4, 1000, 1337}, 160, 132).x, 21u);
   }
+  // The 256-column tile's atomic mode adds dQ by TMA too, its boxes in the finished stage's Q
+  // and dO tiles: the same shared memory as without.
   const KernelSource k256 = render_attention_backward({DType::bf16, 256, true}, *c, BackwardKernel::kv_atomic);
-  EXPECT_NE(k256.source.find("/*AtomicDQ=*/true>"), std::string::npos) << k256.source;
-  EXPECT_FALSE(attention_backward_dq_by_tma({DType::bf16, 256, true}, *c));
+  EXPECT_NE(k256.source.find("attention_backward_wgmma_kv_cols_tma</*T=*/kgen::bfloat16_t, /*D=*/256, "
+                             "/*BM=*/64, /*Causal=*/true>"),
+            std::string::npos)
+      << k256.source;
+  EXPECT_TRUE(attention_backward_dq_by_tma({DType::bf16, 256, true}, *c));
+  EXPECT_EQ(k256.smem_bytes, attention_bwd::wgmma_cols_smem_bytes(256, 64));
+  EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(256, 64, true), attention_bwd::wgmma_cols_smem_bytes(256, 64));
+  const KernelSource k256d = render_attention_backward({DType::bf16, 256, true}, *c, BackwardKernel::kv);
+  EXPECT_NE(k256d.source.find("/*AtomicDQ=*/false>"), std::string::npos) << k256d.source;
+  // Below 256 columns on that tile, dQ by red_add2.
+  const KernelSource k232 = render_attention_backward({DType::f16, 232, false}, *c, BackwardKernel::kv_atomic);
+  EXPECT_NE(k232.source.find("attention_backward_wgmma_kv_cols</*T=*/kgen::half_t, /*D=*/256, "), std::string::npos)
+      << k232.source;
+  EXPECT_NE(k232.source.find("/*AtomicDQ=*/true, /*HeadDim=*/232>"), std::string::npos) << k232.source;
+  EXPECT_FALSE(attention_backward_dq_by_tma({DType::f16, 232, false}, *c));
   EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(256, 64), 215040);  // within sm_90a's 227 KiB
   EXPECT_EQ(attention_bwd::wgmma_cols_smem_bytes(192, 64, true), 215040);
 }

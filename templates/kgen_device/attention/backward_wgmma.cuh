@@ -638,6 +638,40 @@ __device__ __forceinline__ void reduce_cols_dq(const void* map, const DqStaging&
   }
 }
 
+
+// dQ staging boxes in place (the 256-column tile): the box of columns [32·b, +32) of a 64-row
+// tile whose 64-column blocks are 8 KB each, at `base` (a Q or dO tile of this stage).
+struct DqBlocks {
+  static constexpr int kDqBoxBytes = 64 * 128;
+  unsigned base;
+  __device__ __forceinline__ unsigned dq_box(int box) const { return base + box * kDqBoxBytes; }
+};
+
+// The 256-column tile's dQ of one query tile through boxes in the finished stage: warpgroup wg's
+// 128 columns from col_a, the first 64 in its two 64-column blocks of the Q tile `q`, the other
+// 64 in its two of the dO tile `d_o` (the blocks its dK and dV products read; the caller waited
+// for them). Every thread writes its values and fences them for the async proxy; named barrier
+// `bar` (the warpgroup's 128 threads); the first thread issues the four reduce-adds. The caller
+// waits for their reads (tma::store_wait_read) before the stage is loaded again.
+__device__ __forceinline__ void reduce_cols_dq_in_place(const void* map, unsigned q, unsigned d_o, const float (&dq)[64],
+                                                        int row_base, int m0, int col_a, int warp, int lane, int g,
+                                                        int t, int bar) {
+  const DqBlocks in_q{q}, in_do{d_o};
+  const int box0 = col_a / 64;  // this warpgroup's first 64-column block
+  write_dq_boxes<64>(in_q, reinterpret_cast<const float(&)[32]>(dq[0]), box0, warp, g, t);
+  write_dq_boxes<64>(in_do, reinterpret_cast<const float(&)[32]>(dq[32]), box0, warp, g, t);
+  tma::fence_proxy_async();
+  tma::barrier_sync(bar, 128);
+  if (warp == 0 && lane == 0) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      tma::reduce_add_3d(map, in_q.dq_box(box0 + b), col_a + 32 * b, m0, row_base);
+      tma::reduce_add_3d(map, in_do.dq_box(box0 + b), col_a + 64 + 32 * b, m0, row_base);
+    }
+    tma::store_commit();
+  }
+}
+
 }  // namespace bwd_detail
 
 // T: half_t or bfloat16_t. D: 64 or 128. BM: query rows per tile (64; 128 on the 64-column tile
@@ -960,7 +994,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols_body(const Atte
                                                                       const void* dq_map) {
   static_assert(D == 192 || D == 256, "D must be 192 or 256");
   static_assert(BM == 64, "64-row query tiles");
-  static_assert(!TmaDQ || (AtomicDQ && attention_bwd::wgmma_cols_tma_dq(D)), "dQ by TMA at the 192-column tile");
+  static_assert(!TmaDQ || (AtomicDQ && attention_bwd::wgmma_cols_tma_dq(D)), "dQ by TMA at the 192- and 256-column tiles");
   static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -970,8 +1004,11 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols_body(const Atte
   using QTile = wgmma::Sw128<BM, D>;
   using PTile = wgmma::Sw128<BN, BM>;  // Pᵀ and dSᵀ: rows = keys, columns = queries
   constexpr int kPOffset = 2 * KVTile::kBytes + 4 * QTile::kBytes;
+  // TmaDQ at 256 columns: dQ's boxes in the finished stage's Q and dO tiles, whose next loads
+  // wait for the reduce-adds' reads and so start after the next tile's Pᵀ/dSᵀ barrier.
+  constexpr bool kInPlace = TmaDQ && attention_bwd::wgmma_cols_dq_in_place(D);
   constexpr int kDqOffset = kPOffset + 2 * PTile::kBytes;  // TmaDQ: the staging boxes (1024-aligned)
-  constexpr int kStatsOffset = kDqOffset + (TmaDQ ? BM * D * 4 : 0);
+  constexpr int kStatsOffset = kDqOffset + (TmaDQ && !kInPlace ? BM * D * 4 : 0);
   static_assert(1024 + kStatsOffset + 4 * BM * 4 == attention_bwd::wgmma_cols_smem_bytes(D, BM, TmaDQ),
                 "shared memory layout must match wgmma_cols_smem_bytes");
   constexpr int kRows = BM / 2;        // query rows of Sᵀ / dPᵀ per warpgroup
@@ -1025,8 +1062,14 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols_body(const Atte
     const int stage = it & 1;
     const int head = walk.head(kv_head, it);
     const int m0 = walk.m0(it);
-    bwd_detail::next_query_tile<T, BM, D, kThreads, QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch, it, total,
-                                                                              stage, tid);
+    if constexpr (kInPlace) {  // tile it's loads and every warpgroup done with tile it − 1
+      cp_async_wait<0>();
+      wgmma::fence_proxy_async();
+      __syncthreads();
+    } else {
+      bwd_detail::next_query_tile<T, BM, D, kThreads, QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch, it, total,
+                                                                                stage, tid);
+    }
     const float* st = sm.stats(stage);
 
     // ---- Sᵀ = K·Q_wgᵀ, dPᵀ = V·dO_wgᵀ (this warpgroup's 32 queries), two groups ----
@@ -1059,7 +1102,15 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols_body(const Atte
       }
     }
     wgmma::fence_proxy_async();
+    // In place: tile it − 1's reduce-adds have read their boxes in the other stage.
+    if (kInPlace && warp == 0 && lane == 0) tma::store_wait_read();
     named_barrier<1, kThreads>();  // every row of Pᵀ and dSᵀ written
+    if constexpr (kInPlace) {  // tile it + 1 into the other stage
+      if (it + 1 < total)
+        bwd_detail::load_query_tile_async<T, BM, D, kThreads, QTile, HeadDim, HeadDimV>(p, walk, sm, kv_head, batch,
+                                                                                        it + 1, stage ^ 1, tid);
+      cp_async_commit();
+    }
 
     // ---- dQ = dS·K (this warpgroup's columns), then dV += Pᵀ·dO and dK += dSᵀ·Q ----
     float dq[AtomicDQ ? kColsA / 2 : 1], dq_b[AtomicDQ ? kAccB : 1];
@@ -1081,7 +1132,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_cols_body(const Atte
                                                  bwd_detail::mn_major_cols<QTile::kBlockBytes>(sm.q(stage), col_b));
     wgmma::commit();
 
-    if constexpr (AtomicDQ) {
+    if constexpr (kInPlace) {  // dV and dK done with this warpgroup's Q and dO columns first
+      wgmma::wait<0>();
+      wgmma::fence_operand(dq);
+      bwd_detail::reduce_cols_dq_in_place(dq_map, sm.q(stage), sm.d_o(stage), dq, batch * p.heads_q + head, m0, col_a,
+                                          warp, lane, g, t, 2 + wg);
+    } else if constexpr (AtomicDQ) {
       wgmma::wait<1>();
       wgmma::fence_operand(dq);
       wgmma::fence_operand(dq_b);
