@@ -28,11 +28,23 @@ bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_
 // Above 128 columns (192- and 256-column tiles) the wgmma backward is the column-share kernel
 // (attention_backward_wgmma_kv_cols): config "wg:bm64:bn64:c2".
 bool is_bwd_wgmma_cols_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) > 128; }
-// Up to 192 columns the warp-specialised wide kernel (backward_wide_ws.cuh), config
-// "wg:bm64:bn96:a1:t:l:w": 96-key blocks, a producer warpgroup and two consumers of 48 keys.
+// Above 128 columns the warp-specialised wide kernel (backward_wide_ws.cuh): a producer warpgroup
+// and two consumers that split a key block, config "wg:bm64:bn96:a1:t:l:w" at the 192-column tile
+// (96 keys) and "wg:bm64:bn48:a1:t:l:w" at the 256-column one (48 keys).
 constexpr BackwardWgmmaConfig kWideWs{.keys = attention_bwd::kWideKeys, .async_wgs = 1, .tma_dq = true,
                                       .tma_loads = true, .warp_specialised = true};
-bool is_wide_ws(const BackwardWgmmaConfig& c) { return c.warp_specialised && c.keys == attention_bwd::kWideKeys; }
+constexpr BackwardWgmmaConfig kWideWs256{.keys = attention_bwd::wide_ws_keys(256), .async_wgs = 1, .tma_dq = true,
+                                         .tma_loads = true, .warp_specialised = true};
+bool is_wide_ws(const BackwardWgmmaConfig& c) {
+  return c.warp_specialised && (c.keys == attention_bwd::kWideKeys || c.keys == attention_bwd::wide_ws_keys(256));
+}
+// Its cp.async form, which also serves its deterministic mode: the three-warpgroup wide kernel
+// (c3) at the 192-column tile, the column-share kernel (c2) at 256.
+BackwardWgmmaConfig wide_ws_cp_async_form(int head_dim) {
+  if (wgmma_tile_head_dim(head_dim) == attention_bwd::kWideHeadDim)
+    return BackwardWgmmaConfig{.keys = attention_bwd::kWideKeys, .column_splits = 3};
+  return BackwardWgmmaConfig{.keys = 64, .column_splits = 2};
+}
 // The fa2 key-major kernels (backward and double backward) split their row accumulators' columns
 // over two blocks above 128 columns (Splits in backward_fa2.cuh, double_backward_fa2.cuh); each
 // block keeps at most 128 of them in registers.
@@ -135,8 +147,8 @@ const WgField kWgmmaFields[] = {
      }},
     {.name = "a", .number = &BackwardWgmmaConfig::async_wgs, .unwritten = 0,
      .meaning = [](const BackwardWgmmaConfig& c) {
-       if (c.keys == attention_bwd::kWideKeys)
-         return std::string("two consumer warpgroups of 48 keys each, meeting only where dQ needs every key's dS");
+       if (c.warp_specialised && (c.keys == attention_bwd::kWideKeys || c.keys == attention_bwd::wide_ws_keys(256)))
+         return "two consumer warpgroups of " + n(c.keys / 2) + " keys each, meeting only where dQ needs every key's dS";
        return std::string(c.async_wgs == 2 ? "warpgroups decoupled and staggered by one tile's exponentials"
                                            : "warpgroups decoupled: no block barrier per query tile, dQ added a tile late");
      }},
@@ -347,18 +359,21 @@ std::optional<std::string> check_wgmma(const AttentionBackwardSpec& spec, const 
       ((c.group_splits != 2 && c.group_splits != 4 && c.group_splits != 8) || c.async_wgs == 0))
     return std::string("wgmma group splits (g2, g4, g8) take 2, 4 or 8 splits and a decoupled kernel (a1, a2)");
   int smem = 0;
-  if (is_wide_ws(c) || (c.warp_specialised && tile == attention_bwd::kWideHeadDim)) {
-    if (tile != attention_bwd::kWideHeadDim)
-      return "wgmma warp-specialised wide backward (bn96:w) serves head dims 136-192, not head_dim=" +
+  if (is_wide_ws(c) || (c.warp_specialised && tile > 128)) {
+    if (!attention_bwd::wide_ws_tile(tile))
+      return "wgmma warp-specialised wide backward (bn96:w, bn48:w) serves head dims 136-256, not head_dim=" +
              std::to_string(spec.head_dim);
-    if (c.keys != attention_bwd::kWideKeys)
-      return field_refusal("wgmma warp-specialised above 128 columns", "bn", "96 (two consumers of 48 keys)", c.keys);
+    const int keys = attention_bwd::wide_ws_keys(tile);
+    const std::string form = "bn" + n(keys) + ":w";
+    if (c.keys != keys)
+      return field_refusal("wgmma warp-specialised at head_dim=" + n(spec.head_dim), "bn",
+                           n(keys) + " (two consumers of " + n(keys / 2) + " keys)", c.keys);
     if (c.query_rows != attention_bwd::kWideQueryRows)
-      return field_refusal("wgmma bn96:w", "bm", "64 (one wgmma M of query rows)", c.query_rows);
+      return field_refusal("wgmma " + form, "bm", "64 (one wgmma M of query rows)", c.query_rows);
     if (c.async_wgs != 1 || c.persistent || c.group_splits != 1 || c.column_splits != 1)
-      return std::string("wgmma bn96:w is wg:bm64:bn96:a1:t:l:w (no a2, p, g or c)");
+      return "wgmma " + form + " is wg:bm64:" + form.substr(0, form.size() - 2) + ":a1:t:l:w (no a2, p, g or c)";
     const int d_v = spec.head_dim_v > 0 ? spec.head_dim_v : spec.head_dim;
-    smem = attention_bwd::wide_ws_smem_bytes(d_v);
+    smem = attention_bwd::wide_ws_smem_bytes(d_v, tile);
   } else if (c.column_splits == 3) {
     if (wgmma_tile_head_dim(spec.head_dim) != attention_bwd::kWideHeadDim)
       return "wgmma wide-head-dim backward (c3) serves head dims 136-192, not head_dim=" + std::to_string(spec.head_dim);
@@ -458,6 +473,7 @@ std::vector<AttentionBackwardConfig> attention_backward_config_space(const Atten
     keep(Wg{.keys = 64, .column_splits = 2});
     keep(Wg{.keys = attention_bwd::kWideKeys, .column_splits = 3});
     keep(kWideWs);
+    keep(kWideWs256);
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim))
     for (int bm : {64, 32})
@@ -665,7 +681,7 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // Above 128 columns: up to 192, blocks of 96 keys with dKᵀ and dVᵀ accumulated transposed,
     // on a producer warpgroup and two consumers of 48 keys (bn96:w); above, two warpgroups share
     // 64 keys and split the dK, dV and dQ columns (c2).
-    for (const BackwardWgmmaConfig c : {kWideWs, BackwardWgmmaConfig{.keys = 64, .column_splits = 2}})
+    for (const BackwardWgmmaConfig c : {kWideWs, kWideWs256, BackwardWgmmaConfig{.keys = 64, .column_splits = 2}})
       if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_fa2_head_dim(spec.head_dim)) {
@@ -782,18 +798,22 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
         break;
       }
       if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && is_wide_ws(*wg) && atomic) {
-        // The wide kernel's warp-specialised form (its deterministic mode: the wide kernel).
+        // The wide kernel's warp-specialised form (its deterministic mode: wide_ws_cp_async_form).
         const int d_v = spec.head_dim_v > 0 ? spec.head_dim_v : d;
+        const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wide_ws.cuh";
         k.threads = attention_bwd::kWgmmaWsThreads;
-        k.smem_bytes = attention_bwd::wide_ws_smem_bytes(d_v);
+        k.smem_bytes = attention_bwd::wide_ws_smem_bytes(d_v, tile);
         shim.function = "attention_backward_wgmma_kv_wide_ws";
         shim.params = "AttentionBackwardTmaParams", shim.grid_constant = true;
-        shim.args = {targ_type("T", spec.dtype), targ("D", attention_bwd::kWideHeadDim), targ("BM", wg->query_rows),
+        shim.args = {targ_type("T", spec.dtype), targ("D", tile), targ("BM", wg->query_rows),
                      targ("Causal", spec.causal), targ("HeadDim", d), targ("HeadDimV", d_v)};
         break;
       }
-      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && (wg->column_splits == 3 || is_wide_ws(*wg))) {
+      const BackwardWgmmaConfig* wg_form = c.as<BackwardWgmmaConfig>();
+      BackwardWgmmaConfig cp_async_form;
+      if (wg_form && is_wide_ws(*wg_form)) cp_async_form = wide_ws_cp_async_form(d), wg_form = &cp_async_form;
+      if (const auto* wg = wg_form; wg && wg->column_splits == 3) {
         // The wide kernel: dQ by TMA in the atomic mode, none in the deterministic one.
         const int d_v = spec.head_dim_v > 0 ? spec.head_dim_v : d;
         include = "kgen_device/attention/backward_wide.cuh";
@@ -805,7 +825,7 @@ KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const 
                      targ("Causal", spec.causal), targ("HeadDim", d), targ("HeadDimV", d_v)};
         break;
       }
-      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->column_splits == 2) {
+      if (const auto* wg = wg_form; wg && wg->column_splits == 2) {
         const int tile = wgmma_tile_head_dim(d);
         include = "kgen_device/attention/backward_wgmma.cuh";
         k.threads = attention_bwd::kWgmmaColsThreads;
@@ -945,7 +965,7 @@ AttentionBackwardConfig attention_backward_config_without_tma_loads(const Attent
   auto* wg = config.as<BackwardWgmmaConfig>();
   if (!wg || !wg->tma_loads) return config;
   // The wide warp-specialised kernel's cp.async form: the three-warpgroup wide kernel (c3).
-  if (is_wide_ws(*wg)) return BackwardWgmmaConfig{.keys = attention_bwd::kWideKeys, .column_splits = 3};
+  if (is_wide_ws(*wg)) return wide_ws_cp_async_form(spec.head_dim);
   BackwardWgmmaConfig& c = *wg;
   c.tma_loads = false;
   c.warp_specialised = false, c.persistent = false;

@@ -7,12 +7,14 @@ It also writes templates/kgen_device/core/wgmma_fp8.cuh, the E4M3 shapes (m64nNk
 forward, with its own operand lists for the widths that forward uses, and
 templates/kgen_device/core/wgmma_keys.cuh, the 16-bit widths only the wide-head-dim backward and
 the warp-specialised forward's 96- and 112-key tiles use, kept out of wgmma.cuh so that the kernels including that header keep their
-text.
+text, and templates/kgen_device/core/wgmma_keys24.cuh, the 24-key width of the warp-specialised wide backward at 256
+columns.
 
 Usage (from the repository root):
   python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
   python3 tools/gen_wgmma_header.py --fp8 > templates/kgen_device/core/wgmma_fp8.cuh
   python3 tools/gen_wgmma_header.py --keys > templates/kgen_device/core/wgmma_keys.cuh
+  python3 tools/gen_wgmma_header.py --narrow > templates/kgen_device/core/wgmma_keys24.cuh
 """
 
 import sys
@@ -23,8 +25,12 @@ BASE = {32: None, 64: 32, 80: 64, 128: 64, 176: 128, 192: 176, 256: 192}
 NS = list(BASE)
 # The widths of wgmma_keys.cuh: the wide-head-dim backward's key blocks (dKᵀ and dVᵀ, N = keys: 96
 # in the three-warpgroup kernel, 48 per consumer in the warp-specialised one; its S and dP too),
-# and the warp-specialised forward's 96- and 112-key tiles at head dims 136–192 (its S).
+# and the warp-specialised forward's 96- and 112-key tiles at head dims 136–192 (its S). A width of
+# 8 past a multiple of 16 ends in a group of four registers.
 BASE_KEYS = {48: None, 96: 48, 112: 96}
+# The widths of wgmma_keys24.cuh: a consumer's 24 keys in the warp-specialised backward's 48-key
+# blocks at 256 columns (apart, so that the kernels including wgmma_keys.cuh keep their text).
+BASE_NARROW = {24: None}
 # The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128-key score tile and its head dims 128 and 256.
 BASE8 = {128: None, 256: 128}
 
@@ -192,12 +198,20 @@ def groups(n):
     return n // 16
 
 
+def half_groups(ns):
+    """The groups of four registers that end the widths of ns that are 8 past a multiple of 16."""
+    return sorted({groups(n) for n in ns if n % 16})
+
+
 def operand_lists(base=BASE, shape="m64nNk16"):
     ns = list(base)
     out = [f"// The accumulator operands %0 .. %(N/2 \u2212 1) of an {shape} shape, in groups of eight.\n"]
     for g in range(groups(max(ns))):
         regs = ",".join(f"%{i}" for i in range(8 * g, 8 * g + 8))
         out.append(f'#define KGEN_WG_R8_{g} "{regs}"\n')
+    for g in half_groups(ns):
+        regs = ",".join(f"%{i}" for i in range(8 * g, 8 * g + 4))
+        out.append(f'#define KGEN_WG_R4_{g} "{regs}"\n')
     out.append("\n")
     out.append('// KGEN_WG_REGS_N: those operands for N columns; KGEN_WG_OUT_N(d): the matching "+f" outputs.\n')
     for n in ns:
@@ -208,6 +222,10 @@ def operand_lists(base=BASE, shape="m64nNk16"):
         regs += [f"KGEN_WG_R8_{g}" for g in new]
         outs = [f"KGEN_WG_OUT_{prev}(d)"] if prev else []
         outs += [f"KGEN_WG_ACC8(d, {8 * g})" for g in new]
+        if n % 16:
+            assert prev is None or prev % 16 == 0, "a width ending in four registers extends none"
+            regs.append(f"KGEN_WG_R4_{groups(n)}")
+            outs.append(f"KGEN_WG_ACC4(d, {8 * groups(n)})")
         out.append(f"#define KGEN_WG_REGS_{n} " + ' "," '.join(regs) + "\n")
         out.append(f'#define KGEN_WG_ACC_{n} "{{" KGEN_WG_REGS_{n} "}}"\n')
         out.append(f"#define KGEN_WG_OUT_{n}(d) " + ", ".join(outs) + "\n")
@@ -358,18 +376,51 @@ __device__ __forceinline__ void stmatrix_x4_trans(unsigned smem_addr, unsigned r
 
 '''
 
+PREFIX_NARROW = r'''// wgmma shapes of the warp-specialised wide backward at 256 columns (sm_90a only): m64n24k16 for
+// a consumer's 24 keys of a 48-key block, and stmatrix .x2 with transposition.
+// Written by tools/gen_wgmma_header.py --narrow (the per-N operand lists): edit the script, not this file.
+// NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh.
+#pragma once
 
-def header_keys():
+#include "kgen_device/core/wgmma_keys.cuh"
+
+namespace kgen {
+namespace wgmma {
+
+// Stores two 8×8 matrices of 16-bit elements transposed (stmatrix .x2 .trans): as
+// stmatrix_x4_trans (wgmma_keys.cuh) for matrices 0 and 1, whose rows lanes 0-15 address.
+__device__ __forceinline__ void stmatrix_x2_trans(unsigned smem_addr, unsigned r0, unsigned r1) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x2.trans.shared.b16 [%0], {%1, %2};" ::"r"(smem_addr), "r"(r0), "r"(r1)
+               : "memory");
+}
+
+#define KGEN_WG_ACC8(d, i)                                                                   \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define KGEN_WG_ACC4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+
+'''
+
+
+def header_keys(base=None, prefix=None, tag="KGEN_WK_"):
     # Macros of their own (KGEN_WK_*): wgmma.cuh leaves its operand lists defined.
-    text = PREFIX_KEYS + operand_lists(BASE_KEYS) + SHAPE_MACROS + shapes(list(BASE_KEYS))
-    for g in range(groups(max(BASE_KEYS))):
+    base = base or BASE_KEYS
+    text = (prefix or PREFIX_KEYS) + operand_lists(base) + SHAPE_MACROS + shapes(list(base))
+    for g in range(groups(max(base))):
         text += f"#undef KGEN_WG_R8_{g}\n"
-    for n in BASE_KEYS:
+    for g in half_groups(base):
+        text += f"#undef KGEN_WG_R4_{g}\n"
+    for n in base:
         text += f"#undef KGEN_WG_REGS_{n}\n"
+    if half_groups(base):
+        text += "#undef KGEN_WG_ACC4\n"
     text += "\n" + SUFFIX
-    return text.replace("KGEN_WG_", "KGEN_WK_")
+    return text.replace("KGEN_WG_", tag)
 
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    print(header_fp8() if args == ["--fp8"] else header_keys() if args == ["--keys"] else header(), end="")
+    if args == ["--narrow"]:
+        print(header_keys(BASE_NARROW, PREFIX_NARROW, "KGEN_WN_"), end="")
+    else:
+        print(header_fp8() if args == ["--fp8"] else header_keys() if args == ["--keys"] else header(), end="")

@@ -254,11 +254,11 @@ TEST(AttentionBackwardConfig, SpaceHasWgmmaOnlyOnSm90aAndDefaultsToItThere) {
             "fa2:bm64:bn64:w4");
   EXPECT_EQ(to_string(attention_backward_default_config({DType::bf16, 32, true}, d32_big, sm80(), 108)), "fa2:bm64:bn128:w8");
   EXPECT_EQ(attention_backward_default_config({DType::bf16, 24, false}, d32_big, sm90a(), 132).path(), BackwardPath::fa2);
-  // Above 128 columns: on sm_90a the warp-specialised wide kernel up to 192 and the column-share
-  // kernel above, fa2 with column splits elsewhere.
+  // Above 128 columns: on sm_90a the warp-specialised wide kernel (96-key blocks up to 192, 48-key
+  // blocks above), fa2 with column splits elsewhere.
   for (int d : {136, 160, 192, 200, 256}) {
     const AttentionBackwardSpec spec{DType::bf16, d, false};
-    const char* want = d <= 192 ? "wg:bm64:bn96:a1:t:l:w" : "wg:bm64:bn64:c2";
+    const char* want = d <= 192 ? "wg:bm64:bn96:a1:t:l:w" : "wg:bm64:bn48:a1:t:l:w";
     EXPECT_EQ(to_string(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm90a(), 132)), want) << d;
     EXPECT_EQ(to_string(attention_backward_default_config(spec, {1, 1, 1, 128, 128}, sm90a(), 132)), want) << d;
     EXPECT_EQ(attention_backward_default_config(spec, {4, 16, 16, 4096, 4096}, sm80(), 108).path(), BackwardPath::fa2) << d;
@@ -773,18 +773,18 @@ TEST(AttentionBackwardConfig, ColumnShareTextRulesAndRender) {
   why = check_attention_backward_config({DType::bf16, 256, false}, BackwardWgmmaConfig{}, sm90a());
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("c2"), std::string::npos) << *why;
-  // The space holds it and the wide kernels (c3 and its warp-specialised form) beside fa2 above
-  // 128 columns (the wide ones up to 192), and the wg kernels below.
+  // The space holds it and the wide kernels (c3 up to 192 columns and the warp-specialised form of
+  // the tile) beside fa2 above 128 columns, and the wg kernels below.
   for (int d : {192, 256}) {
     int c2 = 0, c3 = 0, wide_ws = 0, wg = 0;
     for (const auto& e : attention_backward_config_space({DType::bf16, d, true}, sm90a())) {
       const auto* w = e.as<BackwardWgmmaConfig>();
       c2 += w && w->column_splits == 2, c3 += w && w->column_splits == 3, wg += e.path() == BackwardPath::wgmma;
-      wide_ws += w && w->warp_specialised && w->keys == 96;
+      wide_ws += w && w->warp_specialised && w->keys == (d <= 192 ? 96 : 48);
     }
     EXPECT_EQ(c2, 1) << d;
     EXPECT_EQ(c3, d <= 192 ? 1 : 0) << d;
-    EXPECT_EQ(wide_ws, d <= 192 ? 1 : 0) << d;
+    EXPECT_EQ(wide_ws, 1) << d;
     EXPECT_EQ(wg, c2 + c3 + wide_ws) << d;
   }
   // Rendered: 256 threads, one grid block per 64 keys, D the 192-column tile, HeadDim the
@@ -873,7 +873,7 @@ TEST(AttentionBackwardConfig, WideWarpSpecialisedTextRulesAndRender) {
   for (int d : {128, 200, 256}) {
     auto why = check_attention_backward_config({DType::bf16, d, false}, *c, sm90a());
     ASSERT_TRUE(why) << d;
-    EXPECT_NE(why->find("136-192"), std::string::npos) << *why;
+    EXPECT_NE(why->find(d == 128 ? "136-256" : "bn"), std::string::npos) << *why;
   }
   // The other block shapes and flags are refused naming the field or the one form.
   for (auto [bad, field] : {std::pair{"wg:bm64:bn128:a2:t:l:w", "bn"}, {"wg:bm128:bn96:a1:t:l:w", "bm"},
@@ -912,6 +912,49 @@ TEST(AttentionBackwardConfig, WideWarpSpecialisedTextRulesAndRender) {
   // Within sm_90a's 227 KiB: dO on one stage and one dSᵀ tile at v's 192 columns, two of each up to 128.
   EXPECT_EQ(attention_bwd::wide_ws_smem_bytes(192), 223312);
   EXPECT_EQ(attention_bwd::wide_ws_smem_bytes(128), 231520);
+}
+
+TEST(AttentionBackwardConfig, WideWarpSpecialisedAtTwoHundredFiftySixColumns) {
+  auto c = parse_attention_backward_config("wg:bm64:bn48:a1:t:l:w");
+  ASSERT_TRUE(c);
+  EXPECT_EQ(to_string(*c), "wg:bm64:bn48:a1:t:l:w");
+  // Head dims 200-256 (the 256-column tile), any v up to q's, 16-bit inputs, sm_90a.
+  for (int d : {200, 232, 256}) EXPECT_FALSE(check_attention_backward_config({DType::bf16, d, true}, *c, sm90a())) << d;
+  for (int d : {128, 160, 192}) {
+    auto why = check_attention_backward_config({DType::bf16, d, false}, *c, sm90a());
+    ASSERT_TRUE(why) << d;
+    EXPECT_NE(why->find(d == 128 ? "136-256" : "bn"), std::string::npos) << d << ": " << *why;
+  }
+  auto why = check_attention_backward_config({DType::bf16, 256, false}, *parse_attention_backward_config("wg:bm64:bn48:a2:t:l:w"),
+                                             sm90a());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("wg:bm64:bn48:a1:t:l:w"), std::string::npos) << *why;
+  EXPECT_TRUE(check_attention_backward_config({DType::bf16, 256, false}, *c, sm80()));
+  EXPECT_TRUE(check_attention_backward_config({DType::f32, 256, false}, *c, sm90a()));
+  // Rendered: the atomic mode on the warp-specialised kernel's entry with D = 256 (384 threads,
+  // 227,408 bytes of shared memory at v = 256); its deterministic mode the column-share kernel's
+  // without dQ; one block per 48 keys.
+  for (int dv : {0, 128}) {
+    AttentionBackwardSpec spec{DType::f16, 232, false};
+    spec.head_dim_v = dv;
+    const KernelSource kv = render_attention_backward(spec, *c, BackwardKernel::kv_atomic);
+    const std::string args = dv ? "/*HeadDim=*/232, /*HeadDimV=*/128>" : "/*HeadDim=*/232, /*HeadDimV=*/232>";
+    EXPECT_NE(kv.source.find("attention_backward_wgmma_kv_wide_ws</*T=*/kgen::half_t, /*D=*/256, /*BM=*/64, "
+                             "/*Causal=*/false, " + args),
+              std::string::npos)
+        << kv.source;
+    EXPECT_EQ(kv.threads, 384);
+    EXPECT_EQ(kv.smem_bytes, attention_bwd::wide_ws_smem_bytes(dv ? dv : 232, 256));
+    EXPECT_LE(kv.smem_bytes, 232448);
+    const KernelSource det = render_attention_backward(spec, *c, BackwardKernel::kv);
+    EXPECT_NE(det.source.find("attention_backward_wgmma_kv_cols</*T=*/kgen::half_t, /*D=*/256, "), std::string::npos)
+        << det.source;
+    EXPECT_NE(det.source.find("/*AtomicDQ=*/false"), std::string::npos) << det.source;
+  }
+  EXPECT_EQ(attention_bwd::wide_ws_smem_bytes(256, 256), 227408);
+  EXPECT_EQ(attention_backward_grid(*c, BackwardKernel::kv_atomic, {2, 8, 4, 1000, 1337}, 256, 132).x, 28u);
+  EXPECT_TRUE(attention_backward_dq_by_tma({DType::bf16, 256, true}, *c));
+  EXPECT_EQ(to_string(attention_backward_config_without_tma_loads({DType::bf16, 256, true}, *c)), "wg:bm64:bn64:c2");
 }
 
 TEST(AttentionBackwardRender, AboveOneHundredTwentyEightTheKeyMajorKernelSplitsItsColumns) {

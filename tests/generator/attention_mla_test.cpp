@@ -157,10 +157,10 @@ TEST(AttentionMlaDefaults, SixteenBitPairsRunTensorCoresAndTheRestTheGeneralPath
                 << d << "/" << dv << " " << to_string(f);
             EXPECT_FALSE(check_attention_forward_config(fwd(t, d, dv, causal), f, target)) << to_string(f);
             const AttentionBackwardConfig b = attention_backward_default_config(bwd(t, d, dv, causal), shape, target, 132);
-            // sm_90a above 128 columns: the warp-specialised wide kernel at the 192-column tile
-            // (V and dO tiles of v's head dim), else the column-share wgmma kernel.
+            // sm_90a above 128 columns: the warp-specialised wide kernel of the tile (V and dO
+            // tiles of v's head dim).
             const bool wg = target.arch == "sm_90a" && d > 128;
-            const char* want = d <= 192 ? "wg:bm64:bn96:a1:t:l:w" : "wg:bm64:bn64:c2";
+            const char* want = d <= 192 ? "wg:bm64:bn96:a1:t:l:w" : "wg:bm64:bn48:a1:t:l:w";
             EXPECT_EQ(to_string(b), wg ? want : to_string(b)) << d << "/" << dv;
             EXPECT_EQ(b.path(), wg ? BackwardPath::wgmma : BackwardPath::fa2) << d << "/" << dv << " " << to_string(b);
             EXPECT_FALSE(check_attention_backward_config(bwd(t, d, dv, causal), b, target)) << to_string(b);

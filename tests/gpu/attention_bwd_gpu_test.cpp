@@ -3,6 +3,7 @@
 // CPU ones. Labelled `gpu`; every test skips cleanly on a machine without one.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 
 #include "generator/attention_backward.h"
@@ -194,29 +195,32 @@ TEST(AttentionBackwardGpuWgmma, ColumnShareAtTwoHundredFiftySixColumns) {
     }
 }
 
-// The warp-specialised wide kernel (wg:bm64:bn96:a1:t:l:w, head dims 136-192; the default there)
-// on the grid of check_wgmma_config at the tile's head dim and padded ones, both masks and dtypes,
-// plus the shape whose key blocks are odd in number with GQA 4, and 97 queries against 500 keys
-// (one partial query tile; with the mask, the causal diagonal crosses the last key blocks).
+// The warp-specialised wide kernel (wg:bm64:bn96:a1:t:l:w at head dims 136-192,
+// wg:bm64:bn48:a1:t:l:w at 200-256; the defaults there) on the grid of check_wgmma_config at the
+// tile's head dim and padded ones, both masks and dtypes, plus the shape whose key blocks are odd
+// in number with GQA 4, and 97 queries against 500 keys (one partial query tile; with the mask,
+// the causal diagonal crosses the last key blocks).
 TEST(AttentionBackwardGpuWgmma, WideWarpSpecialisedOnSmallAndLargeShapes) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
   if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
-  const char* text = "wg:bm64:bn96:a1:t:l:w";
-  const auto config = *parse_attention_backward_config(text);
   std::uint64_t seed = 4242;
   GpuTestSplit split;
-  for (int d : {192, 160, 136})
-    for (bool causal : {false, true})
-      for (DType dtype : {DType::bf16, DType::f16}) {
-        if (!split.next()) continue;
-        check_wgmma_config(dtype, d, causal, config, seed);
-        for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 4, 4, 97, 500}}) {
-          AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
-          c.config = text;
-          expect_pass(c, BackwardBenchOptions{}, false);
+  for (const auto& [text, dims] : {std::pair{"wg:bm64:bn96:a1:t:l:w", std::array{192, 160, 136}},
+                                   std::pair{"wg:bm64:bn48:a1:t:l:w", std::array{256, 232, 200}}}) {
+    const auto config = *parse_attention_backward_config(text);
+    for (int d : dims)
+      for (bool causal : {false, true})
+        for (DType dtype : {DType::bf16, DType::f16}) {
+          if (!split.next()) continue;
+          check_wgmma_config(dtype, d, causal, config, seed);
+          for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 4, 4, 97, 500}}) {
+            AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
+            c.config = text;
+            expect_pass(c, BackwardBenchOptions{}, false);
+          }
         }
-      }
+  }
 }
 
 // Decoupled forms outside the tuner's space, or new in it, on the grid of check_wgmma_config:

@@ -262,7 +262,10 @@ std::vector<std::pair<std::string, bool>> backward_configs(DType t, int d, int d
                            {"wg:bm64:bn64:c2", false},
                            {"wg:bm64:bn64:c2", true},
                            {"wg:bm64:bn96:c3", false},
-                           {"wg:bm64:bn96:c3", true}});
+                           {"wg:bm64:bn96:c3", true},
+                           {"wg:bm64:bn96:a1:t:l:w", false},
+                           {"wg:bm64:bn48:a1:t:l:w", false},
+                           {"wg:bm64:bn48:a1:t:l:w", true}});
   out.push_back({"simt:w4:dmax" + std::to_string(attention_simt_bucket(d)), false});
   return out;
 }
@@ -396,7 +399,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(MlaParam{DType::bf16, 64, 32, true}, MlaParam{DType::f16, 64, 32, false}, MlaParam{DType::bf16, 128, 64, true},
                       MlaParam{DType::bf16, 96, 64, false}, MlaParam{DType::f16, 256, 128, true}, MlaParam{DType::bf16, 72, 40, true},
                       MlaParam{DType::f16, 136, 72, false}, MlaParam{DType::bf16, 64, 36, true},
-                      MlaParam{DType::bf16, 192, 160, false}, MlaParam{DType::bf16, 192, 48, true}),
+                      MlaParam{DType::bf16, 192, 160, false}, MlaParam{DType::bf16, 192, 48, true},
+                      MlaParam{DType::bf16, 240, 192, false}),
     param_name);
 INSTANTIATE_TEST_SUITE_P(
     GeneralPath, AttentionMlaGpu,

@@ -39,3 +39,18 @@ def test_the_checked_in_keys_header_is_the_scripts_output():
     )
     # Its widths are none of wgmma.cuh's: one specialisation of wgmma::Mma per width.
     assert not set(gen_wgmma_header.BASE_KEYS) & set(gen_wgmma_header.BASE)
+
+
+def test_the_checked_in_narrow_header_is_the_scripts_output():
+    header = (ROOT / "templates" / "kgen_device" / "core" / "wgmma_keys24.cuh").read_text()
+    assert gen_wgmma_header.header_keys(gen_wgmma_header.BASE_NARROW, gen_wgmma_header.PREFIX_NARROW, "KGEN_WN_") == header, (
+        "templates/kgen_device/core/wgmma_keys24.cuh differs from tools/gen_wgmma_header.py --narrow's output: edit "
+        "the script and regenerate with `python3 tools/gen_wgmma_header.py --narrow > "
+        "templates/kgen_device/core/wgmma_keys24.cuh`"
+    )
+    # One specialisation of wgmma::Mma per width over the three headers; a width 8 past a multiple
+    # of 16 ends in four registers.
+    narrow = set(gen_wgmma_header.BASE_NARROW)
+    assert not narrow & (set(gen_wgmma_header.BASE_KEYS) | set(gen_wgmma_header.BASE))
+    assert all(n % 8 == 0 for n in narrow)
+    assert "KGEN_WN_ACC4(d, 8)" in header

@@ -42,7 +42,7 @@
 
 #include "kgen_device/attention/backward_wgmma.cuh"
 #include "kgen_device/attention/backward_wide_config.h"
-#include "kgen_device/core/wgmma_keys.cuh"
+#include "kgen_device/core/wgmma_keys24.cuh"
 
 namespace kgen {
 namespace bwd_wide {
@@ -119,11 +119,11 @@ __device__ __forceinline__ void ds_rows(float (&dp)[Regs], const float (&p)[Regs
 // Writes a warp's 16 rows × (8·Blocks) columns of a wgmma accumulator (times `mul`, rounded to
 // 16 bits) transposed into a 128-byte-swizzled tile: accumulator column c goes to tile row
 // row0 + c, accumulator row r (the warp's rows from col0, a multiple of 8) to tile column col0 + r.
-// One stmatrix .x4 .trans per two 8-column blocks.
+// One stmatrix .x4 .trans per two 8-column blocks, an .x2 for an odd last one.
 template <class T, class Tile, int Blocks, int N>
 __device__ __forceinline__ void store_transposed(unsigned tile, const float (&acc)[N], float mul, int row0, int col0,
                                                  int lane) {
-  static_assert(Blocks % 2 == 0 && 4 * Blocks <= N, "pairs of 8-column blocks inside the accumulator");
+  static_assert(4 * Blocks <= N, "8-column blocks inside the accumulator");
   const int mi = lane / 8;  // the stored matrix this lane addresses: (h = mi % 2, block 2·jp + mi / 2)
   const int chunk = col0 / 8 + (mi & 1);
 #pragma unroll
@@ -134,6 +134,12 @@ __device__ __forceinline__ void store_transposed(unsigned tile, const float (&ac
                              pack2<T>(acc[4 * j0 + 2] * mul, acc[4 * j0 + 3] * mul),
                              pack2<T>(acc[4 * j0 + 4] * mul, acc[4 * j0 + 5] * mul),
                              pack2<T>(acc[4 * j0 + 6] * mul, acc[4 * j0 + 7] * mul));
+  }
+  if constexpr (Blocks % 2 == 1) {  // lanes 0-15 address the last block's two matrices (h = mi)
+    constexpr int j = Blocks - 1;
+    const unsigned addr = tile + Tile::offset(row0 + 8 * j + lane % 8, chunk);
+    wgmma::stmatrix_x2_trans(addr, pack2<T>(acc[4 * j] * mul, acc[4 * j + 1] * mul),
+                             pack2<T>(acc[4 * j + 2] * mul, acc[4 * j + 3] * mul));
   }
 }
 

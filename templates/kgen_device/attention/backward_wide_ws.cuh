@@ -1,9 +1,12 @@
-// Warp-specialised Hopper backward for wide head dims (sm_90a wgmma, config
-// "wg:bm64:bn96:a1:t:l:w"): the 96-key blocks of the wide kernel (backward_wide.cuh) with its
-// copies moved off the warpgroups that run the tensor cores, so that two consumers of 240
-// registers hold every dKᵀ and dVᵀ row of their keys.
+// Warp-specialised Hopper backward for wide head dims (sm_90a wgmma, configs
+// "wg:bm64:bn96:a1:t:l:w" at the 192-column tile and "wg:bm64:bn48:a1:t:l:w" at the 256-column
+// one): the wide kernel's key blocks with dKᵀ and dVᵀ accumulated transposed (backward_wide.cuh)
+// and its copies moved off the warpgroups that run the tensor cores, so that two consumers of 240
+// registers hold every dKᵀ and dVᵀ row of their keys. Below, for the 192-column tile: BN = 96
+// keys, 48 per consumer; at 256 columns BN = 48, 24 per consumer (wgmma m64n24k16), dQ's pieces
+// two of 64 columns, [128·w, +64) and [128·w + 64, +64), and eight staging boxes.
 //
-// Grid (ceil(n_k / 96), heads_kv, batch), 384 threads, the query-tile walk of the other key-major
+// Grid (ceil(n_k / BN), heads_kv, batch), 384 threads, the query-tile walk of the other key-major
 // kernels. Warpgroup 0 is the producer (setmaxnreg 24; the consumers 240):
 //   warp 0 loads: per query tile j, once both consumers released the stages it uses, lane 0
 //     issues Q's boxes by TMA on q_full[j % 2] (every lane the rows' lse2 and delta by cp.async,
@@ -30,12 +33,12 @@
 // (stmatrix .trans) into the K and V tiles, then to dK and dV with 16-byte stores.
 //
 // Shared memory (from a base rounded up to 1024 bytes; attention_bwd::wide_ws_smem_bytes): K
-// (Sw128<96, 192>), V (Sw128<96, DV>, DV = v's head dim rounded up to 64), two stages of Q
-// (Sw128<64, 192>), kDoStages of dO (Sw128<64, DV>: two up to 128 columns, else one), Pᵀ and dSᵀ
-// (Sw128<96, 64>), dQ's staging (six boxes of 64 rows × 32 fp32 columns, the dq_map's swizzle),
-// two stages of the rows' lse2 and delta, the mbarriers.
+// (Sw128<BN, D>), V (Sw128<BN, DV>, DV = v's head dim rounded up to 64), two stages of Q
+// (Sw128<64, D>), kDoStages of dO (Sw128<64, DV>: two up to 128 columns, else one), Pᵀ and dSᵀ
+// (Sw128<BN, 64>), dQ's staging (D / 32 boxes of 64 rows × 32 fp32 columns, the dq_map's
+// swizzle), two stages of the rows' lse2 and delta, the mbarriers.
 // Masking and requirements: as the wide kernel (rows >= n_q zero-filled by TMA with zero
-// statistics, keys >= n_k zero-filled and masked; HeadDim a multiple of 8 in (128, 192], HeadDimV
+// statistics, keys >= n_k zero-filled and masked; HeadDim a multiple of 8 in (D − 64, D], HeadDimV
 // a multiple of 8 up to HeadDim). The atomic mode only: its deterministic mode is the wide
 // kernel's.
 #pragma once
@@ -48,10 +51,10 @@ namespace bwd_wide {
 
 // The regions of dynamic shared memory (see the top comment), from a base rounded up to 1024
 // bytes; q(stage), dq_box(box), dq_full(wg) and dq_empty(wg) as bwd_detail::ws_add_dq expects.
-template <int HeadDimV>
+template <int Tile, int HeadDimV>
 struct WsSmem {
-  static constexpr int BN = attention_bwd::kWideKeys, BM = attention_bwd::kWideQueryRows;
-  static constexpr int D = attention_bwd::kWideHeadDim, DV = attention_bwd::wide_ws_v_cols(HeadDimV);
+  static constexpr int BN = attention_bwd::wide_ws_keys(Tile), BM = attention_bwd::kWideQueryRows;
+  static constexpr int D = Tile, DV = attention_bwd::wide_ws_v_cols(HeadDimV);
   static constexpr int kDoStages = attention_bwd::wide_ws_do_stages(HeadDimV);
   static constexpr int kDsBufs = attention_bwd::wide_ws_ds_bufs(HeadDimV);
   using KTile = wgmma::Sw128<BN, D>;
@@ -123,44 +126,47 @@ __device__ __forceinline__ void ws_load_tiles(const AttentionBackwardParams& p, 
   cp_async_wait<0>();
 }
 
-// acc (Blocks accumulators of 64 head-dim rows × 48 keys, one per 64-column block of a Q or dO
+// acc (Blocks accumulators of 64 head-dim rows × Keys keys, one per 64-column block of a Q or dO
 // tile from `a_tile`) += Aᵀ·B over a tile's 64 queries: block i reads the tile's columns
-// [64·i, +64) M-major, B (`b`) this consumer's 48 rows of the Pᵀ or dSᵀ tile. The caller fences
+// [64·i, +64) M-major, B (`b`) this consumer's Keys rows of the Pᵀ or dSᵀ tile. The caller fences
 // and commits.
-template <class T, int Blocks, int BlockBytes>
-__device__ __forceinline__ void wgmma_rows_t(float (&acc)[Blocks * 24], unsigned a_tile, unsigned long long b) {
+template <class T, int Blocks, int BlockBytes, int Keys>
+__device__ __forceinline__ void wgmma_rows_t(float (&acc)[Blocks * Keys / 2], unsigned a_tile, unsigned long long b) {
 #pragma unroll
   for (int i = 0; i < Blocks; ++i)
-    wgmma_keys_t<T, 48>(reinterpret_cast<float(&)[24]>(acc[24 * i]),
-                        bwd_detail::mn_major_cols<BlockBytes>(a_tile, 64 * i), b);
+    wgmma_keys_t<T, Keys>(reinterpret_cast<float(&)[Keys / 2]>(acc[Keys / 2 * i]),
+                          bwd_detail::mn_major_cols<BlockBytes>(a_tile, 64 * i), b);
 }
 
-// Writes Blocks accumulators of wgmma_rows_t (times `mul`) transposed into the rows [key0, +48)
-// of a 96-key Sw128 tile: block i's rows (head-dim columns 64·i + the warp's 16) become columns.
-template <class T, class Tile, int Blocks>
-__device__ __forceinline__ void store_rows_t(unsigned tile, const float (&acc)[Blocks * 24], float mul, int key0,
+// Writes Blocks accumulators of wgmma_rows_t (times `mul`) transposed into the rows [key0, +Keys)
+// of a key-block Sw128 tile: block i's rows (head-dim columns 64·i + the warp's 16) become columns.
+template <class T, class Tile, int Blocks, int Keys>
+__device__ __forceinline__ void store_rows_t(unsigned tile, const float (&acc)[Blocks * Keys / 2], float mul, int key0,
                                              int warp, int lane) {
 #pragma unroll
   for (int i = 0; i < Blocks; ++i)
-    store_transposed<T, Tile, 6>(tile, reinterpret_cast<const float(&)[24]>(acc[24 * i]), mul, key0,
-                                 64 * i + 16 * warp, lane);
+    store_transposed<T, Tile, Keys / 8>(tile, reinterpret_cast<const float(&)[Keys / 2]>(acc[Keys / 2 * i]), mul, key0,
+                                        64 * i + 16 * warp, lane);
 }
 
 }  // namespace bwd_wide
 
-// T: half_t or bfloat16_t; D: 192 (the tile); BM: 64; HeadDim, HeadDimV: q's and v's head dims.
+// T: half_t or bfloat16_t; D: 192 or 256 (the tile); BM: 64; HeadDim, HeadDimV: q's and v's head
+// dims.
 template <class T, int D, int BM, bool Causal, int HeadDim, int HeadDimV = HeadDim>
 __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const AttentionBackwardTmaParams& tp) {
-  static_assert(D == attention_bwd::kWideHeadDim, "the 192-column tile");
+  static_assert(attention_bwd::wide_ws_tile(D), "the 192- or 256-column tile");
   static_assert(BM == attention_bwd::kWideQueryRows, "64-row query tiles");
   static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   bwd_detail::check_wgmma_backward_args<T, D, BM, HeadDim>();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Sm = bwd_wide::WsSmem<HeadDimV>;
-  static_assert(Sm::kBytes == attention_bwd::wide_ws_smem_bytes(HeadDimV), "shared memory layout must match");
-  constexpr int BN = attention_bwd::kWideKeys;
+  using Sm = bwd_wide::WsSmem<D, HeadDimV>;
+  static_assert(Sm::kBytes == attention_bwd::wide_ws_smem_bytes(HeadDimV, D), "shared memory layout must match");
+  constexpr int BN = Sm::BN;
   constexpr int kThreads = bwd_detail::kWsConsumerThreads;
   constexpr int kKeys = BN / 2;             // a consumer's keys
+  constexpr int kAcc = kKeys / 2;           // registers of a 64-row × kKeys accumulator
+  constexpr int kDBlocks = D / 64;          // dKᵀ's 64-row blocks
   constexpr int kVBlocks = Sm::DV / 64;     // dVᵀ's 64-row blocks
   constexpr int kDoStages = Sm::kDoStages;
   const AttentionBackwardParams& p = tp.a;
@@ -219,16 +225,19 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
   const unsigned long long p_b = wgmma::desc_sw128(sm.p() + key_wg * 128, 16, 1024);
   const unsigned long long ds_b0 = wgmma::desc_sw128(sm.ds(0) + key_wg * 128, 16, 1024);
   const unsigned long long ds_m0 = wgmma::desc_sw128(sm.ds(0), Sm::PTile::kBlockBytes, 1024);
-  // dQ's pieces: columns [64 + 32·wg, +32) and [128·wg, +64), each inside one 64-column block.
-  const int col32 = 64 + 32 * wg, col64 = 128 * wg;
-  const unsigned long long k_cols32 = bwd_detail::mn_major_cols<Sm::KTile::kBlockBytes>(sm.k(), col32);
-  const unsigned long long k_cols64 = bwd_detail::mn_major_cols<Sm::KTile::kBlockBytes>(sm.k(), col64);
+  // dQ's pieces, each inside one 64-column block of the consumer's columns [D/2·wg, +D/2): at 192
+  // columns [128·wg, +64) and [64 + 32·wg, +32), at 256 [128·wg, +64) and [128·wg + 64, +64).
+  constexpr int kColsB = D / 2 - 64;
+  static_assert(kColsB == 32 || kColsB == 64, "a consumer's dQ columns: a 64-column piece and a 32- or 64-column one");
+  const int col_a = 128 * wg, col_b = D == 256 ? 128 * wg + 64 : 64 + 32 * wg;
+  const unsigned long long k_cols_a = bwd_detail::mn_major_cols<Sm::KTile::kBlockBytes>(sm.k(), col_a);
+  const unsigned long long k_cols_b = bwd_detail::mn_major_cols<Sm::KTile::kBlockBytes>(sm.k(), col_b);
 
-  float dkt[3 * 24], dvt[kVBlocks * 24];
+  float dkt[kDBlocks * kAcc], dvt[kVBlocks * kAcc];
 #pragma unroll
-  for (int i = 0; i < 3 * 24; ++i) dkt[i] = 0.f;
+  for (int i = 0; i < kDBlocks * kAcc; ++i) dkt[i] = 0.f;
 #pragma unroll
-  for (int i = 0; i < kVBlocks * 24; ++i) dvt[i] = 0.f;
+  for (int i = 0; i < kVBlocks * kAcc; ++i) dvt[i] = 0.f;
 
   for (int it = 0; it < total; ++it) {
     const int qs = it & 1, ds = it % kDoStages, buf = it % Sm::kDsBufs;
@@ -240,8 +249,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
     tma::wait(sm.do_full(ds), (it / kDoStages) & 1);
     const float* st = sm.stats(qs);
 
-    // ---- S = Q·K_wᵀ, dP = dO·V_wᵀ (64 queries × this consumer's 48 keys), two groups ----
-    float s[kKeys / 2], dp[kKeys / 2];
+    // ---- S = Q·K_wᵀ, dP = dO·V_wᵀ (64 queries × this consumer's keys), two groups ----
+    float s[kAcc], dp[kAcc];
     bwd_detail::issue_sdp<T, kKeys, HeadDim, Sm::QTile::kBlockBytes, Sm::KTile::kBlockBytes, true, HeadDimV>(
         s, dp, wgmma::desc_sw128(sm.q(qs), 16, 1024), wgmma::desc_sw128(sm.d_o(ds), 16, 1024), k_b, v_b);
 
@@ -253,12 +262,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
       bwd_wide::p_rows<Causal>(s, st, scale_log2, true, warp * 16, m0, n0 + key_wg, n_k, diag, g, t);
     else
       bwd_wide::p_rows<Causal>(s, st, scale_log2, false, warp * 16, m0, n0 + key_wg, n_k, diag, g, t);
-    bwd_wide::store_transposed<T, typename Sm::PTile, 6>(sm.p(), s, 1.f, key_wg, warp * 16, lane);
+    bwd_wide::store_transposed<T, typename Sm::PTile, kKeys / 8>(sm.p(), s, 1.f, key_wg, warp * 16, lane);
     wgmma::fence_proxy_async();
     tma::barrier_sync(4 + wg, 128);  // every warp's Pᵀ rows written
     wgmma::fence_operand(dvt);
     wgmma::fence();
-    bwd_wide::wgmma_rows_t<T, kVBlocks, Sm::DoTile::kBlockBytes>(dvt, sm.d_o(ds), p_b);
+    bwd_wide::wgmma_rows_t<T, kVBlocks, Sm::DoTile::kBlockBytes, kKeys>(dvt, sm.d_o(ds), p_b);
     wgmma::commit();
 
     // ---- dS; once both consumers' dQ of the tile before read the dSᵀ tile, into its rows ----
@@ -268,31 +277,31 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
     // One dSᵀ tile: both consumers' dQ of the tile before must have read it. Two: the tile before
     // that one's dQ, which each consumer finished before the last tile's barrier below.
     if (Sm::kDsBufs == 1 && it > 0) named_barrier<2, kThreads>();
-    bwd_wide::store_transposed<T, typename Sm::PTile, 6>(sm.ds(buf), dp, 1.f, key_wg, warp * 16, lane);
+    bwd_wide::store_transposed<T, typename Sm::PTile, kKeys / 8>(sm.ds(buf), dp, 1.f, key_wg, warp * 16, lane);
     wgmma::fence_proxy_async();
 
     // ---- once both consumers' dSᵀ rows are written: dQ = dS·K on this consumer's columns, then
     // dKᵀ += Qᵀ·dS, under which dQ goes to the staging boxes ----
     named_barrier<3, kThreads>();
-    float dq32[16], dq64[32];
+    float dq_a[32], dq_b[kColsB / 2];
     wgmma::fence();
-    bwd_detail::wgmma_cols_dq<T, 32, BN>(dq32, ds_m, k_cols32);
-    bwd_detail::wgmma_cols_dq<T, 64, BN>(dq64, ds_m, k_cols64);
+    bwd_detail::wgmma_cols_dq<T, 64, BN>(dq_a, ds_m, k_cols_a);
+    bwd_detail::wgmma_cols_dq<T, kColsB, BN>(dq_b, ds_m, k_cols_b);
     wgmma::commit();
     wgmma::fence_operand(dkt);
-    bwd_wide::wgmma_rows_t<T, 3, Sm::QTile::kBlockBytes>(dkt, sm.q(qs), ds_b);
+    bwd_wide::wgmma_rows_t<T, kDBlocks, Sm::QTile::kBlockBytes, kKeys>(dkt, sm.q(qs), ds_b);
     wgmma::commit();
 
     // ---- dVᵀ and dQ done: the dO stage released, dQ into the staging boxes; dKᵀ done: the Q
     // stage released ----
     wgmma::wait<1>();
     wgmma::fence_operand(dvt);
-    wgmma::fence_operand(dq32);
-    wgmma::fence_operand(dq64);
+    wgmma::fence_operand(dq_a);
+    wgmma::fence_operand(dq_b);
     tma::arrive(sm.do_empty(ds));
     if (it > 0) tma::wait(sm.dq_empty(wg), (it - 1) & 1);
-    bwd_detail::write_dq_boxes<32>(sm, dq32, col32 / 32, warp, g, t);
-    bwd_detail::write_dq_boxes<64>(sm, dq64, col64 / 32, warp, g, t);
+    bwd_detail::write_dq_boxes<64>(sm, dq_a, col_a / 32, warp, g, t);
+    bwd_detail::write_dq_boxes<kColsB>(sm, dq_b, col_b / 32, warp, g, t);
     tma::fence_proxy_async();
     tma::arrive(sm.dq_full(wg));
     wgmma::wait<0>();
@@ -303,8 +312,8 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
   // ---- epilogue: dK = scale·dKᵀᵀ and dV through the K and V tiles (both consumers' products
   // done), then to global memory ----
   named_barrier<1, kThreads>();
-  bwd_wide::store_rows_t<T, typename Sm::KTile, 3>(sm.k(), dkt, p.scale, key_wg, warp, lane);
-  bwd_wide::store_rows_t<T, typename Sm::VTile, kVBlocks>(sm.v(), dvt, 1.f, key_wg, warp, lane);
+  bwd_wide::store_rows_t<T, typename Sm::KTile, kDBlocks, kKeys>(sm.k(), dkt, p.scale, key_wg, warp, lane);
+  bwd_wide::store_rows_t<T, typename Sm::VTile, kVBlocks, kKeys>(sm.v(), dvt, 1.f, key_wg, warp, lane);
   named_barrier<1, kThreads>();
   const int ctid = threadIdx.x - 128;
   const int keys = imin(n_k - n0, BN);
