@@ -170,36 +170,37 @@ TEST(AttentionBackwardGpuWgmma, ExplicitFormsOnSmallAndLargeShapes) {
       }
 }
 
-// The column-share kernel at the 256-column tile (wg:bm64:bn64:c2, head dims 200-256; the default
-// there): at head dim 256 its atomic mode stages dQ in the finished stage's Q and dO tiles and adds
-// it by TMA (the next loads of that stage wait for the reads), below by red_add2. The grid of
-// check_wgmma_config at 256 in both dtypes and at a padded head dim, both masks, plus the odd
-// key-block shape with GQA and one partial query tile.
+// An explicit config on the grid of check_wgmma_config, plus the shape whose key blocks are odd in
+// number with GQA 4, and 97 queries against 500 keys (one partial query tile; with the mask, the
+// causal diagonal crosses the last key blocks).
+void check_config_on_odd_shapes(DType dtype, int d, bool causal, const char* text, std::uint64_t& seed) {
+  check_wgmma_config(dtype, d, causal, *parse_attention_backward_config(text), seed);
+  for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 4, 4, 97, 500}}) {
+    AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
+    c.config = text;
+    expect_pass(c, BackwardBenchOptions{}, false);
+  }
+}
+
+// The column-share kernel at the 256-column tile (wg:bm64:bn64:c2, head dims 200-256; there the
+// deterministic mode and the form for views without tensor maps): at head dim 256 its atomic mode
+// stages dQ in the finished stage's Q and dO tiles and adds it by TMA (the next loads of that stage
+// wait for the reads), below by red_add2. At 256 in both dtypes and at a padded head dim, both
+// masks.
 TEST(AttentionBackwardGpuWgmma, ColumnShareAtTwoHundredFiftySixColumns) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
   if (target.arch != "sm_90a") GTEST_SKIP() << "the device has no wgmma (" << target.arch << ")";
-  const char* text = "wg:bm64:bn64:c2";
-  const auto config = *parse_attention_backward_config(text);
   std::uint64_t seed = 2562;
   GpuTestSplit split;
   for (const auto& [dtype, d] : {std::pair{DType::bf16, 256}, std::pair{DType::f16, 256}, std::pair{DType::f16, 232}})
-    for (bool causal : {false, true}) {
-      if (!split.next()) continue;
-      check_wgmma_config(dtype, d, causal, config, seed);
-      for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 4, 4, 97, 500}}) {
-        AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
-        c.config = text;
-        expect_pass(c, BackwardBenchOptions{}, false);
-      }
-    }
+    for (bool causal : {false, true})
+      if (split.next()) check_config_on_odd_shapes(dtype, d, causal, "wg:bm64:bn64:c2", seed);
 }
 
 // The warp-specialised wide kernel (wg:bm64:bn96:a1:t:l:w at head dims 136-192,
-// wg:bm64:bn48:a1:t:l:w at 200-256; the defaults there) on the grid of check_wgmma_config at the
-// tile's head dim and padded ones, both masks and dtypes, plus the shape whose key blocks are odd
-// in number with GQA 4, and 97 queries against 500 keys (one partial query tile; with the mask,
-// the causal diagonal crosses the last key blocks).
+// wg:bm64:bn48:a1:t:l:w at 200-256; the defaults there) at the tile's head dim and padded ones,
+// both masks and dtypes (check_config_on_odd_shapes).
 TEST(AttentionBackwardGpuWgmma, WideWarpSpecialisedOnSmallAndLargeShapes) {
   KGEN_REQUIRE_GPU();
   const Target& target = device_info(0).target;
@@ -207,20 +208,11 @@ TEST(AttentionBackwardGpuWgmma, WideWarpSpecialisedOnSmallAndLargeShapes) {
   std::uint64_t seed = 4242;
   GpuTestSplit split;
   for (const auto& [text, dims] : {std::pair{"wg:bm64:bn96:a1:t:l:w", std::array{192, 160, 136}},
-                                   std::pair{"wg:bm64:bn48:a1:t:l:w", std::array{256, 232, 200}}}) {
-    const auto config = *parse_attention_backward_config(text);
+                                   std::pair{"wg:bm64:bn48:a1:t:l:w", std::array{256, 232, 200}}})
     for (int d : dims)
       for (bool causal : {false, true})
-        for (DType dtype : {DType::bf16, DType::f16}) {
-          if (!split.next()) continue;
-          check_wgmma_config(dtype, d, causal, config, seed);
-          for (const Shape& s : {Shape{3, 8, 2, 700, 1337}, Shape{1, 4, 4, 97, 500}}) {
-            AttentionCase c = make_case(dtype, d, causal, s, Layout::bhnd, seed++);
-            c.config = text;
-            expect_pass(c, BackwardBenchOptions{}, false);
-          }
-        }
-  }
+        for (DType dtype : {DType::bf16, DType::f16})
+          if (split.next()) check_config_on_odd_shapes(dtype, d, causal, text, seed);
 }
 
 // Decoupled forms outside the tuner's space, or new in it, on the grid of check_wgmma_config:
