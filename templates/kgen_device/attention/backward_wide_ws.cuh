@@ -15,20 +15,22 @@
 //     dq_accum by TMA, the boxes released one reduce-add group late.
 // Warpgroups 1 and 2 are the consumers; consumer w owns the keys [n0 + 48·w, +48). Per tile:
 //   S = Q·K_wᵀ, dP = dO·V_wᵀ           wgmma m64n48k16 (queries as M), both operands K-major;
+//                                      S issued once Q has landed, dP once dO has;
 //   P = exp2(S·scale_log2 − lse2), masked; Pᵀ written (stmatrix .trans) into the rows
 //     [48·w, +48) of the Pᵀ tile (only this consumer reads them);
 //   dVᵀ += dOᵀ·P                       m64n48k16 on every 64-row block of v's head dim (A = dO
 //                                      read M-major, B = its Pᵀ rows K-major), in flight while
 //   dS = P∘(dP − delta) is formed; once both consumers' dQ of the tile before has read the dSᵀ
-//     tile, dSᵀ into its rows [48·w, +48); once both consumers wrote theirs:
+//     tile, dSᵀ into its rows [48·w, +48); dVᵀ done, the dO stage released (the next tile's dO
+//     loads under this tile's dQ and dKᵀ); once both consumers wrote their dSᵀ rows:
 //   dQ = dS·K over all 96 keys         on its 96 columns, as an n32 piece [64 + 32·w, +32) and an
 //                                      n64 piece [128·w, +64) (an MN-major B stays inside one
 //                                      64-column block of the K tile), A = dS read M-major from
 //                                      the dSᵀ tile, B = K MN-major; then
 //   dKᵀ += Qᵀ·dS                       m64n48k16 on every 64-row block of the 192 columns;
-//   once dVᵀ and dQ are done the dO stage is released and dQ written into its staging boxes
-//   (columns [96·w, +96): boxes 3·w .. 3·w + 2; once the dQ warp read its last ones) while dKᵀ
-//   runs, then handed over; the Q stage once dKᵀ is done.
+//   once dQ is done it is written into its staging boxes (columns [96·w, +96): boxes 3·w .. 3·w + 2;
+//   once the dQ warp read its last ones) while dKᵀ runs, then handed over; the Q stage is released
+//   once dKᵀ is done.
 // Epilogue: once both consumers' last products are done, scale·dKᵀ and dVᵀ written transposed
 // (stmatrix .trans) into the K and V tiles, then to dK and dV with 16-byte stores.
 //
@@ -246,13 +248,19 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
     const unsigned long long ds_m = ds_m0 + ((buf * Sm::PTile::kBytes) >> 4);
     const int m0 = walk.m0(it);
     tma::wait(sm.q_full(qs), (it >> 1) & 1);
-    tma::wait(sm.do_full(ds), (it / kDoStages) & 1);
     const float* st = sm.stats(qs);
 
-    // ---- S = Q·K_wᵀ, dP = dO·V_wᵀ (64 queries × this consumer's keys), two groups ----
+    // ---- S = Q·K_wᵀ, then, once the dO stage has landed, dP = dO·V_wᵀ (64 queries × this
+    // consumer's keys), two groups ----
     float s[kAcc], dp[kAcc];
-    bwd_detail::issue_sdp<T, kKeys, HeadDim, Sm::QTile::kBlockBytes, Sm::KTile::kBlockBytes, true, HeadDimV>(
-        s, dp, wgmma::desc_sw128(sm.q(qs), 16, 1024), wgmma::desc_sw128(sm.d_o(ds), 16, 1024), k_b, v_b);
+    wgmma::fence();
+    bwd_detail::wgmma_abt<T, kKeys, HeadDim, Sm::QTile::kBlockBytes, Sm::KTile::kBlockBytes>(
+        s, wgmma::desc_sw128(sm.q(qs), 16, 1024), k_b, 0);
+    wgmma::commit();
+    tma::wait(sm.do_full(ds), (it / kDoStages) & 1);
+    bwd_detail::wgmma_abt<T, kKeys, HeadDimV, Sm::DoTile::kBlockBytes, Sm::KTile::kBlockBytes>(
+        dp, wgmma::desc_sw128(sm.d_o(ds), 16, 1024), v_b, 0);
+    wgmma::commit();
 
     // ---- P (while dP runs) into this consumer's Pᵀ rows; dVᵀ += dOᵀ·P ----
     wgmma::wait<1>();
@@ -279,29 +287,31 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_wide_ws(const Attent
     if (Sm::kDsBufs == 1 && it > 0) named_barrier<2, kThreads>();
     bwd_wide::store_transposed<T, typename Sm::PTile, kKeys / 8>(sm.ds(buf), dp, 1.f, key_wg, warp * 16, lane);
     wgmma::fence_proxy_async();
+    // dVᵀ done (issued before dS was formed): the dO stage is released, so that the next tile's
+    // dO loads under this tile's dQ and dKᵀ.
+    wgmma::wait<0>();
+    wgmma::fence_operand(dvt);
+    tma::arrive(sm.do_empty(ds));
 
     // ---- once both consumers' dSᵀ rows are written: dQ = dS·K on this consumer's columns, then
     // dKᵀ += Qᵀ·dS, under which dQ goes to the staging boxes ----
     named_barrier<3, kThreads>();
-    float dq_a[32], dq_b[kColsB / 2];
+    float dq_b[kColsB / 2], dq_a[32];
     wgmma::fence();
-    bwd_detail::wgmma_cols_dq<T, 64, BN>(dq_a, ds_m, k_cols_a);
     bwd_detail::wgmma_cols_dq<T, kColsB, BN>(dq_b, ds_m, k_cols_b);
+    bwd_detail::wgmma_cols_dq<T, 64, BN>(dq_a, ds_m, k_cols_a);
     wgmma::commit();
     wgmma::fence_operand(dkt);
     bwd_wide::wgmma_rows_t<T, kDBlocks, Sm::QTile::kBlockBytes, kKeys>(dkt, sm.q(qs), ds_b);
     wgmma::commit();
 
-    // ---- dVᵀ and dQ done: the dO stage released, dQ into the staging boxes; dKᵀ done: the Q
-    // stage released ----
+    // ---- dQ done: into the staging boxes; dKᵀ done: the Q stage released ----
     wgmma::wait<1>();
-    wgmma::fence_operand(dvt);
-    wgmma::fence_operand(dq_a);
     wgmma::fence_operand(dq_b);
-    tma::arrive(sm.do_empty(ds));
+    wgmma::fence_operand(dq_a);
     if (it > 0) tma::wait(sm.dq_empty(wg), (it - 1) & 1);
-    bwd_detail::write_dq_boxes<64>(sm, dq_a, col_a / 32, warp, g, t);
     bwd_detail::write_dq_boxes<kColsB>(sm, dq_b, col_b / 32, warp, g, t);
+    bwd_detail::write_dq_boxes<64>(sm, dq_a, col_a / 32, warp, g, t);
     tma::fence_proxy_async();
     tma::arrive(sm.dq_full(wg));
     wgmma::wait<0>();
