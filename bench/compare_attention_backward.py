@@ -50,6 +50,8 @@ from compare_attention import (add_shape_args, check_kv_heads, gqa_kwargs, heads
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
+# Every implementation --impls names: kgen first, then its peers.
+IMPLS = ("kgen", *PEERS, "flex", "fa4")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 BOUND = 1e-2          # rel_l2 of 16-bit gradients against the fp32 reference (docs/attention.md §5.2)
 SECOND_BOUND = 2e-2   # second order, 16-bit inputs
@@ -170,15 +172,14 @@ def bench_backward(args, out):
                             grads = bufs
                         else:
                             ins = [t.detach().requires_grad_(True) for t in (q, k, v)]
-                            if impl == "fa4":  # layout (b, n, h, d): its own copies, gradients back
+                            g_o = d_o
+                            if impl == "fa4":  # layout (b, n, h, d): its own copies, gradients back below
                                 if fa4 is None:
                                     raise RuntimeError("FlashAttention-4 unavailable")
                                 ins = [t.detach().transpose(1, 2).contiguous().requires_grad_(True) for t in (q, k, v)]
+                                g_o = d_o.transpose(1, 2).contiguous()
                                 o = fa4(*ins, causal=causal)
                                 o = o[0] if isinstance(o, tuple) else o
-                                fn = functools.partial(torch.autograd.grad, o, ins, d_o.transpose(1, 2).contiguous(),
-                                                       retain_graph=True)
-                                grads = [g.transpose(1, 2) for g in fn()]
                             elif impl == "flex":
                                 if flex is None:
                                     raise RuntimeError("FlexAttention unavailable")
@@ -189,9 +190,10 @@ def bench_backward(args, out):
                             else:
                                 with sdpa_kernel([PEERS[impl]]), refusals():  # SDPA's warnings say why not
                                     o = F.scaled_dot_product_attention(*ins, is_causal=causal, **gqa)
-                            if impl != "fa4":
-                                fn = functools.partial(torch.autograd.grad, o, ins, d_o, retain_graph=True)
-                                grads = fn()
+                            fn = functools.partial(torch.autograd.grad, o, ins, g_o, retain_graph=True)
+                            grads = fn()
+                            if impl == "fa4":
+                                grads = [g.transpose(1, 2) for g in grads]
                         torch.cuda.synchronize()
                         checks = [compare(nm, g[:1, :r.shape[1]].double(), r.double(), bound=BOUND)
                                   for nm, g, r in zip(("dq", "dk", "dv"), grads, ref)]
@@ -324,8 +326,8 @@ def main():
     p.add_argument("--causal", type=lambda s: {"yes": [True], "no": [False], "both": [False, True]}[s],
                    default=[False, True], help="yes | no | both")
     p.add_argument("--impls", type=lambda s: [x for x in s.split(",") if x], default=["kgen", *PEERS, "flex"],
-                   help="backward table: kgen and its peers, comma-separated, from kgen, flash, cudnn, efficient, "
-                        "flex and fa4 (FlashAttention-4's flash_attn.cute, where ../shared/tools/fa4 installed it)")
+                   help=f"backward table: kgen and its peers, comma-separated, from {', '.join(IMPLS)} (fa4: "
+                        "FlashAttention-4's flash_attn.cute, where ../shared/tools/fa4 installed it)")
     p.add_argument("--kgen-configs", type=lambda s: [x for x in s.split(",") if x], default=[],
                    help="extra kgen columns: backward configs to force, or 'deterministic'")
     p.add_argument("--double-dtypes", type=lambda s: s.split(","), default=["fp16", "bf16"])
@@ -340,10 +342,10 @@ def main():
                    help="backward table: rounds the reps are split into, the implementations' order rotating")
     p.add_argument("--out", help="also write the tables (markdown) here")
     args = p.parse_args()
-    unknown = [i for i in args.impls if i not in ("kgen", *PEERS, "flex", "fa4")]
+    unknown = [i for i in args.impls if i not in IMPLS]
     if unknown or "kgen" not in args.impls:
         p.error(f"argument --impls: {','.join(unknown) or 'kgen missing'}: choose kgen and any of "
-                f"{', '.join((*PEERS, 'flex', 'fa4'))}")
+                f"{', '.join(IMPLS[1:])}")
     if args.only in (None, "backward"):
         check_kv_heads(p, args, row_heads(args))
     if args.only in (None, "double"):

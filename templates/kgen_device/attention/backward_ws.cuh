@@ -486,12 +486,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
   const auto [wg_t, warp, lane, g, t] = wgmma::Lane::of(threadIdx.x - 128);
   const int wg = shfl32(wg_t, 0);  // warp-uniform to ptxas (the kernel above says why)
   const int ctid = threadIdx.x - 128;
-  // The consumers' key block (n0, kv lane, batch) and round in shared memory, written by the
-  // first consumer thread (in the main loop with a mask the registers are at their limit: kept
-  // there, they spilled).
+  // The consumers' key block (kv lane and batch; without a mask also the next block's n0, written
+  // before it is read) and round in shared memory, written by the first consumer thread (in the
+  // main loop with a mask the registers are at their limit: kept there, they spilled).
   __shared__ int slots[3], slot_round;
   if (ctid == 0) {  // read after the first barrier below
-    slots[0] = kb.n0, slots[1] = kb.kv_head, slots[2] = kb.batch;
+    slots[1] = kb.kv_head, slots[2] = kb.batch;
     slot_round = rounds.round;
   }
   const float scale_log2 = p.scale_log2;
