@@ -25,8 +25,8 @@ using attention_fwd::wgmma_tile_head_dim;
 
 bool is_bwd_fa2_head_dim(int d) { return attention_fwd::tensor_core_head_dim(d); }
 bool is_bwd_wgmma_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) <= 128; }
-// Above 128 columns (192- and 256-column tiles) the wgmma backward is the column-share kernel
-// (attention_backward_wgmma_kv_cols): config "wg:bm64:bn64:c2".
+// Above 128 columns (192- and 256-column tiles) the wgmma backward's kernels are the column-share
+// kernel (attention_backward_wgmma_kv_cols, config "wg:bm64:bn64:c2") and the wide ones below.
 bool is_bwd_wgmma_cols_head_dim(int d) { return is_bwd_fa2_head_dim(d) && wgmma_tile_head_dim(d) > 128; }
 // Above 128 columns the warp-specialised wide kernel (backward_wide_ws.cuh): a producer warpgroup
 // and two consumers that split a key block, config "wg:bm64:bn96:a1:t:l:w" at the 192-column tile
@@ -678,9 +678,9 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     if (!check_attention_backward_config(spec, c, target)) return c;
   }
   if (spec.dtype != DType::f32 && is_bwd_wgmma_cols_head_dim(spec.head_dim) && has_wgmma(target)) {
-    // Above 128 columns: up to 192, blocks of 96 keys with dKᵀ and dVᵀ accumulated transposed,
-    // on a producer warpgroup and two consumers of 48 keys (bn96:w); above, two warpgroups share
-    // 64 keys and split the dK, dV and dQ columns (c2).
+    // Above 128 columns: blocks of keys with dKᵀ and dVᵀ accumulated transposed, on a producer
+    // warpgroup and two consumers, 96 keys up to 192 columns (bn96:w), 48 above (bn48:w); c2 (two
+    // warpgroups sharing 64 keys and splitting the dK, dV and dQ columns) where neither serves.
     for (const BackwardWgmmaConfig c : {kWideWs, kWideWs256, BackwardWgmmaConfig{.keys = 64, .column_splits = 2}})
       if (!check_attention_backward_config(spec, c, target)) return c;
   }
