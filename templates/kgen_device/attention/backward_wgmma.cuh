@@ -638,15 +638,6 @@ __device__ __forceinline__ void reduce_cols_dq(const void* map, const DqStaging&
   }
 }
 
-
-// dQ staging boxes in place (the 256-column tile): the box of columns [32·b, +32) of a 64-row
-// tile whose 64-column blocks are 8 KB each, at `base` (a Q or dO tile of this stage).
-struct DqBlocks {
-  static constexpr int kDqBoxBytes = 64 * 128;
-  unsigned base;
-  __device__ __forceinline__ unsigned dq_box(int box) const { return base + box * kDqBoxBytes; }
-};
-
 // The 256-column tile's dQ of one query tile through boxes in the finished stage: warpgroup wg's
 // 128 columns from col_a, the first 64 in its two 64-column blocks of the Q tile `q`, the other
 // 64 in its two of the dO tile `d_o` (the blocks its dK and dV products read; the caller waited
@@ -656,7 +647,7 @@ struct DqBlocks {
 __device__ __forceinline__ void reduce_cols_dq_in_place(const void* map, unsigned q, unsigned d_o, const float (&dq)[64],
                                                         int row_base, int m0, int col_a, int warp, int lane, int g,
                                                         int t, int bar) {
-  const DqBlocks in_q{q}, in_do{d_o};
+  const DqStaging in_q{q}, in_do{d_o};  // boxes of 32 fp32 columns over the tiles' 64-column blocks
   const int box0 = col_a / 64;  // this warpgroup's first 64-column block
   write_dq_boxes<64>(in_q, reinterpret_cast<const float(&)[32]>(dq[0]), box0, warp, g, t);
   write_dq_boxes<64>(in_do, reinterpret_cast<const float(&)[32]>(dq[32]), box0, warp, g, t);
