@@ -33,6 +33,7 @@
 #pragma once
 
 #include "kgen_device/attention/backward_wgmma.cuh"
+#include "kgen_device/core/wgmma_keys.cuh"
 
 namespace kgen {
 namespace bwd_detail {
@@ -40,6 +41,12 @@ namespace bwd_detail {
 constexpr int kWsConsumerThreads = attention_bwd::kWgmmaWsThreads - 128;
 constexpr int kWsProducerRegisters = 24;
 constexpr int kWsConsumerRegisters = 240;
+
+// The columns of the warp-specialised kernels' dV and dK accumulators (dVᵀ += Pᵀ·dO, dKᵀ += dSᵀ·Q):
+// the head dim rounded up to the wgmma n-step of 16 (at least 32, the narrowest width the wgmma
+// headers have), not the tile's D, so that head dims below the tile's (80 or 96 on the
+// 128-column tile) spend no tensor-core time on zero-filled columns.
+KGEN_HOST_DEVICE constexpr int wgmma_kv_cols(int head_dim) { return head_dim <= 32 ? 32 : (head_dim + 15) / 16 * 16; }
 
 // The producer's load warp: the query tiles of `walk` into the ring of `sm`, each stage once both
 // consumers released it. ring0: the ring's uses before this walk (persistent blocks); drain: wait
@@ -212,6 +219,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, TmaDQ),
                 "shared memory layout must match");
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
+  constexpr int kKvCols = bwd_detail::wgmma_kv_cols(HeadDim);  // dV's and dK's columns
   const AttentionBackwardParams& p = tp.a;
 
   const auto [n0, kv_y, batch, rows_q, rows_k, rows_diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
@@ -285,9 +293,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   const unsigned wg_rows = wg * 64 * 128;
   const unsigned long long k_a = wgmma::desc_sw128(sm.k() + wg_rows, 16, 1024);
   const unsigned long long v_a = wgmma::desc_sw128(sm.v() + wg_rows, 16, 1024);
-  float dk[D / 2], dv[D / 2];
+  float dk[kKvCols / 2], dv[kKvCols / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < kKvCols / 2; ++i) dk[i] = dv[i] = 0.f;
   const int key0 = n0 + wg * 64 + warp * 16;
   const int col0 = BM == 64 ? wg * kDqCols : 0;
   const int row0 = BM == 64 ? 0 : 64 * wg;
@@ -334,7 +342,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
     if (Stagger && it == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
 
     // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
-    bwd_detail::issue_dv_dk<T, D, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
+    bwd_detail::issue_dv_dk<T, kKvCols, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
 
     // ---- dSᵀ(it) into its ring slot ----
     const int buf = it % kDsBufs;
@@ -379,12 +387,12 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
 
   // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
   if constexpr (GroupSplit > 1) {
-    bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
+    bwd_detail::add_dkdv_rows<kKvCols, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
   } else if constexpr (Variant::kPacked) {
     const int k0 = sequence_row0<Variant, true>(va, batch);
-    bwd_detail::store_pair<T, D, HeadDim>(p, p.dk, p.dv, batch, kv_head, 0, k0 + key0, k0 + n_k, dk, dv);
+    bwd_detail::store_pair<T, kKvCols, HeadDim>(p, p.dk, p.dv, batch, kv_head, 0, k0 + key0, k0 + n_k, dk, dv);
   } else {
-    bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+    bwd_detail::store_dkdv<T, kKvCols, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
   }
 #endif
 }
@@ -422,6 +430,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
   static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, TmaDQ),
                 "shared memory layout must match");
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
+  constexpr int kKvCols = bwd_detail::wgmma_kv_cols(HeadDim);  // dV's and dK's columns
   const AttentionBackwardParams& p = tp.a;
   const Smem sm = Smem::at(dynamic_smem());
   bwd_detail::KeyBlockRounds<Causal, GroupSplit> rounds;
@@ -518,9 +527,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
     wgmma::fence_proxy_async();
     named_barrier<1, kThreads>();
 
-    float dk[D / 2], dv[D / 2];
+    float dk[kKvCols / 2], dv[kKvCols / 2];
 #pragma unroll
-    for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+    for (int i = 0; i < kKvCols / 2; ++i) dk[i] = dv[i] = 0.f;
     const int key0 = n0 + wg * 64 + warp * 16;
 
     const int m_begin = walk.tile_begin * BM, m_end = (walk.tile_begin + walk.tiles_per_head) * BM;
@@ -546,7 +555,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
       if (Stagger && use == 0 && wg == 0) tma::barrier_arrive(2, kThreads);
 
       // ---- dV += Pᵀ·dO, dK += dSᵀ·Q ----
-      bwd_detail::issue_dv_dk<T, D, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
+      bwd_detail::issue_dv_dk<T, kKvCols, BM, QTile>(dv, dk, s, dp, sm.q(stage), sm.d_o(stage));
 
       // ---- dSᵀ(it) into its ring slot ----
       const int buf = use % kDsBufs;
@@ -625,9 +634,9 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
 
     // ---- epilogue: dK = s·Σ dSᵀ·Q, dV ----
     if constexpr (GroupSplit > 1)
-      bwd_detail::add_dkdv_rows<D, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
+      bwd_detail::add_dkdv_rows<kKvCols, HeadDim>(p, batch, kv_head, key0, dk, dv, g, t);
     else
-      bwd_detail::store_dkdv<T, D, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
+      bwd_detail::store_dkdv<T, kKvCols, HeadDim>(p, batch, kv_head, 0, key0, dk, dv);
   }
 #endif
 }

@@ -61,8 +61,10 @@
 // whose few query tiles would leave most SMs idle.
 //
 // HeadDimV (MLA, docs/kernels/mla.md): v's and o's head dim when it is below q's, a multiple of 8,
-// on the plain grid without a variant. V tiles and the O accumulator, the P·V wgmma's N and the
-// epilogue's boxes cover DV = HeadDimV rounded up to 64 columns; Q and K keep D.
+// on the plain grid without a variant. V tiles and the epilogue's boxes cover DV = HeadDimV
+// rounded up to 64 columns; Q and K keep D. With any head dims, O's accumulators and the P·V
+// wgmma's N cover HeadDimV rounded up to 16 (ws_pv_cols), not DV: V's columns past it are
+// zero-filled and never stored.
 //
 // Requirements (checked by the host): 16-byte aligned pointers and strides, contiguous last
 // dimension, p.head_dim == HeadDim, D a multiple of 64.
@@ -84,7 +86,7 @@
 #include "kgen_device/core/warp.cuh"
 #include "kgen_device/core/wgmma.cuh"
 #include "kgen_device/core/wgmma_fp8.cuh"
-#include "kgen_device/core/wgmma_keys.cuh"
+#include "kgen_device/core/wgmma_cols.cuh"
 
 namespace kgen {
 namespace wgmma_fwd_detail {
@@ -194,7 +196,8 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                           : attention_fwd::ws_smem_bytes_v(D, DV, BN, Stages, kQBuffers, BM)),
                 "shared memory layout must match ws_smem_bytes_v");
   constexpr int kSRegs = BN / 2;
-  constexpr int kORegs = DV / 2;
+  // O's accumulators: P·V's columns (E4M3's P·V reads V transposed, all D columns).
+  constexpr int kORegs = (kFp8 ? DV : attention_fwd::ws_pv_cols(HeadDimV)) / 2;
   constexpr int kBoxBytes64 = 64 * 128;  // one 64-row box of a column block
 
   const AttentionForwardParams& p = tp.a;
