@@ -8,8 +8,8 @@ forward, with its own operand lists for the widths that forward uses, and
 templates/kgen_device/core/wgmma_keys.cuh, the 16-bit widths only the wide-head-dim backward and
 the warp-specialised forward's 96- and 112-key tiles use, kept out of wgmma.cuh so that the kernels including that header keep their
 text, and templates/kgen_device/core/wgmma_keys24.cuh, the 24-key width of the warp-specialised wide backward at 256
-columns, and templates/kgen_device/core/wgmma_cols.cuh, the widths of the warp-specialised forward's
-P·V at v's head dims that no other header has.
+columns, and templates/kgen_device/core/wgmma_cols.cuh, the widths of products over a head dim
+rounded up to 16 (head_dim_width) that no other header has.
 
 Usage (from the repository root):
   python3 tools/gen_wgmma_header.py > templates/kgen_device/core/wgmma.cuh
@@ -33,8 +33,8 @@ BASE_KEYS = {48: None, 96: 48, 112: 96}
 # The widths of wgmma_keys24.cuh: a consumer's 24 keys in the warp-specialised backward's 48-key
 # blocks at 256 columns (apart, so that the kernels including wgmma_keys.cuh keep their text).
 BASE_NARROW = {24: None}
-# The widths of wgmma_cols.cuh: the warp-specialised forward's P·V on v's head dim rounded up to 16
-# where no other header has that width (head dims 136-160 and 200-240 on the 192- and 256-column tiles).
+# The widths of wgmma_cols.cuh: products over a head dim rounded up to 16 (its head_dim_width) where no
+# other header has that width (head dims 136-160 and 200-240 on the 192- and 256-column tiles).
 BASE_COLS = {144: None, 160: 144, 208: 160, 224: 208, 240: 224}
 # The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128-key score tile and its head dims 128 and 256.
 BASE8 = {128: None, 256: 128}
@@ -407,17 +407,25 @@ __device__ __forceinline__ void stmatrix_x2_trans(unsigned smem_addr, unsigned r
 '''
 
 
-PREFIX_COLS = r'''// wgmma shapes of the warp-specialised forward's P·V on v's head dim rounded up to 16 (sm_90a
-// only): m64n144k16, m64n160k16, m64n208k16, m64n224k16 and m64n240k16, the widths that
-// wgmma.cuh and wgmma_keys.cuh do not have.
+PREFIX_COLS = r'''// wgmma shapes for products over a head dim rounded up to 16 (sm_90a only): m64n144k16,
+// m64n160k16, m64n208k16, m64n224k16 and m64n240k16, the widths that wgmma.cuh and
+// wgmma_keys.cuh do not have, so that with this header every width head_dim_width gives has a
+// specialisation of Mma.
 // Written by tools/gen_wgmma_header.py --cols (the per-N operand lists): edit the script, not this file.
 // NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh.
 #pragma once
 
+#include "kgen_device/core/host_device.h"
 #include "kgen_device/core/wgmma_keys.cuh"
 
 namespace kgen {
 namespace wgmma {
+
+// The wgmma width N of a product over `head_dim` columns of a wider, zero-filled tile: the head
+// dim rounded up to the n-step of 16, at least 32 (the narrowest width of the headers), so that
+// no tensor-core time goes to the columns past it (the warp-specialised forward's P·V, the
+// warp-specialised backward's dVᵀ and dKᵀ).
+KGEN_HOST_DEVICE constexpr int head_dim_width(int head_dim) { return head_dim <= 32 ? 32 : (head_dim + 15) / 16 * 16; }
 
 #define KGEN_WG_ACC8(d, i)                                                                   \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \

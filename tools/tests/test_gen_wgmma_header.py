@@ -53,8 +53,8 @@ def test_the_checked_in_narrow_header_is_the_scripts_output():
 
 def test_the_checked_in_cols_header_is_the_scripts_output():
     assert_generated("wgmma_cols.cuh", G.header_keys(G.BASE_COLS, G.PREFIX_COLS, "KGEN_WC_"), "--cols")
-    # Together with the other headers: every multiple of 16 from 32 to 256 once (the P·V and
-    # dVᵀ, dKᵀ widths of the warp-specialised kernels), no width twice.
+    # Together with the other headers: every multiple of 16 from 32 to 256 once (every width its
+    # head_dim_width gives for head dims up to 256), no width twice.
     cols = set(G.BASE_COLS)
     others = set(G.BASE_KEYS) | set(G.BASE) | set(G.BASE_NARROW)
     assert not cols & others

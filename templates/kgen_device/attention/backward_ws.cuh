@@ -33,7 +33,7 @@
 #pragma once
 
 #include "kgen_device/attention/backward_wgmma.cuh"
-#include "kgen_device/core/wgmma_keys.cuh"
+#include "kgen_device/core/wgmma_cols.cuh"
 
 namespace kgen {
 namespace bwd_detail {
@@ -41,12 +41,6 @@ namespace bwd_detail {
 constexpr int kWsConsumerThreads = attention_bwd::kWgmmaWsThreads - 128;
 constexpr int kWsProducerRegisters = 24;
 constexpr int kWsConsumerRegisters = 240;
-
-// The columns of the warp-specialised kernels' dV and dK accumulators (dVᵀ += Pᵀ·dO, dKᵀ += dSᵀ·Q):
-// the head dim rounded up to the wgmma n-step of 16 (at least 32, the narrowest width the wgmma
-// headers have), not the tile's D, so that head dims below the tile's (80 or 96 on the
-// 128-column tile) spend no tensor-core time on zero-filled columns.
-KGEN_HOST_DEVICE constexpr int wgmma_kv_cols(int head_dim) { return head_dim <= 32 ? 32 : (head_dim + 15) / 16 * 16; }
 
 // The producer's load warp: the query tiles of `walk` into the ring of `sm`, each stage once both
 // consumers released it. ring0: the ring's uses before this walk (persistent blocks); drain: wait
@@ -219,7 +213,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, TmaDQ),
                 "shared memory layout must match");
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
-  constexpr int kKvCols = bwd_detail::wgmma_kv_cols(HeadDim);  // dV's and dK's columns
+  constexpr int kKvCols = wgmma::head_dim_width(HeadDim);  // dV's and dK's columns
   const AttentionBackwardParams& p = tp.a;
 
   const auto [n0, kv_y, batch, rows_q, rows_k, rows_diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
@@ -430,7 +424,7 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws_persistent(const 
   static_assert(Smem::kBytes == attention_bwd::wgmma_kv_async_smem_bytes(D, BM, TmaDQ, TmaDQ),
                 "shared memory layout must match");
   constexpr int kDqCols = BM == 64 ? D / 2 : D;  // columns of a consumer's dQ (rows: 64)
-  constexpr int kKvCols = bwd_detail::wgmma_kv_cols(HeadDim);  // dV's and dK's columns
+  constexpr int kKvCols = wgmma::head_dim_width(HeadDim);  // dV's and dK's columns
   const AttentionBackwardParams& p = tp.a;
   const Smem sm = Smem::at(dynamic_smem());
   bwd_detail::KeyBlockRounds<Causal, GroupSplit> rounds;

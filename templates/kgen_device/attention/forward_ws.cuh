@@ -63,7 +63,7 @@
 // HeadDimV (MLA, docs/kernels/mla.md): v's and o's head dim when it is below q's, a multiple of 8,
 // on the plain grid without a variant. V tiles and the epilogue's boxes cover DV = HeadDimV
 // rounded up to 64 columns; Q and K keep D. With any head dims, O's accumulators and the P·V
-// wgmma's N cover HeadDimV rounded up to 16 (ws_pv_cols), not DV: V's columns past it are
+// wgmma's N cover HeadDimV rounded up to 16 (wgmma::head_dim_width), not DV: V's columns past it are
 // zero-filled and never stored.
 //
 // Requirements (checked by the host): 16-byte aligned pointers and strides, contiguous last
@@ -197,7 +197,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                 "shared memory layout must match ws_smem_bytes_v");
   constexpr int kSRegs = BN / 2;
   // O's accumulators: P·V's columns (E4M3's P·V reads V transposed, all D columns).
-  constexpr int kORegs = (kFp8 ? DV : attention_fwd::ws_pv_cols(HeadDimV)) / 2;
+  constexpr int kORegs = (kFp8 ? DV : wgmma::head_dim_width(HeadDimV)) / 2;
   constexpr int kBoxBytes64 = 64 * 128;  // one 64-row box of a column block
 
   const AttentionForwardParams& p = tp.a;

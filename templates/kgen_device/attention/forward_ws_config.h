@@ -15,12 +15,6 @@ KGEN_HOST_DEVICE constexpr int ws_v_cols(int tile_cols, int head_dim, int head_d
   return head_dim_v == head_dim ? tile_cols : (head_dim_v + 63) / 64 * 64;
 }
 
-// The columns of P·V (and of O's accumulators): v's head dim rounded up to the wgmma n-step of 16
-// (at least 32, the narrowest width the wgmma headers have), not the V tile's width, so that head
-// dims below the tile's (80 on the 128-column tile, 160 on the 192-column one) spend no
-// tensor-core time on V's zero-filled columns.
-KGEN_HOST_DEVICE constexpr int ws_pv_cols(int head_dim_v) { return head_dim_v <= 32 ? 32 : (head_dim_v + 15) / 16 * 16; }
-
 // ws_smem_bytes with `stages` V tiles of block_n × v_cols in place of block_n × head_dim.
 KGEN_HOST_DEVICE constexpr int ws_smem_bytes_v(int head_dim, int v_cols, int block_n, int stages, int q_buffers,
                                                int block_m) {

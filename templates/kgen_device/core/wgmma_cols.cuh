@@ -1,14 +1,22 @@
-// wgmma shapes of the warp-specialised forward's P·V on v's head dim rounded up to 16 (sm_90a
-// only): m64n144k16, m64n160k16, m64n208k16, m64n224k16 and m64n240k16, the widths that
-// wgmma.cuh and wgmma_keys.cuh do not have.
+// wgmma shapes for products over a head dim rounded up to 16 (sm_90a only): m64n144k16,
+// m64n160k16, m64n208k16, m64n224k16 and m64n240k16, the widths that wgmma.cuh and
+// wgmma_keys.cuh do not have, so that with this header every width head_dim_width gives has a
+// specialisation of Mma.
 // Written by tools/gen_wgmma_header.py --cols (the per-N operand lists): edit the script, not this file.
 // NVIDIA only (see mma_sm80.cuh). Layouts, descriptors and ordering: wgmma.cuh.
 #pragma once
 
+#include "kgen_device/core/host_device.h"
 #include "kgen_device/core/wgmma_keys.cuh"
 
 namespace kgen {
 namespace wgmma {
+
+// The wgmma width N of a product over `head_dim` columns of a wider, zero-filled tile: the head
+// dim rounded up to the n-step of 16, at least 32 (the narrowest width of the headers), so that
+// no tensor-core time goes to the columns past it (the warp-specialised forward's P·V, the
+// warp-specialised backward's dVᵀ and dKᵀ).
+KGEN_HOST_DEVICE constexpr int head_dim_width(int head_dim) { return head_dim <= 32 ? 32 : (head_dim + 15) / 16 * 16; }
 
 #define KGEN_WC_ACC8(d, i)                                                                   \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
