@@ -36,8 +36,9 @@ BASE_NARROW = {24: None}
 # The widths of wgmma_cols.cuh: products over a head dim rounded up to 16 (its head_dim_width) where no
 # other header has that width (head dims 136-160 and 200-240 on the 192- and 256-column tiles).
 BASE_COLS = {144: None, 160: 144, 208: 160, 224: 208, 240: 224}
-# The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128-key score tile and its head dims 128 and 256.
-BASE8 = {128: None, 256: 128}
+# The E4M3 widths (wgmma m64nNk32): the FP8 forward's 128- and 192-key score tiles and its head dims
+# 128 and 256.
+BASE8 = {128: None, 192: 128, 256: 192}
 
 # Everything before the operand lists: the header's comment, the fragment helpers, the
 # descriptor and KGEN_WG_ACC8.
@@ -292,6 +293,16 @@ __device__ __forceinline__ void pack_a8(unsigned (&a)[4], const float (&x)[N], i
 #define KGEN_WG_ACC8(d, i)                                                                   \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// Descriptor of a K-major operand in the 64-byte swizzle at shared address `addr`: rows of 64
+// bytes (two 32-byte k-steps), row r's 16-byte chunk c at chunk c ^ ((r / 2) % 4), every 8-row
+// group 512 bytes on from the last (the stride byte offset), blocks on 512-byte boundaries. A TMA
+// box of 64-byte rows with CU_TENSOR_MAP_SWIZZLE_64B writes it; the second k-step of a row starts
+// 32 bytes on, as the k-steps inside a 128-byte row do (the swizzle applies to the address).
+__device__ __forceinline__ unsigned long long desc_sw64(unsigned addr) {
+  return static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4) | 1ull << 16 |
+         static_cast<unsigned long long>(512u >> 4) << 32 | 2ull << 62;
+}
 
 // One m64nNk32 E4M3 shape: ss (A by descriptor) and rs (A in 4 registers), fp32 accumulators;
 // `accumulate` = 0 overwrites D.

@@ -252,7 +252,8 @@ def attention_forward(q, k, v, *, causal: bool = False, scale: float | None = No
     head dims 128 and 256, plain or causal, GQA; no autograd). descale_q, descale_k and descale_v
     (float32, one element or (b, h_kv); None: 1) turn the stored values into the real ones;
     out_dtype (torch.bfloat16 by default, or torch.float16) is o's dtype when out is not given;
-    config may name its kernel's config (a ws config of bm128 and bn128, such as ws:bm128:bn128:s2:pp1).
+    config may name its kernel's config (a ws config of bm128 and bn128, or bn192 at head dim 128, such as
+    ws:bm128:bn192:s3:pp1).
     """
     if q.dtype == _FP8:
         return _forward_fp8(q, k, v, causal, scale, layout, out, lse, return_lse, (descale_q, descale_k, descale_v),

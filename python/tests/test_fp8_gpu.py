@@ -146,13 +146,33 @@ def test_fp8_explicit_configs_agree():
     k, _, k64 = quantised((1, 4, 700, 128), None, 9)
     v, _, v64 = quantised((1, 4, 700, 128), None, 10)
     o_ref, lse_ref = reference(q64, k64, v64, False)
-    for config in ("ws:bm128:bn128:s2:pp1", "ws:bm128:bn128:s2:pp0", "ws:bm128:bn128:s3:pp1", "ws:bm128:bn128:s4:pp0"):
+    for config in ("ws:bm128:bn128:s2:pp1", "ws:bm128:bn128:s2:pp0", "ws:bm128:bn128:s3:pp1", "ws:bm128:bn128:s4:pp0",
+                   "ws:bm128:bn192:s2:pp1", "ws:bm128:bn192:s2:pp0", "ws:bm128:bn192:s3:pp1", "ws:bm128:bn192:s4:pp1"):
         out = torch.full((1, 4, 500, 128), math.nan, dtype=torch.bfloat16, device=DEVICE)
         lse = torch.full((1, 4, 500), math.nan, dtype=torch.float32, device=DEVICE)
         kgen.torch.attention_forward(q, k, v, out=out, lse=lse, config=config)
         check_fp8(out, lse, o_ref, lse_ref, config)
     with pytest.raises(KgenError, match="config: fa2"):
         kgen.torch.attention_forward(q, k, v, config="fa2:bm128:bn64:w4:s2")
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("config", ["ws:bm128:bn192:s2:pp1", "ws:bm128:bn192:s3:pp0"])
+def test_fp8_192_key_tiles_match_float64(shape, causal, config):
+    """The 192-key tile (its transposed V in three 64-byte-swizzled column blocks of 64 keys) on
+    every shape, head_dim 128, one descale factor per batch and K/V head."""
+    b, h_q, h_kv, n_q, n_k = shape
+    q, dq, q64 = quantised((b, h_q, n_q, 128), (b, h_kv), 21)
+    k, dk, k64 = quantised((b, h_kv, n_k, 128), (b, h_kv), 22)
+    v, dv, v64 = quantised((b, h_kv, n_k, 128), (b, h_kv), 23)
+    o_ref, lse_ref = reference(q64, k64, v64, causal)
+    out = torch.full((b, h_q, n_q, 128), math.nan, dtype=torch.bfloat16, device=DEVICE)
+    lse = torch.full((b, h_q, n_q), math.nan, dtype=torch.float32, device=DEVICE)
+    kgen.torch.attention_forward(q, k, v, causal=causal, out=out, lse=lse, descale_q=dq, descale_k=dk, descale_v=dv,
+                                 config=config)
+    torch.cuda.synchronize()
+    check_fp8(out, lse, o_ref, lse_ref, f"{config} {shape} causal={causal}")
 
 
 def test_fp8_refusals_name_the_argument():
@@ -167,6 +187,9 @@ def test_fp8_refusals_name_the_argument():
         kgen.torch.attention_forward(q, k, v, descale_q=torch.ones(1, dtype=torch.float16, device=DEVICE))
     with pytest.raises(KgenError, match="out_dtype"):
         kgen.torch.attention_forward(q, k, v, out_dtype=torch.float32)
+    wide, _, _ = quantised((1, 2, 64, 256), None, 14)
+    with pytest.raises(KgenError, match="config: ws:bm128:bn192:s2:pp1"):
+        kgen.torch.attention_forward(wide, wide, wide, config="ws:bm128:bn192:s2:pp1")
     with pytest.raises(KgenError, match="window"):
         kgen.torch.attention_forward(q, k, v, window=(16, 0))
     with pytest.raises(KgenError, match="k: dtype"):

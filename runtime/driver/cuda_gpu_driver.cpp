@@ -153,7 +153,9 @@ class CudaGpuDriver final : public GpuDriver {
                    : m.element == TiledTensorMap::Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                    static_cast<cuuint32_t>(m.rank), const_cast<void*>(m.base), dims, strides, box, element_strides,
-                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   m.swizzle == TiledTensorMap::Swizzle::b64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B,
+                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
                what);
   }

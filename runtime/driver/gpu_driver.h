@@ -41,6 +41,9 @@ struct TiledTensorMap {
   std::uint64_t strides_bytes[4] = {};  // of dims 1 .. rank - 1, multiples of 16
   std::uint32_t box[5] = {};
   enum class Element { f16, bf16, f32 } element = Element::f16;
+  // The shared-memory swizzle the box is written in; box[0] · element bytes must not exceed its
+  // span (128 or 64 bytes).
+  enum class Swizzle { b128, b64 } swizzle = Swizzle::b128;
 };
 
 // Every call that can fail throws kgen::Error (cuda_error, naming `what` or the call and the

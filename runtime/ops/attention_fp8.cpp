@@ -45,7 +45,14 @@ Fp8Descale descale_of(const TensorView* t, const char* name, const TensorView& q
 }
 
 std::uint64_t fp8_kernel_key(const AttentionForwardSpec& s, const AttentionForwardConfig& c) {
-  return KeyPacker().add(int(s.dtype), 4).add(s.head_dim, 10).add(s.causal, 1).add(c.stages, 4).add(c.ping_pong, 1).value();
+  return KeyPacker()
+      .add(int(s.dtype), 4)
+      .add(s.head_dim, 10)
+      .add(s.causal, 1)
+      .add(c.stages, 4)
+      .add(c.ping_pong, 1)
+      .add(c.block_n, 9)
+      .value();
 }
 // The transposition's key: a value no forward key takes (its head-dim field 1023).
 std::uint64_t transpose_kernel_key() { return KeyPacker().add(0, 4).add(1023, 10).value(); }
@@ -114,13 +121,18 @@ void attention_forward_fp8(const TensorView& q, const TensorView& k, const Tenso
   fp.descale_q = dq, fp.descale_k = dk, fp.descale_v = dv;
 
   // Tensor maps: q and k as pairs of E4M3 values, the transposed V as (n_pad / 2, d, heads_kv,
-  // batch) pairs in boxes of 64 pairs (128 keys) by d rows, o as it is.
+  // batch) pairs in boxes of one column block of the kernel's V tile (128 keys in the 128-byte
+  // swizzle, or 64 in the 64-byte one: attention_fwd::fp8_vt_row_bytes) by d rows, o as it is.
   const std::int64_t vt_shape[4] = {shape.batch, shape.heads_kv, d, n_pad / 2};
   const TensorView vt_view = make_contiguous_view(vt, o.dtype, 4, vt_shape, call.device);
   TiledTensorMap maps[4];
   if (!tiled_map(as_pairs(q, o.dtype), 64, maps[0]) || !tiled_map(as_pairs(k, o.dtype), config.block_n, maps[1]) ||
       !tiled_map(vt_view, d, maps[2]) || !tiled_map(o, 64, maps[3]))
     invalid_argument("q: the FP8 forward needs views without zero strides (TMA)");
+  if (attention_fwd::fp8_vt_row_bytes(config.block_n) == 64) {
+    maps[2].box[0] = 32;
+    maps[2].swizzle = TiledTensorMap::Swizzle::b64;
+  }
   TensorMapBytes* out[4] = {&fp.q_map, &fp.k_map, &fp.v_map, &fp.o_map};
   for (int i = 0; i < 4; ++i) gpu_driver().encode_tensor_map(out[i], maps[i], "cuTensorMapEncodeTiled(attention_fwd.fp8)");
 

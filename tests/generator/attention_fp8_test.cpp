@@ -57,6 +57,13 @@ TEST(AttentionFp8Config, OnlyWsOnSm90aWith128KeyTilesOnThePlainGrid) {
   AttentionForwardConfig bn64 = ws, split = ws, persist = ws;
   bn64.block_n = 64, split.split_keys = true, persist.persistent = true;
   for (const auto& c : {bn64, split, persist}) EXPECT_NE(why(s, c, sm90a()).find("bn128"), std::string::npos) << to_string(c);
+  // 192-key tiles at d = 128 (their transposed V in 64-byte-swizzled blocks), not at 256.
+  AttentionForwardConfig bn192 = ws;
+  bn192.block_n = 192;
+  EXPECT_EQ(why(s, bn192, sm90a()), "valid");
+  EXPECT_NE(why(fp8(DType::bf16, 256, false), bn192, sm90a()).find("bn192 at head_dim=128"), std::string::npos);
+  EXPECT_EQ(attention_fwd::fp8_vt_row_bytes(128), 128);
+  EXPECT_EQ(attention_fwd::fp8_vt_row_bytes(192), 64);
   // d = 256: two stages fit in shared memory, three do not.
   AttentionForwardConfig s3 = ws;
   s3.stages = 3;
@@ -71,10 +78,10 @@ TEST(AttentionFp8Config, SpaceAndDefaultAreValidAndTheDefaultIsWs) {
       for (bool causal : {false, true}) {
         const AttentionForwardSpec s = fp8(t, d, causal);
         const auto space = attention_forward_config_space(s, sm90a());
-        EXPECT_EQ(space.size(), d == 128 ? 6u : 2u) << to_string(s);
+        EXPECT_EQ(space.size(), d == 128 ? 12u : 2u) << to_string(s);
         for (const auto& c : space) EXPECT_EQ(why(s, c, sm90a()), "valid") << to_string(c);
         const AttentionForwardConfig c = attention_forward_default_config(s, {1, 16, 16, 4096, 4096}, sm90a(), 132);
-        EXPECT_EQ(to_string(c), "ws:bm128:bn128:s2:pp1");
+        EXPECT_EQ(to_string(c), d == 128 ? "ws:bm128:bn192:s3:pp1" : "ws:bm128:bn128:s2:pp1");
         EXPECT_TRUE(attention_forward_config_space(s, sm80()).empty());
       }
 }
@@ -90,6 +97,17 @@ TEST(AttentionFp8Render, TwoKernelsTheTranspositionFirst) {
   EXPECT_NE(kernels[1].source.find("AttentionForwardFp8Params"), std::string::npos);
   EXPECT_EQ(kernels[1].smem_bytes, attention_fwd::fp8_ws_smem_bytes(256, 2));
   EXPECT_LE(kernels[1].smem_bytes, sm90a().max_smem_per_block);
+}
+
+TEST(AttentionFp8Render, OneNineTwoKeyTileCountsItsSharedMemory) {
+  const AttentionForwardSpec s = fp8(DType::bf16, 128, false);
+  const AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 128, .block_n = 192, .stages = 2, .warps = 8,
+                                 .ping_pong = 1};
+  const auto kernels = render_attention_forward_kernels(s, c);
+  ASSERT_EQ(kernels.size(), 2u);
+  EXPECT_NE(kernels[1].source.find("/*BN=*/192, /*Stages=*/2"), std::string::npos) << kernels[1].source;
+  EXPECT_EQ(kernels[1].smem_bytes, attention_fwd::fp8_ws_smem_bytes(128, 2, 192));
+  EXPECT_EQ(attention_fwd::fp8_ws_smem_bytes(128, 2, 192) - attention_fwd::fp8_ws_smem_bytes(128, 2), 2 * 2 * 64 * 128);
 }
 
 TEST(AttentionFp8Render, TranspositionGridCoversThePaddedKeys) {

@@ -62,10 +62,33 @@ namespace wgmma_fwd_detail {
 template <int D, int WGs, int BN, int Stages>
 constexpr int kSmemBytes = attention_fwd::wgmma_smem_bytes(D, WGs, BN, Stages);
 
+// The maximum of x[0 .. N) by halves (depth ⌈log2 N⌉ instead of a chain of N − 1 dependent
+// maxima); x is overwritten. The maximum is exact, so the order does not change the result.
+// (One level per instantiation: W values left in x[0 .. W).)
+template <int W, int N>
+__device__ __forceinline__ float tree_max(float (&x)[N]) {
+  if constexpr (W > 1) {
+#pragma unroll
+    for (int i = 0; i < W / 2; ++i) x[i] = fmaxf(x[i], x[i + (W + 1) / 2]);
+    return tree_max<(W + 1) / 2>(x);
+  } else {
+    return x[0];
+  }
+}
+
+// With StaleMax, how far (log2 units) a row's maximum may grow past the reference its
+// exponentials are taken from before the reference moves: until then P ≤ 2^8 (within E4M3's 448)
+// and O is not rescaled, which after the first tiles of a row is nearly always.
+constexpr float kStaleMaxLog2 = 8.f;
+
 // Masks one 64 x BN score tile of a warpgroup (keys >= n_k, causal) and folds it into the online
 // softmax: s becomes P (exp2 domain), row_max/row_sum are updated, alpha[h] is the factor the
-// O rows of this thread must be scaled by.
-template <int BN, bool Causal>
+// O rows of this thread must be scaled by. StaleMax (the FP8 forward, whose score step is its
+// critical path): both rows' maxima first, each a tree, so the exponentials start after a short
+// dependent chain; and a row keeps its reference (row_max, alpha = 1) while its maximum stays
+// within kStaleMaxLog2 of it, so that scale_rows<true> mostly has nothing to do. Without it
+// (16-bit inputs, where neither was faster on an H200) one row after the other, the maximum a chain.
+template <int BN, bool Causal, bool StaleMax = false>
 __device__ __forceinline__ void mask_softmax(float (&s)[BN / 2], float (&row_max)[2], float (&row_sum)[2],
                                              float (&alpha)[2], int n0, int n_k, int row0, int diag, int t,
                                              float scale_log2, bool needs_mask) {
@@ -83,31 +106,73 @@ __device__ __forceinline__ void mask_softmax(float (&s)[BN / 2], float (&row_max
           if (j * 8 + e >= local_limit) s[4 * j + 2 * h + e] = -infinity_f32();
     }
   }
+  if constexpr (StaleMax) {
+    float mx[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float mx = row_max[h];
+    for (int h = 0; h < 2; ++h) {
+      float pairs[BN / 8];
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
-    mx = quad_max(mx);
-    const float ref = mx == -infinity_f32() ? 0.f : mx * scale_log2;
-    alpha[h] = exp2_approx(row_max[h] * scale_log2 - ref);
-    row_max[h] = mx;
-    float sum = 0.f;
+      for (int j = 0; j < BN / 8; ++j) pairs[j] = fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]);
+      mx[h] = fmaxf(row_max[h], tree_max<BN / 8>(pairs));
+    }
+    float ref[2];
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -ref));
-        s[4 * j + 2 * h + e] = pe;
-        sum += pe;
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = quad_max(mx[h]);
+      const float old_ref = row_max[h] * scale_log2;
+      ref[h] = mx[h] == -infinity_f32() ? 0.f : mx[h] * scale_log2;
+      if (row_max[h] != -infinity_f32() && ref[h] - old_ref <= kStaleMaxLog2) {
+        ref[h] = old_ref;
+        alpha[h] = 1.f;
+      } else {
+        alpha[h] = exp2_approx(old_ref - ref[h]);
+        row_max[h] = mx[h];
       }
-    row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -ref[h]));
+          s[4 * j + 2 * h + e] = pe;
+          sum += pe;
+        }
+      row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = row_max[h];
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      mx = quad_max(mx);
+      const float ref = mx == -infinity_f32() ? 0.f : mx * scale_log2;
+      alpha[h] = exp2_approx(row_max[h] * scale_log2 - ref);
+      row_max[h] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pe = exp2_approx(fmaf(s[4 * j + 2 * h + e], scale_log2, -ref));
+          s[4 * j + 2 * h + e] = pe;
+          sum += pe;
+        }
+      row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
   }
 }
 
-// Scales the accumulator rows of this thread (fragment rows g and g + 8) by alpha[0] and alpha[1].
-template <int N>
+// Scales the accumulator rows of this thread (fragment rows g and g + 8) by alpha[0] and alpha[1];
+// MaybeSkip (after mask_softmax<..., true>): not at all where no row of the warp moved its
+// reference.
+template <bool MaybeSkip = false, int N>
 __device__ __forceinline__ void scale_rows(float (&acc)[N], const float (&alpha)[2]) {
+  if constexpr (MaybeSkip)
+    if (ballot32(alpha[0] != 1.f || alpha[1] != 1.f) == 0u) return;
 #pragma unroll
   for (int j = 0; j < N / 4; ++j) {
     acc[4 * j] *= alpha[0];

@@ -103,16 +103,47 @@ __device__ __forceinline__ void issue_qk8(float (&acc)[N], unsigned long long q_
                            k_desc + (k_step(kk, KTile::kBlockBytes) >> 4), kk > 0);
 }
 
+// The FP8 forward's transposed V tile: D head-dim rows of BN key bytes, K-major, as column blocks
+// of D rows. A tile of whole 128-key blocks takes the 128-byte swizzle (Sw128's layout, four
+// k-steps of 32 keys per row); any other multiple of 64 keys (192) takes blocks of 64-byte rows in
+// the 64-byte swizzle (wgmma::desc_sw64, two k-steps per row). The producer loads one TMA box per
+// block; the host encodes v_map's swizzle and box to match (attention_fwd::fp8_vt_row_bytes).
+template <int D, int BN>
+struct VtTile8 {
+  static constexpr int kRowBytes = attention_fwd::fp8_vt_row_bytes(BN);
+  static constexpr int kBlockBytes = D * kRowBytes;
+  static constexpr int kBlocks = BN / kRowBytes;
+  static constexpr int kBytes = D * BN;
+  static_assert(BN % 64 == 0, "the transposed V tile is whole 64-key blocks");
+  // The descriptor of k-step kk (keys 32·kk ..) of the tile at `smem_vt`.
+  __device__ __forceinline__ static unsigned long long desc(unsigned smem_vt, int kk) {
+    constexpr int kSteps = kRowBytes / 32;
+    const unsigned block = smem_vt + (kk / kSteps) * kBlockBytes;
+    const unsigned long long d = kRowBytes == 128 ? wgmma::desc_sw128(block, 16, 1024) : wgmma::desc_sw64(block);
+    return d + (((kk % kSteps) * 32) >> 4);
+  }
+};
+
+// The V tile of the warp-specialised forward: Sw128 of BN rows by DV columns, or with E4M3 the
+// transposed VtTile8.
+template <bool Fp8, int D, int BN, int DV>
+struct ws_v_tile {
+  using type = wgmma::Sw128<BN, DV>;
+};
+template <int D, int BN, int DV>
+struct ws_v_tile<true, D, BN, DV> {
+  using type = VtTile8<D, BN>;
+};
+
 // O += P·V for E4M3 as one committed group: A = P packed to E4M3 in registers (KSteps steps of 32
-// keys, wgmma::pack_a8), B = the transposed V tile at `smem_vt` (head-dim rows of the tile's key
-// bytes in pack_a8's order, K-major).
-template <int N, int KSteps>
+// keys, wgmma::pack_a8), B = the transposed V tile (VtTile) at `smem_vt` (head-dim rows of the
+// tile's key bytes in pack_a8's order, K-major).
+template <class VtTile, int N, int KSteps>
 __device__ __forceinline__ void issue_pv8(float (&o)[N], const unsigned (&pa)[KSteps][4], unsigned smem_vt) {
-  const unsigned long long vt_desc = wgmma::desc_sw128(smem_vt, 16, 1024);
   wgmma::fence_operand(o);
   wgmma::fence();
 #pragma unroll
-  for (int kk = 0; kk < KSteps; ++kk) wgmma::Mma8<2 * N>::rs(o, pa[kk], vt_desc + ((kk * 32) >> 4), 1);
+  for (int kk = 0; kk < KSteps; ++kk) wgmma::Mma8<2 * N>::rs(o, pa[kk], VtTile::desc(smem_vt, kk), 1);
   wgmma::commit();
 }
 
@@ -123,7 +154,8 @@ __device__ __forceinline__ void issue_pv8(float (&o)[N], const unsigned (&pa)[KS
 // two E4M3 values as one 16-bit element), runs Q·Kᵀ and P·V on the 8-bit wgmma (m64nNk32), takes
 // V transposed (AttentionFp8VParams: head-dim rows of key bytes, the tile a K-major B operand)
 // and multiplies the scores by descale_q · descale_k and O by descale_v
-// (AttentionForwardFp8Params). Plain or causal attention on the plain grid, D = 128 or 256, BN = 128.
+// (AttentionForwardFp8Params). Plain or causal attention on the plain grid, D = 128 or 256, the
+// tiles of attention_fwd::fp8_tile_fits.
 template <class Out>
 struct E4m3In {};
 template <class T>
@@ -159,9 +191,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   static_assert(is_same<TO, half_t>::value || is_same<TO, bfloat16_t>::value,
                 "the warp-specialised kernel writes half_t or bfloat16_t");
   static_assert(D % 64 == 0 && D <= 256, "D must be a multiple of 64");
-  static_assert(!kFp8 || (D % 128 == 0 && HeadDim == D && BN == attention_fwd::kFp8KeyTile && !SplitKeys && !Persistent &&
-                          !StreamK && is_same<Variant, NoVariant>::value),
-                "the FP8 forward runs D = 128 or 256 with 128-key tiles, plain or causal, on the plain grid");
+  static_assert(!kFp8 || (D % 128 == 0 && HeadDim == D && attention_fwd::fp8_tile_fits(64 * Consumers, BN, D) &&
+                          !SplitKeys && !Persistent && !StreamK && is_same<Variant, NoVariant>::value),
+                "the FP8 forward runs D = 128 or 256 on its tiles (attention_fwd::fp8_tile_fits), plain or causal, on "
+                "the plain grid");
   static_assert(HeadDim % 8 == 0 && HeadDim > D - 64 && HeadDim <= D, "HeadDim must pad to D");
   static_assert(HeadDimV % 8 == 0 && HeadDimV > 0 && HeadDimV <= HeadDim, "HeadDimV must be a multiple of 8 up to HeadDim");
   static_assert(HeadDimV == HeadDim || (!kFp8 && !SplitKeys && !Persistent && is_same<Variant, NoVariant>::value),
@@ -189,10 +222,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   using QTile = wgmma::Sw128<BM, D>;
   using QInTile = wgmma::Sw128<BM, DU>;  // the bytes a Q load brings
   using KTile = wgmma::Sw128<BN, DU>;
-  using VTile = wgmma::Sw128<kFp8 ? D : BN, kFp8 ? BN / 2 : DV>;
+  using VTile = typename wgmma_fwd_detail::ws_v_tile<kFp8, D, BN, DV>::type;
   static_assert(1024 + kQBuffers * QTile::kBytes + Stages * (KTile::kBytes + VTile::kBytes) +
                         attention_fwd::kWsBarrierBytes ==
-                    (kFp8 ? attention_fwd::fp8_ws_smem_bytes(D, Stages)
+                    (kFp8 ? attention_fwd::fp8_ws_smem_bytes(D, Stages, BN)
                           : attention_fwd::ws_smem_bytes_v(D, DV, BN, Stages, kQBuffers, BM)),
                 "shared memory layout must match ws_smem_bytes_v");
   constexpr int kSRegs = BN / 2;
@@ -424,10 +457,17 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                            kv_head, slot(qb), bar);
           }
         };
-        // The E4M3 V tile at key n0: one box of the transposed V, its D rows of BN key bytes.
+        // The E4M3 V tile at key n0: one box of the transposed V per column block, its D rows of
+        // the block's key bytes.
         auto load_v = [&](unsigned dst, int n0, unsigned bar, const Pages& pages) {
-          if constexpr (kFp8) tma::load_4d(dst, &tp.v_map, n0 / 2, 0, kv_head, qb.batch, bar);
-          else load_kv(&tp.v_map, dst, n0, bar, pages, true);
+          if constexpr (kFp8) {
+#pragma unroll
+            for (int b = 0; b < VTile::kBlocks; ++b)
+              tma::load_4d(dst + b * VTile::kBlockBytes, &tp.v_map, (n0 + b * VTile::kRowBytes) / 2, 0, kv_head,
+                           qb.batch, bar);
+          } else {
+            load_kv(&tp.v_map, dst, n0, bar, pages, true);
+          }
         };
         Pages next_pages = num_tiles > 0 ? read_pages(first_tile * BN) : Pages{};
         for (int tile = 0; tile < num_tiles; ++tile, ++ring) {
@@ -539,7 +579,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     // P's k-steps: 16 keys each, or 32 with E4M3.
     constexpr int kPSteps = BN / (32 / kInBytes);
     auto issue_pv = [&](const unsigned (&pa)[kPSteps][4], int stage) {
-      if constexpr (kFp8) wgmma_fwd_detail::issue_pv8(o, pa, smem_v(stage));
+      if constexpr (kFp8) wgmma_fwd_detail::issue_pv8<VTile>(o, pa, smem_v(stage));
       else wgmma_fwd_detail::issue_pv<T, VTile>(o, pa, smem_v(stage));
     };
     // P into the fragment of the next P·V: 16 bits, or E4M3 in pack_a8's order.
@@ -567,11 +607,11 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
         const bool masked = needs_mask(n0) || variant_partial<Variant>(full, kt);
         variant_fragment<Variant, Causal, BN / 8>(
             *va, at, [&](int j, int i) -> float& { return s[4 * j + i]; }, row0, n0, t, masked);
-        wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
-                                                   false);
+        wgmma_fwd_detail::mask_softmax<BN, Causal, kFp8>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t,
+                                                         scale_log2, false);
       } else {
-        wgmma_fwd_detail::mask_softmax<BN, Causal>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t, scale_log2,
-                                                   needs_mask(n0));
+        wgmma_fwd_detail::mask_softmax<BN, Causal, kFp8>(s, row_max, row_sum, alpha, n0, n_k, row0, diag, t,
+                                                         scale_log2, needs_mask(n0));
       }
     };
 
@@ -612,7 +652,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       release(v_empty(stage));
-      wgmma_fwd_detail::scale_rows(o, alpha);
+      wgmma_fwd_detail::scale_rows<kFp8>(o, alpha);
       pack_p(pa, s);
     }
     if (num_tiles > 0) {  // P·V of the last tile

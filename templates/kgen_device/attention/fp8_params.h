@@ -19,7 +19,8 @@ struct Fp8Descale {
 
 // Parameters of the FP8 forward: q_map and k_map view the E4M3 q and k as 16-bit elements (two
 // values each, half the head dim); v_map views the transposed V (AttentionFp8VParams.vt) the same
-// way, (n_pad / 2, head_dim, heads_kv, batch) in boxes of 64 by head_dim; o_map the 16-bit o.
+// way, (n_pad / 2, head_dim, heads_kv, batch) in boxes of fp8_vt_row_bytes(block_n) / 2 by head_dim;
+// o_map the 16-bit o.
 struct AttentionForwardFp8Params : AttentionForwardTmaParams {
   Fp8Descale descale_q, descale_k, descale_v;
 };
@@ -37,13 +38,21 @@ struct AttentionFp8VParams {
 
 namespace attention_fwd {
 
-// The FP8 forward's key tile: its transposed V tile is one 128-byte swizzle row of keys per
-// head-dim row.
+// The FP8 forward's tiles: 128 query rows (two consumer warpgroups) by 128 keys at both head
+// dims, or by 192 keys at head dim 128. The transposed V's keys are padded to a multiple of
+// kFp8KeyTile.
 constexpr int kFp8KeyTile = 128;
+KGEN_HOST_DEVICE constexpr bool fp8_tile_fits(int block_m, int block_n, int head_dim) {
+  return block_m == 128 && (block_n == kFp8KeyTile || (block_n == 192 && head_dim == 128));
+}
+// The bytes of one row of a transposed V tile's column block: a tile of whole 128-key blocks in the
+// 128-byte swizzle, else (192 keys) blocks of 64 keys in the 64-byte swizzle (forward_ws.cuh's
+// VtTile8); v_map's box is that many bytes wide.
+KGEN_HOST_DEVICE constexpr int fp8_vt_row_bytes(int block_n) { return block_n % 128 == 0 ? 128 : 64; }
 // Its dynamic shared memory (one Q buffer of 128 rows, 16-bit because the epilogue stages O there;
-// `stages` E4M3 K and V tiles of kFp8KeyTile keys), as ws_smem_bytes counts it.
-KGEN_HOST_DEVICE constexpr int fp8_ws_smem_bytes(int head_dim, int stages) {
-  return 1024 + 128 * head_dim * 2 + stages * 2 * kFp8KeyTile * head_dim + kWsBarrierBytes;
+// `stages` E4M3 K and V tiles of block_n keys), as ws_smem_bytes counts it.
+KGEN_HOST_DEVICE constexpr int fp8_ws_smem_bytes(int head_dim, int stages, int block_n = kFp8KeyTile) {
+  return 1024 + 128 * head_dim * 2 + stages * 2 * block_n * head_dim + kWsBarrierBytes;
 }
 
 }  // namespace attention_fwd

@@ -33,6 +33,16 @@ __device__ __forceinline__ void pack_a8(unsigned (&a)[4], const float (&x)[N], i
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 
+// Descriptor of a K-major operand in the 64-byte swizzle at shared address `addr`: rows of 64
+// bytes (two 32-byte k-steps), row r's 16-byte chunk c at chunk c ^ ((r / 2) % 4), every 8-row
+// group 512 bytes on from the last (the stride byte offset), blocks on 512-byte boundaries. A TMA
+// box of 64-byte rows with CU_TENSOR_MAP_SWIZZLE_64B writes it; the second k-step of a row starts
+// 32 bytes on, as the k-steps inside a 128-byte row do (the swizzle applies to the address).
+__device__ __forceinline__ unsigned long long desc_sw64(unsigned addr) {
+  return static_cast<unsigned long long>((addr & 0x3FFFFu) >> 4) | 1ull << 16 |
+         static_cast<unsigned long long>(512u >> 4) << 32 | 2ull << 62;
+}
+
 // One m64nNk32 E4M3 shape: ss (A by descriptor) and rs (A in 4 registers), fp32 accumulators;
 // `accumulate` = 0 overwrites D.
 template <int N>
@@ -60,9 +70,12 @@ struct Mma8;
 #define KGEN_W8_REGS_128 KGEN_W8_R8_0 "," KGEN_W8_R8_1 "," KGEN_W8_R8_2 "," KGEN_W8_R8_3 "," KGEN_W8_R8_4 "," KGEN_W8_R8_5 "," KGEN_W8_R8_6 "," KGEN_W8_R8_7
 #define KGEN_W8_ACC_128 "{" KGEN_W8_REGS_128 "}"
 #define KGEN_W8_OUT_128(d) KGEN_W8_ACC8(d, 0), KGEN_W8_ACC8(d, 8), KGEN_W8_ACC8(d, 16), KGEN_W8_ACC8(d, 24), KGEN_W8_ACC8(d, 32), KGEN_W8_ACC8(d, 40), KGEN_W8_ACC8(d, 48), KGEN_W8_ACC8(d, 56)
-#define KGEN_W8_REGS_256 KGEN_W8_REGS_128 "," KGEN_W8_R8_8 "," KGEN_W8_R8_9 "," KGEN_W8_R8_10 "," KGEN_W8_R8_11 "," KGEN_W8_R8_12 "," KGEN_W8_R8_13 "," KGEN_W8_R8_14 "," KGEN_W8_R8_15
+#define KGEN_W8_REGS_192 KGEN_W8_REGS_128 "," KGEN_W8_R8_8 "," KGEN_W8_R8_9 "," KGEN_W8_R8_10 "," KGEN_W8_R8_11
+#define KGEN_W8_ACC_192 "{" KGEN_W8_REGS_192 "}"
+#define KGEN_W8_OUT_192(d) KGEN_W8_OUT_128(d), KGEN_W8_ACC8(d, 64), KGEN_W8_ACC8(d, 72), KGEN_W8_ACC8(d, 80), KGEN_W8_ACC8(d, 88)
+#define KGEN_W8_REGS_256 KGEN_W8_REGS_192 "," KGEN_W8_R8_12 "," KGEN_W8_R8_13 "," KGEN_W8_R8_14 "," KGEN_W8_R8_15
 #define KGEN_W8_ACC_256 "{" KGEN_W8_REGS_256 "}"
-#define KGEN_W8_OUT_256(d) KGEN_W8_OUT_128(d), KGEN_W8_ACC8(d, 64), KGEN_W8_ACC8(d, 72), KGEN_W8_ACC8(d, 80), KGEN_W8_ACC8(d, 88), KGEN_W8_ACC8(d, 96), KGEN_W8_ACC8(d, 104), KGEN_W8_ACC8(d, 112), KGEN_W8_ACC8(d, 120)
+#define KGEN_W8_OUT_256(d) KGEN_W8_OUT_192(d), KGEN_W8_ACC8(d, 96), KGEN_W8_ACC8(d, 104), KGEN_W8_ACC8(d, 112), KGEN_W8_ACC8(d, 120)
 
 #define KGEN_W8_SS8(N, A, B, P)                                                                 \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " P ", 0;\nwgmma.mma_async.sync.aligned.m64n" #N  \
@@ -89,6 +102,8 @@ struct Mma8;
 
 KGEN_W8_SHAPE8(128, "%64", "%65", "%66",
                "{%64,%65,%66,%67}", "%68", "%69")
+KGEN_W8_SHAPE8(192, "%96", "%97", "%98",
+               "{%96,%97,%98,%99}", "%100", "%101")
 KGEN_W8_SHAPE8(256, "%128", "%129", "%130",
                "{%128,%129,%130,%131}", "%132", "%133")
 
@@ -115,6 +130,9 @@ KGEN_W8_SHAPE8(256, "%128", "%129", "%130",
 #undef KGEN_W8_REGS_128
 #undef KGEN_W8_ACC_128
 #undef KGEN_W8_OUT_128
+#undef KGEN_W8_REGS_192
+#undef KGEN_W8_ACC_192
+#undef KGEN_W8_OUT_192
 #undef KGEN_W8_REGS_256
 #undef KGEN_W8_ACC_256
 #undef KGEN_W8_OUT_256
