@@ -32,9 +32,9 @@ KGEN_HOST_DEVICE constexpr int lds_row_transposed(int rows) { return rows + kLds
 // A phase is conflict-free when its lanes' bytes fall in distinct banks.
 //   K (block_n rows of head_dim columns): 16-byte unit v of row r at unit v ^ (r mod 8). The
 //     forward reads it 16 bytes a lane, the 8 lanes of a phase on 8 consecutive rows at one unit:
-//     r mod 8 sends them to the 8 units of a 128-byte line (also for the phases of lanes 0-3 with
-//     20-23, 4-7 with 16-19, …, that some descriptions of gfx942 give: each pairs rows r and
-//     r + 16 + 4 with r mod 8 < 4 and ≥ 4). Written 16 bytes a lane, 8 lanes on the 8 units of a
+//     r mod 8 sends them to the 8 units of a 128-byte line (so it does for the phases some
+//     descriptions of gfx942 give, lanes 0-3 with 20-23, 4-7 with 16-19, …: four rows with r mod
+//     8 < 4 beside four with r mod 8 ≥ 4). Written 16 bytes a lane, 8 lanes on the 8 units of a
 //     line of one row: a permutation of the line.
 //   Vᵀ (head_dim rows of block_n keys): 8-byte unit u of row c at unit u ^ vt_swizzle(c,
 //     block_n). Read 8 bytes a lane, the 16 lanes of a phase on 16 consecutive rows (from a
@@ -48,16 +48,13 @@ KGEN_HOST_DEVICE constexpr int lds_row_transposed(int rows) { return rows + kLds
 // this model, and that the layouts are permutations.
 KGEN_HOST_DEVICE constexpr int k_swizzle(int row) { return row & 7; }
 KGEN_HOST_DEVICE constexpr int vt_swizzle(int row, int keys) { return keys >= 64 ? (row & 15) ^ (row >> 2 & 4) : row >> 1 & 7; }
-// Layouts of the forward's tiles as element offsets: row-major tiles (K: row r, column c) and
-// transposed ones (Vᵀ: row c of the global matrix's column, its element r), Rows x Cols as
-// TileStage names them. Column offsets inside one swizzle unit move with it (c mod 8 of 16
-// bytes, r mod 4 of 8).
+// The tile layouts of TileStage (mfma_tile.cuh): PaddedLds, rows of lds_row(Cols) and
+// lds_row_transposed(Rows) elements; SwizzledLds, as element offsets of row-major tiles (K: row
+// r, column c) and transposed ones (Vᵀ: row c of the global matrix's column, its element r),
+// Rows x Cols as TileStage names them. Column offsets inside one swizzle unit move with it (c mod
+// 8 of 16 bytes, r mod 4 of 8).
 struct PaddedLds {
   static constexpr bool kSwizzled = false;
-  template <int Cols>
-  KGEN_HOST_DEVICE static constexpr int row_major(int r, int c) { return r * lds_row(Cols) + c; }
-  template <int Rows>
-  KGEN_HOST_DEVICE static constexpr int transposed(int c, int r) { return c * lds_row_transposed(Rows) + r; }
 };
 struct SwizzledLds {
   static constexpr bool kSwizzled = true;

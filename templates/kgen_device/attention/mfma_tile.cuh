@@ -208,10 +208,12 @@ struct TileStage {
               x[q] = perm_b32(w[it][2 * q + 1][m], w[it][2 * q][m], h == 0 ? 0x05040100u : 0x07060302u);
             }
             const int k = 2 * m + h;
-            int at;
-            if constexpr (Layout::kSwizzled) at = k * Rows + (base ^ Layout::template transposed_xor<Rows>(k));
-            else at = Layout::template transposed<Rows>(c + k, r);
-            *reinterpret_cast<mfma_u32x2*>(dst + at) = mfma_u32x2{x[0], x[1]};
+            if constexpr (Layout::kSwizzled)
+              *reinterpret_cast<mfma_u32x2*>(dst + (k * Rows + (base ^ Layout::template transposed_xor<Rows>(k)))) =
+                  mfma_u32x2{x[0], x[1]};
+            else
+              *reinterpret_cast<mfma_u32x2*>(dst + (c + k) * attention_mfma::lds_row_transposed(Rows) + r) =
+                  mfma_u32x2{x[0], x[1]};
           }
       }
     }
@@ -243,8 +245,7 @@ struct TileStage {
       int r, c;
       chunk(i, r, c);
 #pragma unroll
-      for (int j = 0; j < kRowsPerChunk; ++j)
-        *reinterpret_cast<Chunk*>(dst + Layout::template row_major<Cols>(r + j, c)) = w[it][j];
+      for (int j = 0; j < kRowsPerChunk; ++j) *reinterpret_cast<Chunk*>(dst + (r + j) * lds_row(Cols) + c) = w[it][j];
     }
   }
 };
