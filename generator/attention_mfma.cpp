@@ -37,6 +37,18 @@ std::optional<std::string> check_common(DType dtype, int head_dim, int rows, int
   return std::nullopt;
 }
 
+// Whether the forward's K and Vᵀ tiles are swizzled on `target` (mfma_config.h's SwizzledLds) or
+// padded: gfx950 keeps the padded tiles (forward_mfma.cuh chooses by the compiler's target).
+bool forward_lds_swizzled(const Target& target) { return target.processor() != "gfx950"; }
+
+// Blocks per compute unit the forward's launch bounds ask for: two 4-wave blocks (two waves per
+// SIMD) where their swizzled tiles fit 64 KiB together; the registers then fit 256 per lane
+// without scratch (tests/replay/amd.tsv). Other configs keep the forward's one block.
+int forward_min_blocks(const AttentionForwardSpec& spec, const AttentionForwardConfig& c) {
+  constexpr int kLdsPerCu = 64 * 1024;
+  return c.warps == 4 && 2 * attention_mfma::forward_lds_bytes(spec.head_dim, c.block_n, true) <= kLdsPerCu ? 2 : 1;
+}
+
 // The backward's query-major dQ kernel tile: attention_backward_dq_tile's rows, so the launch
 // grid is the fa2 kernel's.
 int dq_block_m() { return attention_mfma::kDqWaves * attention_mfma::kWaveRows; }
@@ -55,7 +67,7 @@ std::optional<std::string> check_mfma_forward_config(const AttentionForwardSpec&
     return field_refusal("mfma", "bn", "32, 64 or 128 (keys per tile)", c.block_n);
   if (attention_mfma::forward_vgpr_estimate(spec.head_dim, c.block_n) > kVgprBudget)
     return "mfma head_dim=" + number(spec.head_dim) + " with bn" + number(c.block_n) + " exceeds the VGPR budget";
-  return lds_limit_error(attention_mfma::forward_lds_bytes(spec.head_dim, c.block_n), target);
+  return lds_limit_error(attention_mfma::forward_lds_bytes(spec.head_dim, c.block_n, forward_lds_swizzled(target)), target);
 }
 
 std::vector<AttentionForwardConfig> mfma_forward_config_space(const AttentionForwardSpec& spec, const Target& target) {
@@ -80,7 +92,8 @@ std::optional<AttentionForwardConfig> mfma_forward_default_config(const Attentio
 std::string render_mfma_forward(const AttentionForwardSpec& spec, const AttentionForwardConfig& c, KernelSource& k,
                                 EntryShim& shim) {
   k.threads = attention_mfma::threads(c.warps);
-  k.smem_bytes = attention_mfma::forward_lds_bytes(spec.head_dim, c.block_n);
+  k.smem_bytes = 0;  // static: the tiles' layout and size depend on the target (forward_mfma.cuh)
+  shim.min_blocks = forward_min_blocks(spec, c);
   shim.function = "attention_forward_mfma";
   shim.args.insert(shim.args.end(), {targ("D", spec.head_dim), targ("BM", c.block_m), targ("BN", c.block_n),
                                      targ("Causal", spec.causal)});

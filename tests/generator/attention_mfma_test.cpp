@@ -67,15 +67,14 @@ TEST(AttentionMfma, InvalidOnNvidiaAndForFp32OrOtherHeadDims) {
 
 // gfx950's 160 KiB of LDS admit the tiles that gfx90a/gfx942's 64 KiB do not.
 TEST(AttentionMfma, LdsLimitsArePerTarget) {
+  // The forward's widest tiles: 64 KiB swizzled (gfx90a, gfx942), more padded (gfx950).
   const AttentionForwardSpec fwd{DType::bf16, 128, false};
   const AttentionForwardConfig wide{.path = ForwardPath::mfma, .block_m = 128, .block_n = 128, .stages = 1, .warps = 4};
+  EXPECT_EQ(attention_mfma::forward_lds_bytes(128, 128, true), 64 * 1024);
+  EXPECT_GT(attention_mfma::forward_lds_bytes(128, 128, false), 64 * 1024);
+  for (const char* arch : {"gfx90a", "gfx942", "gfx950"})
+    EXPECT_FALSE(check_attention_forward_config(fwd, wide, target(arch))) << arch;
   ASSERT_GT(attention_mfma::kv_tiles_lds_bytes(128, 128), 64 * 1024);
-  for (const char* arch : {"gfx90a", "gfx942"}) {
-    auto why = check_attention_forward_config(fwd, wide, target(arch));
-    ASSERT_TRUE(why) << arch;
-    EXPECT_NE(why->find("LDS"), std::string::npos) << *why;
-  }
-  EXPECT_FALSE(check_attention_forward_config(fwd, wide, target("gfx950")));
   const AttentionBackwardSpec bwd{DType::bf16, 128, true};
   const AttentionBackwardConfig big = BackwardMfmaConfig{.query_rows = 64, .keys = 128, .waves = 4};
   ASSERT_GT(attention_mfma::kv_lds_bytes(128, 64, 128, true), 64 * 1024);
@@ -165,6 +164,107 @@ TEST(AttentionMfma, GridsMatchTheRenderedTiles) {
   EXPECT_EQ(attention_backward_grid(c, BackwardKernel::dq, shape, 128, 132).x, static_cast<unsigned>((1000 + dq_rows - 1) / dq_rows));
   const AttentionForwardConfig f{.path = ForwardPath::mfma, .block_n = 32, .stages = 1, .warps = 2};
   EXPECT_EQ(attention_forward_grid(f, shape).x, (1000u + 63) / 64);
+}
+
+// The forward's SwizzledLds tiles (mfma_config.h): each layout a permutation of its tile, the
+// transposed stage's one-address form, and no bank conflict in the forward's reads and writes
+// under the model written there (32 banks; phases of 8 lanes for 16-byte accesses, 16 for
+// 8-byte ones), at every tile shape of the forward's config space. Accesses as the kernel
+// issues them: K written by TileStage<BN, D, T, false> (16 bytes: row i / (D/8), unit i mod D/8
+// of chunk i), read 16 bytes a lane (row a_row(lane), columns 16·j + 8·(lane / 32)); Vᵀ
+// written by TileStage<BN, D, T, true> (8 bytes: keys r .. r + 3 of rows c + k), read 8 bytes
+// a lane (row a_row(lane), keys 8·s + 4·(lane / 32) of each 32).
+namespace swizzle_model {
+using attention_mfma::SwizzledLds;
+
+// Most distinct 4-byte words one bank serves in any phase of `lanes` lanes (offsets in
+// elements, -1: lane idle), each lane reading `bytes` from its offset.
+int conflict_ways(const std::vector<int>& offsets, int bytes) {
+  const int lanes = 128 / bytes;
+  int worst = 1;
+  for (std::size_t p = 0; p < offsets.size(); p += lanes) {
+    std::vector<std::vector<int>> words(32);
+    for (std::size_t l = p; l < p + lanes && l < offsets.size(); ++l) {
+      if (offsets[l] < 0) continue;
+      for (int w = 0; w < bytes / 4; ++w) {
+        const int word = offsets[l] / 2 + w;
+        auto& bank = words[word % 32];
+        if (std::find(bank.begin(), bank.end(), word) == bank.end()) bank.push_back(word);
+        worst = std::max(worst, static_cast<int>(bank.size()));
+      }
+    }
+  }
+  return worst;
+}
+
+template <int D, int BN, int T>
+void check_tiles(int expected_v_write_ways) {
+  SCOPED_TRACE("d = " + std::to_string(D) + ", bn = " + std::to_string(BN) + ", threads = " + std::to_string(T));
+  std::vector<int> seen_k(BN * D, 0), seen_v(D * BN, 0);
+  for (int r = 0; r < BN; ++r)
+    for (int c = 0; c < D; ++c) {
+      ++seen_k.at(SwizzledLds::row_major<D>(r, c));
+      ++seen_v.at(SwizzledLds::transposed<BN>(c, r));
+    }
+  EXPECT_EQ(std::count(seen_k.begin(), seen_k.end(), 1), BN * D);
+  EXPECT_EQ(std::count(seen_v.begin(), seen_v.end(), 1), BN * D);
+  for (int c = 0; c < D; c += (BN * D == 16 * T ? 4 : 8))
+    for (int k = 0; k < (BN * D == 16 * T ? 4 : 8); ++k)
+      for (int r = 0; r < BN; r += 4)
+        EXPECT_EQ(SwizzledLds::transposed<BN>(c + k, r),
+                  k * BN + (SwizzledLds::transposed<BN>(c, r) ^ SwizzledLds::transposed_xor<BN>(k)));
+  // K written: 16 bytes a lane, chunks in thread order.
+  for (int first = 0; first < BN * D / 8; first += 64) {
+    std::vector<int> at;
+    for (int i = first; i < first + 64; ++i)
+      at.push_back(i < BN * D / 8 ? SwizzledLds::row_major<D>(i / (D / 8), 8 * (i % (D / 8))) : -1);
+    EXPECT_EQ(conflict_ways(at, 16), 1) << "K write";
+  }
+  // K read: 16 bytes a lane.
+  for (int row0 = 0; row0 < BN; row0 += 32)
+    for (int j = 0; j < D / 16; ++j) {
+      std::vector<int> at;
+      for (int lane = 0; lane < 64; ++lane) at.push_back(SwizzledLds::row_major<D>(row0 + lane % 32, 16 * j + 8 * (lane / 32)));
+      EXPECT_EQ(conflict_ways(at, 16), 1) << "K read";
+    }
+  // Vᵀ written: TileStage<BN, D, T, true>'s chunks (kChunkCols columns of 4 rows), 8 bytes a lane.
+  const int chunk_cols = BN * D == 16 * T ? 4 : 8, col_chunks = D / chunk_cols, chunks = BN / 4 * col_chunks;
+  int v_write_ways = 1;
+  for (int first = 0; first < chunks; first += 64)
+    for (int k = 0; k < chunk_cols; ++k) {
+      std::vector<int> at;
+      for (int i = first; i < first + 64; ++i) {
+        const int r = 4 * (i % 4 + 4 * (i / (4 * col_chunks))), c = chunk_cols * (i / 4 % col_chunks);
+        at.push_back(i < chunks ? SwizzledLds::transposed<BN>(c + k, r) : -1);
+      }
+      v_write_ways = std::max(v_write_ways, conflict_ways(at, 8));
+    }
+  EXPECT_EQ(v_write_ways, expected_v_write_ways) << "Vᵀ write";
+  // Vᵀ read: 8 bytes a lane.
+  for (int col0 = 0; col0 < D; col0 += 32)
+    for (int key0 = 0; key0 < BN; key0 += 8) {
+      std::vector<int> at;
+      for (int lane = 0; lane < 64; ++lane) at.push_back(SwizzledLds::transposed<BN>(col0 + lane % 32, key0 + 4 * (lane / 32)));
+      EXPECT_EQ(conflict_ways(at, 8), 1) << "Vᵀ read";
+    }
+}
+}  // namespace swizzle_model
+
+TEST(AttentionMfma, ForwardSwizzledTilesArePermutationsWithoutBankConflicts) {
+  using namespace swizzle_model;
+  // 64- and 128-key tiles: every access conflict-free; 32-key tiles: Vᵀ writes two ways.
+  check_tiles<128, 64, 256>(1);
+  check_tiles<128, 64, 128>(1);
+  check_tiles<128, 128, 256>(1);
+  check_tiles<128, 128, 128>(1);
+  check_tiles<128, 32, 256>(2);
+  check_tiles<128, 32, 128>(2);
+  check_tiles<64, 64, 256>(1);
+  check_tiles<64, 64, 128>(1);
+  check_tiles<64, 128, 256>(1);
+  check_tiles<64, 128, 128>(1);
+  check_tiles<64, 32, 256>(2);
+  check_tiles<64, 32, 128>(2);
 }
 
 }  // namespace

@@ -3,7 +3,9 @@
 // n_k) and outputs (O, natural-log LSE) as the other forward families (docs/attention.md §2).
 //
 // Work split. Grid (ceil(n_q / BM), heads_q, batch); BM / 32 waves of 64 lanes, each owning 32
-// query rows. The block stages K and V tiles of BN keys in LDS (mfma_config.h). Per wave, with
+// query rows. The block stages K and V tiles of BN keys in LDS, static (their size depends on the
+// target): unpadded and swizzled on gfx90a and gfx942 (two blocks of d = 128, 64 keys per compute
+// unit), padded on gfx950 (mfma_config.h's SwizzledLds and PaddedLds). Per wave, with
 // the queries as the MFMA's N dimension throughout:
 //   Sᵀ (BN x 32)  = K · Qᵀ      A = K rows from LDS, B = Qᵀ kept in registers for the kernel
 //   Oᵀ (D x 32)  += Vᵀ · Pᵀ     A = V read transposed from LDS, B = Pᵀ chained from Sᵀ's
@@ -35,12 +37,19 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   constexpr int kKeyBlocks = BN / 32;      // 32-key blocks of a tile
   constexpr int kColBlocks = D / 32;       // 32-column blocks of O
   constexpr int kChainSteps = 32 / kMfmaK; // k-steps of Vᵀ·Pᵀ over one key block
-  static_assert(BN * attention_mfma::lds_row(D) * 2 + D * attention_mfma::lds_row_transposed(BN) * 2 ==
-                    attention_mfma::forward_lds_bytes(D, BN),
+#if defined(__gfx950__)
+  using Lds = attention_mfma::PaddedLds;
+#else
+  using Lds = attention_mfma::SwizzledLds;
+#endif
+  constexpr int kKTile = Lds::kSwizzled ? BN * D : BN * attention_mfma::lds_row(D);
+  constexpr int kLdsElements = attention_mfma::forward_lds_bytes(D, BN, Lds::kSwizzled) / 2;
+  static_assert(kKTile + (Lds::kSwizzled ? D * BN : D * attention_mfma::lds_row_transposed(BN)) == kLdsElements,
                 "LDS layout must match forward_lds_bytes");
 
-  unsigned short* k_s = reinterpret_cast<unsigned short*>(dynamic_smem());  // BN x D, row-major
-  unsigned short* vt_s = k_s + BN * attention_mfma::lds_row(D);             // D x BN: V transposed
+  __shared__ __attribute__((aligned(16))) unsigned short lds[kLdsElements];
+  unsigned short* k_s = lds;            // BN x D, row-major
+  unsigned short* vt_s = lds + kKTile;  // D x BN: V transposed
 
   mfma_detail::QueryWave w = mfma_detail::query_wave<BM, Causal>(p.n_q, p.n_k, p.head_group);
   // Wave-uniform (run() branches on it around barriers): from the wave index in a scalar register.
@@ -55,7 +64,14 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
 
   mfma_operand q_frag[kKSteps];
 #pragma unroll
-  for (int t = 0; t < kKSteps; ++t) q_frag[t] = mfma_detail::global_operand(q_ptr, p.q_stride_n, w.q0, n_q, t * kMfmaK, lane);
+  for (int t = 0; t < kKSteps; ++t) {
+    // The K tile's k-steps: in column order (padded), in 16-byte reads' order (swizzled).
+    int col0 = t * kMfmaK;
+#if !defined(__gfx950__)
+    col0 = mfma_detail::k_unit_column(t, lane) - mfma::a_k(kMfmaK, lane, 0);
+#endif
+    q_frag[t] = mfma_detail::global_operand(q_ptr, p.q_stride_n, w.q0, n_q, col0, lane);
+  }
   mfma_acc o[kColBlocks];
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) o[cb] = mfma_zero();
@@ -63,8 +79,11 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   float row_sum = 0.f;              // this lane's part of l (its half's keys)
 
   // The next tile's K and V in registers: loaded while the block computes on the current one.
-  mfma_detail::TileStage<BN, D, kThreads, false> k_next;
-  mfma_detail::TileStage<BN, D, kThreads, true> v_next;
+#if !defined(__gfx950__)
+  const mfma_detail::SwizzledReads<D, BN> reads(lane);
+#endif
+  mfma_detail::TileStage<BN, D, kThreads, false, Lds> k_next;
+  mfma_detail::TileStage<BN, D, kThreads, true, Lds> v_next;
   if (w.n_end > 0) {
     k_next.load(k_ptr, p.k_stride_n, 0, n_k, w.tid);
     v_next.load(v_ptr, p.v_stride_n, 0, n_k, w.tid);
@@ -98,7 +117,13 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
 
     mfma_acc s[kKeyBlocks];
 #pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) s[nb] = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#if defined(__gfx950__)
+      s[nb] = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
+#else
+      s[nb] = reads.template k_rows_times<T>(k_s, nb * 32, q_frag);
+#endif
+    }
 
     float mx = row_max;
 #pragma unroll
@@ -139,8 +164,14 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
       for (int c = 0; c < kChainSteps; ++c) {
         const mfma_operand pt = mfma_detail::chained_words(pw[nb], c);
 #pragma unroll
-        for (int cb = 0; cb < kColBlocks; ++cb)
-          o[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, cb * 32, c, lane), pt, o[cb]);
+        for (int cb = 0; cb < kColBlocks; ++cb) {
+#if defined(__gfx950__)
+          const mfma_operand vt = mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, cb * 32, c, lane);
+#else
+          const mfma_operand vt = reads.vt_operand(vt_s, nb * 32, cb * 32, c);
+#endif
+          o[cb] = mfma_32x32<T>(vt, pt, o[cb]);
+        }
       }
   };
 

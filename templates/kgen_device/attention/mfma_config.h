@@ -24,6 +24,50 @@ KGEN_HOST_DEVICE constexpr int lds_tile_bytes(int rows, int cols) { return rows 
 constexpr int kLdsPadTransposed = 4;
 KGEN_HOST_DEVICE constexpr int lds_row_transposed(int rows) { return rows + kLdsPadTransposed; }
 
+// The forward's LDS layout on gfx90a and gfx942 (forward_mfma.cuh; gfx950 keeps the padded one
+// above): K and Vᵀ unpadded (rows of 2·cols bytes), their units XOR-swizzled by row, so that a
+// d = 128, 64-key block needs 32 KiB and two blocks share a compute unit's 64 KiB. LDS there has
+// 32 banks of 4 bytes (bank = byte address / 4 mod 32); a wavefront's access is served in phases
+// of 8 lanes for 16-byte accesses and 16 lanes for 8-byte ones (128 bytes each, lanes in order).
+// A phase is conflict-free when its lanes' bytes fall in distinct banks.
+//   K (block_n rows of head_dim columns): 16-byte unit v of row r at unit v ^ (r mod 8). The
+//     forward reads it 16 bytes a lane, the 8 lanes of a phase on 8 consecutive rows at one unit:
+//     r mod 8 sends them to the 8 units of a 128-byte line (so it does for the phases some
+//     descriptions of gfx942 give, lanes 0-3 with 20-23, 4-7 with 16-19, …: four rows with r mod
+//     8 < 4 beside four with r mod 8 ≥ 4). Written 16 bytes a lane, 8 lanes on the 8 units of a
+//     line of one row: a permutation of the line.
+//   Vᵀ (head_dim rows of block_n keys): 8-byte unit u of row c at unit u ^ vt_swizzle(c,
+//     block_n). Read 8 bytes a lane, the 16 lanes of a phase on 16 consecutive rows (from a
+//     multiple of 16) at one unit: vt_swizzle takes 16 distinct values there (block_n ≥ 64; at
+//     block_n = 32, two 64-byte rows a line, (c / 2) mod 8 and the row's half of the line). The
+//     transposed stage (mfma_tile.cuh's TileStage) writes 8 bytes a lane to rows c + k (c a
+//     multiple of 8, k < 8) at key unit a + 4·g (a = lane mod 4, g per wave): row bit 3 and,
+//     XORed into unit bit 2, row bit 4 keep the 4 column chunks of a phase apart (block_n ≥ 64:
+//     conflict-free; block_n = 32: two ways, no linear swizzle of 3 bits avoids both).
+// tests/generator/attention_mfma_test.cpp checks every forward config's reads and writes under
+// this model, and that the layouts are permutations.
+KGEN_HOST_DEVICE constexpr int k_swizzle(int row) { return row & 7; }
+KGEN_HOST_DEVICE constexpr int vt_swizzle(int row, int keys) { return keys >= 64 ? (row & 15) ^ (row >> 2 & 4) : row >> 1 & 7; }
+// The tile layouts of TileStage (mfma_tile.cuh): PaddedLds, rows of lds_row(Cols) and
+// lds_row_transposed(Rows) elements; SwizzledLds, as element offsets of row-major tiles (K: row
+// r, column c) and transposed ones (Vᵀ: row c of the global matrix's column, its element r),
+// Rows x Cols as TileStage names them. Column offsets inside one swizzle unit move with it (c mod
+// 8 of 16 bytes, r mod 4 of 8).
+struct PaddedLds {
+  static constexpr bool kSwizzled = false;
+};
+struct SwizzledLds {
+  static constexpr bool kSwizzled = true;
+  template <int Cols>
+  KGEN_HOST_DEVICE static constexpr int row_major(int r, int c) { return r * Cols + (c ^ k_swizzle(r) << 3); }
+  template <int Rows>
+  KGEN_HOST_DEVICE static constexpr int transposed(int c, int r) { return c * Rows + (r ^ vt_swizzle(c, Rows) << 2); }
+  // transposed(c + k, r) = k · Rows + (transposed(c, r) ^ transposed_xor(k)) for c a multiple of
+  // 8 and k < 8 (of 4 and k < 4): the transposed stage's rows of one chunk from one address.
+  template <int Rows>
+  KGEN_HOST_DEVICE static constexpr int transposed_xor(int k) { return vt_swizzle(k, Rows) << 2; }
+};
+
 // K and V tiles of block_n keys, row-major.
 KGEN_HOST_DEVICE constexpr int kv_tiles_lds_bytes(int head_dim, int block_n) { return 2 * lds_tile_bytes(block_n, head_dim); }
 // The deterministic backward's query-major dQ kernel: those tiles and K's tile again, transposed
@@ -31,9 +75,11 @@ KGEN_HOST_DEVICE constexpr int kv_tiles_lds_bytes(int head_dim, int block_n) { r
 KGEN_HOST_DEVICE constexpr int dq_lds_bytes(int head_dim, int block_n) {
   return kv_tiles_lds_bytes(head_dim, block_n) + head_dim * lds_row_transposed(block_n) * 2;
 }
-// Forward: the K tile of block_n keys row-major and the V tile transposed (head_dim rows of block_n keys).
-KGEN_HOST_DEVICE constexpr int forward_lds_bytes(int head_dim, int block_n) {
-  return lds_tile_bytes(block_n, head_dim) + head_dim * lds_row_transposed(block_n) * 2;
+// Forward: the K tile of block_n keys row-major and the V tile transposed (head_dim rows of block_n
+// keys), padded or swizzled (SwizzledLds: gfx90a, gfx942).
+KGEN_HOST_DEVICE constexpr int forward_lds_bytes(int head_dim, int block_n, bool swizzled) {
+  return swizzled ? 2 * block_n * head_dim * 2
+                  : lds_tile_bytes(block_n, head_dim) + head_dim * lds_row_transposed(block_n) * 2;
 }
 
 // Key-major backward kernel (its K and V operands in registers): the Q and dO tiles of block_m

@@ -77,7 +77,8 @@ struct Flag {
 //     columns (8-byte loads), one per thread.
 // Rows at or past `n_rows` (n_rows ≥ 1) repeat row n_rows − 1 instead of branching around their
 // loads: their keys are masked (S = −inf, P = 0) and their V rows finite where the inputs are.
-template <int Rows, int Cols, int Threads, bool Transposed>
+// Layout (mfma_config.h: PaddedLds, SwizzledLds) places the elements in LDS.
+template <int Rows, int Cols, int Threads, bool Transposed, class Layout = attention_mfma::PaddedLds>
 struct TileStage {
   static_assert(Cols % 8 == 0 && (!Transposed || Rows % 16 == 0), "16-byte chunks (transposed: of 4 rows, 4 row groups)");
   static constexpr int kRowsPerChunk = Transposed ? 4 : 1;
@@ -182,12 +183,19 @@ struct TileStage {
     if constexpr (!Transposed) {
       store_rows(dst, tid);
     } else {
+      // Swizzled, row c + k of a chunk (c a multiple of kChunkCols, k < kChunkCols) lies at
+      // k · Rows + (transposed(c, r) ^ transposed_xor(k)) (SwizzledLds). The base is made opaque
+      // each tile (opaque_u32_in_place), so the XORs stay in the loop (one VALU each) and keep
+      // no registers across it.
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int i = tid + it * Threads;
         if (kChunks % Threads != 0 && i >= kChunks) break;
         int r, c;
         chunk(i, r, c);
+        unsigned base = 0;
+        if constexpr (Layout::kSwizzled)
+          base = opaque_u32_in_place(static_cast<unsigned>(Layout::template transposed<Rows>(c, r)));
         // Column c + 2m + h of rows r .. r + 3: halves h of dword m of the four loaded rows.
 #pragma unroll
         for (int m = 0; m < kChunkCols / 2; ++m)
@@ -199,8 +207,13 @@ struct TileStage {
               // h = 0: (a & 0xffff) | (b << 16); h = 1: (a >> 16) | (b & 0xffff0000); one v_perm_b32.
               x[q] = perm_b32(w[it][2 * q + 1][m], w[it][2 * q][m], h == 0 ? 0x05040100u : 0x07060302u);
             }
-            *reinterpret_cast<mfma_u32x2*>(dst + (c + 2 * m + h) * attention_mfma::lds_row_transposed(Rows) + r) =
-                mfma_u32x2{x[0], x[1]};
+            const int k = 2 * m + h;
+            if constexpr (Layout::kSwizzled)
+              *reinterpret_cast<mfma_u32x2*>(dst + (k * Rows + (base ^ Layout::template transposed_xor<Rows>(k)))) =
+                  mfma_u32x2{x[0], x[1]};
+            else
+              *reinterpret_cast<mfma_u32x2*>(dst + (c + k) * attention_mfma::lds_row_transposed(Rows) + r) =
+                  mfma_u32x2{x[0], x[1]};
           }
       }
     }
@@ -210,6 +223,21 @@ struct TileStage {
   // for a transposed one the tile's untransposed copy from the same loads, one 16-byte write per
   // loaded row.
   __device__ __forceinline__ void store_rows(unsigned short* dst, int tid) const {
+    if constexpr (Layout::kSwizzled && !Transposed) {
+      // Chunk it + 1 lies kRowStep rows below chunk it, which keeps the row's swizzle (kRowStep a
+      // multiple of 8): one address, the rest immediate offsets.
+      constexpr int kRowStep = Threads / kColChunks;
+      static_assert(Threads % kColChunks == 0 && kRowStep % 8 == 0, "chunks it and it + 1 share a swizzle");
+      int r, c;
+      chunk(tid, r, c);
+      const int base = Layout::template row_major<Cols>(r, c);
+#pragma unroll
+      for (int it = 0; it < kIters; ++it) {
+        if (kChunks % Threads != 0 && tid + it * Threads >= kChunks) break;
+        *reinterpret_cast<Chunk*>(dst + base + it * kRowStep * Cols) = w[it][0];
+      }
+      return;
+    }
 #pragma unroll
     for (int it = 0; it < kIters; ++it) {
       const int i = tid + it * Threads;
@@ -244,6 +272,14 @@ KGEN_HOST_DEVICE constexpr bool chain_runs_of_four(int k) {
         if (mfma::chain_row(k, s, mfma::a_k(k, lane, e)) != mfma::chain_row(k, s, mfma::a_k(k, lane, e / 4 * 4)) + e % 4 ||
             mfma::chain_row(k, s, mfma::a_k(k, lane, e / 4 * 4)) % 4 != 0)
           return false;
+  return true;
+}
+
+// Chain step s of K = 8 takes rows 8·s .. 8·s + 7 in order (chain_row(8, s, kk) = 8·s + kk).
+KGEN_HOST_DEVICE constexpr bool chain_rows_in_order() {
+  for (int s = 0; s < 4; ++s)
+    for (int kk = 0; kk < 8; ++kk)
+      if (mfma::chain_row(8, s, kk) != 8 * s + kk) return false;
   return true;
 }
 
@@ -439,6 +475,68 @@ __device__ __forceinline__ mfma_acc lds_rows_times(const unsigned short* tile, i
   for (int t = 0; t < D / kMfmaK; ++t) x = mfma_32x32<T>(lds_operand<D>(tile, row0, t * kMfmaK, lane), frag[t], x);
   return x;
 }
+
+#if !defined(__gfx950__)
+// The forward's reads of its SwizzledLds tiles (gfx90a, gfx942: K = 8). Each lane's swizzle is a
+// per-lane XOR on the address bits that a compile-time offset also sets, split off below so
+// that the offsets above them stay immediates: per lane, 4 distinct K addresses (d = 128) and
+// 8 Vᵀ addresses (64 keys) serve every read of a tile.
+
+// The k-steps of a product over D columns in the order of 16-byte reads: step t takes columns
+// 16·(t / 2) + 8·h + 4·(t mod 2) + e of lane half h (h = lane / 32, e < 4), so one 16-byte read
+// of a row serves steps 2i and 2i + 1. A register operand for the same product
+// (global_operand) starts step t at column k_unit_column(t, lane) − a_k(K, lane, 0).
+__device__ __forceinline__ int k_unit_column(int t, int lane) { return 16 * (t / 2) + 8 * (lane / 32) + 4 * (t % 2); }
+
+// Per-lane element offsets of the forward's reads of its SwizzledLds tiles, made opaque once per
+// kernel (opaque_u32) so that the offsets the reads add to them stay immediates: 4 for K (one per
+// 16 columns of every 64) and 8 for Vᵀ (one per 8 keys of every 64; 4 at BN = 32). D: K's row
+// length, BN: Vᵀ's.
+template <int D, int BN>
+struct SwizzledReads {
+  static constexpr int kK = 4;
+  static constexpr int kVt = BN >= 64 ? 8 : BN / 8;
+  unsigned k[kK];    // SwizzledLds::row_major<D>(a_row(lane), k_unit_column(2j, lane)), j < 4
+  unsigned vt[kVt];  // SwizzledLds::transposed<BN>(a_row(lane), 8j + 4·(lane / 32))
+
+  __device__ __forceinline__ explicit SwizzledReads(int lane) {
+    const int row = mfma::a_row(lane);
+#pragma unroll
+    for (int j = 0; j < kK; ++j)
+      k[j] = opaque_u32(attention_mfma::SwizzledLds::row_major<D>(row, k_unit_column(2 * j, lane)));
+#pragma unroll
+    for (int j = 0; j < kVt; ++j)
+      vt[j] = opaque_u32(attention_mfma::SwizzledLds::transposed<BN>(row, 8 * j + 4 * (lane / 32)));
+  }
+
+  // X = Σ_t K-rows(row0 .. row0 + 31) · frag[t] over D columns (row0 a multiple of 32), frag[t]
+  // over k_unit_column's columns: one 16-byte read per two k-steps. Column 16·i ^ the lane's
+  // bits (3..5) = (16·i & ~63) + k[i mod 4].
+  template <class T>
+  __device__ __forceinline__ mfma_acc k_rows_times(const unsigned short* tile, int row0,
+                                                   const mfma_operand (&frag)[D / kMfmaK]) const {
+    static_assert(kMfmaK == 8, "two k-steps per 16-byte read");
+    mfma_acc x = mfma_zero();
+#pragma unroll
+    for (int t = 0; t < D / kMfmaK; t += 2) {
+      const mfma_u32x4 g =
+          *reinterpret_cast<const mfma_u32x4*>(tile + row0 * D + (8 * t & ~63) + k[t / 2 % kK]);
+      x = mfma_32x32<T>(__builtin_bit_cast(mfma_operand, mfma_u32x2{g[0], g[1]}), frag[t], x);
+      x = mfma_32x32<T>(__builtin_bit_cast(mfma_operand, mfma_u32x2{g[2], g[3]}), frag[t + 1], x);
+    }
+    return x;
+  }
+
+  // lds_transposed_operand of the Vᵀ tile (row0, col0 multiples of 32): element e =
+  // V[row0 + chain_row(K, s, a_k(K, lane, e))][col0 + a_row(lane)], keys row0 + 8·s + 4·h .. + 3
+  // of row col0 + a_row(lane) in one 8-byte read. vt_swizzle depends on the row mod 32 alone.
+  __device__ __forceinline__ mfma_operand vt_operand(const unsigned short* tile_t, int row0, int col0, int s) const {
+    static_assert(kMfmaK == 8 && chain_rows_in_order(), "a lane's k run: rows 8·s + 4·h .. + 3");
+    const int key = row0 + 8 * s;
+    return *reinterpret_cast<const mfma_operand*>(tile_t + col0 * BN + (key & ~63) + vt[key % 64 / 8]);
+  }
+};
+#endif
 
 // X = A-rows(row0 .. row0 + 31 of a_tile) · B-rows(b_row0 .. b_row0 + 31 of b_tile)ᵀ over D
 // columns: the product of two row-major LDS tiles, the second one's rows as X's columns.

@@ -76,6 +76,13 @@ __device__ __forceinline__ unsigned opaque_u32(unsigned x) {
   return x;
 }
 
+// opaque_u32 that also stays where it is written (a volatile asm): not hoisted out of a loop, so
+// that values computed from it each iteration hold no registers across the loop.
+__device__ __forceinline__ unsigned opaque_u32_in_place(unsigned x) {
+  asm volatile("" : "+v"(x));
+  return x;
+}
+
 #if !defined(__gfx950__)
 // lo and hi rounded to fp16 (to nearest even, as v_cvt_f16_f32) in one register, lo in bits
 // 0..15: lo · 1 + 0 and hi · 1 + 0 by mixed-precision FMAs of f32 sources rounded once to fp16
