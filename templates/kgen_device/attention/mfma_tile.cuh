@@ -186,7 +186,8 @@ struct TileStage {
       // Swizzled, row c + k of a chunk (c a multiple of kChunkCols, k < kChunkCols) lies at
       // k · Rows + (transposed(c, r) ^ transposed_xor(k)) (SwizzledLds). The base is made opaque
       // each tile (opaque_u32_in_place), so the XORs stay in the loop (one VALU each) and keep
-      // no registers across it.
+      // no registers across it; it is in bytes (2·(a ^ b) = 2a ^ 2b), so that no shift follows
+      // each XOR.
 #pragma unroll
       for (int it = 0; it < kIters; ++it) {
         const int i = tid + it * Threads;
@@ -195,7 +196,7 @@ struct TileStage {
         chunk(i, r, c);
         unsigned base = 0;
         if constexpr (Layout::kSwizzled)
-          base = opaque_u32_in_place(static_cast<unsigned>(Layout::template transposed<Rows>(c, r)));
+          base = opaque_u32_in_place(2u * static_cast<unsigned>(Layout::template transposed<Rows>(c, r)));
         // Column c + 2m + h of rows r .. r + 3: halves h of dword m of the four loaded rows.
 #pragma unroll
         for (int m = 0; m < kChunkCols / 2; ++m)
@@ -209,8 +210,8 @@ struct TileStage {
             }
             const int k = 2 * m + h;
             if constexpr (Layout::kSwizzled)
-              *reinterpret_cast<mfma_u32x2*>(dst + (k * Rows + (base ^ Layout::template transposed_xor<Rows>(k)))) =
-                  mfma_u32x2{x[0], x[1]};
+              *reinterpret_cast<mfma_u32x2*>(reinterpret_cast<char*>(dst) + 2 * k * Rows +
+                                             (base ^ 2u * Layout::template transposed_xor<Rows>(k))) = mfma_u32x2{x[0], x[1]};
             else
               *reinterpret_cast<mfma_u32x2*>(dst + (c + k) * attention_mfma::lds_row_transposed(Rows) + r) =
                   mfma_u32x2{x[0], x[1]};
