@@ -575,6 +575,15 @@ AttentionBackwardConfig attention_backward_default_config(const AttentionBackwar
     // step spills: ptxas, d = 64, softcap 152 bytes, ALiBi 44; none on 64-row tiles); else sm_80's
     // rule. The MFMA kernels do not serve variants yet.
     if (target.arch == "sm_90a") {
+      // Under 1k keys the plain default is a kernel without a producer warpgroup, which serves no
+      // variant: the warp-specialised form that the plain default takes at 1k keys serves them
+      // there (sm_80's fa2 rule took packed rows of 512 keys to 1.7× that time; H200,
+      // docs/kernels/measurements.md, "Packed batches on a compact grid").
+      if (const auto* wg = c.as<BackwardWgmmaConfig>(); wg && !wg->warp_specialised && shape.n_k < 1024) {
+        AttentionShape longer = shape;
+        longer.n_k = 1024;
+        c = attention_backward_default_config(plain, longer, target, sm_count);
+      }
       if (auto* wg = c.as<BackwardWgmmaConfig>(); wg && wg->warp_specialised) {
         wg->persistent = false, wg->tma_dq = true, wg->query_rows = 64;
         if (spec.packed) wg->group_splits = 1;
@@ -754,6 +763,18 @@ LaunchGrid attention_backward_grid(const AttentionBackwardConfig& c, BackwardKer
     case BackwardKernel::sinks: return {blocks(s.n_q, 32 * kRowWarps), hq, b};
   }
   return {};
+}
+
+std::optional<LaunchGrid> attention_backward_packed_grid(const AttentionBackwardConfig& c, BackwardKernel kernel,
+                                                         long long rows_k, int sequences, int heads_kv) {
+  const auto* wg = c.as<BackwardWgmmaConfig>();
+  // The kernel render_attention_backward names attention_backward_wgmma_kv_ws.
+  if (kernel != BackwardKernel::kv_atomic || !wg || !wg->warp_specialised || wg->persistent || is_wide_ws(*wg) ||
+      wg->column_splits != 1)
+    return std::nullopt;
+  // No sequences: no blocks. The kernel takes the sequence count as x − ⌊rows_k / keys⌋.
+  return LaunchGrid{static_cast<unsigned>(sequences > 0 ? rows_k / wg->keys + sequences : 0),
+                    static_cast<unsigned>(heads_kv), 1};
 }
 
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,

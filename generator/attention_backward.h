@@ -198,6 +198,13 @@ std::vector<BackwardKernel> attention_backward_kernels(const AttentionBackwardCo
 LaunchGrid attention_backward_grid(const AttentionBackwardConfig& config, BackwardKernel kernel,
                                    const AttentionShape& shape, int head_dim, int sm_count);
 
+// Grid of `kernel` for a packed batch of `sequences` sequences over `rows_k` key rows (the tensors'
+// n) where the kernel walks it on the compact grid of packed_tile (packed_grid.cuh): the
+// warp-specialised key-major kernel of 64 and 128 columns, x = ⌊rows_k / keys⌋ + sequences (0
+// without sequences), y = K/V heads. nullopt for the kernels that take attention_backward_grid over the longest sequence.
+std::optional<LaunchGrid> attention_backward_packed_grid(const AttentionBackwardConfig& config, BackwardKernel kernel,
+                                                         long long rows_k, int sequences, int heads_kv);
+
 // `kernel`: one of attention_backward_kernels(config, …) (another path's kernel throws
 // std::invalid_argument, as in attention_backward_grid).
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& config,

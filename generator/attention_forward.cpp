@@ -705,6 +705,11 @@ LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const Attenti
           static_cast<unsigned>(shape.heads_q), static_cast<unsigned>(shape.batch)};
 }
 
+LaunchGrid attention_forward_packed_grid(const AttentionForwardConfig& c, long long rows, int sequences, int heads_q) {
+  // No sequences: no blocks (the launch is skipped).
+  return {static_cast<unsigned>(sequences > 0 ? rows / c.block_m + sequences : 0), static_cast<unsigned>(heads_q), 1};
+}
+
 LaunchGrid attention_forward_combine_grid(const AttentionShape& shape) {
   return {static_cast<unsigned>((shape.n_q + attention_fwd::kCombineRows - 1) / attention_fwd::kCombineRows), static_cast<unsigned>(shape.heads_q),
           static_cast<unsigned>(shape.batch)};

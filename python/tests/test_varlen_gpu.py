@@ -139,6 +139,36 @@ def test_gradients_match_each_sequence(name):
         check_gradient("dsinks", sinks_leaf.grad, ref_sinks.grad, bound, False, name)
 
 
+# Lengths at and beside the tile sizes (64, 128, 192 rows), empty and one-row sequences, and a few
+# long ones: the warp-specialised kernels' compact grid finds each block's tile by a search over
+# cu_seqlens, whose rounds grow past 32 and 1024 sequences.
+BOUNDARY_LENGTHS = (0, 1, 17, 63, 64, 65, 127, 128, 129, 191, 192, 193, 256)
+
+
+@pytest.mark.parametrize("count", [40, 1100])
+@pytest.mark.parametrize("causal", [True, False])
+def test_many_sequences_at_tile_boundaries(count, causal):
+    draw = random.Random(count + causal)
+    lengths = [draw.choice(BOUNDARY_LENGTHS) for _ in range(count)]
+    lengths[draw.randrange(count)] = 1000
+    lengths[-1] = 129
+    g = torch.Generator(device=DEVICE).manual_seed(count)
+    total, d = sum(lengths), 64 if causal else 128
+    q, k, v = (torch.randn(total, h, d, generator=g, device=DEVICE).bfloat16() for h in (4, 2, 2))
+    cu = _cu(lengths)
+    leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    o, lse = kgen.torch.varlen_attention(*leaves, cu, cu, max(lengths), max(lengths), causal=causal, return_lse=True)
+    d_o = torch.randn_like(o)
+    o.backward(d_o)
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    o_ref, lse_ref = _reference(*ref_leaves, lengths, lengths, causal, 1.0 / math.sqrt(d))
+    name = f"{count} sequences, causal={causal}"
+    check(o.detach(), lse, o_ref.detach(), lse_ref.detach(), torch.bfloat16, name)
+    o_ref.backward(d_o.double())
+    for label, got, ref in zip("qkv", leaves, ref_leaves):
+        check_gradient(f"d{label}", got.grad, ref.grad, 2 * REL_L2_BOUND[torch.bfloat16], True, name)
+
+
 def test_cross_lengths_and_empty_sequences():
     lq, lk = [100, 0, 300, 1, 64, 5], [700, 50, 300, 129, 64, 0]
     g = torch.Generator(device=DEVICE).manual_seed(5)

@@ -173,8 +173,12 @@ void launch_backward_kernels(const AttentionBackwardCall& call, const AttentionB
     // The row-wise kernels walk the tensors' rows, the others the sequences (the same for dense batches).
     const bool row_wise = kernel == BackwardKernel::preprocess || kernel == BackwardKernel::dq_convert ||
                           kernel == BackwardKernel::dkv_convert;
-    launch_kernel(k, attention_backward_grid(config, kernel, row_wise ? call.rows : call.shape, call.spec.head_dim, sm_count),
-                  params, variant ? &variant_args : nullptr, stream, "launch(attention_bwd)");
+    // A packed batch: the warp-specialised key-major kernel on its compact grid.
+    std::optional<LaunchGrid> grid;
+    if (call.spec.packed)
+      grid = attention_backward_packed_grid(config, kernel, call.rows.n_k, call.shape.batch, call.shape.heads_kv);
+    if (!grid) grid = attention_backward_grid(config, kernel, row_wise ? call.rows : call.shape, call.spec.head_dim, sm_count);
+    launch_kernel(k, *grid, params, variant ? &variant_args : nullptr, stream, "launch(attention_bwd)");
   };
   for (BackwardKernel kernel : kernels) {
     launch(kernel);

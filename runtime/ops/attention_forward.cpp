@@ -358,7 +358,10 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   if (packed) p.n_q = static_cast<int>(q.shape[2]), p.n_k = static_cast<int>(k.shape[2]);
   const DeviceInfo& info = device_info(call.device);
   const int splits = attention_forward_key_splits(config, call.shape, info.sm_count);
-  launch.grid = attention_forward_grid(config, call.shape, splits, info.sm_count);
+  // A packed batch on the ws kernel: the compact grid (every block but a few has a tile).
+  launch.grid = packed && config.path == ForwardPath::ws
+                    ? attention_forward_packed_grid(config, p.n_q, call.shape.batch, call.shape.heads_q)
+                    : attention_forward_grid(config, call.shape, splits, info.sm_count);
   launch.tma_params.a = p;  // split and stream-K params start from tma_params (maps unused without TMA)
   if (config.split_keys) {
     launch.split = true;

@@ -1050,5 +1050,62 @@ TEST(AttentionDoubleBackwardConfig, StatsPassSplitsKeysOnlyForSmallGrids) {
   EXPECT_EQ(attention_double_backward_stats_splits(BackwardSimtConfig{.warps = 4, .max_head_dim = 128}, {1, 1, 1, 8192, 8192}, 132), 1);
 }
 
+// Packed batches on the warp-specialised kernels: the compact grid (packed_tile) of ⌊rows / tile⌋
+// + sequences blocks per head, which holds every sequence's tiles whatever the lengths (sequence i
+// owns ⌊cu[i] / tile⌋ + i onwards); the other kernels keep the grid over the longest sequence.
+TEST(AttentionPackedGrid, CompactGridsCoverEverySequencesTiles) {
+  // The tiles the grid must hold per head: the start of the slot past the last sequence.
+  auto slots = [](const std::vector<int>& cu, int tile) {
+    return cu.back() / tile + static_cast<int>(cu.size()) - 1;
+  };
+  const std::vector<std::vector<int>> batches = {
+      {0, 128, 256}, {0, 1, 129, 130, 385}, {0, 0, 0, 5000}, {0, 4096}, {0, 127, 254, 381, 508, 635}};
+  using K = BackwardKernel;
+  const auto ws = *parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w");
+  const auto forward = *parse_attention_forward_config("ws:bm128:bn128:s2:pp1");
+  for (const auto& cu : batches) {
+    const int sequences = static_cast<int>(cu.size()) - 1;
+    long long needed = 0;  // Σ ⌈n / 128⌉: the tiles with work
+    for (int i = 0; i < sequences; ++i) needed += (cu[i + 1] - cu[i] + 127) / 128;
+    const LaunchGrid f = attention_forward_packed_grid(forward, cu.back(), sequences, 16);
+    const auto b = attention_backward_packed_grid(ws, K::kv_atomic, cu.back(), sequences, 4);
+    ASSERT_TRUE(b);
+    for (const LaunchGrid& g : {f, *b}) {
+      EXPECT_EQ(g.x, static_cast<unsigned>(slots(cu, 128)));
+      EXPECT_GE(g.x, needed);
+      EXPECT_LE(g.x, needed + sequences);  // at most one idle block per sequence and head
+      EXPECT_EQ(g.z, 1u);
+    }
+    EXPECT_EQ(f.y, 16u);
+    EXPECT_EQ(b->y, 4u);
+  }
+  // No sequences: no blocks (the launch is skipped); one empty sequence: one block per head.
+  EXPECT_EQ(attention_forward_packed_grid(forward, 100, 0, 8).x, 0u);
+  EXPECT_EQ(attention_backward_packed_grid(ws, K::kv_atomic, 100, 0, 8)->x, 0u);
+  EXPECT_EQ(attention_forward_packed_grid(forward, 0, 1, 8).x, 1u);
+  // The kernels of the grid over the longest sequence.
+  EXPECT_FALSE(attention_backward_packed_grid(ws, K::preprocess, 4096, 2, 4));
+  EXPECT_FALSE(attention_backward_packed_grid(*parse_attention_backward_config("wg:bm64:bn128:a2:t:l:w:p"),
+                                              K::kv_atomic, 4096, 2, 4));
+  EXPECT_FALSE(attention_backward_packed_grid(*parse_attention_backward_config("fa2:bm64:bn128:w8"), K::kv_atomic,
+                                              4096, 2, 4));
+}
+
+// Packed batches (and variants) under 1k keys on sm_90a: the warp-specialised kernel that the plain
+// default takes from 1k keys, not sm_80's fa2 rule; grids too small to fill the machine keep theirs.
+TEST(AttentionPackedGrid, RowsUnder1kKeysTakeTheWarpSpecialisedKernel) {
+  AttentionBackwardSpec spec{DType::bf16, 128, true};
+  spec.packed = true;
+  for (int n : {256, 512, 1000}) {
+    const auto c = attention_backward_default_config(spec, {32, 16, 16, n, n}, sm90a(), 132);
+    const auto* wg = c.as<BackwardWgmmaConfig>();
+    ASSERT_TRUE(wg) << to_string(c);
+    EXPECT_TRUE(wg->warp_specialised && wg->tma_dq && !wg->persistent) << to_string(c);
+    EXPECT_EQ(wg->query_rows, 64);
+    EXPECT_TRUE(attention_backward_packed_grid(c, BackwardKernel::kv_atomic, 32LL * n, 32, 16)) << to_string(c);
+  }
+  EXPECT_FALSE(attention_backward_default_config(spec, {1, 1, 1, 128, 128}, sm90a(), 132).as<BackwardWgmmaConfig>());
+}
+
 }  // namespace
 }  // namespace kgen

@@ -33,6 +33,7 @@
 #pragma once
 
 #include "kgen_device/attention/backward_wgmma.cuh"
+#include "kgen_device/attention/packed_grid.cuh"
 #include "kgen_device/core/wgmma_cols.cuh"
 
 namespace kgen {
@@ -216,7 +217,18 @@ __device__ __forceinline__ void attention_backward_wgmma_kv_ws(const AttentionBa
   constexpr int kKvCols = wgmma::head_dim_width(HeadDim);  // dV's and dK's columns
   const AttentionBackwardParams& p = tp.a;
 
-  const auto [n0, kv_y, batch, rows_q, rows_k, rows_diag] = bwd_detail::KeyBlock::of<Causal>(p, BN);
+  // A packed batch: the compact grid's key block (packed_tile; each warp finds the same one). Its
+  // x is ⌊rows / BN⌋ + sequences, n_k the tensors' rows.
+  bwd_detail::KeyBlock block;
+  if constexpr (Variant::kPacked) {
+    const PackedTile pt = packed_tile<BN>(va->cu_seqlens_k, static_cast<int>(gridDim.x) - p.n_k / BN, p.heads_kv,
+                                          packed_block());
+    if (pt.seq < 0) return;
+    block = {pt.tile * BN, pt.lane, pt.seq, p.n_q, p.n_k, 0};
+  } else {
+    block = bwd_detail::KeyBlock::of<Causal>(p, BN);
+  }
+  const auto [n0, kv_y, batch, rows_q, rows_k, rows_diag] = block;
   const SequenceRows seq = sequence_rows<Variant>(va, batch, rows_q, rows_k);
   const int n_q = seq.n_q, n_k = seq.n_k, diag = Variant::kPacked ? n_k - n_q : rows_diag;
   if constexpr (Variant::kPacked)

@@ -74,6 +74,7 @@
 #include "kgen_device/attention/forward_ws_config.h"
 #include "kgen_device/attention/forward_wgmma.cuh"
 #include "kgen_device/attention/fp8_params.h"
+#include "kgen_device/attention/packed_grid.cuh"
 #include "kgen_device/attention/params.h"
 #include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
@@ -256,6 +257,10 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   // Dense batches keep it zero and address the TMA boxes by batch.
   SequenceRows seq{0, 0, 0, 0, 0};
   auto slot = [&](const wgmma_fwd_detail::QueryBlock& qb) { return Variant::kPacked ? 0 : qb.batch; };
+  // A packed batch's tile (sequence, head, tile in the sequence's order): three ints after the
+  // shared key range's slot (below; kWsBarrierBytes leaves room for both after the barriers),
+  // written before the barriers' initialisation.
+  volatile int* packed_slot = nullptr;
   // Stream-K: the current part's key tiles [part_first, part_first + part_tiles).
   int part_first = 0, part_tiles = 0;
   // Sets qb to the block's next query tile and advances `round`; false when there is none.
@@ -286,12 +291,22 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       qb = wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, w % q_tiles, w / q_tiles % p.heads_q,
                                                            w / q_tiles / p.heads_q);
       return true;
+    } else if constexpr (Variant::kPacked) {
+      // The compact grid's tile (packed_tile), found by the first warp before the barriers'
+      // initialisation; a causal sequence's heaviest tile first.
+      if (round++ > 0 || packed_slot[0] < 0) return false;
+      const int s = packed_slot[0];
+      seq = sequence_rows<Variant>(va, s, p.n_q, p.n_k);
+      const int t = packed_slot[2];
+      qb = wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, Causal ? (seq.n_q + BM - 1) / BM - 1 - t : t,
+                                                           packed_slot[1], s);
+      qb.set_lengths<BM, BN, Causal>(seq.n_q, seq.n_k);
+      return true;
     } else if constexpr (!Persistent) {
       qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
-      if constexpr (Variant::kPacked || Variant::kPaged) {
+      if constexpr (Variant::kPaged) {
         seq = sequence_rows<Variant>(va, qb.batch, p.n_q, p.n_k);
         qb.set_lengths<BM, BN, Causal>(seq.n_q, seq.n_k);
-        if (Variant::kPacked && qb.m0 >= qb.n_q) return false;  // past this sequence's rows: no work
       }
       return round++ == 0;
     } else {
@@ -368,6 +383,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   auto range_full = [&] { return bars + 8 * (4 + 4 * Stages); };
   volatile int* const range_slot =
       reinterpret_cast<volatile int*>(dynamic_smem() + (bars + 8 * (5 + 4 * Stages) - smem_raw));
+  packed_slot = range_slot + 2;
   // Q tile `qb` into the buffer of the block's local-th tile.
   auto load_q = [&](const wgmma_fwd_detail::QueryBlock& qb, int local) {
     const int buf = local % kQBuffers;
@@ -381,6 +397,12 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                      sequence_row0<Variant>(va, qb.batch) + qb.m0 + 64 * c, qb.head, slot(qb), q_full(buf));
   };
 
+  if constexpr (Variant::kPacked) {
+    if (tid < 32) {
+      const PackedTile pt = packed_tile<BM>(va->cu_seqlens_q, p.batch, p.heads_q, packed_block());
+      if (tid == 0) packed_slot[0] = pt.seq, packed_slot[1] = pt.lane, packed_slot[2] = pt.tile;
+    }
+  }
   if (tid == 0) {
     for (int b = 0; b < kQBuffers; ++b) tma::barrier_init(q_full(b), 1);
     if constexpr (Persistent)
