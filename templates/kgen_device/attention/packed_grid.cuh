@@ -10,6 +10,7 @@
 #pragma once
 
 #include "kgen_device/core/math.cuh"
+#include "kgen_device/core/warp.cuh"
 
 namespace kgen {
 
@@ -30,7 +31,7 @@ __device__ __forceinline__ PackedTile packed_tile(const int* cu, int sequences, 
   while (hi - lo > 1) {
     const int step = (hi - lo + 31) / 32, c = lo + lane * step;
     // start grows with s, so the lanes whose candidate starts at or before `linear` are a prefix.
-    const int below = __popc(__ballot_sync(0xffffffffu, c < hi && start(c) <= linear));
+    const int below = __popc(ballot32(c < hi && start(c) <= linear));
     if (below == 0) return kNone;  // before the first sequence's (cu[0] > 0)
     lo += (below - 1) * step;
     hi = imin(lo + step, hi);
