@@ -772,9 +772,7 @@ std::optional<LaunchGrid> attention_backward_packed_grid(const AttentionBackward
   if (kernel != BackwardKernel::kv_atomic || !wg || !wg->warp_specialised || wg->persistent || is_wide_ws(*wg) ||
       wg->column_splits != 1)
     return std::nullopt;
-  // No sequences: no blocks. The kernel takes the sequence count as x − ⌊rows_k / keys⌋.
-  return LaunchGrid{static_cast<unsigned>(sequences > 0 ? rows_k / wg->keys + sequences : 0),
-                    static_cast<unsigned>(heads_kv), 1};
+  return packed_tile_grid(rows_k, wg->keys, sequences, heads_kv);
 }
 
 KernelSource render_attention_backward(const AttentionBackwardSpec& spec, const AttentionBackwardConfig& c,

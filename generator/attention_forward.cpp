@@ -706,8 +706,7 @@ LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const Attenti
 }
 
 LaunchGrid attention_forward_packed_grid(const AttentionForwardConfig& c, long long rows, int sequences, int heads_q) {
-  // No sequences: no blocks (the launch is skipped).
-  return {static_cast<unsigned>(sequences > 0 ? rows / c.block_m + sequences : 0), static_cast<unsigned>(heads_q), 1};
+  return packed_tile_grid(rows, c.block_m, sequences, heads_q);
 }
 
 LaunchGrid attention_forward_combine_grid(const AttentionShape& shape) {

@@ -25,4 +25,12 @@ struct LaunchGrid {
   unsigned x = 1, y = 1, z = 1;
 };
 
+// The compact grid of a packed batch (templates/kgen_device/attention/packed_grid.cuh): x =
+// ⌊rows / tile⌋ + sequences blocks per lane (rows: the tensors' n; 0 without sequences, so the
+// launch is skipped), y = lanes (heads). The backward's kernel takes the sequence count back as
+// x − ⌊rows / tile⌋.
+inline LaunchGrid packed_tile_grid(long long rows, int tile, int sequences, int lanes) {
+  return {static_cast<unsigned>(sequences > 0 ? rows / tile + sequences : 0), static_cast<unsigned>(lanes), 1};
+}
+
 }  // namespace kgen
