@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """kgen's packed (variable-length) attention side by side with its peers on packed training batches.
 
-A row is one packed batch: sequences with lognormal lengths (mean --mean tokens, sigma 1) laid end
-to end up to --tokens tokens, causal, bf16, h·d = 2048 (docs/attention.md §9). Implementations:
-"kgen" (kgen.torch.varlen_attention), "dense" (kgen's dense kernel on b = tokens / mean sequences of
-the mean length: the same tokens, the time per token the packed batch is held to), "fa4"
-(flash_attn.cute's varlen function, where the GPU machine has it from ../shared/tools/fa4),
-"flex" (FlexAttention under torch.compile with a document + causal block mask built once per row)
-and "njt" (SDPA on nested jagged tensors, its fastest backend). Every implementation's output is
+A row is one packed batch: sequences with lognormal lengths (mean --mean tokens, sigma --sigma,
+default 1; 0: every length the mean) laid end to end up to --tokens tokens, causal (without a
+mask: --no-causal), bf16, h·d = 2048 (docs/attention.md §9). Implementations: "kgen"
+(kgen.torch.varlen_attention), "dense" (kgen's dense kernel on b = tokens / mean sequences of the
+mean length: the same tokens, the time per token the packed batch is held to), "fa4"
+(flash_attn.cute's varlen function, where the GPU machine has it from ../shared/tools/fa4), "flex"
+(FlexAttention under torch.compile with a document (+ causal) block mask built once per row) and
+"njt" (SDPA on nested jagged tensors, its fastest backend). Every implementation's output is
 checked on three sampled sequences against an fp32 reference before it is timed (FAIL: no time;
 "–": it does not serve the row). Times are medians in ms over interleaved rounds
-(bench/rounds.py); TFLOPS count the causal work of the sequences (4·Σ n_i(n_i+1)/2·h·d forward,
-2.5× that backward); "vs" columns are the peer's time over kgen's (> 1: kgen is faster).
+(bench/rounds.py); TFLOPS count the work of the sequences (4·Σ n_i(n_i+1)/2·h·d forward when
+causal, 4·Σ n_i²·h·d without a mask; 2.5× that backward); "vs" columns are the peer's time over
+kgen's (> 1: kgen is faster).
 
     python3 bench/compare_varlen.py                          # 16k and 64k tokens, d = 128, fwd and fwd+bwd
     python3 bench/compare_varlen.py --tokens 16k --mode fwd --out r.md
@@ -36,18 +38,18 @@ REL_L2_BOUND = 2e-2
 IMPLS = ("kgen", "dense", "fa4", "flex", "njt")
 
 
-def lengths_for(tokens: int, mean: int, seed: int) -> list[int]:
+def lengths_for(tokens: int, mean: int, seed: int, sigma: float = 1.0) -> list[int]:
     draw = random.Random(seed)
-    mu = math.log(mean) - 0.5
+    mu = math.log(mean) - sigma * sigma / 2
     out, total = [], 0
     while total < tokens:
-        n = max(1, min(tokens - total, int(draw.lognormvariate(mu, 1.0))))
+        n = max(1, min(tokens - total, int(draw.lognormvariate(mu, sigma)) if sigma > 0 else mean))
         out.append(n)
         total += n
     return out
 
 
-def reference(q, k, v, lengths, picks):
+def reference(q, k, v, lengths, picks, causal=True):
     """fp32 o rows of the sequences `picks` (total, h, d layout), by index."""
     cu = [0]
     for n in lengths:
@@ -56,7 +58,7 @@ def reference(q, k, v, lengths, picks):
     for i in picks:
         s = slice(cu[i], cu[i + 1])
         qs, ks, vs = (t[s].float().transpose(0, 1) for t in (q, k, v))
-        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True)
+        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
         out[i] = (s, o.transpose(0, 1))
     return out
 
@@ -65,7 +67,7 @@ def rel_l2(a, b) -> float:
     return float((a.float() - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def make_runs(impls, q, k, v, lengths, mean, mode):
+def make_runs(impls, q, k, v, lengths, mean, mode, causal=True):
     """{name: (forward callable returning o in (total, h, d), step callable)}."""
     total, h, d = q.shape
     cu = torch.tensor([0] + list(torch.tensor(lengths).cumsum(0).tolist()), dtype=torch.int32, device=q.device)
@@ -82,7 +84,7 @@ def make_runs(impls, q, k, v, lengths, mean, mode):
     leaves = [t.detach().requires_grad_() for t in (q, k, v)]
     if "kgen" in impls:
         def kgen_fwd(q=q, k=k, v=v):
-            return kgen.torch.varlen_attention(q, k, v, cu, cu, longest, longest, causal=True)
+            return kgen.torch.varlen_attention(q, k, v, cu, cu, longest, longest, causal=causal)
         runs["kgen"] = (kgen_fwd, with_backward(lambda: kgen_fwd(*leaves), leaves))
     if "dense" in impls:
         b = max(1, total // mean)
@@ -91,10 +93,10 @@ def make_runs(impls, q, k, v, lengths, mean, mode):
         gd = torch.randn_like(qd)
 
         def dense_step():
-            o = kgen.torch.attention(*dl, causal=True, layout="bnhd")
+            o = kgen.torch.attention(*dl, causal=causal, layout="bnhd")
             torch.autograd.grad(o, dl, gd)
         runs["dense"] = (None, dense_step) if mode == "bwd" else (
-            lambda: kgen.torch.attention(qd, kd, vd, causal=True, layout="bnhd"), dense_step)
+            lambda: kgen.torch.attention(qd, kd, vd, causal=causal, layout="bnhd"), dense_step)
     if "fa4" in impls:
         try:
             from flash_attn.cute import flash_attn_varlen_func  # noqa: PLC0415
@@ -103,7 +105,7 @@ def make_runs(impls, q, k, v, lengths, mean, mode):
         if flash_attn_varlen_func is not None:
             def fa4_fwd(q=q, k=k, v=v):
                 o = flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=longest,
-                                           max_seqlen_k=longest, causal=True)
+                                           max_seqlen_k=longest, causal=causal)
                 return o[0] if isinstance(o, tuple) else o
             runs["fa4"] = (fa4_fwd, with_backward(lambda: fa4_fwd(*leaves), leaves))
     if "flex" in impls:
@@ -112,7 +114,7 @@ def make_runs(impls, q, k, v, lengths, mean, mode):
                                       torch.tensor(lengths, device=q.device))
 
         def mask(b, hh, qi, ki):
-            return (doc[qi] == doc[ki]) & (ki <= qi)
+            return (doc[qi] == doc[ki]) & ((ki <= qi) | (not causal))
         block_mask = create_block_mask(mask, 1, 1, total, total, device=q.device)
         flex = torch.compile(flex_attention)
 
@@ -126,7 +128,7 @@ def make_runs(impls, q, k, v, lengths, mean, mode):
             return torch.nested.nested_tensor_from_jagged(t, offsets, max_seqlen=longest).transpose(1, 2)
 
         def njt_fwd(q=q, k=k, v=v):
-            o = torch.nn.functional.scaled_dot_product_attention(nested(q), nested(k), nested(v), is_causal=True)
+            o = torch.nn.functional.scaled_dot_product_attention(nested(q), nested(k), nested(v), is_causal=causal)
             return o.transpose(1, 2).values()
         runs["njt"] = (njt_fwd, with_backward(lambda: njt_fwd(*leaves), leaves))
     return runs
@@ -136,8 +138,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", default="16k,64k", help="tokens per packed batch, comma-separated")
     ap.add_argument("--mean", type=int, default=1024, help="mean sequence length")
+    ap.add_argument("--sigma", type=float, default=1.0, help="sigma of the lognormal lengths (0: every length --mean)")
     ap.add_argument("--head-dims", default="128", help="head dims, comma-separated (h·d = 2048)")
     ap.add_argument("--mode", default="fwd,fwdbwd", help="fwd and/or fwdbwd")
+    ap.add_argument("--no-causal", dest="causal", action="store_false", help="attention without a mask")
     ap.add_argument("--impls", default=",".join(IMPLS), help="subset of " + ",".join(IMPLS))
     add_round_args(ap, reps=30)
     ap.add_argument("--seed", type=int, default=1)
@@ -148,13 +152,13 @@ def main() -> None:
              " | ".join(f"vs {i}" for i in impls if i != "kgen") + " |",
              "|" + "---|" * (5 + 2 * len(impls)) ]
     for tokens in map(parse_n, args.tokens.split(",")):
-        lengths = lengths_for(tokens, args.mean, args.seed)
+        lengths = lengths_for(tokens, args.mean, args.seed, args.sigma)
         for d in map(int, args.head_dims.split(",")):
             h = 2048 // d
             q, k, v = (torch.randn(tokens, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-            runs = make_runs(impls, q, k, v, lengths, args.mean, "fwd")
+            runs = make_runs(impls, q, k, v, lengths, args.mean, "fwd", args.causal)
             picks = sorted({0, len(lengths) // 2, max(range(len(lengths)), key=lambda i: lengths[i])})
-            ref = reference(q, k, v, lengths, picks)
+            ref = reference(q, k, v, lengths, picks, args.causal)
             status = {}
             for name, (fwd, _) in runs.items():
                 if fwd is None or name == "dense":
@@ -167,7 +171,7 @@ def main() -> None:
                 except Exception as e:  # noqa: BLE001 - a peer that does not serve the row
                     status[name] = "–"
                     print(f"{name}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
-            flops = 4.0 * sum(n * (n + 1) / 2 for n in lengths) * h * d
+            flops = 4.0 * sum(n * (n + 1) / 2 if args.causal else n * n for n in lengths) * h * d
             for mode in args.mode.split(","):
                 timed = {name: (fwd if mode == "fwd" else step) for name, (fwd, step) in runs.items()
                          if status[name] == "ok"}

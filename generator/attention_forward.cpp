@@ -305,8 +305,11 @@ std::optional<std::string> check_attention_forward_config(const AttentionForward
   if (c.stream_k && spec.causal) return std::string("sk applies to calls without a mask only");
   if (c.stream_k && spec.has_variant()) return std::string("sk applies to plain attention only, not to a variant");
   if (c.split_keys && spec.sinks) return std::string("split does not add sinks; a ws config without split does");
-  if (spec.packed && (c.split_keys || c.persistent))
-    return std::string("packed batches run on the plain grid; a ws config without split or persist serves them");
+  if (spec.packed && c.split_keys)
+    return std::string("packed batches run on the plain or persistent grid; a ws config without split serves them");
+  if (spec.packed && c.persistent && (!spec.variant.empty() || spec.sinks))
+    return std::string("a packed batch runs on the persistent grid without a variant or sinks beside it; a ws config "
+                       "without persist serves them");
   if (spec.paged && c.persistent) return std::string("paged K/V runs on the plain or split grid; a ws config without persist serves it");
   if (spec.paged && spec.packed) return std::string("paged K/V takes dense queries, not a packed batch");
   // The wg kernels serve one variant, paged K/V alone (its rows gathered by their cp.async copies).
@@ -501,6 +504,11 @@ std::vector<AttentionForwardConfig> attention_forward_config_space(const Attenti
 namespace {
 AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& spec, const AttentionShape& shape,
                                                     const Target& target, int sm_count);
+// A packed batch with no variant, sinks or paged K/V beside it: its defaults keep the plain
+// defaults' persistent grid, where the producer's warp walks the compact grid's tiles.
+bool persistent_packed(const AttentionForwardSpec& spec) {
+  return spec.packed && spec.variant.empty() && !spec.sinks && !spec.paged;
+}
 }  // namespace
 
 AttentionForwardConfig attention_forward_default_config(const AttentionForwardSpec& spec,
@@ -541,11 +549,15 @@ AttentionForwardConfig attention_forward_default_config(const AttentionForwardSp
   const Variant v = spec.variant.empty() ? Variant() : Variant::from_canonical(spec.variant);
   const bool wide_keys = !(v.has_score_mod() && (v.has_mask() || spec.sinks));
   AttentionForwardConfig narrow = c;
-  if (c.path == ForwardPath::ws) narrow.block_n = std::min(c.block_n, wide_keys ? 128 : 80);
+  // A packed batch alone adds no per-score state: it keeps the plain defaults' key tiles.
+  if (c.path == ForwardPath::ws && !persistent_packed(spec)) narrow.block_n = std::min(c.block_n, wide_keys ? 128 : 80);
   if (c.path == ForwardPath::fa2 && c.block_m / c.warps == 32) narrow.block_m = 16 * c.warps;
   if (c.path == ForwardPath::ws && c.block_m == 192) narrow.block_m = 128, narrow.warps = 8;
-  narrow.persistent = narrow.stream_k = false;  // the persistent grid's state spills beside a variant's
-  if (spec.packed) narrow.split_keys = false;     // packed batches run on the plain grid
+  // The persistent grid's state spills beside a variant's; a packed batch alone keeps it (the
+  // producer's warp walks the compact grid: persistent_packed below).
+  narrow.stream_k = false;
+  if (!persistent_packed(spec)) narrow.persistent = false;
+  if (spec.packed) narrow.split_keys = false;  // packed batches run on the plain or persistent grid
   return check_attention_forward_config(spec, narrow, target) ? c : narrow;
 }
 
@@ -705,8 +717,12 @@ LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const Attenti
           static_cast<unsigned>(shape.heads_q), static_cast<unsigned>(shape.batch)};
 }
 
-LaunchGrid attention_forward_packed_grid(const AttentionForwardConfig& c, long long rows, int sequences, int heads_q) {
-  return packed_tile_grid(rows, c.block_m, sequences, heads_q);
+LaunchGrid attention_forward_packed_grid(const AttentionForwardConfig& c, long long rows, int sequences, int heads_q,
+                                         int sm_count) {
+  const LaunchGrid g = packed_tile_grid(rows, c.block_m, sequences, heads_q);
+  if (!c.persistent) return g;
+  const long long blocks = 1LL * g.x * g.y;
+  return {static_cast<unsigned>(std::min<long long>(blocks, std::max(sm_count, 1))), 1, 1};
 }
 
 LaunchGrid attention_forward_combine_grid(const AttentionShape& shape) {
@@ -762,7 +778,9 @@ KernelSource render_attention_forward(const AttentionForwardSpec& spec,
                                                                      c.block_m, c.persistent));
     header = "kgen_device/attention/forward_ws.cuh";
     shim.function = "attention_forward_ws";
-    shim.params = c.stream_k     ? "AttentionForwardStreamParams"
+    // Stream-K's and a packed batch's persistent grid take a workspace (the packed grid's tile
+    // counter in flags).
+    shim.params = c.stream_k || (spec.packed && c.persistent) ? "AttentionForwardStreamParams"
                   : c.split_keys ? "AttentionForwardSplitParams"
                   : spec.fp8     ? "AttentionForwardFp8Params"
                                  : "AttentionForwardTmaParams";

@@ -182,10 +182,11 @@ LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const At
                                   int sm_count = 0);
 // Grid of a packed batch of `sequences` sequences over `rows` query rows (the tensors' n) on a ws
 // config: the compact grid of packed_tile (packed_grid.cuh), x = ⌊rows / block_m⌋ + sequences (0
-// without sequences), y = query heads. Other paths take attention_forward_grid over the longest
-// sequence.
+// without sequences), y = query heads; a persistent config: x = that grid's blocks, at most
+// `sm_count`, whose indices the blocks walk. Other paths take attention_forward_grid over the
+// longest sequence.
 LaunchGrid attention_forward_packed_grid(const AttentionForwardConfig& config, long long rows, int sequences,
-                                         int heads_q);
+                                         int heads_q, int sm_count = 0);
 // Grid of the combine kernel after a split-keys launch: x = 4-row groups, y = query heads, z = batch.
 LaunchGrid attention_forward_combine_grid(const AttentionShape& shape);
 

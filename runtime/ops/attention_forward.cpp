@@ -360,7 +360,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
   const int splits = attention_forward_key_splits(config, call.shape, info.sm_count);
   // A packed batch on the ws kernel: the compact grid (every block but a few has a tile).
   launch.grid = packed && config.path == ForwardPath::ws
-                    ? attention_forward_packed_grid(config, p.n_q, call.shape.batch, call.shape.heads_q)
+                    ? attention_forward_packed_grid(config, p.n_q, call.shape.batch, call.shape.heads_q, info.sm_count)
                     : attention_forward_grid(config, call.shape, splits, info.sm_count);
   launch.tma_params.a = p;  // split and stream-K params start from tma_params (maps unused without TMA)
   if (config.split_keys) {
@@ -375,6 +375,11 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
     // the partial results itself): the second launch's latency overlaps the first kernel.
     launch.combine_after_prior =
         info.target.vendor == Vendor::nvidia && info.cc_major >= 9 && programmatic_launches_enabled();
+  }
+  if (packed && config.persistent && config.path == ForwardPath::ws) {
+    launch.tile_counter = true;
+    static_cast<AttentionForwardTmaParams&>(launch.stream_params) = launch.tma_params;
+    launch.stream_params.splits = 1;
   }
   if (config.stream_k) {
     launch.stream_k = true;
@@ -404,6 +409,8 @@ ScratchParts scratch_parts(const AttentionForwardLaunch& launch) {
     parts = {rows * launch.stream_cols * 4, rows * 4, launch.stream_flags() * sizeof(unsigned long long)};
   } else if (launch.split) {
     parts = {launch.partial_rows * launch.params.head_dim * 4, launch.partial_rows * 4, 0};
+  } else if (launch.tile_counter) {
+    parts.flags = sizeof(unsigned long long);
   }
   parts.ranges = variant_range_bytes(launch.ranges);
   return parts;
@@ -432,7 +439,7 @@ void rebind_attention_forward(AttentionForwardLaunch& launch, const TensorView& 
     static_cast<AttentionForwardTmaParams&>(launch.split_params) = launch.tma_params;
     launch.split_params.splits = splits;
   }
-  if (launch.stream_k) {
+  if (launch.stream_k || launch.tile_counter) {
     static_cast<AttentionForwardTmaParams&>(launch.stream_params) = launch.tma_params;
     launch.stream_params.splits = 1;
   }
@@ -450,6 +457,13 @@ void launch_attention_forward(AttentionForwardLaunch& launch, int device, void* 
     launch.stream_params.flags = reinterpret_cast<unsigned long long*>(ws.take(flag_bytes));
     gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(launch.stream_params.flags), 0, launch.stream_flags() * 2,
                               stream);
+    launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
+    return;
+  }
+  if (launch.tile_counter) {
+    Workspace ws(workspace, workspace_bytes, parts.total(), device, stream, "the packed grid's tile counter");
+    launch.stream_params.flags = reinterpret_cast<unsigned long long*>(ws.take(parts.flags));
+    gpu_driver().fill32_async(reinterpret_cast<DevicePtr>(launch.stream_params.flags), 0, 2, stream);
     launch_kernel(launch.kernel, launch.grid, launch.kernel_params(), launch.variant_params(), stream, "launch(attention_fwd)");
     return;
   }

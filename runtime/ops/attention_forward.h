@@ -62,6 +62,9 @@ struct AttentionForwardLaunch {
   int stream_rows = 0;  // block_m
   int stream_cols = 0;  // the tile's head dim
   std::size_t stream_flags() const { return std::size_t{grid.x} * (stream_rows / 64); }
+  // A packed batch's persistent grid (a ":persist" config): the kernel takes stream_params, whose
+  // flags hold one 8-byte tile counter, zero at launch (the caller fills the pointer).
+  bool tile_counter = false;
   AttentionForwardConfig config;  // the config it runs
   bool packed_heads = false;       // pack_query_heads regrouped q, o and lse
   int kv_rows = 0;  // the ws kernel's K and V box rows (a page's rows when fewer than block_n)
@@ -72,7 +75,7 @@ struct AttentionForwardLaunch {
   void* variant_params() { return variant ? &variant_args : nullptr; }
   // The kernel's one parameter, as launch_kernel takes it.
   void* kernel_params() {
-    if (stream_k) return &stream_params;
+    if (stream_k || tile_counter) return &stream_params;
     if (split) return &split_params;
     return tma ? static_cast<void*>(&tma_params) : static_cast<void*>(&params);
   }

@@ -1091,6 +1091,47 @@ TEST(AttentionPackedGrid, CompactGridsCoverEverySequencesTiles) {
                                               4096, 2, 4));
 }
 
+// A packed batch alone keeps the plain defaults' persistent forward grid (the producer's warp walks
+// the compact grid's indices, at most one block per SM); beside a variant or sinks it runs one
+// block per tile, and no packed batch splits keys.
+TEST(AttentionPackedGrid, ForwardDefaultsKeepThePersistentGrid) {
+  AttentionForwardSpec spec{DType::bf16, 128, true};
+  spec.packed = true;
+  for (int n : {512, 2048, 4096}) {
+    const auto c = attention_forward_default_config(spec, {16, 16, 16, n, n}, sm90a(), 132);
+    EXPECT_EQ(c.path, ForwardPath::ws) << n;
+    EXPECT_TRUE(c.persistent) << to_string(c);
+    EXPECT_FALSE(c.stream_k) << to_string(c);
+    EXPECT_FALSE(check_attention_forward_config(spec, c, sm90a())) << to_string(c);
+  }
+  AttentionForwardSpec full = spec;
+  full.causal = false;
+  EXPECT_TRUE(attention_forward_default_config(full, {4, 16, 16, 16384, 16384}, sm90a(), 132).persistent);
+  // Causal rows past 4k keys: one block per tile, as dense batches.
+  EXPECT_FALSE(attention_forward_default_config(spec, {2, 16, 16, 16384, 16384}, sm90a(), 132).persistent);
+  AttentionForwardSpec sinks = spec, window = spec;
+  sinks.sinks = true;
+  window.variant = "window(128,0)";
+  const auto persist = *parse_attention_forward_config("ws:bm128:bn128:s2:pp1:persist");
+  EXPECT_FALSE(check_attention_forward_config(spec, persist, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config(sinks, persist, sm90a()));
+  EXPECT_TRUE(check_attention_forward_config(window, persist, sm90a()));
+  EXPECT_FALSE(attention_forward_default_config(sinks, {16, 16, 16, 2048, 2048}, sm90a(), 132).persistent);
+  EXPECT_TRUE(check_attention_forward_config(spec, *parse_attention_forward_config("ws:bm128:bn128:s2:pp1:split"),
+                                             sm90a()));
+  // The persistent grid: the compact grid's blocks ((⌊rows / 128⌋ + sequences) · heads), at most
+  // one per SM, in x.
+  EXPECT_EQ(attention_forward_packed_grid(persist, 4096, 2, 16, 132).x, 132u);
+  EXPECT_EQ(attention_forward_packed_grid(persist, 300, 3, 2, 132).x, 10u);
+  EXPECT_EQ(attention_forward_packed_grid(persist, 300, 3, 2, 132).y, 1u);
+  EXPECT_EQ(attention_forward_packed_grid(persist, 100, 0, 8, 132).x, 0u);
+  // Its blocks draw their tiles from a counter in the stream-K params' flags.
+  EXPECT_NE(render_attention_forward(spec, persist).source.find("AttentionForwardStreamParams"), std::string::npos);
+  EXPECT_EQ(render_attention_forward(spec, *parse_attention_forward_config("ws:bm128:bn128:s2:pp1"))
+                .source.find("AttentionForwardStreamParams"),
+            std::string::npos);
+}
+
 // Packed batches (and variants) under 1k keys on sm_90a: the warp-specialised kernel that the plain
 // default takes from 1k keys, not sm_80's fa2 rule; grids too small to fill the machine keep theirs.
 TEST(AttentionPackedGrid, RowsUnder1kKeysTakeTheWarpSpecialisedKernel) {

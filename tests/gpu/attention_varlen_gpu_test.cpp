@@ -72,6 +72,14 @@ const char* kVarlenConfigs[] = {"",
                           "ws:bm128:bn128:s2:pp1",
                           "ws:bm128:bn80:s2:pp1",
                           "ws:bm192:bn128:s2:pp1",
+                          // The persistent grid (packed batches alone): two Q buffers, one (176- and
+                          // 80-key tiles), no turns, three consumers.
+                          "ws:bm128:bn128:s2:pp1:persist",
+                          "ws:bm128:bn64:s2:pp1:persist",
+                          "ws:bm128:bn128:s2:pp0:persist",
+                          "ws:bm128:bn176:s2:pp1:persist",
+                          "ws:bm128:bn80:s2:pp1:persist",
+                          "ws:bm192:bn128:s2:pp1:persist",
                           "fa2:bm128:bn64:w4:s2",
                           "fa2:bm64:bn32:w4:s2",
                           "simt:bm4:bn32:dmax64",
@@ -465,9 +473,9 @@ TEST(AttentionVarlenGpu, BadArgumentsAreNamed) {
   EXPECT_EQ(message({&cuv, &cuv, 65, 40}).rfind("max_seqlen_q:", 0), 0u);
   const TensorView as_float = make_contiguous_view(dcu.get(), DType::f32, 1, cu_shape, 0);
   EXPECT_EQ(message({&as_float, &cuv, 40, 40}).rfind("cu_seqlens_q: dtype", 0), 0u);
-  AttentionOptions persist;
-  persist.config = "ws:bm128:bn128:s2:pp1:persist";
-  EXPECT_NE(message({&cuv, &cuv, 40, 40}, persist).find("plain grid"), std::string::npos);
+  AttentionOptions split;
+  split.config = "ws:bm128:bn128:s2:pp1:split";
+  EXPECT_NE(message({&cuv, &cuv, 40, 40}, split).find("without split"), std::string::npos);
   ::setenv("KGEN_CHECK_INDICES", "1", 1);
   EXPECT_EQ(message({&cuv, &cuv, 64, 64}).rfind("cu_seqlens_q[2]: 30 is below", 0), 0u);
   ::unsetenv("KGEN_CHECK_INDICES");

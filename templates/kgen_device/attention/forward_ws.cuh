@@ -35,7 +35,10 @@
 // current one; with one buffer the next tile's Q and K/V wait for the current tile's stores.
 // The K/V ring's stages and phases run on across tiles. A consumer arrives on q_empty once its
 // TMA store has read its rows of the buffer. The ping-pong turns pass from one tile to the next
-// without a break.
+// without a break. A packed batch (alone, no variant beside it) walks the compact grid's indices
+// (packed_grid.cuh) in the order a counter hands them out (Params = AttentionForwardStreamParams,
+// whose flags hold the counter): the producer's warp draws and searches each tile, skips indices
+// without one, and leaves it in its Q buffer's slot for the consumers (see packed_slot).
 //
 // Stream-K (StreamK, persistent without a mask): a grid of G blocks over T query tiles of K key
 // tiles each leaves the last round of tiles to T mod G blocks. Instead each block first takes
@@ -75,6 +78,7 @@
 #include "kgen_device/attention/forward_wgmma.cuh"
 #include "kgen_device/attention/fp8_params.h"
 #include "kgen_device/attention/packed_grid.cuh"
+#include "kgen_device/core/counter.cuh"
 #include "kgen_device/attention/params.h"
 #include "kgen_device/attention/variant.cuh"
 #include "kgen_device/core/block.cuh"
@@ -176,7 +180,8 @@ struct ws_elements<E4m3In<O>> {
 // buffers in the ring. Causal: bottom-right mask. HeadDim: the tensors' head dim, a multiple of
 // 8 in (D − 64, D]. PingPong: the consumers take turns to issue their wgmma. SplitKeys: one key
 // range per block, partial results to the workspace (Params = AttentionForwardSplitParams).
-// Persistent: the grid's blocks walk the query tiles (not with SplitKeys). Consumers: 2 or 3
+// Persistent: the grid's blocks walk the query tiles (not with SplitKeys; a packed batch's take
+// their tiles from a counter: Params = AttentionForwardStreamParams). Consumers: 2 or 3
 // warpgroups of 64 query rows (three only where 160 registers hold a consumer: the 64-column tile).
 // StreamK: a persistent grid without a mask cuts the key tiles of its last query tiles evenly over
 // its blocks (Params = AttentionForwardStreamParams; see "Stream-K" above). Variant: the score
@@ -208,7 +213,9 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   static_assert(!StreamK || (Persistent && !Causal), "stream-K runs on a persistent grid without a mask");
   static_assert(!StreamK || !(kVariantScores<Variant> || Variant::kSinks), "stream-K runs plain attention only");
   static_assert(!SplitKeys || !Variant::kSinks, "a split-keys launch does not add sinks");
-  static_assert(!Variant::kPacked || !(Persistent || SplitKeys), "packed batches run on the plain grid");
+  static_assert(!Variant::kPacked || !(SplitKeys || StreamK), "packed batches run on the plain or persistent grid");
+  static_assert(!(Variant::kPacked && Persistent) || !(kVariantScores<Variant> || Variant::kMask || Variant::kSinks),
+                "a packed batch runs on the persistent grid without a variant beside it");
   static_assert(!Variant::kPaged || !Persistent, "paged K/V runs on the plain or split-keys grid");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kConsumers = Consumers;
@@ -259,8 +266,37 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   auto slot = [&](const wgmma_fwd_detail::QueryBlock& qb) { return Variant::kPacked ? 0 : qb.batch; };
   // A packed batch's tile (sequence, head, tile in the sequence's order): three ints after the
   // shared key range's slot (below; kWsBarrierBytes leaves room for both after the barriers),
-  // written before the barriers' initialisation.
+  // written before the barriers' initialisation. On a persistent grid the producer's warp walks
+  // the compact grid's indices and hands each tile to the consumers in the slot of its Q buffer
+  // (three ints per buffer), written before the Q load's arrival on q_full; a sequence of −1
+  // (a plain arrival) ends the walk.
   volatile int* packed_slot = nullptr;
+  PackedTile packed_next{-1, 0, 0};  // the producer's tile, for the slot of its Q buffer
+  unsigned packed_ahead = 0;  // the producer's next draw from the tile counter (below)
+  const unsigned smem_raw = smem_u32(dynamic_smem());
+  const unsigned smem_q0 = (smem_raw + 1023u) & ~1023u;
+  auto smem_q = [&](int buf) { return smem_q0 + buf * QTile::kBytes; };
+  auto smem_k = [&](int stage) {
+    return smem_q0 + kQBuffers * QTile::kBytes + stage * (KTile::kBytes + VTile::kBytes);
+  };
+  auto smem_v = [&](int stage) { return smem_k(stage) + KTile::kBytes; };
+  const unsigned bars = smem_k(Stages);
+  auto k_full = [&](int stage) { return bars + 8 * (1 + stage); };
+  auto v_full = [&](int stage) { return bars + 8 * (1 + Stages + stage); };
+  auto k_empty = [&](int stage) { return bars + 8 * (1 + 2 * Stages + stage); };
+  auto v_empty = [&](int stage) { return bars + 8 * (1 + 3 * Stages + stage); };
+  // Q buffer `buf`: q_full first (bars), the second buffer's and both q_empty after the ring's.
+  auto q_full = [&](int buf) { return buf == 0 ? bars : bars + 8 * (1 + 4 * Stages); };
+  auto q_empty = [&](int buf) { return bars + 8 * (2 + 4 * Stages + buf); };
+  // A masked variant's key range on a grid of one query tile per block: the first consumer thread
+  // narrows it (its warp's lanes share the work, variant_narrow) and hands it to the producer
+  // through two ints after the barriers and range_full, so the producer's single thread neither
+  // repeats the narrowing nor holds its state in its 24 registers; it loads Q meanwhile.
+  constexpr bool kSharedRange = Variant::kMask && !Persistent && !StreamK;
+  auto range_full = [&] { return bars + 8 * (4 + 4 * Stages); };
+  volatile int* const range_slot =
+      reinterpret_cast<volatile int*>(dynamic_smem() + (bars + 8 * (5 + 4 * Stages) - smem_raw));
+  packed_slot = range_slot + 2;
   // Stream-K: the current part's key tiles [part_first, part_first + part_tiles).
   int part_first = 0, part_tiles = 0;
   // Sets qb to the block's next query tile and advances `round`; false when there is none.
@@ -292,14 +328,44 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                                                            w / q_tiles / p.heads_q);
       return true;
     } else if constexpr (Variant::kPacked) {
-      // The compact grid's tile (packed_tile), found by the first warp before the barriers'
-      // initialisation; a causal sequence's heaviest tile first.
-      if (round++ > 0 || packed_slot[0] < 0) return false;
-      const int s = packed_slot[0];
-      seq = sequence_rows<Variant>(va, s, p.n_q, p.n_k);
-      const int t = packed_slot[2];
-      qb = wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, Causal ? (seq.n_q + BM - 1) / BM - 1 - t : t,
-                                                           packed_slot[1], s);
+      // The compact grid's tile (packed_tile); a causal sequence's heaviest tile first. One block
+      // per index: found by the first warp before the barriers' initialisation. Persistent: the
+      // producer's warp draws the indices and searches them (indices without a tile skipped); the
+      // consumers read the tile from their Q buffer's slot once it is full.
+      PackedTile pt;
+      if constexpr (Persistent) {
+        if (wg == 0) {
+          // The block's first index is blockIdx.x, every later one the grid's size plus the next
+          // value of a counter (zero at launch, in tp.flags), so a block takes the next tile when
+          // it is ready for one. Static rounds (blockIdx.x + r·gridDim.x) give blocks unequal work
+          // where a head's index count divides the grid (a block then meets the same place of every
+          // head: its heaviest causal tile, or its idle index) and where lengths vary. The next
+          // index is drawn before this one's search, so the draw's latency passes under the tile.
+          const long long total = p.batch > 0 ? static_cast<long long>(p.heads_q) * (p.n_q / BM + p.batch) : 0;
+          for (;;) {
+            const unsigned drawn = static_cast<unsigned>(shfl32(static_cast<int>(packed_ahead), 0));
+            const long long w = round == 0 ? static_cast<long long>(blockIdx.x) : gridDim.x + static_cast<long long>(drawn);
+            ++round;
+            if (w >= total) return false;
+            if (tid == 0) packed_ahead = fetch_add_relaxed(reinterpret_cast<unsigned*>(tp.flags), 1u);
+            pt = packed_tile<BM>(va->cu_seqlens_q, p.batch, p.heads_q, w);
+            if (pt.seq >= 0) break;
+          }
+          packed_next = pt;
+        } else {
+          const int buf = round % kQBuffers;
+          tma::wait(q_full(buf), (round / kQBuffers) & 1);
+          pt = {packed_slot[3 * buf], packed_slot[3 * buf + 1], packed_slot[3 * buf + 2]};
+          if (pt.seq < 0) return false;
+          ++round;
+        }
+      } else {
+        if (round++ > 0 || packed_slot[0] < 0) return false;
+        pt = {packed_slot[0], packed_slot[1], packed_slot[2]};
+      }
+      seq = sequence_rows<Variant>(va, pt.seq, p.n_q, p.n_k);
+      qb = wgmma_fwd_detail::QueryBlock::at<BM, BN, Causal>(p, Causal ? (seq.n_q + BM - 1) / BM - 1 - pt.tile : pt.tile,
+                                                           pt.lane, pt.seq);
       qb.set_lengths<BM, BN, Causal>(seq.n_q, seq.n_k);
       return true;
     } else if constexpr (!Persistent) {
@@ -360,34 +426,13 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
     }
   };
 
-  const unsigned smem_raw = smem_u32(dynamic_smem());
-  const unsigned smem_q0 = (smem_raw + 1023u) & ~1023u;
-  auto smem_q = [&](int buf) { return smem_q0 + buf * QTile::kBytes; };
-  auto smem_k = [&](int stage) {
-    return smem_q0 + kQBuffers * QTile::kBytes + stage * (KTile::kBytes + VTile::kBytes);
-  };
-  auto smem_v = [&](int stage) { return smem_k(stage) + KTile::kBytes; };
-  const unsigned bars = smem_k(Stages);
-  auto k_full = [&](int stage) { return bars + 8 * (1 + stage); };
-  auto v_full = [&](int stage) { return bars + 8 * (1 + Stages + stage); };
-  auto k_empty = [&](int stage) { return bars + 8 * (1 + 2 * Stages + stage); };
-  auto v_empty = [&](int stage) { return bars + 8 * (1 + 3 * Stages + stage); };
-  // Q buffer `buf`: q_full first (bars), the second buffer's and both q_empty after the ring's.
-  auto q_full = [&](int buf) { return buf == 0 ? bars : bars + 8 * (1 + 4 * Stages); };
-  auto q_empty = [&](int buf) { return bars + 8 * (2 + 4 * Stages + buf); };
-  // A masked variant's key range on a grid of one query tile per block: the first consumer thread
-  // narrows it (its warp's lanes share the work, variant_narrow) and hands it to the producer
-  // through two ints after the barriers and range_full, so the producer's single thread neither
-  // repeats the narrowing nor holds its state in its 24 registers; it loads Q meanwhile.
-  constexpr bool kSharedRange = Variant::kMask && !Persistent && !StreamK;
-  auto range_full = [&] { return bars + 8 * (4 + 4 * Stages); };
-  volatile int* const range_slot =
-      reinterpret_cast<volatile int*>(dynamic_smem() + (bars + 8 * (5 + 4 * Stages) - smem_raw));
-  packed_slot = range_slot + 2;
   // Q tile `qb` into the buffer of the block's local-th tile.
   auto load_q = [&](const wgmma_fwd_detail::QueryBlock& qb, int local) {
     const int buf = local % kQBuffers;
     if (Persistent && local >= kQBuffers) tma::wait(q_empty(buf), (local / kQBuffers - 1) & 1);
+    if constexpr (Variant::kPacked && Persistent)
+      packed_slot[3 * buf] = packed_next.seq, packed_slot[3 * buf + 1] = packed_next.lane,
+                      packed_slot[3 * buf + 2] = packed_next.tile;
     tma::arrive_expect_tx(q_full(buf), QInTile::kBytes);
 #pragma unroll
     for (int b = 0; b < DU / 64; ++b)
@@ -397,7 +442,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                      sequence_row0<Variant>(va, qb.batch) + qb.m0 + 64 * c, qb.head, slot(qb), q_full(buf));
   };
 
-  if constexpr (Variant::kPacked) {
+  if constexpr (Variant::kPacked && !Persistent) {
     if (tid < 32) {
       const PackedTile pt = packed_tile<BM>(va->cu_seqlens_q, p.batch, p.heads_q, packed_block());
       if (tid == 0) packed_slot[0] = pt.seq, packed_slot[1] = pt.lane, packed_slot[2] = pt.tile;
@@ -421,13 +466,15 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
   if (wg == 0) {
     // ---- producer: one thread issues the copies; the ring's stage s of its g-th tile waits for
     // the consumers to release tile g − Stages; a Q buffer waits for the stores of its last tile.
-    // Paged K/V: the whole first warp runs the loop, its lanes issuing the K/V boxes (below) ----
+    // Paged K/V: the whole first warp runs the loop, its lanes issuing the K/V boxes (below); a
+    // packed batch on a persistent grid: the whole warp, which searches the tiles together ----
     tma::release_registers<24>();
-    constexpr bool kWarpProducer = Variant::kPaged;
+    constexpr bool kWarpProducer = Variant::kPaged || (Variant::kPacked && Persistent);
     if (kWarpProducer ? tid < 32 : tid == 0) {
       const bool issuer = !kWarpProducer || tid == 0;  // the thread that issues copies and arrivals
       int ring = 0;  // K/V tiles loaded so far
-      for (int round = 0, local = 0; next_tile(round); ++local) {
+      int local = 0;
+      for (int round = 0; next_tile(round); ++local) {
         int first_tile, num_tiles;
         if constexpr (kSharedRange) {
           if (issuer) load_q(qb, local);  // under the consumer's narrowing
@@ -472,7 +519,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
                 tma::load_4d(dst + b * KTile::kBlockBytes + i * box_rows * 128, map, 64 * b, row, kv_head, pages.of[r],
                              bar);
             }
-          } else {
+          } else if (issuer) {
 #pragma unroll
             for (int b = 0; b < (v_tile ? DV : DU) / 64; ++b)
               tma::load_4d(dst + b * KTile::kBlockBytes, map, 64 * b, sequence_row0<Variant, true>(va, qb.batch) + n0,
@@ -503,6 +550,16 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
           if (use > 0) tma::wait(v_empty(stage), (use - 1) & 1);
           if (issuer) tma::arrive_expect_tx(v_full(stage), VTile::kBytes);
           load_v(smem_v(stage), n0, v_full(stage), pages);
+        }
+      }
+      if constexpr (Variant::kPacked && Persistent) {
+        // The end of the walk: sequence −1 in the next Q buffer's slot, once its last tile's
+        // consumers are done with it.
+        const int buf = local % kQBuffers;
+        if (issuer) {
+          if (local >= kQBuffers) tma::wait(q_empty(buf), (local / kQBuffers - 1) & 1);
+          packed_slot[3 * buf] = -1;
+          tma::arrive(q_full(buf));
         }
       }
     }
@@ -770,6 +827,13 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
         TO* o_ptr = static_cast<TO*>(p.o) + head * p.o_stride_h + static_cast<long long>(q0) * p.o_stride_n;
         wgmma_fwd_detail::store_warp_rows<TO, QTile, D, HeadDim>(smem_q(buf), o_ptr, p.o_stride_n,
                                                                cw * 64 + warp * 16, m0, n_q, lane);
+        if constexpr (Persistent) {
+          // The buffer goes back once the warpgroup's four warps have read their rows (before
+          // the next Q's copy writes it).
+          tma::fence_proxy_async();
+          tma::barrier_sync(1 + kConsumers + cw, 128);
+          if (tid % 128 == 0) tma::arrive(q_empty(buf));
+        }
         continue;
       }
     }
