@@ -276,55 +276,79 @@ __device__ __forceinline__ void attention_backward_mfma_dq(const AttentionBackwa
 #pragma unroll
   for (int cb = 0; cb < kColBlocks; ++cb) dq[cb] = mfma_zero();
 
-  // One key tile: K, V and Kᵀ into LDS, then Sᵀ, dPᵀ, dS and dQᵀ += Kᵀ·dSᵀ. Masked: keys past
-  // n_k and above the causal diagonal get P = 0; unmasked tiles (below) have none.
-  auto tile = [&](int n0, auto masked) {
-    __syncthreads();
-    mfma_detail::load_tile<BN, D, kThreads>(k_s, k_ptr, p.k.stride_n, n0, n_k, w.tid);
-    mfma_detail::load_tile<BN, D, kThreads>(v_s, v_ptr, p.v.stride_n, n0, n_k, w.tid);
-    {
-      // Kᵀ for dQ's A operand (rows past n_k repeat the last key, whose dS is 0).
-      mfma_detail::TileStage<BN, D, kThreads, true> kt;
-      kt.load(k_ptr, p.k.stride_n, n0, n_k, w.tid);
-      kt.store(kt_s, w.tid);
-    }
-    __syncthreads();
-    if (!w.active || n0 >= w.wave_end) return;  // wave-uniform
-#pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-      const mfma_acc st = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
-      mfma_acc dst = mfma_detail::lds_rows_times<T, D>(v_s, nb * 32, do_frag, lane);
-#pragma unroll
-      for (int r = 0; r < mfma::kAccRegisters; ++r) {
-        // The select, not an exponent computed first and zeroed after: hiprtc 5.2 (gfx90a) then
-        // gathers the transposed operands of the backward's kv kernel three times over.
-        float pv;
-        if constexpr (decltype(masked)::value)
-          pv = mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), query, n_k, w.diag)
-                   ? exp2_approx(st[r] * scale_log2 - lse2)
-                   : 0.f;
-        else
-          pv = exp2_approx(st[r] * scale_log2 - lse2);
-        dst[r] = pv * (dst[r] - delta);
+  // K in both layouts (K for Sᵀ, Kᵀ for dQ's A operand) from one set of loads, and V, issued
+  // before the tile's first barrier (rows past n_k repeat the last key, whose P and dS are 0), on
+  // 32-bit offsets from one scalar base per tile where the strides allow (NarrowOffsets' k and v,
+  // as in the kv kernel's walk), 64-bit row addresses otherwise: two copies of the walk, chosen
+  // once per kernel.
+  using KStage = mfma_detail::TileStage<BN, D, kThreads, true>;
+  using VStage = mfma_detail::TileStage<BN, D, kThreads, false>;
+  auto walk = [&](const auto& offsets) __attribute__((always_inline)) {
+    // One key tile: K, V and Kᵀ into LDS, then Sᵀ, dPᵀ, dS and dQᵀ += Kᵀ·dSᵀ. Masked: keys past
+    // n_k and above the causal diagonal get P = 0; unmasked tiles (below) have none.
+    auto tile = [&](int n0, auto masked) {
+      {
+        KStage kt;
+        VStage vt;
+        if constexpr (decltype(offsets.narrow)::value) {
+          const int rows_left = n_k - 1 - n0;
+          kt.load(k_ptr + n0 * p.k.stride_n, p.k.stride_n, rows_left, offsets.k, w.tid);
+          vt.load(v_ptr + n0 * p.v.stride_n, p.v.stride_n, rows_left, offsets.v, w.tid);
+        } else {
+          kt.load(k_ptr, p.k.stride_n, n0, n_k, w.tid);
+          vt.load(v_ptr, p.v.stride_n, n0, n_k, w.tid);
+        }
+        __syncthreads();  // the previous tile's K, V and Kᵀ are consumed
+        kt.store_rows(k_s, w.tid);
+        kt.store(kt_s, w.tid);
+        vt.store_rows(v_s, w.tid);
       }
+      __syncthreads();
+      if (!w.active || n0 >= w.wave_end) return;  // wave-uniform
 #pragma unroll
-      for (int c = 0; c < kChainSteps; ++c) {
-        const mfma_operand db = mfma_detail::chained_operand<T>(dst, c);
+      for (int nb = 0; nb < kKeyBlocks; ++nb) {
+        const mfma_acc st = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
+        mfma_acc dst = mfma_detail::lds_rows_times<T, D>(v_s, nb * 32, do_frag, lane);
 #pragma unroll
-        for (int cb = 0; cb < kColBlocks; ++cb)
-          dq[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BN>(kt_s, nb * 32, cb * 32, c, lane), db, dq[cb]);
+        for (int r = 0; r < mfma::kAccRegisters; ++r) {
+          // The select, not an exponent computed first and zeroed after: hiprtc 5.2 (gfx90a) then
+          // gathers the transposed operands of the backward's kv kernel three times over.
+          float pv;
+          if constexpr (decltype(masked)::value)
+            pv = mfma_detail::visible<Causal>(n0 + nb * 32 + mfma::c_row(lane, r), query, n_k, w.diag)
+                     ? exp2_approx(st[r] * scale_log2 - lse2)
+                     : 0.f;
+          else
+            pv = exp2_approx(st[r] * scale_log2 - lse2);
+          dst[r] = pv * (dst[r] - delta);
+        }
+#pragma unroll
+        for (int c = 0; c < kChainSteps; ++c) {
+          const mfma_operand db = mfma_detail::chained_operand<T>(dst, c);
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb)
+            dq[cb] = mfma_32x32<T>(mfma_detail::lds_transposed_operand<BN>(kt_s, nb * 32, cb * 32, c, lane), db, dq[cb]);
+        }
       }
-    }
-  };
+    };
 
-  // Tiles [0, n_full) are whole for every row of the block (the forward's rule): no key past
-  // n_k, none above the causal diagonal of the block's first row. The rest are masked per element.
-  int n_full = n_k / BN * BN;
-  if constexpr (Causal) n_full = imin(n_full, imax(w.m0 + w.diag + 1, 0) / BN * BN);
-  n_full = imin(n_full, w.n_end / BN * BN);
-  int n0 = 0;
-  for (; n0 < n_full; n0 += BN) tile(n0, mfma_detail::Flag<false>{});
-  for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<true>{});
+    // Tiles [0, n_full) are whole for every row of the block (the forward's rule): no key past
+    // n_k, none above the causal diagonal of the block's first row. The rest are masked per element.
+    int n_full = n_k / BN * BN;
+    if constexpr (Causal) n_full = imin(n_full, imax(w.m0 + w.diag + 1, 0) / BN * BN);
+    n_full = imin(n_full, w.n_end / BN * BN);
+    int n0 = 0;
+    for (; n0 < n_full; n0 += BN) tile(n0, mfma_detail::Flag<false>{});
+    for (; n0 < w.n_end; n0 += BN) tile(n0, mfma_detail::Flag<true>{});
+  };
+  if constexpr (KStage::kNarrow && VStage::kNarrow) {
+    if (KStage::Offsets::fits(p.k.stride_n) && VStage::Offsets::fits(p.v.stride_n))
+      walk(mfma_detail::NarrowOffsets<KStage, VStage>{{p.k.stride_n, w.tid}, {p.v.stride_n, w.tid}});
+    else
+      walk(mfma_detail::WideOffsets{});
+  } else {
+    walk(mfma_detail::WideOffsets{});
+  }
 
   if (!valid) return;
   T* dq_ptr = bwd_detail::head_ptr<T>(p.dq, w.batch, w.head) + static_cast<long long>(query) * p.dq.stride_n;

@@ -18,28 +18,6 @@ namespace mfma_detail {
 
 using attention_mfma::lds_row;
 
-// Rows x Cols tile (Cols a multiple of 8) of a row-major global matrix of 16-bit elements (row
-// stride `stride` elements, rows 16-byte aligned) from row `row0` into LDS (row stride
-// lds_row(Cols)); rows at or past `n_rows` become zero. 16-byte chunks spread over the block.
-template <int Rows, int Cols, int Threads, class T>
-__device__ __forceinline__ void load_tile(unsigned short* dst, const T* src, long long stride, int row0, int n_rows,
-                                          int tid) {
-  constexpr int kChunks = Cols / 8;
-  for (int i = tid; i < Rows * kChunks; i += Threads) {
-    const int r = i / kChunks;
-    const int c = (i % kChunks) * 8;
-    unsigned w[4] = {0u, 0u, 0u, 0u};
-    if (row0 + r < n_rows) {
-      const unsigned* g = reinterpret_cast<const unsigned*>(src + static_cast<long long>(row0 + r) * stride + c);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) w[j] = g[j];
-    }
-    unsigned* l = reinterpret_cast<unsigned*>(dst + r * lds_row(Cols) + c);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) l[j] = w[j];
-  }
-}
-
 // 16-byte and 8-byte register groups of the tile moves.
 typedef unsigned mfma_u32x4 __attribute__((ext_vector_type(4)));
 typedef unsigned mfma_u32x2 __attribute__((ext_vector_type(2)));
