@@ -20,7 +20,11 @@ Rows (every one against its SDPA row in the same table):
   (CUDA events around one call from an idle GPU, the median of --reps calls: what
   bench/compare_attention_backward.py times); and what bounds it: the operator alone (no
   autograd), and torch.autograd.grad through a Function of the same inputs and outputs that does
-  nothing (the autograd engine's own cost).
+  nothing (the autograd engine's own cost);
+- fwd + bwd of a packed batch (--varlen: 16k tokens of lognormal lengths, mean 1k, h = 16,
+  d = 128, causal; 20 calls a batch): kgen.torch.varlen_attention through autograd, FlashAttention's
+  flash_attn_varlen_func on it, the kernels alone and the forward alone, against SDPA on nested
+  jagged tensors.
 A last table compares each target row with issue 49's target (host ≤ 1.0× SDPA's; the double
 backward ≥ 10× faster than the math path).
 
@@ -49,7 +53,10 @@ def parse_args():
     p.add_argument("--n-k", type=sizes, default=[512], help="keys of the decode step (comma-separated, 1k = 1024)")
     p.add_argument("--double-shape", type=lambda t: tuple(int(x) for x in t.split(",")), default=(2, 2, 128, 64),
                    help="b,h,n,d of the double-backward rows")
-    p.add_argument("--only", choices=("decode", "training", "double"), action="append",
+    p.add_argument("--varlen", type=lambda t: tuple(int(x[:-1]) * 1024 if x.endswith("k") else int(x)
+                                                    for x in t.split(",")), default=(16384, 1024, 16, 128),
+                   help="tokens,mean length,heads,head dim of the packed rows (lognormal lengths, causal)")
+    p.add_argument("--only", choices=("decode", "training", "double", "varlen"), action="append",
                    help="run these row groups only (repeatable; default all)")
     p.add_argument("--profile", action="store_true",
                    help="after the tables, torch.profiler's self CPU time per call of the top ops of each target row")
@@ -293,7 +300,71 @@ def main():
                      lambda: torch.autograd.grad(outs, ins, cotangents, retain_graph=True), []))
         return rows
 
-    groups = args.only or ("decode", "training", "double")
+    def varlen_rows():
+        """Forward + backward of a packed batch (lognormal lengths, as bench/compare_varlen.py
+        draws them), kgen's entry points against SDPA on nested jagged tensors, each checked
+        against a float64 run of every sequence."""
+        from compare_varlen import lengths_for
+        tokens, mean, heads, dd = args.varlen
+        lengths = lengths_for(tokens, mean, seed=0)
+        starts = [0]
+        for n in lengths:
+            starts.append(starts[-1] + n)
+        cu, longest = torch.tensor(starts, dtype=torch.int32, device="cuda"), max(lengths)
+        q, k, v = (torch.randn((tokens, heads, dd), device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+                   for _ in range(3))
+        d_o = torch.randn((tokens, heads, dd), device="cuda", dtype=dtype, generator=g)
+        refs = [torch.empty((tokens, heads, dd), device="cuda", dtype=torch.float64) for _ in range(4)]
+        for i in range(len(lengths)):
+            s = slice(starts[i], starts[i + 1])
+            with torch.enable_grad():
+                ins = [t.detach()[s].double().transpose(0, 1).requires_grad_(True) for t in (q, k, v)]
+                o64 = sdpa(*ins, is_causal=True)  # n_q == n_k: top-left and bottom-right agree
+                grads = torch.autograd.grad(o64, ins, d_o[s].double().transpose(0, 1))
+            for ref, got in zip(refs, (o64, *grads)):
+                ref[s] = got.detach().transpose(0, 1)
+
+        def checks(step, parts=4):
+            return [compare(name, got.detach(), want, bound=1e-2)
+                    for name, got, want in zip(("o", "dq", "dk", "dv")[:parts], step(), refs)]
+
+        import kgen.flash_attn_interface as fa
+
+        def kgen_step():
+            o = kgen.torch.varlen_attention(q, k, v, cu, cu, longest, longest, causal=True)
+            return (o, *torch.autograd.grad(o, (q, k, v), d_o))
+
+        def fa_step():
+            o = fa.flash_attn_varlen_func(q, k, v, cu, cu, longest, longest, causal=True)
+            return (o, *torch.autograd.grad(o, (q, k, v), d_o))
+
+        def kernels_only():
+            o, lse = _kernels.varlen_attention_forward(q.detach(), k.detach(), v.detach(), cu, cu, longest, longest,
+                                                       None, True)
+            return (o, *_kernels.varlen_attention_backward(q.detach(), k.detach(), v.detach(), o, lse, d_o, cu, cu,
+                                                           longest, longest, None, True)[:3])
+
+        offsets = cu.long()
+
+        def njt_step():
+            def nested(t):
+                return torch.nested.nested_tensor_from_jagged(t, offsets, max_seqlen=longest).transpose(1, 2)
+            o = sdpa(nested(q), nested(k), nested(v), is_causal=True).transpose(1, 2).values()
+            return (o, *torch.autograd.grad(o, (q, k, v), d_o))
+
+        text = (f"packed {len(lengths)} sequences, {tokens} tokens (lognormal mean {mean}), h={heads} d={dd} causal "
+                f"{args.dtype} fwd+bwd")
+        rows = [(text, name, fn, checks(fn)) for name, fn in (
+            ("SDPA fwd+bwd on nested jagged tensors (default backend)", njt_step),
+            ("kgen.torch.varlen_attention fwd+bwd", kgen_step),
+            ("kgen.flash_attn_interface.flash_attn_varlen_func fwd+bwd", fa_step),
+            ("kgen kernels without autograd, fwd+bwd", kernels_only))]
+        forward = lambda: (kgen.torch.varlen_attention(q.detach(), k.detach(), v.detach(), cu, cu, longest, longest,
+                                                        causal=True),)
+        rows.append((text, "kgen.torch.varlen_attention forward, no grad recorded", forward, checks(forward, 1)))
+        return rows
+
+    groups = args.only or ("decode", "training", "double", "varlen")
     rows = []
     if "decode" in groups:
         rows += [row for n_k in args.n_k for row in attention_rows(n_k)] + lrpe_rows()
@@ -301,6 +372,8 @@ def main():
         rows += training_rows()
     if "double" in groups:
         rows += double_rows()
+    if "varlen" in groups:
+        rows += varlen_rows()
 
     # "host vs SDPA": against the SDPA row above it (the LRPE rows against the decode shape's);
     # the double backward's rows also give their latency from an idle GPU.
@@ -319,7 +392,8 @@ def main():
         double = "2nd grad" in shape
         # The math path's double backward launches dozens of kernels per call: 10 calls a batch
         # keep the launch queue from filling behind the spin.
-        host, gpu, held = time_calls(torch, fn, args, cycles_per_ms, 10 if double else None)
+        host, gpu, held = time_calls(torch, fn, args, cycles_per_ms,
+                                     10 if double else 20 if "packed" in shape else None)
         median = statistics.median(host)
         latency = statistics.median(latencies(torch, fn, args.reps)) if double else None
         if name.startswith(("SDPA", "PyTorch math")):
@@ -342,6 +416,7 @@ def main():
 TARGETS = (  # (call of the row, its reference row, what is compared, issue 49's bound)
     ("kgen.torch.attention fwd+bwd", "SDPA fwd+bwd (default backend)", "host", 1.0),
     ("kgen.torch.attention_forward", "SDPA (default backend)", "host", 1.0),
+    ("kgen.torch.varlen_attention fwd+bwd", "SDPA fwd+bwd on nested jagged tensors (default backend)", "host", 1.0),
     ("kgen.torch.attention double backward", "PyTorch math path, double backward (SDPA row of this shape)",
      "latency", 10.0),
 )

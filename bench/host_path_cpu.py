@@ -97,6 +97,20 @@ def main():
     dt = torch.randn(tiny)
     qd, kd, vd = torch.randn(1, 8, 1, 128), torch.randn(1, 8, 4, 128), torch.randn(1, 8, 4, 128)
 
+    packed = (64, 16, 64)  # a packed batch of three sequences, 64 tokens
+    qp, kp, vp = (torch.randn(packed, dtype=bf16).requires_grad_(True) for _ in range(3))
+    dop = torch.randn(packed, dtype=bf16)
+    cu = torch.tensor([0, 10, 40, 64], dtype=torch.int32)
+
+    def varlen_fwd_bwd():
+        o = kt.varlen_attention(qp, kp, vp, cu, cu, 30, 30, causal=True)
+        return torch.autograd.grad(o, (qp, kp, vp), dop)
+
+    def varlen_kernels_alone():
+        o, lse = _kernels.varlen_attention_forward(qp.detach(), kp.detach(), vp.detach(), cu, cu, 30, 30, None, True)
+        return _kernels.varlen_attention_backward(qp.detach(), kp.detach(), vp.detach(), o, lse, dop, cu, cu, 30, 30,
+                                                  None, True)
+
     def fwd_bwd():
         o = kt.attention(q, k, v, causal=True, layout="bnhd")
         return torch.autograd.grad(o, (q, k, v), d_o)
@@ -128,6 +142,11 @@ def main():
          lambda: torch.autograd.grad(kept, (q, k, v), d_o, retain_graph=True)),
         ("fwd+bwd b=1 n=1 h=2 d=8 causal bnhd fp32", "SDPA on the CPU through autograd (reference)", sdpa_tiny),
         ("", "kgen.torch.attention through autograd", kgen_tiny),
+        ("varlen fwd+bwd 3 sequences, 64 tokens, h=16 d=64 causal", "kgen.torch.varlen_attention through autograd",
+         varlen_fwd_bwd),
+        ("", "kgen kernels without autograd", varlen_kernels_alone),
+        ("", "forward (no grad recorded)", lambda: kt.varlen_attention(qp.detach(), kp.detach(), vp.detach(), cu, cu,
+                                                                         30, 30, causal=True)),
         ("double backward b=2 h=2 n=128 d=64", "second grad (create_graph first)",
          lambda: torch.autograd.grad(first, ins, cotangents, retain_graph=True)),
     ]

@@ -92,13 +92,14 @@ def _descriptor(t, shape_address: int, strides_address: int, swap: bool) -> tupl
 
 class Form:
     """One call form's arguments, packed: `words` views the buffer as 64-bit words, `data[i]` is
-    the word of tensor i's data pointer (None for a NULL tensor), `args` the addresses the C
+    the word of tensor i's data pointer (None for a NULL tensor), `shapes[i]` the word of its
+    shape's first extent, `args` the addresses the C
     function takes (descriptors, then options), `workspace` the word of the scratch pointer (None:
     no scratch) and `nbytes` its size. The attributes after those describe the outputs a call
     allocates; `id` names the form in the keys of the forms built on it."""
 
-    __slots__ = ("id", "name", "buffer", "words", "data", "args", "device", "torch_device", "workspace", "nbytes",
-                 "o_shape", "o_like", "rows", "dense", "__weakref__")
+    __slots__ = ("id", "name", "buffer", "words", "data", "shapes", "args", "device", "torch_device", "workspace",
+                 "nbytes", "o_shape", "o_like", "rows", "dense", "__weakref__")
 
     def __init__(self, name: str, options_format: str, options, tensors, swap):
         """`swap`: whether 4-d tensors are described as their (b, h, n, ·) views, for all tensors
@@ -109,19 +110,21 @@ class Form:
         self.buffer = ctypes.create_string_buffer(layout.struct.size)
         base = ctypes.addressof(self.buffer)
         values = list(options)
-        data, args = [], []
+        data, shapes, args = [], [], []
         for t, slot, swap_t in zip(tensors, layout.tensors, swaps):
             if t is None:
                 data.append(None)
+                shapes.append(None)
                 args.append(None)
                 continue
             offset = slot[0] - layout.options
             values += _descriptor(t, base + slot[1] - layout.options, base + slot[2] - layout.options, swap_t)
             data.append(offset // 8)
+            shapes.append((slot[1] - layout.options) // 8)
             args.append(base + offset)
         layout.struct.pack_into(self.buffer, 0, *values)
         self.words = (ctypes.c_uint64 * (layout.struct.size // 8)).from_buffer(self.buffer)
-        self.data, self.args = tuple(data), (*args, base)
+        self.data, self.shapes, self.args = tuple(data), tuple(shapes), (*args, base)
         first = tensors[0]
         self.device, self.torch_device = first.get_device(), first.device
         self.workspace, self.nbytes = None, 0
@@ -264,6 +267,98 @@ def paged_forward_out(q, k_cache, v_cache, out, lse, block_table, cache_seqlens,
     else:
         _write(form, tensors)
     form.call()
+
+
+# --- packed batches ---------------------------------------------------------------------------------
+
+class VarlenForm(Form):
+    """A Form of a packed call (kgen_attention_varlen_forward or _backward) of plain attention:
+    its tensors but the last two as arguments, the last two (cu_seqlens_q, cu_seqlens_k) through
+    its kgen_packed_sequences, the variant NULL. From one packed batch of a training run to the
+    next, the sequences' count and longest lengths change while every other description stays:
+    they are not in the form's key, and each call writes them (`sequences`)."""
+
+    __slots__ = ("packed",)
+
+    def __init__(self, name: str, options_format: str, options, tensors, max_seqlen_q: int, max_seqlen_k: int):
+        super().__init__(name, options_format, options, tensors, False)
+        *args, _cu_q, _cu_k, base = self.args
+        self.packed = _lib.PackedSequences(_cu_q, _cu_k, max_seqlen_q, max_seqlen_k)
+        self.args = (*args, base, ctypes.addressof(self.packed), None)
+
+    def sequences(self, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int) -> None:
+        """Write the batch's sequences: cu_seqlens' pointers and lengths (1-d tensors, the last two
+        of the form's tensors) and the longest lengths."""
+        words, data, shapes = self.words, self.data, self.shapes
+        words[data[-2]] = cu_seqlens_q.data_ptr()
+        words[shapes[-2]] = cu_seqlens_q.shape[0]
+        words[data[-1]] = cu_seqlens_k.data_ptr()
+        words[shapes[-1]] = cu_seqlens_k.shape[0]
+        packed = self.packed
+        packed.max_seqlen_q = max_seqlen_q
+        packed.max_seqlen_k = max_seqlen_k
+
+
+def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale, causal,
+                   with_lse: bool, build: bool = False):
+    """(o, lse, form) of kgen_attention_varlen_forward of plain attention: o like q (contiguous),
+    lse fp32 (h_q, total_q) unless not with_lse (then None); cu_seqlens 1-d. form and `build` as
+    in forward."""
+    key = ("vfw", q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+           q.get_device(), k.get_device(), v.get_device(), cu_seqlens_q.stride(), cu_seqlens_q.dtype,
+           cu_seqlens_q.get_device(), cu_seqlens_k.stride(), cu_seqlens_k.dtype, cu_seqlens_k.get_device(), scale,
+           causal, with_lse)
+    cache = _cache()
+    form = cache.get(key)
+    o = _empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = _empty((q.shape[1], q.shape[0]), dtype=_F32, device=q.device) if with_lse else None
+    tensors = (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+    if type(form) is not VarlenForm:
+        if form is None and not build:
+            _store(cache, key, _SEEN)
+            K.varlen_forward_out(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                                 causal, K._variant((), {}))
+            return o, lse, None
+        form = _store(cache, key, VarlenForm("kgen_attention_varlen_forward", _lib.ATTENTION_OPTIONS,
+                                             (K._scale(scale), int(causal)), tensors, max_seqlen_q, max_seqlen_k))
+    else:
+        _write(form, tensors[:5])
+        form.sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    form.call()
+    return o, lse, form
+
+
+def varlen_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, scale,
+                    causal, deterministic: bool, of: Form):
+    """(dq, dk, dv) of kgen_attention_varlen_backward of plain attention; `of` the forward form that
+    made o and lse (varlen_forward's), whose id stands for the description of q, k, v, o, lse and
+    cu_seqlens in the key. The scratch comes from PyTorch's caching allocator."""
+    key = ("vbw", of.id, d_o.shape, d_o.stride(), d_o.dtype, d_o.get_device(), deterministic)
+    cache = _cache()
+    form = cache.get(key)
+    given = d_o
+    if form is None or form.dense:
+        d_o = K._dense(d_o)
+    dq, dk, dv = _empty_like(q), _empty_like(k), _empty_like(v)
+    tensors = (q, k, v, o, lse, d_o, dq, dk, dv, cu_seqlens_q, cu_seqlens_k)
+    if form is None:
+        name = "kgen_attention_varlen_backward"
+        options = (K._scale(scale), int(causal), int(deterministic), 0, 0, 0)
+        form = VarlenForm(name, _lib.ATTENTION_BACKWARD_OPTIONS, options, tensors, max_seqlen_q, max_seqlen_k)
+
+        def query(size):
+            query_form = Form(name, _lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,), False)
+            _lib.call("kgen_attention_varlen_backward_workspace_bytes", query_form.args[0], query_form.args[1], size)
+        form.scratch(BACKWARD_WORKSPACE, query)
+        form.dense = d_o is not given
+        _store(cache, key, form)
+    else:
+        _write(form, tensors[:9])
+        form.sequences(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+    scratch = _scratch(form)
+    form.call()
+    del scratch  # freed stream-ordered: reused only by work queued after the launch
+    return dq, dk, dv
 
 
 # --- attention backward and double backward --------------------------------------------------------

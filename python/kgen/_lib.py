@@ -173,6 +173,7 @@ _SIGNATURES = {  # name: (restype, argtypes)
     "kgen_attention_double_backward": (ctypes.c_int, [_P] * 15),
     "kgen_attention_double_backward_variant": (ctypes.c_int, [_P] * 16),
     "kgen_attention_backward_workspace_bytes": (ctypes.c_int, [_P, _P, ctypes.c_int, _SIZE]),
+    "kgen_attention_varlen_backward_workspace_bytes": (ctypes.c_int, [_P, _P, _SIZE]),
     "kgen_lrpe_workspace_bytes": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, _SIZE]),
     "kgen_lrpe_cosine_forward": (ctypes.c_int, [_P] * 5),
     "kgen_lrpe_cosine_backward": (ctypes.c_int, [_P] * 6),

@@ -548,6 +548,43 @@ class _VarlenAttention(torch.autograd.Function):
         return (dq, dk, dv, None, None, None, None, None, None, None, None, None, None, sinks_grad, *tensor_grads)
 
 
+class _Varlen(torch.autograd.Function):
+    """(q, k, v) -> (o, lse) of a packed batch of plain attention, the fast path of _VarlenAttention.
+    In eager mode its forward keeps the forward's call form (_calls.varlen_forward), whose id keys
+    the backward's: a backward then writes d_o's, the gradients' and the sequences' pointers and
+    calls the library. A backward that autograd records (create_graph=True), or one traced or
+    under a dispatch mode, runs the operators' path instead (whose double backward is kgen's)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, deterministic):
+        ctx.set_materialize_grads(False)
+        o, lse, form = _calls.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                                             causal, True, build=True)
+        ctx.save_for_backward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
+        ctx.options = (max_seqlen_q, max_seqlen_k, causal, scale, deterministic, form)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, _d_lse):
+        if d_o is None:
+            return (None,) * 10
+        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        max_q, max_k, causal, scale, deterministic, form = ctx.options
+        if torch.is_grad_enabled() or _is_compiling() or _dispatch_modes():
+            args = (q, k, v, o, lse, d_o, cu_q, cu_k, max_q, max_k, scale, causal, deterministic, (), *_NO_VARIANT)
+            dq, dk, dv, _, _ = _variant_gradients(_VARLEN_BACKWARD, args, (), None)
+        else:
+            dq, dk, dv = _calls.varlen_backward(q, k, v, o, lse, d_o, cu_q, cu_k, max_q, max_k, scale, causal,
+                                                deterministic, form)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+_varlen_apply = _applier(_Varlen)
+_NO_VARIANT = _checks.Variant()
+_INT_MAX = (1 << 31) - 1
+
+
 def _varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, variant,
                     with_lse: bool):
     """(o, lse) of a packed batch (lse None unless with_lse on the eager path)."""
@@ -644,10 +681,22 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max
     require grad get their gradients from kgen's packed backward (dq rows no sequence owns get 0);
     differentiating those gradients again (create_graph=True) runs kgen's packed double backward,
     which gives q, k, v their second-order gradients and treats sinks and tensors as constants."""
+    if (not variant and not _is_compiling() and _direct(q, k, v) and type(cu_seqlens_q) is _Tensor and
+            type(cu_seqlens_k) is _Tensor and cu_seqlens_q.layout is _strided and cu_seqlens_k.layout is _strided and
+            cu_seqlens_q.dim() == 1 and cu_seqlens_k.dim() == 1 and type(max_seqlen_q) is int and
+            type(max_seqlen_k) is int and 0 <= max_seqlen_q <= _INT_MAX and 0 <= max_seqlen_k <= _INT_MAX):
+        # Plain attention on plain tensors: through its call forms (_calls.py).
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            o, lse = _varlen_apply(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                                   deterministic)
+        else:
+            o, lse, _ = _calls.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale,
+                                              causal, return_lse)
+        return (o, lse) if return_lse else o
     _check_types("q k v cu_seqlens_q cu_seqlens_k", q, k, v, cu_seqlens_q, cu_seqlens_k)
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        if not _is_int(m) or m < 0:
-            raise ValueError(f"{name} must be an int >= 0 (the longest sequence), got {m!r}")
+        if not _is_int(m) or not 0 <= m <= _INT_MAX:
+            raise ValueError(f"{name} must be an int from 0 to 2^31 - 1 (the longest sequence), got {m!r}")
     q, k, v = _autocast(q, k, v)
     parts = _variant_of("varlen_attention", variant)
     if parts.document_ids is not None:

@@ -23,25 +23,32 @@ def view(t, swap):
 @pytest.fixture
 def calls(monkeypatch):
     """[(C function, [descriptor or None per tensor argument])] of every call; outputs are
-    zero-filled, scratch sizes answered 64 bytes. The fast path takes CPU tensors."""
+    zero-filled, scratch sizes answered 64 bytes. The fast path takes CPU tensors. A packed call's
+    descriptors end with its sequences: (cu_seqlens_q's, cu_seqlens_k's, max_seqlen_q,
+    max_seqlen_k) and whether it passed a variant."""
     recorded = []
-    tensor_args = {"kgen_attention_forward": 5, "kgen_attention_backward": 9, "kgen_attention_double_backward": 13}
+    tensor_args = {"kgen_attention_forward": 5, "kgen_attention_backward": 9, "kgen_attention_double_backward": 13,
+                   "kgen_attention_varlen_forward": 5, "kgen_attention_varlen_backward": 9,
+                   "kgen_attention_varlen_double_backward": 13}
+
+    def describe(address):
+        t = _lib.DLTensor.from_address(address)
+        return t.data, tuple(t.shape[:t.ndim]), tuple(t.strides[:t.ndim]), t.dtype.bits
 
     def stand_in(name):
         def function(*args):
             if name.endswith("workspace_bytes"):
                 ctypes.cast(args[-1], ctypes.POINTER(ctypes.c_size_t))[0] = 64
                 return 0
-            descriptors = []
-            for a in args[:tensor_args[name]]:
-                if a is None:
-                    descriptors.append(None)
-                    continue
-                t = _lib.DLTensor.from_address(a)
-                shape, strides = tuple(t.shape[:t.ndim]), tuple(t.strides[:t.ndim])
-                descriptors.append((t.data, shape, strides, t.dtype.bits))
+            n = tensor_args[name]
+            descriptors = [None if a is None else describe(a) for a in args[:n]]
             recorded.append((name, descriptors))
-            for d in descriptors[{"kgen_attention_forward": 3, "kgen_attention_backward": 6}.get(name, 9):]:
+            outputs = descriptors[{"forward": 3, "backward": 6}.get(name.rsplit("_", 1)[1], 9):]
+            if "varlen" in name:
+                packed = _lib.PackedSequences.from_address(args[n + 1])
+                descriptors.append((describe(packed.cu_seqlens_q), describe(packed.cu_seqlens_k), packed.max_seqlen_q,
+                                    packed.max_seqlen_k, args[n + 2] is not None))
+            for d in outputs:
                 if d is not None:  # the outputs
                     extent = 1 + sum((n - 1) * s for n, s in zip(d[1], d[2]))
                     ctypes.memset(d[0], 0, extent * d[3] // 8)
@@ -83,6 +90,44 @@ def test_forward_backward_and_double_backward_are_one_call_each(calls, layout):
         if step == 0:  # autograd's forward builds its form on the first call
             forms = len(_calls._cache())
         assert len(_calls._cache()) == forms  # later steps reuse the forms
+
+
+def test_packed_batches_are_one_call_each_with_this_batchs_sequences(calls):
+    """A packed batch's forward and backward are one C call each, without a variant, whose
+    sequences are this batch's (their count and longest lengths change from batch to batch, the
+    forms stay); create_graph runs the operators' backward, whose double backward is kgen's."""
+    total, h, d = 24, 4, 16
+    q, k, v = (torch.randn(total, h, d, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    d_o = torch.randn(total, h, d, dtype=torch.bfloat16)
+    batches = [([0, 5, 5, 24], 19), ([0, 24], 24), ([0, 3, 10, 11, 20], 9)]
+    for step in range(2):
+        for starts, longest in batches:
+            cu_q, cu_k = (torch.tensor(starts, dtype=torch.int32) for _ in range(2))
+            sequences = (view(cu_q, False), view(cu_k, False), longest, longest - 1, False)
+            del calls[:]
+            o = kgen.torch.varlen_attention(q, k, v, cu_q, cu_k, longest, longest - 1, causal=True, scale=0.5)
+            grads = torch.autograd.grad(o, (q, k, v), d_o)
+            assert [name for name, _ in calls] == ["kgen_attention_varlen_forward", "kgen_attention_varlen_backward"]
+            forward, backward = (descriptors for _, descriptors in calls)
+            assert forward[:4] == [view(t, False) for t in (q, k, v, o)] and forward[4][1] == (h, total)
+            assert forward[5] == sequences and backward[9] == sequences
+            assert backward[:5] == forward[:5] and backward[5] == view(d_o, False)
+            assert backward[6:9] == [view(t, False) for t in grads]
+            o, lse = kgen.torch.varlen_attention(q.detach(), k, v, cu_q, cu_k, longest, longest - 1, return_lse=True)
+            assert calls[-1][1][:5] == [view(t, False) for t in (q, k, v, o, lse)] and lse.shape == (h, total)
+            assert calls[-1][1][5] == sequences
+            if step == 0 and starts is batches[0][0]:
+                forms = len(_calls._cache())
+            assert len(_calls._cache()) == forms  # the same forms for every batch
+    del calls[:]
+    o = kgen.torch.varlen_attention(q, k, v, cu_q, cu_k, longest, longest)
+    grads = torch.autograd.grad(o, (q, k, v), d_o, create_graph=True)
+    torch.autograd.grad(grads, (q, k, v), [torch.ones_like(t) for t in grads])
+    assert [name for name, _ in calls] == ["kgen_attention_varlen_forward", "kgen_attention_varlen_backward",
+                                           "kgen_attention_varlen_double_backward"]
+    assert calls[1][1][9][4] and calls[1][1][6:9] == [view(t, False) for t in grads]  # the operator's call
+    with pytest.raises(ValueError, match="max_seqlen_q must be an int from 0 to 2\\^31 - 1"):
+        kgen.torch.varlen_attention(q, k, v, cu_q, cu_k, 1 << 31, longest)
 
 
 def test_plain_backward_and_an_expanded_gradient(calls):
