@@ -93,8 +93,8 @@ def _descriptor(t, shape_address: int, strides_address: int, swap: bool) -> tupl
 class Form:
     """One call form's arguments, packed: `words` views the buffer as 64-bit words, `data[i]` is
     the word of tensor i's data pointer (None for a NULL tensor), `shapes[i]` the word of its
-    shape's first extent, `args` the addresses the C
-    function takes (descriptors, then options), `workspace` the word of the scratch pointer (None:
+    shape's first extent, `args` the addresses the C function takes (descriptors, then options),
+    `workspace` the word of the scratch pointer (None:
     no scratch) and `nbytes` its size. The attributes after those describe the outputs a call
     allocates; `id` names the form in the keys of the forms built on it."""
 
@@ -269,6 +269,15 @@ def paged_forward_out(q, k_cache, v_cache, out, lse, block_table, cache_seqlens,
     form.call()
 
 
+def _workspace_query(function: str, q, swap: bool, deterministic: bool, *extra):
+    """Form.scratch's query of a gradient call's scratch: C `function`(q's descriptor, the
+    options, extra..., size) with q described as the call's forms describe it."""
+    def query(size):
+        query_form = Form(function, _lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,), swap)
+        _lib.call(function, query_form.args[0], query_form.args[1], *extra, size)
+    return query
+
+
 # --- packed batches ---------------------------------------------------------------------------------
 
 class VarlenForm(Form):
@@ -310,8 +319,7 @@ def varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_s
            causal, with_lse)
     cache = _cache()
     form = cache.get(key)
-    o = _empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = _empty((q.shape[1], q.shape[0]), dtype=_F32, device=q.device) if with_lse else None
+    o, lse = K.varlen_outputs(q, with_lse)
     tensors = (q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k)
     if type(form) is not VarlenForm:
         if form is None and not build:
@@ -345,11 +353,8 @@ def varlen_backward(q, k, v, o, lse, d_o, cu_seqlens_q, cu_seqlens_k, max_seqlen
         name = "kgen_attention_varlen_backward"
         options = (K._scale(scale), int(causal), int(deterministic), 0, 0, 0)
         form = VarlenForm(name, _lib.ATTENTION_BACKWARD_OPTIONS, options, tensors, max_seqlen_q, max_seqlen_k)
-
-        def query(size):
-            query_form = Form(name, _lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,), False)
-            _lib.call("kgen_attention_varlen_backward_workspace_bytes", query_form.args[0], query_form.args[1], size)
-        form.scratch(BACKWARD_WORKSPACE, query)
+        form.scratch(BACKWARD_WORKSPACE, _workspace_query("kgen_attention_varlen_backward_workspace_bytes", q, False,
+                                                          deterministic))
         form.dense = d_o is not given
         _store(cache, key, form)
     else:
@@ -370,12 +375,8 @@ def _gradient_form(key, name, double: bool, tensors, outputs, dense, scale, caus
     swap = K._swap(layout)
     options = (K._scale(scale), int(causal), int(deterministic), 0, 0, _lib.c_string(config))
     form = Form(name, _lib.ATTENTION_BACKWARD_OPTIONS, options, (*tensors, *outputs), swap)
-    q = tensors[0]
-
-    def query(size):
-        query_form = Form(name, _lib.ATTENTION_BACKWARD_OPTIONS, (0.0, 0, int(deterministic), 0, 0, 0), (q,), swap)
-        _lib.call("kgen_attention_backward_workspace_bytes", query_form.args[0], query_form.args[1], int(double), size)
-    form.scratch(BACKWARD_WORKSPACE, query)
+    form.scratch(BACKWARD_WORKSPACE, _workspace_query("kgen_attention_backward_workspace_bytes", tensors[0], swap,
+                                                      deterministic, int(double)))
     form.dense = dense
     return _store(_cache(), key, form)
 
