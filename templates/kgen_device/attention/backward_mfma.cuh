@@ -56,13 +56,14 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
                     attention_mfma::kv_lds_bytes(D, BM, BN, AtomicDQ),
                 "LDS layout must match kv_lds_bytes");
 
-  unsigned short* q_s = reinterpret_cast<unsigned short*>(dynamic_smem());
-  unsigned short* do_s = q_s + kQTile;
-  unsigned short* qt_s = do_s + kQTile;   // D x BM: Q transposed
-  unsigned short* dot_s = qt_s + kQTileT;  // D x BM: dO transposed
-  float* lse2_s = reinterpret_cast<float*>(dot_s + kQTileT);
+  // lse2 and delta first: their writes' offsets fit ds_write2_b32's 8-bit fields.
+  float* lse2_s = reinterpret_cast<float*>(dynamic_smem());
   float* delta_s = lse2_s + BM;
-  unsigned short* ds_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // AtomicDQ only
+  unsigned short* qt_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // D x BM: Q transposed
+  unsigned short* dot_s = qt_s + kQTileT;                                  // D x BM: dO transposed
+  unsigned short* q_s = dot_s + kQTileT;
+  unsigned short* do_s = q_s + kQTile;
+  unsigned short* ds_s = do_s + kQTile;  // AtomicDQ only
   unsigned short* kt_s = ds_s + kDsTile;                                   // AtomicDQ only: D x BN, K transposed
 
   const int tid = threadIdx.x;
@@ -108,7 +109,22 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   // tile below 2^32 bytes; NarrowOffsets' k and v: Q's and dO's), 64-bit row addresses otherwise.
   // The walk is forced inline: hiprtc 5.2 (gfx90a) left one of its two calls outlined at fp16
   // d = 64 mfma:bm64:bn64:w2 and kept the arrays it captures in 1416 B of scratch per lane.
-  using QStage = mfma_detail::TileStage<BM, D, kThreads, true>;
+  // gfx950 at 32-query tiles: the transposed tiles in ChainPairLds (their operands one 16-byte
+  // read each); else padded (8-byte reads).
+#if defined(__gfx950__)
+  constexpr bool kChainPairs = BM == 32;
+#else
+  constexpr bool kChainPairs = false;
+#endif
+  using QtLayout = typename mfma_detail::PickLayout<kChainPairs, attention_mfma::ChainPairLds, attention_mfma::PaddedLds>::type;
+  using QStage = mfma_detail::TileStage<BM, D, kThreads, true, QtLayout>;
+  // Chain step c of Zᵀ's operand (lds_transposed_operand) from the transposed tile tile_t.
+  auto transposed_operand = [&](const unsigned short* tile_t, int row0, int col0, int c) __attribute__((always_inline)) {
+#if defined(__gfx950__)
+    if constexpr (kChainPairs) return mfma_detail::lds_chain_pair_operand<BM>(tile_t, row0, col0, c, lane);
+#endif
+    return mfma_detail::lds_transposed_operand<BM>(tile_t, row0, col0, c, lane);
+  };
   auto walk = [&](const auto& offsets) __attribute__((always_inline)) {
     for (int head = kv_head * p.head_group; head < (kv_head + 1) * p.head_group; ++head) {
       const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
@@ -197,10 +213,8 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
             ds_t[c] = db;
 #pragma unroll
             for (int cb = 0; cb < kColBlocks; ++cb) {
-              dv[cb] = mfma_32x32<T>(
-                  mfma_detail::lds_transposed_operand<BM>(dot_s, qb * 32, (cb0 + cb) * 32, c, lane), pb, dv[cb]);
-              dk[cb] = mfma_32x32<T>(
-                  mfma_detail::lds_transposed_operand<BM>(qt_s, qb * 32, (cb0 + cb) * 32, c, lane), db, dk[cb]);
+              dv[cb] = mfma_32x32<T>(transposed_operand(dot_s, qb * 32, (cb0 + cb) * 32, c), pb, dv[cb]);
+              dk[cb] = mfma_32x32<T>(transposed_operand(qt_s, qb * 32, (cb0 + cb) * 32, c), db, dk[cb]);
             }
           }
           if constexpr (AtomicDQ) {
@@ -241,12 +255,14 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
       int m_whole = n_q;
       if (key0 + BN <= n_k) m_whole = Causal ? imax(m_begin, (imax(0, key0 + BN - 1 - diag) + BM - 1) / BM * BM) : m_begin;
       int m0 = m_begin;
-      const T* q_tile = q_ptr + m0 * p.q.stride_n;
-      const T* do_tile = do_ptr + m0 * p.d_o.stride_n;
-      const long long q_step = BM * p.q.stride_n, do_step = BM * p.d_o.stride_n;
+      // The tile bases in bytes (a step of 2·BM·stride): no shift per tile.
+      const char* q_tile = reinterpret_cast<const char*>(q_ptr + m0 * p.q.stride_n);
+      const char* do_tile = reinterpret_cast<const char*>(do_ptr + m0 * p.d_o.stride_n);
+      const long long q_step = 2 * BM * p.q.stride_n, do_step = 2 * BM * p.d_o.stride_n;
       for (; m0 < imin(m_whole, n_q); m0 += BM, q_tile += q_step, do_tile += do_step)
-        step(m0, q_tile, do_tile, mfma_detail::Flag<true>{});
-      for (; m0 < n_q; m0 += BM, q_tile += q_step, do_tile += do_step) step(m0, q_tile, do_tile, mfma_detail::Flag<false>{});
+        step(m0, reinterpret_cast<const T*>(q_tile), reinterpret_cast<const T*>(do_tile), mfma_detail::Flag<true>{});
+      for (; m0 < n_q; m0 += BM, q_tile += q_step, do_tile += do_step)
+        step(m0, reinterpret_cast<const T*>(q_tile), reinterpret_cast<const T*>(do_tile), mfma_detail::Flag<false>{});
     }
   };
   if constexpr (QStage::kNarrow) {
