@@ -67,7 +67,7 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   unsigned short* kt_s = ds_s + kDsTile;                                   // AtomicDQ only: D x BN, K transposed
 
   const int tid = threadIdx.x;
-  const int wave = tid / 64;
+  const int wave = wave_uniform(tid / 64);  // in a scalar register: the dQ blocks' loop branches on it
   const int lane = tid % 64;
   const int key0 = blockIdx.x / Splits * BN;
   const int cb0 = blockIdx.x % Splits * kColBlocks;  // first column block of this split
