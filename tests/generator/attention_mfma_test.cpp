@@ -7,6 +7,7 @@
 #include "generator/attention_forward.h"
 #include "generator/attention_mfma.h"
 #include "kgen_device/attention/mfma_config.h"
+#include "kgen_device/core/mfma_layout.h"
 
 namespace kgen {
 namespace {
@@ -265,6 +266,59 @@ void check_head_dim() {
 TEST(AttentionMfma, ForwardSwizzledTilesArePermutationsWithoutBankConflicts) {
   swizzle_model::check_head_dim<128>();
   swizzle_model::check_head_dim<64>();
+}
+
+// The key-major backward's ChainPairLds tiles on gfx950 (32 queries, D rows): inside the padded
+// tile's space and one-to-one, TileStage's one-address form of a chunk's rows, each lane's 8
+// elements of a v_mfma_f32_32x32x16 chain step at consecutive positions 16·s + 8·(lane / 32),
+// reads (16 bytes a lane) without bank conflicts, and writes (8 bytes a lane, TileStage<32, D, T,
+// true>'s chunks) with the padded tile's conflicts.
+template <int D, int T>
+void check_chain_pairs() {
+  SCOPED_TRACE("d = " + std::to_string(D) + ", threads = " + std::to_string(T));
+  using attention_mfma::ChainPairLds;
+  constexpr int BM = 32;
+  std::vector<int> seen(D * attention_mfma::lds_row_transposed(BM), 0);
+  for (int c = 0; c < D; ++c)
+    for (int r = 0; r < BM; ++r) ++seen.at(ChainPairLds::transposed<BM>(c, r));
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), BM * D);
+  for (int c = 0; c < D; c += 2)
+    for (int k = 0; k < 8 && c + k < D; ++k)
+      for (int r = 0; r < BM; r += 4)
+        for (int j = 0; j < 4; ++j)
+          EXPECT_EQ(ChainPairLds::transposed<BM>(c + k, r + j),
+                    ChainPairLds::transposed<BM>(c, r) + ChainPairLds::row_start<BM>(k) + j);
+  for (int s = 0; s < 2; ++s)
+    for (int lane = 0; lane < 64; ++lane)
+      for (int e = 0; e < 8; ++e)
+        EXPECT_EQ(ChainPairLds::chain_position(mfma::chain_row(16, s, mfma::a_k(16, lane, e))), 16 * s + 8 * (lane / 32) + e);
+  for (int col0 = 0; col0 < D; col0 += 32)
+    for (int s = 0; s < 2; ++s) {
+      std::vector<int> at;
+      for (int lane = 0; lane < 64; ++lane) at.push_back(ChainPairLds::row_start<BM>(col0 + lane % 32) + 16 * s + 8 * (lane / 32));
+      EXPECT_EQ(swizzle_model::conflict_ways(at, 16), 1) << "read";
+    }
+  const int chunk_cols = BM * D == 16 * T ? 4 : 8, col_chunks = D / chunk_cols, chunks = BM / 4 * col_chunks;
+  int ways = 1, padded_ways = 1;
+  for (int first = 0; first < chunks; first += 64)
+    for (int k = 0; k < chunk_cols; ++k) {
+      std::vector<int> at, padded;
+      for (int i = first; i < first + 64; ++i) {
+        const int r = 4 * (i % 4 + 4 * (i / (4 * col_chunks))), c = chunk_cols * (i / 4 % col_chunks);
+        at.push_back(i < chunks ? ChainPairLds::transposed<BM>(c + k, r) : -1);
+        padded.push_back(i < chunks ? (c + k) * attention_mfma::lds_row_transposed(BM) + r : -1);
+      }
+      ways = std::max(ways, swizzle_model::conflict_ways(at, 8));
+      padded_ways = std::max(padded_ways, swizzle_model::conflict_ways(padded, 8));
+    }
+  EXPECT_EQ(ways, padded_ways) << "write";
+}
+
+TEST(AttentionMfma, BackwardChainPairTilesAreOneToOneWithSingleReads) {
+  check_chain_pairs<128, 128>();
+  check_chain_pairs<128, 256>();
+  check_chain_pairs<64, 128>();
+  check_chain_pairs<64, 256>();
 }
 
 }  // namespace

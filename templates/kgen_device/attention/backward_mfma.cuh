@@ -56,17 +56,18 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
                     attention_mfma::kv_lds_bytes(D, BM, BN, AtomicDQ),
                 "LDS layout must match kv_lds_bytes");
 
-  unsigned short* q_s = reinterpret_cast<unsigned short*>(dynamic_smem());
-  unsigned short* do_s = q_s + kQTile;
-  unsigned short* qt_s = do_s + kQTile;   // D x BM: Q transposed
-  unsigned short* dot_s = qt_s + kQTileT;  // D x BM: dO transposed
-  float* lse2_s = reinterpret_cast<float*>(dot_s + kQTileT);
+  // lse2 and delta first: their writes' offsets fit ds_write2_b32's 8-bit fields.
+  float* lse2_s = reinterpret_cast<float*>(dynamic_smem());
   float* delta_s = lse2_s + BM;
-  unsigned short* ds_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // AtomicDQ only
+  unsigned short* qt_s = reinterpret_cast<unsigned short*>(delta_s + BM);  // D x BM: Q transposed
+  unsigned short* dot_s = qt_s + kQTileT;                                  // D x BM: dO transposed
+  unsigned short* q_s = dot_s + kQTileT;
+  unsigned short* do_s = q_s + kQTile;
+  unsigned short* ds_s = do_s + kQTile;  // AtomicDQ only
   unsigned short* kt_s = ds_s + kDsTile;                                   // AtomicDQ only: D x BN, K transposed
 
   const int tid = threadIdx.x;
-  const int wave = tid / 64;
+  const int wave = wave_uniform(tid / 64);  // in a scalar register: the dQ blocks' loop branches on it
   const int lane = tid % 64;
   const int key0 = blockIdx.x / Splits * BN;
   const int cb0 = blockIdx.x % Splits * kColBlocks;  // first column block of this split
@@ -108,35 +109,84 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
   // tile below 2^32 bytes; NarrowOffsets' k and v: Q's and dO's), 64-bit row addresses otherwise.
   // The walk is forced inline: hiprtc 5.2 (gfx90a) left one of its two calls outlined at fp16
   // d = 64 mfma:bm64:bn64:w2 and kept the arrays it captures in 1416 B of scratch per lane.
-  using QStage = mfma_detail::TileStage<BM, D, kThreads, true>;
+  // gfx950 at 32-query tiles: the transposed tiles in ChainPairLds (their operands one 16-byte
+  // read each); else padded (8-byte reads).
+#if defined(__gfx950__)
+  constexpr bool kChainPairs = BM == 32;
+#else
+  constexpr bool kChainPairs = false;
+#endif
+  using QtLayout = typename mfma_detail::PickLayout<kChainPairs, attention_mfma::ChainPairLds, attention_mfma::PaddedLds>::type;
+  using QStage = mfma_detail::TileStage<BM, D, kThreads, true, QtLayout>;
+  // Chain step c of Zᵀ's operand (lds_transposed_operand) from the transposed tile tile_t.
+  auto transposed_operand = [&](const unsigned short* tile_t, int row0, int col0, int c) __attribute__((always_inline)) {
+#if defined(__gfx950__)
+    if constexpr (kChainPairs) return mfma_detail::lds_chain_pair_operand<BM>(tile_t, row0, col0, c, lane);
+#endif
+    return mfma_detail::lds_transposed_operand<BM>(tile_t, row0, col0, c, lane);
+  };
   auto walk = [&](const auto& offsets) __attribute__((always_inline)) {
     for (int head = kv_head * p.head_group; head < (kv_head + 1) * p.head_group; ++head) {
       const T* q_ptr = bwd_detail::head_ptr<const T>(p.q, batch, head);
       const T* do_ptr = bwd_detail::head_ptr<const T>(p.d_o, batch, head);
+      const float* lse2_head = p.lse2 + bwd_detail::stat_row(p, batch, head, 0);
+      const float* delta_head = p.delta + bwd_detail::stat_row(p, batch, head, 0);
       // One query tile against the block's keys. Masked: keys past n_k and above the causal
       // diagonal get P = 0; unmasked tiles (below) have none.
-      auto step = [&](int m0, auto masked) {
+      // q_tile, do_tile: rows m0 of Q and dO (the narrow loads' tile bases), advanced by the walk
+      // below one tile at a time rather than recomputed from m0.
+      auto step = [&](int m0, const T* q_tile, const T* do_tile, auto masked) {
         // Q and dO in both layouts from one set of loads (rows past n_q repeat row n_q − 1: their
         // lse2 is +inf, so P and dS are 0 there), issued before the barrier.
         QStage qst, dost;
         if constexpr (decltype(offsets.narrow)::value) {
           const int rows_left = n_q - 1 - m0;
-          qst.load(q_ptr + m0 * p.q.stride_n, p.q.stride_n, rows_left, offsets.k, tid);
-          dost.load(do_ptr + m0 * p.d_o.stride_n, p.d_o.stride_n, rows_left, offsets.v, tid);
+          qst.load(q_tile, p.q.stride_n, rows_left, offsets.k, tid);
+          dost.load(do_tile, p.d_o.stride_n, rows_left, offsets.v, tid);
         } else {
           qst.load(q_ptr, p.q.stride_n, m0, n_q, tid);
           dost.load(do_ptr, p.d_o.stride_n, m0, n_q, tid);
         }
-        __syncthreads();  // the previous tile's Q, dO and dS are consumed
+        // lse2 and delta of the tile's rows (rows past n_q: +inf and 0). With atomic dQ they are
+        // loaded with Q and dO, by every thread (thread t stages row t mod BM, from row n_q − 1
+        // past n_q; threads past BM write the same values again): no branch, and no wait for them
+        // inside the tile. The deterministic kernel keeps the loads after the barrier in threads
+        // below BM: there clang places that branch outside the tile loop, which the other form
+        // lengthens (tests/amdemu/instruction_budgets.json).
+        constexpr int kStatIters = AtomicDQ ? (BM + kThreads - 1) / kThreads : 0;
+        float lse2_v[kStatIters + 1], delta_v[kStatIters + 1];
+#pragma unroll
+        for (int j = 0; j < kStatIters; ++j) {
+          const int i = (tid + j * kThreads) % BM;
+          const unsigned at = 4u * static_cast<unsigned>(imin(m0 + i, n_q - 1));
+          // The loaded values made opaque in place, so that the compiler keeps the loads
+          // unconditional (it would branch around them) and selects after.
+          const float l = __builtin_bit_cast(float, opaque_u32_in_place(*reinterpret_cast<const unsigned*>(
+                                                         reinterpret_cast<const char*>(lse2_head) + at)));
+          const float dl = __builtin_bit_cast(float, opaque_u32_in_place(*reinterpret_cast<const unsigned*>(
+                                                          reinterpret_cast<const char*>(delta_head) + at)));
+          lse2_v[j] = m0 + i < n_q ? l : infinity_f32();
+          delta_v[j] = m0 + i < n_q ? dl : 0.f;
+        }
+        __syncthreads();  // the previous tile's Q, dO, dS, lse2 and delta are consumed
         qst.store_rows(q_s, tid);
         qst.store(qt_s, tid);
         dost.store_rows(do_s, tid);
         dost.store(dot_s, tid);
-        for (int i = tid; i < BM; i += kThreads) {
-          const bool valid = m0 + i < n_q;
-          const long long row = bwd_detail::stat_row(p, batch, head, valid ? m0 + i : 0);
-          lse2_s[i] = valid ? p.lse2[row] : infinity_f32();
-          delta_s[i] = valid ? p.delta[row] : 0.f;
+        if constexpr (AtomicDQ) {
+#pragma unroll
+          for (int j = 0; j < kStatIters; ++j) {
+            const int i = (tid + j * kThreads) % BM;
+            lse2_s[i] = lse2_v[j];
+            delta_s[i] = delta_v[j];
+          }
+        } else {
+          for (int i = tid; i < BM; i += kThreads) {
+            const bool valid = m0 + i < n_q;
+            const long long row = bwd_detail::stat_row(p, batch, head, valid ? m0 + i : 0);
+            lse2_s[i] = valid ? p.lse2[row] : infinity_f32();
+            delta_s[i] = valid ? p.delta[row] : 0.f;
+          }
         }
         __syncthreads();
 
@@ -163,10 +213,8 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
             ds_t[c] = db;
 #pragma unroll
             for (int cb = 0; cb < kColBlocks; ++cb) {
-              dv[cb] = mfma_32x32<T>(
-                  mfma_detail::lds_transposed_operand<BM>(dot_s, qb * 32, (cb0 + cb) * 32, c, lane), pb, dv[cb]);
-              dk[cb] = mfma_32x32<T>(
-                  mfma_detail::lds_transposed_operand<BM>(qt_s, qb * 32, (cb0 + cb) * 32, c, lane), db, dk[cb]);
+              dv[cb] = mfma_32x32<T>(transposed_operand(dot_s, qb * 32, (cb0 + cb) * 32, c), pb, dv[cb]);
+              dk[cb] = mfma_32x32<T>(transposed_operand(qt_s, qb * 32, (cb0 + cb) * 32, c), db, dk[cb]);
             }
           }
           if constexpr (AtomicDQ) {
@@ -207,8 +255,14 @@ __device__ __forceinline__ void attention_backward_mfma_kv(const AttentionBackwa
       int m_whole = n_q;
       if (key0 + BN <= n_k) m_whole = Causal ? imax(m_begin, (imax(0, key0 + BN - 1 - diag) + BM - 1) / BM * BM) : m_begin;
       int m0 = m_begin;
-      for (; m0 < imin(m_whole, n_q); m0 += BM) step(m0, mfma_detail::Flag<true>{});
-      for (; m0 < n_q; m0 += BM) step(m0, mfma_detail::Flag<false>{});
+      // The tile bases in bytes (a step of 2·BM·stride): no shift per tile.
+      const char* q_tile = reinterpret_cast<const char*>(q_ptr + m0 * p.q.stride_n);
+      const char* do_tile = reinterpret_cast<const char*>(do_ptr + m0 * p.d_o.stride_n);
+      const long long q_step = 2 * BM * p.q.stride_n, do_step = 2 * BM * p.d_o.stride_n;
+      for (; m0 < imin(m_whole, n_q); m0 += BM, q_tile += q_step, do_tile += do_step)
+        step(m0, reinterpret_cast<const T*>(q_tile), reinterpret_cast<const T*>(do_tile), mfma_detail::Flag<true>{});
+      for (; m0 < n_q; m0 += BM, q_tile += q_step, do_tile += do_step)
+        step(m0, reinterpret_cast<const T*>(q_tile), reinterpret_cast<const T*>(do_tile), mfma_detail::Flag<false>{});
     }
   };
   if constexpr (QStage::kNarrow) {

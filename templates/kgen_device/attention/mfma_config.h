@@ -55,9 +55,11 @@ KGEN_HOST_DEVICE constexpr int vt_swizzle(int row, int keys) { return keys >= 64
 // 8 of 16 bytes, r mod 4 of 8).
 struct PaddedLds {
   static constexpr bool kSwizzled = false;
+  static constexpr bool kChainPairs = false;
 };
 struct SwizzledLds {
   static constexpr bool kSwizzled = true;
+  static constexpr bool kChainPairs = false;
   template <int Cols>
   KGEN_HOST_DEVICE static constexpr int row_major(int r, int c) { return r * Cols + (c ^ k_swizzle(r) << 3); }
   template <int Rows>
@@ -66,6 +68,29 @@ struct SwizzledLds {
   // 8 and k < 8 (of 4 and k < 4): the transposed stage's rows of one chunk from one address.
   template <int Rows>
   KGEN_HOST_DEVICE static constexpr int transposed_xor(int k) { return vt_swizzle(k, Rows) << 2; }
+};
+
+// The key-major backward's transposed Q and dO tiles on gfx950 (K = 16) at 32-query tiles
+// (backward_mfma.cuh), in the padded tiles' space (Cols · lds_row_transposed(Rows) elements):
+//   - the rows in pairs, a pair 2·Rows + 8 elements (its two rows, then 16 bytes of padding),
+//     so that every row starts 16-byte aligned;
+//   - inside a row, element r at chain_position(r): bits 2 and 3 of r swapped, so that the 8
+//     rows a lane takes for one chain step of v_mfma_f32_32x32x16 (16·s + 4·h + {0..3} and
+//     16·s + 8 + 4·h + {0..3}, h = lane / 32) lie at 16·s + 8·h + {0..7}, in that order: one
+//     16-byte read (ds_read_b128) instead of two 8-byte ones.
+// Reads of 16 bytes by the 8 lanes of a phase (8 consecutive rows, one 16-byte unit; Rows = 32:
+// rows of 4 units, a pair 9) fall in the 8 units of a 128-byte line once: units 9·(c / 2) +
+// 4·(c mod 2) mod 8 are distinct for 8 consecutive rows from an even one. The writes of
+// TileStage (8 bytes, rows c + k of a chunk from one address and offsets row_start(k)) touch the
+// banks as the padded layout's do.
+struct ChainPairLds {
+  static constexpr bool kSwizzled = false;
+  static constexpr bool kChainPairs = true;
+  KGEN_HOST_DEVICE static constexpr int chain_position(int r) { return (r & ~12) | (r & 4) << 1 | (r & 8) >> 1; }
+  template <int Rows>
+  KGEN_HOST_DEVICE static constexpr int row_start(int c) { return c / 2 * (2 * Rows + 8) + c % 2 * Rows; }
+  template <int Rows>
+  KGEN_HOST_DEVICE static constexpr int transposed(int c, int r) { return row_start<Rows>(c) + chain_position(r); }
 };
 
 // K and V tiles of block_n keys, row-major.

@@ -32,6 +32,16 @@ struct RowChunk<4> {
 };
 typedef short mfma_s16x4 __attribute__((ext_vector_type(4)));
 
+// X where B holds, else Y (a kernel's choice of tile layout).
+template <bool B, class X, class Y>
+struct PickLayout {
+  typedef X type;
+};
+template <class X, class Y>
+struct PickLayout<false, X, Y> {
+  typedef Y type;
+};
+
 // Compile-time flag of the forward's tile step (masked or not).
 template <bool B>
 struct Flag {
@@ -175,6 +185,9 @@ struct TileStage {
         unsigned base = 0;
         if constexpr (Layout::kSwizzled)
           base = opaque_u32_in_place(2u * static_cast<unsigned>(Layout::template transposed<Rows>(c, r)));
+        // ChainPairLds: c is even, so row c + k starts row_start(k) after row c, and the 4 rows
+        // r .. r + 3 (r a multiple of 4) lie at chain_position(r) .. + 3.
+        if constexpr (Layout::kChainPairs) base = static_cast<unsigned>(Layout::template transposed<Rows>(c, r));
         // Column c + 2m + h of rows r .. r + 3: halves h of dword m of the four loaded rows.
 #pragma unroll
         for (int m = 0; m < kChunkCols / 2; ++m)
@@ -190,6 +203,8 @@ struct TileStage {
             if constexpr (Layout::kSwizzled)
               *reinterpret_cast<mfma_u32x2*>(reinterpret_cast<char*>(dst) + 2 * k * Rows +
                                              (base ^ 2u * Layout::template transposed_xor<Rows>(k))) = mfma_u32x2{x[0], x[1]};
+            else if constexpr (Layout::kChainPairs)
+              *reinterpret_cast<mfma_u32x2*>(dst + base + Layout::template row_start<Rows>(k)) = mfma_u32x2{x[0], x[1]};
             else
               *reinterpret_cast<mfma_u32x2*>(dst + (c + k) * attention_mfma::lds_row_transposed(Rows) + r) =
                   mfma_u32x2{x[0], x[1]};
@@ -285,6 +300,32 @@ __device__ __forceinline__ mfma_operand lds_transposed_operand(const unsigned sh
                                                                int lane) {
   return lds_chain_runs(tile_t + (col0 + mfma::a_row(lane)) * attention_mfma::lds_row_transposed(Rows) + row0, s, lane);
 }
+
+#if defined(__gfx950__)
+// The positions (ChainPairLds::chain_position) of the rows chain step s takes, element e of a
+// lane: 16·s + 8·h + e (h = lane / 32), for every step and both halves of the wavefront.
+KGEN_HOST_DEVICE constexpr bool chain_positions_in_order() {
+  for (int s = 0; s < 32 / kMfmaK; ++s)
+    for (int lane = 0; lane < 64; lane += 32)
+      for (int e = 0; e < kMfmaElements; ++e)
+        if (attention_mfma::ChainPairLds::chain_position(mfma::chain_row(kMfmaK, s, mfma::a_k(kMfmaK, lane, e))) !=
+            16 * s + 8 * (lane / 32) + e)
+          return false;
+  return true;
+}
+
+// lds_transposed_operand of a ChainPairLds tile (row0, col0 multiples of 32): element e =
+// Z[row0 + chain_row(K, s, a_k(K, lane, e))][col0 + a_row(lane)], the 8 elements in one 16-byte
+// read of row col0 + a_row(lane); its address is one per-lane offset and a constant.
+template <int Rows>
+__device__ __forceinline__ mfma_operand lds_chain_pair_operand(const unsigned short* tile_t, int row0, int col0, int s,
+                                                               int lane) {
+  static_assert(kMfmaK == 16 && chain_positions_in_order(), "a lane's k run: positions 16·s + 8·h .. + 7");
+  return *reinterpret_cast<const mfma_operand*>(
+      tile_t + col0 * attention_mfma::lds_row_transposed(Rows) +
+      attention_mfma::ChainPairLds::row_start<Rows>(mfma::a_row(lane)) + row0 + 16 * s + 8 * (lane / 32));
+}
+#endif
 
 // Operand with its rows along the tile's rows and k along its columns (contiguous k):
 // element e = tile[row0 + a_row(lane)][col0 + a_k(K, lane, e)].
