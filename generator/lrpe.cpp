@@ -222,15 +222,23 @@ LrpeConfig lrpe_default_config(const LrpeSpec& spec, const LrpeShape& shape, boo
   return smaller_fold(measured_default(spec), static_cast<int>(std::min<long long>(slices, kLrpeMaxFold)));
 }
 
-LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int sm_count, int resident_blocks_per_sm) {
+int lrpe_stats_fold(const LrpeSpec& spec, const LrpeConfig& config) {
+  return spec.direction == LrpeDirection::forward ? 1 : config.fold;
+}
+
+LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int sm_count, int resident_blocks_per_sm,
+                                int stats_fold) {
   LrpeLaunchPlan plan;
   const int chunks = ceil_div(shape.d, c.vec);
   while (plan.row_group < chunks) plan.row_group *= 2, ++plan.row_group_log2;
   const int rows_per_pass = c.threads / plan.row_group;
   const int pass_rows = rows_per_pass * c.rows;
-  // Slices fold over b, or over b·heads + h when theta is shared by the heads.
+  if (stats_fold <= 0) stats_fold = c.fold;
+  // Slices fold over b, or over b·heads + h when theta is shared by the heads (for both kernels
+  // of softmax over the sequence: they share the block's slice index).
+  const int least_fold = std::min(c.fold, stats_fold);
   plan.fold_heads = c.fold > 1 && shape.theta_shared && shape.heads > 1 &&
-                    (1LL * shape.batch * shape.heads + c.fold - 1) / c.fold <= kMaxGridZ;
+                    (1LL * shape.batch * shape.heads + least_fold - 1) / least_fold <= kMaxGridZ;
   const long long slices = plan.fold_heads ? 1LL * shape.batch * shape.heads : shape.batch;
   const unsigned grid_y = plan.fold_heads ? 1u : static_cast<unsigned>(shape.heads);
   const long long groups = (slices + c.fold - 1) / c.fold;
@@ -243,6 +251,8 @@ LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& c, const LrpeShape& shape, int
   }
   plan.splits = ceil_div(shape.n, plan.rows_per_block);  // every block has at least one row
   plan.grid = {static_cast<unsigned>(plan.splits), grid_y, static_cast<unsigned>(groups)};
+  plan.stats_grid = plan.grid;
+  plan.stats_grid.z = static_cast<unsigned>((slices + stats_fold - 1) / stats_fold);
   return plan;
 }
 
@@ -295,7 +305,9 @@ KernelSource render_lrpe(const LrpeSpec& spec, const LrpeConfig& c) {
   // own occupancy target, seen on sm_90a at 64–128 registers).
   std::vector<EntryShim> shims;
   if (spec.act == LrpeAct::softmax_seq) {
-    EntryShim stats{kLrpeStatsEntry, c.threads, c.occupancy, "LrpeParams", "lrpe::lrpe_column_stats", shape_args};
+    std::vector<TemplateArg> stats_args = shape_args;
+    stats_args.back() = targ("Fold", lrpe_stats_fold(spec, c));
+    EntryShim stats{kLrpeStatsEntry, c.threads, c.occupancy, "LrpeParams", "lrpe::lrpe_column_stats", stats_args};
     stats.args.insert(stats.args.end(), {targ("Md", md), targ("Cache", c.cache), targ("Backward", !fwd)});
     shims.push_back(std::move(stats));
   }

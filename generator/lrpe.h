@@ -97,6 +97,7 @@ LrpeConfig lrpe_default_config(const LrpeSpec& spec, const LrpeShape& shape, boo
 // How a config runs on a shape: grid, threads per row, rows per block, how slices fold.
 struct LrpeLaunchPlan {
   LaunchGrid grid;
+  LaunchGrid stats_grid;  // softmax over the sequence: the statistics kernel's (lrpe_stats_fold)
   int row_group = 1, row_group_log2 = 0, rows_per_block = 1;
   int splits = 1;           // gridDim.x
   bool fold_heads = false;  // the block's slices run over b·heads + h (gridDim.y = 1)
@@ -106,8 +107,13 @@ struct LrpeLaunchPlan {
 inline constexpr int kLrpeBpMaxBlocksPerSm = 16;
 // `resident_blocks_per_sm`: how many blocks of the config's kernels fit on one SM (occupancy);
 // bp launches size their splits by lrpe_bp_splits.
+// The slices one block of the statistics kernel of softmax over the sequence reads: the forward's
+// reads x alone and computes no angles, so folding slices only costs it registers (it takes one);
+// the backward's computes the angles of g, whose cost the config's fold divides.
+int lrpe_stats_fold(const LrpeSpec& spec, const LrpeConfig& config);
+// `stats_fold`: lrpe_stats_fold of the call (0: the config's fold), which sizes stats_grid.
 LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& config, const LrpeShape& shape, int sm_count,
-                                int resident_blocks_per_sm = 4);
+                                int resident_blocks_per_sm = 4, int stats_fold = 0);
 // Blocks along the sequence for `slices` (b, h) groups of a bp launch with `passes` block passes
 // of rows: the fewest whose blocks fill at least 90 % of the resident slots of their waves (else
 // the best fill), at most kLrpeBpMaxBlocksPerSm blocks per SM, `passes` and `max_splits`.

@@ -99,8 +99,8 @@ ResolvedKernels resolve_kernels(const LrpeSpec& spec, const LrpeConfig& config, 
   return k;
 }
 
-void launch(const LoadedKernel& k, const LrpeLaunch& l, LrpeParams& params, GpuStream stream, const char* what) {
-  launch_kernel(k, l.plan.grid, &params, stream, what);
+void launch(const LoadedKernel& k, const LaunchGrid& grid, LrpeParams& params, GpuStream stream, const char* what) {
+  launch_kernel(k, grid, &params, stream, what);
 }
 
 }  // namespace
@@ -265,7 +265,8 @@ LrpeLaunch prepare_lrpe(const LrpeRequest& r, const TensorView& x, const TensorV
   l.params.vectorized = l.params.vectorized && l.shape.d % l.config.vec == 0;
   const ResolvedKernels kernels = resolve_kernels(l.spec, l.config, l.device);
   l.apply = kernels.apply, l.stats = kernels.stats;
-  l.plan = lrpe_launch_plan(l.config, l.shape, device_info(l.device).sm_count, kernels.resident_blocks_per_sm);
+  l.plan = lrpe_launch_plan(l.config, l.shape, device_info(l.device).sm_count, kernels.resident_blocks_per_sm,
+                            lrpe_stats_fold(l.spec, l.config));
   l.params.fold_heads = l.plan.fold_heads;
   l.params.row_group = l.plan.row_group;
   l.params.row_group_log2 = l.plan.row_group_log2;
@@ -278,13 +279,13 @@ void launch_lrpe(LrpeLaunch& l, void* workspace, std::size_t workspace_bytes, vo
   use_primary_context(l.device);
   LrpeParams params = l.params;
   if (l.stats_bytes == 0) {
-    launch(l.apply, l, params, stream, "launch(lrpe)");
+    launch(l.apply, l.plan.grid, params, stream, "launch(lrpe)");
     return;
   }
   Workspace scratch(workspace, workspace_bytes, l.stats_bytes, l.device, stream, "softmax over the sequence");
   params.stats = scratch.take(l.stats_bytes);
-  launch(l.stats, l, params, stream, "launch(lrpe statistics)");
-  launch(l.apply, l, params, stream, "launch(lrpe)");
+  launch(l.stats, l.plan.stats_grid, params, stream, "launch(lrpe statistics)");
+  launch(l.apply, l.plan.grid, params, stream, "launch(lrpe)");
 }
 
 // --- public API ---------------------------------------------------------------------------------

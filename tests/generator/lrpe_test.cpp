@@ -180,6 +180,34 @@ TEST(LrpeLaunchPlan, CoversEveryRowOnceWithPowerOfTwoRowGroups) {
   EXPECT_EQ(lrpe_stats_floats(seq, shape, plan), 0u);
 }
 
+TEST(LrpeLaunchPlan, ForwardStatisticsOfSoftmaxOverTheSequenceReadOneSlicePerBlock) {
+  LrpeSpec fwd{LrpeOp::cosine, LrpeDirection::forward, DType::bf16, LrpeAct::softmax_seq};
+  LrpeSpec bwd = fwd;
+  bwd.direction = LrpeDirection::backward;
+  const LrpeConfig c{LrpeStrategy::bp, 128, 1, 8, false, 2, 6};
+  EXPECT_EQ(lrpe_stats_fold(fwd, c), 1);
+  EXPECT_EQ(lrpe_stats_fold(bwd, c), 2);
+  // The statistics kernel's grid has the apply kernel's splits and heads, and one block per slice.
+  for (LrpeShape shape : {LrpeShape{5, 3, 1000, 64}, LrpeShape{2, 12, 4096, 128, true}}) {
+    const LrpeLaunchPlan plan = lrpe_launch_plan(c, shape, 132, 6, lrpe_stats_fold(fwd, c));
+    const long long slices = plan.fold_heads ? 1LL * shape.batch * shape.heads : shape.batch;
+    EXPECT_EQ(plan.stats_grid.x, plan.grid.x);
+    EXPECT_EQ(plan.stats_grid.y, plan.grid.y);
+    EXPECT_EQ(plan.grid.z, static_cast<unsigned>((slices + 1) / 2));
+    EXPECT_EQ(plan.stats_grid.z, static_cast<unsigned>(slices));
+    const LrpeLaunchPlan same = lrpe_launch_plan(c, shape, 132, 6, lrpe_stats_fold(bwd, c));
+    EXPECT_EQ(same.stats_grid.z, same.grid.z);
+  }
+  // The rendered statistics kernel reads one slice per block in the forward, the config's fold in
+  // the backward.
+  EXPECT_NE(render_lrpe(fwd, c).source.find("lrpe_column_stats</*T=*/kgen::bfloat16_t, /*V=*/8, /*Threads=*/128, "
+                                            "/*Rows=*/1, /*Fold=*/1,"),
+            std::string::npos);
+  EXPECT_NE(render_lrpe(bwd, c).source.find("lrpe_column_stats</*T=*/kgen::bfloat16_t, /*V=*/8, /*Threads=*/128, "
+                                            "/*Rows=*/1, /*Fold=*/2,"),
+            std::string::npos);
+}
+
 TEST(LrpeRender, EntriesAndTemplateArguments) {
   LrpeSpec spec{LrpeOp::md_cosine, LrpeDirection::backward, DType::f16, LrpeAct::softmax_seq};
   KernelSource k = render_lrpe(spec, {LrpeStrategy::bp, 256, 2, 8, true});

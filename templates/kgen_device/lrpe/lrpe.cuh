@@ -20,7 +20,10 @@
 // block's rows keeping per-column online statistics (a lazily moved reference near the max and
 // Σ e; for the backward also Σ e·g, from which c = Σ p·g follows), merges them over the block
 // and writes one partial per (b, h, split, column); the apply kernel merges the splits'
-// partials once per block and then normalises.
+// partials once per block and then normalises, walking the grid and each block's rows backwards
+// so that it first reads the rows the statistics kernel read last (in L2). The forward's
+// statistics kernel reads one slice per block (lrpe_stats_fold) and issues each step's loads
+// before the previous step's exponentials.
 #pragma once
 
 #include "kgen_device/core/math.cuh"
@@ -122,7 +125,33 @@ struct SliceRows {
 #pragma unroll
     for (int j = 0; j < Fold; ++j) ptr[j] += step;
   }
+  __device__ __forceinline__ void move(int steps) {
+#pragma unroll
+    for (int j = 0; j < Fold; ++j) ptr[j] += steps * step;
+  }
 };
+
+// Calls body(base) for each loop step (Rows passes) of the block's rows, moving `rows` (SliceRows)
+// along: from the first step, or with Backwards from the last, so that the apply kernel of softmax
+// over the sequence first reads the rows that its statistics kernel read last, which L2 still holds.
+template <bool Backwards, int Rows, class Body, class... R>
+__device__ __forceinline__ void walk_steps(const Placement& w, Body&& body, R&... rows) {
+  const int step = w.rows_per_pass * Rows;
+  if constexpr (!Backwards) {
+    for (int base = w.row_begin; base < w.row_end; base += step) {
+      body(base);
+      (rows.advance(), ...);
+    }
+  } else {
+    if (w.row_end <= w.row_begin) return;  // block-uniform
+    const int last = (w.row_end - 1 - w.row_begin) / step;
+    (rows.move(last), ...);
+    for (int base = w.row_begin + last * step; base >= w.row_begin; base -= step) {
+      body(base);
+      (rows.move(-1), ...);
+    }
+  }
+}
 
 // Running column statistics in the log2 domain: a reference r (max·log2e − kLazyLog2 <= r <= max·log2e, see
 // column_stats_rows), l = Σ 2^(x·log2e − r), a = Σ 2^(x·log2e − r)·g. Empty: r = −inf, l = 0.
@@ -220,44 +249,59 @@ __device__ __forceinline__ float step_max(const float (&x)[Rows][Fold][V], int j
   return mx;
 }
 
-// One loop step of lrpe_column_stats: Rows rows of Fold slices from `base`. Full: every row of
-// the step exists (no per-row predicate); otherwise missing rows read as −inf (no term).
-template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec, bool Full>
-__device__ __forceinline__ void column_stats_step(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v, int base,
-                                                  const SliceRows<const T*, Fold>& xs, const SliceRows<const T*, Fold>& gos,
-                                                  OnlineColumns<V> (&st)[Fold], float (&limit)[Fold][V]) {
+// The raw rows of one loop step of lrpe_column_stats: x, and for the backward dO's two halves.
+template <class T, int V, int Rows, int Fold, bool Backward>
+struct StatsStepRows {
   using IO = RowIO<T, V>;
-  const Placement& w = v.w;
-  typename IO::Bits xr[Rows][Fold], gcr[Rows][Fold], gsr[Rows][Fold];
-  bool ok[Rows];
+  typename IO::Bits x[Rows][Fold], gc[Backward ? Rows : 1][Fold], gs[Backward ? Rows : 1][Fold];
+};
+
+// Issues the loads of the loop step at `base` (xs, gos at it). Full: every row of the step exists
+// (no per-row predicate).
+template <class T, int V, int Rows, int Fold, bool Md, bool Backward, bool Vec, bool Full>
+__device__ __forceinline__ void load_stats_step(StatsStepRows<T, V, Rows, Fold, Backward>& r, const LrpeParams& p,
+                                                const BlockView<T, V, Fold, Md>& v, int base,
+                                                const SliceRows<const T*, Fold>& xs,
+                                                const SliceRows<const T*, Fold>& gos) {
+  using IO = RowIO<T, V>;
 #pragma unroll
   for (int u = 0; u < Rows; ++u) {
-    ok[u] = Full || row_of(w, base, u) < w.row_end;
+    const bool ok = Full || row_of(v.w, base, u) < v.w.row_end;
 #pragma unroll
     for (int j = 0; j < Fold; ++j) {
-      const int valid = ok[u] && v.ok[j] ? v.col.valid : 0;
-      IO::template load_raw<Vec>(xr[u][j], xs.at(j, u), valid);
+      const int valid = ok && v.ok[j] ? v.col.valid : 0;
+      IO::template load_raw<Vec>(r.x[u][j], xs.at(j, u), valid);
       if constexpr (Backward) {
-        IO::template load_raw<Vec>(gcr[u][j], gos.at(j, u), valid);
-        IO::template load_raw<Vec>(gsr[u][j], gos.at(j, u) + p.d, valid);
+        IO::template load_raw<Vec>(r.gc[u][j], gos.at(j, u), valid);
+        IO::template load_raw<Vec>(r.gs[u][j], gos.at(j, u) + p.d, valid);
       }
     }
   }
+}
+
+// Adds the loop step at `base` (its rows loaded by load_stats_step) to the running statistics;
+// without Full, missing rows read as −inf (no term).
+template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec, bool Full>
+__device__ __forceinline__ void add_stats_step(const StatsStepRows<T, V, Rows, Fold, Backward>& r, const LrpeParams& p,
+                                               const BlockView<T, V, Fold, Md>& v, int base, OnlineColumns<V> (&st)[Fold],
+                                               float (&limit)[Fold][V]) {
+  using IO = RowIO<T, V>;
   float x[Rows][Fold][V], g[Rows][Fold][V];
 #pragma unroll
   for (int u = 0; u < Rows; ++u) {
+    const bool ok = Full || row_of(v.w, base, u) < v.w.row_end;
     float c[V], sn[V];
-    if constexpr (Backward) row_trig<V, Md, Cache, Vec>(c, sn, v.col, p, v.h[0], row_of(w, base, u), ok[u]);
+    if constexpr (Backward) row_trig<V, Md, Cache, Vec>(c, sn, v.col, p, v.h[0], row_of(v.w, base, u), ok);
 #pragma unroll
     for (int j = 0; j < Fold; ++j) {
-      IO::unpack(x[u][j], xr[u][j]);
+      IO::unpack(x[u][j], r.x[u][j]);
       if constexpr (!Full)
 #pragma unroll
-        for (int i = 0; i < V; ++i) x[u][j][i] = ok[u] ? x[u][j][i] : -infinity_f32();
+        for (int i = 0; i < V; ++i) x[u][j][i] = ok ? x[u][j][i] : -infinity_f32();
       if constexpr (Backward) {
         float gc[V], gs[V];
-        IO::unpack(gc, gcr[u][j]);
-        IO::unpack(gs, gsr[u][j]);
+        IO::unpack(gc, r.gc[u][j]);
+        IO::unpack(gs, r.gs[u][j]);
         rotate_back<V>(g[u][j], gc, gs, c, sn);
       }
     }
@@ -273,12 +317,12 @@ __device__ __forceinline__ void column_stats_step(const LrpeParams& p, const Blo
     for (int j = 0; j < Fold; ++j)
 #pragma unroll
       for (int i = 0; i < V; ++i) {
-        const float r = fmaxf(st[j].m[i], step_max(x, j, i) * kLog2e);
-        const float f = exp2_approx(st[j].m[i] - r);
+        const float ref = fmaxf(st[j].m[i], step_max(x, j, i) * kLog2e);
+        const float f = exp2_approx(st[j].m[i] - ref);
         st[j].l[i] *= f;
         if constexpr (Backward) st[j].a[i] *= f;
-        st[j].m[i] = r;
-        limit[j][i] = (r + kLazyLog2) * (1.f / kLog2e);
+        st[j].m[i] = ref;
+        limit[j][i] = (ref + kLazyLog2) * (1.f / kLog2e);
       }
 #pragma unroll
   for (int j = 0; j < Fold; ++j)
@@ -294,7 +338,9 @@ __device__ __forceinline__ void column_stats_step(const LrpeParams& p, const Blo
 }
 
 // The row loop of lrpe_column_stats for one vectorization (a compile-time constant, so that
-// no access carries a branch): `st` started empty, whole steps, then the block's partial last step.
+// no access carries a branch): `st` started empty, whole steps, then the block's partial last
+// step. In the forward each whole step's loads are issued before the previous step's
+// exponentials, so that a thread keeps loads in flight while it computes.
 template <class T, int V, int Rows, int Fold, bool Md, bool Cache, bool Backward, bool Vec>
 __device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const BlockView<T, V, Fold, Md>& v,
                                                   OnlineColumns<V> (&st)[Fold]) {
@@ -309,10 +355,33 @@ __device__ __forceinline__ void column_stats_rows(const LrpeParams& p, const Blo
     for (int i = 0; i < V; ++i)
       limit[j][i] = -infinity_f32(), st[j].m[i] = kNoReference, st[j].l[i] = 0.f, st[j].a[i] = 0.f;
   SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows), gos(v.go, w, p.do_stride_n, Rows);
+  using StepRows = StatsStepRows<T, V, Rows, Fold, Backward>;
   int base = w.row_begin;
-  for (; base + step <= w.row_end; base += step, xs.advance(), gos.advance())
-    column_stats_step<T, V, Rows, Fold, Md, Cache, Backward, Vec, true>(p, v, base, xs, gos, st, limit);
-  if (base < w.row_end) column_stats_step<T, V, Rows, Fold, Md, Cache, Backward, Vec, false>(p, v, base, xs, gos, st, limit);
+  if constexpr (Backward) {  // three rows per row and slice already in flight (x and dO's halves)
+    for (; base + step <= w.row_end; base += step, xs.advance(), gos.advance()) {
+      StepRows r;
+      load_stats_step<T, V, Rows, Fold, Md, Backward, Vec, true>(r, p, v, base, xs, gos);
+      add_stats_step<T, V, Rows, Fold, Md, Cache, Backward, Vec, true>(r, p, v, base, st, limit);
+    }
+  } else if (base + step <= w.row_end) {
+    StepRows cur;
+    load_stats_step<T, V, Rows, Fold, Md, Backward, Vec, true>(cur, p, v, base, xs, gos);
+    for (;;) {
+      xs.advance(), gos.advance();
+      const bool next = base + 2 * step <= w.row_end;  // block-uniform
+      StepRows nxt;
+      if (next) load_stats_step<T, V, Rows, Fold, Md, Backward, Vec, true>(nxt, p, v, base + step, xs, gos);
+      add_stats_step<T, V, Rows, Fold, Md, Cache, Backward, Vec, true>(cur, p, v, base, st, limit);
+      base += step;
+      if (!next) break;
+      cur = nxt;
+    }
+  }
+  if (base < w.row_end) {
+    StepRows last;
+    load_stats_step<T, V, Rows, Fold, Md, Backward, Vec, false>(last, p, v, base, xs, gos);
+    add_stats_step<T, V, Rows, Fold, Md, Cache, Backward, Vec, false>(last, p, v, base, st, limit);
+  }
 #pragma unroll
   for (int j = 0; j < Fold; ++j)
 #pragma unroll
@@ -419,7 +488,7 @@ __device__ __forceinline__ void forward_rows(const LrpeParams& p, const BlockVie
   const Placement& w = v.w;
   SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows);
   SliceRows<T*, Fold> os(v.out, w, p.out_stride_n, Rows);
-  for (int base = w.row_begin; base < w.row_end; base += w.rows_per_pass * Rows, xs.advance(), os.advance()) {
+  walk_steps<Act == kLrpeActSoftmaxSeq, Rows>(w, [&](int base) {
     typename IO::Bits xr[Rows][Fold];
 #pragma unroll
     for (int u = 0; u < Rows; ++u) {
@@ -452,7 +521,7 @@ __device__ __forceinline__ void forward_rows(const LrpeParams& p, const BlockVie
         IO::template store<Vec>(os.at(j, u) + p.d, on, valid);
       }
     }
-  }
+  }, xs, os);
 }
 
 // The row loop of lrpe_backward for one vectorization.
