@@ -24,7 +24,9 @@ void add_replay_command(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--archs,--arch", o->archs, "Comma-separated targets")->capture_default_str();
   cmd->add_option("--ops,--op", o->ops, "Comma-separated operators (default: all); --check then compares only their rows");
-  auto* write = cmd->add_option("--write", o->write, "Write the table to this file");
+  auto* write = cmd->add_option("--write", o->write,
+                                 "Write the table to this file (with --ops or --archs, the file's rows of other operators "
+                                 "and targets are kept)");
   cmd->add_option("--check", o->check, "Compare with the table in this file; exit 1 on any difference")->excludes(write);
   cmd->add_option("--jobs,-j", o->jobs, "Parallel compiles (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--cache-dir", o->dir, "Cache directory (default: KGEN_CACHE_DIR or ~/.cache/kgen)");
@@ -40,20 +42,20 @@ void add_replay_command(CLI::App& app, int& exit_code) {
       text << in.rdbuf();
       return parse_replay_table(text.str(), path);
     };
-    std::vector<ReplayRow> expected, known;
+    std::vector<ReplayRow> expected, known, replaced;
     if (!o->check.empty()) expected = read_table(o->check, "--check");
-    if (!o->full) {
-      // --write reuses the rows of the table it replaces, where that table is readable.
-      if (!o->check.empty()) known = expected;
-      else if (std::filesystem::exists(o->write)) {
-        try {
-          known = read_table(o->write, "--write");
-        } catch (const Error& e) {
-          std::fprintf(stderr, "building every kernel: %s\n", e.what());
-        }
+    // --write reuses the rows of the table it replaces, where that table is readable, and keeps
+    // its rows of the operators and targets it does not build.
+    if (!o->write.empty() && std::filesystem::exists(o->write)) {
+      try {
+        replaced = read_table(o->write, "--write");
+      } catch (const Error& e) {
+        std::fprintf(stderr, "building every kernel, keeping no row: %s\n", e.what());
       }
     }
-    auto items = replay_items(split_list(o->ops), split_list(o->archs));
+    if (!o->full) known = o->check.empty() ? replaced : expected;
+    const auto ops = split_list(o->ops), archs = split_list(o->archs);
+    auto items = replay_items(ops, archs);
     KernelBuilder builder(o->dir.empty() ? cache::default_cache_root() : std::filesystem::path(o->dir));
     std::size_t built = 0;
     auto rows = replay_rows(
@@ -65,21 +67,21 @@ void add_replay_command(CLI::App& app, int& exit_code) {
     std::fprintf(stderr, "%zu kernels: %zu built into %s, %zu taken from the table (same compile inputs)\n",
                  items.size(), built, builder.publish_cache().root().c_str(), items.size() - built);
     if (!o->write.empty()) {
+      const std::size_t built_rows = rows.size();
+      rows = merge_replay_rows(replaced, std::move(rows), ops, archs);
       std::ofstream out(o->write, std::ios::trunc);
       out << format_replay_table(rows);
       if (!out.flush()) throw Error(Status::invalid_argument, "--write: cannot write '" + o->write + "'");
-      std::printf("wrote %zu rows to %s\n", rows.size(), o->write.c_str());
+      std::printf("wrote %zu rows to %s", rows.size(), o->write.c_str());
+      if (rows.size() > built_rows) std::printf(" (%zu of other operators or targets kept)", rows.size() - built_rows);
+      std::printf("\n");
       exit_code = kOk;
       return;
     }
     // With --ops or --archs, only the rows of those operators and targets are compared.
     std::vector<ReplayRow> compared;
-    auto ops = split_list(o->ops), archs = split_list(o->archs);
-    auto named = [](const std::vector<std::string>& names, const std::string& x) {
-      return names.empty() || std::find(names.begin(), names.end(), x) != names.end();
-    };
     for (auto& r : expected)
-      if (named(ops, r.op) && named(archs, r.target)) compared.push_back(std::move(r));
+      if (replay_row_selected(r, ops, archs)) compared.push_back(std::move(r));
     auto diff = diff_replay_tables(compared, rows);
     for (const auto& line : diff) std::printf("%s\n", line.c_str());
     if (diff.empty()) {

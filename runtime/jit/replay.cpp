@@ -167,6 +167,21 @@ std::vector<WarmItem> replay_items(const std::vector<std::string>& ops, const st
   return items;
 }
 
+bool replay_row_selected(const ReplayRow& row, const std::vector<std::string>& ops, const std::vector<std::string>& archs) {
+  auto named = [](const std::vector<std::string>& names, const std::string& x) {
+    return names.empty() || std::find(names.begin(), names.end(), x) != names.end();
+  };
+  return named(ops, row.op) && named(archs, row.target);
+}
+
+std::vector<ReplayRow> merge_replay_rows(const std::vector<ReplayRow>& table, std::vector<ReplayRow> rows,
+                                         const std::vector<std::string>& ops, const std::vector<std::string>& archs) {
+  for (const auto& r : table)
+    if (!replay_row_selected(r, ops, archs)) rows.push_back(r);
+  std::stable_sort(rows.begin(), rows.end(), [](const ReplayRow& a, const ReplayRow& b) { return row_key(a) < row_key(b); });
+  return rows;
+}
+
 std::string format_replay_table(const std::vector<ReplayRow>& rows) {
   std::string out = std::string(kHeader) + "\n";
   for (const auto& r : rows) out += format_row(r) + "\n";

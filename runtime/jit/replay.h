@@ -70,6 +70,16 @@ bool replay_defaults_only(const Target& target);
 // Error(invalid_argument) naming an unknown operator or target.
 std::vector<WarmItem> replay_items(const std::vector<std::string>& ops, const std::vector<std::string>& archs);
 
+// Whether `row` is one of the operators `ops` on one of the targets `archs` (either empty: all).
+bool replay_row_selected(const ReplayRow& row, const std::vector<std::string>& ops, const std::vector<std::string>& archs);
+
+// `rows`, built for the operators `ops` on the targets `archs` (either empty: all), merged into
+// `table`: its rows of other operators or targets kept as they are, the selection's replaced by
+// `rows`; sorted as replay_rows sorts. What `kgen replay --write` of a subset writes, so that the
+// rest of the file is not lost.
+std::vector<ReplayRow> merge_replay_rows(const std::vector<ReplayRow>& table, std::vector<ReplayRow> rows,
+                                         const std::vector<std::string>& ops, const std::vector<std::string>& archs);
+
 // The table as text: a header line, then one tab-separated line per row.
 std::string format_replay_table(const std::vector<ReplayRow>& rows);
 

@@ -193,6 +193,28 @@ TEST(ReplayDefaults, DoubleBackwardDefaultsAreWarmedAndSpillFree) {
   EXPECT_GT(checked, 500);
 }
 
+// `kgen replay --write FILE --ops X` (or --archs) rewrites X's rows and keeps the file's others.
+TEST(ReplayTable, WritingASubsetKeepsTheRowsOfOtherOperatorsAndTargets) {
+  auto row = [](const char* target, const char* op, const char* variant, const char* code) {
+    ReplayRow r;
+    r.target = target, r.op = op, r.variant = variant, r.entry = "k", r.code_sha256 = code;
+    return r;
+  };
+  const std::vector<ReplayRow> table = {row("sm_80", "attention_fwd", "a", "1"), row("sm_80", "lrpe_cosine", "l", "2"),
+                                        row("sm_80", "lrpe_cosine", "m", "3"), row("sm_90a", "lrpe_cosine", "l", "4")};
+  // lrpe_cosine on sm_80 rebuilt: "l" changed, "m" is gone, "n" is new.
+  const std::vector<ReplayRow> built = {row("sm_80", "lrpe_cosine", "n", "6"), row("sm_80", "lrpe_cosine", "l", "5")};
+  const auto merged = merge_replay_rows(table, built, {"lrpe_cosine"}, {"sm_80"});
+  std::vector<std::string> got;
+  for (const auto& r : merged) got.push_back(r.target + "/" + r.op + "/" + r.variant + "=" + r.code_sha256);
+  EXPECT_EQ(got, (std::vector<std::string>{"sm_80/attention_fwd/a=1", "sm_80/lrpe_cosine/l=5", "sm_80/lrpe_cosine/n=6",
+                                           "sm_90a/lrpe_cosine/l=4"}));
+  // Everything selected: the built rows alone.
+  EXPECT_EQ(merge_replay_rows(table, built, {}, {}).size(), built.size());
+  EXPECT_TRUE(replay_row_selected(table[1], {"lrpe_cosine"}, {}));
+  EXPECT_FALSE(replay_row_selected(table[3], {}, {"sm_80", "sm_100a"}));
+}
+
 }  // namespace
 }  // namespace kgen
 
