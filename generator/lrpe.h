@@ -105,13 +105,13 @@ struct LrpeLaunchPlan {
 // bp launches: at most this many blocks per SM in all (over every wave; it bounds the scratch of
 // softmax over the sequence).
 inline constexpr int kLrpeBpMaxBlocksPerSm = 16;
-// `resident_blocks_per_sm`: how many blocks of the config's kernels fit on one SM (occupancy);
-// bp launches size their splits by lrpe_bp_splits.
 // The slices one block of the statistics kernel of softmax over the sequence reads: the forward's
 // reads x alone and computes no angles, so folding slices only costs it registers (it takes one);
 // the backward's computes the angles of g, whose cost the config's fold divides.
 int lrpe_stats_fold(const LrpeSpec& spec, const LrpeConfig& config);
-// `stats_fold`: lrpe_stats_fold of the call (0: the config's fold), which sizes stats_grid.
+// `resident_blocks_per_sm`: how many blocks of the config's kernels fit on one SM (occupancy);
+// bp launches size their splits by lrpe_bp_splits. `stats_fold`: lrpe_stats_fold of the call (0:
+// the config's fold), which sizes stats_grid.
 LrpeLaunchPlan lrpe_launch_plan(const LrpeConfig& config, const LrpeShape& shape, int sm_count,
                                 int resident_blocks_per_sm = 4, int stats_fold = 0);
 // Blocks along the sequence for `slices` (b, h) groups of a bp launch with `passes` block passes
