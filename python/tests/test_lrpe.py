@@ -125,6 +125,27 @@ def test_md_lrpe_cosine(dtype, act, dim, shape, l, cache):
 
 @gpu
 @pytest.mark.usefixtures("kgen_library")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("b,h,n,d,config", [
+    (12, 12, 4096, 128, None),                    # 7 splits per slice, one wave of blocks
+    (12, 12, 4096, 128, "bp:t128:r2:v8:b2:o6"),   # the same with two slices per block
+    (3, 5, 2999, 40, "bp:t128:r2:v8:o8"),         # odd rows and a partial row group, one wave
+    (50, 12, 100, 128, None),                     # 3 splits over two waves
+    (80, 12, 256, 128, None),                     # one split per slice
+])
+def test_softmax_over_the_sequence_at_benchmark_sizes_and_every_split_shape(dtype, b, h, n, d, config):
+    """Softmax over the sequence where the splits of lrpe_bp_splits take each shape on an H200
+    (132 SMs) with the default config: many splits in one wave, splits over several waves, one
+    split per slice; forward and backward against float64."""
+    x = randn((b, h, n, d), dtype, seed=n + d)
+    theta = make_theta(h, d, seed=d)
+    kwargs = {} if config is None else {"config": config}
+    run_both(lambda t: kgen.torch.lrpe_cosine(t, theta, act="softmax", dim=-2, **kwargs),
+             lambda t: lrpe_reference(t, theta, act="softmax_seq"), x, dtype)
+
+
+@gpu
+@pytest.mark.usefixtures("kgen_library")
 def test_three_dim_input_and_strided_views():
     """(b, n, d) with theta (1, d); x a strided slice of a wider tensor (scalar path)."""
     x = randn((2, 77, 96), torch.bfloat16, seed=1)[:, :, :80]
