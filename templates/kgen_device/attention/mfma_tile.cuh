@@ -486,13 +486,23 @@ __device__ __forceinline__ mfma_operand chained_probabilities(const mfma_acc& x,
 }
 
 // X = Σ_t tile-rows(row0 .. row0 + 31) · frag[t]: the product of 32 rows of an LDS tile (over
-// D columns) with operands kept in registers (global_operand over the same D columns).
-template <class T, int D>
+// D columns) with operands kept in registers (global_operand over the same D columns). The tile's
+// operands are read G at a time and made available together (operands_together): one wait per
+// G reads.
+template <class T, int D, int G = 1>
 __device__ __forceinline__ mfma_acc lds_rows_times(const unsigned short* tile, int row0, const mfma_operand (&frag)[D / kMfmaK],
                                                    int lane) {
+  static_assert(D / kMfmaK % G == 0, "whole groups");
   mfma_acc x = mfma_zero();
 #pragma unroll
-  for (int t = 0; t < D / kMfmaK; ++t) x = mfma_32x32<T>(lds_operand<D>(tile, row0, t * kMfmaK, lane), frag[t], x);
+  for (int t = 0; t < D / kMfmaK; t += G) {
+    mfma_operand a[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) a[g] = lds_operand<D>(tile, row0, (t + g) * kMfmaK, lane);
+    operands_together(a);
+#pragma unroll
+    for (int g = 0; g < G; ++g) x = mfma_32x32<T>(a[g], frag[t + g], x);
+  }
   return x;
 }
 
