@@ -37,13 +37,20 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   constexpr int kKeyBlocks = BN / 32;      // 32-key blocks of a tile
   constexpr int kColBlocks = D / 32;       // 32-column blocks of O
   constexpr int kChainSteps = 32 / kMfmaK; // k-steps of Vᵀ·Pᵀ over one key block
-  // gfx950: the LDS operands read in groups, one wait per group (operands_together): 4 of K's
-  // and the Vᵀ operands of every column block of one chain step. Main loop, non-MFMA instructions
-  // per MFMA (with the row sum's dot products below): d = 128 7.97 → 7.41 (waits 35 → 12 per
-  // tile), d = 64 with 128-key tiles 10.22 → 9.88, where one read a wait gives 10.22 and other
-  // groups 7.41-7.53 and 9.88-10.06.
+  // The LDS operands read in groups, one wait per group (operands_together). gfx950: 4 of K's
+  // and the Vᵀ operands of every column block of one chain step; main loop, non-MFMA
+  // instructions per MFMA (with the row sum's dot products below): d = 128 7.97 → 7.41 (waits
+  // 35 → 12 per tile), d = 64 with 128-key tiles 10.22 → 9.88, where one read a wait gives 10.22
+  // and other groups 7.41-7.53 and 9.88-10.06. gfx90a: 4 of K's (two 16-byte reads), bf16 d = 128
+  // 4.63 → 4.47, fp16 d = 128 causal 4.38 → 4.23, d = 64 6.25 → 6.16 and 5.77 → 5.66 (Vᵀ
+  // operands in groups too: more). gfx942 keeps one read a wait: groups cost it more than the
+  // waits they save (bf16 d = 64 6.08 → 6.27, d = 128 4.34 → 4.63).
+#if defined(__gfx942__)
+  constexpr int kKGroup = 2;
+#else
   constexpr int kKGroup = 4;
-  constexpr int kVtGroup = kColBlocks;
+#endif
+  constexpr int kVtGroup = kColBlocks;  // gfx950
 #if defined(__gfx950__)
   using Lds = attention_mfma::PaddedLds;
 #else
@@ -128,7 +135,7 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
 #if defined(__gfx950__)
       s[nb] = mfma_detail::lds_rows_times<T, D, kKGroup>(k_s, nb * 32, q_frag, lane);
 #else
-      s[nb] = reads.template k_rows_times<T>(k_s, nb * 32, q_frag);
+      s[nb] = reads.template k_rows_times<T, kKGroup>(k_s, nb * 32, q_frag);
 #endif
     }
 
