@@ -38,19 +38,20 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   constexpr int kColBlocks = D / 32;       // 32-column blocks of O
   constexpr int kChainSteps = 32 / kMfmaK; // k-steps of Vᵀ·Pᵀ over one key block
   // The LDS operands read in groups, one wait per group (operands_together). gfx950: 4 of K's
-  // and the Vᵀ operands of every column block of one chain step; main loop, non-MFMA
-  // instructions per MFMA (with the row sum's dot products below): d = 128 7.97 → 7.41 (waits
-  // 35 → 12 per tile), d = 64 with 128-key tiles 10.22 → 9.88, where one read a wait gives 10.22
-  // and other groups 7.41-7.53 and 9.88-10.06. gfx90a: 4 of K's (two 16-byte reads), bf16 d = 128
-  // 4.63 → 4.47, fp16 d = 128 causal 4.38 → 4.23, d = 64 6.25 → 6.16 and 5.77 → 5.66 (Vᵀ
-  // operands in groups too: more). gfx942 keeps one read a wait: groups cost it more than the
-  // waits they save (bf16 d = 64 6.08 → 6.27, d = 128 4.34 → 4.63).
+  // and 4 Vᵀ operands (every column block of one chain step at d = 128, of both at d = 64); main
+  // loop, non-MFMA instructions per MFMA (with the row sum's dot products below): d = 128 7.97 →
+  // 7.41 (waits 35 → 12 per tile), d = 64 with 128-key tiles 10.22 → 9.81 (waits 29 → 13), where
+  // one read a wait gives 10.22 and other groups 7.41-7.53 and 9.88-10.06. gfx90a: 4 of K's (two
+  // 16-byte reads), bf16 d = 128 4.63 → 4.47, fp16 d = 128 causal 4.38 → 4.23, d = 64 6.25 → 6.16
+  // and 5.77 → 5.66 (Vᵀ operands in groups too: more). gfx942 keeps one read a wait: groups cost
+  // it more than the waits they save (bf16 d = 64 6.08 → 6.27, d = 128 4.34 → 4.63).
 #if defined(__gfx942__)
   constexpr int kKGroup = 2;
 #else
   constexpr int kKGroup = 4;
 #endif
-  constexpr int kVtGroup = kColBlocks;  // gfx950
+  constexpr int kChainGroup = 4 / kColBlocks;  // gfx950: chain steps of a group of Vᵀ operands
+  static_assert(kColBlocks * kChainGroup == 4 && (32 / kMfmaK) % kChainGroup == 0, "whole groups of 4 Vᵀ operands");
 #if defined(__gfx950__)
   using Lds = attention_mfma::PaddedLds;
 #else
@@ -201,30 +202,38 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
 #endif
 
     // Oᵀ += Vᵀ · Pᵀ, Pᵀ chained from the score accumulators.
+#if defined(__gfx950__)
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb)
+#pragma unroll
+      for (int c0 = 0; c0 < kChainSteps; c0 += kChainGroup) {
+        mfma_operand vt[kChainGroup * kColBlocks];
+#pragma unroll
+        for (int c = 0; c < kChainGroup; ++c)
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb)
+            vt[c * kColBlocks + cb] = mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, cb * 32, c0 + c, lane);
+        operands_together(vt);
+#pragma unroll
+        for (int c = 0; c < kChainGroup; ++c) {
+          const mfma_operand pt = mfma_detail::chained_words(pw[nb], c0 + c);
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb) o[cb] = mfma_32x32<T>(vt[c * kColBlocks + cb], pt, o[cb]);
+        }
+      }
+#else
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
       for (int c = 0; c < kChainSteps; ++c) {
         const mfma_operand pt = mfma_detail::chained_words(pw[nb], c);
-#if defined(__gfx950__)
-#pragma unroll
-        for (int cb0 = 0; cb0 < kColBlocks; cb0 += kVtGroup) {
-          mfma_operand vt[kVtGroup];
-#pragma unroll
-          for (int g = 0; g < kVtGroup; ++g)
-            vt[g] = mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, (cb0 + g) * 32, c, lane);
-          operands_together(vt);
-#pragma unroll
-          for (int g = 0; g < kVtGroup; ++g) o[cb0 + g] = mfma_32x32<T>(vt[g], pt, o[cb0 + g]);
-        }
-#else
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb) {
           const mfma_operand vt = reads.vt_operand(vt_s, nb * 32, cb * 32, c);
           o[cb] = mfma_32x32<T>(vt, pt, o[cb]);
         }
-#endif
       }
+#endif
   };
 
   // Tiles [0, n_full) are whole for every row of the block: no key past n_k, none above the
