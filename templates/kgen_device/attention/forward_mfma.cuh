@@ -43,10 +43,13 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   // 7.41 (waits 35 → 12 per tile), d = 64 with 128-key tiles 10.22 → 9.81 (waits 29 → 13), where
   // one read a wait gives 10.22 and other groups 7.41-7.53 and 9.88-10.06. gfx90a: 4 of K's (two
   // 16-byte reads), bf16 d = 128 4.63 → 4.47, fp16 d = 128 causal 4.38 → 4.23, d = 64 6.25 → 6.16
-  // and 5.77 → 5.66 (Vᵀ operands in groups too: more). gfx942 keeps one read a wait: groups cost
-  // it more than the waits they save (bf16 d = 64 6.08 → 6.27, d = 128 4.34 → 4.63).
+  // and 5.77 → 5.66; at d = 64 8 (a key block's four reads), 6.09 and 5.59 (at d = 128 16 B of
+  // scratch; Vᵀ operands in groups too: more). gfx942 keeps one read a wait: groups cost it more
+  // than the waits they save (bf16 d = 64 6.08 → 6.27, d = 128 4.34 → 4.63).
 #if defined(__gfx942__)
   constexpr int kKGroup = 2;
+#elif defined(__gfx90a__)
+  constexpr int kKGroup = D == 64 ? 8 : 4;
 #else
   constexpr int kKGroup = 4;
 #endif

@@ -547,7 +547,7 @@ struct SwizzledReads {
   __device__ __forceinline__ mfma_acc k_rows_times(const unsigned short* tile, int row0,
                                                    const mfma_operand (&frag)[D / kMfmaK]) const {
     static_assert(kMfmaK == 8, "two k-steps per 16-byte read");
-    static_assert((G == 2 || G == 4) && D / kMfmaK % G == 0, "whole groups of 16-byte reads");
+    static_assert((G == 2 || G == 4 || G == 8) && D / kMfmaK % G == 0, "whole groups of 16-byte reads");
     mfma_acc x = mfma_zero();
 #pragma unroll
     for (int t0 = 0; t0 < D / kMfmaK; t0 += G) {

@@ -88,9 +88,10 @@ __device__ __forceinline__ unsigned opaque_u32_in_place(unsigned x) {
 // their operands without a wait of their own.
 template <int N>
 __device__ __forceinline__ void operands_together(mfma_operand (&x)[N]) {
-  static_assert(N == 1 || N == 2 || N == 4, "groups of 1, 2 or 4 operands");
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "groups of 1, 2, 4 or 8 operands");
   if constexpr (N == 2) asm("" : "+v"(x[0]), "+v"(x[1]));
   if constexpr (N == 4) asm("" : "+v"(x[0]), "+v"(x[1]), "+v"(x[2]), "+v"(x[3]));
+  if constexpr (N == 8) asm("" : "+v"(x[0]), "+v"(x[1]), "+v"(x[2]), "+v"(x[3]), "+v"(x[4]), "+v"(x[5]), "+v"(x[6]), "+v"(x[7]));
 }
 
 #if defined(__gfx950__)
