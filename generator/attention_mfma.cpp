@@ -83,13 +83,13 @@ std::vector<AttentionForwardConfig> mfma_forward_config_space(const AttentionFor
 
 std::optional<AttentionForwardConfig> mfma_forward_default_config(const AttentionForwardSpec& spec, const Target& target) {
   // 4 waves of 32 query rows against 64-key tiles (32 KiB of LDS at d = 128): unmeasured, no AMD
-  // GPU has run it; the tuner can pick another where one exists. At d = 64 on gfx90a and gfx942,
-  // 128-key tiles: the per-tile work (O's rescale, the new maximum, waits and barriers) spread
-  // over twice the MFMAs, 6.4-6.8 non-MFMA instructions per MFMA in the main loop where 64-key
-  // tiles issue 6.8-7.3 (tests/amdemu/instruction_budgets.json), still two blocks per compute unit
-  // (32 KiB of swizzled tiles, 256 VGPRs, no AGPRs, no scratch: tests/replay/amd.tsv). gfx950 keeps
-  // 64 keys (its padded tiles).
-  const int block_n = spec.head_dim == 64 && forward_lds_swizzled(target) ? 128 : 64;
+  // GPU has run it; the tuner can pick another where one exists. At d = 64, 128-key tiles: the
+  // per-tile work (O's rescale, the new maximum, waits and barriers) spread over twice the MFMAs:
+  // fewer non-MFMA instructions per MFMA in the main loop (gfx942 bf16 6.1 where 64-key tiles
+  // issue 7.0, gfx950 9.8 where they issue 11.3: docs/kernels/amd_mfma.md), still two blocks per
+  // compute unit (gfx90a, gfx942: 32 KiB of swizzled tiles, 256 VGPRs;
+  // gfx950: 35 KiB of padded tiles, at most 250 VGPRs; no AGPRs, no scratch: tests/replay/amd.tsv).
+  const int block_n = spec.head_dim == 64 ? 128 : 64;
   const AttentionForwardConfig c{.path = ForwardPath::mfma, .block_m = 128, .block_n = block_n, .stages = 1, .warps = 4};
   if (check_mfma_forward_config(spec, c, target)) return std::nullopt;
   return c;

@@ -402,6 +402,21 @@ def test_gfx90a_instructions():
     assert list(w.v[24][[0, 3, 4, 7, 8]]) == [5, 5, 103, 103, 107]
 
 
+def test_dot2c_f32():
+    """gfx950's forward sums its rounded probabilities a pair at a time with v_dot2c_f32_bf16 and
+    _f16 against (1, 1): D = S0[15:0]·S1[15:0] + S0[31:16]·S1[31:16] + D."""
+    w = emu.Wave(None, 0)
+    w.set_s64(emu.EXEC, (1 << 64) - 1)
+    w.v[3] = 0x3F404000  # bf16 (2.0, 0.75)
+    w.v[0] = np.float32(0.5).view(np.uint32)
+    _run_one("v_dot2c_f32_bf16_e32 v0, 0x3f803f80, v3", w)
+    assert (w.v[0].view(np.float32) == 3.25).all()
+    w.v[4] = 0x3A004400  # fp16 (4.0, 0.75)
+    w.v[1] = np.float32(-1.0).view(np.uint32)
+    _run_one("v_dot2c_f32_f16_e32 v1, 0x3c003c00, v4", w)
+    assert (w.v[1].view(np.float32) == 3.75).all()
+
+
 def test_ds_write_b16_d16_hi():
     """gfx950's kv_atomic kernel writes the upper half of a packed pair with ds_write_b16_d16_hi:
     the 16 bits of DATA[31:16] at the address, the bytes beside them untouched."""

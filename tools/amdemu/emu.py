@@ -840,8 +840,21 @@ VALU = {
     "v_floor_f32": (1, _fl(np.floor)),
     "v_ldexp_f32": (2, lambda a, b: bits(np.ldexp(f32(a), b.view(np.int32)))),
 }
-# VOP2 ops whose destination is also a source (D = S0 * S1 + D)
-ACCUMULATE = {"v_fmac_f32": _fl(fma32), "v_mac_f32": _fl(fma32)}
+
+
+def _dot2_acc(half_to_f32):
+    """D = S0[15:0]·S1[15:0] + S0[31:16]·S1[31:16] + D, 16-bit sources (fp16 or bf16): the
+    products are exact in float64, the sum rounded once to fp32 (README: limits)."""
+    def fn(a, b, d):
+        lo = half_to_f32(a & U32(0xFFFF)).astype(np.float64) * half_to_f32(b & U32(0xFFFF)).astype(np.float64)
+        hi = half_to_f32(a >> U32(16)).astype(np.float64) * half_to_f32(b >> U32(16)).astype(np.float64)
+        return bits((lo + hi + f32(d).astype(np.float64)).astype(F32))
+    return fn
+
+
+# VOP2 ops whose destination is also a source (D = S0 * S1 + D; the dot products D = S0 · S1 + D)
+ACCUMULATE = {"v_fmac_f32": _fl(fma32), "v_mac_f32": _fl(fma32),
+              "v_dot2c_f32_f16": _dot2_acc(f16_to_f32), "v_dot2c_f32_bf16": _dot2_acc(bf16_to_f32)}
 
 
 def _bitop3(ins: Instruction):

@@ -37,6 +37,24 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
   constexpr int kKeyBlocks = BN / 32;      // 32-key blocks of a tile
   constexpr int kColBlocks = D / 32;       // 32-column blocks of O
   constexpr int kChainSteps = 32 / kMfmaK; // k-steps of Vᵀ·Pᵀ over one key block
+  // The LDS operands read in groups, one wait per group (operands_together). gfx950: 4 of K's
+  // and 4 Vᵀ operands (every column block of one chain step at d = 128, of both at d = 64); main
+  // loop, non-MFMA instructions per MFMA (with the row sum's dot products below): d = 128 7.97 →
+  // 7.41 (waits 35 → 12 per tile), d = 64 with 128-key tiles 10.22 → 9.81 (waits 29 → 13), where
+  // one read a wait gives 10.22 and other groups 7.41-7.53 and 9.88-10.06. gfx90a: 4 of K's (two
+  // 16-byte reads), bf16 d = 128 4.63 → 4.47, fp16 d = 128 causal 4.38 → 4.23, d = 64 6.25 → 6.16
+  // and 5.77 → 5.66; at d = 64 8 (a key block's four reads), 6.09 and 5.59 (at d = 128 16 B of
+  // scratch; Vᵀ operands in groups too: more). gfx942 keeps one read a wait: groups cost it more
+  // than the waits they save (bf16 d = 64 6.08 → 6.27, d = 128 4.34 → 4.63).
+#if defined(__gfx942__)
+  constexpr int kKGroup = 2;
+#elif defined(__gfx90a__)
+  constexpr int kKGroup = D == 64 ? 8 : 4;
+#else
+  constexpr int kKGroup = 4;
+#endif
+  constexpr int kChainGroup = 4 / kColBlocks;  // gfx950: chain steps of a group of Vᵀ operands
+  static_assert(kColBlocks * kChainGroup == 4 && (32 / kMfmaK) % kChainGroup == 0, "whole groups of 4 Vᵀ operands");
 #if defined(__gfx950__)
   using Lds = attention_mfma::PaddedLds;
 #else
@@ -119,9 +137,9 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #if defined(__gfx950__)
-      s[nb] = mfma_detail::lds_rows_times<T, D>(k_s, nb * 32, q_frag, lane);
+      s[nb] = mfma_detail::lds_rows_times<T, D, kKGroup>(k_s, nb * 32, q_frag, lane);
 #else
-      s[nb] = reads.template k_rows_times<T>(k_s, nb * 32, q_frag);
+      s[nb] = reads.template k_rows_times<T, kKGroup>(k_s, nb * 32, q_frag);
 #endif
     }
 
@@ -142,13 +160,19 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
     row_sum *= alpha;
 #pragma unroll
     for (int cb = 0; cb < kColBlocks; ++cb) o[cb] *= alpha;
-    // P = 2^(s·scale − ref), two at a time (packed fp32 FMA and sum), each pair rounded to T
-    // into one register (the chained operands' words; the sum takes P unrounded). gfx942 and
-    // gfx950 keep two partial sums, pair by pair, which leaves clang independent pairs to
+    // P = 2^(s·scale − ref), two at a time (packed fp32 FMA), each pair rounded to T into one
+    // register (the chained operands' words). The row sum: on gfx950 of the rounded pairs, one
+    // dot product with (1, 1) a pair (add_pair: v_dot2c_f32_bf16 / _f16, which LLVM does not
+    // split into halves next to an MFMA as it does packed sums), in two partial sums, so that l
+    // sums the probabilities O is weighted by; elsewhere of P unrounded, a packed sum a pair.
+    // gfx942 keeps two partial sums, pair by pair, which leaves clang independent pairs to
     // interleave: gfx942's main loop bf16 d = 128 4.55 → 4.34 non-MFMA instructions per MFMA, fp16
-    // d = 128 causal 4.63 → 4.38, d = 64 (128-key tiles) 6.56 → 6.08 and 6.52 → 6.06; gfx950
-    // 8.03 → 7.97 and 12.31 → 12.06. gfx90a's code is the same at d = 128 and at d = 64 longer
-    // with fp16 (5.77 → 5.88): one sum there.
+    // d = 128 causal 4.63 → 4.38, d = 64 (128-key tiles) 6.56 → 6.08 and 6.52 → 6.06. gfx90a's
+    // code is the same at d = 128 and at d = 64 longer with fp16 (5.77 → 5.88): one sum there.
+    unsigned pw[kKeyBlocks][mfma::kAccRegisters / 2];
+#if defined(__gfx950__)
+    float part[2] = {row_sum, 0.f};
+#else
 #if defined(__gfx90a__)
     constexpr int kSums = 1;
 #else
@@ -157,21 +181,50 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
     mfma_detail::mfma_f32x2 sum2[kSums];
 #pragma unroll
     for (int i = 0; i < kSums; ++i) sum2[i] = {i == 0 ? row_sum : 0.f, 0.f};
-    unsigned pw[kKeyBlocks][mfma::kAccRegisters / 2];
+#endif
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
       for (int r = 0; r < mfma::kAccRegisters; r += 2) {
         mfma_detail::mfma_f32x2 x = mfma_detail::mfma_f32x2{s[nb][r], s[nb][r + 1]} * scale_log2 - ref;
         x = mfma_detail::mfma_f32x2{exp2_approx(x[0]), exp2_approx(x[1])};
+#if defined(__gfx950__)
+        pw[nb][r / 2] = mfma_detail::pack_probabilities<T>(x);
+        part[r / 2 % 2] = add_pair<T>(pw[nb][r / 2], part[r / 2 % 2]);
+#else
         sum2[r / 2 % kSums] += x;
         pw[nb][r / 2] = mfma_detail::pack_probabilities<T>(x);
+#endif
       }
+#if defined(__gfx950__)
+    row_sum = part[0] + part[1];
+#else
 #pragma unroll
     for (int i = 1; i < kSums; ++i) sum2[0] += sum2[i];
     row_sum = sum2[0][0] + sum2[0][1];
+#endif
 
     // Oᵀ += Vᵀ · Pᵀ, Pᵀ chained from the score accumulators.
+#if defined(__gfx950__)
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb)
+#pragma unroll
+      for (int c0 = 0; c0 < kChainSteps; c0 += kChainGroup) {
+        mfma_operand vt[kChainGroup * kColBlocks];
+#pragma unroll
+        for (int c = 0; c < kChainGroup; ++c)
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb)
+            vt[c * kColBlocks + cb] = mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, cb * 32, c0 + c, lane);
+        operands_together(vt);
+#pragma unroll
+        for (int c = 0; c < kChainGroup; ++c) {
+          const mfma_operand pt = mfma_detail::chained_words(pw[nb], c0 + c);
+#pragma unroll
+          for (int cb = 0; cb < kColBlocks; ++cb) o[cb] = mfma_32x32<T>(vt[c * kColBlocks + cb], pt, o[cb]);
+        }
+      }
+#else
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb)
 #pragma unroll
@@ -179,14 +232,11 @@ __device__ __forceinline__ void attention_forward_mfma(const AttentionForwardPar
         const mfma_operand pt = mfma_detail::chained_words(pw[nb], c);
 #pragma unroll
         for (int cb = 0; cb < kColBlocks; ++cb) {
-#if defined(__gfx950__)
-          const mfma_operand vt = mfma_detail::lds_transposed_operand<BN>(vt_s, nb * 32, cb * 32, c, lane);
-#else
           const mfma_operand vt = reads.vt_operand(vt_s, nb * 32, cb * 32, c);
-#endif
           o[cb] = mfma_32x32<T>(vt, pt, o[cb]);
         }
       }
+#endif
   };
 
   // Tiles [0, n_full) are whole for every row of the block: no key past n_k, none above the

@@ -486,13 +486,23 @@ __device__ __forceinline__ mfma_operand chained_probabilities(const mfma_acc& x,
 }
 
 // X = Σ_t tile-rows(row0 .. row0 + 31) · frag[t]: the product of 32 rows of an LDS tile (over
-// D columns) with operands kept in registers (global_operand over the same D columns).
-template <class T, int D>
+// D columns) with operands kept in registers (global_operand over the same D columns). The tile's
+// operands are read G at a time and made available together (operands_together): one wait per
+// G reads.
+template <class T, int D, int G = 1>
 __device__ __forceinline__ mfma_acc lds_rows_times(const unsigned short* tile, int row0, const mfma_operand (&frag)[D / kMfmaK],
                                                    int lane) {
+  static_assert(D / kMfmaK % G == 0, "whole groups");
   mfma_acc x = mfma_zero();
 #pragma unroll
-  for (int t = 0; t < D / kMfmaK; ++t) x = mfma_32x32<T>(lds_operand<D>(tile, row0, t * kMfmaK, lane), frag[t], x);
+  for (int t = 0; t < D / kMfmaK; t += G) {
+    mfma_operand a[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) a[g] = lds_operand<D>(tile, row0, (t + g) * kMfmaK, lane);
+    operands_together(a);
+#pragma unroll
+    for (int g = 0; g < G; ++g) x = mfma_32x32<T>(a[g], frag[t + g], x);
+  }
   return x;
 }
 
@@ -531,18 +541,34 @@ struct SwizzledReads {
 
   // X = Σ_t K-rows(row0 .. row0 + 31) · frag[t] over D columns (row0 a multiple of 32), frag[t]
   // over k_unit_column's columns: one 16-byte read per two k-steps. Column 16·i ^ the lane's
-  // bits (3..5) = (16·i & ~63) + k[i mod 4].
-  template <class T>
+  // bits (3..5) = (16·i & ~63) + k[i mod 4]. The operands of G k-steps (G / 2 reads) are made
+  // available together (operands_together): one wait per G / 2 reads.
+  template <class T, int G = 2>
   __device__ __forceinline__ mfma_acc k_rows_times(const unsigned short* tile, int row0,
                                                    const mfma_operand (&frag)[D / kMfmaK]) const {
     static_assert(kMfmaK == 8, "two k-steps per 16-byte read");
+    static_assert((G == 2 || G == 4 || G == 8) && D / kMfmaK % G == 0, "whole groups of 16-byte reads");
     mfma_acc x = mfma_zero();
 #pragma unroll
-    for (int t = 0; t < D / kMfmaK; t += 2) {
-      const mfma_u32x4 g =
-          *reinterpret_cast<const mfma_u32x4*>(tile + row0 * D + (8 * t & ~63) + k[t / 2 % kK]);
-      x = mfma_32x32<T>(__builtin_bit_cast(mfma_operand, mfma_u32x2{g[0], g[1]}), frag[t], x);
-      x = mfma_32x32<T>(__builtin_bit_cast(mfma_operand, mfma_u32x2{g[2], g[3]}), frag[t + 1], x);
+    for (int t0 = 0; t0 < D / kMfmaK; t0 += G) {
+      mfma_operand a[G];
+#pragma unroll
+      for (int t = t0; t < t0 + G; t += 2) {
+        const mfma_u32x4 g =
+            *reinterpret_cast<const mfma_u32x4*>(tile + row0 * D + (8 * t & ~63) + k[t / 2 % kK]);
+        if constexpr (G == 2) {
+          x = mfma_32x32<T>(__builtin_bit_cast(mfma_operand, mfma_u32x2{g[0], g[1]}), frag[t], x);
+          x = mfma_32x32<T>(__builtin_bit_cast(mfma_operand, mfma_u32x2{g[2], g[3]}), frag[t + 1], x);
+        } else {
+          a[t - t0] = __builtin_bit_cast(mfma_operand, mfma_u32x2{g[0], g[1]});
+          a[t - t0 + 1] = __builtin_bit_cast(mfma_operand, mfma_u32x2{g[2], g[3]});
+        }
+      }
+      if constexpr (G > 2) {
+        operands_together(a);
+#pragma unroll
+        for (int t = 0; t < G; ++t) x = mfma_32x32<T>(a[t], frag[t0 + t], x);
+      }
     }
     return x;
   }

@@ -83,6 +83,32 @@ __device__ __forceinline__ unsigned opaque_u32_in_place(unsigned x) {
   return x;
 }
 
+// The operands of a group made available together: an empty asm that reads and rewrites each
+// (no instruction), so that one wait covers the group's LDS reads and the MFMAs that follow take
+// their operands without a wait of their own.
+template <int N>
+__device__ __forceinline__ void operands_together(mfma_operand (&x)[N]) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "groups of 1, 2, 4 or 8 operands");
+  if constexpr (N == 2) asm("" : "+v"(x[0]), "+v"(x[1]));
+  if constexpr (N == 4) asm("" : "+v"(x[0]), "+v"(x[1]), "+v"(x[2]), "+v"(x[3]));
+  if constexpr (N == 8) asm("" : "+v"(x[0]), "+v"(x[1]), "+v"(x[2]), "+v"(x[3]), "+v"(x[4]), "+v"(x[5]), "+v"(x[6]), "+v"(x[7]));
+}
+
+#if defined(__gfx950__)
+// acc + lo + hi for the two T elements (bf16 or fp16) packed in `pair`, lo in bits 0..15: a dot
+// product with (1, 1) (v_dot2c_f32_bf16, v_dot2c_f32_f16), one instruction per pair.
+template <class T>
+__device__ __forceinline__ float add_pair(unsigned pair, float acc) {
+  if constexpr (is_same<T, bfloat16_t>::value) {
+    typedef __bf16 b2 __attribute__((ext_vector_type(2)));
+    return __builtin_amdgcn_fdot2_f32_bf16(__builtin_bit_cast(b2, pair), b2{1.0, 1.0}, acc, false);
+  } else {
+    typedef _Float16 h2 __attribute__((ext_vector_type(2)));
+    return __builtin_amdgcn_fdot2(__builtin_bit_cast(h2, pair), h2{1.0, 1.0}, acc, false);
+  }
+}
+#endif
+
 #if !defined(__gfx950__)
 // lo and hi rounded to fp16 (to nearest even, as v_cvt_f16_f32) in one register, lo in bits
 // 0..15: lo · 1 + 0 and hi · 1 + 0 by mixed-precision FMAs of f32 sources rounded once to fp16
