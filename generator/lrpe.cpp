@@ -169,7 +169,7 @@ LrpeConfig swept_default(const LrpeSpec& spec) {
   }
   switch (spec.act) {
     case LrpeAct::softmax_seq:
-      return fwd ? LrpeConfig{S::bp, 128, 2, 8, false, 1, 8} : LrpeConfig{S::bp, 128, 2, 8, false, 1, 5};
+      return fwd ? LrpeConfig{S::bp, 128, 2, 8, false, 1, 7} : LrpeConfig{S::bp, 128, 2, 8, false, 1, 5};
     case LrpeAct::softmax:
       return fwd ? LrpeConfig{S::sp, 128, 2, 8, false, 2, 6} : LrpeConfig{S::sp, 128, 1, 8, false, 2, 8};
     default:

@@ -488,6 +488,20 @@ __device__ __forceinline__ void forward_rows(const LrpeParams& p, const BlockVie
   const Placement& w = v.w;
   SliceRows<const T*, Fold> xs(v.x, w, p.x_stride_n, Rows);
   SliceRows<T*, Fold> os(v.out, w, p.out_stride_n, Rows);
+  // lrpe_cosine's softmax over the sequence (which takes an exponential per element besides the
+  // rotation's sin and cos): the rows of a step after its first are one block pass
+  // (rows_per_pass positions) apart, so their sin and cos follow from the previous row's by angle
+  // addition (four FMA-pipe operations instead of two transcendentals per element); each step
+  // starts from exact angles. The other acts keep both transcendentals: they fold slices, which
+  // shares them already, and the rotation's registers cost them more than it saves.
+  constexpr bool kRotate = !Md && Rows > 1 && Act == kLrpeActSoftmaxSeq;
+  float step_cos[V], step_sin[V];
+  if constexpr (kRotate)
+#pragma unroll
+    for (int i = 0; i < V; ++i) {
+      const float a = reduced_angle(static_cast<float>(w.rows_per_pass), v.col.theta[i]);
+      step_cos[i] = cos_approx(a), step_sin[i] = sin_approx(a);
+    }
   walk_steps<Act == kLrpeActSoftmaxSeq, Rows>(w, [&](int base) {
     typename IO::Bits xr[Rows][Fold];
 #pragma unroll
@@ -497,14 +511,23 @@ __device__ __forceinline__ void forward_rows(const LrpeParams& p, const BlockVie
       for (int j = 0; j < Fold; ++j)
         IO::template load_raw<Vec>(xr[u][j], xs.at(j, u), s < w.row_end && v.ok[j] ? v.col.valid : 0);
     }
+    float a[V], c[V], sn[V];
 #pragma unroll
     for (int u = 0; u < Rows; ++u) {
       const int s = row_of(w, base, u);
       const bool row_ok = s < w.row_end;
-      float a[V], c[V], sn[V];
-      row_angles<V, Md>(a, v.col, p, s);
+      if (!kRotate || u == 0) {
+        row_angles<V, Md>(a, v.col, p, s);
 #pragma unroll
-      for (int i = 0; i < V; ++i) c[i] = cos_approx(a[i]), sn[i] = sin_approx(a[i]);
+        for (int i = 0; i < V; ++i) c[i] = cos_approx(a[i]), sn[i] = sin_approx(a[i]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          const float cp = c[i];
+          c[i] = cp * step_cos[i] - sn[i] * step_sin[i];
+          sn[i] = sn[i] * step_cos[i] + cp * step_sin[i];
+        }
+      }
       float x[Fold][V];
       using Reload = Reloader<IO, V, Fold, Vec, decltype(xs), BlockView<T, V, Fold, Md>>;
       activate<Act, V, Fold, Vec>(x, Unpacker<IO, V, Fold>{xr[u]}, Reload{xs, v, u, row_ok}, v.col.valid, colsm,
