@@ -127,7 +127,7 @@ def test_md_lrpe_cosine(dtype, act, dim, shape, l, cache):
 @pytest.mark.usefixtures("kgen_library")
 @pytest.mark.parametrize("dtype", DTYPES.values(), ids=DTYPES.keys())
 @pytest.mark.parametrize("b,h,n,d,config", [
-    (12, 12, 4096, 128, None),                    # 6 splits per slice, one wave of blocks
+    (12, 12, 4096, 128, None),                    # 16-bit: 6 splits per slice, one wave of blocks
     (12, 12, 4096, 128, "bp:t128:r2:v8:o6"),      # other occupancies of the default's tile
     (12, 12, 4096, 128, "bp:t128:r2:v8:o8"),
     (12, 12, 4096, 128, "bp:t128:r2:v8:b2:o6"),   # the same with two slices per block
