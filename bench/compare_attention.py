@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 import kgen  # noqa: E402
 import kgen.torch  # noqa: E402
 from kgen.testing import TOLERANCE, REL_L2_BOUND, attention_reference, check_attention, compare  # noqa: E402
-from rounds import interleaved  # noqa: E402
+from rounds import interleaved, sizes  # noqa: E402
 
 PEERS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
          "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -530,10 +530,6 @@ def json_lines(meta, rows):
 
 
 # --- main ----------------------------------------------------------------------------------------
-
-def sizes(text):
-    return [int(x[:-1]) * 1024 if x.lower().endswith("k") else int(x) for x in text.split(",")]
-
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -30,8 +30,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
-from compare_variants import parse_n  # noqa: E402
-from rounds import interleaved, write_table  # noqa: E402
+from rounds import interleaved, size, write_table  # noqa: E402
 
 IMPLS = ("paged16", "paged64", "contig", "sdpa")
 
@@ -133,7 +132,7 @@ def main() -> None:
     copy_rate = measure_copy_rate()
     print(f"copy rate {copy_rate / 1e12:.2f} TB/s (bytes read and written per second, 1 GiB copy)")
     for b in map(int, args.batches.split(",")):
-        for n in map(parse_n, args.kv.split(",")):
+        for n in map(size, args.kv.split(",")):
             for h_kv in map(int, args.heads_kv.split(",")):
                 if 2 * b * n * h_kv * d * 2 * 3 > args.max_gb * 1e9:  # contiguous caches and two paged copies
                     continue

@@ -20,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare_variants import parse_n, time_round  # noqa: E402
-from rounds import interleaved, write_table  # noqa: E402
+from compare_variants import time_round  # noqa: E402
+from rounds import interleaved, size, write_table  # noqa: E402
 
 import kgen.torch  # noqa: E402
 
@@ -67,7 +67,7 @@ def main() -> None:
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     print("\n".join(lines), flush=True)
     for d in (int(x) for x in args.head_dims.split(",")):
-        for n in (parse_n(x) for x in args.seqlens.split(",")):
+        for n in (size(x) for x in args.seqlens.split(",")):
             b, h = max(1, args.tokens // n), max(1, args.hidden // d)
             gen = torch.Generator(device="cuda").manual_seed(0)
             x = [torch.randn(b, h, n, d, generator=gen, device="cuda") for _ in range(3)]

@@ -32,6 +32,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rounds import sizes  # noqa: E402
 import kgen  # noqa: E402
 import kgen.torch  # noqa: E402
 from kgen.testing import check_lrpe, lrpe_reference  # noqa: E402
@@ -41,10 +43,6 @@ ACT_TITLES = {"none": "act_none", "relu": "act_relu", "sigmoid": "act_sigmoid", 
               "softmax-1": "act_softmax-dim_-1", "softmax-2": "act_softmax-dim_-2"}
 L2_BYTES = 50 << 20
 MD_SIDES = {1: None, 2: [16, 32, 64, 128], 3: [4, 8, 16, 32]}
-
-
-def sizes(text):
-    return [int(x[:-1]) * 1024 if x.lower().endswith("k") else int(x) for x in text.split(",")]
 
 
 def act_args(act):

@@ -30,8 +30,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
-from compare_variants import parse_n, time_round  # noqa: E402
-from rounds import add_round_args, interleaved, write_table  # noqa: E402
+from compare_variants import time_round  # noqa: E402
+from rounds import add_round_args, interleaved, size, write_table  # noqa: E402
 
 REL_L2_BOUND = 2e-2
 IMPLS = ("kgen", "cudnn", "efficient", "flash", "flex", "fa4")
@@ -114,12 +114,12 @@ def main() -> None:
     lines = ["| n | b | h | d_qk/d_v | mode | " + " | ".join(f"{i} ms" for i in impls) + " | kgen TFLOPS | " +
              " | ".join(f"vs {i}" for i in peers) + " |",
              "|" + "---|" * (6 + len(impls) + len(peers))]
-    tokens = parse_n(args.tokens)
+    tokens = size(args.tokens)
     for pair in args.head_dims.split(","):
         d_qk, d_v = map(int, pair.split(":"))
         scale = d_qk ** -0.5
         runs = forwards(impls, scale)
-        for n in map(parse_n, args.seqlens.split(",")):
+        for n in map(size, args.seqlens.split(",")):
             b, h = max(1, tokens // n), args.heads
             q, k = (torch.randn(b, n, h, d_qk, device="cuda", dtype=torch.bfloat16) for _ in range(2))
             v = torch.randn(b, n, h, d_v, device="cuda", dtype=torch.bfloat16)

@@ -44,16 +44,11 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
-from rounds import interleaved  # noqa: E402
+from rounds import interleaved, size  # noqa: E402
 
 REL_L2_BOUND = 2e-2  # bf16 outputs against the fp32 reference (docs/attention.md §5)
 SAMPLED_HEADS = 2
 IMPLS = ("kgen", "fa4", "flex", "cudnn", "math")
-
-
-def parse_n(text: str) -> int:
-    text = text.strip().lower()
-    return int(float(text[:-1]) * 1024) if text.endswith("k") else int(text)
 
 
 class Cell:
@@ -263,7 +258,7 @@ def main() -> None:
              "|" + "---|" * (3 + len(impls) + len(impls) - 1)]
     print("\n".join(lines), flush=True)
     for d in [int(x) for x in args.head_dims.split(",")]:
-        for n in [parse_n(x) for x in args.seqlens.split(",")]:
+        for n in [size(x) for x in args.seqlens.split(",")]:
             b, h = max(1, args.tokens // n), max(1, args.hidden // d)
             gen = torch.Generator(device=device).manual_seed(n + d)
             q, k, v = (torch.randn(b, n, h, d, device=device, dtype=torch.bfloat16, generator=gen) for _ in range(3))

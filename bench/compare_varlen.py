@@ -31,8 +31,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
-from compare_variants import parse_n, time_round  # noqa: E402
-from rounds import add_round_args, interleaved, write_table  # noqa: E402
+from compare_variants import time_round  # noqa: E402
+from rounds import add_round_args, interleaved, size, write_table  # noqa: E402
 
 REL_L2_BOUND = 2e-2
 IMPLS = ("kgen", "dense", "fa4", "flex", "njt")
@@ -151,7 +151,7 @@ def main() -> None:
     lines = ["| tokens | seqs | d | mode | " + " | ".join(f"{i} ms" for i in impls) + " | kgen TFLOPS | " +
              " | ".join(f"vs {i}" for i in impls if i != "kgen") + " |",
              "|" + "---|" * (5 + 2 * len(impls)) ]
-    for tokens in map(parse_n, args.tokens.split(",")):
+    for tokens in map(size, args.tokens.split(",")):
         lengths = lengths_for(tokens, args.mean, args.seed, args.sigma)
         for d in map(int, args.head_dims.split(",")):
             h = 2048 // d

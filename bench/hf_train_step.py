@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import sys
 import time
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rounds import size  # noqa: E402
 
 MODELS = {
     "tinyllama": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
@@ -35,11 +39,6 @@ MODELS = {
                        num_key_value_heads=4, head_dim=128, vocab_size=32000),
 }
 SDPA_BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION"}
-
-
-def size(text: str) -> int:
-    text = text.strip().lower()
-    return int(float(text[:-1]) * 1024) if text.endswith("k") else int(text)
 
 
 def make_model(name: str, context: int, device: str):

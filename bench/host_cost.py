@@ -41,9 +41,8 @@ import sys
 import time
 from pathlib import Path
 
-
-def sizes(text):
-    return [int(x[:-1]) * 1024 if x.lower().endswith("k") else int(x) for x in text.split(",")]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rounds import sizes  # noqa: E402
 
 
 def parse_args():

@@ -11,6 +11,17 @@ import math
 import statistics
 
 
+def size(text: str) -> int:
+    """An integer of a command-line size, with an optional k suffix (1k = 1024, 1.5k = 1536)."""
+    text = text.strip().lower()
+    return int(float(text[:-1]) * 1024) if text.endswith("k") else int(text)
+
+
+def sizes(text: str) -> list[int]:
+    """Comma-separated size() values."""
+    return [size(x) for x in text.split(",")]
+
+
 def write_table(lines, out: str = "", show: bool = True) -> None:
     """The table's lines printed (unless `show` is False: a script that printed its rows as they
     came) and, with `out`, written to that file too."""

@@ -37,8 +37,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kgen.torch  # noqa: E402
-from compare_variants import parse_n  # noqa: E402
-from rounds import write_table  # noqa: E402
+from rounds import size, write_table  # noqa: E402
 from kgen import distributed as kd  # noqa: E402
 
 IMPLS = ("kgen-ring", "kgen-ulysses", "cp-cudnn", "cp-flash")
@@ -191,7 +190,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--out", default="", help="also write the table (markdown) here")
     args = ap.parse_args()
-    args.seqlens = [parse_n(s) for s in args.seqlens.split(",")]
+    args.seqlens = [size(s) for s in args.seqlens.split(",")]
     args.impls = [s for s in args.impls.split(",") if s]
     for s in args.impls:
         if s not in IMPLS:

@@ -30,11 +30,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rounds import sizes  # noqa: E402
+
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o")
-
-
-def sizes(text):
-    return [int(x[:-1]) * 1024 if x.lower().endswith("k") else int(x) for x in text.split(",")]
 
 
 def parse_args():
