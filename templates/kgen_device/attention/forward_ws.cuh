@@ -86,6 +86,7 @@
 #include "kgen_device/core/grid_dependency.cuh"
 #include "kgen_device/core/math.cuh"
 #include "kgen_device/core/memory.cuh"
+#include "kgen_device/core/schedule.cuh"
 #include "kgen_device/core/tma.cuh"
 #include "kgen_device/core/types.cuh"
 #include "kgen_device/core/warp.cuh"
@@ -728,6 +729,9 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       release(k_empty(next));
       float alpha[2];
       score_step(s, alpha, first_tile + tile + 1);
+      // E4M3: the score step under this tile's P·V (the row sums depend on every exponential); in
+      // 16 bits the other consumer's matrix products cover it, and ptxas's order was faster.
+      if constexpr (kFp8) end_block_after(row_sum[0]);
       wgmma::wait<0>();
       wgmma::fence_operand(o);
       release(v_empty(stage));
