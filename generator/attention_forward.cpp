@@ -574,8 +574,12 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
   // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (docs/kernels/measurements.md, "Decode with
   // few sequences: split keys").
   const bool split = attention_forward_shape_class(shape, sm_count) == 2;
-  const bool three_consumers =
-      spec.head_dim >= 32 && tile == 64 && shape.n_q >= 1024 && (!spec.causal || shape.n_k > 2048) && !split;
+  // Plain causal attention runs its grid of one block per query tile in sections of heads
+  // (attention_forward_sections); variants, packed and paged batches do not.
+  const bool sectioned = spec.causal && !spec.has_variant();
+  const bool three_consumers = spec.head_dim >= 32 && tile == 64 && shape.n_q >= 1024 &&
+                               (!spec.causal || shape.n_k > 2048 || (sectioned && shape.n_k >= 2048 && spec.head_dim > 32)) &&
+                               !split;
   const bool ws_head_dim = spec.head_dim > 32 || (spec.head_dim == 32 && (shape.n_k >= 4096 || three_consumers));
   if (spec.dtype != DType::f32 && is_wgmma_head_dim(spec.head_dim) && ws_head_dim && has_wgmma(target)) {
     // Hopper: the warp-specialised TMA kernel, two consumer warpgroups of 64 query rows, faster
@@ -629,12 +633,16 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
       if (!check_attention_forward_config(spec, w, target)) return w;
     }
     // The 64-column tile from 1k query rows: three consumers of 64 rows (192 query rows per
-    // block) on 128-key tiles, a few percent faster than two. Causal rows up to 2k keys keep the
-    // kernels below, which won there, as do calls of under 1k query rows (not measured with three
-    // consumers) and split-key grids (docs/kernels/measurements.md, "Three consumer warpgroups").
+    // block) on 128-key tiles, a few percent faster than two. Causal rows under 2k keys (up to 2k
+    // with a variant, or at d = 32) keep the kernels below, which won there, as do calls of under
+    // 1k query rows (not measured with three consumers) and split-key grids
+    // (docs/kernels/measurements.md, "Three consumer warpgroups"). Persistent without a mask up to
+    // 2k keys; plain causal rows take one block per query tile in sections of heads (2k and 4k
+    // keys: 0.343 and 0.590 ms against 0.356 and 0.618–0.625 for the persistent grids, "Causal
+    // grids in sections of heads"), variants the persistent grid up to 4k keys.
     if (three_consumers) {
       AttentionForwardConfig c{.path = ForwardPath::ws, .block_m = 192, .block_n = 128, .warps = 12, .ping_pong = 1};
-      c.persistent = shape.n_k <= (spec.causal ? 4096 : 2048);
+      c.persistent = spec.causal ? !sectioned && shape.n_k <= 4096 : shape.n_k <= 2048;
       // Without a mask, stream-K: faster than the plain persistent grid at d = 64; at d = 128 it
       // only ties, so the rule below keeps the plain grid (docs/kernels/measurements.md,
       // "Stream-K").
@@ -715,6 +723,18 @@ LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const Attenti
   }
   return {static_cast<unsigned>((shape.n_q + rows - 1) / rows * splits),
           static_cast<unsigned>(shape.heads_q), static_cast<unsigned>(shape.batch)};
+}
+
+int attention_forward_sections(const AttentionForwardConfig& c, const AttentionForwardSpec& spec,
+                               const AttentionShape& shape, LaunchGrid& grid) {
+  if (c.path != ForwardPath::ws || !spec.causal || c.persistent || c.split_keys || spec.has_variant()) return 0;
+  const int key_bytes =
+      (spec.head_dim + (spec.head_dim_v > 0 ? spec.head_dim_v : spec.head_dim)) * (spec.fp8 ? 1 : dtype_bytes(spec.dtype));
+  const int s = attention_fwd::ws_causal_sections_log2(shape.heads_q, shape.heads_q / std::max(shape.heads_kv, 1),
+                                                       shape.n_k, key_bytes);
+  grid.x <<= s;
+  grid.y >>= s;
+  return s;
 }
 
 LaunchGrid attention_forward_packed_grid(const AttentionForwardConfig& c, long long rows, int sequences, int heads_q,

@@ -180,6 +180,12 @@ AttentionForwardConfig attention_forward_general_config(const AttentionForwardSp
 // persistent config: x = the query tiles of every head and batch, at most `sm_count` blocks.
 LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape, int splits = 1,
                                   int sm_count = 0);
+// Plain causal attention (16-bit or E4M3) on the ws path's grid of one block per query tile: the
+// log2 s of the heads of a section (kernel parameter sections_log2; forward_ws_config.h's
+// ws_causal_sections_log2), the grid widened to x = query tiles · 2^s, y = heads / 2^s. Any
+// other config or spec: 0, the grid unchanged.
+int attention_forward_sections(const AttentionForwardConfig& config, const AttentionForwardSpec& spec,
+                               const AttentionShape& shape, LaunchGrid& grid);
 // Grid of a packed batch of `sequences` sequences over `rows` query rows (the tensors' n) on a ws
 // config: the compact grid of packed_tile (packed_grid.cuh), x = ⌊rows / block_m⌋ + sequences (0
 // without sequences), y = query heads; a persistent config: x = that grid's blocks, at most

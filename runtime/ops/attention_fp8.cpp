@@ -137,7 +137,9 @@ void attention_forward_fp8(const TensorView& q, const TensorView& k, const Tenso
   for (int i = 0; i < 4; ++i) gpu_driver().encode_tensor_map(out[i], maps[i], "cuTensorMapEncodeTiled(attention_fwd.fp8)");
 
   launch_kernel(transpose, attention_fp8_v_transpose_grid(shape, d), &tp, stream, "launch(attention_fwd.fp8 v_transpose)");
-  launch_kernel(forward, attention_forward_grid(config, shape), &fp, stream, "launch(attention_fwd.fp8)");
+  LaunchGrid grid = attention_forward_grid(config, shape);
+  fp.a.sections_log2 = attention_forward_sections(config, call.spec, shape, grid);
+  launch_kernel(forward, grid, &fp, stream, "launch(attention_fwd.fp8)");
 }
 
 }  // namespace kgen

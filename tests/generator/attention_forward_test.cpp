@@ -10,6 +10,7 @@
 #include "generator/embedded_templates.h"
 #include "generator/registry.h"
 #include "kgen_device/attention/forward_config.h"
+#include "kgen_device/attention/forward_ws_config.h"
 #include "test_targets.h"
 
 namespace kgen {
@@ -137,8 +138,9 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
     for (bool causal : {false, true}) {
       auto c = attention_forward_default_config({DType::bf16, d, causal}, {4, 16, 16, 4096, 4096}, sm90a(), 132);
       EXPECT_EQ(c.path, ForwardPath::ws) << d;
-      // d = 64: three consumers (192 rows), persistent up to 2k keys (causal: 4k).
-      EXPECT_EQ(to_string(c), d == 64   ? (causal ? "ws:bm192:bn128:s2:pp1:persist" : "ws:bm192:bn128:s2:pp1")
+      // d = 64: three consumers (192 rows), persistent up to 2k keys without a mask; with one, one
+      // block per query tile (in sections of heads).
+      EXPECT_EQ(to_string(c), d == 64   ? "ws:bm192:bn128:s2:pp1"
                               : "ws:bm128:bn128:s2:pp1:persist");
       // Causal rows past 4k keys keep one block per query tile; from 8k keys (causal: past 4k)
       // d = 128 takes 176-key tiles, persistent without a mask.
@@ -167,8 +169,15 @@ TEST(AttentionForwardConfig, HopperDefaultIsTheWarpSpecialisedKernelForItsHeadDi
   const AttentionShape big{4, 16, 16, 4096, 4096};
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, false}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
             "ws:bm192:bn128:s2:pp1:persist:sk");
-  // With a mask from 1k to 2k keys: no ping-pong turns (from 1k query rows; fewer keep them).
+  // With a mask from 1k to 2k keys: no ping-pong turns (from 1k query rows; fewer keep them); at
+  // 2k keys plain attention takes three consumers on one block per query tile, a variant (here
+  // sinks) keeps two.
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 2048, 2048}, sm90a(), 132)),
+            "ws:bm192:bn128:s2:pp1");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true, "", true}, {8, 16, 16, 2048, 2048},
+                                                       sm90a(), 132)),
+            "ws:bm128:bn128:s2:pp0");
+  EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 64, true}, {8, 16, 16, 1536, 1536}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp0:persist");
   EXPECT_EQ(to_string(attention_forward_default_config({DType::bf16, 48, true}, {8, 16, 16, 1536, 1536}, sm90a(), 132)),
             "ws:bm128:bn128:s2:pp0:persist");
@@ -471,6 +480,39 @@ TEST(AttentionForwardConfig, SplitKeysTextRulesDefaultsSplitsAndRender) {
   EXPECT_EQ(wg_kernels[1].entry, "kgen_attention_fwd_combine");
   EXPECT_EQ(attention_forward_key_splits(wg_split, decode, 132), 16);
   EXPECT_EQ(attention_forward_grid(wg_split, decode, 16).x, 16u);
+}
+
+TEST(AttentionForwardConfig, CausalSectionsOfHeads) {
+  // 2^s heads whose K and V rows fit kWsSectionBytes (16 MiB), 2^s dividing the heads; the query
+  // heads of one kv head count once.
+  EXPECT_EQ(attention_fwd::ws_causal_sections_log2(32, 1, 16384, 256), 2);   // d = 64 bf16: 4 MiB a head
+  EXPECT_EQ(attention_fwd::ws_causal_sections_log2(16, 1, 16384, 512), 1);   // d = 128: 8 MiB
+  EXPECT_EQ(attention_fwd::ws_causal_sections_log2(16, 1, 16384, 768), 0);   // d = 192: 12 MiB
+  EXPECT_EQ(attention_fwd::ws_causal_sections_log2(64, 8, 16384, 512), 4);   // GQA 64/8: 1 MiB a query head
+  EXPECT_EQ(attention_fwd::ws_causal_sections_log2(12, 1, 1024, 256), 2);    // 12 heads: 4 divides them, 8 not
+  EXPECT_EQ(attention_fwd::ws_causal_sections_log2(5, 1, 1024, 256), 0);
+  EXPECT_EQ(attention_fwd::ws_causal_sections_log2(16, 1, 0, 512), 4);       // no keys: every head
+
+  const AttentionForwardSpec causal{DType::bf16, 128, true};
+  const AttentionForwardConfig ws{.path = ForwardPath::ws, .block_m = 128, .block_n = 176, .warps = 8, .ping_pong = 1};
+  const AttentionShape shape{2, 16, 16, 8192, 8192};
+  LaunchGrid grid = attention_forward_grid(ws, shape);
+  EXPECT_EQ(attention_forward_sections(ws, causal, shape, grid), 2);  // 4 MiB a head
+  EXPECT_EQ(grid.x, 64u * 4);
+  EXPECT_EQ(grid.y, 4u);
+  EXPECT_EQ(grid.z, 2u);
+  // Not without a mask, on a persistent or split grid, or with a variant: the grid stays.
+  AttentionForwardConfig persistent = ws;
+  persistent.persistent = true;
+  for (const auto& [spec, config] : {std::pair{AttentionForwardSpec{DType::bf16, 128, false}, ws},
+                                     std::pair{causal, persistent},
+                                     std::pair{AttentionForwardSpec{DType::bf16, 128, true, "window(128,0)"}, ws}}) {
+    const LaunchGrid plain = attention_forward_grid(config, shape);
+    LaunchGrid g = plain;
+    EXPECT_EQ(attention_forward_sections(config, spec, shape, g), 0);
+    EXPECT_EQ(g.x, plain.x);
+    EXPECT_EQ(g.y, plain.y);
+  }
 }
 
 TEST(AttentionForwardConfig, PersistentTextRulesGridAndRender) {

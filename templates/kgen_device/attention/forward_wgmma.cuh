@@ -191,8 +191,16 @@ struct QueryBlock {
   int num_tiles;  // key tiles of BN keys holding a key visible to some row of the block
   // `splits`: key ranges per query tile (a split-keys grid has splits blocks per query tile,
   // block x taking query tile x / splits).
-  template <int BM, int BN, bool Causal>
+  // Sectioned (causal warp-specialised grids): grid x holds 2^p.sections_log2 heads per query
+  // tile, heads fastest (forward_ws_config.h, ws_causal_sections_log2).
+  template <int BM, int BN, bool Causal, bool Sectioned = false>
   __device__ __forceinline__ static QueryBlock of(const AttentionForwardParams& p, int splits = 1) {
+    if constexpr (Causal && Sectioned) {
+      const int s = p.sections_log2, x = static_cast<int>(blockIdx.x);
+      const int lane = x & ((1 << s) - 1);
+      return at<BM, BN, Causal>(p, (static_cast<int>(gridDim.x) >> s) - 1 - (x >> s),
+                                (static_cast<int>(blockIdx.y) << s) | lane, blockIdx.z);
+    }
     const int x = blockIdx.x / splits;
     return at<BM, BN, Causal>(p, Causal ? gridDim.x / splits - 1 - x : x, blockIdx.y, blockIdx.z);
   }

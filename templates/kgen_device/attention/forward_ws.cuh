@@ -370,7 +370,7 @@ __device__ __forceinline__ void attention_forward_ws(const Params& tp, const Var
       qb.set_lengths<BM, BN, Causal>(seq.n_q, seq.n_k);
       return true;
     } else if constexpr (!Persistent) {
-      qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal>(p, splits);
+      qb = wgmma_fwd_detail::QueryBlock::of<BM, BN, Causal, !SplitKeys>(p, splits);
       if constexpr (Variant::kPaged) {
         seq = sequence_rows<Variant>(va, qb.batch, p.n_q, p.n_k);
         qb.set_lengths<BM, BN, Causal>(seq.n_q, seq.n_k);

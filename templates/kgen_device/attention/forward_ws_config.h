@@ -32,5 +32,19 @@ KGEN_HOST_DEVICE constexpr int ws_config_smem_bytes_v(int head_dim, int v_cols, 
                          ws_q_buffers_v(head_dim, v_cols, block_n, stages, block_m, persistent), block_m);
 }
 
+// Causal grids of one block per query tile start their blocks in index order, each head's
+// heaviest query tile first. Head after head, the last heads' heaviest tiles then start when the
+// other SMs have little work left, and the grid ends on them. Sections of 2^s heads of one batch
+// instead start the heaviest tiles of all their heads first; s is the largest with 2^s dividing
+// the heads and the section's K and V rows (query heads of one kv head counted once) within
+// kWsSectionBytes of L2.
+inline constexpr long long kWsSectionBytes = 16ll << 20;
+KGEN_HOST_DEVICE constexpr int ws_causal_sections_log2(int heads_q, int head_group, long long n_k, int key_bytes) {
+  const long long head_bytes = n_k * key_bytes / (head_group > 0 ? head_group : 1);
+  int s = 0;
+  while (heads_q % (2 << s) == 0 && (2ll << s) * head_bytes <= kWsSectionBytes) ++s;
+  return s;
+}
+
 }  // namespace attention_fwd
 }  // namespace kgen

@@ -23,6 +23,10 @@ struct AttentionForwardParams {
   int head_group;    // heads_q / heads_kv: query head h reads kv head h / head_group
   float scale;       // softmax scale s applied to Q·Kᵀ
   float scale_log2;  // s · log2(e), for exp2-based softmax
+  // Causal warp-specialised grids of one block per query tile: log2 of the (batch, head) pairs of
+  // a section (attention_fwd::ws_causal_sections_log2; 0 elsewhere). Grid x is then the query
+  // tiles times the section's heads (head fastest), y the sections of a batch.
+  int sections_log2;
 };
 
 }  // namespace kgen
