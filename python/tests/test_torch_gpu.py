@@ -68,6 +68,28 @@ def test_forward(dtype, d, causal, n_q, n_k, group, layout):
         assert torch.all(lse[:, :, :masked] == -math.inf)
 
 
+# Causal shapes whose default runs on one block per query tile in sections of 2^s heads
+# (docs/kernels/forward.md, "Causal grids in sections of heads"): d = 64 from 2k keys, d = 128 above
+# 4k, d = 160 and 192 at every length, d = 256 above 8k. Heads that no power of two above 1 divides,
+# GQA, batches of several sections, n_q > n_k (rows that see no key) and n_q < n_k.
+SECTION_SHAPES = [  # d, b, h_q, h_kv, n_q, n_k
+    (64, 2, 12, 4, 2048, 2048), (64, 3, 5, 5, 2100, 2100), (64, 2, 16, 16, 2500, 2048),
+    (128, 2, 8, 2, 4100, 4100), (128, 1, 6, 6, 3000, 4200), (160, 2, 8, 8, 1000, 1000),
+    (192, 3, 4, 1, 700, 700), (256, 1, 4, 4, 8300, 8300)]
+
+
+@pytest.mark.parametrize("shape", SECTION_SHAPES, ids=lambda s: "d{}-b{}-h{}x{}-{}x{}".format(*s))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_causal_sections(dtype, shape):
+    d, b, h_q, h_kv, n_q, n_k = shape
+    layout = "bnhd" if n_q == 2100 else "bhnd"
+    q, k, v = inputs(b, h_q, h_kv, n_q, n_k, d, dtype, layout, seed=d + n_q)
+    o, lse = run_and_check(q, k, v, causal=True, layout=layout, ref_device="cuda")
+    if n_q > n_k:
+        assert torch.all(logical(o, layout)[:, :, :n_q - n_k] == 0)
+        assert torch.all(lse[:, :, :n_q - n_k] == -math.inf)
+
+
 def test_explicit_scale():
     q, k, v = inputs(1, 4, 4, 100, 130, 64, torch.bfloat16, "bhnd")
     run_and_check(q, k, v, causal=True, layout="bhnd", scale=0.3)
