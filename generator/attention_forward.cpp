@@ -574,9 +574,7 @@ AttentionForwardConfig plain_forward_default_config(const AttentionForwardSpec& 
   // b·h_q·⌈n_q/128⌉ blocks do not leave most SMs idle (docs/kernels/measurements.md, "Decode with
   // few sequences: split keys").
   const bool split = attention_forward_shape_class(shape, sm_count) == 2;
-  // Plain causal attention runs its grid of one block per query tile in sections of heads
-  // (attention_forward_sections); variants, packed and paged batches do not.
-  const bool sectioned = spec.causal && !spec.has_variant();
+  const bool sectioned = attention_forward_sectioned(spec);
   const bool three_consumers = spec.head_dim >= 32 && tile == 64 && shape.n_q >= 1024 &&
                                (!spec.causal || shape.n_k > 2048 || (sectioned && shape.n_k >= 2048 && spec.head_dim > 32)) &&
                                !split;
@@ -727,7 +725,7 @@ LaunchGrid attention_forward_grid(const AttentionForwardConfig& c, const Attenti
 
 int attention_forward_sections(const AttentionForwardConfig& c, const AttentionForwardSpec& spec,
                                const AttentionShape& shape, LaunchGrid& grid) {
-  if (c.path != ForwardPath::ws || !spec.causal || c.persistent || c.split_keys || spec.has_variant()) return 0;
+  if (c.path != ForwardPath::ws || c.persistent || c.split_keys || !attention_forward_sectioned(spec)) return 0;
   const int key_bytes =
       (spec.head_dim + (spec.head_dim_v > 0 ? spec.head_dim_v : spec.head_dim)) * (spec.fp8 ? 1 : dtype_bytes(spec.dtype));
   const int s = attention_fwd::ws_causal_sections_log2(shape.heads_q, shape.heads_q / std::max(shape.heads_kv, 1),

@@ -180,6 +180,9 @@ AttentionForwardConfig attention_forward_general_config(const AttentionForwardSp
 // persistent config: x = the query tiles of every head and batch, at most `sm_count` blocks.
 LaunchGrid attention_forward_grid(const AttentionForwardConfig& config, const AttentionShape& shape, int splits = 1,
                                   int sm_count = 0);
+// Whether `spec`'s grids of one block per query tile run in sections of heads: plain causal
+// attention (no variant, sinks, packed or paged batch).
+inline bool attention_forward_sectioned(const AttentionForwardSpec& spec) { return spec.causal && !spec.has_variant(); }
 // Plain causal attention (16-bit or E4M3) on the ws path's grid of one block per query tile: the
 // log2 s of the heads of a section (kernel parameter sections_log2; forward_ws_config.h's
 // ws_causal_sections_log2), the grid widened to x = query tiles · 2^s, y = heads / 2^s. Any

@@ -364,7 +364,7 @@ AttentionForwardLaunch prepare_attention_forward(const TensorView& q_in, const T
                     : attention_forward_grid(config, call.shape, splits, info.sm_count);
   // Plain causal attention on one block per query tile: sections of heads, heaviest tiles first
   // across each section's heads (forward_ws_config.h).
-  if (!packed) p.sections_log2 = attention_forward_sections(config, call.spec, call.shape, launch.grid);
+  p.sections_log2 = attention_forward_sections(config, call.spec, call.shape, launch.grid);
   launch.tma_params.a = p;  // split and stream-K params start from tma_params (maps unused without TMA)
   if (config.split_keys) {
     launch.split = true;
